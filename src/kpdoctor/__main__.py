@@ -1,0 +1,5 @@
+"""Allow ``python -m kpdoctor``."""
+
+from kpdoctor.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Evidence: typed artifacts from bundles, tarballs, folders, loose files and transcripts."""

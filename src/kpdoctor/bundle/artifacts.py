@@ -1,0 +1,61 @@
+"""Artifacts: named pieces of raw evidence, each typed, each knowing where it came from.
+
+Checks only ever see artifacts (through parsed facts), so a live run and an offline run of the
+same node give the same report.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Kind(enum.StrEnum):
+    """What an artifact is. The values are stable names used in reports ('missing X')."""
+
+    KUBE_PROXY_LOG = "kube-proxy log"
+    IPTABLES_SAVE = "iptables-save output"
+    IPTABLES_RULES_S = "iptables -S output"
+    IPTABLES_LIST = "iptables -L -n -v output"
+    IPTABLES_VERSION = "iptables --version"
+    KUBE_PROXY_VERSION = "kube-proxy --version"
+    UNAME = "uname"
+    OS_RELEASE = "/etc/os-release"
+    PROCESSES = "process list"
+    LOCKS = "/proc/locks"
+    KUBE_PROXY_CMDLINE = "kube-proxy command line"
+    KUBE_PROXY_CONFIG = "KubeProxyConfiguration"
+    K8S_OBJECTS = "Kubernetes objects"
+    HOSTNAME = "hostname"
+    MODULES = "/proc/modules"
+    IPVSADM = "ipvsadm output"
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """One typed piece of evidence.
+
+    ``name`` is what reports cite (a bundle path such as ``kube-proxy/log.txt`` or the user's
+    file name). ``first_line`` is the line number of the artifact's first line in the user's
+    original file (not 1 when the artifact is a command's output inside a transcript), so
+    evidence line numbers always point into the file the user has.
+    """
+
+    name: str
+    kind: Kind
+    text: str = ""
+    path: str | None = None  # file holding the whole artifact, read lazily (large logs)
+    first_line: int = 1
+    attrs: dict[str, str] = field(default_factory=dict)
+    size: int = 0
+
+    def read_text(self) -> str:
+        if self.path is None:
+            return self.text
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+    @property
+    def previous(self) -> bool:
+        """True for the log of a previous (crashed) container."""
+        return self.attrs.get("previous") == "true"

@@ -1,0 +1,53 @@
+"""The bundle layout of DESIGN.md: where each artifact lives inside a bundle.
+
+This is a contract between collection and checks; new artifacts get new paths, never a reuse of
+an old one.
+"""
+
+from __future__ import annotations
+
+from kpdoctor.bundle.artifacts import Kind
+
+# path inside a bundle -> (kind, attributes)
+BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
+    "node/hostname": (Kind.HOSTNAME, {}),
+    "node/uname.txt": (Kind.UNAME, {}),
+    "node/os-release": (Kind.OS_RELEASE, {}),
+    "node/iptables-version.txt": (Kind.IPTABLES_VERSION, {"scope": "host"}),
+    "node/iptables-legacy-save.txt": (Kind.IPTABLES_SAVE, {"backend": "legacy", "family": "4"}),
+    "node/iptables-nft-save.txt": (Kind.IPTABLES_SAVE, {"backend": "nft", "family": "4"}),
+    "node/ip6tables-legacy-save.txt": (Kind.IPTABLES_SAVE, {"backend": "legacy", "family": "6"}),
+    "node/ip6tables-nft-save.txt": (Kind.IPTABLES_SAVE, {"backend": "nft", "family": "6"}),
+    "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
+    "node/processes.txt": (Kind.PROCESSES, {}),
+    "node/locks.txt": (Kind.LOCKS, {}),
+    "node/modules.txt": (Kind.MODULES, {}),
+    "kube-proxy/log.txt": (Kind.KUBE_PROXY_LOG, {}),
+    "kube-proxy/log-previous.txt": (Kind.KUBE_PROXY_LOG, {"previous": "true"}),
+    "kube-proxy/cmdline.txt": (Kind.KUBE_PROXY_CMDLINE, {}),
+    "kube-proxy/config.yaml": (Kind.KUBE_PROXY_CONFIG, {}),
+    "kube-proxy/version.txt": (Kind.KUBE_PROXY_VERSION, {}),
+    "kube-proxy/iptables-version.txt": (Kind.IPTABLES_VERSION, {"scope": "kube-proxy"}),
+    "cluster/services.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/endpointslices.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/endpoints.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/nodes.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/pods.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/workloads.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/daemonsets.json": (Kind.K8S_OBJECTS, {}),
+    "cluster/configmaps.json": (Kind.K8S_OBJECTS, {}),
+}
+
+# Paths a bundle may hold that this version does not analyse yet (not "unrecognised").
+KNOWN_UNUSED_PREFIXES = (
+    "node/counters/",
+    "node/ip-",
+    "node/sysctl.txt",
+    "node/dmesg.txt",
+    "node/conntrack-list.txt",
+    "node/nft-ruleset.json",
+    "node/ipvsadm-save.txt",
+    "node/ipset-save.txt",
+    "kube-proxy/healthz.json",
+    "kube-proxy/metrics.txt",
+)

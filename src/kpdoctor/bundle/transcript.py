@@ -1,0 +1,119 @@
+"""Split a pasted terminal session into its commands' outputs.
+
+Tickets hold things like::
+
+    root@node3:~# iptables --version
+    iptables v1.8.4 (legacy)
+    root@node3:~# kubectl -n kube-system logs kube-proxy-x7k2p | tail
+    E1008 21:01:55.367127 ...
+
+Each command's output is typed on its own; its ``first_line`` keeps the line number in the
+original file so evidence still points to the right line.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+# Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
+# iptables-save or YAML files are never taken for prompts).
+KNOWN_COMMANDS = frozenset(
+    """ps iptables iptables-save iptables-legacy iptables-legacy-save iptables-nft iptables-nft-save
+    ip6tables ip6tables-save ip6tables-legacy-save ip6tables-nft-save iptables-restore kubectl k
+    crictl docker nerdctl journalctl uname cat grep egrep tail head less more systemctl dmesg ipvsadm
+    ipset conntrack nft kube-proxy lsof fuser ss netstat sysctl lsmod hostname ls curl ip tr
+    xargs lsb_release""".split()
+)
+
+_PROMPT = re.compile(
+    r"^(?:"
+    r"(?:\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
+    r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
+    r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
+    r"|[$#%>])"  # bare $ or #
+    r")\s+(?P<cmd>\S.*)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    command: str
+    argv: list[str]
+    text: str
+    first_line: int  # 1-based line number of the first output line in the original file
+
+
+def _command_of(line: str) -> tuple[str, list[str]] | None:
+    m = _PROMPT.match(line)
+    if not m:
+        return None
+    cmd = m.group("cmd").strip()
+    try:
+        argv = shlex.split(cmd, comments=False)
+    except ValueError:
+        argv = cmd.split()
+    while argv and argv[0] in ("sudo", "time", "command", "env"):
+        argv = argv[1:]
+    if not argv:
+        return None
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog not in KNOWN_COMMANDS:
+        return None
+    bare_hash = line.lstrip().startswith("#")
+    if bare_hash and (len(argv) < 2 and prog not in ("ps", "uname", "hostname", "lsmod")):
+        return None  # "# iptables" alone is more likely a comment
+    if bare_hash and prog == "kube-proxy" and not argv[1].startswith("-"):
+        return None
+    return cmd, argv
+
+
+def split_transcript(text: str) -> list[Part] | None:
+    """The parts of a transcript, or None when the text is not a transcript."""
+    lines = text.splitlines()
+    prompts = [(i, c) for i, line in enumerate(lines) if (c := _command_of(line)) is not None]
+    if not prompts:
+        return None
+    first_content = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    if len(prompts) < 2 and prompts[0][0] != first_content:
+        return None
+    parts: list[Part] = []
+    for n, (i, (cmd, argv)) in enumerate(prompts):
+        end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
+        body = lines[i + 1 : end]
+        parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2))
+    return parts
+
+
+def hint_from_command(argv: list[str]) -> dict[str, str]:
+    """What a command line says about its output (backend, family, previous log, kind)."""
+    hints: dict[str, str] = {}
+    words = []
+    for a in argv:
+        if a == "|":
+            break
+        words.append(a)
+    prog = words[0].rsplit("/", 1)[-1] if words else ""
+    joined = " ".join(words)
+    if prog.startswith("ip6tables"):
+        hints["family"] = "6"
+    if "legacy" in prog:
+        hints["backend"] = "legacy"
+    elif "-nft" in prog:
+        hints["backend"] = "nft"
+    if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
+        hints["previous"] = "true"
+    if prog == "hostname":
+        hints["kind"] = "hostname"
+    if prog == "cat" and len(words) > 1:
+        target = words[1]
+        if target.endswith("/locks"):
+            hints["kind"] = "locks"
+        elif target.endswith("/cmdline"):
+            hints["kind"] = "cmdline"
+        elif target.endswith("os-release"):
+            hints["kind"] = "os-release"
+        elif target.endswith("/modules"):
+            hints["kind"] = "modules"
+    return hints

@@ -1,0 +1,35 @@
+"""Checks: one module per failure mode, each registering itself with its knowledge-base entry.
+
+Importing this package registers every check (and every log signature they use).
+"""
+
+from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
+from kpdoctor.checks.sync import (
+    apiserver_stale,
+    backend_mismatch,
+    config_checks,
+    ipvs,
+    kernel_mark,
+    multiple,
+    node_ip,
+    panics,
+    restore_failing,
+    xtables_lock,
+)
+
+__all__ = [
+    "CHECKS",
+    "CheckSpec",
+    "apiserver_stale",
+    "backend_mismatch",
+    "config_checks",
+    "find",
+    "ipvs",
+    "kernel_mark",
+    "multiple",
+    "node_ip",
+    "panics",
+    "restore_failing",
+    "run_all",
+    "xtables_lock",
+]

@@ -1,0 +1,96 @@
+"""The check registry: each check is a function plus its metadata and its documentation.
+
+A check's docstring is its knowledge-base entry (``kpdoctor explain``), written with the sections
+``Symptom:``, ``Cause:``, ``How it is detected:``, ``Fix:`` and ``References:``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.model import Finding, Severity, Skipped
+
+if False:  # pragma: no cover - typing only
+    from kpdoctor.facts import Facts
+
+CheckFunc = Callable[["Facts"], Iterable[Finding]]
+SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    code: str
+    cause: str
+    title: str
+    severity: Severity  # the severity when the failure is confirmed and ongoing
+    needs: tuple[Kind, ...]  # any one of these artifacts lets the check run
+    func: CheckFunc
+
+    @property
+    def doc(self) -> str:
+        return inspect.cleandoc(self.func.__doc__ or "")
+
+    def sections(self) -> dict[str, str]:
+        """The docstring split into its knowledge-base sections."""
+        doc = self.doc
+        out: dict[str, str] = {}
+        pattern = re.compile(r"^(" + "|".join(SECTIONS) + r"):\s*", re.M)
+        parts = pattern.split(doc)
+        out["Summary"] = parts[0].strip()
+        for i in range(1, len(parts) - 1, 2):
+            out[parts[i]] = inspect.cleandoc(parts[i + 1])
+        return out
+
+    def missing_reason(self) -> str:
+        names = [k.value for k in self.needs]
+        if len(names) == 1:
+            return f"no {names[0]}"
+        return "none of: " + ", ".join(names)
+
+
+CHECKS: dict[str, CheckSpec] = {}
+
+
+def check(
+    code: str, *, cause: str, title: str, severity: Severity, needs: Iterable[Kind]
+) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a check. Codes and causes are public, stable identifiers."""
+
+    def deco(func: CheckFunc) -> CheckFunc:
+        if code in CHECKS:
+            raise ValueError(f"check code {code} registered twice")
+        missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
+        if missing:
+            raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
+        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func)
+        return func
+
+    return deco
+
+
+def find(key: str) -> list[CheckSpec]:
+    """Checks matching a code (``KP101``) or a cause slug."""
+    key = key.strip()
+    if key.upper() in CHECKS:
+        return [CHECKS[key.upper()]]
+    return [c for c in CHECKS.values() if c.cause == key.lower()]
+
+
+def run_all(facts: Facts) -> tuple[list[Finding], list[Skipped], int]:
+    """Run every check whose evidence is present; report the others as skipped."""
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    ran = 0
+    for spec in sorted(CHECKS.values(), key=lambda c: c.code):
+        if not any(facts.has(k) for k in spec.needs):
+            skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason()))
+            continue
+        ran += 1
+        for f in spec.func(facts):
+            f.code = f.code or spec.code
+            findings.append(f)
+    return findings, skipped, ran

@@ -1,0 +1,93 @@
+"""KP105: kube-proxy's watch connection to the apiserver is broken (stale HTTP/2 connection)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, log_finding
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Confidence, Finding, Severity
+from kpdoctor.parse.logscan import signature
+from kpdoctor.versions import FixRow
+
+STREAM_ERROR = signature(
+    "http2-stream-error-closed-connection",
+    "may be caused by closed connection",
+    r"Stream error http2\.StreamError.*may be caused by closed connection",
+)
+CLOSED_CONN = signature(
+    "watch-use-of-closed-connection",
+    "use of closed network connection",
+    r"(Failed to (list|watch)|failed to list|watch of).*use of closed network connection",
+)
+CONN_LOST = signature("http2-client-connection-lost", "http2: client connection lost", r"http2: client connection lost")
+
+FIXES = [
+    FixRow((1, 18), "v1.18.4-tke.26", vendor="tke"),
+    FixRow((1, 18), status="unaffected", vendor="tke", above=True),
+    FixRow((1, 18), status="no-fix", vendor="tke", below=True, note="TKE clusters before 1.18 need a cluster upgrade"),
+    FixRow((1, 20), status="unaffected", above=True, note="1.20+ enables HTTP/2 health checks"),
+    FixRow((1, 20), "v1.20.0"),
+    FixRow((1, 19), "v1.19.5"),
+    FixRow((1, 18), "v1.18.18"),
+    FixRow((1, 18), status="no-fix", below=True, note="1.17 and older have no upstream fix"),
+]
+
+
+@check(
+    "KP105",
+    cause="apiserver-connection-stale",
+    title="kube-proxy's connection to the apiserver is stale",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG],
+)
+def apiserver_stale(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy keeps using a dead HTTP/2 connection to the apiserver and stops seeing changes.
+
+    Symptom: `Failed to list *core.Endpoints: Stream error http2.StreamError{StreamID:0xea1,
+        Code:0x2, Cause:error(nil)} when reading response body, may be caused by closed
+        connection. Please retry.` or "use of closed network connection" repeating; new Services
+        and endpoint changes never reach the node's rules until kube-proxy is restarted.
+    Cause: Go's HTTP/2 client kept a broken TCP connection in its pool (golang/go#39750-class);
+        client-go only gained HTTP/2 health checks (ReadIdleTimeout/PingTimeout) in 1.20
+        (k/k#95981), backported to 1.19.5 and 1.18.18.
+    How it is detected: the stream-error / closed-connection lines from kube-proxy's reflectors,
+        with the kube-proxy version compared to the fixed releases.
+    Fix: upgrade kube-proxy (upstream 1.18.18+, 1.19.5+, 1.20+; TKE 1.18 -> v1.18.4-tke.26;
+        TKE clusters before 1.18: upgrade the cluster); restart kube-proxy now to reconnect; do
+        not set HTTP2_READ_IDLE_TIMEOUT_SECONDS=0; check idle timeouts on load balancers in
+        front of the apiserver.
+    References: seed 000; https://github.com/kubernetes/kubernetes/issues/87615;
+        https://github.com/kubernetes/kubernetes/pull/95981;
+        https://github.com/kubernetes/kubernetes/pull/100376
+    """
+    hits = facts.log.hits(STREAM_ERROR.id, CLOSED_CONN.id, CONN_LOST.id)
+    if not hits:
+        return
+    f = log_finding(
+        facts,
+        hits,
+        cause="apiserver-connection-stale",
+        severity=Severity.CRITICAL,
+        confidence=Confidence.HIGH if facts.log.count(STREAM_ERROR.id) else Confidence.MEDIUM,
+        title="kube-proxy's connection to the apiserver is stale",
+        summary="kube-proxy's list/watch calls fail on a closed HTTP/2 connection, so it stops "
+        "seeing Service and endpoint changes.",
+        fix=[],
+        references=[
+            "https://github.com/kubernetes/kubernetes/issues/87615",
+            "https://github.com/kubernetes/kubernetes/pull/95981",
+        ],
+    )
+    if (f.occurrences or 0) == 1 and f.ongoing is False:
+        f.severity = Severity.INFO
+        f.summary += " It happened once and kube-proxy recovered."
+    rem, found, where = kube_proxy_remedy(facts, FIXES)
+    apply_remedy(f, rem, found, where)
+    if rem.affected is False and f.severity > Severity.INFO:
+        f.confidence = Confidence.MEDIUM
+        f.summary += " This version has the HTTP/2 health check, so look at the network path to the apiserver too."
+    f.fix.append("Restart kube-proxy now to drop the dead connection (`kubectl -n kube-system delete pod <kube-proxy pod>`).")
+    yield f

@@ -1,0 +1,193 @@
+"""KP108 and KP112: kube-proxy settings that hurt: syncs too frequent; flags ignored by --config."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.kpconfig import IgnoredFlag, KubeProxyConfig, Setting, Source, parse_duration
+from kpdoctor.versions import KubeVersion
+
+CONFIG_EVIDENCE = [Kind.KUBE_PROXY_CMDLINE, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.PROCESSES]
+# Flags whose loss changes what kube-proxy does to traffic (the rest are tuning).
+IMPORTANT_FLAGS = {"hostname-override", "bind-address", "proxy-mode", "cluster-cidr", "nodeport-addresses", "masquerade-all", "detect-local-mode"}
+
+
+def _cite(src: Source | None) -> Cite | None:
+    return Cite(src.artifact, src.line, src.text) if src else None
+
+
+def default_min_sync(mode: str, version: KubeVersion | None) -> float:
+    """Upstream default minSyncPeriod per mode (iptables: 1s since 1.19, 0 before; IPVS: 0)."""
+    if mode == "ipvs":
+        return 0.0
+    if mode == "iptables" and version is not None and version.line < (1, 19):
+        return 0.0
+    return 1.0
+
+
+def _mode(facts: Facts) -> str:
+    m = facts.proxy_mode
+    return m[0] if m else "iptables"
+
+
+@check(
+    "KP108",
+    cause="sync-too-frequent",
+    title="kube-proxy rewrites all rules too often",
+    severity=Severity.WARNING,
+    needs=CONFIG_EVIDENCE,
+)
+def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy's sync periods make it rewrite every rule too often, burning CPU.
+
+    Symptom: kube-proxy's CPU spikes periodically (every few seconds) on every node, more with
+        more Services; iptables/IPVS reprogramming competes with other agents for the lock.
+    Cause: a short `--ipvs-sync-period`/`--iptables-sync-period` (old TKE IPVS defaults were
+        `--ipvs-min-sync-period=1s --ipvs-sync-period=5s`: a full refresh every 5 s), or an
+        iptables minSyncPeriod of 0 that turns every endpoint change into a full restore.
+    How it is detected: the effective syncPeriod/minSyncPeriod for the proxy mode in use, from
+        the flags or the config file with kube-proxy's precedence (flags are ignored when
+        --config is given), compared to upstream defaults for the version found.
+    Fix: IPVS: `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (the defaults: event-driven
+        with a 30 s safety resync). iptables/nftables: syncPeriod 30s and minSyncPeriod 1s (the
+        default since 1.19). Set them where they take effect: in the config file when kube-proxy
+        runs with --config.
+    References: seed 000; https://github.com/kubernetes/kubernetes/pull/92836;
+        https://github.com/kubernetes/kubernetes/issues/82065
+    """
+    cfg = facts.kp_config
+    mode = _mode(facts)
+    section = "ipvs" if mode == "ipvs" else "nftables" if mode == "nftables" else "iptables"
+    sync = cfg.setting(f"{section}.syncPeriod")
+    min_sync = cfg.setting(f"{section}.minSyncPeriod")
+    sync_s = parse_duration(str(sync.value)) if sync.value is not None else None
+    min_s = parse_duration(str(min_sync.value)) if min_sync.value is not None else None
+    problems: list[str] = []
+    evidence: list[Cite] = []
+    severity = Severity.WARNING
+    if sync_s is not None and sync.origin in ("flag", "config") and 0 < sync_s < 15:
+        problems.append(f"{section} syncPeriod is {sync.value} ({sync.origin}): a full rewrite of every rule each {sync_s:g}s (default 30s)")
+        if (c := _cite(sync.source)) is not None:
+            evidence.append(c)
+    if (
+        section != "ipvs"
+        and min_s == 0
+        and min_sync.origin in ("flag", "config")
+        and default_min_sync(section, cfg.version) > 0
+    ):
+        problems.append(f"{section} minSyncPeriod is 0 ({min_sync.origin}): every endpoint change triggers a full restore (default 1s)")
+        if (c := _cite(min_sync.source)) is not None:
+            evidence.append(c)
+        severity = Severity.WARNING if problems[0].startswith(section + " syncPeriod") else Severity.INFO
+    if not problems:
+        return
+    rec = (
+        "Set `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (ipvs.minSyncPeriod: 0s, ipvs.syncPeriod: 30s)."
+        if section == "ipvs"
+        else f"Set {section}.syncPeriod: 30s and {section}.minSyncPeriod: 1s (the upstream defaults)."
+    )
+    where = "in the config file (flags are ignored when --config is given)" if cfg.config_flag else "on kube-proxy's command line or config"
+    yield Finding(
+        code="",
+        cause="sync-too-frequent",
+        severity=severity,
+        confidence=Confidence.HIGH,
+        title="kube-proxy rewrites all rules too often",
+        summary=f"Proxy mode {mode}: " + "; ".join(problems) + ".",
+        evidence=evidence,
+        fix=[rec + f" Change it {where}."],
+        references=["https://github.com/kubernetes/kubernetes/pull/92836"],
+        versions_found={"kube-proxy": str(cfg.version)} if cfg.version else {},
+    )
+
+
+def _describe(v: Any) -> str:
+    return "unset (default)" if v is None or v == "" else repr(v) if not isinstance(v, str) else f'"{v}"'
+
+
+@check(
+    "KP112",
+    cause="config-overrides-flags",
+    title="kube-proxy ignores command-line flags because --config is set",
+    severity=Severity.WARNING,
+    needs=CONFIG_EVIDENCE,
+)
+def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy was started with --config and other flags; the flags are silently ignored.
+
+    Symptom: a flag "has no effect": `--hostname-override=ip-10-188-166-140.ec2.internal` is set
+        but kube-proxy looks up `nodes "ip-10-188-166-140" not found`; `--proxy-mode=ipvs` but
+        iptables rules; a changed `--cluster-cidr` does nothing.
+    Cause: when --config is given, kube-proxy loads the file over its whole configuration and
+        drops every other flag (unlike kubelet, where flags win). Only logging flags, flags
+        that are not configuration (--config, --cleanup, --master...) and, since 1.13,
+        --hostname-override survive. Nothing is logged.
+    How it is detected: kube-proxy's argv (cmdline, ps, Pod/DaemonSet spec, k3s "Running
+        kube-proxy" line, or the "FLAG:" lines it logs at start-up) holds --config and other
+        configuration flags; each is compared with the config file's value.
+    Fix: move every setting into the KubeProxyConfiguration file (the kube-proxy ConfigMap)
+        and delete the flags; per-node values such as hostnameOverride come from the Downward
+        API (`--hostname-override=$(NODE_NAME)` on 1.13+, or a per-node config file).
+    References: seed 002; https://github.com/kubernetes/kubernetes/issues/98302;
+        https://github.com/kubernetes/kubernetes/pull/69340;
+        https://github.com/kubernetes/kubernetes/pull/107157
+    """
+    cfg = facts.kp_config
+    ignored = cfg.ignored_flags()
+    if not ignored:
+        return
+    important = [i for i in ignored if i.flag.name in IMPORTANT_FLAGS]
+    differing = [i for i in ignored if str(i.config_value) != i.flag.value]
+    f = Finding(
+        code="",
+        cause="config-overrides-flags",
+        severity=Severity.WARNING if important else Severity.INFO,
+        confidence=Confidence.HIGH if cfg.file is not None or not cfg.flags_from_log else Confidence.MEDIUM,
+        title="kube-proxy ignores command-line flags because --config is set",
+        summary="",
+    )
+    shown = differing or ignored
+    parts = [f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value)})" for i in shown[:6]]
+    f.summary = (
+        f"kube-proxy runs with --config={cfg.config_flag.value if cfg.config_flag else '?'}, so these flags have no effect: "
+        + ", ".join(parts)
+        + ("" if len(shown) <= 6 else f" and {len(shown) - 6} more")
+        + "."
+    )
+    if cfg.config_flag:
+        f.evidence.append(Cite(cfg.config_flag.source.artifact, cfg.config_flag.source.line, cfg.config_flag.source.text))
+    for i in shown[:6]:
+        c = Cite(i.flag.source.artifact, i.flag.source.line, i.flag.source.text)
+        if c not in f.evidence:
+            f.evidence.append(c)
+    if cfg.file is not None:
+        f.evidence.append(Cite(cfg.file.source.artifact, cfg.file.source.line, cfg.file.source.text))
+    if cfg.version:
+        f.versions_found["kube-proxy"] = str(cfg.version)
+    hostname = next((i for i in ignored if i.flag.name == "hostname-override"), None)
+    if hostname is not None:
+        f.severity = Severity.CRITICAL
+        f.summary += " Before 1.13, --hostname-override is among them: kube-proxy uses the OS hostname to find its Node."
+        f.fixed_in.append("v1.13.0 (honours --hostname-override with --config)")
+    f.fix = [
+        "Put every setting in the KubeProxyConfiguration (the kube-proxy ConfigMap) and remove the flags: "
+        + ", ".join(f"{i.flag.name} -> {i.field or '(no config field)'}" for i in shown[:6])
+        + ".",
+        "For per-node values use the Downward API: `--hostname-override=$(NODE_NAME)` (honoured with --config since 1.13).",
+    ]
+    f.references = ["https://github.com/kubernetes/kubernetes/issues/98302", "https://github.com/kubernetes/kubernetes/pull/69340"]
+    yield f
+
+
+def ignored_flag(cfg: KubeProxyConfig, name: str) -> IgnoredFlag | None:
+    """The ignored flag of that name, if kube-proxy ignores it."""
+    return next((i for i in cfg.ignored_flags() if i.flag.name == name), None)
+
+
+def effective(cfg: KubeProxyConfig, fld: str) -> Setting:
+    return cfg.setting(fld)

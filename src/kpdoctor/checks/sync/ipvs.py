@@ -1,0 +1,253 @@
+"""KP110 and KP113: IPVS mode: the graceful-termination deadlock; missing prerequisites."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.facts.log import SYNC_COMPLETE
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
+from kpdoctor.parse.logscan import signature
+from kpdoctor.versions import KubeVersion
+
+GT_DELETE_RS = signature("ipvs-gt-trying-delete-rs", "Trying to delete rs", r"Trying to delete rs: ([^ ]+)")
+GT_ERRORS = signature(
+    "ipvs-gt-flush-error", "graceful termination list err", r"Try flush graceful termination list err"
+)
+
+# (affected first, affected last, fixed) per release line; k/k#71071, lbernail 2019-03-09.
+DEADLOCK_RANGES = {
+    (1, 11): ("v1.11.5", "v1.11.6", "v1.11.7"),
+    (1, 12): ("v1.12.2", "v1.12.4", "v1.12.5"),
+    (1, 13): ("v1.13.0", "v1.13.1", "v1.13.2"),
+}
+
+
+def deadlock_affected(v: KubeVersion) -> tuple[bool | None, str | None]:
+    """(affected?, fixed release) for the graceful-termination deadlock."""
+    rng = DEADLOCK_RANGES.get(v.line)
+    if rng is None:
+        return (False, None) if v.line > (1, 13) or v.line < (1, 11) else (None, None)
+    lo, hi, fixed = (KubeVersion.parse(x) for x in rng)
+    assert lo and hi and fixed
+    if v.vendor is not None:
+        return (None if lo.upstream <= v.upstream <= hi.upstream else False), str(fixed)
+    return lo.upstream <= v.upstream <= hi.upstream, str(fixed)
+
+
+def virtual_servers(facts: Facts) -> list[tuple[VirtualServer, str]]:
+    out = []
+    for a in facts.of(Kind.IPVSADM):
+        out.extend((vs, a.name) for vs in parse_ipvsadm_list(a.text, a.first_line))
+    return out
+
+
+def _service_ips_with_endpoints(facts: Facts) -> set[str]:
+    """ClusterIPs of Services that have at least one ready endpoint in the evidence."""
+    ready: set[str] = set()
+    for sl in facts.objects.of("EndpointSlice"):
+        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
+        if svc and any(
+            (ep.get("conditions") or {}).get("ready", True) for ep in sl.body.get("endpoints") or [] if isinstance(ep, dict)
+        ):
+            ready.add(f"{sl.namespace}/{svc}")
+    for e in facts.objects.of("Endpoints"):
+        if any((ss or {}).get("addresses") for ss in e.body.get("subsets") or []):
+            ready.add(f"{e.namespace}/{e.name}")
+    ips: set[str] = set()
+    for s in facts.objects.of("Service"):
+        if f"{s.namespace}/{s.name}" in ready:
+            spec = s.body.get("spec") or {}
+            for ip in [spec.get("clusterIP"), *(spec.get("clusterIPs") or [])]:
+                if ip and ip != "None":
+                    ips.add(str(ip))
+    return ips
+
+
+@check(
+    "KP110",
+    cause="ipvs-sync-deadlock",
+    title="kube-proxy's IPVS sync is deadlocked",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG, Kind.IPVSADM],
+)
+def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy (IPVS) stops updating virtual servers: the graceful-termination deadlock.
+
+    Symptom: after hours of uptime some Services stop working: `ipvsadm -Ln` shows virtual
+        servers with no real servers (`TCP 10.108.62.55:5473 rr` and nothing under it) while
+        their Pods are ready; kube-proxy's log only repeats `graceful_termination.go:160]
+        Trying to delete rs: 10.96.0.1:443/TCP/10.130.29.80:6443` every minute.
+    Cause: kube-proxy 1.11.5-1.11.6, 1.12.2-1.12.4 and 1.13.0-1.13.1 let the proxier and the
+        graceful-termination manager use one netlink socket concurrently; they deadlock and
+        the sync loop never runs again.
+    How it is detected: repeating graceful-termination lines with no sync completing after
+        them; a kube-proxy version in the affected ranges; virtual servers without real
+        servers for Services that have ready endpoints.
+    Fix: upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later, or run the affected version in
+        iptables mode; restart kube-proxy now to resume syncing.
+    References: seed 001; https://github.com/kubernetes/kubernetes/issues/71071;
+        https://github.com/kubernetes/kubernetes/pull/72361
+    """
+    gt = facts.log.hits(GT_DELETE_RS.id, GT_ERRORS.id)
+    vss = virtual_servers(facts)
+    ready_ips = _service_ips_with_endpoints(facts)
+    empty = [(vs, a) for vs, a in vss if not vs.reals and vs.protocol != "FWM"]
+    empty_with_eps = [(vs, a) for vs, a in empty if vs.address.rsplit(":", 1)[0].strip("[]") in ready_ips]
+    kpv = facts.kube_proxy_version
+    affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
+    syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
+    stalled = bool(gt) and len(gt) >= 4 and not syncs_after
+    if not gt and not empty:
+        return
+    if affected is False and not empty_with_eps:
+        return
+    if not (stalled or empty or affected):
+        return
+    if gt:
+        f = log_finding(
+            facts,
+            gt,
+            cause="ipvs-sync-deadlock",
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEDIUM,
+            title="kube-proxy's IPVS sync is deadlocked",
+            summary="",
+            fix=[],
+            references=[],
+        )
+        f.summary = f"kube-proxy's log repeats graceful-termination deletions ({f.occurrences} lines)"
+        f.summary += " with no sync completing after them." if stalled else "."
+        f.ongoing = True if stalled else f.ongoing
+    else:
+        f = Finding(
+            code="",
+            cause="ipvs-sync-deadlock",
+            severity=Severity.WARNING,
+            confidence=Confidence.LOW,
+            title="kube-proxy's IPVS sync is deadlocked",
+            summary="",
+        )
+    if empty:
+        shown = empty_with_eps or empty
+        f.summary += f" {len(shown)} IPVS virtual server(s) have no real servers"
+        f.summary += " although their Services have ready endpoints." if empty_with_eps else "."
+        for vs, a in shown[:4]:
+            f.evidence.append(Cite(a, vs.line, vs.text))
+        if empty_with_eps:
+            f.confidence = max(f.confidence, Confidence.MEDIUM)
+            f.severity = Severity.CRITICAL
+    if kpv:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+        f.evidence.append(kpv.cite)
+        if affected:
+            f.confidence = Confidence.HIGH
+            f.summary += f" kube-proxy {kpv.value} is in the affected range."
+    if fixed:
+        f.fixed_in.append(fixed)
+    else:
+        f.fixed_in += ["v1.11.7", "v1.12.5", "v1.13.2"]
+    f.fix = [
+        (f"Upgrade kube-proxy to {fixed} or later" if fixed else "Upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later")
+        + ", or run the affected version in iptables mode.",
+        "Restart kube-proxy now to resume syncing (the deadlock does not clear by itself).",
+    ]
+    f.references = ["https://github.com/kubernetes/kubernetes/issues/71071", "https://github.com/kubernetes/kubernetes/pull/72361"]
+    yield f
+
+
+IPSET_MISSING = signature("ipvs-ipset-missing", "ipset version", r"getting ipset version, error: (.*)")
+IPVS_FALLBACK = signature("ipvs-fallback-to-iptables", "Can't use ipvs proxier", r"Can't use ipvs proxier, trying iptables proxier")
+IPVS_CANT_USE = signature("ipvs-cannot-use", "use the IPVS proxier", r"[Cc]an't use the IPVS proxier.*")
+IPVS_MODULES = signature(
+    "ipvs-modules-not-loaded", "required kernel modules are not loaded", r"required kernel modules are not loaded: (.*)"
+)
+CONNTRACK_MISSING = signature(
+    "conntrack-binary-missing", "path of conntrack", r'path of conntrack: exec: .conntrack.: executable file not found'
+)
+IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
+
+
+@check(
+    "KP113",
+    cause="ipvs-prerequisites-missing",
+    title="IPVS mode requested but its prerequisites are missing",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG, Kind.MODULES],
+)
+def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
+    """IPVS mode was asked for, but ipset/conntrack binaries or ip_vs modules are missing.
+
+    Symptom: kube-proxy configured for IPVS programs iptables instead (`Can't use ipvs proxier,
+        trying iptables proxier`, before 1.26) or exits (1.26+); `ipvsadm -Ln` is empty on that
+        node; some nodes behave differently from others.
+    Cause: IPVS mode needs the `ipset` binary, the ip_vs kernel modules (ip_vs, ip_vs_rr,
+        ip_vs_wrr, ip_vs_sh, nf_conntrack) and, before 1.32, the `conntrack` binary for UDP
+        clean-up. A node image or a hand-copied binary without them makes kube-proxy fall back.
+    How it is detected: "error getting ipset version", the fallback message, "required kernel
+        modules are not loaded", and "path of conntrack ... executable file not found" in the
+        log, compared with the mode kube-proxy was configured for; /proc/modules when given.
+        The module-probe warnings kube-proxy prints in iptables mode are ignored.
+    Fix: install ipset and conntrack (conntrack-tools) on the node or use an image that ships
+        them; load the modules (`modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack`
+        and persist them in /etc/modules-load.d); restart kube-proxy and check
+        `curl localhost:10249/proxyMode` says ipvs.
+    References: seed 003; https://github.com/kubernetes/kubernetes/issues/89729 (module list);
+        https://github.com/kubernetes/kubernetes/pull/111806 (no fallback from 1.26)
+    """
+    cfg_mode = facts.kp_config.setting("mode")
+    requested_ipvs = str(cfg_mode.value or "").lower() == "ipvs"
+    running = facts.proxy_mode
+    hits = facts.log.hits(IPSET_MISSING.id, IPVS_FALLBACK.id, IPVS_CANT_USE.id, IPVS_MODULES.id)
+    conntrack = facts.log.hits(CONNTRACK_MISSING.id)
+    fell_back = requested_ipvs and running is not None and running[0] != "ipvs" and running[1] is not None
+    mods = facts.modules
+    missing_mods = [m for m in IPVS_MODULES_BASE if mods is not None and m not in mods] if (requested_ipvs or hits) else []
+    if not hits and not fell_back and not (requested_ipvs and (missing_mods or conntrack)):
+        return
+    if not requested_ipvs and not hits and running and running[0] == "iptables":
+        return
+    f = log_finding(
+        facts,
+        hits or conntrack,
+        cause="ipvs-prerequisites-missing",
+        severity=Severity.CRITICAL,
+        confidence=Confidence.HIGH,
+        title="IPVS mode requested but its prerequisites are missing",
+        summary="",
+        fix=[],
+        references=["https://github.com/kubernetes/kubernetes/pull/111806"],
+    ) if (hits or conntrack) else Finding(
+        code="",
+        cause="ipvs-prerequisites-missing",
+        severity=Severity.CRITICAL,
+        confidence=Confidence.MEDIUM,
+        title="IPVS mode requested but its prerequisites are missing",
+        summary="",
+    )
+    what: list[str] = []
+    if facts.log.count(IPSET_MISSING.id):
+        what.append("the ipset binary")
+    if conntrack:
+        what.append("the conntrack binary")
+        if not hits:
+            f.evidence.append(Cite(conntrack[0].artifact, conntrack[0].line, conntrack[0].text))
+    if facts.log.count(IPVS_MODULES.id) or missing_mods:
+        what.append("IPVS kernel modules" + (f" ({', '.join(missing_mods)})" if missing_mods else ""))
+    f.summary = "IPVS mode is missing " + (", ".join(what) if what else "a prerequisite") + "."
+    if cfg_mode.origin in ("flag", "config") and cfg_mode.source:
+        f.evidence.append(Cite(cfg_mode.source.artifact, cfg_mode.source.line, cfg_mode.source.text))
+    if running and running[1]:
+        f.evidence.append(running[1])
+    if fell_back or facts.log.count(IPVS_FALLBACK.id):
+        f.summary += f" kube-proxy was configured for ipvs but runs in {running[0] if running else 'iptables'} mode."
+    f.fix = [
+        "Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them.",
+        "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` and persist them in /etc/modules-load.d/.",
+        "Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.",
+    ]
+    yield f

@@ -1,0 +1,99 @@
+"""KP109: more than one kube-proxy runs on the node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import kpconfig
+from kpdoctor.parse.logscan import signature
+
+# kube-proxy's own healthz (10256) and metrics (10249) ports; a healthCheckNodePort clash
+# ("Failed to start healthcheck" on 3xxxx, dual-stack) is not a second process.
+PORT_IN_USE = signature(
+    "kube-proxy-port-in-use",
+    "address already in use",
+    r":(10256|10249): bind: address already in use",
+)
+SHIM = ("containerd-shim", "containerd-shim-runc-v2", "docker-containerd-shim", "conmon", "crun", "runc")
+
+
+@check(
+    "KP109",
+    cause="multiple-kube-proxy",
+    title="More than one kube-proxy runs on this node",
+    severity=Severity.WARNING,
+    needs=[Kind.PROCESSES, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
+)
+def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
+    """Two kube-proxies program the node; the one that wins is not the one the DaemonSet manages.
+
+    Symptom: upgrading or reconfiguring the kube-proxy DaemonSet changes nothing on the node;
+        `ps -ef | grep kube-proxy` shows two processes; one of them logs
+        `listen tcp 0.0.0.0:10256: bind: address already in use` (healthz) or `:10249` (metrics).
+    Cause: a leftover kube-proxy started outside the Pod (a systemd unit from an old install, or
+        a container runtime whose storage directory was moved without migrating its state, so
+        a second copy was started), running next to the DaemonSet's Pod.
+    How it is detected: more than one kube-proxy process in the process list (and which of them
+        is not under a container shim); the healthz/metrics port clash in the log; several
+        kube-proxy Pods scheduled to this node.
+    Fix: stop and disable the unmanaged process (`systemctl disable --now kube-proxy`, or kill
+        the bare process; TKE provides fix-kube-proxy.sh); then restart the DaemonSet's Pod so
+        it owns ports 10256/10249 and the rules.
+    References: seed 000; https://github.com/kubernetes/kubernetes/issues/85483;
+        https://github.com/kubernetes/kops/issues/4549
+    """
+    procs = [p for p in facts.processes if p.program in ("kube-proxy", "hyperkube") and kpconfig.kube_proxy_args(p.argv) is not None]
+    by_pid = {p.pid: p for p in facts.processes}
+    bare = [p for p in procs if p.ppid is not None and (p.ppid == 1 or (by_pid.get(p.ppid) and by_pid[p.ppid].program not in SHIM))]
+    port_hits = facts.log.hits(PORT_IN_USE.id)
+    node = facts.node.name if facts.node else None
+    pods = [
+        p for p in facts.kube_proxy_pods
+        if node and (p.body.get("spec") or {}).get("nodeName") == node and ((p.body.get("status") or {}).get("phase") in (None, "Running"))
+    ]
+    if len(procs) < 2 and not port_hits and len(pods) < 2:
+        return
+    if port_hits:
+        f = log_finding(
+            facts,
+            port_hits,
+            cause="multiple-kube-proxy",
+            severity=Severity.WARNING,
+            confidence=Confidence.MEDIUM,
+            title="More than one kube-proxy runs on this node",
+            summary=f"kube-proxy could not bind its port {port_hits[-1].groups[0]}: another process already holds it.",
+            fix=[],
+            references=[],
+        )
+    else:
+        f = Finding(
+            code="",
+            cause="multiple-kube-proxy",
+            severity=Severity.WARNING,
+            confidence=Confidence.HIGH,
+            title="More than one kube-proxy runs on this node",
+            summary="",
+        )
+    if len(procs) >= 2:
+        f.confidence = Confidence.HIGH
+        f.summary = (f.summary + " " if f.summary else "") + f"{len(procs)} kube-proxy processes run (PIDs {', '.join(str(p.pid) for p in procs)})."
+        if bare:
+            f.summary += f" Not managed by a Pod: PID {', '.join(str(p.pid) for p in bare)} (its parent is not a container shim)."
+        for p in procs[:4]:
+            f.evidence.append(Cite(facts.process_artifact(), p.line, p.command))
+    if len(pods) >= 2:
+        f.summary += f" {len(pods)} kube-proxy Pods are scheduled to this node."
+        for p in pods[:3]:
+            f.evidence.append(Cite(p.artifact, p.line, p.ref))
+    f.fix = [
+        "Stop and disable the kube-proxy that no Pod manages (`systemctl disable --now kube-proxy`, or kill the bare "
+        "process; on TKE run fix-kube-proxy.sh).",
+        "Restart the DaemonSet's kube-proxy Pod so it owns ports 10256/10249 and the node's rules.",
+    ]
+    f.references = ["https://github.com/kubernetes/kubernetes/issues/85483"]
+    yield f

@@ -1,0 +1,72 @@
+"""KP100: kube-proxy's rule sync keeps failing (the symptom every restore failure shares)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.facts.log import RESTORE_FAILED, SYNC_FAILED
+from kpdoctor.model import Confidence, Finding, Severity
+
+# Root causes that make iptables-restore fail; when one is found this symptom folds under it.
+RESTORE_ROOT_CAUSES = [
+    "kernel-mark-target-regression",
+    "iptables-backend-mismatch",
+    "xtables-lock-not-shared",
+    "iptables-restore-no-wait",
+    "xtables-lock-held-too-long",
+]
+
+
+@check(
+    "KP100",
+    cause="rule-sync-stale",
+    title="kube-proxy's rule sync is failing",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG],
+)
+def restore_failing(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy cannot apply its rules: every sync ends in a failed iptables-restore.
+
+    Symptom: Services stop following their endpoints: new Services have no rules, deleted Pods
+        keep receiving traffic. The log repeats "Failed to execute iptables-restore" and, since
+        about 1.21, "Sync failed" retryingTime=...
+    Cause: the restore payload is rejected. The specific reason is in the error text (backend
+        mismatch, xtables lock, a kernel that cannot load a target...); kpdoctor reports that
+        root cause separately and folds this symptom under it. When no known reason matches,
+        this finding stands alone with the error lines to read.
+    How it is detected: restore-failure and "Sync failed" lines in kube-proxy's log, and whether
+        any sync succeeded after the last failure (a "SyncProxyRules complete"/"syncProxyRules
+        took" line with no failure since the previous one).
+    Fix: fix the root cause named with this finding; then watch the log for a successful sync
+        (or `kubeproxy_sync_proxy_rules_last_timestamp_seconds` moving).
+    References: kubernetes/kubernetes pkg/proxy/iptables/proxier.go (syncProxyRules);
+        seed 000 (TKE kube-proxy troubleshooting).
+    """
+    hits = facts.log.hits(RESTORE_FAILED.id, SYNC_FAILED.id)
+    if not hits:
+        return
+    restore = facts.log.hits(RESTORE_FAILED.id) or hits
+    f = log_finding(
+        facts,
+        restore,
+        cause="rule-sync-stale",
+        severity=Severity.CRITICAL,
+        confidence=Confidence.HIGH,
+        title="kube-proxy's rule sync is failing",
+        summary=f"iptables-restore failed {facts.log.count(RESTORE_FAILED.id) or len(hits)} time(s).",
+        fix=["Fix the root cause reported with this finding, then confirm a sync succeeds."],
+        references=[],
+    )
+    if f.ongoing:
+        f.summary += " No sync has succeeded since the last failure: the node's rules are stale."
+    elif f.ongoing is False:
+        f.summary += " A later sync succeeded."
+        f.severity = Severity.WARNING if (f.occurrences or 0) > 3 else Severity.INFO
+    else:
+        f.summary += " The log shows no sync outcome lines (raise kube-proxy's --v to 2 to see them)."
+    f.explained_by = list(RESTORE_ROOT_CAUSES)
+    yield f

@@ -1,0 +1,207 @@
+"""The ``kpdoctor`` command line."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kpdoctor import __version__
+from kpdoctor.checks import CHECKS, find
+from kpdoctor.demo import DEMOS, demo_path
+from kpdoctor.diagnose import diagnose_paths, exit_code
+from kpdoctor.model import Severity
+from kpdoctor.report import FORMATS
+
+app = typer.Typer(
+    name="kpdoctor",
+    help="Find out why Kubernetes Services are unreachable on a node, with proof.\n\n"
+    "Exit codes: 0 nothing found at or above --min-severity; 1 findings; 2 usage error or "
+    "nothing usable given; 3 inconclusive (input readable, nothing could be checked).",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+def _err(msg: str) -> None:
+    print(f"kpdoctor: {msg}", file=sys.stderr)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"kpdoctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """Find out why Kubernetes Services are unreachable on a node, with proof."""
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")]
+SeverityOpt = Annotated[str, typer.Option("--min-severity", help="Lowest severity to report: info, warning or critical.")]
+NodeOpt = Annotated[str | None, typer.Option("--node", help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).")]
+
+
+def _severity(text: str) -> Severity:
+    try:
+        return Severity.parse(text)
+    except ValueError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+
+
+def _run(paths: list[str], fmt: Format, output: Path | None, min_severity: str, node: str | None, header: str = "") -> int:
+    sev = _severity(min_severity)
+    report, evidence = diagnose_paths(paths, node=node, min_severity=sev)
+    code = exit_code(report, evidence)
+    if code == 2:
+        for p in evidence.problems:
+            _err(f"{p.source}: {p.message}")
+        _err("nothing usable was given (see `kpdoctor diagnose --help` for what kpdoctor reads)")
+        return 2
+    to_file = output is not None
+    color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = FORMATS[fmt.value](report, color)
+    if header and fmt == Format.text:
+        text = header + text
+    if to_file:
+        assert output is not None
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _err(f"cannot write {output}: {exc.strerror or exc}")
+            return 2
+    else:
+        sys.stdout.write(text)
+    if code == 3:
+        _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
+    return code
+
+
+@app.command()
+def diagnose(
+    paths: Annotated[list[str], typer.Argument(help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, kubectl JSON/YAML, pasted terminal sessions...", show_default=False)],
+    fmt: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    min_severity: SeverityOpt = "warning",
+    node: NodeOpt = None,
+) -> None:
+    """Diagnose a node from the evidence you have; root cause first.
+
+    kpdoctor recognises files by content whatever their names: kube-proxy logs (klog, structured,
+    CRI, journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
+    iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules,
+    kube-proxy's command line or KubeProxyConfiguration, Kubernetes objects (JSON/YAML, Lists,
+    kubectl cluster-info dump folders), ipvsadm -Ln, and terminal transcripts holding any of them.
+    """
+    raise typer.Exit(_run(paths, fmt, output, min_severity, node))
+
+
+@app.command()
+def explain(key: Annotated[str, typer.Argument(help="A check code (KP101) or a cause slug (iptables-backend-mismatch).")]) -> None:
+    """Print the knowledge-base entry of a check or cause."""
+    specs = find(key)
+    if not specs:
+        names = list(CHECKS) + sorted({c.cause for c in CHECKS.values()})
+        close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor rules` for the list."
+        _err(f"no check or cause named {key!r}.{hint}")
+        raise typer.Exit(2)
+    con = Console(highlight=False, no_color="NO_COLOR" in os.environ or not sys.stdout.isatty(), width=100)
+    for spec in specs:
+        sec = spec.sections()
+        con.print(f"[bold]{spec.code}[/] {escape(spec.cause)} ({spec.severity.label}): {escape(spec.title)}")
+        con.print(f"needs any of: {', '.join(k.value for k in spec.needs)}")
+        con.print()
+        con.print(escape(sec.get("Summary", "")))
+        for name in ("Symptom", "Cause", "How it is detected", "Fix", "References"):
+            if name in sec:
+                con.print()
+                con.print(f"[bold]{name}[/]")
+                for line in sec[name].splitlines():
+                    con.print("  " + escape(line))
+        con.print()
+    raise typer.Exit(0)
+
+
+@app.command()
+def rules(fmt: FormatOpt = Format.text) -> None:
+    """List every check: code, cause, severity and what evidence it reads."""
+    specs = sorted(CHECKS.values(), key=lambda c: c.code)
+    if fmt == Format.json:
+        import json
+
+        print(json.dumps([{"code": s.code, "cause": s.cause, "severity": s.severity.label, "title": s.title,
+                           "needs": [k.value for k in s.needs]} for s in specs], indent=2))
+        raise typer.Exit(0)
+    if fmt == Format.markdown:
+        print("| code | cause | severity | title |\n|---|---|---|---|")
+        for s in specs:
+            print(f"| {s.code} | `{s.cause}` | {s.severity.label} | {s.title} |")
+        raise typer.Exit(0)
+    table = Table("code", "cause", "severity", "title", box=None, pad_edge=False)
+    for s in specs:
+        table.add_row(s.code, s.cause, s.severity.label, s.title)
+    Console(highlight=False, no_color="NO_COLOR" in os.environ, width=140).print(table)
+    raise typer.Exit(0)
+
+
+@app.command()
+def demo(
+    name: Annotated[str | None, typer.Argument(help="Example to diagnose; omit to list them and run the default one.")] = None,
+    fmt: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    min_severity: SeverityOpt = "warning",
+) -> None:
+    """Diagnose a built-in example bundle (one per seed scenario)."""
+    header = ""
+    if name is None:
+        lines = ["Built-in examples (kpdoctor demo NAME):"]
+        for d in DEMOS:
+            lines.append(f"  {d.name:<28} {d.description}")
+        default = DEMOS[0]
+        lines += ["", f"Diagnosing the first one, {default.name}:", "", ""]
+        header = "\n".join(lines)
+        name = default.name
+    if name not in {d.name for d in DEMOS}:
+        close = difflib.get_close_matches(name, [d.name for d in DEMOS], n=3)
+        _err(f"no demo named {name!r}." + (f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor demo` to list them."))
+        raise typer.Exit(2)
+    if fmt != Format.text and header:
+        header = ""
+    raise typer.Exit(_run([str(demo_path(name))], fmt, output, min_severity, None, header=header))
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        _err("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # a bug: say so in one line, full trace on request
+        if os.environ.get("KPDOCTOR_DEBUG"):
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} (set KPDOCTOR_DEBUG=1 for the traceback and report it)")
+        sys.exit(2)

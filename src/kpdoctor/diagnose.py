@@ -1,0 +1,55 @@
+"""The pipeline: evidence -> facts -> checks -> ranked findings -> report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from kpdoctor import __version__
+from kpdoctor.bundle.loader import Evidence, load
+from kpdoctor.checks import run_all
+from kpdoctor.facts import Facts
+from kpdoctor.model import InputProblem, Report, Severity
+from kpdoctor.rank import rank
+
+
+def diagnose_evidence(evidence: Evidence, *, node: str | None = None, min_severity: Severity = Severity.WARNING) -> Report:
+    facts = Facts(evidence, node=node)
+    findings, skipped, ran = run_all(facts)
+    problems = list(evidence.problems)
+    for d in facts.objects.diagnostics:
+        problems.append(InputProblem("Kubernetes objects", str(d)))
+    for rs in facts.rulesets:
+        for d in rs.diagnostics[:3]:
+            problems.append(InputProblem(rs.artifact, str(d)))
+    ident = facts.node
+    return Report(
+        tool_version=__version__,
+        node=ident.name if ident else None,
+        collected_at=evidence.collected_at,
+        artifacts=sorted({a.name for a in evidence.artifacts}),
+        findings=rank(findings),
+        skipped=skipped,
+        checks_run=ran,
+        problems=problems,
+        min_severity=min_severity,
+    )
+
+
+def diagnose_paths(paths: Iterable[str | Path], *, node: str | None = None, min_severity: Severity = Severity.WARNING) -> tuple[Report, Evidence]:
+    evidence = load(paths)
+    try:
+        return diagnose_evidence(evidence, node=node, min_severity=min_severity), evidence
+    finally:
+        evidence.close()
+
+
+def exit_code(report: Report, evidence: Evidence) -> int:
+    """0 clean, 1 findings at/above the threshold, 2 nothing usable, 3 inconclusive (DESIGN.md)."""
+    if not evidence.artifacts:
+        return 2
+    if report.visible():
+        return 1
+    if report.checks_run == 0:
+        return 3
+    return 0

@@ -1,0 +1,308 @@
+"""Facts: typed models parsed lazily from the evidence, each parsed once per run.
+
+Checks read evidence only through here, never by parsing raw text themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Generic, TypeVar
+
+from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.bundle.loader import Evidence
+from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
+from kpdoctor.model import Cite
+from kpdoctor.parse import k8s, kpconfig, system
+from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
+from kpdoctor.parse.k8s import K8sObject, Objects
+from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
+from kpdoctor.parse.logscan import REGISTRY, Scanner
+from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned(Generic[T]):
+    """A version together with where it was read."""
+
+    value: T
+    cite: Cite
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    name: str
+    origin: str  # "--node" | "manifest" | "Node object" | "hostname"
+
+
+def _first_line_cite(art: Artifact, text: str | None = None) -> Cite:
+    body = text if text is not None else art.text
+    for i, line in enumerate(body.splitlines()):
+        if line.strip():
+            return Cite(art.name, art.first_line + i, line.strip())
+    return Cite(art.name, art.first_line, "")
+
+
+def is_kube_proxy_workload(obj: K8sObject) -> bool:
+    labels = (obj.body.get("metadata") or {}).get("labels") or {}
+    if labels.get("k8s-app") == "kube-proxy" or labels.get("component") == "kube-proxy":
+        return True
+    return obj.name.startswith("kube-proxy")
+
+
+def containers_of(obj: K8sObject) -> list[dict[str, object]]:
+    """Containers of a Pod or of a workload's Pod template."""
+    spec = obj.body.get("spec") or {}
+    if obj.kind != "Pod":
+        spec = ((spec.get("template") or {}).get("spec")) or {}
+    return [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
+
+
+def pod_spec_of(obj: K8sObject) -> dict[str, object]:
+    spec = obj.body.get("spec") or {}
+    if obj.kind != "Pod":
+        spec = ((spec.get("template") or {}).get("spec")) or {}
+    return spec if isinstance(spec, dict) else {}
+
+
+class Facts:
+    """Lazily parsed, cached view of one run's evidence."""
+
+    def __init__(self, evidence: Evidence, node: str | None = None) -> None:
+        self.evidence = evidence
+        self._node_flag = node
+
+    def has(self, kind: Kind) -> bool:
+        return self.evidence.has(kind)
+
+    def of(self, kind: Kind) -> list[Artifact]:
+        return self.evidence.of(kind)
+
+    # -- logs ---------------------------------------------------------------------------
+    @cached_property
+    def log_artifacts(self) -> list[Artifact]:
+        logs = self.of(Kind.KUBE_PROXY_LOG)
+        return sorted(logs, key=lambda a: 0 if a.previous else 1)
+
+    @cached_property
+    def log(self) -> LogFacts:
+        sigs = list(REGISTRY.values())
+        scan = Scanner(sigs).scan(self.log_artifacts)
+        return LogFacts(scan, {s.id for s in sigs if s.failure})
+
+    # -- rules --------------------------------------------------------------------------
+    @cached_property
+    def rulesets(self) -> list[Ruleset]:
+        out: list[Ruleset] = []
+        for a in self.of(Kind.IPTABLES_SAVE):
+            fam = int(a.attrs.get("family", "4"))
+            out.append(parse_save(a.text, a.name, a.attrs.get("backend"), fam, a.first_line))
+        for a in self.of(Kind.IPTABLES_RULES_S):
+            fam = int(a.attrs.get("family", "4"))
+            cmd = a.attrs.get("command", "")
+            table = "nat" if "-t nat" in cmd or "--table nat" in cmd else None
+            out.append(parse_rules_s(a.text, a.name, fam, a.first_line, table))
+        for a in self.of(Kind.IPTABLES_LIST):
+            out.append(parse_list(a.text, a.name, int(a.attrs.get("family", "4")), a.first_line))
+        return out
+
+    # -- cluster objects ----------------------------------------------------------------
+    @cached_property
+    def objects(self) -> Objects:
+        merged = Objects()
+        for a in self.of(Kind.K8S_OBJECTS):
+            objs = k8s.parse_objects(a.text, a.name, a.first_line)
+            merged.items.extend(objs.items)
+            merged.diagnostics.extend(objs.diagnostics)
+        return merged
+
+    @cached_property
+    def kube_proxy_pods(self) -> list[K8sObject]:
+        return [o for o in self.objects.of("Pod") if is_kube_proxy_workload(o)]
+
+    @cached_property
+    def kube_proxy_workloads(self) -> list[K8sObject]:
+        return [o for o in self.objects.of("DaemonSet") if is_kube_proxy_workload(o)]
+
+    # -- node ---------------------------------------------------------------------------
+    @cached_property
+    def node(self) -> NodeIdentity | None:
+        """The node being diagnosed: --node, manifest, the only Node object, hostname.
+
+        Never kube-proxy's hostnameOverride: that value is itself evidence to check.
+        """
+        if self._node_flag:
+            return NodeIdentity(self._node_flag, "--node")
+        if self.evidence.node:
+            return NodeIdentity(self.evidence.node, "manifest")
+        nodes = self.objects.of("Node")
+        if len(nodes) == 1:
+            return NodeIdentity(nodes[0].name, "Node object")
+        for a in self.of(Kind.HOSTNAME):
+            h = system.parse_hostname(a.text)
+            if h:
+                return NodeIdentity(h, "hostname")
+        return None
+
+    @cached_property
+    def processes(self) -> list[system.Process]:
+        out: list[system.Process] = []
+        for a in self.of(Kind.PROCESSES):
+            out.extend(system.parse_processes(a.text, a.first_line))
+        return out
+
+    def process_artifact(self) -> str:
+        arts = self.of(Kind.PROCESSES)
+        return arts[0].name if arts else "processes"
+
+    @cached_property
+    def locks(self) -> list[tuple[system.FileLock, str]]:
+        out = []
+        for a in self.of(Kind.LOCKS):
+            out.extend((lk, a.name) for lk in system.parse_locks(a.text, a.first_line))
+        return out
+
+    @cached_property
+    def modules(self) -> set[str] | None:
+        arts = self.of(Kind.MODULES)
+        if not arts:
+            return None
+        names: set[str] = set()
+        for a in arts:
+            names |= system.parse_modules(a.text).names
+        return names
+
+    # -- versions -----------------------------------------------------------------------
+    @cached_property
+    def kernel(self) -> Versioned[KernelVersion] | None:
+        for a in self.of(Kind.UNAME):
+            v = system.parse_uname(a.text)
+            if v:
+                return Versioned(v, _first_line_cite(a))
+        return None
+
+    @cached_property
+    def os_release(self) -> tuple[dict[str, str], Cite] | None:
+        for a in self.of(Kind.OS_RELEASE):
+            d = system.parse_os_release(a.text)
+            if d:
+                line = next((i for i, ln in enumerate(a.text.splitlines()) if ln.startswith("PRETTY_NAME=")), 0)
+                return d, Cite(a.name, a.first_line + line, a.text.splitlines()[line] if a.text else "")
+        return None
+
+    def iptables_version(self, scope: str = "host") -> Versioned[IptablesVersion] | None:
+        """iptables version of the host (``scope='host'``) or of kube-proxy's image."""
+        for a in self.of(Kind.IPTABLES_VERSION):
+            a_scope = a.attrs.get("scope", "host")
+            if a_scope != scope:
+                continue
+            v = system.parse_iptables_version(a.text)
+            if v:
+                return Versioned(v, _first_line_cite(a))
+        return None
+
+    @cached_property
+    def kube_proxy_version(self) -> Versioned[KubeVersion] | None:
+        """From ``kube-proxy --version``, its log, or its image tag; never from
+        ``Node.status.nodeInfo.kubeProxyVersion`` (that is the kubelet's version)."""
+        for a in self.of(Kind.KUBE_PROXY_VERSION):
+            v = system.parse_kube_proxy_version(a.text)
+            if v:
+                return Versioned(v, _first_line_cite(a))
+        for h in reversed(self.log.hits(VERSION_GLOG.id, VERSION_STRUCTURED.id)):
+            v = KubeVersion.parse(h.groups[0] or "")
+            if v:
+                return Versioned(v, Cite(h.artifact, h.line, h.text))
+        for obj in self.kube_proxy_pods + self.kube_proxy_workloads:
+            for c in containers_of(obj):
+                image = str(c.get("image") or "")
+                if ":" in image.rsplit("/", 1)[-1]:
+                    tag = image.rsplit(":", 1)[1]
+                    v = KubeVersion.parse(tag)
+                    if v:
+                        return Versioned(v, Cite(obj.artifact, obj.line, f"{obj.ref} image: {image}"))
+        return None
+
+    # -- kube-proxy configuration --------------------------------------------------------
+    @cached_property
+    def kp_config(self) -> KubeProxyConfig:
+        cfg = KubeProxyConfig()
+        kpv = self.kube_proxy_version
+        cfg.version = kpv.value if kpv else None
+        flags = self._flags_from_argv()
+        if flags:
+            cfg.flags = flags
+        else:
+            cfg.flags = self._flags_from_log()
+            cfg.flags_from_log = bool(cfg.flags)
+        for a in self.of(Kind.KUBE_PROXY_CONFIG):
+            cfg.file = kpconfig.parse_config_file(a.text, a.name, a.first_line)
+            break
+        if cfg.file is None:
+            for cm in self.objects.of("ConfigMap"):
+                if not is_kube_proxy_workload(cm):
+                    continue
+                for key, val in (cm.body.get("data") or {}).items():
+                    if isinstance(val, str) and "KubeProxyConfiguration" in val:
+                        cfg.file = kpconfig.parse_config_file(val, cm.artifact, 1)
+                        if cfg.file is not None:
+                            cfg.file.source = Source(cm.artifact, cm.line, f"{cm.ref} data[{key}]")
+                        break
+        return cfg
+
+    def _flags_from_argv(self) -> dict[str, FlagValue]:
+        for a in self.of(Kind.KUBE_PROXY_CMDLINE):
+            argv = kpconfig.split_cmdline(a.text)
+            args = kpconfig.kube_proxy_args(argv)
+            if args is None:
+                args = argv[1:] if argv else []
+            src = Source(a.name, a.first_line, " ".join(argv)[:300])
+            return kpconfig.parse_argv(args, src)
+        for p in self.processes:
+            args = kpconfig.kube_proxy_args(p.argv)
+            if args is not None:
+                return kpconfig.parse_argv(args, Source(self.process_artifact(), p.line, p.command[:300]))
+        for obj in self.kube_proxy_pods + self.kube_proxy_workloads:
+            for c in containers_of(obj):
+                argv = [str(x) for x in (c.get("command") or [])] + [str(x) for x in (c.get("args") or [])]
+                args = kpconfig.kube_proxy_args(argv)
+                if args is None and any(x.startswith("--") for x in argv):
+                    args = [x for x in argv if x.startswith("-")]
+                if args:
+                    return kpconfig.parse_argv(args, Source(obj.artifact, obj.line, f"{obj.ref}: {' '.join(argv)[:300]}"))
+        for h in self.log.hits(K3S_RUNNING.id):
+            import shlex
+
+            try:
+                args = shlex.split(h.groups[0] or "")
+            except ValueError:
+                args = (h.groups[0] or "").split()
+            return kpconfig.parse_argv(args, Source(h.artifact, h.line, h.text))
+        return {}
+
+    def _flags_from_log(self) -> dict[str, FlagValue]:
+        out: dict[str, FlagValue] = {}
+        for h in self.log.hits(FLAG.id):
+            name, value = h.groups[0] or "", h.groups[1] or ""
+            defaults = kpconfig.FLAG_DEFAULTS.get(name)
+            explicit = value not in defaults if defaults is not None else value not in ("", "false", "0", "[]")
+            out[name] = FlagValue(name, value, Source(h.artifact, h.line, h.text), explicit)
+        return out
+
+    @cached_property
+    def proxy_mode(self) -> tuple[str, Cite | None] | None:
+        """The proxy mode kube-proxy actually runs (log) or is configured with."""
+        hits = self.log.hits(PROXY_MODE.id)
+        if hits:
+            h = hits[-1]
+            return (h.groups[0] or "iptables"), Cite(h.artifact, h.line, h.text)
+        s = self.kp_config.setting("mode")
+        if s.origin in ("flag", "config") and s.value:
+            src = s.source
+            return str(s.value), (Cite(src.artifact, src.line, src.text) if src else None)
+        if s.origin == "default" and (self.kp_config.flags or self.kp_config.file):
+            return "iptables", None
+        return None

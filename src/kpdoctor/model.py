@@ -1,0 +1,168 @@
+"""The report's vocabulary: findings, evidence citations, skipped checks.
+
+These types are the public shape of ``kpdoctor.report/v1`` (see docs/report-schema.md); fields
+may be added, never removed or renamed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "kpdoctor.report/v1"
+
+
+class Severity(enum.IntEnum):
+    """How bad it is. ``critical``: Service traffic is or will be lost."""
+
+    INFO = 1
+    WARNING = 2
+    CRITICAL = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r} (use info, warning or critical)") from None
+
+
+class Confidence(enum.IntEnum):
+    """How sure kpdoctor is that the cause is real, given the evidence it saw."""
+
+    LOW = 1
+    MEDIUM = 2
+    HIGH = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Cite:
+    """One line of evidence: which artifact, which line of the user's original file, the text."""
+
+    artifact: str
+    line: int | None
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"artifact": self.artifact, "line": self.line, "text": self.text}
+
+
+@dataclass(slots=True)
+class Finding:
+    """A cause kpdoctor found, with its proof and its fix."""
+
+    code: str
+    cause: str
+    severity: Severity
+    confidence: Confidence
+    title: str
+    summary: str
+    evidence: list[Cite] = field(default_factory=list)
+    fix: list[str] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+    occurrences: int | None = None
+    first_seen: str | None = None
+    last_seen: str | None = None
+    ongoing: bool | None = None
+    versions_found: dict[str, str] = field(default_factory=dict)
+    fixed_in: list[str] = field(default_factory=list)
+    subject: dict[str, str | None] = field(default_factory=dict)
+    explains: list[str] = field(default_factory=list)
+    # Causes this finding is a consequence of (by cause slug): used by ranking to fold it.
+    explained_by: list[str] = field(default_factory=list)
+    # Findings folded under this one (kept so renderers can show them nested).
+    folded: list[Finding] = field(default_factory=list)
+
+    def explained_by_any(self, by_cause: dict[str, list[Finding]]) -> bool:
+        """True when another present finding explains this one (so it cannot be a parent)."""
+        return any(c in by_cause and any(p is not self for p in by_cause[c]) for c in self.explained_by)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code,
+            "cause": self.cause,
+            "severity": self.severity.label,
+            "confidence": self.confidence.label,
+            "title": self.title,
+            "summary": self.summary,
+            "subject": self.subject or {"service": None, "workload": None},
+            "occurrences": self.occurrences,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "ongoing": self.ongoing,
+            "versions": {"found": dict(self.versions_found), "fixed_in": list(self.fixed_in)},
+            "explains": list(self.explains),
+            "evidence": [c.to_json() for c in self.evidence],
+            "fix": list(self.fix),
+            "references": list(self.references),
+        }
+        if self.folded:
+            out["folded"] = [f.to_json() for f in self.folded]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A check that could not run, and what evidence it lacked."""
+
+    code: str
+    cause: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "cause": self.cause, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class InputProblem:
+    """An input that could not be used (unreadable, unrecognised, unsafe), said in one line."""
+
+    source: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "message": self.message}
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything a renderer needs; renderers add no logic of their own."""
+
+    tool_version: str
+    node: str | None
+    collected_at: str | None
+    artifacts: list[str]
+    findings: list[Finding]
+    skipped: list[Skipped]
+    checks_run: int
+    problems: list[InputProblem]
+    min_severity: Severity = Severity.WARNING
+
+    def visible(self) -> list[Finding]:
+        """Ranked findings at or above the requested severity."""
+        return [f for f in self.findings if f.severity >= self.min_severity]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "tool": {"name": "kpdoctor", "version": self.tool_version},
+            "subject": {
+                "node": self.node,
+                "collected_at": self.collected_at,
+                "artifacts": list(self.artifacts),
+            },
+            "findings": [f.to_json() for f in self.visible()],
+            "skipped": [s.to_json() for s in self.skipped],
+            "checks_run": self.checks_run,
+            "input_problems": [p.to_json() for p in self.problems],
+            "min_severity": self.min_severity.label,
+        }

@@ -1,0 +1,266 @@
+"""kube-proxy's configuration: command-line flags, the ``--config`` file, and who wins.
+
+kube-proxy's real precedence (seed 002; k/k#98302, #79266, #108737): when ``--config`` is given,
+the file replaces the whole configuration and almost every other flag is silently ignored. The
+exceptions are the logging flags (``-v`` ...), the flags that are not part of the configuration
+(``--config``, ``--write-config-to``, ``--cleanup``, ``--master``...), and, since 1.13
+(k/k#69340), ``--hostname-override``. kubelet does the opposite (flags win), which is why people
+get this wrong.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.versions import KubeVersion
+
+# flag -> dotted KubeProxyConfiguration field
+FLAG_TO_FIELD: dict[str, str] = {
+    "hostname-override": "hostnameOverride",
+    "bind-address": "bindAddress",
+    "proxy-mode": "mode",
+    "cluster-cidr": "clusterCIDR",
+    "iptables-sync-period": "iptables.syncPeriod",
+    "iptables-min-sync-period": "iptables.minSyncPeriod",
+    "iptables-masquerade-bit": "iptables.masqueradeBit",
+    "masquerade-all": "iptables.masqueradeAll",
+    "ipvs-sync-period": "ipvs.syncPeriod",
+    "ipvs-min-sync-period": "ipvs.minSyncPeriod",
+    "ipvs-scheduler": "ipvs.scheduler",
+    "ipvs-strict-arp": "ipvs.strictARP",
+    "nodeport-addresses": "nodePortAddresses",
+    "healthz-bind-address": "healthzBindAddress",
+    "metrics-bind-address": "metricsBindAddress",
+    "conntrack-max-per-core": "conntrack.maxPerCore",
+    "conntrack-min": "conntrack.min",
+    "kubeconfig": "clientConnection.kubeconfig",
+    "feature-gates": "featureGates",
+    "detect-local-mode": "detectLocalMode",
+    "oom-score-adj": "oomScoreAdj",
+}
+# Flags kube-proxy honours even with --config.
+ALWAYS_HONOURED = {
+    "config", "write-config-to", "cleanup", "cleanup-ipvs", "init-only", "master", "version",
+    "v", "vmodule", "logtostderr", "alsologtostderr", "log-dir", "log-file", "log-file-max-size",
+    "stderrthreshold", "skip-headers", "skip-log-headers", "add-dir-header", "one-output",
+    "log-flush-frequency", "logging-format", "help", "h",
+}
+HOSTNAME_OVERRIDE_WITH_CONFIG = KubeVersion(1, 13, 0)
+# Defaults of flags whose value kube-proxy prints in its "FLAG:" lines, so a FLAG line can be
+# told apart from an explicitly set flag. Values as printed by pflag.
+FLAG_DEFAULTS: dict[str, set[str]] = {
+    "bind-address": {"0.0.0.0"},
+    "iptables-sync-period": {"30s"},
+    "iptables-min-sync-period": {"0s", "1s", "10s"},
+    "ipvs-sync-period": {"30s"},
+    "ipvs-min-sync-period": {"0s"},
+    "healthz-bind-address": {"0.0.0.0:10256"},
+    "metrics-bind-address": {"127.0.0.1:10249"},
+    "ipvs-scheduler": {""},
+    "masquerade-all": {"false"},
+    "ipvs-strict-arp": {"false"},
+    "iptables-masquerade-bit": {"14"},
+    "conntrack-max-per-core": {"32768"},
+    "conntrack-min": {"131072"},
+    "oom-score-adj": {"-999"},
+    "feature-gates": {"", "map[]"},
+    "nodeport-addresses": {"[]"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a value was read: artifact and line in the user's file."""
+
+    artifact: str
+    line: int | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlagValue:
+    name: str
+    value: str
+    source: Source
+    explicit: bool = True  # False for a FLAG: line whose value equals the default
+
+
+def parse_argv(argv: list[str], source: Source) -> dict[str, FlagValue]:
+    """Flags from a kube-proxy argv (``--a=b``, ``--a b``, ``-v=4``, booleans)."""
+    flags: dict[str, FlagValue] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if not tok.startswith("-") or tok in ("-", "--"):
+            continue
+        name = tok.lstrip("-")
+        value = "true"
+        if "=" in name:
+            name, value = name.split("=", 1)
+        elif i < len(argv) and not argv[i].startswith("-") and name not in ("masquerade-all", "cleanup", "cleanup-ipvs", "version", "init-only", "alsologtostderr", "logtostderr", "ipvs-strict-arp"):
+            value = argv[i]
+            i += 1
+        flags[name] = FlagValue(name, value.strip("'\""), source)
+    return flags
+
+
+def split_cmdline(text: str) -> list[str]:
+    """A command line from ``/proc/PID/cmdline`` (NUL-separated) or as one shell line."""
+    if "\x00" in text:
+        return [a for a in text.split("\x00") if a]
+    line = " ".join(text.strip().splitlines())
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return line.split()
+
+
+def kube_proxy_args(argv: list[str]) -> list[str] | None:
+    """The part of an argv that belongs to kube-proxy (after wrappers like go-runner, hyperkube)."""
+    for i, a in enumerate(argv):
+        base = a.rsplit("/", 1)[-1]
+        if base == "kube-proxy":
+            return argv[i + 1 :]
+        if base == "hyperkube" and i + 1 < len(argv) and argv[i + 1] in ("proxy", "kube-proxy"):
+            return argv[i + 2 :]
+    return None
+
+
+_FLAG_LINE = re.compile(r'FLAG: --([\w-]+)="(.*)"\s*$')
+
+
+def flag_from_log_line(text: str) -> tuple[str, str] | None:
+    m = _FLAG_LINE.search(text)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Go durations as kube-proxy prints them: ``30s``, ``1m0s``, ``500ms``, ``0``."""
+    if text is None:
+        return None
+    s = str(text).strip().strip("'\"")
+    if s in ("0", ""):
+        return 0.0 if s == "0" else None
+    total = 0.0
+    found = False
+    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", s):
+        found = True
+        total += float(num) * {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[unit]
+    return total if found else None
+
+
+@dataclass(slots=True)
+class ConfigFile:
+    """A KubeProxyConfiguration document."""
+
+    data: dict[str, Any]
+    source: Source
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def get(self, dotted: str) -> Any:
+        cur: Any = self.data
+        for part in dotted.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                return None
+            cur = cur[part]
+        return cur
+
+    def line_of(self, dotted: str, text: str, first_line: int) -> int | None:
+        key = dotted.split(".")[-1]
+        m = re.search(rf"^\s*\"?{re.escape(key)}\"?\s*:", text, re.M)
+        return None if m is None else text.count("\n", 0, m.start()) + first_line
+
+
+def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        cf = ConfigFile({}, Source(artifact, first_line, ""))
+        cf.diagnostics.append(Diagnostic(None if mark is None else mark.line + first_line, f"invalid YAML: {exc}"))
+        return cf
+    if not isinstance(doc, dict):
+        return None
+    return ConfigFile(doc, Source(artifact, first_line, "kind: KubeProxyConfiguration"))
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """An effective setting and why it has that value."""
+
+    value: Any
+    origin: str  # "flag" | "config" | "default" | "unknown"
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredFlag:
+    flag: FlagValue
+    field: str
+    config_value: Any  # what the file says (None: the file leaves it at its default)
+
+
+@dataclass(slots=True)
+class KubeProxyConfig:
+    """Flags + config file, resolved with kube-proxy's precedence."""
+
+    flags: dict[str, FlagValue] = field(default_factory=dict)
+    flags_from_log: bool = False  # flags came from "FLAG:" lines (they list defaults too)
+    file: ConfigFile | None = None
+    version: KubeVersion | None = None
+
+    @property
+    def config_flag(self) -> FlagValue | None:
+        f = self.flags.get("config")
+        return f if f and f.value else None
+
+    def _honoured_with_config(self, name: str) -> bool:
+        if name in ALWAYS_HONOURED:
+            return True
+        if name == "hostname-override":
+            if self.version is None:
+                return True  # modern behaviour; the check reports the uncertainty
+            return self.version.upstream >= HOSTNAME_OVERRIDE_WITH_CONFIG.upstream
+        return False
+
+    def ignored_flags(self) -> list[IgnoredFlag]:
+        """Flags given together with ``--config`` that kube-proxy ignores."""
+        if self.config_flag is None:
+            return []
+        out = []
+        for name, fv in self.flags.items():
+            if not fv.explicit or self._honoured_with_config(name):
+                continue
+            fld = FLAG_TO_FIELD.get(name)
+            if fld is None and self.flags_from_log:
+                continue  # a FLAG: line for a flag we know nothing about
+            out.append(IgnoredFlag(fv, fld or "", self.file.get(fld) if (self.file and fld) else None))
+        return out
+
+    def setting(self, fld: str) -> Setting:
+        """Effective value of a config field, with its origin."""
+        flag_name = next((k for k, v in FLAG_TO_FIELD.items() if v == fld), None)
+        fv = self.flags.get(flag_name) if flag_name else None
+        if self.config_flag is not None:
+            if fv is not None and fv.explicit and flag_name and self._honoured_with_config(flag_name):
+                return Setting(fv.value, "flag", fv.source)
+            if self.file is not None:
+                val = self.file.get(fld)
+                if val is not None and val != "":
+                    return Setting(val, "config", self.file.source)
+                return Setting(None, "default", self.file.source)
+            return Setting(None, "unknown", self.config_flag.source)
+        if fv is not None:
+            return Setting(fv.value, "flag" if fv.explicit else "default", fv.source)
+        if self.file is not None:  # config seen but no flags known: assume it is in use
+            val = self.file.get(fld)
+            if val is not None and val != "":
+                return Setting(val, "config", self.file.source)
+        return Setting(None, "default" if self.flags else "unknown")

@@ -1,0 +1,134 @@
+"""One-screen node facts: uname, os-release, hostname, version banners, processes, locks, modules."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
+
+
+def parse_uname(text: str) -> KernelVersion | None:
+    """``uname -a`` or ``uname -r``."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    m = re.match(r"Linux \S+ (\S+)", line)
+    return KernelVersion.parse(m.group(1) if m else line)
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2).strip().strip("'\"")
+    return out
+
+
+def parse_iptables_version(text: str) -> IptablesVersion | None:
+    return IptablesVersion.parse(text)
+
+
+def parse_kube_proxy_version(text: str) -> KubeVersion | None:
+    m = re.search(r"Kubernetes\s+(v\S+)", text)
+    return KubeVersion.parse(m.group(1)) if m else KubeVersion.parse(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    pid: int
+    ppid: int | None
+    user: str
+    command: str  # full command line as printed
+    line: int
+
+    @property
+    def argv(self) -> list[str]:
+        try:
+            return shlex.split(self.command)
+        except ValueError:
+            return self.command.split()
+
+    @property
+    def program(self) -> str:
+        argv = self.argv
+        return argv[0].rsplit("/", 1)[-1] if argv else ""
+
+
+def parse_processes(text: str, first_line: int = 1) -> list[Process]:
+    """``ps -ef`` / ``ps -efww`` / ``ps aux`` output."""
+    lines = text.splitlines()
+    procs: list[Process] = []
+    mode = None
+    for i, raw in enumerate(lines):
+        ln = first_line + i
+        if re.match(r"^\s*UID\s+PID\s+PPID", raw):
+            mode = "ef"
+            continue
+        if re.match(r"^\s*USER\s+PID\s+%CPU", raw):
+            mode = "aux"
+            continue
+        if mode == "ef":
+            parts = raw.split(None, 7)
+            if len(parts) == 8 and parts[1].isdigit():
+                procs.append(Process(int(parts[1]), int(parts[2]) if parts[2].isdigit() else None, parts[0], parts[7], ln))
+        elif mode == "aux":
+            parts = raw.split(None, 10)
+            if len(parts) == 11 and parts[1].isdigit():
+                procs.append(Process(int(parts[1]), None, parts[0], parts[10], ln))
+    return procs
+
+
+@dataclass(frozen=True, slots=True)
+class FileLock:
+    kind: str  # POSIX | FLOCK | OFDLCK | LEASE
+    mode: str  # ADVISORY | MANDATORY
+    access: str  # READ | WRITE
+    pid: int
+    device: str  # maj:min
+    inode: int
+    line: int
+    text: str
+    blocked: bool = False
+
+
+_LOCK = re.compile(
+    r"^(\d+):\s+(->\s+)?(POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+(\S+)\s+(READ|WRITE)\s+(-?\d+)\s+"
+    r"([0-9a-f]+:[0-9a-f]+):(\d+)\s"
+)
+
+
+def parse_locks(text: str, first_line: int = 1) -> list[FileLock]:
+    """``/proc/locks``; blocked waiters (``->``) are kept and marked."""
+    out: list[FileLock] = []
+    for i, raw in enumerate(text.splitlines()):
+        m = _LOCK.match(raw.strip() + " ")
+        if m:
+            out.append(
+                FileLock(m.group(3), m.group(4), m.group(5), int(m.group(6)), m.group(7), int(m.group(8)),
+                         first_line + i, raw.strip(), blocked=bool(m.group(2)))
+            )
+    return out
+
+
+@dataclass(slots=True)
+class Modules:
+    names: set[str] = field(default_factory=set)
+
+
+def parse_modules(text: str) -> Modules:
+    """``/proc/modules`` or ``lsmod`` output."""
+    mods = Modules()
+    for raw in text.splitlines():
+        parts = raw.split()
+        if parts and parts[0] != "Module":
+            mods.names.add(parts[0])
+    return mods
+
+
+def parse_hostname(text: str) -> str | None:
+    for raw in text.splitlines():
+        s = raw.strip()
+        if s:
+            return s.split()[0]
+    return None

@@ -1,0 +1,40 @@
+"""Ranking: the most likely root cause first; symptoms of a reported cause folded under it."""
+
+from __future__ import annotations
+
+from kpdoctor.model import Finding
+
+_ONGOING = {True: 2, None: 1, False: 0}
+
+
+def score(f: Finding) -> tuple[int, int, int, int, int]:
+    return (int(f.severity), _ONGOING[f.ongoing], int(f.confidence), len(f.explains), f.occurrences or 0)
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Fold each finding under a finding of a cause that explains it, then sort.
+
+    A parent takes the worst severity of what it explains: a warning-level misconfiguration
+    that drops traffic through its consequence is the critical root cause.
+    """
+    by_cause: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_cause.setdefault(f.cause, []).append(f)
+    top: list[Finding] = []
+    for f in findings:
+        parent = next(
+            (p for cause in f.explained_by for p in by_cause.get(cause, []) if p is not f and not p.explained_by_any(by_cause)),
+            None,
+        )
+        if parent is None:
+            top.append(f)
+            continue
+        parent.folded.append(f)
+        if f.code not in parent.explains:
+            parent.explains.append(f.code)
+        if f.severity > parent.severity:
+            parent.severity = f.severity
+        if f.ongoing and not parent.ongoing:
+            parent.ongoing = True if parent.ongoing is None else parent.ongoing
+    top.sort(key=score, reverse=True)
+    return top

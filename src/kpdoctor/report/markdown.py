@@ -1,0 +1,63 @@
+"""Markdown, for pasting into a ticket."""
+
+from __future__ import annotations
+
+from kpdoctor.model import Finding, Report
+
+
+def _finding(f: Finding, level: int) -> list[str]:
+    h = "#" * level
+    out = [f"{h} {f.severity.label.upper()} {f.code} `{f.cause}`: {f.title}", "", f.summary, ""]
+    meta = [f"confidence {f.confidence.label}"]
+    if f.occurrences:
+        meta.append(f"{f.occurrences} occurrence(s)")
+    if f.first_seen:
+        meta.append(f"first {f.first_seen}, last {f.last_seen}")
+    if f.ongoing is not None:
+        meta.append("ongoing" if f.ongoing else "recovered")
+    out += ["*" + ", ".join(meta) + "*", ""]
+    if f.versions_found:
+        out.append("Versions found: " + ", ".join(f"{k} {v}" for k, v in f.versions_found.items()))
+        if f.fixed_in:
+            out.append(f"Fixed in: {', '.join(f.fixed_in)}")
+        out.append("")
+    if f.evidence:
+        out.append("Evidence:")
+        out.append("")
+        out.append("```")
+        for c in f.evidence:
+            where = f"{c.artifact}:{c.line}" if c.line else c.artifact
+            out.append(f"{where}: {c.text}")
+        out.append("```")
+        out.append("")
+    if f.fix:
+        out.append("Fix:")
+        out.append("")
+        out += [f"- {x}" for x in f.fix]
+        out.append("")
+    if f.references:
+        out.append("References: " + ", ".join(f.references))
+        out.append("")
+    for sub in f.folded:
+        out.append(f"Explains {sub.code} ({sub.cause}):")
+        out.append("")
+        out += _finding(sub, level + 1)
+    return out
+
+
+def render_markdown(report: Report, color: bool = False) -> str:
+    out = [f"# kpdoctor report{' for node ' + report.node if report.node else ''}", ""]
+    vis = report.visible()
+    if not vis:
+        out += [f"No findings at or above {report.min_severity.label} ({report.checks_run} checks ran).", ""]
+    for f in vis:
+        out += _finding(f, 2)
+    if report.skipped:
+        out += ["## Skipped checks", ""]
+        out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]
+        out.append("")
+    if report.problems:
+        out += ["## Inputs not used", ""]
+        out += [f"- {p.source}: {p.message}" for p in report.problems]
+        out.append("")
+    return "\n".join(out)

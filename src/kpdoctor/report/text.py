@@ -1,0 +1,77 @@
+"""Terminal output with Rich: readable without colour; NO_COLOR is honoured."""
+
+from __future__ import annotations
+
+import io
+import os
+
+from rich.console import Console
+from rich.markup import escape
+
+from kpdoctor.model import Finding, Report, Severity
+
+STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
+    sev = f.severity.label.upper()
+    con.print(f"{indent}[{STYLE[f.severity]}]{n} {sev}[/] [bold]{f.code}[/] {escape(f.cause)}: {escape(f.title)}")
+    con.print(f"{indent}   {escape(f.summary)}", highlight=False, soft_wrap=True)
+    meta = [f"confidence {f.confidence.label}"]
+    if f.occurrences:
+        meta.append(f"{f.occurrences}x")
+    if f.first_seen:
+        meta.append(f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen != f.first_seen else ""))
+    if f.ongoing is not None:
+        meta.append("ONGOING" if f.ongoing else "recovered")
+    con.print(f"{indent}   [dim]{escape(', '.join(meta))}[/]")
+    if f.versions_found:
+        v = ", ".join(f"{k} {val}" for k, val in f.versions_found.items())
+        fixed = f"; fixed in {', '.join(f.fixed_in)}" if f.fixed_in else ""
+        con.print(f"{indent}   versions: {escape(v + fixed)}", highlight=False)
+    if f.evidence:
+        con.print(f"{indent}   evidence:")
+        for c in f.evidence:
+            where = f"{c.artifact}:{c.line}" if c.line else c.artifact
+            text = c.text if len(c.text) <= 220 else c.text[:217] + "..."
+            con.print(f"{indent}     [dim]{escape(where)}[/]  {escape(text)}", highlight=False, soft_wrap=True)
+    if f.fix:
+        con.print(f"{indent}   fix:")
+        for x in f.fix:
+            con.print(f"{indent}     - {escape(x)}", highlight=False, soft_wrap=True)
+    for i, sub in enumerate(f.folded, 1):
+        con.print(f"{indent}   [dim]explains:[/]")
+        _emit_finding(con, sub, f"{n.rstrip('.')}.{i}", indent + "     ")
+    con.print()
+
+
+def render_text(report: Report, color: bool = True) -> str:
+    buf = io.StringIO()
+    no_color = not color or "NO_COLOR" in os.environ
+    con = Console(file=buf, force_terminal=not no_color, no_color=no_color, width=110, highlight=False)
+    title = f"kpdoctor {report.tool_version}"
+    if report.node:
+        title += f" - node {report.node}"
+    con.print(f"[bold]{escape(title)}[/]")
+    con.print(f"[dim]{len(report.artifacts)} artifact(s), {report.checks_run} check(s) ran, {len(report.skipped)} skipped[/]")
+    con.print()
+    vis = report.visible()
+    if not vis:
+        con.print(f"[green]No findings at or above {report.min_severity.label}.[/]")
+        con.print()
+    else:
+        con.print(f"[bold]Root causes, most likely first ({len(vis)}):[/]")
+        con.print()
+        for i, f in enumerate(vis, 1):
+            _emit_finding(con, f, f"{i}.")
+    if report.skipped:
+        con.print("[bold]Skipped[/] (missing evidence, not healthy):")
+        for s in report.skipped:
+            con.print(f"  {s.code} {escape(s.cause)}: {escape(s.reason)}", highlight=False)
+        con.print()
+    if report.problems:
+        con.print("[bold]Inputs not used:[/]")
+        for p in report.problems:
+            con.print(f"  {escape(p.source)}: {escape(p.message)}", highlight=False)
+        con.print()
+    return buf.getvalue()
