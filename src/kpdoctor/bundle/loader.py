@@ -18,8 +18,8 @@ from pathlib import Path
 from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
-from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, sniff
-from kpdoctor.bundle.transcript import hint_from_command, split_transcript
+from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff
+from kpdoctor.bundle.transcript import Part, hint_from_command, split_transcript
 from kpdoctor.model import InputProblem
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
@@ -206,17 +206,12 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
 
 
 def _save_attrs_full(text: str) -> dict[str, str]:
-    from kpdoctor.bundle.sniff import _save_attrs
-
-    return _save_attrs(text[:HEAD_BYTES])
+    return save_attrs(text[:HEAD_BYTES])
 
 
-def _load_transcript(ev: Evidence, label: str, parts: list[object]) -> None:
-    from kpdoctor.bundle.transcript import Part
-
+def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
     used = 0
     for p in parts:
-        assert isinstance(p, Part)
         if not p.text.strip():
             continue
         hints = hint_from_command(p.argv)

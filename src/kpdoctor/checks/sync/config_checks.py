@@ -7,6 +7,7 @@ from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.registry import check
+from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import IgnoredFlag, KubeProxyConfig, Setting, Source, parse_duration
@@ -139,6 +140,19 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     """
     cfg = facts.kp_config
     ignored = cfg.ignored_flags()
+    override = cfg.flags.get("hostname-override")
+    looked = lookup_name(facts)
+    proven = (
+        cfg.config_flag is not None
+        and override is not None
+        and bool(override.value)
+        and looked is not None
+        and looked[0] != override.value
+        and all(i.flag.name != "hostname-override" for i in ignored)
+    )
+    if proven:
+        assert override is not None
+        ignored.insert(0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None))
     if not ignored:
         return
     important = [i for i in ignored if i.flag.name in IMPORTANT_FLAGS]
@@ -172,7 +186,12 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     hostname = next((i for i in ignored if i.flag.name == "hostname-override"), None)
     if hostname is not None:
         f.severity = Severity.CRITICAL
-        f.summary += " Before 1.13, --hostname-override is among them: kube-proxy uses the OS hostname to find its Node."
+        if proven and looked is not None:
+            f.summary += (f' The log proves it: kube-proxy looked up Node "{looked[0]}", not '
+                          f'"{hostname.flag.value}" (kube-proxy before 1.13 ignores --hostname-override with --config).')
+            f.evidence.append(Cite(looked[1].artifact, looked[1].line, looked[1].text))
+        else:
+            f.summary += " Before 1.13, --hostname-override is among them: kube-proxy uses the OS hostname to find its Node."
         f.fixed_in.append("v1.13.0 (honours --hostname-override with --config)")
     f.fix = [
         "Put every setting in the KubeProxyConfiguration (the kube-proxy ConfigMap) and remove the flags: "

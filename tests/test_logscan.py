@@ -1,0 +1,104 @@
+"""The log scanner finds signatures in every wrapping kube-proxy lines reach users in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kpdoctor.checks  # noqa: F401  (registers every signature)
+from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.facts.log import SYNC_COMPLETE
+from kpdoctor.parse import logscan
+from kpdoctor.parse.logscan import REGISTRY, Scanner
+from kpdoctor.parse.logwrap import unwrap
+
+SEED3_BLOCK = """\
+I1113 16:15:07.928773       1 proxier.go:1464] "Reloading service iptables data" numServices=0 numEndpoints=0 numFilterChains=4 numFilterRules=3 numNATChains=4 numNATRules=5
+E1113 16:15:07.931291       1 proxier.go:1481] "Failed to execute iptables-restore" err=<
+\texit status 2: ip6tables-restore v1.8.4 (legacy): unknown option "--xor-mark"
+\tError occurred at line: 16
+\tTry `ip6tables-restore -h' or 'ip6tables-restore --help' for more information.
+ >
+I1113 16:15:07.931308       1 proxier.go:858] "Sync failed" retryingTime="30s"
+I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"
+"""
+
+
+def scan_text(text: str, name: str = "log") -> logscan.ScanResult:
+    return Scanner(REGISTRY.values()).scan([Artifact(name, Kind.KUBE_PROXY_LOG, text=text)])
+
+
+def test_multiline_err_block_hit_carries_its_record_header() -> None:
+    res = scan_text(SEED3_BLOCK)
+    [hit] = res.hits["mark-unknown-option"]
+    assert hit.line == 3
+    assert hit.header_line == 2
+    assert hit.level == "E"
+    assert hit.timestamp == "11-13T16:15:07.931291"
+    assert hit.groups[0] == "xor-mark"
+    assert res.counts["sync-failed"] == 1 and res.counts["restore-failed"] == 1
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "",
+        "2019-10-23T20:56:35.955254605Z stderr F ",
+        "2023-11-13T16:15:07.931291015Z ",
+        "[pod/kube-proxy-x7k2p/kube-proxy] ",
+        "[pod/kube-proxy-x7k2p/kube-proxy] 2023-11-13T16:15:07.931291015Z ",
+        "Nov 13 16:15:07 node3 kube-proxy[145725]: ",
+        "nov 13 16:15:07 node3 kube-proxy[145725]: ",  # French/Spanish lower-case month
+        "Nov. 13 16:15:07 node3 kube-proxy[145725]: ",
+        "11月 13 16:15:07 node3 kube-proxy[145725]: ",
+        "2023-11-13T16:15:07+0100 node3 k3s[1234]: ",
+        "Nov 13 16:15:07 node3 rke2[88]: ",
+    ],
+)
+def test_every_wrapper_is_unwrapped(prefix: str) -> None:
+    text = "".join(prefix + line + "\n" for line in SEED3_BLOCK.splitlines())
+    res = scan_text(text)
+    [hit] = res.hits["mark-unknown-option"]
+    assert hit.header_line == 2 and hit.line == 3
+    assert hit.level == "E"
+    assert hit.text.startswith("exit status 2: ip6tables-restore")
+    if "2023-11-13T" in prefix or "2019" in prefix:
+        assert hit.timestamp is not None and hit.timestamp[:4] in ("2023", "2019")
+
+
+def test_glog_era_single_line_and_line_numbers_across_chunks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    noise = 'I1008 21:01:54.000000  145725 config.go:131] Calling handler.OnEndpointsUpdate\n'
+    err = ("E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
+           "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n")
+    lines = [noise] * 5000 + [err] + [noise] * 3000 + [SEED3_BLOCK] + [noise] * 10
+    p = tmp_path / "big.log"
+    p.write_text("".join(lines))
+    monkeypatch.setattr(logscan, "CHUNK_BYTES", 4096)  # many chunk boundaries, some inside records
+    res = Scanner(REGISTRY.values()).scan([Artifact("big.log", Kind.KUBE_PROXY_LOG, path=str(p))])
+    [target] = res.hits["restore-cannot-load-kube-target"]
+    assert target.line == 5001 and target.groups[0] == "KUBE-MARK-DROP"
+    [mark] = res.hits["mark-unknown-option"]
+    assert mark.line == 5001 + 3000 + 3 and mark.header_line == mark.line - 1
+    assert res.counts["restore-failed"] == 2
+
+
+def test_unwrap_keeps_klog_header_intact() -> None:
+    u = unwrap("Oct 08 21:01:55 node3 kube-proxy[145725]: E1008 21:01:55.367127  145725 proxier.go:1285] x")
+    assert u.inner.startswith("E1008 21:01:55.367127") and u.ident == "kube-proxy"
+
+
+def test_sync_complete_matches_both_eras() -> None:
+    res = scan_text(
+        "I0111 06:51:48.874607       1 proxier.go:790] syncProxyRules took 12.3ms\n"
+        'I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"\n'
+    )
+    assert res.counts[SYNC_COMPLETE.id] == 2
+
+
+def test_every_signature_is_grep_compatible() -> None:
+    """bench/ runs the same patterns with grep -E: no Python-only syntax."""
+    for sig in REGISTRY.values():
+        for bad in ("(?", "\\d", "\\s", "\\w", "\\b", "*?", "+?"):
+            assert bad not in sig.pattern, (sig.id, bad)
+        assert sig.needle in sig.pattern.replace("\\", ""), sig.id
