@@ -21,7 +21,9 @@ _KP_LOG_MARKERS = re.compile(
     r"iptables-restore|Proxier|proxy mode|ServiceConfig|service config controller|"
     r"endpoint ?slice config controller|conntrack\.go|healthcheck\.go|"
     r"k8s\.io/kubernetes/pkg/proxy|k8s\.io/kubernetes/cmd/kube-proxy|"
-    r"Sync failed|SyncProxyRules|syncProxyRules|proxy/ipvs|xtables lock"
+    r"Sync failed|SyncProxyRules|syncProxyRules|proxy/ipvs|xtables lock|"
+    r"handler\.On(Service|Endpoints?|EndpointSlice|Node)|endpointslicecache\.go|"
+    r"servicechangetracker|endpointschangetracker|service_health\.go"
 )
 _PANIC = re.compile(r"^(?:panic: |goroutine \d+ \[)", re.M)
 _SAVE_TABLE = re.compile(r"^\*(nat|filter|mangle|raw|security)\s*$", re.M)
