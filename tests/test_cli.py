@@ -13,11 +13,15 @@ from kpdoctor.checks import CHECKS
 from kpdoctor.cli import app
 
 runner = CliRunner()
-MISMATCH = ("E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-            "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n")
+MISMATCH = (
+    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
+    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["diagnose", "--help"], ["explain", "--help"], ["rules", "--help"], ["demo", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["diagnose", "--help"], ["explain", "--help"], ["rules", "--help"], ["demo", "--help"]]
+)
 def test_help_everywhere(args: list[str]) -> None:
     res = runner.invoke(app, args)
     assert res.exit_code == 0 and "Usage" in res.output
@@ -58,8 +62,24 @@ def test_diagnose_json_schema_and_exit_code(tmp_path: Path) -> None:
     doc = json.loads(res.output)
     assert doc["schema"] == "kpdoctor.report/v1"
     f = doc["findings"][0]
-    for key in ("code", "cause", "severity", "confidence", "title", "summary", "subject", "occurrences", "first_seen",
-                "last_seen", "ongoing", "versions", "explains", "evidence", "fix", "references"):
+    for key in (
+        "code",
+        "cause",
+        "severity",
+        "confidence",
+        "title",
+        "summary",
+        "subject",
+        "occurrences",
+        "first_seen",
+        "last_seen",
+        "ongoing",
+        "versions",
+        "explains",
+        "evidence",
+        "fix",
+        "references",
+    ):
         assert key in f
     assert f["evidence"][0] == {"artifact": str(p), "line": 1, "text": MISMATCH.strip()}
     assert isinstance(doc["skipped"], list)

@@ -68,9 +68,11 @@ def test_every_wrapper_is_unwrapped(prefix: str) -> None:
 
 
 def test_glog_era_single_line_and_line_numbers_across_chunks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    noise = 'I1008 21:01:54.000000  145725 config.go:131] Calling handler.OnEndpointsUpdate\n'
-    err = ("E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-           "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n")
+    noise = "I1008 21:01:54.000000  145725 config.go:131] Calling handler.OnEndpointsUpdate\n"
+    err = (
+        "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
+        "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+    )
     lines = [noise] * 5000 + [err] + [noise] * 3000 + [SEED3_BLOCK] + [noise] * 10
     p = tmp_path / "big.log"
     p.write_text("".join(lines))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -34,7 +34,7 @@ app = typer.Typer(
 )
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -52,15 +52,24 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Find out why Kubernetes Services are unreachable on a node, with proof."""
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")]
-SeverityOpt = Annotated[str, typer.Option("--min-severity", help="Lowest severity to report: info, warning or critical.")]
-NodeOpt = Annotated[str | None, typer.Option("--node", help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).")]
+SeverityOpt = Annotated[
+    str, typer.Option("--min-severity", help="Lowest severity to report: info, warning or critical.")
+]
+NodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--node", help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname)."
+    ),
+]
 
 
 def _severity(text: str) -> Severity:
@@ -71,7 +80,9 @@ def _severity(text: str) -> Severity:
         raise typer.Exit(2) from None
 
 
-def _run(paths: list[str], fmt: Format, output: Path | None, min_severity: str, node: str | None, header: str = "") -> int:
+def _run(
+    paths: list[str], fmt: Format, output: Path | None, min_severity: str, node: str | None, header: str = ""
+) -> int:
     sev = _severity(min_severity)
     report, evidence = diagnose_paths(paths, node=node, min_severity=sev)
     code = exit_code(report, evidence)
@@ -101,7 +112,14 @@ def _run(paths: list[str], fmt: Format, output: Path | None, min_severity: str, 
 
 @app.command()
 def diagnose(
-    paths: Annotated[list[str], typer.Argument(help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, kubectl JSON/YAML, pasted terminal sessions...", show_default=False)],
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
+            "kubectl JSON/YAML, pasted terminal sessions...",
+            show_default=False,
+        ),
+    ],
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
     min_severity: SeverityOpt = "warning",
@@ -119,7 +137,9 @@ def diagnose(
 
 
 @app.command()
-def explain(key: Annotated[str, typer.Argument(help="A check code (KP101) or a cause slug (iptables-backend-mismatch).")]) -> None:
+def explain(
+    key: Annotated[str, typer.Argument(help="A check code (KP101) or a cause slug (iptables-backend-mismatch).")],
+) -> None:
     """Print the knowledge-base entry of a check or cause."""
     specs = find(key)
     if not specs:
@@ -152,8 +172,21 @@ def rules(fmt: FormatOpt = Format.text) -> None:
     if fmt == Format.json:
         import json
 
-        print(json.dumps([{"code": s.code, "cause": s.cause, "severity": s.severity.label, "title": s.title,
-                           "needs": [k.value for k in s.needs]} for s in specs], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "code": s.code,
+                        "cause": s.cause,
+                        "severity": s.severity.label,
+                        "title": s.title,
+                        "needs": [k.value for k in s.needs],
+                    }
+                    for s in specs
+                ],
+                indent=2,
+            )
+        )
         raise typer.Exit(0)
     if fmt == Format.markdown:
         print("| code | cause | severity | title |\n|---|---|---|---|")
@@ -169,7 +202,9 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 
 @app.command()
 def demo(
-    name: Annotated[str | None, typer.Argument(help="Example to diagnose; omit to list them and run the default one.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="Example to diagnose; omit to list them and run the default one.")
+    ] = None,
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
     min_severity: SeverityOpt = "warning",
@@ -186,7 +221,10 @@ def demo(
         name = default.name
     if name not in {d.name for d in DEMOS}:
         close = difflib.get_close_matches(name, [d.name for d in DEMOS], n=3)
-        _err(f"no demo named {name!r}." + (f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor demo` to list them."))
+        _err(
+            f"no demo named {name!r}."
+            + (f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor demo` to list them.")
+        )
         raise typer.Exit(2)
     if fmt != Format.text and header:
         header = ""

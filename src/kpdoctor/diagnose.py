@@ -13,7 +13,9 @@ from kpdoctor.model import InputProblem, Report, Severity
 from kpdoctor.rank import rank
 
 
-def diagnose_evidence(evidence: Evidence, *, node: str | None = None, min_severity: Severity = Severity.WARNING) -> Report:
+def diagnose_evidence(
+    evidence: Evidence, *, node: str | None = None, min_severity: Severity = Severity.WARNING
+) -> Report:
     facts = Facts(evidence, node=node)
     findings, skipped, ran = run_all(facts)
     problems = list(evidence.problems)
@@ -36,7 +38,9 @@ def diagnose_evidence(evidence: Evidence, *, node: str | None = None, min_severi
     )
 
 
-def diagnose_paths(paths: Iterable[str | Path], *, node: str | None = None, min_severity: Severity = Severity.WARNING) -> tuple[Report, Evidence]:
+def diagnose_paths(
+    paths: Iterable[str | Path], *, node: str | None = None, min_severity: Severity = Severity.WARNING
+) -> tuple[Report, Evidence]:
     evidence = load(paths)
     try:
         return diagnose_evidence(evidence, node=node, min_severity=min_severity), evidence

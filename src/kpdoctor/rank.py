@@ -23,7 +23,12 @@ def rank(findings: list[Finding]) -> list[Finding]:
     top: list[Finding] = []
     for f in findings:
         parent = next(
-            (p for cause in f.explained_by for p in by_cause.get(cause, []) if p is not f and not p.explained_by_any(by_cause)),
+            (
+                p
+                for cause in f.explained_by
+                for p in by_cause.get(cause, [])
+                if p is not f and not p.explained_by_any(by_cause)
+            ),
             None,
         )
         if parent is None:

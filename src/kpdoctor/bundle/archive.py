@@ -52,7 +52,7 @@ def extract(archive: Path, dest: Path) -> Extracted:
     out = Extracted(dest)
     total = 0
     try:
-        tf = tarfile.open(archive, mode="r:*")
+        tf = tarfile.open(archive, mode="r:*")  # noqa: SIM115 (closed by the with below)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ArchiveError(f"not a readable tar archive ({exc})") from None
     with tf:

@@ -115,9 +115,7 @@ def _load_dir(ev: Evidence, root: Path, label: str, display_root: str | None = N
             if isinstance(exit_code, int) and exit_code != 0 and f.stat().st_size == 0:
                 stderr = str(entry.get("stderr") or "").strip().splitlines()
                 why = stderr[0] if stderr else ""
-                ev.problems.append(
-                    InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})")
-                )
+                ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
                 continue
             _add_typed(ev, f, rel, Typed(kind, dict(attrs)))
             continue
@@ -128,9 +126,7 @@ def _load_dir(ev: Evidence, root: Path, label: str, display_root: str | None = N
             continue
         _load_file(ev, f, rel if bundle or display_root else shown)
     if ignored_logs:
-        ev.problems.append(
-            InputProblem(label, f"cluster-info dump: {ignored_logs} logs of other Pods not read")
-        )
+        ev.problems.append(InputProblem(label, f"cluster-info dump: {ignored_logs} logs of other Pods not read"))
 
 
 def _is_cluster_info_dump(root: Path) -> bool:
@@ -202,7 +198,9 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
     text = raw.decode("utf-8", errors="replace")
     if typed.kind == Kind.IPTABLES_SAVE and "backend" not in typed.attrs:
         typed = Typed(typed.kind, {**typed.attrs, **_save_attrs_full(text)})
-    ev.artifacts.append(Artifact(label, typed.kind, text=text, attrs=typed.attrs, size=size))
+    kind = typed.kind
+    assert kind is not None
+    ev.artifacts.append(Artifact(label, kind, text=text, attrs=typed.attrs, size=size))
 
 
 def _save_attrs_full(text: str) -> dict[str, str]:
@@ -218,9 +216,7 @@ def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
         forced = _KIND_HINTS.get(hints.pop("kind", ""))
         typed = Typed(forced, {}) if forced else sniff(p.text)
         if typed.kind is None:
-            ev.problems.append(
-                InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}")
-            )
+            ev.problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
             continue
         attrs = {**typed.attrs, **hints}
         if typed.kind == Kind.IPTABLES_SAVE and "backend" not in attrs:

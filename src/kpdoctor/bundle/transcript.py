@@ -20,11 +20,54 @@ from dataclasses import dataclass
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
 # iptables-save or YAML files are never taken for prompts).
 KNOWN_COMMANDS = frozenset(
-    """ps iptables iptables-save iptables-legacy iptables-legacy-save iptables-nft iptables-nft-save
-    ip6tables ip6tables-save ip6tables-legacy-save ip6tables-nft-save iptables-restore kubectl k
-    crictl docker nerdctl journalctl uname cat grep egrep tail head less more systemctl dmesg ipvsadm
-    ipset conntrack nft kube-proxy lsof fuser ss netstat sysctl lsmod hostname ls curl ip tr
-    xargs lsb_release""".split()
+    [
+        "ps",
+        "iptables",
+        "iptables-save",
+        "iptables-legacy",
+        "iptables-legacy-save",
+        "iptables-nft",
+        "iptables-nft-save",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-legacy-save",
+        "ip6tables-nft-save",
+        "iptables-restore",
+        "kubectl",
+        "k",
+        "crictl",
+        "docker",
+        "nerdctl",
+        "journalctl",
+        "uname",
+        "cat",
+        "grep",
+        "egrep",
+        "tail",
+        "head",
+        "less",
+        "more",
+        "systemctl",
+        "dmesg",
+        "ipvsadm",
+        "ipset",
+        "conntrack",
+        "nft",
+        "kube-proxy",
+        "lsof",
+        "fuser",
+        "ss",
+        "netstat",
+        "sysctl",
+        "lsmod",
+        "hostname",
+        "ls",
+        "curl",
+        "ip",
+        "tr",
+        "xargs",
+        "lsb_release",
+    ]
 )
 
 _PROMPT = re.compile(

@@ -20,7 +20,7 @@ def _bundles_dir() -> Path:
 
 
 def _discover() -> list[Demo]:
-    out = []
+    out: list[Demo] = []
     root = _bundles_dir()
     if not root.is_dir():
         return out

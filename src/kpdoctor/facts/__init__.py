@@ -20,7 +20,6 @@ from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.logscan import REGISTRY, Scanner
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
-
 T = TypeVar("T")
 
 
@@ -59,6 +58,10 @@ def containers_of(obj: K8sObject) -> list[dict[str, object]]:
     if obj.kind != "Pod":
         spec = ((spec.get("template") or {}).get("spec")) or {}
     return [c for c in (spec.get("containers") or []) if isinstance(c, dict)]
+
+
+def _list(v: object) -> list[object]:
+    return list(v) if isinstance(v, list) else []
 
 
 def pod_spec_of(obj: K8sObject) -> dict[str, object]:
@@ -160,7 +163,7 @@ class Facts:
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:
-        out = []
+        out: list[tuple[system.FileLock, str]] = []
         for a in self.of(Kind.LOCKS):
             out.extend((lk, a.name) for lk in system.parse_locks(a.text, a.first_line))
         return out
@@ -267,12 +270,14 @@ class Facts:
                 return kpconfig.parse_argv(args, Source(self.process_artifact(), p.line, p.command[:300]))
         for obj in self.kube_proxy_pods + self.kube_proxy_workloads:
             for c in containers_of(obj):
-                argv = [str(x) for x in (c.get("command") or [])] + [str(x) for x in (c.get("args") or [])]
+                argv = [str(x) for x in _list(c.get("command"))] + [str(x) for x in _list(c.get("args"))]
                 args = kpconfig.kube_proxy_args(argv)
                 if args is None and any(x.startswith("--") for x in argv):
                     args = [x for x in argv if x.startswith("-")]
                 if args:
-                    return kpconfig.parse_argv(args, Source(obj.artifact, obj.line, f"{obj.ref}: {' '.join(argv)[:300]}"))
+                    return kpconfig.parse_argv(
+                        args, Source(obj.artifact, obj.line, f"{obj.ref}: {' '.join(argv)[:300]}")
+                    )
         for h in self.log.hits(K3S_RUNNING.id):
             import shlex
 

@@ -21,9 +21,7 @@ VERSION_GLOG = signature("version-glog", "Version: ", r"Version: (v[0-9]+\.[0-9]
 VERSION_STRUCTURED = signature("version-structured", '"Version info"', r'"Version info" version="(v[^"]+)"')
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"')
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
-PROXY_MODE = signature(
-    "proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)"
-)
+PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")
 
 
 def cite(hit: Hit, with_header: bool = True) -> list[Cite]:

@@ -86,11 +86,7 @@ class Ruleset:
 
     def kube_rule_count(self) -> int:
         """Rules in KUBE-* chains or jumping to them: kube-proxy/kubelet's footprint."""
-        return sum(
-            1
-            for r in self.all_rules()
-            if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-")
-        )
+        return sum(1 for r in self.all_rules() if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-"))
 
     def is_empty(self) -> bool:
         return not any(t.rules or any(c.startswith("KUBE-") for c in t.chains) for t in self.tables.values())
@@ -159,17 +155,20 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
             table.chains.setdefault(chain, None)
         table.rules.append(Rule(table.name, chain, tuple(toks[2:]), ln, raw, packets, nbytes))
     if table is not None:
-        rs.diagnostics.append(Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)"))
+        rs.diagnostics.append(
+            Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)")
+        )
     return rs
 
 
-def parse_rules_s(
-    text: str, artifact: str, family: int = 4, first_line: int = 1, table: str | None = None
-) -> Ruleset:
+def parse_rules_s(text: str, artifact: str, family: int = 4, first_line: int = 1, table: str | None = None) -> Ruleset:
     """Parse ``iptables [-t T] -S`` output (one table; nat is recognised by its hooks)."""
     rs = Ruleset(artifact, None, family, form="S")
-    name = table or ("nat" if re.search(r"^-P (PREROUTING|POSTROUTING) ", text, re.M)
-                     and not re.search(r"^-P FORWARD ", text, re.M) else "filter")
+    name = table or (
+        "nat"
+        if re.search(r"^-P (PREROUTING|POSTROUTING) ", text, re.M) and not re.search(r"^-P FORWARD ", text, re.M)
+        else "filter"
+    )
     tab = rs.tables.setdefault(name, Table(name))
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i

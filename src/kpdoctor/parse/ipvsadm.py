@@ -40,5 +40,7 @@ def parse_ipvsadm_list(text: str, first_line: int = 1) -> list[VirtualServer]:
             continue
         r = _RS.match(raw)
         if r and out and r.group(1) != "RemoteAddress:Port":
-            out[-1].reals.append(RealServer(r.group(1), r.group(2), int(r.group(3)), int(r.group(4)), int(r.group(5)), ln))
+            out[-1].reals.append(
+                RealServer(r.group(1), r.group(2), int(r.group(3)), int(r.group(4)), int(r.group(5)), ln)
+            )
     return out

@@ -92,7 +92,7 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
         _flatten(d, flat)
     pos = 0
     for d in flat:
-        meta = d.get("metadata") if isinstance(d.get("metadata"), dict) else {}
+        meta: dict[str, Any] = d["metadata"] if isinstance(d.get("metadata"), dict) else {}
         name = str(meta.get("name") or "")
         ns = meta.get("namespace")
         line = _line_of(text, name, pos) if name else None

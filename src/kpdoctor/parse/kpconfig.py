@@ -46,10 +46,29 @@ FLAG_TO_FIELD: dict[str, str] = {
 }
 # Flags kube-proxy honours even with --config.
 ALWAYS_HONOURED = {
-    "config", "write-config-to", "cleanup", "cleanup-ipvs", "init-only", "master", "version",
-    "v", "vmodule", "logtostderr", "alsologtostderr", "log-dir", "log-file", "log-file-max-size",
-    "stderrthreshold", "skip-headers", "skip-log-headers", "add-dir-header", "one-output",
-    "log-flush-frequency", "logging-format", "help", "h",
+    "config",
+    "write-config-to",
+    "cleanup",
+    "cleanup-ipvs",
+    "init-only",
+    "master",
+    "version",
+    "v",
+    "vmodule",
+    "logtostderr",
+    "alsologtostderr",
+    "log-dir",
+    "log-file",
+    "log-file-max-size",
+    "stderrthreshold",
+    "skip-headers",
+    "skip-log-headers",
+    "add-dir-header",
+    "one-output",
+    "log-flush-frequency",
+    "logging-format",
+    "help",
+    "h",
 }
 HOSTNAME_OVERRIDE_WITH_CONFIG = KubeVersion(1, 13, 0)
 # Defaults of flags whose value kube-proxy prints in its "FLAG:" lines, so a FLAG line can be
@@ -104,7 +123,21 @@ def parse_argv(argv: list[str], source: Source) -> dict[str, FlagValue]:
         value = "true"
         if "=" in name:
             name, value = name.split("=", 1)
-        elif i < len(argv) and not argv[i].startswith("-") and name not in ("masquerade-all", "cleanup", "cleanup-ipvs", "version", "init-only", "alsologtostderr", "logtostderr", "ipvs-strict-arp"):
+        elif (
+            i < len(argv)
+            and not argv[i].startswith("-")
+            and name
+            not in (
+                "masquerade-all",
+                "cleanup",
+                "cleanup-ipvs",
+                "version",
+                "init-only",
+                "alsologtostderr",
+                "logtostderr",
+                "ipvs-strict-arp",
+            )
+        ):
             value = argv[i]
             i += 1
         flags[name] = FlagValue(name, value.strip("'\""), source)

@@ -71,7 +71,9 @@ def parse_processes(text: str, first_line: int = 1) -> list[Process]:
         if mode == "ef":
             parts = raw.split(None, 7)
             if len(parts) == 8 and parts[1].isdigit():
-                procs.append(Process(int(parts[1]), int(parts[2]) if parts[2].isdigit() else None, parts[0], parts[7], ln))
+                procs.append(
+                    Process(int(parts[1]), int(parts[2]) if parts[2].isdigit() else None, parts[0], parts[7], ln)
+                )
         elif mode == "aux":
             parts = raw.split(None, 10)
             if len(parts) == 11 and parts[1].isdigit():
@@ -105,8 +107,17 @@ def parse_locks(text: str, first_line: int = 1) -> list[FileLock]:
         m = _LOCK.match(raw.strip() + " ")
         if m:
             out.append(
-                FileLock(m.group(3), m.group(4), m.group(5), int(m.group(6)), m.group(7), int(m.group(8)),
-                         first_line + i, raw.strip(), blocked=bool(m.group(2)))
+                FileLock(
+                    m.group(3),
+                    m.group(4),
+                    m.group(5),
+                    int(m.group(6)),
+                    m.group(7),
+                    int(m.group(8)),
+                    first_line + i,
+                    raw.strip(),
+                    blocked=bool(m.group(2)),
+                )
             )
     return out
 

@@ -53,7 +53,9 @@ def render_text(report: Report, color: bool = True) -> str:
     if report.node:
         title += f" - node {report.node}"
     con.print(f"[bold]{escape(title)}[/]")
-    con.print(f"[dim]{len(report.artifacts)} artifact(s), {report.checks_run} check(s) ran, {len(report.skipped)} skipped[/]")
+    con.print(
+        f"[dim]{len(report.artifacts)} artifact(s), {report.checks_run} check(s) ran, {len(report.skipped)} skipped[/]"
+    )
     con.print()
     vis = report.visible()
     if not vis:

@@ -89,5 +89,7 @@ def apiserver_stale(facts: Facts) -> Iterator[Finding]:
     if rem.affected is False and f.severity > Severity.INFO:
         f.confidence = Confidence.MEDIUM
         f.summary += " This version has the HTTP/2 health check, so look at the network path to the apiserver too."
-    f.fix.append("Restart kube-proxy now to drop the dead connection (`kubectl -n kube-system delete pod <kube-proxy pod>`).")
+    f.fix.append(
+        "Restart kube-proxy now to drop the dead connection (`kubectl -n kube-system delete pod <kube-proxy pod>`)."
+    )
     yield f

@@ -38,11 +38,21 @@ FIXES = [
     FixRow((1, 12), "v1.12.4-tke.32", vendor="tke"),
     FixRow((1, 10), "v1.10.5-tke.20", vendor="tke"),
     # Upstream images ship iptables-wrapper (backend auto-detection) from 1.17 (k/k#82966).
-    FixRow((1, 17), status="no-fix", below=True, note="images before 1.17 are legacy-only; 1.17+ ship iptables-wrapper"),
-    FixRow((1, 16), status="unaffected", above=True, note="the image detects the backend; a wrong pick comes from rules other components left in the other backend"),
+    FixRow(
+        (1, 17), status="no-fix", below=True, note="images before 1.17 are legacy-only; 1.17+ ship iptables-wrapper"
+    ),
+    FixRow(
+        (1, 16),
+        status="unaffected",
+        above=True,
+        note="the image detects the backend; a wrong pick comes from rules other components left in the other backend",
+    ),
 ]
 # OSes the seed names as defaulting to nf_tables, where old legacy-only images break.
-NFT_DEFAULT_OS = re.compile(r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[0-9])\.|debian.*\b(1[0-9])\b|fedora", re.I)
+NFT_DEFAULT_OS = re.compile(
+    r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[0-9])\.|debian.*\b(1[0-9])\b|fedora",
+    re.I,
+)
 
 
 @check(
@@ -95,19 +105,25 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     # Rules in both backends (same family): both are live in the kernel.
     split: list[str] = []
     for fam in (4, 6):
-        by_backend = {
-            rs.backend: rs for rs in facts.rulesets if rs.family == fam and rs.form == "save" and rs.backend
-        }
+        by_backend = {rs.backend: rs for rs in facts.rulesets if rs.family == fam and rs.form == "save" and rs.backend}
         legacy, nft = by_backend.get("legacy"), by_backend.get("nft")
         if legacy and nft and legacy.kube_rule_count() and nft.kube_rule_count():
-            split.append(f"IPv{fam}: {legacy.kube_rule_count()} KUBE-* rules in legacy, {nft.kube_rule_count()} in nf_tables")
+            split.append(
+                f"IPv{fam}: {legacy.kube_rule_count()} KUBE-* rules in legacy, {nft.kube_rule_count()} in nf_tables"
+            )
             for rs in (legacy, nft):
                 first = next((r for r in rs.all_rules() if r.chain.startswith("KUBE-")), None)
                 if first:
                     evidence.append(Cite(rs.artifact, first.line, first.text.strip()))
     warning_lines = [rs for rs in facts.rulesets if rs.legacy_warning_line]
     for rs in warning_lines[:1]:
-        evidence.append(Cite(rs.artifact, rs.legacy_warning_line, "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them"))
+        evidence.append(
+            Cite(
+                rs.artifact,
+                rs.legacy_warning_line,
+                "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them",
+            )
+        )
 
     host = facts.iptables_version("host")
     image = facts.iptables_version("kube-proxy")
@@ -165,7 +181,9 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     elif kp_backend:
         f.versions_found["iptables (kube-proxy)"] = kp_backend
     osr = facts.os_release
-    if osr and NFT_DEFAULT_OS.search(osr[0].get("PRETTY_NAME", "") + " " + osr[0].get("ID", "") + " " + osr[0].get("VERSION_ID", "")):
+    if osr and NFT_DEFAULT_OS.search(
+        osr[0].get("PRETTY_NAME", "") + " " + osr[0].get("ID", "") + " " + osr[0].get("VERSION_ID", "")
+    ):
         notes.append(f"{osr[0].get('PRETTY_NAME', 'This OS')} defaults to the nf_tables backend.")
         f.evidence.append(osr[1])
     rem, found, where = kube_proxy_remedy(facts, FIXES)

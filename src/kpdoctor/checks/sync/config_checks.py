@@ -13,9 +13,23 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import IgnoredFlag, KubeProxyConfig, Setting, Source, parse_duration
 from kpdoctor.versions import KubeVersion
 
-CONFIG_EVIDENCE = [Kind.KUBE_PROXY_CMDLINE, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.PROCESSES]
+CONFIG_EVIDENCE = [
+    Kind.KUBE_PROXY_CMDLINE,
+    Kind.KUBE_PROXY_CONFIG,
+    Kind.KUBE_PROXY_LOG,
+    Kind.K8S_OBJECTS,
+    Kind.PROCESSES,
+]
 # Flags whose loss changes what kube-proxy does to traffic (the rest are tuning).
-IMPORTANT_FLAGS = {"hostname-override", "bind-address", "proxy-mode", "cluster-cidr", "nodeport-addresses", "masquerade-all", "detect-local-mode"}
+IMPORTANT_FLAGS = {
+    "hostname-override",
+    "bind-address",
+    "proxy-mode",
+    "cluster-cidr",
+    "nodeport-addresses",
+    "masquerade-all",
+    "detect-local-mode",
+}
 
 
 def _cite(src: Source | None) -> Cite | None:
@@ -72,7 +86,10 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
     evidence: list[Cite] = []
     severity = Severity.WARNING
     if sync_s is not None and sync.origin in ("flag", "config") and 0 < sync_s < 15:
-        problems.append(f"{section} syncPeriod is {sync.value} ({sync.origin}): a full rewrite of every rule each {sync_s:g}s (default 30s)")
+        problems.append(
+            f"{section} syncPeriod is {sync.value} ({sync.origin}): a full rewrite of every rule "
+            f"each {sync_s:g}s (default 30s)"
+        )
         if (c := _cite(sync.source)) is not None:
             evidence.append(c)
     if (
@@ -81,7 +98,10 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         and min_sync.origin in ("flag", "config")
         and default_min_sync(section, cfg.version) > 0
     ):
-        problems.append(f"{section} minSyncPeriod is 0 ({min_sync.origin}): every endpoint change triggers a full restore (default 1s)")
+        problems.append(
+            f"{section} minSyncPeriod is 0 ({min_sync.origin}): every endpoint change triggers "
+            "a full restore (default 1s)"
+        )
         if (c := _cite(min_sync.source)) is not None:
             evidence.append(c)
         severity = Severity.WARNING if problems[0].startswith(section + " syncPeriod") else Severity.INFO
@@ -92,7 +112,11 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         if section == "ipvs"
         else f"Set {section}.syncPeriod: 30s and {section}.minSyncPeriod: 1s (the upstream defaults)."
     )
-    where = "in the config file (flags are ignored when --config is given)" if cfg.config_flag else "on kube-proxy's command line or config"
+    where = (
+        "in the config file (flags are ignored when --config is given)"
+        if cfg.config_flag
+        else "on kube-proxy's command line or config"
+    )
     yield Finding(
         code="",
         cause="sync-too-frequent",
@@ -152,7 +176,9 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     )
     if proven:
         assert override is not None
-        ignored.insert(0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None))
+        ignored.insert(
+            0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None)
+        )
     if not ignored:
         return
     important = [i for i in ignored if i.flag.name in IMPORTANT_FLAGS]
@@ -168,13 +194,16 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     shown = differing or ignored
     parts = [f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value)})" for i in shown[:6]]
     f.summary = (
-        f"kube-proxy runs with --config={cfg.config_flag.value if cfg.config_flag else '?'}, so these flags have no effect: "
+        f"kube-proxy runs with --config={cfg.config_flag.value if cfg.config_flag else '?'}, "
+        "so these flags have no effect: "
         + ", ".join(parts)
         + ("" if len(shown) <= 6 else f" and {len(shown) - 6} more")
         + "."
     )
     if cfg.config_flag:
-        f.evidence.append(Cite(cfg.config_flag.source.artifact, cfg.config_flag.source.line, cfg.config_flag.source.text))
+        f.evidence.append(
+            Cite(cfg.config_flag.source.artifact, cfg.config_flag.source.line, cfg.config_flag.source.text)
+        )
     for i in shown[:6]:
         c = Cite(i.flag.source.artifact, i.flag.source.line, i.flag.source.text)
         if c not in f.evidence:
@@ -187,19 +216,27 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     if hostname is not None:
         f.severity = Severity.CRITICAL
         if proven and looked is not None:
-            f.summary += (f' The log proves it: kube-proxy looked up Node "{looked[0]}", not '
-                          f'"{hostname.flag.value}" (kube-proxy before 1.13 ignores --hostname-override with --config).')
+            f.summary += (
+                f' The log proves it: kube-proxy looked up Node "{looked[0]}", not '
+                f'"{hostname.flag.value}" (kube-proxy before 1.13 ignores --hostname-override with --config).'
+            )
             f.evidence.append(Cite(looked[1].artifact, looked[1].line, looked[1].text))
         else:
-            f.summary += " Before 1.13, --hostname-override is among them: kube-proxy uses the OS hostname to find its Node."
+            f.summary += (
+                " Before 1.13, --hostname-override is among them: kube-proxy uses the OS hostname to find its Node."
+            )
         f.fixed_in.append("v1.13.0 (honours --hostname-override with --config)")
     f.fix = [
         "Put every setting in the KubeProxyConfiguration (the kube-proxy ConfigMap) and remove the flags: "
         + ", ".join(f"{i.flag.name} -> {i.field or '(no config field)'}" for i in shown[:6])
         + ".",
-        "For per-node values use the Downward API: `--hostname-override=$(NODE_NAME)` (honoured with --config since 1.13).",
+        "For per-node values use the Downward API: `--hostname-override=$(NODE_NAME)` "
+        "(honoured with --config since 1.13).",
     ]
-    f.references = ["https://github.com/kubernetes/kubernetes/issues/98302", "https://github.com/kubernetes/kubernetes/pull/69340"]
+    f.references = [
+        "https://github.com/kubernetes/kubernetes/issues/98302",
+        "https://github.com/kubernetes/kubernetes/pull/69340",
+    ]
     yield f
 
 

@@ -40,7 +40,7 @@ def deadlock_affected(v: KubeVersion) -> tuple[bool | None, str | None]:
 
 
 def virtual_servers(facts: Facts) -> list[tuple[VirtualServer, str]]:
-    out = []
+    out: list[tuple[VirtualServer, str]] = []
     for a in facts.of(Kind.IPVSADM):
         out.extend((vs, a.name) for vs in parse_ipvsadm_list(a.text, a.first_line))
     return out
@@ -52,7 +52,9 @@ def _service_ips_with_endpoints(facts: Facts) -> set[str]:
     for sl in facts.objects.of("EndpointSlice"):
         svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
         if svc and any(
-            (ep.get("conditions") or {}).get("ready", True) for ep in sl.body.get("endpoints") or [] if isinstance(ep, dict)
+            (ep.get("conditions") or {}).get("ready", True)
+            for ep in sl.body.get("endpoints") or []
+            if isinstance(ep, dict)
         ):
             ready.add(f"{sl.namespace}/{svc}")
     for e in facts.objects.of("Endpoints"):
@@ -152,22 +154,31 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     else:
         f.fixed_in += ["v1.11.7", "v1.12.5", "v1.13.2"]
     f.fix = [
-        (f"Upgrade kube-proxy to {fixed} or later" if fixed else "Upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later")
+        (
+            f"Upgrade kube-proxy to {fixed} or later"
+            if fixed
+            else "Upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later"
+        )
         + ", or run the affected version in iptables mode.",
         "Restart kube-proxy now to resume syncing (the deadlock does not clear by itself).",
     ]
-    f.references = ["https://github.com/kubernetes/kubernetes/issues/71071", "https://github.com/kubernetes/kubernetes/pull/72361"]
+    f.references = [
+        "https://github.com/kubernetes/kubernetes/issues/71071",
+        "https://github.com/kubernetes/kubernetes/pull/72361",
+    ]
     yield f
 
 
 IPSET_MISSING = signature("ipvs-ipset-missing", "ipset version", r"getting ipset version, error: (.*)")
-IPVS_FALLBACK = signature("ipvs-fallback-to-iptables", "Can't use ipvs proxier", r"Can't use ipvs proxier, trying iptables proxier")
+IPVS_FALLBACK = signature(
+    "ipvs-fallback-to-iptables", "Can't use ipvs proxier", r"Can't use ipvs proxier, trying iptables proxier"
+)
 IPVS_CANT_USE = signature("ipvs-cannot-use", "use the IPVS proxier", r"[Cc]an't use the IPVS proxier.*")
 IPVS_MODULES = signature(
     "ipvs-modules-not-loaded", "required kernel modules are not loaded", r"required kernel modules are not loaded: (.*)"
 )
 CONNTRACK_MISSING = signature(
-    "conntrack-binary-missing", "path of conntrack", r'path of conntrack: exec: .conntrack.: executable file not found'
+    "conntrack-binary-missing", "path of conntrack", r"path of conntrack: exec: .conntrack.: executable file not found"
 )
 IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
 
@@ -206,28 +217,34 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     conntrack = facts.log.hits(CONNTRACK_MISSING.id)
     fell_back = requested_ipvs and running is not None and running[0] != "ipvs" and running[1] is not None
     mods = facts.modules
-    missing_mods = [m for m in IPVS_MODULES_BASE if mods is not None and m not in mods] if (requested_ipvs or hits) else []
+    missing_mods = (
+        [m for m in IPVS_MODULES_BASE if mods is not None and m not in mods] if (requested_ipvs or hits) else []
+    )
     if not hits and not fell_back and not (requested_ipvs and (missing_mods or conntrack)):
         return
     if not requested_ipvs and not hits and running and running[0] == "iptables":
         return
-    f = log_finding(
-        facts,
-        hits or conntrack,
-        cause="ipvs-prerequisites-missing",
-        severity=Severity.CRITICAL,
-        confidence=Confidence.HIGH,
-        title="IPVS mode requested but its prerequisites are missing",
-        summary="",
-        fix=[],
-        references=["https://github.com/kubernetes/kubernetes/pull/111806"],
-    ) if (hits or conntrack) else Finding(
-        code="",
-        cause="ipvs-prerequisites-missing",
-        severity=Severity.CRITICAL,
-        confidence=Confidence.MEDIUM,
-        title="IPVS mode requested but its prerequisites are missing",
-        summary="",
+    f = (
+        log_finding(
+            facts,
+            hits or conntrack,
+            cause="ipvs-prerequisites-missing",
+            severity=Severity.CRITICAL,
+            confidence=Confidence.HIGH,
+            title="IPVS mode requested but its prerequisites are missing",
+            summary="",
+            fix=[],
+            references=["https://github.com/kubernetes/kubernetes/pull/111806"],
+        )
+        if (hits or conntrack)
+        else Finding(
+            code="",
+            cause="ipvs-prerequisites-missing",
+            severity=Severity.CRITICAL,
+            confidence=Confidence.MEDIUM,
+            title="IPVS mode requested but its prerequisites are missing",
+            summary="",
+        )
     )
     what: list[str] = []
     if facts.log.count(IPSET_MISSING.id):
@@ -247,7 +264,8 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         f.summary += f" kube-proxy was configured for ipvs but runs in {running[0] if running else 'iptables'} mode."
     f.fix = [
         "Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them.",
-        "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` and persist them in /etc/modules-load.d/.",
+        "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` "
+        "and persist them in /etc/modules-load.d/.",
         "Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.",
     ]
     yield f

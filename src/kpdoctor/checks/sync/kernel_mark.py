@@ -19,13 +19,22 @@ UNKNOWN_MARK_OPTION = signature(
     failure=True,
 )
 MARK_REVISION = signature(
-    "mark-revision-unsupported", "Extension MARK revision", r"Extension MARK revision [0-9]+ not supported", failure=True
+    "mark-revision-unsupported",
+    "Extension MARK revision",
+    r"Extension MARK revision [0-9]+ not supported",
+    failure=True,
 )
 MARK_BAD_VALUE = signature(
-    "mark-bad-value", "MARK: bad value for option", r'MARK: bad value for option "--(set-mark|xor-mark|or-mark)"', failure=True
+    "mark-bad-value",
+    "MARK: bad value for option",
+    r'MARK: bad value for option "--(set-mark|xor-mark|or-mark)"',
+    failure=True,
 )
 MARK_KERNEL_TOO_OLD = signature(
-    "mark-kernel-too-old", "MARK target: kernel too old", r"MARK target: kernel too old for --(or|and|xor)-mark", failure=True
+    "mark-kernel-too-old",
+    "MARK target: kernel too old",
+    r"MARK target: kernel too old for --(or|and|xor)-mark",
+    failure=True,
 )
 
 # Kernels known to ship the regression (commit 0bfcb7b71e73; fixed by "netfilter: xtables: fix
@@ -105,7 +114,9 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
             f.confidence = Confidence.HIGH
             f.summary += f" Kernel {kernel.value} is a release known to carry the regression."
         else:
-            f.summary += f" Kernel {kernel.value} is not on the list of known broken releases; compare it with a working node."
+            f.summary += (
+                f" Kernel {kernel.value} is not on the list of known broken releases; compare it with a working node."
+            )
     else:
         f.summary += " Add `uname -r` to confirm the kernel release."
     if target:

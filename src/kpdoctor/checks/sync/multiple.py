@@ -47,14 +47,25 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/85483;
         https://github.com/kubernetes/kops/issues/4549
     """
-    procs = [p for p in facts.processes if p.program in ("kube-proxy", "hyperkube") and kpconfig.kube_proxy_args(p.argv) is not None]
+    procs = [
+        p
+        for p in facts.processes
+        if p.program in ("kube-proxy", "hyperkube") and kpconfig.kube_proxy_args(p.argv) is not None
+    ]
     by_pid = {p.pid: p for p in facts.processes}
-    bare = [p for p in procs if p.ppid is not None and (p.ppid == 1 or (by_pid.get(p.ppid) and by_pid[p.ppid].program not in SHIM))]
+    bare = [
+        p
+        for p in procs
+        if p.ppid is not None and (p.ppid == 1 or (by_pid.get(p.ppid) and by_pid[p.ppid].program not in SHIM))
+    ]
     port_hits = facts.log.hits(PORT_IN_USE.id)
     node = facts.node.name if facts.node else None
     pods = [
-        p for p in facts.kube_proxy_pods
-        if node and (p.body.get("spec") or {}).get("nodeName") == node and ((p.body.get("status") or {}).get("phase") in (None, "Running"))
+        p
+        for p in facts.kube_proxy_pods
+        if node
+        and (p.body.get("spec") or {}).get("nodeName") == node
+        and ((p.body.get("status") or {}).get("phase") in (None, "Running"))
     ]
     if len(procs) < 2 and not port_hits and len(pods) < 2:
         return
@@ -81,15 +92,18 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
         )
     if len(procs) >= 2:
         f.confidence = Confidence.HIGH
-        f.summary = (f.summary + " " if f.summary else "") + f"{len(procs)} kube-proxy processes run (PIDs {', '.join(str(p.pid) for p in procs)})."
+        f.summary = (
+            f.summary + " " if f.summary else ""
+        ) + f"{len(procs)} kube-proxy processes run (PIDs {', '.join(str(p.pid) for p in procs)})."
         if bare:
-            f.summary += f" Not managed by a Pod: PID {', '.join(str(p.pid) for p in bare)} (its parent is not a container shim)."
+            pids = ", ".join(str(p.pid) for p in bare)
+            f.summary += f" Not managed by a Pod: PID {pids} (its parent is not a container shim)."
         for p in procs[:4]:
             f.evidence.append(Cite(facts.process_artifact(), p.line, p.command))
     if len(pods) >= 2:
         f.summary += f" {len(pods)} kube-proxy Pods are scheduled to this node."
-        for p in pods[:3]:
-            f.evidence.append(Cite(p.artifact, p.line, p.ref))
+        for pod in pods[:3]:
+            f.evidence.append(Cite(pod.artifact, pod.line, pod.ref))
     f.fix = [
         "Stop and disable the kube-proxy that no Pod manages (`systemctl disable --now kube-proxy`, or kill the bare "
         "process; on TKE run fix-kube-proxy.sh).",

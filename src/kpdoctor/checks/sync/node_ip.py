@@ -12,7 +12,9 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 
 NODE_NOT_FOUND = signature(
-    "node-info-not-found", "Failed to retrieve node info", r'Failed to retrieve node info: (nodes "([^"]+)" not found|.*)'
+    "node-info-not-found",
+    "Failed to retrieve node info",
+    r'Failed to retrieve node info: (nodes "([^"]+)" not found|.*)',
 )
 NODE_IP_UNKNOWN = signature("node-ip-unknown", "Failed to retrieve node IP", r"Failed to retrieve node IP: (.*)")
 INVALID_NODE_IP = signature(
@@ -84,7 +86,9 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubeadm/issues/857;
         https://github.com/kubernetes-sigs/kubespray/issues/3610
     """
-    hits = facts.log.hits(NODE_NOT_FOUND.id, NODE_IP_UNKNOWN.id, INVALID_NODE_IP.id, CANT_DETERMINE_IP.id, DETECTED_LOOPBACK.id)
+    hits = facts.log.hits(
+        NODE_NOT_FOUND.id, NODE_IP_UNKNOWN.id, INVALID_NODE_IP.id, CANT_DETERMINE_IP.id, DETECTED_LOOPBACK.id
+    )
     node = facts.node
     drops: list[tuple[str, Cite]] = []
     local = local_endpoint_services(facts, node.name) if node else {}
@@ -132,21 +136,26 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
             f.evidence.append(Cite(override.source.artifact, override.source.line, override.source.text))
             if cfg.config_flag is not None:
                 f.explained_by.append("config-overrides-flags")
-    elif cfg.config_flag is not None and any(i.flag.name in ("hostname-override", "bind-address") for i in cfg.ignored_flags()):
+    elif cfg.config_flag is not None and any(
+        i.flag.name in ("hostname-override", "bind-address") for i in cfg.ignored_flags()
+    ):
         f.explained_by.append("config-overrides-flags")
     if wrong_drops:
         svcs = sorted({s for s, _ in wrong_drops})
         f.summary += (
-            f" The node drops external traffic for {', '.join(svcs[:5])} as \"has no local endpoints\" "
+            f' The node drops external traffic for {", ".join(svcs[:5])} as "has no local endpoints" '
             f"although {sum(len(local[s]) for s in svcs)} of their endpoints run on this node."
         )
-        for _, c in wrong_drops[:3]:
-            f.evidence.append(c)
+        for _, dc in wrong_drops[:3]:
+            f.evidence.append(dc)
     elif drops and not node:
-        f.summary += " Rules drop traffic as \"has no local endpoints\"; give --node and the EndpointSlices to check whether that is wrong."
+        f.summary += (
+            ' Rules drop traffic as "has no local endpoints"; give --node and the EndpointSlices '
+            "to check whether that is wrong."
+        )
         f.confidence = Confidence.MEDIUM
-        for _, c in drops[:2]:
-            f.evidence.append(c)
+        for _, dc in drops[:2]:
+            f.evidence.append(dc)
     if node:
         f.subject["node"] = node.name
     f.fix = [
@@ -155,5 +164,8 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         "Alternatively set bindAddress to the node's IP so the loopback fallback is not used.",
         "Restart kube-proxy; `curl http://<node-ip>:<healthCheckNodePort>/` must report localEndpoints > 0.",
     ]
-    f.references = ["https://github.com/kubernetes/kubernetes/issues/57518", "https://github.com/kubernetes/kubeadm/issues/857"]
+    f.references = [
+        "https://github.com/kubernetes/kubernetes/issues/57518",
+        "https://github.com/kubernetes/kubeadm/issues/857",
+    ]
     yield f

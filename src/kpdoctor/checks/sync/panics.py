@@ -20,7 +20,9 @@ NIL_POINTER = signature(
 )
 IPVS_FRAME = signature("stack-frame-ipvs", "pkg/proxy/ipvs", r"k8s\.io/kubernetes/pkg/proxy/ipvs")
 SLICE_BOUNDS = signature(
-    "panic-slice-bounds", "slice bounds out of range", r"(Observed a panic: .|panic: runtime error: )slice bounds out of range"
+    "panic-slice-bounds",
+    "slice bounds out of range",
+    r"(Observed a panic: .|panic: runtime error: )slice bounds out of range",
 )
 
 
@@ -39,7 +41,8 @@ def restart_info(facts: Facts) -> list[tuple[int, str, Cite]]:
             term: dict[str, Any] = ((cs.get("lastState") or {}).get("terminated")) or {}
             desc = ""
             if term:
-                desc = f"last exit {term.get('exitCode')} ({term.get('reason') or 'terminated'}) at {term.get('finishedAt')}"
+                reason = term.get("reason") or "terminated"
+                desc = f"last exit {term.get('exitCode')} ({reason}) at {term.get('finishedAt')}"
             out.append((count, desc, Cite(pod.artifact, pod.line, f"{pod.ref}: restartCount={count} {desc}".strip())))
     return out
 
@@ -172,9 +175,12 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
         severity=Severity.CRITICAL,
         confidence=Confidence.HIGH,
         title="kube-proxy panics parsing iptables-save output",
-        summary="kube-proxy panicked with \"slice bounds out of range\" while reading iptables-save output.",
+        summary='kube-proxy panicked with "slice bounds out of range" while reading iptables-save output.',
         fix=[],
-        references=["https://github.com/kubernetes/kubernetes/issues/78443", "https://github.com/kubernetes/kubernetes/pull/78428"],
+        references=[
+            "https://github.com/kubernetes/kubernetes/issues/78443",
+            "https://github.com/kubernetes/kubernetes/pull/78428",
+        ],
     )
     if any(h.previous for h in hits):
         f.summary += " The previous container died with it."
@@ -184,7 +190,13 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
             f.summary += f" The container has restarted {count} time(s)."
     warn = next((rs for rs in facts.rulesets if rs.legacy_warning_line), None)
     if warn:
-        f.evidence.append(Cite(warn.artifact, warn.legacy_warning_line, "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them"))
+        f.evidence.append(
+            Cite(
+                warn.artifact,
+                warn.legacy_warning_line,
+                "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them",
+            )
+        )
         f.summary += " iptables-nft-save on this node prints the legacy-tables warning that triggers it."
     if (f.occurrences or 0) == 1 and f.ongoing is False:
         f.severity = Severity.WARNING

@@ -65,16 +65,18 @@ def _writes_iptables(obj: K8sObject) -> bool:
 
 def _mounts_lock(obj: K8sObject) -> bool:
     spec = pod_spec_of(obj)
+    vols = spec.get("volumes")
     host_vols = {
         v.get("name"): (v.get("hostPath") or {}).get("path", "").rstrip("/") or "/"
-        for v in (spec.get("volumes") or [])
+        for v in (vols if isinstance(vols, list) else [])
         if isinstance(v, dict) and v.get("hostPath")
     }
     lock_vols = {name for name, path in host_vols.items() if path in LOCK_PATHS}
     if not lock_vols:
         return False
     for c in containers_of(obj):
-        for m in c.get("volumeMounts") or []:  # type: ignore[attr-defined]
+        mounts = c.get("volumeMounts")
+        for m in mounts if isinstance(mounts, list) else []:
             if isinstance(m, dict) and m.get("name") in lock_vols:
                 return True
     return False
@@ -150,7 +152,7 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
             severity=Severity.CRITICAL,
             confidence=Confidence.HIGH if offenders else Confidence.MEDIUM,
             title="An iptables writer does not share the host's xtables lock",
-            summary="iptables-restore failed part-way (\"line N failed\"), the signature of concurrent writers.",
+            summary='iptables-restore failed part-way ("line N failed"), the signature of concurrent writers.',
             fix=[],
             references=[],
         )
@@ -183,7 +185,10 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
         "Mount the host's /run/xtables.lock (hostPath, type FileOrCreate) into every Pod that runs "
         "iptables" + (f": {names}" if names else "") + ".",
     ]
-    f.references = ["https://github.com/kubernetes/kubernetes/issues/46103", "https://github.com/rancher/rke/issues/1303"]
+    f.references = [
+        "https://github.com/kubernetes/kubernetes/issues/46103",
+        "https://github.com/rancher/rke/issues/1303",
+    ]
     yield f
 
 
