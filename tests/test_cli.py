@@ -107,3 +107,10 @@ def test_no_color_output_is_plain(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     p.write_text(MISMATCH)
     res = runner.invoke(app, ["diagnose", str(p)])
     assert "\x1b[" not in res.output and "CRITICAL KP101" in res.output
+
+
+def test_catalogue_doc_matches_the_checks() -> None:
+    from kpdoctor.catalogue import render
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "checks.md"
+    assert doc.read_text() == render(), "regenerate: python -m kpdoctor.catalogue > docs/checks.md"
