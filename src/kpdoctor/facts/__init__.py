@@ -5,6 +5,7 @@ Checks read evidence only through here, never by parsing raw text themselves.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Generic, TypeVar
@@ -279,8 +280,6 @@ class Facts:
                         args, Source(obj.artifact, obj.line, f"{obj.ref}: {' '.join(argv)[:300]}")
                     )
         for h in self.log.hits(K3S_RUNNING.id):
-            import shlex
-
             try:
                 args = shlex.split(h.groups[0] or "")
             except ValueError:

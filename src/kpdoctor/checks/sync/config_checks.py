@@ -10,7 +10,7 @@ from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.kpconfig import IgnoredFlag, KubeProxyConfig, Setting, Source, parse_duration
+from kpdoctor.parse.kpconfig import IgnoredFlag, Source, parse_duration
 from kpdoctor.versions import KubeVersion
 
 CONFIG_EVIDENCE = [
@@ -238,12 +238,3 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         "https://github.com/kubernetes/kubernetes/pull/69340",
     ]
     yield f
-
-
-def ignored_flag(cfg: KubeProxyConfig, name: str) -> IgnoredFlag | None:
-    """The ignored flag of that name, if kube-proxy ignores it."""
-    return next((i for i in cfg.ignored_flags() if i.flag.name == name), None)
-
-
-def effective(cfg: KubeProxyConfig, fld: str) -> Setting:
-    return cfg.setting(fld)

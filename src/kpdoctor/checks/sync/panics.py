@@ -11,7 +11,7 @@ from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
-from kpdoctor.versions import FixRow, KubeVersion
+from kpdoctor.versions import FixRow
 
 NIL_POINTER = signature(
     "panic-nil-pointer",
@@ -204,7 +204,3 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     apply_remedy(f, rem, found, where)
     f.fix.append("Remove the KUBE-* rules left in the legacy backend (`iptables-legacy-save`) so the warning stops.")
     yield f
-
-
-def is_affected_18(v: KubeVersion) -> bool:
-    return v.line == (1, 18)
