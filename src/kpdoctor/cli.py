@@ -211,6 +211,9 @@ def demo(
 ) -> None:
     """Diagnose a built-in example bundle (one per seed scenario)."""
     header = ""
+    if not DEMOS:
+        _err("no example bundles are installed (the package data is missing: reinstall kpdoctor)")
+        raise typer.Exit(2)
     if name is None:
         lines = ["Built-in examples (kpdoctor demo NAME):"]
         for d in DEMOS:

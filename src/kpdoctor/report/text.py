@@ -28,12 +28,12 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
     if f.versions_found:
         v = ", ".join(f"{k} {val}" for k, val in f.versions_found.items())
         fixed = f"; fixed in {', '.join(f.fixed_in)}" if f.fixed_in else ""
-        con.print(f"{indent}   versions: {escape(v + fixed)}", highlight=False)
+        con.print(f"{indent}   versions: {escape(v + fixed)}", highlight=False, soft_wrap=True)
     if f.evidence:
         con.print(f"{indent}   evidence:")
         for c in f.evidence:
             where = f"{c.artifact}:{c.line}" if c.line else c.artifact
-            text = c.text if len(c.text) <= 220 else c.text[:217] + "..."
+            text = c.text if len(c.text) <= 400 else c.text[:397] + "..."
             con.print(f"{indent}     [dim]{escape(where)}[/]  {escape(text)}", highlight=False, soft_wrap=True)
     if f.fix:
         con.print(f"{indent}   fix:")

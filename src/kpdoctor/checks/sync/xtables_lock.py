@@ -12,6 +12,7 @@ from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.system import Process
 from kpdoctor.versions import FixRow
 
 RESTORE_LINE_FAILED = signature(
@@ -250,7 +251,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
             fix=[],
             references=[],
         )
-        if f.ongoing and (f.occurrences or 0) > 3:
+        if f.ongoing is not False and (f.occurrences or 0) > 3:
             f.severity = Severity.CRITICAL
             f.summary += " It keeps happening: rule updates are delayed sync after sync."
         quiet_if_recovered(f)
@@ -290,6 +291,20 @@ HOLDER_PROGRAMS = re.compile(
 )
 
 
+def _agent_ancestor(procs: dict[int, Process], p: Process) -> Process | None:
+    """The long-running agent behind an iptables process (its nearest non-iptables ancestor)."""
+    if not p.program.startswith(("iptables", "ip6tables")):
+        return None
+    cur = procs.get(p.ppid) if p.ppid else None
+    for _ in range(5):
+        if cur is None or cur.pid <= 1 or cur.program in ("containerd-shim", "containerd-shim-runc-v2", "containerd"):
+            return None
+        if not cur.program.startswith(("iptables", "ip6tables", "sh", "bash")):
+            return cur
+        cur = procs.get(cur.ppid) if cur.ppid else None
+    return None
+
+
 def lock_holders(facts: Facts) -> list[tuple[str, Cite, Cite | None]]:
     """Processes holding an flock that other processes wait for, or iptables-ish processes
     holding a write flock: (description, lock line, process line)."""
@@ -305,10 +320,15 @@ def lock_holders(facts: Facts) -> list[tuple[str, Cite, Cite | None]]:
         if not (contended or iptablesish):
             continue
         desc = f"PID {lk.pid}" + (f" ({p.command[:120]})" if p else "")
+        owner = _agent_ancestor(procs, p) if p else None
+        if owner is not None:
+            desc += f", started by PID {owner.pid} {owner.program}"
         if contended:
             desc += ", while other processes wait for the same lock"
         pcite = Cite(facts.process_artifact(), p.line, p.command) if p else None
         out.append((desc, Cite(art, lk.line, lk.text), pcite))
+        if owner is not None:
+            out.append(("", Cite(facts.process_artifact(), owner.line, owner.command), None))
     return out
 
 
@@ -355,8 +375,9 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
             fix=[],
             references=[],
         )
-        if f.ongoing and (f.occurrences or 0) > 3:
+        if f.ongoing is not False and (f.occurrences or 0) > 3:
             f.severity = Severity.CRITICAL
+            f.summary += " It keeps happening: rule updates are being lost."
         quiet_if_recovered(f)
     else:
         f = Finding(
@@ -368,8 +389,8 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
             summary="Processes are waiting on a file lock held by another process.",
         )
     if holders:
-        f.summary += " Holder: " + "; ".join(d for d, _, _ in holders[:3]) + "."
-        for _, lc, pc in holders[:3]:
+        f.summary += " Holder: " + "; ".join(d for d, _, _ in holders[:4] if d) + "."
+        for _, lc, pc in holders[:4]:
             f.evidence.append(lc)
             if pc:
                 f.evidence.append(pc)
