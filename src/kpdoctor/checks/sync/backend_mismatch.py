@@ -25,7 +25,7 @@ CHAIN_DOES_NOT_EXIST = signature(
     r"Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
 )
-_RESTORE_BINARY = re.compile(r"(ip6?tables-restore) v([0-9.]+) \((legacy|nf_tables)\)")
+_RESTORE_BINARY = re.compile(r"(ip6?tables(?:-legacy|-nft)?-restore) v([0-9.]+) \((legacy|nf_tables)\)")
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.
 FIXES = [
