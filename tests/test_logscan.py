@@ -79,7 +79,7 @@ def test_glog_era_single_line_and_line_numbers_across_chunks(monkeypatch: pytest
     monkeypatch.setattr(logscan, "CHUNK_BYTES", 4096)  # many chunk boundaries, some inside records
     res = Scanner(REGISTRY.values()).scan([Artifact("big.log", Kind.KUBE_PROXY_LOG, path=str(p))])
     [target] = res.hits["restore-cannot-load-kube-target"]
-    assert target.line == 5001 and target.groups[0] == "KUBE-MARK-DROP"
+    assert target.line == 5001 and target.groups == ("legacy", "KUBE-MARK-DROP")
     [mark] = res.hits["mark-unknown-option"]
     assert mark.line == 5001 + 3000 + 3 and mark.header_line == mark.line - 1
     assert res.counts["restore-failed"] == 2
@@ -104,3 +104,34 @@ def test_every_signature_is_grep_compatible() -> None:
         for bad in ("(?", "\\d", "\\s", "\\w", "\\b", "*?", "+?"):
             assert bad not in sig.pattern, (sig.id, bad)
         assert sig.needle in sig.pattern.replace("\\", ""), sig.id
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compiled_and_pure_python_finders_agree(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int) -> None:
+    """The Aho-Corasick finder, the pure-Python fallback, serial and parallel: same hits."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from gen_kubeproxy_log import generate
+
+    log = tmp_path / "gen.log"
+    generate(log, 3)
+    monkeypatch.setattr(logscan, "CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(logscan, "PARALLEL_MIN_BYTES", 1024 * 1024)
+    art = Artifact("gen.log", Kind.KUBE_PROXY_LOG, path=str(log))
+    results = []
+    for pure in (False, True):
+        res = Scanner(REGISTRY.values(), workers=workers, pure_python=pure).scan([art])
+        results.append(
+            (
+                sorted((h.sig, h.line, h.header_line, h.order, h.text) for hs in res.hits.values() for h in hs),
+                res.counts,
+            )
+        )
+    assert results[0] == results[1]
+    serial = Scanner(REGISTRY.values(), workers=1).scan([art])
+    assert results[0][1] == serial.counts and sum(serial.counts.values()) > 50
+    # line numbers are the file's own
+    lines = log.read_text().splitlines()
+    for sig, line, _h, _o, text in results[0][0]:
+        assert lines[line - 1].strip() == text, sig

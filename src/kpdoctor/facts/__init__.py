@@ -217,7 +217,7 @@ class Facts:
             if v:
                 return Versioned(v, _first_line_cite(a))
         for h in reversed(self.log.hits(VERSION_GLOG.id, VERSION_STRUCTURED.id)):
-            v = KubeVersion.parse(h.groups[0] or "")
+            v = KubeVersion.parse("v" + (h.groups[0] or "").lstrip("v"))
             if v:
                 return Versioned(v, Cite(h.artifact, h.line, h.text))
         for obj in self.kube_proxy_pods + self.kube_proxy_workloads:

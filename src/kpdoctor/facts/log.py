@@ -14,11 +14,9 @@ from kpdoctor.parse.logscan import Hit, ScanResult, signature
 
 SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)")
 SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True)
-RESTORE_FAILED = signature(
-    "restore-failed", "Failed to execute iptables-restore", r"Failed to execute iptables-restore", failure=True
-)
-VERSION_GLOG = signature("version-glog", "Version: ", r"Version: (v[0-9]+\.[0-9]+\.[0-9]+[^ \"]*)")
-VERSION_STRUCTURED = signature("version-structured", '"Version info"', r'"Version info" version="(v[^"]+)"')
+RESTORE_FAILED = signature("restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True)
+VERSION_GLOG = signature("version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)")
+VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', r'"Version info" version="(v[^"]+)"')
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"')
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
 PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")

@@ -14,16 +14,29 @@ reported with its record's header, so it carries the entry's level and timestamp
 
 from __future__ import annotations
 
+import concurrent.futures
+import concurrent.futures.process
+import dataclasses
+import itertools
+import multiprocessing
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO, Protocol
 
-from kpdoctor.bundle.artifacts import Artifact
+try:  # compiled multi-needle search; the pure-Python loop below is the fallback
+    import ahocorasick_rs
+except ImportError:  # pragma: no cover - exercised by the pure_python tests
+    ahocorasick_rs = None  # type: ignore[assignment]
+
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.parse.logwrap import KLOG_HEADER, LOGRUS, is_continuation, unwrap
 
 CHUNK_BYTES = 8 * 1024 * 1024
 MAX_RECORD_LINES = 400  # a record longer than this is cut (a runaway stack trace)
 MAX_HITS_PER_SIGNATURE = 100_000  # beyond this, hits are counted but not kept
+PARALLEL_MIN_BYTES = 64 * 1024 * 1024  # files this large are scanned on every core
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +126,11 @@ def _klog_time(header: str) -> tuple[str | None, str | None]:
 class _Chunk:
     """A block of whole records, with line-number bookkeeping."""
 
-    __slots__ = ("_cache_line", "_cache_off", "base_line", "base_off", "data")
+    __slots__ = ("_cache_line", "_cache_off", "base_line", "base_off", "data", "end")
 
-    def __init__(self, data: bytes, base_line: int, base_off: int) -> None:
+    def __init__(self, data: bytes, end: int, base_line: int, base_off: int) -> None:
         self.data = data
+        self.end = end
         self.base_line = base_line
         self.base_off = base_off
         self._cache_off = 0
@@ -131,9 +145,9 @@ class _Chunk:
         return n
 
     def line_at(self, start: int) -> tuple[str, int]:
-        end = self.data.find(b"\n", start)
+        end = self.data.find(b"\n", start, self.end)
         if end == -1:
-            end = len(self.data)
+            end = self.end
         return self.data[start:end].decode("utf-8", errors="replace").rstrip("\r"), end
 
 
@@ -166,68 +180,199 @@ def _safe_cut(data: bytes) -> int:
     return cut
 
 
+class NeedleFinder(Protocol):
+    def lines(self, data: bytes, end: int) -> dict[int, list[bytes]]:
+        """Start offset of every line of ``data[:end]`` holding a needle -> its needles (each once)."""
+        ...
+
+
+class FindLoopFinder:
+    """Pure Python: one ``bytes.find`` pass per needle (a few GB/s each)."""
+
+    def __init__(self, needles: list[bytes]) -> None:
+        self.needles = needles
+
+    def lines(self, data: bytes, end: int) -> dict[int, list[bytes]]:
+        found: dict[int, list[bytes]] = {}
+        find = data.find
+        for needle in self.needles:
+            i = find(needle, 0, end)
+            while i != -1:
+                ls = data.rfind(b"\n", 0, i) + 1
+                found.setdefault(ls, []).append(needle)
+                nl = find(b"\n", i, end)
+                if nl == -1:
+                    break
+                i = find(needle, nl, end)
+        return found
+
+
+class AhoCorasickFinder:
+    """Every needle in one pass (ahocorasick_rs, a compiled Aho-Corasick automaton)."""
+
+    def __init__(self, needles: list[bytes]) -> None:
+        assert ahocorasick_rs is not None
+        self.needles = needles
+        self.ac = ahocorasick_rs.BytesAhoCorasick(needles)
+
+    def lines(self, data: bytes, end: int) -> dict[int, list[bytes]]:
+        found: dict[int, list[bytes]] = {}
+        rfind = data.rfind
+        for pi, start, stop in self.ac.find_matches_as_indexes(data, overlapping=True):
+            if stop > end:
+                continue  # in the carried-over tail: found again in the next chunk
+            ls = rfind(b"\n", 0, start) + 1
+            lst = found.setdefault(ls, [])
+            needle = self.needles[pi]
+            if needle not in lst:
+                lst.append(needle)
+        return found
+
+
+def _align(fh: BinaryIO, pos: int) -> int:
+    """The start of the first whole record at or after byte ``pos`` (same answer for every caller)."""
+    if pos <= 0:
+        return 0
+    fh.seek(pos)
+    window = fh.read(4 * 1024 * 1024)
+    nl = window.find(b"\n")
+    if nl == -1:
+        return pos + len(window)
+    cur = nl + 1
+    for _ in range(MAX_RECORD_LINES):
+        end = window.find(b"\n", cur)
+        if end == -1:
+            break
+        line = window[cur:end].decode("utf-8", errors="replace")
+        if not is_continuation(unwrap(line).inner):
+            break
+        cur = end + 1
+    return pos + cur
+
+
+def _scan_range(
+    sigs: tuple[Signature, ...],
+    idx: int,
+    name: str,
+    path: str,
+    previous: bool,
+    start: int,
+    end: int,
+    pure_python: bool = False,
+) -> tuple[list[Hit], dict[str, int], int, int]:
+    """Worker: scan bytes [start, end) of a file; line numbers relative to the range (first = 1)."""
+    scanner = Scanner(sigs, workers=1, pure_python=pure_python)
+    res = ScanResult()
+    art = Artifact(name, Kind.KUBE_PROXY_LOG, path=path, attrs={"previous": "true"} if previous else {})
+    lines = 1
+    for data, cut, base_off in scanner._blocks(art, start, end):
+        chunk = _Chunk(data, cut, lines, base_off)
+        res.bytes_read += cut
+        for hit in scanner._scan_chunk(idx, art, chunk, previous):
+            res.add(hit)
+        lines = chunk.lineno(cut)
+    hits = [h for lst in res.hits.values() for h in lst]
+    return hits, res.counts, lines - 1, res.bytes_read
+
+
 class Scanner:
     """Scans artifacts for a set of signatures; one instance per run."""
 
-    def __init__(self, signatures: Iterable[Signature]) -> None:
+    def __init__(self, signatures: Iterable[Signature], workers: int | None = None, pure_python: bool = False) -> None:
+        self.signatures = tuple(signatures)
         self.by_needle: dict[bytes, list[Signature]] = {}
-        for sig in signatures:
+        for sig in self.signatures:
             if sig.needle not in sig.pattern.replace("\\", ""):
                 raise ValueError(f"signature {sig.id}: needle {sig.needle!r} not in its pattern")
             self.by_needle.setdefault(sig.needle.encode(), []).append(sig)
+        self.pure_python = pure_python or ahocorasick_rs is None
+        self.finder: NeedleFinder = (
+            AhoCorasickFinder(list(self.by_needle))
+            if ahocorasick_rs is not None and not pure_python
+            else FindLoopFinder(list(self.by_needle))
+        )
+        self.workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
 
     def scan(self, artifacts: list[Artifact]) -> ScanResult:
         result = ScanResult()
         for idx, art in enumerate(artifacts):
+            if art.path is not None and self.workers > 1 and os.path.getsize(art.path) >= PARALLEL_MIN_BYTES:
+                try:
+                    self._scan_parallel(idx, art, result)
+                    continue
+                except (OSError, RuntimeError, concurrent.futures.process.BrokenProcessPool):
+                    pass  # no processes available here: fall back to one core
             for hit in self._scan_artifact(idx, art, result):
                 result.add(hit)
         return result
 
-    def _blocks(self, art: Artifact) -> Iterator[tuple[bytes, int]]:
+    def _scan_parallel(self, idx: int, art: Artifact, result: ScanResult) -> None:
+        """Scan a large file on every core: record-aligned byte ranges, line numbers stitched."""
+        assert art.path is not None
+        size = os.path.getsize(art.path)
+        n = self.workers * 2
+        with open(art.path, "rb") as fh:
+            bounds = sorted({_align(fh, size * i // n) for i in range(n)} | {size})
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+            futures = [
+                pool.submit(_scan_range, self.signatures, idx, art.name, art.path, art.previous, a, b, self.pure_python)
+                for a, b in itertools.pairwise(bounds)
+                if b > a
+            ]
+            outcomes = [f.result() for f in futures]
+        line_base = art.first_line - 1
+        for hits, counts, lines, nbytes in outcomes:
+            for h in hits:
+                result.add(dataclasses.replace(h, line=h.line + line_base, header_line=h.header_line + line_base))
+            for k, v in counts.items():  # hits beyond the per-signature cap are still counted
+                kept = sum(1 for h in hits if h.sig == k)
+                result.counts[k] = result.counts.get(k, 0) + v - kept
+            line_base += lines
+            result.bytes_read += nbytes
+        result.lines[art.name] = result.lines.get(art.name, 0) + line_base - (art.first_line - 1)
+
+    def _blocks(self, art: Artifact, start: int = 0, end: int | None = None) -> Iterator[tuple[bytes, int, int]]:
+        """(data, end, file offset): ``data[:end]`` holds whole records; the tail is carried over."""
         if art.path is None:
-            yield art.text.encode("utf-8", errors="replace"), 0
+            text = art.text.encode("utf-8", errors="replace")
+            yield text, len(text), 0
             return
         with open(art.path, "rb") as fh:
+            fh.seek(start)
+            remaining = (end - start) if end is not None else None
             carry = b""
-            off = 0
+            off = start
             while True:
-                block = fh.read(CHUNK_BYTES)
+                want = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
+                block = fh.read(want) if want > 0 else b""
+                if remaining is not None:
+                    remaining -= len(block)
                 if not block:
                     if carry:
-                        yield carry, off
+                        yield carry, len(carry), off
                     return
                 data = carry + block if carry else block
                 cut = _safe_cut(data)
                 if cut == 0:
                     carry = data
                     continue
-                yield data[:cut], off
+                yield data, cut, off
                 off += cut
                 carry = data[cut:]
 
     def _scan_artifact(self, idx: int, art: Artifact, result: ScanResult) -> Iterator[Hit]:
         line = art.first_line
         previous = art.previous
-        for data, base_off in self._blocks(art):
-            chunk = _Chunk(data, line, base_off)
-            result.bytes_read += len(data)
+        for data, end, base_off in self._blocks(art):
+            chunk = _Chunk(data, end, line, base_off)
+            result.bytes_read += end
             yield from self._scan_chunk(idx, art, chunk, previous)
-            line += data.count(b"\n")
+            line = chunk.lineno(end)
         result.lines[art.name] = result.lines.get(art.name, 0) + line - art.first_line
 
     def _scan_chunk(self, idx: int, art: Artifact, chunk: _Chunk, previous: bool) -> Iterator[Hit]:
-        data = chunk.data
-        found: dict[int, list[bytes]] = {}
-        for needle in self.by_needle:
-            find = data.find
-            i = find(needle)
-            while i != -1:
-                ls = data.rfind(b"\n", 0, i) + 1
-                found.setdefault(ls, []).append(needle)
-                nl = find(b"\n", i)
-                if nl == -1:
-                    break
-                i = find(needle, nl)
+        found = self.finder.lines(chunk.data, chunk.end)
         for ls in sorted(found):
             text, _ = chunk.line_at(ls)
             un = unwrap(text)

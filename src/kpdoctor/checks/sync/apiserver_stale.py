@@ -14,12 +14,12 @@ from kpdoctor.versions import FixRow
 
 STREAM_ERROR = signature(
     "http2-stream-error-closed-connection",
-    "may be caused by closed connection",
+    "closed connection",
     r"Stream error http2\.StreamError.*may be caused by closed connection",
 )
 CLOSED_CONN = signature(
     "watch-use-of-closed-connection",
-    "use of closed network connection",
+    "closed network connection",
     r"(Failed to (list|watch)|failed to list|watch of).*use of closed network connection",
 )
 CONN_LOST = signature("http2-client-connection-lost", "http2: client connection lost", r"http2: client connection lost")

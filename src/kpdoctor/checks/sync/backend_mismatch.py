@@ -15,14 +15,14 @@ from kpdoctor.versions import FixRow
 
 CANNOT_LOAD_TARGET = signature(
     "restore-cannot-load-kube-target",
-    "Couldn't load target",
-    r"Couldn't load target .(KUBE-[A-Z0-9-]+).",
+    "-restore",
+    r"-restore v[0-9.]+ \((legacy|nf_tables)\): Couldn't load target .(KUBE-[A-Z0-9-]+).",
     failure=True,
 )
 CHAIN_DOES_NOT_EXIST = signature(
     "restore-kube-chain-does-not-exist",
-    "does not exist",
-    r"Chain .(KUBE-[A-Z0-9-]+). does not exist",
+    "-restore",
+    r"-restore v[0-9.]+ \((legacy|nf_tables)\): Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
 )
 _RESTORE_BINARY = re.compile(r"(ip6?tables(?:-legacy|-nft)?-restore) v([0-9.]+) \((legacy|nf_tables)\)")
@@ -148,7 +148,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
             fix=[],
             references=[],
         )
-        chain = next((h.groups[0] for h in hits if h.groups and h.groups[0]), "KUBE-MARK-DROP")
+        chain = next((h.groups[1] for h in hits if len(h.groups) > 1 and h.groups[1]), "KUBE-MARK-DROP")
         other = "nf_tables" if kp_backend == "legacy" else "legacy"
         f.summary = (
             f"kube-proxy's iptables-restore ({kp_backend}) cannot see chain {chain}, which exists only "

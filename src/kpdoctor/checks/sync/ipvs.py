@@ -14,9 +14,15 @@ from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KubeVersion
 
-GT_DELETE_RS = signature("ipvs-gt-trying-delete-rs", "Trying to delete rs", r"Trying to delete rs: ([^ ]+)")
+GT_DELETE_RS = signature(
+    "ipvs-gt-trying-delete-rs",
+    "graceful_termination.go",
+    r"graceful_termination\.go:[0-9]+\] Trying to delete rs: ([^ ]+)",
+)
 GT_ERRORS = signature(
-    "ipvs-gt-flush-error", "graceful termination list err", r"Try flush graceful termination list err"
+    "ipvs-gt-flush-error",
+    "graceful_termination.go",
+    r"graceful_termination\.go:[0-9]+\] Try flush graceful termination list err",
 )
 
 # (affected first, affected last, fixed) per release line; k/k#71071, lbernail 2019-03-09.
@@ -169,11 +175,11 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
-IPSET_MISSING = signature("ipvs-ipset-missing", "ipset version", r"getting ipset version, error: (.*)")
+IPSET_MISSING = signature("ipvs-ipset-missing", "getting ipset version", r"getting ipset version, error: (.*)")
 IPVS_FALLBACK = signature(
     "ipvs-fallback-to-iptables", "Can't use ipvs proxier", r"Can't use ipvs proxier, trying iptables proxier"
 )
-IPVS_CANT_USE = signature("ipvs-cannot-use", "use the IPVS proxier", r"[Cc]an't use the IPVS proxier.*")
+IPVS_CANT_USE = signature("ipvs-cannot-use", "an't use the IPVS proxier", r"[Cc]an't use the IPVS proxier.*")
 IPVS_MODULES = signature(
     "ipvs-modules-not-loaded", "required kernel modules are not loaded", r"required kernel modules are not loaded: (.*)"
 )

@@ -20,19 +20,19 @@ UNKNOWN_MARK_OPTION = signature(
 )
 MARK_REVISION = signature(
     "mark-revision-unsupported",
-    "Extension MARK revision",
+    "MARK",
     r"Extension MARK revision [0-9]+ not supported",
     failure=True,
 )
 MARK_BAD_VALUE = signature(
     "mark-bad-value",
-    "MARK: bad value for option",
+    "MARK",
     r'MARK: bad value for option "--(set-mark|xor-mark|or-mark)"',
     failure=True,
 )
 MARK_KERNEL_TOO_OLD = signature(
     "mark-kernel-too-old",
-    "MARK target: kernel too old",
+    "MARK",
     r"MARK target: kernel too old for --(or|and|xor)-mark",
     failure=True,
 )

@@ -13,15 +13,19 @@ from kpdoctor.parse.logscan import Hit, signature
 
 NODE_NOT_FOUND = signature(
     "node-info-not-found",
-    "Failed to retrieve node info",
+    "Failed to retrieve node",
     r'Failed to retrieve node info: (nodes "([^"]+)" not found|.*)',
 )
-NODE_IP_UNKNOWN = signature("node-ip-unknown", "Failed to retrieve node IP", r"Failed to retrieve node IP: (.*)")
+NODE_IP_UNKNOWN = signature("node-ip-unknown", "Failed to retrieve node", r"Failed to retrieve node IP: (.*)")
 INVALID_NODE_IP = signature(
-    "invalid-node-ip", "invalid nodeIP", r"invalid nodeIP, initializing kube-proxy with 127\.0\.0\.1 as nodeIP"
+    "invalid-node-ip",
+    "invalid nodeIP, initializing kube-proxy with",
+    r"invalid nodeIP, initializing kube-proxy with 127\.0\.0\.1 as nodeIP",
 )
 CANT_DETERMINE_IP = signature(
-    "cant-determine-node-ip", "this node's IP", r"[Cc]an't determine this node's IP, assuming (127\.0\.0\.1|loopback)"
+    "cant-determine-node-ip",
+    "an't determine this node's IP",
+    r"[Cc]an't determine this node's IP, assuming (127\.0\.0\.1|loopback)",
 )
 DETECTED_LOOPBACK = signature(
     "detected-node-ip-loopback", "Detected node IP", r'"Detected node IP" address="(127\.0\.0\.1|::1)"'

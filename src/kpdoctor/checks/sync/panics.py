@@ -15,10 +15,10 @@ from kpdoctor.versions import FixRow
 
 NIL_POINTER = signature(
     "panic-nil-pointer",
-    "invalid memory address or nil pointer dereference",
+    "nil pointer dereference",
     r"panic: runtime error: invalid memory address or nil pointer dereference",
 )
-IPVS_FRAME = signature("stack-frame-ipvs", "pkg/proxy/ipvs", r"k8s\.io/kubernetes/pkg/proxy/ipvs")
+IPVS_FRAME = signature("stack-frame-ipvs", "kubernetes/pkg/proxy/ipvs", r"k8s\.io/kubernetes/pkg/proxy/ipvs")
 SLICE_BOUNDS = signature(
     "panic-slice-bounds",
     "slice bounds out of range",

@@ -16,23 +16,23 @@ from kpdoctor.parse.system import Process
 from kpdoctor.versions import FixRow
 
 RESTORE_LINE_FAILED = signature(
-    "restore-line-failed", "-restore: line", r"ip6?tables-restore: line [0-9]+ failed", failure=True
+    "restore-line-failed", "-restore", r"ip6?tables-restore: line [0-9]+ failed", failure=True
 )
 LOCK_NO_WAIT = signature(
     "xtables-lock-no-wait",
-    "Perhaps you want to use the -w option",
+    "holding the xtables lock",
     r"holding the xtables lock. Perhaps you want to use the -w option",
     failure=True,
 )
 OWN_LOCK_TIMEOUT = signature(
-    "iptables-own-lock-timeout", "iptables lock:", r"failed to acquire (new|old) iptables lock: (.*)", failure=True
+    "iptables-own-lock-timeout", " iptables lock: ", r"failed to acquire (new|old) iptables lock: (.*)", failure=True
 )
 RESTORE_NO_WAIT_ASSUMED = signature(
     "restore-wait-unsupported", "doesn't support --wait", r"assuming it doesn't support --wait"
 )
 LOCK_STOPPED_WAITING = signature(
     "xtables-lock-timeout",
-    "Stopped waiting after",
+    "holding the xtables lock",
     r"holding the xtables lock. Stopped waiting after ([0-9]+)s",
     failure=True,
 )
