@@ -51,3 +51,21 @@ def test_truncated_and_garbage_lines_are_diagnostics_not_errors() -> None:
     rs = parse_save(text, "x", None, 4)
     msgs = [str(d) for d in rs.diagnostics]
     assert any("not a rule" in m for m in msgs) and any("no COMMIT" in m for m in msgs)
+
+
+REAL = Path(__file__).resolve().parent / "data" / "iptables" / "real"
+
+
+def test_warning_written_into_a_rule_through_a_pipe_is_repaired() -> None:
+    """Real `iptables-nft-save 2>&1 | cat` output: stderr's warning lands inside a rule."""
+    text = (REAL / "nft-save-with-legacy-warning-pipe.txt").read_text()
+    clean = parse_save((REAL / "nft-save.txt").read_text(), "clean", "nft", 4)
+    rs = parse_save(text, "piped", "nft", 4)
+    assert rs.legacy_warning_line is not None and "-A KUBE-SERVI# Warning" in text.splitlines()[rs.legacy_warning_line - 1]
+    assert [r.args for r in rs.all_rules()] == [r.args for r in clean.all_rules()]
+    assert [str(d) for d in rs.diagnostics if "repaired" not in str(d)] == []
+
+
+def test_warning_on_its_own_line_marks_both_backends() -> None:
+    [art] = load([REAL / "nft-save-with-legacy-warning.txt"]).artifacts
+    assert art.attrs["backend"] == "nft" and art.attrs.get("legacy_present") == "true"

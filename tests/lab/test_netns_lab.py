@@ -42,19 +42,16 @@ def test_namespace_is_created_and_deleted() -> None:
 
 
 def test_namespace_is_deleted_when_the_block_raises() -> None:
-    with pytest.raises(subprocess.TimeoutExpired):
-        with Netns() as ns:
-            ns.run(["sleep", "5"], timeout=0.3)
+    with pytest.raises(subprocess.TimeoutExpired), Netns() as ns:
+        ns.run(["sleep", "5"], timeout=0.3)
     assert ns.name not in list_netns(PREFIX)
 
 
 def test_cleanup_stale_deletes_leftovers_of_dead_processes_only() -> None:
     prefix = f"kpdtest{os.getpid()}-"
-    dead = subprocess.run(["true"], check=True)  # a pid that has exited
-    gone_pid = subprocess.Popen(["true"])
-    gone_pid.wait()
-    leftover = f"{prefix}{gone_pid.pid}-deadbeef"
-    assert dead.returncode == 0
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    leftover = f"{prefix}{exited.pid}-deadbeef"  # named by a process that is gone
     subprocess.run(["ip", "netns", "add", leftover], check=True, timeout=10)
     subprocess.run(["ip", "netns", "add", f"{prefix}oldstyle"], check=True, timeout=10)
     try:

@@ -253,6 +253,8 @@ class Facts:
                     if isinstance(val, str) and "KubeProxyConfiguration" in val:
                         cfg.file = kpconfig.parse_config_file(val, cm.artifact, 1)
                         if cfg.file is not None:
+                            # the embedded document has no lines of its own in the user's file
+                            cfg.file.text = ""
                             cfg.file.source = Source(cm.artifact, cm.line, f"{cm.ref} data[{key}]")
                         break
         return cfg

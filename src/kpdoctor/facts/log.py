@@ -48,6 +48,7 @@ class LogFacts:
         self.scan = scan
         self._failure_sigs = failure_sigs
         self._last_success: tuple[int, int] | None = None
+        self._successes: list[tuple[int, int]] = []
         self._any_sync = False
         self._compute_syncs()
 
@@ -75,6 +76,7 @@ class LogFacts:
                 self._any_sync = True
                 if not failed_since:
                     self._last_success = order
+                    self._successes.append(order)
                 failed_since = False
             else:
                 failed_since = True
@@ -99,6 +101,13 @@ class LogFacts:
 
     def successes_after(self, hit: Hit) -> bool:
         return self._last_success is not None and self._last_success > hit.order
+
+    def successes_between(self, first: Hit, last: Hit) -> bool:
+        """Did any sync succeed between two failures (the other IP family's, in dual-stack)?"""
+        return any(first.order < o < last.order for o in self._successes)
+
+    def successes_after_count(self, hit: Hit) -> int:
+        return sum(1 for o in self._successes if o > hit.order)
 
     def occurrence(self, hits: list[Hit]) -> Occurrence | None:
         if not hits:

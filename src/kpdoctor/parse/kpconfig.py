@@ -196,6 +196,8 @@ class ConfigFile:
     data: dict[str, Any]
     source: Source
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    text: str = ""
+    first_line: int = 1
 
     def get(self, dotted: str) -> Any:
         cur: Any = self.data
@@ -205,10 +207,20 @@ class ConfigFile:
             cur = cur[part]
         return cur
 
-    def line_of(self, dotted: str, text: str, first_line: int) -> int | None:
-        key = dotted.split(".")[-1]
-        m = re.search(rf"^\s*\"?{re.escape(key)}\"?\s*:", text, re.M)
-        return None if m is None else text.count("\n", 0, m.start()) + first_line
+    def cite(self, dotted: str) -> Source:
+        """Where a field is set: its own line (nested keys searched under their parents)."""
+        pos = 0
+        line_start = None
+        for part in dotted.split("."):
+            m = re.compile(rf"^\s*\"?{re.escape(part)}\"?\s*:", re.M).search(self.text, pos)
+            if m is None:
+                return self.source
+            pos, line_start = m.end(), m.start()
+        if line_start is None:
+            return self.source
+        ln = self.text.count("\n", 0, line_start)
+        line = self.text.splitlines()[ln].strip() if self.text else ""
+        return Source(self.source.artifact, (self.source.line or 1) + ln, line)
 
 
 def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
@@ -216,12 +228,20 @@ def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFi
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        cf = ConfigFile({}, Source(artifact, first_line, ""))
+        cf = ConfigFile({}, Source(artifact, first_line, ""), text=text, first_line=first_line)
         cf.diagnostics.append(Diagnostic(None if mark is None else mark.line + first_line, f"invalid YAML: {exc}"))
         return cf
     if not isinstance(doc, dict):
         return None
-    return ConfigFile(doc, Source(artifact, first_line, "kind: KubeProxyConfiguration"))
+    kind_line = next((i for i, ln in enumerate(text.splitlines()) if re.match(r"\s*\"?kind\"?\s*:", ln)), 0)
+    cf = ConfigFile(
+        doc,
+        Source(artifact, first_line, text.splitlines()[0].strip() if text else ""),
+        text=text,
+        first_line=first_line,
+    )
+    cf.source = Source(artifact, first_line + kind_line, (text.splitlines() or [""])[kind_line].strip())
+    return cf
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,13 +307,13 @@ class KubeProxyConfig:
             if self.file is not None:
                 val = self.file.get(fld)
                 if val is not None and val != "":
-                    return Setting(val, "config", self.file.source)
-                return Setting(None, "default", self.file.source)
+                    return Setting(val, "config", self.file.cite(fld))
+                return Setting(None, "default", self.file.cite(fld))
             return Setting(None, "unknown", self.config_flag.source)
         if fv is not None:
             return Setting(fv.value, "flag" if fv.explicit else "default", fv.source)
         if self.file is not None:  # config seen but no flags known: assume it is in use
             val = self.file.get(fld)
             if val is not None and val != "":
-                return Setting(val, "config", self.file.source)
+                return Setting(val, "config", self.file.cite(fld))
         return Setting(None, "default" if self.flags else "unknown")

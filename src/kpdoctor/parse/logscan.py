@@ -96,6 +96,7 @@ class Hit:
     order: tuple[int, int]  # (artifact order, byte offset): chronological across artifacts
     groups: tuple[str | None, ...]
     previous: bool = False  # found in the log of a previous (crashed) container
+    record: str = ""  # the whole record (header and continuation lines), unwrapped, capped
 
 
 @dataclass
@@ -161,6 +162,29 @@ def _record_start(chunk: _Chunk, start: int) -> int:
             return pos
         pos = data.rfind(b"\n", 0, pos - 1) + 1
     return start
+
+
+MAX_RECORD_CHARS = 4000
+
+
+def _record_text(chunk: _Chunk, start: int) -> str:
+    """The record starting at ``start``: its header and continuation lines, unwrapped."""
+    lines = []
+    pos = start
+    size = 0
+    for i in range(MAX_RECORD_LINES):
+        if pos >= chunk.end:
+            break
+        text, end = chunk.line_at(pos)
+        inner = unwrap(text).inner
+        if i > 0 and not is_continuation(inner):
+            break
+        lines.append(inner)
+        size += len(inner)
+        if size > MAX_RECORD_CHARS:
+            break
+        pos = end + 1
+    return "\n".join(lines)[:MAX_RECORD_CHARS]
 
 
 def _safe_cut(data: bytes) -> int:
@@ -387,11 +411,14 @@ class Scanner:
             level, kts = _klog_time(header)
             lineno = chunk.lineno(ls)
             hline = lineno if header_off == ls else chunk.lineno(header_off)
+            record: str | None = None
             for needle in found[ls]:
                 for sig in self.by_needle[needle]:
                     m = sig.compiled().search(inner)
                     if m is None:
                         continue
+                    if record is None:
+                        record = _record_text(chunk, header_off)
                     yield Hit(
                         sig.id,
                         art.name,
@@ -404,4 +431,5 @@ class Scanner:
                         (idx, chunk.base_off + ls),
                         m.groups(),
                         previous,
+                        record,
                     )

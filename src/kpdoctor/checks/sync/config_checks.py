@@ -172,9 +172,8 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         and bool(override.value)
         and looked is not None
         and looked[0] != override.value
-        and all(i.flag.name != "hostname-override" for i in ignored)
     )
-    if proven:
+    if proven and all(i.flag.name != "hostname-override" for i in ignored):
         assert override is not None
         ignored.insert(
             0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None)
@@ -209,7 +208,11 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         if c not in f.evidence:
             f.evidence.append(c)
     if cfg.file is not None:
-        f.evidence.append(Cite(cfg.file.source.artifact, cfg.file.source.line, cfg.file.source.text))
+        for i in shown[:6]:
+            src = cfg.file.cite(i.field) if i.field else cfg.file.source
+            c = Cite(src.artifact, src.line, src.text)
+            if c not in f.evidence:
+                f.evidence.append(c)
     if cfg.version:
         f.versions_found["kube-proxy"] = str(cfg.version)
     hostname = next((i for i in ignored if i.flag.name == "hostname-override"), None)

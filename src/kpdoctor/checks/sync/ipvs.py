@@ -257,21 +257,23 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         what.append("the ipset binary")
     if conntrack:
         what.append("the conntrack binary")
-        if not hits:
-            f.evidence.append(Cite(conntrack[0].artifact, conntrack[0].line, conntrack[0].text))
+        c = Cite(conntrack[0].artifact, conntrack[0].line, conntrack[0].text)
+        if c not in f.evidence:
+            f.evidence.append(c)
     if facts.log.count(IPVS_MODULES.id) or missing_mods:
         what.append("IPVS kernel modules" + (f" ({', '.join(missing_mods)})" if missing_mods else ""))
-    f.summary = "IPVS mode is missing " + (", ".join(what) if what else "a prerequisite") + "."
+    f.summary = "IPVS mode is missing " + (" and ".join(what) if what else "a prerequisite") + "."
     if cfg_mode.origin in ("flag", "config") and cfg_mode.source:
         f.evidence.append(Cite(cfg_mode.source.artifact, cfg_mode.source.line, cfg_mode.source.text))
     if running and running[1]:
         f.evidence.append(running[1])
     if fell_back or facts.log.count(IPVS_FALLBACK.id):
         f.summary += f" kube-proxy was configured for ipvs but runs in {running[0] if running else 'iptables'} mode."
-    f.fix = [
-        "Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them.",
-        "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` "
-        "and persist them in /etc/modules-load.d/.",
-        "Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.",
-    ]
+    f.fix = ["Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them."]
+    if mods is None or missing_mods:
+        f.fix.append(
+            "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` "
+            "and persist them in /etc/modules-load.d/."
+        )
+    f.fix.append("Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.")
     yield f

@@ -103,7 +103,7 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
             "https://bugs.launchpad.net/ubuntu/+source/linux/+bug/2091990",
         ],
     )
-    if any("ip6tables" in h.text or "ip6tables" in h.header for h in hits):
+    if any("ip6tables" in h.record for h in hits):
         f.summary += " Only the IPv6 path (ip6tables) fails, as in the known regression."
     target: str | None = None
     if kernel:

@@ -61,12 +61,23 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
         fix=["Fix the root cause reported with this finding, then confirm a sync succeeds."],
         references=[],
     )
-    if f.ongoing:
+    v6_only = all("ip6tables" in h.record for h in restore)
+    if v6_only and facts.log.successes_between(restore[0], restore[-1]):
+        # Dual-stack: one proxier per family. Successful syncs between IPv6 failures are IPv4's.
+        after = facts.log.successes_after_count(restore[-1])
+        f.ongoing = after < 2
+        f.summary += " Every failure is IPv6 (ip6tables-restore) while other syncs succeed: IPv6 Service rules are " + (
+            "stale." if f.ongoing else "recovered (several syncs succeeded after the last failure)."
+        )
+    elif f.ongoing:
         f.summary += " No sync has succeeded since the last failure: the node's rules are stale."
     elif f.ongoing is False:
         f.summary += " A later sync succeeded."
-        f.severity = Severity.WARNING if (f.occurrences or 0) > 3 else Severity.INFO
     else:
-        f.summary += " The log shows no sync outcome lines (raise kube-proxy's --v to 2 to see them)."
+        kpv = facts.kube_proxy_version
+        level = "4" if kpv is not None and kpv.value.line < (1, 21) else "2 (4 before 1.21)"
+        f.summary += f" The log has no sync outcome lines (kube-proxy logs them at --v={level})."
+    if f.ongoing is False:
+        f.severity = Severity.WARNING if (f.occurrences or 0) > 3 else Severity.INFO
     f.explained_by = list(RESTORE_ROOT_CAUSES)
     yield f

@@ -13,7 +13,7 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import signature
 from kpdoctor.parse.system import Process
-from kpdoctor.versions import FixRow
+from kpdoctor.versions import FixRow, KubeVersion
 
 RESTORE_LINE_FAILED = signature(
     "restore-line-failed", "-restore", r"ip6?tables-restore: line [0-9]+ failed", failure=True
@@ -332,6 +332,21 @@ def lock_holders(facts: Facts) -> list[tuple[str, Cite, Cite | None]]:
     return out
 
 
+KUBE_ROUTER_FIXED = KubeVersion(1, 3, 2, raw="v1.3.2")  # seed 000: TKE's NetworkPolicy add-on
+
+
+def kube_router_version(facts: Facts) -> tuple[KubeVersion, Cite] | None:
+    """kube-router's version from its DaemonSet/Pod image tag."""
+    for obj in facts.objects.of("DaemonSet") + facts.objects.of("Pod"):
+        for c in containers_of(obj):
+            image = str(c.get("image") or "")
+            if "kube-router" in image and ":" in image.rsplit("/", 1)[-1]:
+                v = KubeVersion.parse(image.rsplit(":", 1)[1])
+                if v:
+                    return v, Cite(obj.artifact, obj.line, f"{obj.ref} image: {image}")
+    return None
+
+
 @check(
     "KP104",
     cause="xtables-lock-held-too-long",
@@ -398,6 +413,16 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
         f.summary += " No lock holder was visible in the /proc/locks snapshot (the hold is intermittent)."
     else:
         f.summary += " Add /proc/locks and `ps -ef` from the node to name the holder."
+    router = kube_router_version(facts)
+    if router is not None:
+        version, where = router
+        f.versions_found["kube-router"] = str(version)
+        f.evidence.append(where)
+        if version.at_least(KUBE_ROUTER_FIXED) is False:
+            f.fixed_in.append(f"kube-router {KUBE_ROUTER_FIXED}")
+            f.summary += (
+                f" kube-router {version} is older than {KUBE_ROUTER_FIXED}, whose predecessors hold the lock long."
+            )
     f.fix = [
         "Find the holder: `fuser -v /run/xtables.lock` or `lsof /run/xtables.lock`, and "
         "`ps -ef | grep -E 'iptables|ip6tables'` for long-running restores.",
