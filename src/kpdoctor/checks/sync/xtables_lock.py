@@ -132,7 +132,9 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
     How it is detected: the "line N failed" restore signature in kube-proxy's log, and
         DaemonSets/Pods that run iptables (kube-proxy, CNIs, network-policy agents, privileged
         hostNetwork Pods) without a hostPath volume for /run/xtables.lock, weighed by the
-        node's iptables backend.
+        node's iptables backend. iptables-legacy prints the same "line N failed" when the kernel
+        rejects a rule (a missing module or nfacct object), so without such a Pod the finding has
+        medium confidence.
     Fix: mount the host's lock into every Pod that runs iptables:
         `volumes: [{name: xtables-lock, hostPath: {path: /run/xtables.lock, type: FileOrCreate}}]`
         and `volumeMounts: [{name: xtables-lock, mountPath: /run/xtables.lock}]`.
