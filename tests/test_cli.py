@@ -114,3 +114,10 @@ def test_catalogue_doc_matches_the_checks() -> None:
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "checks.md"
     assert doc.read_text() == render(), "regenerate: python -m kpdoctor.catalogue > docs/checks.md"
+
+
+def test_every_check_cites_upstream_references() -> None:
+    """A finding's references come from its check's docstring: none may be empty."""
+    for spec in CHECKS.values():
+        urls = spec.reference_urls()
+        assert urls and all(u.startswith("https://") for u in urls), spec.code

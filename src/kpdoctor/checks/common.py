@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdoctor.checks.registry import CHECKS
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -11,43 +12,43 @@ from kpdoctor.versions import FixRow, Remedy, remedy
 MAX_EVIDENCE_HITS = 3
 
 
-def log_finding(
+def start(
     facts: Facts,
+    code: str,
     hits: list[Hit],
     *,
-    cause: str,
-    severity: Severity,
     confidence: Confidence,
-    title: str,
-    summary: str,
-    fix: list[str],
-    references: list[str],
+    summary: str = "",
+    severity: Severity | None = None,
 ) -> Finding:
-    """A finding for a repeated log signature: one finding, counted, with first/last lines."""
+    """A new finding of check ``code`` (its cause, title, default severity and references).
+
+    With log hits, repeated signatures become one finding: counted, with the first and last
+    lines as evidence, first/last timestamps, and whether the failure is still ongoing.
+    """
+    spec = CHECKS[code]
+    f = Finding(
+        code=code,
+        cause=spec.cause,
+        severity=severity if severity is not None else spec.severity,
+        confidence=confidence,
+        title=spec.title,
+        summary=summary,
+        references=spec.reference_urls(),
+    )
+    if not hits:
+        return f
     hs = sorted(hits, key=lambda h: h.order)
     occ = facts.log.occurrence(hs)
-    evidence: list[Cite] = []
     shown = hs[:1] + hs[-1:] if len(hs) > 1 else hs
     for h in shown[:MAX_EVIDENCE_HITS]:
         for c in cite(h):
-            if c not in evidence:
-                evidence.append(c)
-    total = max(len(hs), max((facts.log.scan.counts.get(h.sig, 0) for h in hs), default=0))
-    return Finding(
-        code="",
-        cause=cause,
-        severity=severity,
-        confidence=confidence,
-        title=title,
-        summary=summary,
-        evidence=evidence,
-        fix=fix,
-        references=references,
-        occurrences=total if hs else None,
-        first_seen=occ.first.timestamp if occ else None,
-        last_seen=occ.last.timestamp if occ else None,
-        ongoing=occ.ongoing if occ else None,
-    )
+            if c not in f.evidence:
+                f.evidence.append(c)
+    f.occurrences = max(len(hs), max((facts.log.scan.counts.get(h.sig, 0) for h in hs), default=0))
+    if occ is not None:
+        f.first_seen, f.last_seen, f.ongoing = occ.first.timestamp, occ.last.timestamp, occ.ongoing
+    return f
 
 
 def kube_proxy_remedy(facts: Facts, rows: list[FixRow]) -> tuple[Remedy, dict[str, str], Cite | None]:

@@ -45,6 +45,10 @@ class CheckSpec:
             out[parts[i]] = inspect.cleandoc(parts[i + 1])
         return out
 
+    def reference_urls(self) -> list[str]:
+        """The URLs of the docstring's References section (the finding's references)."""
+        return re.findall(r"https?://[^\s;,)]+", self.sections().get("References", ""))
+
     def missing_reason(self) -> str:
         names = [k.value for k in self.needs]
         if len(names) == 1:

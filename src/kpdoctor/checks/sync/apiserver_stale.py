@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, log_finding
+from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -66,20 +66,14 @@ def apiserver_stale(facts: Facts) -> Iterator[Finding]:
     hits = facts.log.hits(STREAM_ERROR.id, CLOSED_CONN.id, CONN_LOST.id)
     if not hits:
         return
-    f = log_finding(
+    f = start(
         facts,
+        "KP105",
         hits,
-        cause="apiserver-connection-stale",
-        severity=Severity.CRITICAL,
         confidence=Confidence.HIGH if facts.log.count(STREAM_ERROR.id) else Confidence.MEDIUM,
-        title="kube-proxy's connection to the apiserver is stale",
         summary="kube-proxy's list/watch calls fail on a closed HTTP/2 connection, so it stops "
         "seeing Service and endpoint changes.",
-        fix=[],
-        references=[
-            "https://github.com/kubernetes/kubernetes/issues/87615",
-            "https://github.com/kubernetes/kubernetes/pull/95981",
-        ],
+        severity=Severity.CRITICAL,
     )
     if (f.occurrences or 0) == 1 and f.ongoing is False:
         f.severity = Severity.INFO

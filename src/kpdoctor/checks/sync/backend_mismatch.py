@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, log_finding
+from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -137,17 +137,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
         return
 
     if hits:
-        f = log_finding(
-            facts,
-            hits,
-            cause="iptables-backend-mismatch",
-            severity=Severity.CRITICAL,
-            confidence=confidence,
-            title="kube-proxy and the node use different iptables backends",
-            summary="",
-            fix=[],
-            references=[],
-        )
+        f = start(facts, "KP101", hits, confidence=confidence, severity=Severity.CRITICAL)
         chain = next((h.groups[1] for h in hits if len(h.groups) > 1 and h.groups[1]), "KUBE-MARK-DROP")
         other = "nf_tables" if kp_backend == "legacy" else "legacy"
         f.summary = (
@@ -155,13 +145,12 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
             f"in the {other} backend the node uses; every sync that references it fails."
         )
     else:
-        f = Finding(
-            code="",
-            cause="iptables-backend-mismatch",
-            severity=Severity.CRITICAL if split else Severity.WARNING,
+        f = start(
+            facts,
+            "KP101",
+            [],
             confidence=Confidence.HIGH if split else Confidence.MEDIUM,
-            title="kube-proxy and the node use different iptables backends",
-            summary="",
+            severity=Severity.CRITICAL if split else Severity.WARNING,
         )
         f.summary = (
             "Kubernetes rules are split across both iptables backends; both are live in the kernel, "
@@ -193,11 +182,6 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
         "host and inside the kube-proxy container.",
         "Remove the stale backend's KUBE-* rules (inspect with `iptables-legacy-save` and "
         "`iptables-nft-save`), then restart kube-proxy so its wrapper detects the backend again.",
-    ]
-    f.references = [
-        "https://github.com/kubernetes/kubernetes/issues/71305",
-        "https://github.com/kubernetes-sigs/iptables-wrappers",
-        "https://cloud.tencent.com/document/product/457/79797",
     ]
     if notes:
         f.summary += " " + " ".join(notes)

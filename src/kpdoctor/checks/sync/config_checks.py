@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
@@ -117,18 +118,13 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         if cfg.config_flag
         else "on kube-proxy's command line or config"
     )
-    yield Finding(
-        code="",
-        cause="sync-too-frequent",
-        severity=severity,
-        confidence=Confidence.HIGH,
-        title="kube-proxy rewrites all rules too often",
-        summary=f"Proxy mode {mode}: " + "; ".join(problems) + ".",
-        evidence=evidence,
-        fix=[rec + f" Change it {where}."],
-        references=["https://github.com/kubernetes/kubernetes/pull/92836"],
-        versions_found={"kube-proxy": str(cfg.version)} if cfg.version else {},
-    )
+    f = start(facts, "KP108", [], confidence=Confidence.HIGH, severity=severity)
+    f.summary = f"Proxy mode {mode}: " + "; ".join(problems) + "."
+    f.evidence = evidence
+    f.fix = [rec + f" Change it {where}."]
+    if cfg.version:
+        f.versions_found["kube-proxy"] = str(cfg.version)
+    yield f
 
 
 def _describe(v: Any) -> str:
@@ -182,13 +178,12 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         return
     important = [i for i in ignored if i.flag.name in IMPORTANT_FLAGS]
     differing = [i for i in ignored if str(i.config_value) != i.flag.value]
-    f = Finding(
-        code="",
-        cause="config-overrides-flags",
-        severity=Severity.WARNING if important else Severity.INFO,
+    f = start(
+        facts,
+        "KP112",
+        [],
         confidence=Confidence.HIGH if cfg.file is not None or not cfg.flags_from_log else Confidence.MEDIUM,
-        title="kube-proxy ignores command-line flags because --config is set",
-        summary="",
+        severity=Severity.WARNING if important else Severity.INFO,
     )
     shown = differing or ignored
     parts = [f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value)})" for i in shown[:6]]
@@ -235,9 +230,5 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         + ".",
         "For per-node values use the Downward API: `--hostname-override=$(NODE_NAME)` "
         "(honoured with --config since 1.13).",
-    ]
-    f.references = [
-        "https://github.com/kubernetes/kubernetes/issues/98302",
-        "https://github.com/kubernetes/kubernetes/pull/69340",
     ]
     yield f

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_COMPLETE
@@ -117,29 +117,12 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     if not (stalled or empty or affected):
         return
     if gt:
-        f = log_finding(
-            facts,
-            gt,
-            cause="ipvs-sync-deadlock",
-            severity=Severity.CRITICAL,
-            confidence=Confidence.MEDIUM,
-            title="kube-proxy's IPVS sync is deadlocked",
-            summary="",
-            fix=[],
-            references=[],
-        )
+        f = start(facts, "KP110", gt, confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
         f.summary = f"kube-proxy's log repeats graceful-termination deletions ({f.occurrences} lines)"
         f.summary += " with no sync completing after them." if stalled else "."
         f.ongoing = True if stalled else f.ongoing
     else:
-        f = Finding(
-            code="",
-            cause="ipvs-sync-deadlock",
-            severity=Severity.WARNING,
-            confidence=Confidence.LOW,
-            title="kube-proxy's IPVS sync is deadlocked",
-            summary="",
-        )
+        f = start(facts, "KP110", [], confidence=Confidence.LOW, severity=Severity.WARNING)
     if empty:
         shown = empty_with_eps or empty
         f.summary += f" {len(shown)} IPVS virtual server(s) have no real servers"
@@ -167,10 +150,6 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
         )
         + ", or run the affected version in iptables mode.",
         "Restart kube-proxy now to resume syncing (the deadlock does not clear by itself).",
-    ]
-    f.references = [
-        "https://github.com/kubernetes/kubernetes/issues/71071",
-        "https://github.com/kubernetes/kubernetes/pull/72361",
     ]
     yield f
 
@@ -231,26 +210,9 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     if not requested_ipvs and not hits and running and running[0] == "iptables":
         return
     f = (
-        log_finding(
-            facts,
-            hits or conntrack,
-            cause="ipvs-prerequisites-missing",
-            severity=Severity.CRITICAL,
-            confidence=Confidence.HIGH,
-            title="IPVS mode requested but its prerequisites are missing",
-            summary="",
-            fix=[],
-            references=["https://github.com/kubernetes/kubernetes/pull/111806"],
-        )
+        start(facts, "KP113", hits or conntrack, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
         if (hits or conntrack)
-        else Finding(
-            code="",
-            cause="ipvs-prerequisites-missing",
-            severity=Severity.CRITICAL,
-            confidence=Confidence.MEDIUM,
-            title="IPVS mode requested but its prerequisites are missing",
-            summary="",
-        )
+        else start(facts, "KP113", [], confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
     )
     what: list[str] = []
     if facts.log.count(IPSET_MISSING.id):

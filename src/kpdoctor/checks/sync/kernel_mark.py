@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -89,19 +89,13 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
     kernel = facts.kernel
     if not hits:
         return
-    f = log_finding(
+    f = start(
         facts,
+        "KP114",
         hits,
-        cause="kernel-mark-target-regression",
-        severity=Severity.CRITICAL,
         confidence=Confidence.MEDIUM,
-        title="The kernel cannot load the MARK target (netfilter regression)",
         summary="iptables-restore rejects kube-proxy's MARK rules although the iptables binary supports them.",
-        fix=[],
-        references=[
-            "https://github.com/rancher/rke2/issues/7438",
-            "https://bugs.launchpad.net/ubuntu/+source/linux/+bug/2091990",
-        ],
+        severity=Severity.CRITICAL,
     )
     if any("ip6tables" in h.record for h in hits):
         f.summary += " Only the IPv6 path (ip6tables) fails, as in the known regression."

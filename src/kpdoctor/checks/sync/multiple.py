@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -70,26 +70,16 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     if len(procs) < 2 and not port_hits and len(pods) < 2:
         return
     if port_hits:
-        f = log_finding(
+        f = start(
             facts,
+            "KP109",
             port_hits,
-            cause="multiple-kube-proxy",
-            severity=Severity.WARNING,
             confidence=Confidence.MEDIUM,
-            title="More than one kube-proxy runs on this node",
             summary=f"kube-proxy could not bind its port {port_hits[-1].groups[0]}: another process already holds it.",
-            fix=[],
-            references=[],
+            severity=Severity.WARNING,
         )
     else:
-        f = Finding(
-            code="",
-            cause="multiple-kube-proxy",
-            severity=Severity.WARNING,
-            confidence=Confidence.HIGH,
-            title="More than one kube-proxy runs on this node",
-            summary="",
-        )
+        f = start(facts, "KP109", [], confidence=Confidence.HIGH, severity=Severity.WARNING)
     if len(procs) >= 2:
         f.confidence = Confidence.HIGH
         f.summary = (
@@ -109,5 +99,4 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
         "process; on TKE run fix-kube-proxy.sh).",
         "Restart the DaemonSet's kube-proxy Pod so it owns ports 10256/10249 and the node's rules.",
     ]
-    f.references = ["https://github.com/kubernetes/kubernetes/issues/85483"]
     yield f

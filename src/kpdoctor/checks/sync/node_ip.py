@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -106,26 +106,23 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
     if not hits and not wrong_drops:
         return
     if hits:
-        f = log_finding(
+        f = start(
             facts,
+            "KP111",
             hits,
-            cause="node-ip-unresolved",
-            severity=Severity.CRITICAL,
             confidence=Confidence.HIGH,
-            title="kube-proxy could not resolve its own node",
             summary="kube-proxy could not find its Node object and fell back to 127.0.0.1 as node IP.",
-            fix=[],
-            references=[],
+            severity=Severity.CRITICAL,
         )
         f.ongoing = None if not facts.log.has_sync_markers else f.ongoing
     else:
-        f = Finding(
-            code="",
-            cause="node-ip-unresolved",
-            severity=Severity.CRITICAL,
+        f = start(
+            facts,
+            "KP111",
+            [],
             confidence=Confidence.MEDIUM,
-            title="kube-proxy could not resolve its own node",
             summary="kube-proxy does not recognise this node's endpoints as local.",
+            severity=Severity.CRITICAL,
         )
     looked = lookup_name(facts)
     cfg = facts.kp_config
@@ -167,9 +164,5 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         "(per node, e.g. from the Downward API spec.nodeName) or `--hostname-override=$(NODE_NAME)` on 1.13+.",
         "Alternatively set bindAddress to the node's IP so the loopback fallback is not used.",
         "Restart kube-proxy; `curl http://<node-ip>:<healthCheckNodePort>/` must report localEndpoints > 0.",
-    ]
-    f.references = [
-        "https://github.com/kubernetes/kubernetes/issues/57518",
-        "https://github.com/kubernetes/kubeadm/issues/857",
     ]
     yield f

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, log_finding
+from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -89,16 +89,13 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
     early = [p for p in panics if not _sync_before(facts, p)]
     if not early:
         return  # a run-time panic is another cause (kube-proxy-panic)
-    f = log_finding(
+    f = start(
         facts,
+        "KP106",
         early,
-        cause="kube-proxy-startup-panic",
-        severity=Severity.WARNING,
         confidence=Confidence.HIGH if ipvs else Confidence.MEDIUM,
-        title="kube-proxy panics at start-up (IPVS module probe)",
         summary="kube-proxy crashed with a nil pointer dereference before its first sync.",
-        fix=[],
-        references=["https://github.com/kubernetes/kubernetes/issues/89729"],
+        severity=Severity.WARNING,
     )
     if ipvs_frames:
         f.evidence.append(Cite(ipvs_frames[0].artifact, ipvs_frames[0].line, ipvs_frames[0].text))
@@ -168,19 +165,13 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     hits = facts.log.hits(SLICE_BOUNDS.id)
     if not hits:
         return
-    f = log_finding(
+    f = start(
         facts,
+        "KP107",
         hits,
-        cause="iptables-save-parse-panic",
-        severity=Severity.CRITICAL,
         confidence=Confidence.HIGH,
-        title="kube-proxy panics parsing iptables-save output",
         summary='kube-proxy panicked with "slice bounds out of range" while reading iptables-save output.',
-        fix=[],
-        references=[
-            "https://github.com/kubernetes/kubernetes/issues/78443",
-            "https://github.com/kubernetes/kubernetes/pull/78428",
-        ],
+        severity=Severity.CRITICAL,
     )
     if any(h.previous for h in hits):
         f.summary += " The previous container died with it."

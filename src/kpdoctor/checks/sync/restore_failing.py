@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import log_finding
+from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_FAILED, SYNC_FAILED
@@ -50,17 +50,9 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
     if not hits:
         return
     restore = facts.log.hits(RESTORE_FAILED.id) or hits
-    f = log_finding(
-        facts,
-        restore,
-        cause="rule-sync-stale",
-        severity=Severity.CRITICAL,
-        confidence=Confidence.HIGH,
-        title="kube-proxy's rule sync is failing",
-        summary=f"iptables-restore failed {facts.log.count(RESTORE_FAILED.id) or len(hits)} time(s).",
-        fix=["Fix the root cause reported with this finding, then confirm a sync succeeds."],
-        references=[],
-    )
+    failed = facts.log.count(RESTORE_FAILED.id) or len(hits)
+    f = start(facts, "KP100", restore, confidence=Confidence.HIGH, summary=f"iptables-restore failed {failed} time(s).")
+    f.fix = ["Fix the root cause reported with this finding, then confirm a sync succeeds."]
     v6_only = all("ip6tables" in h.record for h in restore)
     if v6_only and facts.log.successes_between(restore[0], restore[-1]):
         # Dual-stack: one proxier per family. Successful syncs between IPv6 failures are IPv4's.

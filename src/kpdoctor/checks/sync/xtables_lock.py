@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, log_finding, quiet_if_recovered
+from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -148,16 +148,13 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
     backend, bcite = node_backend(facts)
     names = ", ".join(o.ref for o in offenders)
     if hits:
-        f = log_finding(
+        f = start(
             facts,
+            "KP102",
             hits,
-            cause="xtables-lock-not-shared",
-            severity=Severity.CRITICAL,
             confidence=Confidence.HIGH if offenders else Confidence.MEDIUM,
-            title="An iptables writer does not share the host's xtables lock",
             summary='iptables-restore failed part-way ("line N failed"), the signature of concurrent writers.',
-            fix=[],
-            references=[],
+            severity=Severity.CRITICAL,
         )
         if offenders:
             f.summary += f" These run iptables without the host's /run/xtables.lock: {names}."
@@ -165,14 +162,14 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
             f.summary += " Add the DaemonSets/Pods (kubectl get ds,pods -A -o json) to name the writer."
         quiet_if_recovered(f)
     else:
-        f = Finding(
-            code="",
-            cause="xtables-lock-not-shared",
-            severity=Severity.WARNING,
+        f = start(
+            facts,
+            "KP102",
+            [],
             confidence=Confidence.MEDIUM,
-            title="An iptables writer does not share the host's xtables lock",
             summary=f"These run iptables without mounting the host's /run/xtables.lock: {names}. "
             "Their restores can collide with kube-proxy's.",
+            severity=Severity.WARNING,
         )
     for o in offenders[:5]:
         f.evidence.append(Cite(o.artifact, o.line, f"{o.ref}: no hostPath volume for /run/xtables.lock"))
@@ -187,10 +184,6 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
     f.fix = [
         "Mount the host's /run/xtables.lock (hostPath, type FileOrCreate) into every Pod that runs "
         "iptables" + (f": {names}" if names else "") + ".",
-    ]
-    f.references = [
-        "https://github.com/kubernetes/kubernetes/issues/46103",
-        "https://github.com/rancher/rke/issues/1303",
     ]
     yield f
 
@@ -241,30 +234,27 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
     if not hits and not (old and assumed):
         return
     if hits:
-        f = log_finding(
+        f = start(
             facts,
+            "KP103",
             hits,
-            cause="iptables-restore-no-wait",
-            severity=Severity.WARNING,
             confidence=Confidence.HIGH,
-            title="iptables-restore cannot wait for the xtables lock",
             summary="iptables-restore gave up at once because another process held the xtables lock "
             "(it was run without --wait).",
-            fix=[],
-            references=[],
+            severity=Severity.WARNING,
         )
         if f.ongoing is not False and (f.occurrences or 0) > 3:
             f.severity = Severity.CRITICAL
             f.summary += " It keeps happening: rule updates are delayed sync after sync."
         quiet_if_recovered(f)
     else:
-        f = Finding(
-            code="",
-            cause="iptables-restore-no-wait",
-            severity=Severity.WARNING,
+        f = start(
+            facts,
+            "KP103",
+            [],
             confidence=Confidence.MEDIUM,
-            title="iptables-restore cannot wait for the xtables lock",
             summary="kube-proxy runs iptables-restore without --wait; the first lock contention will fail a sync.",
+            severity=Severity.WARNING,
         )
     for h in assumed[:1]:
         f.evidence.append(Cite(h.artifact, h.line, h.text))
@@ -282,7 +272,6 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         "kube-proxy on the host: upgrade the node OS to get iptables >= 1.6.2 (CentOS 7.2+, Ubuntu 20.04+, "
         "TencentOS 2.4+). kube-proxy as a DaemonSet: use an image whose iptables is >= 1.6.2."
     )
-    f.references = ["https://github.com/kubernetes/kubernetes/pull/60978"]
     yield f
 
 
@@ -381,29 +370,26 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
     if not hits and not any("wait for the same lock" in d for d, _, _ in holders):
         return
     if hits:
-        f = log_finding(
+        f = start(
             facts,
+            "KP104",
             hits,
-            cause="xtables-lock-held-too-long",
-            severity=Severity.WARNING,
             confidence=Confidence.HIGH,
-            title="Another component holds the xtables lock too long",
             summary=f"kube-proxy gave up waiting for the xtables lock after {hits[-1].groups[0]}s.",
-            fix=[],
-            references=[],
+            severity=Severity.WARNING,
         )
         if f.ongoing is not False and (f.occurrences or 0) > 3:
             f.severity = Severity.CRITICAL
             f.summary += " It keeps happening: rule updates are being lost."
         quiet_if_recovered(f)
     else:
-        f = Finding(
-            code="",
-            cause="xtables-lock-held-too-long",
-            severity=Severity.WARNING,
+        f = start(
+            facts,
+            "KP104",
+            [],
             confidence=Confidence.MEDIUM,
-            title="Another component holds the xtables lock too long",
             summary="Processes are waiting on a file lock held by another process.",
+            severity=Severity.WARNING,
         )
     if holders:
         f.summary += " Holder: " + "; ".join(d for d, _, _ in holders[:4] if d) + "."
@@ -431,5 +417,4 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
         "Upgrade or tune the holder so it holds the lock briefly (TKE NetworkPolicy add-on: kube-router v1.3.2).",
         "Keep kube-proxy's minSyncPeriod at 1s or more so it does not add to the contention.",
     ]
-    f.references = ["https://github.com/cloudnativelabs/kube-router/issues/1057"]
     yield f
