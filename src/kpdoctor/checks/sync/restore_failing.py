@@ -43,8 +43,9 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
         took" line with no failure since the previous one).
     Fix: fix the root cause named with this finding; then watch the log for a successful sync
         (or `kubeproxy_sync_proxy_rules_last_timestamp_seconds` moving).
-    References: kubernetes/kubernetes pkg/proxy/iptables/proxier.go (syncProxyRules);
-        seed 000 (TKE kube-proxy troubleshooting).
+    References: seed 000;
+        https://github.com/kubernetes/kubernetes/blob/master/pkg/proxy/iptables/proxier.go (syncProxyRules);
+        https://cloud.tencent.com/document/product/457/79797
     """
     hits = facts.log.hits(RESTORE_FAILED.id, SYNC_FAILED.id)
     if not hits:
