@@ -12,6 +12,23 @@ from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Finding, Report, Severity
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+
+# Seed 000's restore failure as glog-era kube-proxy logs it.
+MISMATCH = (
+    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
+    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+)
+# Seed 003's structured-era block, verbatim.
+SEED3_BLOCK = """\
+I1113 16:15:07.928773       1 proxier.go:1464] "Reloading service iptables data" numServices=0 numEndpoints=0 numFilterChains=4 numFilterRules=3 numNATChains=4 numNATRules=5
+E1113 16:15:07.931291       1 proxier.go:1481] "Failed to execute iptables-restore" err=<
+\texit status 2: ip6tables-restore v1.8.4 (legacy): unknown option "--xor-mark"
+\tError occurred at line: 16
+\tTry `ip6tables-restore -h' or 'ip6tables-restore --help' for more information.
+ >
+I1113 16:15:07.931308       1 proxier.go:858] "Sync failed" retryingTime="30s"
+I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"
+"""
 DATA = Path(__file__).resolve().parent / "data"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import all_findings, causes
+from conftest import MISMATCH, all_findings, causes
 
 from kpdoctor.model import Report, Severity
 
@@ -15,10 +15,6 @@ GLOG_START = """\
 I1008 21:01:50.100000  145725 server.go:548] Version: v1.18.4-tke.30
 I1008 21:01:50.200000  145725 server_others.go:143] Using iptables Proxier.
 """
-MISMATCH = (
-    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
-)
 
 
 def top(report: Report) -> str:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import MISMATCH
 from typer.testing import CliRunner
 
 from kpdoctor import __version__
@@ -13,10 +14,6 @@ from kpdoctor.checks import CHECKS
 from kpdoctor.cli import app
 
 runner = CliRunner()
-MISMATCH = (
-    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
-)
 
 
 @pytest.mark.parametrize(

@@ -10,17 +10,12 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import write
+from conftest import MISMATCH, write
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
 from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import Report, Severity
-
-MISMATCH = (
-    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
-)
 
 
 def test_loose_files_are_typed_by_content_not_name(tmp_path: Path) -> None:

@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from conftest import all_findings
+from conftest import MISMATCH, all_findings
 
 from kpdoctor.model import Report
 
 Diag = Callable[..., Report]
-MISMATCH = (
-    "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
-    "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
-)
 
 
 def test_kube_proxy_version_never_comes_from_node_info(diagnose: Diag) -> None:

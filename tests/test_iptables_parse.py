@@ -61,7 +61,9 @@ def test_warning_written_into_a_rule_through_a_pipe_is_repaired() -> None:
     text = (REAL / "nft-save-with-legacy-warning-pipe.txt").read_text()
     clean = parse_save((REAL / "nft-save.txt").read_text(), "clean", "nft", 4)
     rs = parse_save(text, "piped", "nft", 4)
-    assert rs.legacy_warning_line is not None and "-A KUBE-SERVI# Warning" in text.splitlines()[rs.legacy_warning_line - 1]
+    assert (
+        rs.legacy_warning_line is not None and "-A KUBE-SERVI# Warning" in text.splitlines()[rs.legacy_warning_line - 1]
+    )
     assert [r.args for r in rs.all_rules()] == [r.args for r in clean.all_rules()]
     assert [str(d) for d in rs.diagnostics if "repaired" not in str(d)] == []
 

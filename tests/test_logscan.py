@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SEED3_BLOCK
 
 import kpdoctor.checks  # noqa: F401  (registers every signature)
 from kpdoctor.bundle.artifacts import Artifact, Kind
@@ -12,17 +13,6 @@ from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.parse import logscan
 from kpdoctor.parse.logscan import REGISTRY, Scanner
 from kpdoctor.parse.logwrap import unwrap
-
-SEED3_BLOCK = """\
-I1113 16:15:07.928773       1 proxier.go:1464] "Reloading service iptables data" numServices=0 numEndpoints=0 numFilterChains=4 numFilterRules=3 numNATChains=4 numNATRules=5
-E1113 16:15:07.931291       1 proxier.go:1481] "Failed to execute iptables-restore" err=<
-\texit status 2: ip6tables-restore v1.8.4 (legacy): unknown option "--xor-mark"
-\tError occurred at line: 16
-\tTry `ip6tables-restore -h' or 'ip6tables-restore --help' for more information.
- >
-I1113 16:15:07.931308       1 proxier.go:858] "Sync failed" retryingTime="30s"
-I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"
-"""
 
 
 def scan_text(text: str, name: str = "log") -> logscan.ScanResult:
