@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import MISMATCH, all_findings, causes
+from conftest import MISMATCH, SEED3_BLOCK, all_findings, causes
 
 from kpdoctor.model import Report, Severity
 
@@ -277,16 +277,7 @@ def test_ipvs_module_noise_in_iptables_mode_is_benign(diagnose: Diag) -> None:
 
 
 def test_kernel_mark_regression_seed_003(diagnose: Diag) -> None:
-    log = """\
-I1113 16:15:07.928773       1 proxier.go:1464] "Reloading service iptables data" numServices=0 numEndpoints=0 numFilterChains=4 numFilterRules=3 numNATChains=4 numNATRules=5
-E1113 16:15:07.931291       1 proxier.go:1481] "Failed to execute iptables-restore" err=<
-\texit status 2: ip6tables-restore v1.8.4 (legacy): unknown option "--xor-mark"
-\tError occurred at line: 16
-\tTry `ip6tables-restore -h' or 'ip6tables-restore --help' for more information.
- >
-I1113 16:15:07.931308       1 proxier.go:858] "Sync failed" retryingTime="30s"
-I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"
-"""
+    log = SEED3_BLOCK
     r = diagnose(
         {
             "kp.log": log,
