@@ -99,9 +99,6 @@ class LogFacts:
             return last > self._last_success
         return True if self._any_sync else None
 
-    def successes_after(self, hit: Hit) -> bool:
-        return self._last_success is not None and self._last_success > hit.order
-
     def successes_between(self, first: Hit, last: Hit) -> bool:
         """Did any sync succeed between two failures (the other IP family's, in dual-stack)?"""
         return any(first.order < o < last.order for o in self._successes)

@@ -56,9 +56,6 @@ class Table:
     chain_lines: dict[str, int] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
 
-    def rules_in(self, chain: str) -> list[Rule]:
-        return [r for r in self.rules if r.chain == chain]
-
 
 @dataclass(slots=True)
 class Ruleset:
@@ -88,9 +85,6 @@ class Ruleset:
     def kube_rule_count(self) -> int:
         """Rules in KUBE-* chains or jumping to them: kube-proxy/kubelet's footprint."""
         return sum(1 for r in self.all_rules() if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-"))
-
-    def is_empty(self) -> bool:
-        return not any(t.rules or any(c.startswith("KUBE-") for c in t.chains) for t in self.tables.values())
 
 
 def _split(text: str) -> list[str] | None:

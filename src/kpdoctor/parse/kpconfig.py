@@ -166,14 +166,6 @@ def kube_proxy_args(argv: list[str]) -> list[str] | None:
     return None
 
 
-_FLAG_LINE = re.compile(r'FLAG: --([\w-]+)="(.*)"\s*$')
-
-
-def flag_from_log_line(text: str) -> tuple[str, str] | None:
-    m = _FLAG_LINE.search(text)
-    return (m.group(1), m.group(2)) if m else None
-
-
 def parse_duration(text: str | None) -> float | None:
     """Go durations as kube-proxy prints them: ``30s``, ``1m0s``, ``500ms``, ``0``."""
     if text is None:
