@@ -222,3 +222,22 @@ def test_cluster_info_dump_folder(tmp_path: Path) -> None:
 def test_min_severity_filters(diagnose: Callable[..., Report]) -> None:
     r = diagnose({"kp.log": MISMATCH}, min_severity=Severity.CRITICAL)
     assert [f.severity for f in r.visible()] == [Severity.CRITICAL]
+
+
+def test_truncated_evidence_never_breaks_the_run(tmp_path: Path) -> None:
+    """Every demo artifact cut at several points (as a truncated download would be) still loads
+    and diagnoses without an exception or a failed check."""
+    import shutil
+
+    from kpdoctor.demo import DEMOS, demo_path
+
+    for demo in DEMOS:
+        for frac in (0.13, 0.5, 0.91):
+            dst = tmp_path / f"{demo.name}-{frac}"
+            shutil.copytree(demo_path(demo.name), dst)
+            for f in dst.rglob("*"):
+                if f.is_file() and f.name != "manifest.json":
+                    data = f.read_bytes()
+                    f.write_bytes(data[: int(len(data) * frac)])
+            report, _ = diagnose_paths([dst])
+            assert not [p for p in report.problems if p.source == "kpdoctor"], report.problems

@@ -17,8 +17,9 @@ def diagnose_evidence(
     evidence: Evidence, *, node: str | None = None, min_severity: Severity = Severity.WARNING
 ) -> Report:
     facts = Facts(evidence, node=node)
-    findings, skipped, ran = run_all(facts)
+    findings, skipped, ran, errors = run_all(facts)
     problems = list(evidence.problems)
+    problems += [InputProblem("kpdoctor", e) for e in errors]
     for d in facts.objects.diagnostics:
         problems.append(InputProblem("Kubernetes objects", str(d)))
     for rs in facts.rulesets:

@@ -84,17 +84,27 @@ def find(key: str) -> list[CheckSpec]:
     return [c for c in CHECKS.values() if c.cause == key.lower()]
 
 
-def run_all(facts: Facts) -> tuple[list[Finding], list[Skipped], int]:
-    """Run every check whose evidence is present; report the others as skipped."""
+def run_all(facts: Facts) -> tuple[list[Finding], list[Skipped], int, list[str]]:
+    """Run every check whose evidence is present; report the others as skipped.
+
+    A check that fails on unexpected input is reported in one line (``errors``) and the other
+    checks still run: one odd artifact must not cost the user the whole diagnosis.
+    """
     findings: list[Finding] = []
     skipped: list[Skipped] = []
+    errors: list[str] = []
     ran = 0
     for spec in sorted(CHECKS.values(), key=lambda c: c.code):
         if not any(facts.has(k) for k in spec.needs):
             skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason()))
             continue
         ran += 1
-        for f in spec.func(facts):
+        try:
+            produced = list(spec.func(facts))
+        except Exception as exc:  # contained and reported, see docstring
+            errors.append(f"{spec.code} could not evaluate this evidence ({type(exc).__name__}: {exc})")
+            continue
+        for f in produced:
             f.code = f.code or spec.code
             findings.append(f)
-    return findings, skipped, ran
+    return findings, skipped, ran, errors
