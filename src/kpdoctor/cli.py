@@ -40,6 +40,12 @@ class Format(StrEnum):
     markdown = "markdown"
 
 
+class Level(StrEnum):
+    info = "info"
+    warning = "warning"
+    critical = "critical"
+
+
 def _err(msg: str) -> None:
     print(f"kpdoctor: {msg}", file=sys.stderr)
 
@@ -61,29 +67,21 @@ def _main(
 
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")]
-SeverityOpt = Annotated[
-    str, typer.Option("--min-severity", help="Lowest severity to report: info, warning or critical.")
-]
+SeverityOpt = Annotated[Level, typer.Option("--min-severity", help="Lowest severity to report.")]
 NodeOpt = Annotated[
     str | None,
     typer.Option(
-        "--node", help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname)."
+        "--node",
+        metavar="NAME",
+        help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).",
     ),
 ]
 
 
-def _severity(text: str) -> Severity:
-    try:
-        return Severity.parse(text)
-    except ValueError as exc:
-        _err(str(exc))
-        raise typer.Exit(2) from None
-
-
 def _run(
-    paths: list[str], fmt: Format, output: Path | None, min_severity: str, node: str | None, header: str = ""
+    paths: list[str], fmt: Format, output: Path | None, min_severity: Level, node: str | None, header: str = ""
 ) -> int:
-    sev = _severity(min_severity)
+    sev = Severity.parse(min_severity.value)
     report, evidence = diagnose_paths(paths, node=node, min_severity=sev)
     code = exit_code(report, evidence)
     if code == 2:
@@ -115,6 +113,7 @@ def diagnose(
     paths: Annotated[
         list[str],
         typer.Argument(
+            metavar="PATH",
             help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
             "kubectl JSON/YAML, pasted terminal sessions...",
             show_default=False,
@@ -122,7 +121,7 @@ def diagnose(
     ],
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
-    min_severity: SeverityOpt = "warning",
+    min_severity: SeverityOpt = Level.warning,
     node: NodeOpt = None,
 ) -> None:
     """Diagnose a node from the evidence you have; root cause first.
@@ -207,7 +206,7 @@ def demo(
     ] = None,
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
-    min_severity: SeverityOpt = "warning",
+    min_severity: SeverityOpt = Level.warning,
 ) -> None:
     """Diagnose a built-in example bundle (one per seed scenario)."""
     header = ""
