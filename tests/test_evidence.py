@@ -241,3 +241,20 @@ def test_truncated_evidence_never_breaks_the_run(tmp_path: Path) -> None:
                     f.write_bytes(data[: int(len(data) * frac)])
             report, _ = diagnose_paths([dst])
             assert not [p for p in report.problems if p.source == "kpdoctor"], report.problems
+
+
+def test_transcript_tells_the_image_iptables_from_the_hosts(tmp_path: Path) -> None:
+    text = (
+        "root@node3:~# iptables --version\n"
+        "iptables v1.8.7 (nf_tables)\n"
+        "root@node3:~# kubectl -n kube-system exec kube-proxy-x7k2p -- iptables --version\n"
+        "iptables v1.8.4 (legacy)\n"
+    )
+    report, _ = diagnose_paths([write(tmp_path, "t.txt", text)])
+    f = report.visible()[0]
+    assert f.cause == "iptables-backend-mismatch" and f.confidence.label == "medium"
+    assert f.versions_found == {"iptables (node)": "v1.8.7 (nf_tables)", "iptables (kube-proxy)": "v1.8.4 (legacy)"}
+    assert {(c.line, c.text) for c in f.evidence} == {
+        (2, "iptables v1.8.7 (nf_tables)"),
+        (4, "iptables v1.8.4 (legacy)"),
+    }

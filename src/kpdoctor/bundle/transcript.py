@@ -145,6 +145,8 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["backend"] = "legacy"
     elif "-nft" in prog:
         hints["backend"] = "nft"
+    if prog in ("kubectl", "k", "crictl", "docker", "nerdctl") and "exec" in words and "kube-proxy" in joined:
+        hints["scope"] = "kube-proxy"  # e.g. `kubectl exec kube-proxy-x -- iptables --version`
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
     if prog == "hostname":
