@@ -26,7 +26,7 @@ KLOG_HEADER = re.compile(
 )
 KLOG_HEADER_ANYWHERE = re.compile(r"(?:^|\s|\]|:\s)[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.\-/]+:\d+\]", re.M)
 
-_PREFIX = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] ")
+_PREFIX = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] |[\w.-]+ +\| ")  # kubectl --prefix; docker compose
 _CRI = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?:stdout|stderr) [FP] ")
 _ISO_TS = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
 # syslog/journald short format, month in any locale (1-5 non-space chars, maybe with a dot).

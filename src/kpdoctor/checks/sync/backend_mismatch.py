@@ -16,16 +16,16 @@ from kpdoctor.versions import FixRow
 CANNOT_LOAD_TARGET = signature(
     "restore-cannot-load-kube-target",
     "-restore",
-    r"-restore v[0-9.]+ \((legacy|nf_tables)\): Couldn't load target .(KUBE-[A-Z0-9-]+).",
+    r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Couldn't load target .(KUBE-[A-Z0-9-]+).",
     failure=True,
 )
 CHAIN_DOES_NOT_EXIST = signature(
     "restore-kube-chain-does-not-exist",
     "-restore",
-    r"-restore v[0-9.]+ \((legacy|nf_tables)\): Chain .(KUBE-[A-Z0-9-]+). does not exist",
+    r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
 )
-_RESTORE_BINARY = re.compile(r"(ip6?tables(?:-legacy|-nft)?-restore) v([0-9.]+) \((legacy|nf_tables)\)")
+_RESTORE_BINARY = re.compile(r"(ip6?tables(?:-legacy|-nft)?-restore) v([0-9.]+)(?: \((legacy|nf_tables)\))?")
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.
 FIXES = [
@@ -95,10 +95,13 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     notes: list[str] = []
     confidence = Confidence.HIGH
     kp_backend: str | None = None
+    pre_18: str | None = None  # a restore binary older than 1.8 knows only the legacy backend
     for h in hits:
         m = _RESTORE_BINARY.search(h.text) or _RESTORE_BINARY.search(h.header)
         if m:
             kp_backend = "nft" if m.group(3) == "nf_tables" else "legacy"
+            if m.group(3) is None and tuple(int(x) for x in m.group(2).split(".")[:2]) < (1, 8):
+                pre_18 = m.group(2)
     if kp_backend is None and hits:
         kp_backend = "legacy" if any(h.sig == CANNOT_LOAD_TARGET.id for h in hits) else "nft"
 
@@ -138,12 +141,22 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
 
     if hits:
         f = start(facts, "KP101", hits, confidence=confidence, severity=Severity.CRITICAL)
-        chain = next((h.groups[1] for h in hits if len(h.groups) > 1 and h.groups[1]), "KUBE-MARK-DROP")
+        chain = next((h.groups[-1] for h in hits if h.groups and h.groups[-1]), "KUBE-MARK-DROP")
         other = "nf_tables" if kp_backend == "legacy" else "legacy"
-        f.summary = (
-            f"kube-proxy's iptables-restore ({kp_backend}) cannot see chain {chain}, which exists only "
-            f"in the {other} backend the node uses; every sync that references it fails."
-        )
+        host_v = facts.iptables_version("host")
+        if pre_18 and not (host_v and host_v.value.short_backend == "nft"):
+            f.confidence = Confidence.MEDIUM
+            f.summary = (
+                f"kube-proxy's iptables-restore v{pre_18} (older than 1.8: legacy backend only) cannot find chain "
+                f"{chain}; every sync that references it fails. Either the node's iptables is 1.8+ with the "
+                "nf_tables backend (kubelet created the chain there), or kubelet did not create it at all: "
+                "add the host's `iptables --version` to tell which."
+            )
+        else:
+            f.summary = (
+                f"kube-proxy's iptables-restore ({kp_backend}) cannot see chain {chain}, which exists only "
+                f"in the {other} backend the node uses; every sync that references it fails."
+            )
     else:
         f = start(
             facts,

@@ -19,6 +19,11 @@ GT_DELETE_RS = signature(
     "graceful_termination.go",
     r"graceful_termination\.go:[0-9]+\] Trying to delete rs: ([^ ]+)",
 )
+GT_DELETE_FAILED = signature(
+    "ipvs-gt-delete-rs-failed",
+    "graceful_termination.go",
+    r"graceful_termination\.go:[0-9]+\] Try delete rs .* err: ",
+)
 GT_ERRORS = signature(
     "ipvs-gt-flush-error",
     "graceful_termination.go",
@@ -101,7 +106,7 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     References: seed 001; https://github.com/kubernetes/kubernetes/issues/71071;
         https://github.com/kubernetes/kubernetes/pull/72361
     """
-    gt = facts.log.hits(GT_DELETE_RS.id, GT_ERRORS.id)
+    gt = facts.log.hits(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id)
     vss = virtual_servers(facts)
     ready_ips = _service_ips_with_endpoints(facts)
     empty = [(vs, a) for vs, a in vss if not vs.reals and vs.protocol != "FWM"]
@@ -109,7 +114,7 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     kpv = facts.kube_proxy_version
     affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
     syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
-    stalled = bool(gt) and len(gt) >= 4 and not syncs_after
+    stalled = len(gt) >= 3 and not syncs_after
     if not gt and not empty:
         return
     if affected is False and not empty_with_eps:

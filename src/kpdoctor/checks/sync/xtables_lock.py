@@ -239,10 +239,15 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
             "KP103",
             hits,
             confidence=Confidence.HIGH,
-            summary="iptables-restore gave up at once because another process held the xtables lock "
-            "(it was run without --wait).",
             severity=Severity.WARNING,
         )
+        parts = []
+        if facts.log.count(LOCK_NO_WAIT.id):
+            parts.append("iptables-restore gave up at once because another process held the xtables lock")
+        if facts.log.count(OWN_LOCK_TIMEOUT.id):
+            parts.append("kube-proxy could not take the xtables lock itself within its 2 s poll")
+        f.summary = " and ".join(parts) + " (it runs iptables-restore without --wait)."
+        f.summary = f.summary[0].upper() + f.summary[1:]
         if f.ongoing is not False and (f.occurrences or 0) > 3:
             f.severity = Severity.CRITICAL
             f.summary += " It keeps happening: rule updates are delayed sync after sync."
