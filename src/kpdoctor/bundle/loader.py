@@ -197,14 +197,10 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
     raw = path.read_bytes()
     text = raw.decode("utf-8", errors="replace")
     if typed.kind == Kind.IPTABLES_SAVE and "backend" not in typed.attrs:
-        typed = Typed(typed.kind, {**typed.attrs, **_save_attrs_full(text)})
+        typed = Typed(typed.kind, {**typed.attrs, **save_attrs(text)})
     kind = typed.kind
     assert kind is not None
     ev.artifacts.append(Artifact(label, kind, text=text, attrs=typed.attrs, size=size))
-
-
-def _save_attrs_full(text: str) -> dict[str, str]:
-    return save_attrs(text[:HEAD_BYTES])
 
 
 def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
@@ -220,7 +216,7 @@ def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
             continue
         attrs = {**typed.attrs, **hints}
         if typed.kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
-            attrs.update({k: v for k, v in _save_attrs_full(p.text).items() if k not in attrs})
+            attrs.update({k: v for k, v in save_attrs(p.text).items() if k not in attrs})
         attrs["command"] = p.command
         ev.artifacts.append(
             Artifact(label, typed.kind, text=p.text, first_line=p.first_line, attrs=attrs, size=len(p.text))

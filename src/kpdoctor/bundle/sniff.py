@@ -115,7 +115,9 @@ def sniff(head: str) -> Typed:
     return Typed(None, {}, "content not recognised as any kind of evidence kpdoctor reads")
 
 
-def save_attrs(head: str) -> dict[str, str]:
+def save_attrs(text: str) -> dict[str, str]:
+    """Family and backend of an iptables-save text, from its header and warning (head only)."""
+    head = text[:HEAD_BYTES]
     attrs: dict[str, str] = {}
     m = _SAVE_HEADER.search(head)
     if m:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from kpdoctor.parse.iptables import Rule
+from kpdoctor.parse.iptables import Rule, Table
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -219,13 +219,10 @@ def _target(toks: list[str], i: int) -> tuple[Target, int]:
     return Target(name, goto, dest, to_ports, mark, notrack), j
 
 
-def compile_tables(tables: dict[str, object]) -> dict[str, CompiledTable]:
+def compile_tables(tables: dict[str, Table]) -> dict[str, CompiledTable]:
     """Compile every table of a parsed :class:`~kpdoctor.parse.iptables.Ruleset`."""
-    from kpdoctor.parse.iptables import Table
-
     out: dict[str, CompiledTable] = {}
     for name, t in tables.items():
-        assert isinstance(t, Table)
         ct = CompiledTable(name)
         for chain, policy in t.chains.items():
             ct.chains.setdefault(chain, [])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kpdoctor.model import Cite
 from kpdoctor.parse.logscan import Hit, ScanResult, signature
+from kpdoctor.versions import IptablesVersion
 
 SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)")
 SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True)
@@ -20,6 +21,15 @@ VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', 
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"')
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
 PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")
+
+
+def restore_binary(hit: Hit) -> IptablesVersion | None:
+    """The iptables-restore kube-proxy ran, from its error text (``iptables-restore v1.8.4 (legacy)``).
+
+    ``backend`` is None for iptables before 1.8, which printed none (and had only legacy).
+    """
+    i = hit.record.find("-restore v")
+    return IptablesVersion.parse(hit.record[i:]) if i >= 0 else None
 
 
 def cite(hit: Hit, with_header: bool = True) -> list[Cite]:

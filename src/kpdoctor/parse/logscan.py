@@ -106,6 +106,15 @@ class ScanResult:
     lines: dict[str, int] = field(default_factory=dict)  # lines read per artifact
     bytes_read: int = 0
 
+    def merge(self, hits: list[Hit], counts: dict[str, int]) -> None:
+        """Add a worker's hits (already capped there) and its full counts."""
+        for h in hits:
+            lst = self.hits.setdefault(h.sig, [])
+            if len(lst) < MAX_HITS_PER_SIGNATURE:
+                lst.append(h)
+        for k, v in counts.items():
+            self.counts[k] = self.counts.get(k, 0) + v
+
     def add(self, hit: Hit) -> None:
         self.counts[hit.sig] = self.counts.get(hit.sig, 0) + 1
         lst = self.hits.setdefault(hit.sig, [])
@@ -347,11 +356,10 @@ class Scanner:
             outcomes = [f.result() for f in futures]
         line_base = art.first_line - 1
         for hits, counts, lines, nbytes in outcomes:
-            for h in hits:
-                result.add(dataclasses.replace(h, line=h.line + line_base, header_line=h.header_line + line_base))
-            for k, v in counts.items():  # hits beyond the per-signature cap are still counted
-                kept = sum(1 for h in hits if h.sig == k)
-                result.counts[k] = result.counts.get(k, 0) + v - kept
+            shift = [
+                dataclasses.replace(h, line=h.line + line_base, header_line=h.header_line + line_base) for h in hits
+            ]
+            result.merge(shift, counts)
             line_base += lines
             result.bytes_read += nbytes
         result.lines[art.name] = result.lines.get(art.name, 0) + line_base - (art.first_line - 1)

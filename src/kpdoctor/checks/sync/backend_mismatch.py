@@ -9,6 +9,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.log import restore_binary
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import FixRow
@@ -25,7 +26,6 @@ CHAIN_DOES_NOT_EXIST = signature(
     r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
 )
-_RESTORE_BINARY = re.compile(r"(ip6?tables(?:-legacy|-nft)?-restore) v([0-9.]+)(?: \((legacy|nf_tables)\))?")
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.
 FIXES = [
@@ -97,11 +97,11 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     kp_backend: str | None = None
     pre_18: str | None = None  # a restore binary older than 1.8 knows only the legacy backend
     for h in hits:
-        m = _RESTORE_BINARY.search(h.text) or _RESTORE_BINARY.search(h.header)
-        if m:
-            kp_backend = "nft" if m.group(3) == "nf_tables" else "legacy"
-            if m.group(3) is None and tuple(int(x) for x in m.group(2).split(".")[:2]) < (1, 8):
-                pre_18 = m.group(2)
+        binary = restore_binary(h)
+        if binary is not None:
+            kp_backend = binary.short_backend or "legacy"
+            if binary.backend is None and not binary.at_least(1, 8):
+                pre_18 = ".".join(map(str, binary.parts))
     if kp_backend is None and hits:
         kp_backend = "legacy" if any(h.sig == CANNOT_LOAD_TARGET.id for h in hits) else "nft"
 
@@ -143,8 +143,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
         f = start(facts, "KP101", hits, confidence=confidence, severity=Severity.CRITICAL)
         chain = next((h.groups[-1] for h in hits if h.groups and h.groups[-1]), "KUBE-MARK-DROP")
         other = "nf_tables" if kp_backend == "legacy" else "legacy"
-        host_v = facts.iptables_version("host")
-        if pre_18 and not (host_v and host_v.value.short_backend == "nft"):
+        if pre_18 and not (host and host.value.short_backend == "nft"):
             f.confidence = Confidence.MEDIUM
             f.summary = (
                 f"kube-proxy's iptables-restore v{pre_18} (older than 1.8: legacy backend only) cannot find chain "

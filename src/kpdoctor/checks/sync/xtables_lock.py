@@ -9,6 +9,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
+from kpdoctor.facts.log import restore_binary
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import signature
@@ -106,9 +107,9 @@ def node_backend(facts: Facts) -> tuple[str | None, Cite | None]:
         if v and not v.value.at_least(1, 8):
             return "legacy", v.cite
     for h in facts.log.hits(RESTORE_LINE_FAILED.id, LOCK_NO_WAIT.id, LOCK_STOPPED_WAITING.id):
-        m = re.search(r"v[0-9.]+ \((legacy|nf_tables)\)", h.text + " " + h.header)
-        if m:
-            return ("nft" if m.group(1) == "nf_tables" else "legacy"), Cite(h.artifact, h.line, h.text)
+        binary = restore_binary(h)
+        if binary is not None and binary.short_backend:
+            return binary.short_backend, Cite(h.artifact, h.line, h.text)
     return None, None
 
 
