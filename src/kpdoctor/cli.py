@@ -202,7 +202,8 @@ def rules(fmt: FormatOpt = Format.text) -> None:
 @app.command()
 def demo(
     name: Annotated[
-        str | None, typer.Argument(help="Example to diagnose; omit to list them and run the default one.")
+        str | None,
+        typer.Argument(metavar="NAME", help="Example to diagnose; omit to list them and run the default one."),
     ] = None,
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
