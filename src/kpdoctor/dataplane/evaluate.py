@@ -24,7 +24,6 @@ MAX_DEPTH = 64
 MAX_BRANCHES = 4096
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
-LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +51,44 @@ class Step:
 
 @dataclass(slots=True)
 class State:
-    packet: Packet
+    """The packet as the walk has changed it (addresses as integers), and what happened to it."""
+
+    packet: Packet  # as it entered
+    version: int
+    src: int
+    dst: int
+    dport: int
+    mark: int
     steps: list[Step] = field(default_factory=list)
     dnat: tuple[str, int | None] | None = None
     masquerade: bool = False
     notrack: bool = False
     affinity: list[int] = field(default_factory=list)  # lines of --rcheck rules seen
 
+    @classmethod
+    def start(cls, packet: Packet) -> State:
+        return cls(packet, packet.dst.version, int(packet.src), int(packet.dst), packet.dport, packet.mark)
+
     def copy(self) -> State:
-        return State(self.packet, list(self.steps), self.dnat, self.masquerade, self.notrack, list(self.affinity))
+        return State(
+            self.packet,
+            self.version,
+            self.src,
+            self.dst,
+            self.dport,
+            self.mark,
+            list(self.steps),
+            self.dnat,
+            self.masquerade,
+            self.notrack,
+            list(self.affinity),
+        )
+
+    @property
+    def current(self) -> Packet:
+        """The packet with its rewritten destination and mark."""
+        mk = ipaddress.IPv4Address if self.version == 4 else ipaddress.IPv6Address
+        return dataclasses.replace(self.packet, dst=mk(self.dst), dport=self.dport, mark=self.mark)
 
 
 @dataclass(slots=True)
@@ -79,6 +107,11 @@ class Outcome:
         port = port if port is not None else self.state.packet.dport
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    @property
+    def decided_by(self) -> Step | None:
+        """The rule (or policy) that gave the verdict: the last step taken."""
+        return self.state.steps[-1] if self.state.steps else None
+
 
 class Uncertain(Exception):
     def __init__(self, reason: str) -> None:
@@ -86,88 +119,178 @@ class Uncertain(Exception):
         self.reason = reason
 
 
+Branch = tuple[float, State]
+Result = tuple[float, State, str, str]
+
+
 class Evaluator:
-    """Walks packets through one backend's compiled tables (one address family)."""
+    """Walks packets through one backend's compiled tables (one address family).
+
+    ``layers`` are further tables the kernel runs at the same hooks (the other iptables
+    backend's filter rules, for example): a packet must pass them too.
+    """
 
     def __init__(
         self,
         tables: dict[str, CompiledTable],
         local_addresses: Iterable[IPAddress] = (),
         ipsets: dict[str, set[str]] | None = None,
+        layers: Iterable[dict[str, CompiledTable]] = (),
+        record: bool = True,
     ) -> None:
         self.tables = tables
-        self.local = set(local_addresses)
+        self.layers = [tables, *layers]
+        self.local = {(a.version, int(a)) for a in local_addresses}
         self.ipsets = ipsets
+        self.record = record  # keep the steps (a trace); verification only needs the outcome
+        self._cache: dict[tuple[object, ...], list[tuple[float, str, str, State]]] = {}
+        self._mentions: dict[int, _Mentions] = {}
 
     # -- public ------------------------------------------------------------------------
-    def run(self, packet: Packet, hook: str = "prerouting") -> list[Outcome]:
-        """All outcomes of a new connection entering at ``hook`` (prerouting or output)."""
-        first = ["raw", "mangle", "nat"] if hook == "prerouting" else ["raw", "mangle", "nat", "filter"]
+    def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
+        """All outcomes of a new connection entering at ``hook`` (prerouting or output).
+
+        ``postrouting=False`` skips the nat POSTROUTING walk, which can only masquerade (never
+        drop): verification does not need it, a trace does.
+        """
         chain = "PREROUTING" if hook == "prerouting" else "OUTPUT"
-        branches = [(1.0, State(packet))]
+        branches: list[Branch] = [(1.0, State.start(packet))]
         finals: list[Outcome] = []
-        for table in first:
+        for table in ("raw", "mangle", "nat"):
             branches = self._hook(table, chain, branches, finals)
-        after: list[tuple[float, State]] = []
+        after: list[Branch] = []
         for p, st in branches:
-            local = self.is_local(st.packet.dst)
-            if hook == "prerouting":
-                route = "INPUT" if local else "FORWARD"
-                nxt = self._hook("mangle", route, [(p, st)], finals)
-                nxt = self._hook("filter", route, nxt, finals)
-                if not local:
-                    nxt = self._hook("mangle", "POSTROUTING", nxt, finals)
-                    nxt = self._hook("nat", "POSTROUTING", nxt, finals)
-            else:
-                nxt = self._hook("mangle", "POSTROUTING", [(p, st)], finals)
-                nxt = self._hook("nat", "POSTROUTING", nxt, finals)
-                if local:
-                    nxt = self._hook("filter", "INPUT", nxt, finals)
-            after.extend(nxt)
+            self._after_nat(hook, postrouting, p, st, after, finals)
         finals.extend(Outcome(p, "ACCEPT", st) for p, st in after)
         return _merge(finals)
 
-    def is_local(self, addr: IPAddress) -> bool:
-        return addr in self.local or any(addr in net for net in LOOPBACK if net.version == addr.version)
-
-    # -- walking -----------------------------------------------------------------------
-    def _hook(
-        self, table: str, chain: str, branches: list[tuple[float, State]], finals: list[Outcome]
-    ) -> list[tuple[float, State]]:
-        """Run a built-in chain of one table; return the branches that continue."""
-        tab = self.tables.get(table)
-        if tab is None or chain not in tab.chains:
-            return branches
-        out: list[tuple[float, State]] = []
-        for p, st in branches:
-            if table == "nat" and st.notrack:
-                out.append((p, st))
-                continue
-            for q, s2, verdict, reason in self._chain(tab, chain, p, st, 0):
-                if verdict in ("ACCEPT", "RETURN", "END"):
-                    out.append((q, s2))
-                else:
-                    finals.append(Outcome(q, verdict, s2, reason))
-            if len(out) > MAX_BRANCHES:
-                raise RuntimeError("too many branches")
+    def _stages(self, hook: str, local: bool, postrouting: bool) -> list[tuple[str, str]]:
+        """The (table, chain) walks after the entry hook's nat, by the routing decision."""
+        if hook == "prerouting":
+            route = "INPUT" if local else "FORWARD"
+            out = [("mangle", route), ("filter", route)]
+            if not local:
+                out.append(("mangle", "POSTROUTING"))
+                if postrouting:
+                    out.append(("nat", "POSTROUTING"))
+            return out
+        out = [("filter", "OUTPUT"), ("mangle", "POSTROUTING")]
+        if postrouting:
+            out.append(("nat", "POSTROUTING"))
+        if local:
+            out.append(("filter", "INPUT"))
         return out
 
-    def _chain(
-        self, tab: CompiledTable, chain: str, p: float, st: State, depth: int
-    ) -> list[tuple[float, State, str, str]]:
+    def _after_nat(
+        self, hook: str, postrouting: bool, p: float, st: State, after: list[Branch], finals: list[Outcome]
+    ) -> None:
+        """Filter, mangle and postrouting for one branch, memoised: these walks rarely depend on
+        the backend address, so for a node's 50,000 endpoints they are computed a few times."""
+        local = self._is_local(st.version, st.dst)
+        stages = self._stages(hook, local, postrouting)
+        key = self._stage_key(st, local, tuple(stages))
+        cached = self._cache.get(key) if key is not None else None
+        if cached is None:
+            probe = st.copy()
+            probe.steps, probe.affinity = [], []
+            sub_finals: list[Outcome] = []
+            branches: list[Branch] = [(1.0, probe)]
+            for table, chain in stages:
+                branches = self._hook(table, chain, branches, sub_finals)
+            cached = [(o.probability, o.verdict, o.reason, o.state) for o in sub_finals]
+            cached += [(q, "", "", s2) for q, s2 in branches]
+            if key is not None:
+                self._cache[key] = cached
+        for i, (q, verdict, reason, s2) in enumerate(cached):
+            out = st if i == len(cached) - 1 else st.copy()
+            out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
+            out.affinity.extend(s2.affinity)
+            out.mark, out.masquerade = s2.mark, out.masquerade or s2.masquerade
+            if verdict:
+                finals.append(Outcome(p * q, verdict, out, reason))
+            else:
+                after.append((p * q, out))
+
+    def _stage_key(self, st: State, local: bool, stages: tuple[tuple[str, str], ...]) -> tuple[object, ...] | None:
+        """What the after-nat walk can depend on; addresses and ports only as far as some rule
+        of those tables tells them apart. None: not memoisable (ipsets are read by address)."""
+        m = self._mentions.get(st.version)
+        if m is None:
+            m = self._mentions[st.version] = _Mentions.of(self.layers, st.version)
+        if m.opaque:
+            return None
+        pkt = st.packet
+        return (
+            stages,
+            st.version,
+            st.src,
+            m.dst_key(st.dst),
+            m.port_key(st.dport),
+            pkt.proto,
+            pkt.sport,
+            pkt.iif,
+            pkt.oif,
+            st.mark,
+            st.dnat is not None,
+            st.notrack,
+            local,
+        )
+
+    def is_local(self, addr: IPAddress) -> bool:
+        return self._is_local(addr.version, int(addr))
+
+    def _is_local(self, version: int, addr: int) -> bool:
+        if (version, addr) in self.local:
+            return True
+        if version == 4:
+            return addr >> 24 == 127
+        return addr == 1
+
+    # -- walking -----------------------------------------------------------------------
+    def _hook(self, table: str, chain: str, branches: list[Branch], finals: list[Outcome]) -> list[Branch]:
+        """Run a built-in chain of one table (in every layer); return the branches that continue."""
+        for layer in self.layers:
+            tab = layer.get(table)
+            if tab is None or not tab.has_chain(chain):
+                continue
+            out: list[Branch] = []
+            for p, st in branches:
+                if table == "nat" and st.notrack:
+                    out.append((p, st))
+                    continue
+                for q, s2, verdict, reason in self._chain(tab, chain, p, st, 0):
+                    if verdict in ("ACCEPT", "RETURN", "END"):
+                        out.append((q, s2))
+                    else:
+                        finals.append(Outcome(q, verdict, s2, reason))
+                if len(out) > MAX_BRANCHES:
+                    raise RuntimeError("too many branches")
+            branches = out
+        return branches
+
+    def _chain(self, tab: CompiledTable, chain: str, p: float, st: State, depth: int) -> list[Result]:
         if depth > MAX_DEPTH:
             return [(p, st, "UNCERTAIN", f"chain nesting deeper than {MAX_DEPTH} at {tab.name}/{chain}")]
-        rules = tab.chains.get(chain, [])
-        return self._rules(tab, chain, rules, 0, p, st, depth)
+        rules = tab.rules(chain)
+        idx = tab.index(chain)
+        order = None if idx is None else idx.positions(st.dst if idx.by == "dst" else st.dport)
+        return self._rules(tab, chain, rules, order, 0, p, st, depth)
 
     def _rules(
-        self, tab: CompiledTable, chain: str, rules: list[CompiledRule], i: int, p: float, st: State, depth: int
-    ) -> list[tuple[float, State, str, str]]:
-        results: list[tuple[float, State, str, str]] = []
-        while i < len(rules):
-            r = rules[i]
-            if any(c.kind == "recent" and c.value in ("rcheck", "update") for c in r.conds):
-                st.affinity.append(r.line)  # a returning client may be sent elsewhere: reported, not simulated
+        self,
+        tab: CompiledTable,
+        chain: str,
+        rules: list[CompiledRule],
+        order: list[int] | None,
+        pos: int,
+        p: float,
+        st: State,
+        depth: int,
+    ) -> list[Result]:
+        results: list[Result] = []
+        end = len(rules) if order is None else len(order)
+        while pos < end:
+            r = rules[pos if order is None else order[pos]]
             try:
                 pm = self._match(r, st)
             except Uncertain as exc:
@@ -175,68 +298,65 @@ class Evaluator:
                 results.append((p, st, "UNCERTAIN", f"{exc.reason} at line {r.line}"))
                 return results
             if pm <= 0.0:
-                i += 1
+                pos += 1
                 continue
             if pm < 1.0:  # a probabilistic rule: the branch that does not take it continues here
-                results.extend(self._rules(tab, chain, rules, i + 1, p * (1 - pm), st.copy(), depth))
+                results.extend(self._rules(tab, chain, rules, order, pos + 1, p * (1 - pm), st.copy(), depth))
                 p = p * pm
-            taken = st
-            taken.steps.append(Step(tab.name, chain, r.line, r.rule.text.strip(), p))
+            if self.record or r.target is None or r.target.name in TERMINAL or r.target.name == "DNAT":
+                st.steps.append(Step(tab.name, chain, r.line, r.rule.text, p))
             tgt = r.target
             if tgt is None:
-                i += 1
+                pos += 1
                 continue
             name = tgt.name
-            if name in TERMINAL:
-                results.append((p, taken, name, ""))
-                return results
-            if name == "RETURN":
-                results.append((p, taken, "RETURN", ""))
+            if name in TERMINAL or name == "RETURN":
+                results.append((p, st, name, ""))
                 return results
             if name == "DNAT" and tgt.to_destination:
                 host, port = tgt.to_destination
-                try:
-                    new_dst = ipaddress.ip_address(host)
-                except ValueError:
-                    results.append((p, taken, "UNCERTAIN", f"DNAT to {host} at line {r.line}"))
+                span = tgt.to_span
+                if span is None:
+                    results.append((p, st, "UNCERTAIN", f"DNAT to {host} at line {r.line}"))
                     return results
-                taken.packet = dataclasses.replace(taken.packet, dst=new_dst, dport=port or taken.packet.dport)
-                taken.dnat = (host, port)
-                results.append((p, taken, "ACCEPT", ""))
+                st.dst = span[1]
+                st.dport = port or st.dport
+                st.dnat = (host, port)
+                results.append((p, st, "ACCEPT", ""))
                 return results
             if name == "REDIRECT":
-                lo = ipaddress.ip_address("127.0.0.1" if taken.packet.dst.version == 4 else "::1")
-                taken.packet = dataclasses.replace(taken.packet, dst=lo, dport=tgt.to_ports or taken.packet.dport)
-                taken.dnat = (str(lo), tgt.to_ports)
-                results.append((p, taken, "ACCEPT", ""))
+                lo = "127.0.0.1" if st.version == 4 else "::1"
+                st.dst = 0x7F000001 if st.version == 4 else 1
+                st.dport = tgt.to_ports or st.dport
+                st.dnat = (lo, tgt.to_ports)
+                results.append((p, st, "ACCEPT", ""))
                 return results
             if name in ("MASQUERADE", "SNAT"):
-                taken.masquerade = True
-                results.append((p, taken, "ACCEPT", ""))
+                st.masquerade = True
+                results.append((p, st, "ACCEPT", ""))
                 return results
             if name == "MARK" and tgt.mark:
-                taken.packet = dataclasses.replace(taken.packet, mark=_apply_mark(taken.packet.mark, tgt.mark))
-                i += 1
+                st.mark = _apply_mark(st.mark, tgt.mark)
+                pos += 1
                 continue
             if tgt.notrack:
-                taken.notrack = True
-                i += 1
+                st.notrack = True
+                pos += 1
                 continue
-            if name in ("LOG", "NFLOG", "TRACE", "CONNMARK", "CT"):
-                i += 1
+            if name in ("LOG", "NFLOG", "TRACE", "CONNMARK", "CT", "NFQUEUE_BYPASS"):
+                pos += 1
                 continue
-            if name in tab.chains:
-                sub = self._chain(tab, name, p, taken, depth + 1)
-                for q, s2, verdict, reason in sub:
+            if tab.has_chain(name):
+                for q, s2, verdict, reason in self._chain(tab, name, p, st, depth + 1):
                     if verdict in ("RETURN", "END"):
                         if tgt.goto:
                             results.append((q, s2, "RETURN", ""))
                         else:
-                            results.extend(self._rules(tab, chain, rules, i + 1, q, s2, depth))
+                            results.extend(self._rules(tab, chain, rules, order, pos + 1, q, s2, depth))
                     else:
                         results.append((q, s2, verdict, reason))
                 return results
-            results.append((p, taken, "UNCERTAIN", f"unknown target {name} at line {r.line}"))
+            results.append((p, st, "UNCERTAIN", f"unknown target {name} at line {r.line}"))
             return results
         # fell off the end
         if chain in BUILTIN:
@@ -250,45 +370,50 @@ class Evaluator:
     # -- matching ----------------------------------------------------------------------
     def _match(self, r: CompiledRule, st: State) -> float:
         """Probability that the rule matches (1, 0 or a statistic probability)."""
+        d = r.dst
+        if d is not None and (d[0] == st.version and d[1] <= st.dst <= d[2]) == r.dst_neg:
+            return 0.0
+        s = r.src
+        if s is not None and (s[0] == st.version and s[1] <= st.src <= s[2]) == r.src_neg:
+            return 0.0
+        pr = r.proto
+        if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
+            return 0.0
+        dp = r.dport
+        if dp is not None:
+            port = st.dport
+            if any(lo <= port <= hi for lo, hi in dp) == r.dport_neg:
+                return 0.0
+        if not r.conds:
+            return 1.0
         prob = 1.0
         for c in r.conds:
+            if c.kind == "recent" and c.value in ("rcheck", "update") and r.line not in st.affinity:
+                st.affinity.append(r.line)  # a returning client may be sent elsewhere: reported, not simulated
             v = self._cond(c, st)
             if c.kind == "statistic":
                 prob *= (1 - v) if c.negated else v
                 continue
-            ok = bool(v)
-            if ok == c.negated:
+            if bool(v) == c.negated:
                 return 0.0
         return prob
 
     def _cond(self, c: Cond, st: State) -> float:
-        pkt = st.packet
         k = c.kind
-        if k in ("src", "dst"):
-            addr = pkt.src if k == "src" else pkt.dst
-            net = c.value
-            assert isinstance(net, ipaddress.IPv4Network | ipaddress.IPv6Network)
-            return 1.0 if addr.version == net.version and addr in net else 0.0
-        if k == "proto":
-            return 1.0 if c.value in (pkt.proto, "all") else 0.0
-        if k in ("dport", "sport"):
-            port = pkt.dport if k == "dport" else pkt.sport
-            ranges = c.value
-            assert isinstance(ranges, list)
-            return 1.0 if any(lo <= port <= hi for lo, hi in ranges) else 0.0
         if k == "addrtype":
             side, typ = cast(tuple[str, str], c.value)
-            addr = pkt.src if side == "src" else pkt.dst
+            addr = st.src if side == "src" else st.dst
             if typ == "LOCAL":
-                return 1.0 if self.is_local(addr) else 0.0
+                return 1.0 if self._is_local(st.version, addr) else 0.0
             if typ == "UNICAST":
-                return 0.0 if addr.is_multicast else 1.0
+                multicast = (addr >> 28 == 0xE) if st.version == 4 else (addr >> 120 == 0xFF)
+                return 0.0 if multicast else 1.0
             raise Uncertain(f"address type {typ} not known")
         if k == "mark":
             value, mask = cast(tuple[int, int], c.value)
-            return 1.0 if (pkt.mark & mask) == value else 0.0
+            return 1.0 if (st.mark & mask) == value else 0.0
         if k == "ctstate":
-            states = {"NEW"} | ({"DNAT"} if st.dnat else set())
+            states = {"NEW", "DNAT"} if st.dnat else {"NEW"}
             assert isinstance(c.value, frozenset)
             return 1.0 if states & c.value else 0.0
         if k == "statistic":
@@ -298,8 +423,11 @@ class Evaluator:
             return 1.0 / float(c.value[1])  # type: ignore[index]
         if k == "recent":
             return 1.0 if c.value == "set" else 0.0  # --rcheck: a new client has no entry
+        if k == "sport":
+            ranges = cast(tuple[tuple[int, int], ...], c.value)
+            return 1.0 if any(lo <= st.packet.sport <= hi for lo, hi in ranges) else 0.0
         if k in ("iif", "oif"):
-            name = pkt.iif if k == "iif" else pkt.oif
+            name = st.packet.iif if k == "iif" else st.packet.oif
             if name is None:
                 raise Uncertain(f"interface match {'-i' if k == 'iif' else '-o'} {c.value} (interface not known)")
             pat = str(c.value)
@@ -308,8 +436,58 @@ class Evaluator:
             name, _dirs = cast(tuple[str, str], c.value)
             if self.ipsets is None or name not in self.ipsets:
                 raise Uncertain(f"ipset {name} not given")
-            return 1.0 if str(pkt.dst) in self.ipsets[name] or str(pkt.src) in self.ipsets[name] else 0.0
+            cur = st.current
+            return 1.0 if str(cur.dst) in self.ipsets[name] or str(cur.src) in self.ipsets[name] else 0.0
         raise Uncertain(f"match {c.value} not evaluated" if k == "unknown" else f"{k} match not evaluated")
+
+
+class _Mentions:
+    """The addresses and ports the filter/mangle/postrouting rules of one family look at: any two
+    packets that no rule tells apart walk those tables the same way."""
+
+    def __init__(self) -> None:
+        self.dsts: set[int] = set()
+        self.dst_spans: list[tuple[int, int]] = []
+        self.ports: set[int] = set()
+        self.port_ranges: list[tuple[int, int]] = []
+        self.opaque = False
+
+    @classmethod
+    def of(cls, layers: list[dict[str, CompiledTable]], version: int) -> _Mentions:
+        m = cls()
+        full = (1 << (32 if version == 4 else 128)) - 1
+        spans: set[tuple[int, int]] = set()
+        ranges: set[tuple[int, int]] = set()
+        for layer in layers:
+            for tname in ("mangle", "filter", "nat"):
+                tab = layer.get(tname)
+                if tab is None:
+                    continue
+                for _chain, rules in tab.chains.items():
+                    for r in rules:
+                        d = r.dst
+                        if d is not None and d[0] == version:
+                            if d[1] == d[2]:
+                                m.dsts.add(d[1])
+                            elif not (d[1] == 0 and d[2] == full):
+                                spans.add((d[1], d[2]))
+                        for lo, hi in r.dport or ():
+                            if lo == hi:
+                                m.ports.add(lo)
+                            else:
+                                ranges.add((lo, hi))
+                        if any(c.kind == "set" for c in r.conds):
+                            m.opaque = True
+        m.dst_spans, m.port_ranges = sorted(spans), sorted(ranges)
+        return m
+
+    def dst_key(self, dst: int) -> tuple[int, tuple[int, ...]]:
+        exact = dst if dst in self.dsts else -1
+        return exact, tuple(i for i, (lo, hi) in enumerate(self.dst_spans) if lo <= dst <= hi)
+
+    def port_key(self, port: int) -> tuple[int, tuple[int, ...]]:
+        exact = port if port in self.ports else -1
+        return exact, tuple(i for i, (lo, hi) in enumerate(self.port_ranges) if lo <= port <= hi)
 
 
 def _apply_mark(mark: int, op: tuple[str, int, int]) -> int:

@@ -2,25 +2,36 @@
 
 The model is semantic: it knows what ``-m statistic``, ``-m addrtype`` or ``-j DNAT`` do, never
 what kube-proxy calls its chains, so it holds for any kube-proxy version and for rules nobody
-generated. A match it does not know is kept as :class:`Unknown`, which makes an evaluation that
-reaches it *uncertain* instead of guessing.
+generated. A match it does not know is kept as ``Cond("unknown")``, which makes an evaluation
+that reaches it *uncertain* instead of guessing.
+
+Speed matters (a node with 10,000 Services has a quarter of a million rules): addresses become
+integer ranges, the commonest matches (``-s``, ``-d``, ``-p``, ``--dport``) are fields checked
+inline, and chains are compiled lazily, the first time a packet enters them. Big chains (such as
+KUBE-SERVICES) get an index by destination address or port, so a lookup does not walk 10,000
+rules.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass, field
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from kpdoctor.parse.iptables import Rule, Table
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+INDEX_THRESHOLD = 24  # chains longer than this get a destination index
+
+
+# An address match: (IP version, first address, last address) as integers.
+Span = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Cond:
     """One condition of a rule: ``kind`` with its parameters, possibly negated."""
 
-    kind: str  # src dst proto iif oif sport dport addrtype mark ctstate statistic recent set physdev unknown
+    kind: str  # iif oif sport addrtype mark ctstate statistic recent set physdev unknown
     value: object
     negated: bool = False
 
@@ -30,47 +41,90 @@ class Target:
     name: str  # ACCEPT DROP REJECT RETURN DNAT SNAT MASQUERADE REDIRECT MARK NOTRACK CT LOG or a chain
     goto: bool = False
     to_destination: tuple[str, int | None] | None = None  # DNAT ip, port
+    to_span: Span | None = None  # the DNAT address as parsed (None: not a single address)
     to_ports: int | None = None  # REDIRECT
-    mark: tuple[str, int, int] | None = None  # MARK op ("xset", value, mask) / ("or", v, 0) ...
+    mark: tuple[str, int, int] | None = None  # MARK op ("set-xmark", value, mask) ...
     notrack: bool = False
 
 
-@dataclass(frozen=True, slots=True)
 class CompiledRule:
-    rule: Rule
-    conds: tuple[Cond, ...]
-    target: Target | None  # None: a rule without -j (counts only)
+    """A rule as the evaluator checks it: the common matches as plain fields, the rest as conds."""
+
+    __slots__ = (
+        "conds",
+        "dport",
+        "dport_neg",
+        "dst",
+        "dst_neg",
+        "proto",
+        "proto_neg",
+        "rule",
+        "src",
+        "src_neg",
+        "target",
+    )
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.src: Span | None = None
+        self.src_neg = False
+        self.dst: Span | None = None
+        self.dst_neg = False
+        self.proto: str | None = None
+        self.proto_neg = False
+        self.dport: tuple[tuple[int, int], ...] | None = None
+        self.dport_neg = False
+        self.conds: tuple[Cond, ...] = ()
+        self.target: Target | None = None
 
     @property
     def line(self) -> int:
         return self.rule.line
 
+    @property
+    def exact_dst(self) -> int | None:
+        """The single destination address the rule requires, if any (for the chain index)."""
+        d = self.dst
+        if d is not None and not self.dst_neg and d[1] == d[2]:
+            return d[1]
+        return None
 
-@dataclass(slots=True)
-class CompiledTable:
-    name: str
-    chains: dict[str, list[CompiledRule]] = field(default_factory=dict)
-    policies: dict[str, str] = field(default_factory=dict)
-
-
-def _net(text: str) -> IPNetwork | None:
-    try:
-        return ipaddress.ip_network(text, strict=False)
-    except ValueError:
+    @property
+    def exact_dport(self) -> int | None:
+        p = self.dport
+        if p is not None and not self.dport_neg and len(p) == 1 and p[0][0] == p[0][1]:
+            return p[0][0]
         return None
 
 
-def _ports(text: str) -> list[tuple[int, int]]:
+def parse_span(text: str) -> Span | None:
+    """``10.0.0.0/8``, ``1.2.3.4`` or an IPv6 network as an integer range; None if invalid."""
+    addr, _, plen = text.partition("/")
+    try:
+        if ":" in addr:
+            n, version, width = int.from_bytes(socket.inet_pton(socket.AF_INET6, addr), "big"), 6, 128
+        else:
+            n, version, width = int.from_bytes(socket.inet_pton(socket.AF_INET, addr), "big"), 4, 32
+        bits = int(plen) if plen else width
+    except (OSError, ValueError):
+        return None
+    if not 0 <= bits <= width:
+        return None
+    host = (1 << (width - bits)) - 1
+    return (version, n & ~host, (n & ~host) | host)
+
+
+def _ports(text: str) -> tuple[tuple[int, int], ...]:
     out = []
     for part in text.split(","):
-        a, _, b = part.partition(":")
+        a, sep, b = part.partition(":")
         try:
             lo = int(a) if a else 0
-            hi = int(b) if b else (lo if not _ else 65535)
+            hi = int(b) if b else (lo if not sep else 65535)
         except ValueError:
             continue
         out.append((lo, hi))
-    return out
+    return tuple(out)
 
 
 def _mark(text: str) -> tuple[int, int]:
@@ -78,114 +132,183 @@ def _mark(text: str) -> tuple[int, int]:
     return int(v, 0), (int(m, 0) if m else 0xFFFFFFFF)
 
 
-# Options of the matches the evaluator understands (anything else makes the rule uncertain).
-_KNOWN_MODULES = {
-    "comment",
-    "tcp",
-    "udp",
-    "sctp",
-    "multiport",
-    "addrtype",
-    "mark",
-    "conntrack",
-    "state",
-    "statistic",
-    "recent",
-    "nfacct",
-    "set",
-    "physdev",
-    "icmp",
-    "icmp6",
+# Matches the evaluator understands (anything else makes the rule uncertain).
+_KNOWN_MODULES = frozenset(
+    {
+        "comment",
+        "tcp",
+        "udp",
+        "sctp",
+        "multiport",
+        "addrtype",
+        "mark",
+        "conntrack",
+        "state",
+        "statistic",
+        "recent",
+        "nfacct",
+        "set",
+        "physdev",
+        "icmp",
+        "icmp6",
+        "icmpv6",
+    }
+)
+# Options that only annotate or count: (option, number of values it takes).
+_SKIP = {
+    "--comment": 1,
+    "--nfacct-name": 1,
+    "--icmp-type": 1,
+    "--icmpv6-type": 1,
+    "--tcp-flags": 2,
+    "--syn": 0,
+    "--seconds": 1,
+    "--hitcount": 1,
+    "--name": 1,
+    "--mask": 1,
+    "--reap": 0,
+    "--rsource": 0,
+    "--rdest": 0,
+    "--rttl": 0,
+    "--limit-iface-in": 0,
+    "--limit-iface-out": 0,
+    "--reject-with": 1,
+}
+
+
+# Token -> what it is, so the compiler does one dict lookup per token instead of a chain of
+# comparisons (compiling a quarter of a million rules is on the critical path).
+_DST, _SRC, _PROTO, _MATCH, _JUMP, _DPORT, _SPORT, _IFACE, _ADDRTYPE, _CTSTATE = range(10)
+_TOKENS: dict[str, int] = {
+    "-d": _DST,
+    "--destination": _DST,
+    "-s": _SRC,
+    "--source": _SRC,
+    "-p": _PROTO,
+    "--protocol": _PROTO,
+    "-m": _MATCH,
+    "--match": _MATCH,
+    "-j": _JUMP,
+    "--jump": _JUMP,
+    "-g": _JUMP,
+    "--goto": _JUMP,
+    "--dport": _DPORT,
+    "--destination-port": _DPORT,
+    "--dports": _DPORT,
+    "--destination-ports": _DPORT,
+    "--sport": _SPORT,
+    "--source-port": _SPORT,
+    "--sports": _SPORT,
+    "--source-ports": _SPORT,
+    "-i": _IFACE,
+    "--in-interface": _IFACE,
+    "-o": _IFACE,
+    "--out-interface": _IFACE,
+    "--src-type": _ADDRTYPE,
+    "--dst-type": _ADDRTYPE,
+    "--ctstate": _CTSTATE,
+    "--state": _CTSTATE,
 }
 
 
 def compile_rule(rule: Rule) -> CompiledRule:
-    """Turn ``-A CHAIN ...`` tokens into conditions and a target."""
-    toks = list(rule.args)
+    """Turn ``-A CHAIN ...`` tokens into fields, conditions and a target."""
+    cr = CompiledRule(rule)
+    toks = rule.args
+    n = len(toks)
     conds: list[Cond] = []
-    target: Target | None = None
     i = 0
     neg = False
     module = ""
-    while i < len(toks):
+    tokens, skip = _TOKENS, _SKIP
+    while i < n:
         t = toks[i]
-        nxt = toks[i + 1] if i + 1 < len(toks) else ""
         if t == "!":
             neg = True
             i += 1
             continue
-        if t in ("-s", "--source", "-d", "--destination"):
-            net = _net(nxt)
-            kind = "src" if t in ("-s", "--source") else "dst"
-            conds.append(Cond(kind, net, neg) if net else Cond("unknown", f"{t} {nxt}", neg))
-            i += 2
-        elif t in ("-p", "--protocol"):
-            conds.append(Cond("proto", nxt.lower(), neg))
-            i += 2
-        elif t in ("-i", "--in-interface", "-o", "--out-interface"):
-            conds.append(Cond("iif" if t.startswith(("-i", "--in")) else "oif", nxt, neg))
-            i += 2
-        elif t in ("-m", "--match"):
+        kind = tokens.get(t)
+        nxt = toks[i + 1] if i + 1 < n else ""
+        if kind is None:
+            if t in skip:
+                i += 1 + skip[t]
+            else:
+                i = _other(toks, i, module, neg, conds)
+        elif kind == _MATCH:
             module = nxt
             if module not in _KNOWN_MODULES:
                 conds.append(Cond("unknown", f"-m {module}", neg))
             i += 2
-        elif t in ("-j", "--jump", "-g", "--goto"):
-            target, i = _target(toks, i)
-        elif t in ("--dport", "--destination-port", "--dports", "--destination-ports"):
-            conds.append(Cond("dport", _ports(nxt), neg))
+        elif kind in (_DST, _SRC):
+            span = parse_span(nxt)
+            if span is None:
+                conds.append(Cond("unknown", f"{t} {nxt}", neg))
+            elif kind == _DST:
+                cr.dst, cr.dst_neg = span, neg
+            else:
+                cr.src, cr.src_neg = span, neg
             i += 2
-        elif t in ("--sport", "--source-port", "--sports", "--source-ports"):
+        elif kind == _PROTO:
+            cr.proto, cr.proto_neg = nxt.lower(), neg
+            i += 2
+        elif kind == _JUMP:
+            cr.target, i = _target(toks, i)
+        elif kind == _DPORT:
+            cr.dport, cr.dport_neg = _ports(nxt), neg
+            i += 2
+        elif kind == _SPORT:
             conds.append(Cond("sport", _ports(nxt), neg))
             i += 2
-        elif t in ("--src-type", "--dst-type"):
+        elif kind == _IFACE:
+            conds.append(Cond("iif" if t in ("-i", "--in-interface") else "oif", nxt, neg))
+            i += 2
+        elif kind == _ADDRTYPE:
             conds.append(Cond("addrtype", ("src" if t == "--src-type" else "dst", nxt.upper()), neg))
             i += 2
-        elif t in ("--limit-iface-in", "--limit-iface-out"):
-            i += 1
-        elif t == "--mark" and module == "mark":
-            conds.append(Cond("mark", _mark(nxt), neg))
-            i += 2
-        elif t in ("--ctstate", "--state"):
+        else:  # _CTSTATE
             conds.append(Cond("ctstate", frozenset(nxt.upper().split(",")), neg))
             i += 2
-        elif t == "--mode" and module == "statistic":
-            mode = nxt
-            params: dict[str, str] = {}
-            j = i + 2
-            while j + 1 < len(toks) and toks[j] in ("--probability", "--every", "--packet"):
-                params[toks[j]] = toks[j + 1]
-                j += 2
-            if mode == "random" and "--probability" in params:
-                conds.append(Cond("statistic", ("random", float(params["--probability"])), neg))
-            elif mode == "nth" and "--every" in params:
-                conds.append(Cond("statistic", ("nth", int(params["--every"]), int(params.get("--packet", "0"))), neg))
-            else:
-                conds.append(Cond("unknown", f"statistic {mode}", neg))
-            i = j
-        elif module == "recent" and t in ("--set", "--rcheck", "--update", "--remove"):
-            conds.append(Cond("recent", t[2:], neg))
-            i += 1
-        elif module == "recent" and t in ("--seconds", "--hitcount", "--name", "--mask"):
-            i += 2
-        elif module == "recent" and t in ("--reap", "--rsource", "--rdest", "--rttl"):
-            i += 1
-        elif t == "--match-set":
-            conds.append(Cond("set", (nxt, toks[i + 2] if i + 2 < len(toks) else ""), neg))
-            i += 3
-        elif module == "physdev":
-            conds.append(Cond("physdev", t, neg))
-            i += 2 if t in ("--physdev-in", "--physdev-out") else 1
-        elif t in ("--comment", "--nfacct-name", "--icmp-type", "--icmpv6-type", "--tcp-flags", "--syn"):
-            i += 3 if t == "--tcp-flags" else (1 if t == "--syn" else 2)
-        else:
-            conds.append(Cond("unknown", t, neg))
-            i += 1
         neg = False
-    return CompiledRule(rule, tuple(conds), target)
+    if conds:
+        cr.conds = tuple(conds)
+    return cr
 
 
-def _target(toks: list[str], i: int) -> tuple[Target, int]:
+def _other(toks: tuple[str, ...], i: int, module: str, neg: bool, conds: list[Cond]) -> int:
+    """The less common options (mark, statistic, recent, ipset, physdev); returns the next index."""
+    n = len(toks)
+    t = toks[i]
+    nxt = toks[i + 1] if i + 1 < n else ""
+    if t == "--mark" and module == "mark":
+        conds.append(Cond("mark", _mark(nxt), neg))
+        return i + 2
+    if t == "--mode" and module == "statistic":
+        params: dict[str, str] = {}
+        j = i + 2
+        while j + 1 < n and toks[j] in ("--probability", "--every", "--packet"):
+            params[toks[j]] = toks[j + 1]
+            j += 2
+        if nxt == "random" and "--probability" in params:
+            conds.append(Cond("statistic", ("random", float(params["--probability"])), neg))
+        elif nxt == "nth" and "--every" in params:
+            conds.append(Cond("statistic", ("nth", int(params["--every"]), int(params.get("--packet", "0"))), neg))
+        else:
+            conds.append(Cond("unknown", f"statistic {nxt}", neg))
+        return j
+    if module == "recent" and t in ("--set", "--rcheck", "--update", "--remove"):
+        conds.append(Cond("recent", t[2:], neg))
+        return i + 1
+    if t == "--match-set":
+        conds.append(Cond("set", (nxt, toks[i + 2] if i + 2 < n else ""), neg))
+        return i + 3
+    if module == "physdev":
+        conds.append(Cond("physdev", t, neg))
+        return i + (2 if t in ("--physdev-in", "--physdev-out") else 1)
+    conds.append(Cond("unknown", t, neg))
+    return i + 1
+
+
+def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
     goto = toks[i] in ("-g", "--goto")
     name = toks[i + 1] if i + 1 < len(toks) else ""
     j = i + 2
@@ -198,6 +321,8 @@ def _target(toks: list[str], i: int) -> tuple[Target, int]:
         else:
             flags.add(toks[j])
             j += 1
+    if not opts and not flags:
+        return _plain_target(name, goto), j
     dest = None
     if name == "DNAT" and "--to-destination" in opts:
         d = opts["--to-destination"]
@@ -208,6 +333,10 @@ def _target(toks: list[str], i: int) -> tuple[Target, int]:
         else:
             host, port = d, ""
         dest = (host, int(port.split("-")[0]) if port else None)
+        span = parse_span(host)
+        to_span = span if span is not None and span[1] == span[2] else None
+    else:
+        to_span = None
     mark = None
     if name == "MARK":
         for op in ("--set-xmark", "--set-mark", "--or-mark", "--xor-mark", "--and-mark"):
@@ -216,19 +345,130 @@ def _target(toks: list[str], i: int) -> tuple[Target, int]:
                 mark = (op[2:], v, m)
     to_ports = int(opts["--to-ports"].split("-")[0]) if name == "REDIRECT" and "--to-ports" in opts else None
     notrack = name == "NOTRACK" or (name == "CT" and "--notrack" in flags)
-    return Target(name, goto, dest, to_ports, mark, notrack), j
+    return Target(name, goto, dest, to_span, to_ports, mark, notrack), j
+
+
+_PLAIN: dict[tuple[str, bool], Target] = {}
+
+
+def _plain_target(name: str, goto: bool) -> Target:
+    """Targets without options (ACCEPT, a chain jump) are shared, not rebuilt per rule."""
+    key = (name, goto)
+    t = _PLAIN.get(key)
+    if t is None:
+        t = _PLAIN[key] = Target(name, goto, notrack=name == "NOTRACK")
+    return t
+
+
+class CompiledTable:
+    """One table's chains, compiled on first use, with an index for long chains."""
+
+    def __init__(self, name: str, table: Table | None = None) -> None:
+        self.name = name
+        self.policies: dict[str, str] = {}
+        self._source: dict[str, list[Rule]] = {}
+        self._compiled: dict[str, list[CompiledRule]] = {}
+        self._index: dict[str, ChainIndex | None] = {}
+        if table is not None:
+            for chain, policy in table.chains.items():
+                self._source.setdefault(chain, [])
+                if policy:
+                    self.policies[chain] = policy
+            for r in table.rules:
+                src = self._source.get(r.chain)
+                if src is None:
+                    src = self._source[r.chain] = []
+                src.append(r)
+
+    @property
+    def chains(self) -> _ChainView:
+        return _ChainView(self)
+
+    def has_chain(self, chain: str) -> bool:
+        return chain in self._source or chain in self._compiled
+
+    def rules(self, chain: str) -> list[CompiledRule]:
+        out = self._compiled.get(chain)
+        if out is None:
+            out = self._compiled[chain] = [compile_rule(r) for r in self._source.get(chain, ())]
+        return out
+
+    def index(self, chain: str) -> ChainIndex | None:
+        if chain in self._index:
+            return self._index[chain]
+        rules = self.rules(chain)
+        idx = ChainIndex.build(rules) if len(rules) > INDEX_THRESHOLD else None
+        self._index[chain] = idx
+        return idx
+
+    def set_rules(self, chain: str, rules: list[CompiledRule]) -> None:
+        self._source.setdefault(chain, [])
+        self._compiled[chain] = rules
+        self._index.pop(chain, None)
+
+
+class _ChainView:
+    """``table.chains[name]`` / ``name in table.chains`` / iteration, compiling on access."""
+
+    def __init__(self, table: CompiledTable) -> None:
+        self._t = table
+
+    def __contains__(self, chain: object) -> bool:
+        return isinstance(chain, str) and self._t.has_chain(chain)
+
+    def __getitem__(self, chain: str) -> list[CompiledRule]:
+        if not self._t.has_chain(chain):
+            raise KeyError(chain)
+        return self._t.rules(chain)
+
+    def get(self, chain: str, default: list[CompiledRule] | None = None) -> list[CompiledRule] | None:
+        return self._t.rules(chain) if self._t.has_chain(chain) else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self._t._source, *self._t._compiled]))
+
+    def items(self) -> Iterator[tuple[str, list[CompiledRule]]]:
+        for c in self:
+            yield c, self._t.rules(c)
+
+
+class ChainIndex:
+    """Positions of a long chain's rules by exact destination address (or port): a packet only
+    visits the rules that can match it, in their original order."""
+
+    __slots__ = ("buckets", "by", "rest")
+
+    def __init__(self, by: str, buckets: dict[int, list[int]], rest: list[int]) -> None:
+        self.by = by
+        self.buckets = buckets
+        self.rest = rest
+
+    @classmethod
+    def build(cls, rules: list[CompiledRule]) -> ChainIndex | None:
+        by_dst = sum(1 for r in rules if r.exact_dst is not None)
+        by_port = sum(1 for r in rules if r.exact_dport is not None)
+        by = "dst" if by_dst >= by_port else "dport"
+        if max(by_dst, by_port) < len(rules) // 2:
+            return None
+        buckets: dict[int, list[int]] = {}
+        rest: list[int] = []
+        for i, r in enumerate(rules):
+            key = r.exact_dst if by == "dst" else r.exact_dport
+            if key is None:
+                rest.append(i)
+            else:
+                buckets.setdefault(key, []).append(i)
+        return cls(by, buckets, rest)
+
+    def positions(self, key: int) -> list[int]:
+        hit = self.buckets.get(key)
+        if not hit:
+            return self.rest
+        if not self.rest:
+            return hit
+        return sorted(hit + self.rest)
 
 
 def compile_tables(tables: dict[str, Table]) -> dict[str, CompiledTable]:
-    """Compile every table of a parsed :class:`~kpdoctor.parse.iptables.Ruleset`."""
-    out: dict[str, CompiledTable] = {}
-    for name, t in tables.items():
-        ct = CompiledTable(name)
-        for chain, policy in t.chains.items():
-            ct.chains.setdefault(chain, [])
-            if policy:
-                ct.policies[chain] = policy
-        for r in t.rules:
-            ct.chains.setdefault(r.chain, []).append(compile_rule(r))
-        out[name] = ct
-    return out
+    """Prepare every table of a parsed :class:`~kpdoctor.parse.iptables.Ruleset` (lazily)."""
+    return {name: CompiledTable(name, t) for name, t in tables.items()}
