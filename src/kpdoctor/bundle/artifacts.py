@@ -29,6 +29,9 @@ class Kind(enum.StrEnum):
     HOSTNAME = "hostname"
     MODULES = "/proc/modules"
     IPVSADM = "ipvsadm output"
+    IP_ADDR = "ip -j addr output"
+    KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
+    KUBE_PROXY_METRICS = "kube-proxy /metrics"
 
 
 @dataclass(frozen=True, slots=True)

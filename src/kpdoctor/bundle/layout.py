@@ -20,6 +20,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ip6tables-nft-save.txt": (Kind.IPTABLES_SAVE, {"backend": "nft", "family": "6"}),
     "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
     "node/processes.txt": (Kind.PROCESSES, {}),
+    "node/ip-addr.json": (Kind.IP_ADDR, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
     "kube-proxy/log.txt": (Kind.KUBE_PROXY_LOG, {}),
@@ -27,6 +28,8 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "kube-proxy/cmdline.txt": (Kind.KUBE_PROXY_CMDLINE, {}),
     "kube-proxy/config.yaml": (Kind.KUBE_PROXY_CONFIG, {}),
     "kube-proxy/version.txt": (Kind.KUBE_PROXY_VERSION, {}),
+    "kube-proxy/healthz.json": (Kind.KUBE_PROXY_HEALTHZ, {}),
+    "kube-proxy/metrics.txt": (Kind.KUBE_PROXY_METRICS, {}),
     "kube-proxy/iptables-version.txt": (Kind.IPTABLES_VERSION, {"scope": "kube-proxy"}),
     "cluster/services.json": (Kind.K8S_OBJECTS, {}),
     "cluster/endpointslices.json": (Kind.K8S_OBJECTS, {}),
@@ -41,13 +44,12 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
 # Paths a bundle may hold that this version does not analyse yet (not "unrecognised").
 KNOWN_UNUSED_PREFIXES = (
     "node/counters/",
-    "node/ip-",
+    "node/ip-route.json",
+    "node/ip-link.json",
     "node/sysctl.txt",
     "node/dmesg.txt",
     "node/conntrack-list.txt",
     "node/nft-ruleset.json",
     "node/ipvsadm-save.txt",
     "node/ipset-save.txt",
-    "kube-proxy/healthz.json",
-    "kube-proxy/metrics.txt",
 )

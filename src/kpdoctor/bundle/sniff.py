@@ -46,6 +46,7 @@ _PS_AUX = re.compile(r"^\s*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+S
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
 _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
 _IPVSADM = re.compile(r"^IP Virtual Server version|^-A -[tuf] ", re.M)
+_METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 
 
@@ -104,6 +105,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.LOCKS, {})
     if _MODULES.match(first):
         return Typed(Kind.MODULES, {})
+    if _METRICS.search(head):
+        return Typed(Kind.KUBE_PROXY_METRICS, {})
     if _IPVSADM.search(head):
         return Typed(Kind.IPVSADM, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head):
@@ -145,6 +148,9 @@ def _sniff_structured(text: str) -> Typed | None:
         try:
             doc = json.loads(text)
         except ValueError:
+            # only the head was read (a big List): judge by what the head says
+            if len(text) >= HEAD_BYTES - 4096 and re.search(r'"(kind|apiVersion)"\s*:', text[:65536]):
+                return Typed(Kind.K8S_OBJECTS, {})
             return None  # maybe truncated: the full parse reports it
         return _type_doc(doc)
     if re.search(r"^(apiVersion|kind):\s*\S", text, re.M) and re.search(r"^kind:\s*\S", text, re.M):
@@ -156,6 +162,10 @@ def _sniff_structured(text: str) -> Typed | None:
 
 
 def _type_doc(doc: object) -> Typed | None:
+    if isinstance(doc, dict) and "lastUpdated" in doc and "currentTime" in doc:
+        return Typed(Kind.KUBE_PROXY_HEALTHZ, {})
+    if isinstance(doc, list) and doc and all(isinstance(d, dict) and "addr_info" in d for d in doc):
+        return Typed(Kind.IP_ADDR, {})
     if isinstance(doc, dict):
         kind = doc.get("kind")
         if kind == "KubeProxyConfiguration":

@@ -5,6 +5,7 @@ Checks read evidence only through here, never by parsing raw text themselves.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,6 +13,8 @@ from typing import Generic, TypeVar
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
+from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, IPAddress, IPNetwork, NodeView
+from kpdoctor.dataplane.verify import Verification, run_verification
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, system
@@ -312,3 +315,103 @@ class Facts:
         if s.origin == "default" and (self.kp_config.flags or self.kp_config.file):
             return "iptables", None
         return None
+
+    # -- the data plane -----------------------------------------------------------------
+    @cached_property
+    def node_object(self) -> K8sObject | None:
+        nodes = self.objects.of("Node")
+        ident = self.node
+        if ident is not None:
+            for n in nodes:
+                if n.name == ident.name:
+                    return n
+            return None
+        return nodes[0] if len(nodes) == 1 else None
+
+    @cached_property
+    def node_view(self) -> NodeView:
+        """The node's name, addresses (primary first), zone and pod network, from the evidence."""
+        ident = self.node
+        addrs: dict[int, list[IPAddress]] = {}
+        zone = None
+        obj = self.node_object
+        if obj is not None:
+            status = obj.body.get("status") or {}
+            ranked = sorted(
+                (a for a in status.get("addresses") or [] if isinstance(a, dict)),
+                key=lambda a: {"InternalIP": 0, "ExternalIP": 1}.get(str(a.get("type")), 9),
+            )
+            for a in ranked:
+                if a.get("type") not in ("InternalIP", "ExternalIP"):
+                    continue
+                try:
+                    ip = ipaddress.ip_address(str(a.get("address")))
+                except ValueError:
+                    continue
+                if ip not in addrs.setdefault(ip.version, []):
+                    addrs[ip.version].append(ip)
+            labels = (obj.body.get("metadata") or {}).get("labels") or {}
+            zone = labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone")
+        for ip in self.host_addresses:
+            if ip not in addrs.setdefault(ip.version, []):
+                addrs[ip.version].append(ip)
+        cidrs: list[IPNetwork] = []
+        setting = self.kp_config.setting("clusterCIDR")
+        texts = str(setting.value or "").split(",")
+        if obj is not None:
+            spec = obj.body.get("spec") or {}
+            texts += [str(c) for c in spec.get("podCIDRs") or [spec.get("podCIDR") or ""]]
+        for t in texts:
+            try:
+                net = ipaddress.ip_network(t.strip(), strict=False)
+            except ValueError:
+                continue
+            if net not in cidrs:
+                cidrs.append(net)
+        return NodeView(ident.name if ident else None, addrs, zone, cidrs)
+
+    @cached_property
+    def host_addresses(self) -> list[IPAddress]:
+        """Addresses from ``ip -j addr`` (global scope first)."""
+        out: list[IPAddress] = []
+        for a in self.of(Kind.IP_ADDR):
+            out.extend(system.parse_ip_addr(a.text))
+        return out
+
+    @cached_property
+    def feature_gates(self) -> dict[str, bool]:
+        gates: dict[str, bool] = {}
+        s = self.kp_config.setting("featureGates")
+        val = s.value
+        if isinstance(val, dict):
+            gates.update({str(k): bool(v) for k, v in val.items()})
+        elif isinstance(val, str):
+            for part in val.split(","):
+                k, _, v = part.partition("=")
+                if k.strip():
+                    gates[k.strip()] = v.strip().lower() == "true"
+        return gates
+
+    @cached_property
+    def verification(self) -> Verification | None:
+        """The data-plane verification, when there are both rules and Services to compare."""
+        services = self.objects.of("Service")
+        rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "L")]
+        if not services or not rulesets:
+            return None
+        kpv = self.kube_proxy_version
+        beh = Behaviour.of(kpv.value if kpv else None, self.feature_gates)
+        # Services exported together with other objects (Nodes, Pods...), or a bundle's
+        # endpointslices file: a Service without EndpointSlices there has none.
+        exported = any(a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS))
+        exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
+        return run_verification(
+            rulesets,
+            services,
+            self.objects.of("EndpointSlice"),
+            self.objects.of("Endpoints"),
+            self.objects.of("Pod"),
+            self.node_view,
+            beh,
+            endpoints_exported=exported,
+        )

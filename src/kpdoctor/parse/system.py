@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -143,3 +145,24 @@ def parse_hostname(text: str) -> str | None:
         if s:
             return s.split()[0]
     return None
+
+
+def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Addresses of ``ip -j addr``, global scope first (the node's own), then host/link ones."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    ranked: list[tuple[int, ipaddress.IPv4Address | ipaddress.IPv6Address]] = []
+    for link in doc if isinstance(doc, list) else []:
+        if not isinstance(link, dict):
+            continue
+        for info in link.get("addr_info") or []:
+            if not isinstance(info, dict):
+                continue
+            try:
+                ip = ipaddress.ip_address(str(info.get("local")))
+            except ValueError:
+                continue
+            ranked.append((0 if info.get("scope") == "global" else 1, ip))
+    return [ip for _, ip in sorted(ranked, key=lambda x: x[0])]

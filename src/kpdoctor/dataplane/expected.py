@@ -1,0 +1,480 @@
+"""What the cluster says this node should do with each Service's traffic.
+
+From Services, EndpointSlices (or v1 Endpoints), the node's identity and its addresses, build one
+:class:`Case` per Service port x traffic class x address family: the packet to send and the
+outcomes that are correct for it. Behaviour that changed across kube-proxy releases follows the
+version found; with no version every outcome that some release would produce is accepted, and the
+case says so (``alternatives`` holds each, with the release behaviour it stands for).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kpdoctor.model import Cite
+from kpdoctor.parse.k8s import K8sObject
+from kpdoctor.versions import KubeVersion
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+# Stand-in clients: documentation ranges (RFC 5737 / RFC 3849) that are nobody's address.
+EXTERNAL_CLIENTS = {
+    4: ["198.51.100.77", "203.0.113.201", "192.0.2.77"],
+    6: ["2001:db8:ffff::77", "2001:db8:fffe::77"],
+}
+DEFAULT_POD_CLIENT = {4: "10.255.255.254", 6: "fd00:ffff::fe"}
+
+# Releases where endpoint selection changed (upstream feature-gate history).
+TERMINATING_FALLBACK = KubeVersion(1, 26, 0)  # ProxyTerminatingEndpoints on by default (cluster and local)
+TERMINATING_ALPHA = KubeVersion(1, 22, 0)  # alpha: local endpoints only, behind the gate
+ITP_DEFAULT_ON = KubeVersion(1, 22, 0)  # ServiceInternalTrafficPolicy beta
+ITP_ALPHA = KubeVersion(1, 21, 0)
+HINTS_DEFAULT_ON = KubeVersion(1, 24, 0)  # TopologyAwareHints on by default
+TRAFFIC_DISTRIBUTION_ON = KubeVersion(1, 31, 0)  # spec.trafficDistribution beta
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    ip: str
+    port: int
+    node: str | None
+    ready: bool
+    serving: bool
+    terminating: bool
+    zones: tuple[str, ...] | None  # topology hints (forZones); None: no hints
+
+    @property
+    def addr(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+
+@dataclass(slots=True)
+class ServicePort:
+    """One port of one Service in one address family, with everything kube-proxy reads."""
+
+    namespace: str
+    name: str
+    port_name: str
+    protocol: str  # TCP | UDP | SCTP
+    port: int
+    family: int
+    node_port: int | None = None
+    cluster_ip: str | None = None
+    external_ips: list[str] = field(default_factory=list)
+    lb_ips: list[str] = field(default_factory=list)
+    source_ranges: list[IPNetwork] = field(default_factory=list)
+    etp_local: bool = False
+    itp_local: bool = False
+    affinity: bool = False
+    topology: str | None = None  # "hints" | "PreferClose" when the Service asks for topology routing
+    endpoints: list[Endpoint] = field(default_factory=list)
+    endpoints_known: bool = True
+    cite: Cite | None = None
+
+    @property
+    def service(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        """kube-proxy's name for it (``ns/name:port``), as in its rule comments."""
+        return f"{self.service}:{self.port_name}" if self.port_name else self.service
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """One correct outcome: forwarded to these backends (evenly), or refused (DROP/REJECT)."""
+
+    backends: frozenset[str]  # empty: refused
+    why: str
+
+    @property
+    def refused(self) -> bool:
+        return not self.backends
+
+
+@dataclass(slots=True)
+class Case:
+    sp: ServicePort
+    traffic: str  # pod-to-clusterip | node-to-clusterip | external-to-nodeport | ...
+    src: IPAddress | None
+    dst: IPAddress | None
+    dport: int
+    hook: str  # prerouting | output
+    alternatives: list[Expectation]
+    notes: list[str] = field(default_factory=list)
+    unknown: str | None = None  # why this case cannot be evaluated (missing evidence)
+
+    @property
+    def destination(self) -> str:
+        if self.dst is None:
+            return f"?:{self.dport}"
+        return f"[{self.dst}]:{self.dport}" if self.dst.version == 6 else f"{self.dst}:{self.dport}"
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """Endpoint-selection rules of the kube-proxy in use; None where the release is unknown."""
+
+    version: KubeVersion | None
+    fallback_cluster: bool | None
+    fallback_local: bool | None
+    itp: bool | None
+    hints: bool | None
+    traffic_distribution: bool | None
+
+    @classmethod
+    def of(cls, version: KubeVersion | None, gates: dict[str, bool] | None = None) -> Behaviour:
+        gates = gates or {}
+        if version is None:
+            return cls(None, None, None, None, None, None)
+
+        def since(v: KubeVersion, gate: str | None = None, alpha: KubeVersion | None = None) -> bool:
+            up = version.upstream if version else (0, 0, 0)
+            if gate and gate in gates:
+                return gates[gate] and (alpha is None or up >= alpha.upstream)
+            return up >= v.upstream
+
+        fb_local = since(TERMINATING_FALLBACK, "ProxyTerminatingEndpoints", TERMINATING_ALPHA)
+        fb_cluster = since(TERMINATING_FALLBACK, "ProxyTerminatingEndpoints", TERMINATING_FALLBACK)
+        itp = since(ITP_DEFAULT_ON, "ServiceInternalTrafficPolicy", ITP_ALPHA)
+        hints = since(HINTS_DEFAULT_ON, "TopologyAwareHints", KubeVersion(1, 21, 0))
+        td = since(TRAFFIC_DISTRIBUTION_ON, "ServiceTrafficDistribution", KubeVersion(1, 30, 0))
+        return cls(version, fb_cluster, fb_local, itp, hints, td)
+
+
+def _choices(flag: bool | None) -> list[bool]:
+    return [flag] if flag is not None else [True, False]
+
+
+@dataclass(slots=True)
+class NodeView:
+    """The node as far as the evidence shows it."""
+
+    name: str | None
+    addresses: dict[int, list[IPAddress]]  # by family, the primary first
+    zone: str | None = None
+    pod_cidrs: list[IPNetwork] = field(default_factory=list)
+
+    def primary(self, family: int) -> IPAddress | None:
+        addrs = self.addresses.get(family) or []
+        return addrs[0] if addrs else None
+
+
+def _bool(v: Any, default: bool) -> bool:
+    return default if v is None else bool(v)
+
+
+def _endpoints_from_slices(slices: list[K8sObject], port_name: str, protocol: str, family: int) -> list[Endpoint]:
+    want = "IPv4" if family == 4 else "IPv6"
+    out: dict[str, Endpoint] = {}
+    for sl in slices:
+        body = sl.body
+        if body.get("addressType", want) != want:
+            continue
+        port = next(
+            (
+                p
+                for p in body.get("ports") or []
+                if isinstance(p, dict)
+                and (p.get("name") or "") == port_name
+                and (p.get("protocol") or "TCP").upper() == protocol
+            ),
+            None,
+        )
+        if port is None or port.get("port") is None:
+            continue
+        for ep in body.get("endpoints") or []:
+            if not isinstance(ep, dict) or not ep.get("addresses"):
+                continue
+            cond = ep.get("conditions") or {}
+            ready = _bool(cond.get("ready"), True)
+            serving = _bool(cond.get("serving"), ready)
+            terminating = _bool(cond.get("terminating"), False)
+            node = ep.get("nodeName") or (ep.get("topology") or {}).get("kubernetes.io/hostname")
+            hints = ep.get("hints") or {}
+            zones = tuple(z.get("name", "") for z in hints.get("forZones") or []) if "forZones" in hints else None
+            e = Endpoint(str(ep["addresses"][0]), int(port["port"]), node, ready, serving, terminating, zones)
+            prev = out.get(e.addr)
+            if prev is None or (e.ready and not prev.ready):
+                out[e.addr] = e
+    return list(out.values())
+
+
+def _endpoints_from_v1(obj: K8sObject, port_name: str, protocol: str, family: int) -> list[Endpoint]:
+    out: dict[str, Endpoint] = {}
+    for subset in obj.body.get("subsets") or []:
+        port = next(
+            (
+                p
+                for p in subset.get("ports") or []
+                if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP").upper() == protocol
+            ),
+            None,
+        )
+        if port is None:
+            continue
+        for key, ready in (("addresses", True), ("notReadyAddresses", False)):
+            for a in subset.get(key) or []:
+                ip = str(a.get("ip") or "")
+                if not ip or (":" in ip) != (family == 6):
+                    continue
+                e = Endpoint(ip, int(port["port"]), a.get("nodeName"), ready, ready, False, None)
+                out.setdefault(e.addr, e)
+    return list(out.values())
+
+
+def _family(ip: str) -> int | None:
+    try:
+        return ipaddress.ip_address(ip).version
+    except ValueError:
+        return None
+
+
+def service_ports(
+    services: Iterable[K8sObject],
+    slices: list[K8sObject],
+    endpoints: list[K8sObject],
+    endpoints_exported: bool = False,
+) -> tuple[list[ServicePort], int]:
+    """Every Service port per family kube-proxy programs, and how many Services that covers.
+
+    ``endpoints_exported``: the evidence is an export of the cluster's objects that would hold
+    EndpointSlices if there were any, so a Service without any has no endpoints (rather than
+    unknown ones)."""
+    by_svc: dict[tuple[str, str], list[K8sObject]] = {}
+    for sl in slices:
+        labels = (sl.body.get("metadata") or {}).get("labels") or {}
+        svc = labels.get(SERVICE_NAME_LABEL)
+        if svc:
+            by_svc.setdefault((sl.namespace or "default", svc), []).append(sl)
+    v1 = {(e.namespace or "default", e.name): e for e in endpoints}
+    known = bool(slices) or bool(endpoints) or endpoints_exported
+    out: list[ServicePort] = []
+    count = 0
+    for svc in services:
+        spec = svc.body.get("spec") or {}
+        if spec.get("type") == "ExternalName":
+            continue
+        ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip]
+        if not ips or ips[0] == "None":
+            continue  # headless
+        count += 1
+        labels = (svc.body.get("metadata") or {}).get("labels") or {}
+        annotations = (svc.body.get("metadata") or {}).get("annotations") or {}
+        if PROXY_NAME_LABEL in labels:
+            continue  # another proxy owns it; kube-proxy writes nothing
+        ns = svc.namespace or "default"
+        stype = spec.get("type") or "ClusterIP"
+        ingress = ((svc.body.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        lb = [str(i["ip"]) for i in ingress if isinstance(i, dict) and i.get("ip") and i.get("ipMode") != "Proxy"]
+        ranges: list[IPNetwork] = []
+        for r in spec.get("loadBalancerSourceRanges") or []:
+            try:
+                ranges.append(ipaddress.ip_network(str(r).strip(), strict=False))
+            except ValueError:
+                continue
+        topo = None
+        if str(annotations.get("service.kubernetes.io/topology-mode", "")).lower() == "auto" or str(
+            annotations.get("service.kubernetes.io/topology-aware-hints", "")
+        ).lower() in ("auto", "true"):
+            topo = "hints"
+        if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
+            topo = str(spec["trafficDistribution"])
+        for port in spec.get("ports") or []:
+            if not isinstance(port, dict) or port.get("port") is None:
+                continue
+            proto = str(port.get("protocol") or "TCP").upper()
+            pname = str(port.get("name") or "")
+            for ip in ips:
+                fam = _family(str(ip))
+                if fam is None:
+                    continue
+                sp = ServicePort(
+                    ns,
+                    svc.name,
+                    pname,
+                    proto,
+                    int(port["port"]),
+                    fam,
+                    node_port=int(port["nodePort"])
+                    if port.get("nodePort") and stype in ("NodePort", "LoadBalancer")
+                    else None,
+                    cluster_ip=str(ip),
+                    external_ips=[str(x) for x in spec.get("externalIPs") or [] if _family(str(x)) == fam],
+                    lb_ips=[x for x in lb if _family(x) == fam] if stype == "LoadBalancer" else [],
+                    source_ranges=[r for r in ranges if r.version == fam],
+                    etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
+                    itp_local=spec.get("internalTrafficPolicy") == "Local",
+                    affinity=spec.get("sessionAffinity") == "ClientIP",
+                    topology=topo,
+                    cite=Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}"),
+                )
+                slist = by_svc.get((ns, svc.name))
+                if slist:
+                    sp.endpoints = _endpoints_from_slices(slist, pname, proto, fam)
+                elif (ns, svc.name) in v1:
+                    sp.endpoints = _endpoints_from_v1(v1[(ns, svc.name)], pname, proto, fam)
+                sp.endpoints_known = known
+                out.append(sp)
+    return out, count
+
+
+def _usable(eps: list[Endpoint], fallback: bool) -> list[Endpoint]:
+    """kube-proxy's choice: ready endpoints; with none, serving-terminating ones (if enabled)."""
+    ready = [e for e in eps if e.ready]
+    if ready or not fallback:
+        return ready
+    return [e for e in eps if e.serving and e.terminating]
+
+
+def alternatives(
+    sp: ServicePort, node: NodeView, beh: Behaviour, policies: list[bool]
+) -> tuple[list[Expectation], str]:
+    """Every correct outcome for one traffic class, and a note when more than one is accepted.
+
+    ``policies``: whether the Local traffic policy applies (both values when the release in use
+    may or may not honour it)."""
+    found: dict[frozenset[str], list[str]] = {}
+    for local_policy in policies:
+        for fb in _choices(beh.fallback_local if local_policy else beh.fallback_cluster):
+            if local_policy:
+                chosen = _usable([e for e in sp.endpoints if e.node == node.name], fb)
+                why = "ready endpoints on this node"
+            else:
+                chosen = _usable(sp.endpoints, fb)
+                why = "ready endpoints" if len(policies) == 1 else "ready endpoints (traffic policy ignored)"
+            if chosen and not any(e.ready for e in chosen):
+                why = "serving terminating endpoints (fallback from kube-proxy 1.26)"
+            sets = [(chosen, why)]
+            if not local_policy and sp.topology and node.zone and chosen:
+                enabled = beh.hints if sp.topology == "hints" else beh.traffic_distribution
+                if enabled is not False and all(e.zones is not None for e in chosen):
+                    zoned = [e for e in chosen if node.zone in (e.zones or ())]
+                    if zoned:
+                        hinted = (zoned, f"endpoints hinted for zone {node.zone}")
+                        sets = [hinted] if enabled else [hinted, (chosen, why + " (topology hints not used)")]
+            for eps, w in sets:
+                key = frozenset(e.addr for e in eps)
+                if not key:
+                    w = "no usable endpoints on this node: refused" if local_policy else "no usable endpoints: refused"
+                found.setdefault(key, []).append(w)
+    alts = [Expectation(k, "; ".join(dict.fromkeys(v))) for k, v in found.items()]
+    note = ""
+    if len(alts) > 1:
+        note = (
+            "kube-proxy version unknown: accepting the behaviour of any release ("
+            + " | ".join(a.why for a in alts)
+            + ")"
+        )
+    return alts, note
+
+
+def _pick(cands: Iterable[str], avoid: list[IPNetwork], family: int) -> IPAddress | None:
+    for c in cands:
+        a = ipaddress.ip_address(c)
+        if a.version == family and not any(a in n for n in avoid):
+            return a
+    return None
+
+
+def _case(
+    sp: ServicePort,
+    node: NodeView,
+    beh: Behaviour,
+    traffic: str,
+    src: IPAddress | None,
+    dst: IPAddress | None,
+    dport: int,
+    hook: str,
+    policies: list[bool],
+    refuse: bool,
+    unknown: str | None,
+) -> Case:
+    if refuse:
+        alts, note = [Expectation(frozenset(), "source outside loadBalancerSourceRanges: dropped")], ""
+    else:
+        alts, note = alternatives(sp, node, beh, policies)
+    why = unknown
+    if why is None and not refuse and not sp.endpoints_known:
+        why = "no EndpointSlices or Endpoints in the evidence"
+    if any(policies) and node.name is None and not refuse:
+        why = why or "node name unknown (give --node): local endpoints cannot be told"
+    if src is None and why is None:
+        why = "no client address outside the Service's source ranges and pod network"
+    notes = []
+    if sp.affinity:
+        notes.append("session affinity (ClientIP): a returning client goes to its earlier backend")
+    if note:
+        notes.append(note)
+    return Case(sp, traffic, src, dst, dport, hook, alts, notes, why)
+
+
+def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour) -> list[Case]:
+    """The traffic classes the cluster defines for this node, per Service port."""
+    out: list[Case] = []
+    for sp in sps:
+        out.extend(_cases_for(sp, node, beh))
+    return out
+
+
+def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
+    out: list[Case] = []
+    fam = sp.family
+    pods = [n for n in node.pod_cidrs if n.version == fam]
+    pod_src = pods[0][-2] if pods and pods[0].num_addresses > 2 else ipaddress.ip_address(DEFAULT_POD_CLIENT[fam])
+    node_ip = node.primary(fam)
+
+    def add(
+        traffic: str,
+        src: IPAddress | None,
+        dst: IPAddress | None,
+        dport: int,
+        hook: str,
+        policies: list[bool],
+        refuse: bool = False,
+        unknown: str | None = None,
+    ) -> None:
+        out.append(_case(sp, node, beh, traffic, src, dst, dport, hook, policies, refuse, unknown))
+
+    # internalTrafficPolicy: honoured from 1.22 (1.21 behind a gate); unknown release: both
+    internal = [False] if not sp.itp_local else ([True, False] if beh.itp is None else [bool(beh.itp)])
+    external = [sp.etp_local]
+    no_node = None if node_ip else "node addresses unknown (no Node object or ip addr output)"
+    if sp.cluster_ip:
+        cip = ipaddress.ip_address(sp.cluster_ip)
+        add("pod-to-clusterip", pod_src, cip, sp.port, "prerouting", internal)
+        add("node-to-clusterip", node_ip, cip, sp.port, "output", internal, unknown=no_node)
+    avoid: list[IPNetwork] = [*pods, *sp.source_ranges]
+    ext = _pick(EXTERNAL_CLIENTS[fam], avoid, fam)
+    if sp.node_port:
+        add("external-to-nodeport", ext, node_ip, sp.node_port, "prerouting", external, unknown=no_node)
+    for ip in sp.external_ips:
+        add("external-to-externalip", ext, ipaddress.ip_address(ip), sp.port, "prerouting", external)
+    for ip in sp.lb_ips:
+        lb = ipaddress.ip_address(ip)
+        if not sp.source_ranges:
+            add("external-to-loadbalancer", ext, lb, sp.port, "prerouting", external)
+            continue
+        inside = sp.source_ranges[0]
+        client = inside[-2] if inside.num_addresses > 2 else inside[0]
+        add("external-to-loadbalancer", client, lb, sp.port, "prerouting", external)
+        if node_ip is None or not any(node_ip in r for r in sp.source_ranges):
+            add(
+                "external-to-loadbalancer-outside-source-ranges",
+                ext,
+                lb,
+                sp.port,
+                "prerouting",
+                [False],
+                refuse=True,
+            )
+    return out

@@ -1,0 +1,489 @@
+"""Verification: what the node's rules do with each Service's traffic, against what they should do.
+
+Every :class:`~kpdoctor.dataplane.expected.Case` is evaluated through the rules of its address
+family. When kube-proxy's rules exist in both iptables backends, both are live in the kernel: each
+is evaluated on its own, and where they disagree the case says so. Rules of the other backend that
+hold no Service rules (firewalls, CNI filters) still take part: a packet must pass them too.
+
+Beyond the Services the cluster has, the rules are searched for destinations that still forward
+although no Service owns them any more (stale rules, seed 003).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
+from kpdoctor.dataplane.expected import (
+    DEFAULT_POD_CLIENT,
+    EXTERNAL_CLIENTS,
+    Behaviour,
+    Case,
+    Expectation,
+    IPAddress,
+    NodeView,
+    cases,
+    service_ports,
+)
+from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables
+from kpdoctor.model import Cite
+from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.k8s import K8sObject
+
+PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
+_SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
+
+
+@dataclass(slots=True)
+class Entry:
+    """One outcome of the evaluated rules: a backend with its probability, or a verdict."""
+
+    backend: str | None
+    verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
+    probability: float
+    rule: Cite | None = None  # the DNAT rule, or the rule/policy that refused
+    chain: str | None = None  # chain of that rule
+    ruleset: str | None = None  # iptables backend that produced it (when rules are split)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "backend": self.backend,
+            "verdict": self.verdict,
+            "probability": round(self.probability, 6),
+        }
+        if self.rule is not None:
+            out["rule"] = {"artifact": self.rule.artifact, "line": self.rule.line}
+        if self.ruleset:
+            out["iptables_backend"] = self.ruleset
+        return out
+
+
+@dataclass(slots=True)
+class Result:
+    """One row of ``verification.results``."""
+
+    service: str
+    port: str
+    protocol: str
+    family: int
+    traffic: str
+    destination: str
+    source: str | None
+    status: str  # ok | mismatch | uncertain
+    expected: list[Expectation]
+    actual: list[Entry] = field(default_factory=list)
+    rules: list[Cite] = field(default_factory=list)
+    note: str = ""
+    # for findings: what kind of mismatch, and its details
+    kind: str = ""  # no-rules | refused | partly-refused | backends | not-refused | split
+    stale_backends: list[str] = field(default_factory=list)
+    missing_backends: list[str] = field(default_factory=list)
+    uneven: bool = False
+    local_policy: bool = False
+    local_endpoints: list[str] = field(default_factory=list)
+    service_cite: Cite | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.service}:{self.port}" if self.port else self.service
+
+    def refusals(self) -> list[Entry]:
+        return [e for e in self.actual if e.verdict in ("DROP", "REJECT")]
+
+    def to_json(self) -> dict[str, Any]:
+        exp: list[dict[str, Any]] = []
+        for alt in self.expected[:1]:
+            if alt.refused:
+                exp.append({"backend": None, "verdict": "refused", "probability": 1.0})
+            else:
+                n = len(alt.backends)
+                exp.extend({"backend": b, "probability": round(1 / n, 6)} for b in sorted(alt.backends))
+        out: dict[str, Any] = {
+            "service": self.service,
+            "port": self.port,
+            "protocol": self.protocol,
+            "family": f"IPv{self.family}",
+            "traffic": self.traffic,
+            "destination": self.destination,
+            "source": self.source,
+            "status": self.status,
+            "expected": exp,
+            "actual": [e.to_json() for e in self.actual],
+            "rules": [{"artifact": c.artifact, "line": c.line} for c in self.rules],
+            "note": self.note,
+        }
+        if len(self.expected) > 1:
+            out["accepted"] = [{"backends": sorted(a.backends), "why": a.why} for a in self.expected]
+        if self.kind:
+            out["mismatch"] = self.kind
+        if self.stale_backends:
+            out["stale_backends"] = self.stale_backends
+        if self.missing_backends:
+            out["missing_backends"] = self.missing_backends
+        return out
+
+
+@dataclass(slots=True)
+class StaleRule:
+    """A destination the rules still forward (or refuse) that no Service owns."""
+
+    family: int
+    destination: str
+    protocol: str
+    label: str | None  # the Service named in the rule comments, if any
+    backends: list[str]
+    rules: list[Cite]
+    nodeport: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": self.destination,
+            "protocol": self.protocol.upper(),
+            "named": self.label,
+            "backends": self.backends,
+            "rules": [c.to_json() for c in self.rules],
+        }
+
+
+@dataclass(slots=True)
+class Verification:
+    services_checked: int
+    results: list[Result] = field(default_factory=list)
+    stale: list[StaleRule] = field(default_factory=list)
+    split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
+    not_evaluated: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.results) and all(r.status == "ok" for r in self.results) and not self.stale
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "services_checked": self.services_checked,
+            "ok": self.count("ok"),
+            "mismatches": self.count("mismatch"),
+            "uncertain": self.count("uncertain"),
+            "results": [r.to_json() for r in self.results],
+            "stale_rules": [s.to_json() for s in self.stale],
+            "not_evaluated": list(self.not_evaluated),
+        }
+
+
+def has_service_rules(rs: Ruleset) -> bool:
+    """Does this backend hold Service forwarding (any DNAT in nat)?"""
+    nat = rs.tables.get("nat")
+    return nat is not None and any("DNAT" in r.text for r in nat.rules)
+
+
+@dataclass(slots=True)
+class FamilyRules:
+    """The rules one address family is evaluated with."""
+
+    family: int
+    primary: list[tuple[Ruleset, Evaluator]]  # one, or two when Service rules are in both backends
+    missing: str | None = None  # why there is nothing to evaluate
+
+
+def family_rules(rulesets: list[Ruleset], family: int, local: Iterable[IPAddress], record: bool = True) -> FamilyRules:
+    mine = [rs for rs in rulesets if rs.family == family and rs.form in ("save", "S")]
+    seen: set[str | None] = set()
+    uniq = []
+    for rs in mine:  # one per backend (the same dump given twice is one)
+        if rs.backend in seen and rs.backend is not None:
+            continue
+        seen.add(rs.backend)
+        uniq.append(rs)
+    if not uniq:
+        return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
+    compiled = {id(rs): compile_tables(rs.tables) for rs in uniq}
+    kube = [rs for rs in uniq if has_service_rules(rs)]
+    local = list(local)
+    if len(kube) >= 2:
+        return FamilyRules(family, [(rs, Evaluator(compiled[id(rs)], local, record=record)) for rs in kube])
+    primary = kube[0] if kube else uniq[0]
+    layers: list[dict[str, CompiledTable]] = [compiled[id(rs)] for rs in uniq if rs is not primary]
+    return FamilyRules(family, [(primary, Evaluator(compiled[id(primary)], local, layers=layers, record=record))])
+
+
+def _cite(rs: Ruleset, step: Step | None) -> Cite | None:
+    if step is None:
+        return None
+    if step.line is None:
+        return Cite(rs.artifact, None, f"{step.table} {step.chain} {step.text}")
+    return Cite(rs.artifact, step.line, step.text.strip())
+
+
+def _entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[list[Entry], list[Cite], list[str]]:
+    entries: list[Entry] = []
+    rules: list[Cite] = []
+    reasons: list[str] = []
+    for o in outcomes:
+        step: Step | None = None
+        if o.verdict == "ACCEPT" and o.state.dnat is not None:
+            step = next((s for s in reversed(o.state.steps) if "DNAT" in s.text or "REDIRECT" in s.text), None)
+        elif o.verdict != "ACCEPT":
+            step = o.decided_by
+        cite = _cite(rs, step)
+        entries.append(Entry(o.backend, o.verdict, o.probability, cite, step.chain if step else None, tag))
+        if cite is not None and cite not in rules:
+            rules.append(cite)
+        if o.verdict == "UNCERTAIN":
+            reasons.append(o.reason)
+    return entries, rules, reasons
+
+
+def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | None]:
+    """Status and mismatch kind of one evaluated case, and the alternative it matched."""
+    if any(e.verdict == "UNCERTAIN" for e in entries):
+        return "uncertain", "", None
+    fwd: dict[str, float] = {}
+    refused = through = 0.0
+    for e in entries:
+        if e.verdict == "ACCEPT" and e.backend:
+            fwd[e.backend] = fwd.get(e.backend, 0.0) + e.probability
+        elif e.verdict in ("DROP", "REJECT"):
+            refused += e.probability
+        else:
+            through += e.probability
+    for alt in case.alternatives:
+        if alt.refused:
+            if refused >= 1 - PROB_TOLERANCE:
+                return "ok", "", alt
+            continue
+        n = len(alt.backends)
+        if set(fwd) == set(alt.backends) and all(abs(p - 1 / n) <= PROB_TOLERANCE for p in fwd.values()):
+            return "ok", "", alt
+    if through >= 1 - PROB_TOLERANCE:
+        kind = "no-rules"
+    elif refused >= 1 - PROB_TOLERANCE:
+        kind = "refused"
+    elif refused > PROB_TOLERANCE:
+        kind = "partly-refused"
+    elif all(a.refused for a in case.alternatives):
+        kind = "not-refused"
+    else:
+        kind = "backends"
+    return "mismatch", kind, None
+
+
+def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
+    sp = case.sp
+    res = Result(
+        sp.service,
+        sp.port_name,
+        sp.protocol,
+        sp.family,
+        case.traffic,
+        case.destination,
+        str(case.src) if case.src is not None else None,
+        "uncertain",
+        case.alternatives,
+        service_cite=sp.cite,
+    )
+    res.local_policy = sp.etp_local if case.traffic.startswith("external") else sp.itp_local
+    notes = list(case.notes)
+    if case.unknown or fam.missing or case.src is None or case.dst is None:
+        res.note = "; ".join([case.unknown or fam.missing or "no address to test", *notes])
+        return res
+    pkt = Packet(case.src, case.dst, sp.protocol.lower(), case.dport)
+    per_backend: list[tuple[Ruleset, list[Entry], list[Cite], list[str]]] = []
+    for rs, ev in fam.primary:
+        outcomes = ev.run(pkt, case.hook, postrouting=False)
+        tag = rs.backend if len(fam.primary) > 1 else None
+        entries, rules, reasons = _entries(rs, outcomes, tag)
+        per_backend.append((rs, entries, rules, reasons))
+    _, entries, rules, reasons = per_backend[0]
+    status, kind, alt = judge(case, entries)
+    res.actual, res.rules = entries, rules
+    if len(per_backend) > 1:
+        others = [judge(case, e)[:2] for _, e, _, _ in per_backend[1:]]
+        sig0 = _signature(entries)
+        if any(_signature(e) != sig0 for _, e, _, _ in per_backend[1:]) or any(o != (status, kind) for o in others):
+            res.actual = [x for _, e, _, _ in per_backend for x in e]
+            res.rules = [c for _, _, r, _ in per_backend for c in r]
+            status, kind = "mismatch", "split"
+            notes.insert(
+                0,
+                "the two iptables backends disagree: "
+                + "; ".join(f"{rs.backend}: {_describe(e)}" for rs, e, _, _ in per_backend),
+            )
+        else:
+            notes.append("Service rules are in both iptables backends (they agree)")
+    res.status, res.kind = status, kind
+    if status == "uncertain":
+        notes.insert(0, "; ".join(dict.fromkeys(reasons)))
+    if status == "ok" and alt is not None and len(case.alternatives) > 1:
+        notes.append(f"matches: {alt.why}")
+    if status == "mismatch" and kind in ("backends", "not-refused", "partly-refused"):
+        fwd = {e.backend for e in res.actual if e.backend and e.verdict == "ACCEPT"}
+        best = max((a for a in case.alternatives if not a.refused), key=lambda a: len(a.backends & fwd), default=None)
+        want = best.backends if best else frozenset()
+        res.stale_backends = sorted(fwd - want)
+        res.missing_backends = sorted(want - fwd)
+        if best and not res.stale_backends and not res.missing_backends:
+            n = len(want)
+            res.uneven = any(abs(e.probability - 1 / n) > PROB_TOLERANCE for e in res.actual if e.backend)
+    if res.local_policy:
+        res.local_endpoints = sorted({e.addr for e in sp.endpoints if e.node and e.node == node.name})
+    res.note = "; ".join(n for n in notes if n)
+    return res
+
+
+def _signature(entries: list[Entry]) -> list[tuple[str | None, str, float]]:
+    return sorted((e.backend, e.verdict, round(e.probability, 3)) for e in entries)
+
+
+def _describe(entries: list[Entry]) -> str:
+    parts = []
+    for e in entries:
+        what = e.backend if e.backend else ("falls through" if e.verdict == "ACCEPT" else e.verdict)
+        parts.append(f"{what} ({e.probability:.0%})")
+    return ", ".join(parts) or "nothing"
+
+
+def owned_destinations(
+    services: Iterable[K8sObject], pods: Iterable[K8sObject]
+) -> tuple[set[tuple[int, str, int]], set[tuple[str, int]]]:
+    """Addresses (ip, proto, port) and node ports (proto, port) some Service or Pod owns."""
+    ips: set[tuple[int, str, int]] = set()
+    ports: set[tuple[str, int]] = set()
+    for svc in services:
+        spec = svc.body.get("spec") or {}
+        ingress = ((svc.body.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        addrs = [
+            *(spec.get("clusterIPs") or [spec.get("clusterIP")]),
+            *(spec.get("externalIPs") or []),
+            *(i.get("ip") for i in ingress if isinstance(i, dict)),
+        ]
+        for port in spec.get("ports") or []:
+            if not isinstance(port, dict):
+                continue
+            proto = str(port.get("protocol") or "TCP").lower()
+            for ip in addrs:
+                try:
+                    ips.add((int(ipaddress.ip_address(str(ip))), proto, int(port.get("port") or 0)))
+                except ValueError:
+                    continue
+            if port.get("nodePort"):
+                ports.add((proto, int(port["nodePort"])))
+        if spec.get("healthCheckNodePort"):
+            ports.add(("tcp", int(spec["healthCheckNodePort"])))
+    for pod in pods:
+        for c in (pod.body.get("spec") or {}).get("containers") or []:
+            for p in c.get("ports") or [] if isinstance(c, dict) else []:
+                if isinstance(p, dict) and p.get("hostPort"):
+                    ports.add((str(p.get("protocol") or "TCP").lower(), int(p["hostPort"])))
+    return ips, ports
+
+
+def find_stale(
+    fam: FamilyRules,
+    owned_ips: set[tuple[int, str, int]],
+    owned_ports: set[tuple[str, int]],
+    node: NodeView,
+    pod_src: IPAddress,
+    ext_src: IPAddress,
+) -> list[StaleRule]:
+    """Destinations in the nat rules that still forward although no Service owns them."""
+    out: list[StaleRule] = []
+    node_ip = node.primary(fam.family)
+    for rs, ev in fam.primary:
+        nat = rs.tables.get("nat")
+        if nat is None:
+            continue
+        seen: set[tuple[int | None, str, int]] = set()
+        for rule in nat.rules:
+            if "-dport" not in rule.text:
+                continue
+            cr = compile_rule(rule)
+            port, proto = cr.exact_dport, cr.proto
+            if port is None or proto is None or cr.proto_neg:
+                continue
+            dst = cr.exact_dst
+            if dst is not None and cr.dst is not None and cr.dst[0] == fam.family:
+                if (dst, proto, port) in owned_ips or (dst, proto, port) in seen:
+                    continue
+                if node_ip is not None and dst == int(node_ip) and (proto, port) in owned_ports:
+                    continue
+                seen.add((dst, proto, port))
+                addr = ipaddress.ip_address(dst) if fam.family == 4 else ipaddress.IPv6Address(dst)
+                pkt = Packet(pod_src, addr, proto, port)
+                nodeport = False
+            elif cr.dst is None or cr.dst_neg or (cr.dst[0] == 4 and cr.dst[1] >> 24 == 127):
+                if (proto, port) in owned_ports or (None, proto, port) in seen or node_ip is None:
+                    continue
+                seen.add((None, proto, port))
+                pkt = Packet(ext_src, node_ip, proto, port)
+                nodeport = True
+            else:
+                continue
+            outcomes = ev.run(pkt, "prerouting", postrouting=False)
+            backends = sorted({o.backend for o in outcomes if o.backend and o.verdict == "ACCEPT"})
+            if not backends:
+                continue
+            cites = [Cite(rs.artifact, rule.line, rule.text.strip())]
+            for o in outcomes:
+                for s in o.state.steps:
+                    if "DNAT" in s.text and s.line is not None:
+                        c = Cite(rs.artifact, s.line, s.text.strip())
+                        if c not in cites:
+                            cites.append(c)
+            m = _SVC_COMMENT.search(rule.text) or next(
+                (mm for o in outcomes for s in o.state.steps if (mm := _SVC_COMMENT.search(s.text))), None
+            )
+            dest = f"{pkt.dst}:{port}" if fam.family == 4 else f"[{pkt.dst}]:{port}"
+            out.append(StaleRule(fam.family, dest, proto, m.group(1) if m else None, backends, cites[:4], nodeport))
+    return out
+
+
+def pod_client(node: NodeView, family: int) -> IPAddress:
+    pods = [n for n in node.pod_cidrs if n.version == family]
+    if pods and pods[0].num_addresses > 2:
+        return pods[0][-2]
+    return ipaddress.ip_address(DEFAULT_POD_CLIENT[family])
+
+
+def run_verification(
+    rulesets: list[Ruleset],
+    services: list[K8sObject],
+    slices: list[K8sObject],
+    endpoints: list[K8sObject],
+    pods: list[K8sObject],
+    node: NodeView,
+    behaviour: Behaviour,
+    extra_local: Iterable[IPAddress] = (),
+    endpoints_exported: bool = False,
+) -> Verification:
+    """Evaluate every Service port x traffic class, then look for stale destinations."""
+    sps, count = service_ports(services, slices, endpoints, endpoints_exported)
+    todo = cases(sps, node, behaviour)
+    local = [a for addrs in node.addresses.values() for a in addrs] + list(extra_local)
+    fams: dict[int, FamilyRules] = {}
+
+    def fam(f: int) -> FamilyRules:
+        if f not in fams:
+            fams[f] = family_rules(rulesets, f, local)
+        return fams[f]
+
+    ver = Verification(count)
+    ver.results = [evaluate_case(c, fam(c.sp.family), node) for c in todo]
+    for f in sorted({rs.family for rs in rulesets if rs.form in ("save", "S")}):
+        fr = fam(f)
+        if len(fr.primary) > 1:
+            ver.split[f] = [rs.artifact for rs, _ in fr.primary]
+    owned_ips, owned_ports = owned_destinations(services, pods)
+    for f, fr in sorted(fams.items()):
+        if not fr.primary:
+            continue
+        ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
+        ver.stale.extend(find_stale(fr, owned_ips, owned_ports, node, pod_client(node, f), ext))
+    if any(rs.form == "L" for rs in rulesets):
+        ver.not_evaluated.append("iptables -L listings are not evaluated (they drop match details): give iptables-save")
+    return ver
