@@ -20,7 +20,10 @@ def render() -> str:
     for s in specs:
         sec = s.sections()
         out += ["", f"## {s.code} `{s.cause}`", "", sec.get("Summary", ""), ""]
-        out.append(f"Evidence read (any of): {', '.join(k.value for k in s.needs)}.")
+        line = f"Evidence read (any of): {', '.join(k.value for k in s.needs)}"
+        if s.needs_all:
+            line += f"; together with: {', '.join(k.value for k in s.needs_all)}"
+        out.append(line + ".")
         for name in ("Symptom", "Cause", "How it is detected", "Fix", "References"):
             if name in sec:
                 out += ["", f"**{name}.** " + " ".join(sec[name].split())]

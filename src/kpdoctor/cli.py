@@ -152,6 +152,8 @@ def explain(
         sec = spec.sections()
         con.print(f"[bold]{spec.code}[/] {escape(spec.cause)} ({spec.severity.label}): {escape(spec.title)}")
         con.print(f"needs any of: {', '.join(k.value for k in spec.needs)}")
+        if spec.needs_all:
+            con.print(f"together with: {', '.join(k.value for k in spec.needs_all)}")
         con.print()
         con.print(escape(sec.get("Summary", "")))
         for name in ("Symptom", "Cause", "How it is detected", "Fix", "References"):
@@ -180,6 +182,7 @@ def rules(fmt: FormatOpt = Format.text) -> None:
                         "severity": s.severity.label,
                         "title": s.title,
                         "needs": [k.value for k in s.needs],
+                        "needs_all": [k.value for k in s.needs_all],
                     }
                     for s in specs
                 ],

@@ -3,6 +3,7 @@
 Importing this package registers every check (and every log signature they use).
 """
 
+from kpdoctor.checks.dataplane import backend_split, drop_rule, endpoints, local_endpoints, service_rules
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
@@ -22,14 +23,19 @@ __all__ = [
     "CheckSpec",
     "apiserver_stale",
     "backend_mismatch",
+    "backend_split",
     "config_checks",
+    "drop_rule",
+    "endpoints",
     "find",
     "ipvs",
     "kernel_mark",
+    "local_endpoints",
     "multiple",
     "node_ip",
     "panics",
     "restore_failing",
     "run_all",
+    "service_rules",
     "xtables_lock",
 ]

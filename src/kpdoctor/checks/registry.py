@@ -29,6 +29,7 @@ class CheckSpec:
     severity: Severity  # the severity when the failure is confirmed and ongoing
     needs: tuple[Kind, ...]  # any one of these artifacts lets the check run
     func: CheckFunc
+    needs_all: tuple[Kind, ...] = ()  # ... provided all of these are present too
 
     @property
     def doc(self) -> str:
@@ -51,16 +52,26 @@ class CheckSpec:
 
     def missing_reason(self) -> str:
         names = [k.value for k in self.needs]
-        if len(names) == 1:
-            return f"no {names[0]}"
-        return "none of: " + ", ".join(names)
+        reason = f"no {names[0]}" if len(names) == 1 else "none of: " + ", ".join(names)
+        if self.needs_all:
+            reason += " (needs " + " and ".join(k.value for k in self.needs_all) + " too)"
+        return reason
+
+    def can_run(self, facts: Facts) -> bool:
+        return any(facts.has(k) for k in self.needs) and all(facts.has(k) for k in self.needs_all)
 
 
 CHECKS: dict[str, CheckSpec] = {}
 
 
 def check(
-    code: str, *, cause: str, title: str, severity: Severity, needs: Iterable[Kind]
+    code: str,
+    *,
+    cause: str,
+    title: str,
+    severity: Severity,
+    needs: Iterable[Kind],
+    needs_all: Iterable[Kind] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -70,7 +81,7 @@ def check(
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
-        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func)
+        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all))
         return func
 
     return deco
@@ -95,7 +106,7 @@ def run_all(facts: Facts) -> tuple[list[Finding], list[Skipped], int, list[str]]
     errors: list[str] = []
     ran = 0
     for spec in sorted(CHECKS.values(), key=lambda c: c.code):
-        if not any(facts.has(k) for k in spec.needs):
+        if not spec.can_run(facts):
             skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason()))
             continue
         ran += 1

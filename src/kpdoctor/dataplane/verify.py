@@ -312,7 +312,7 @@ def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
             notes.insert(
                 0,
                 "the two iptables backends disagree: "
-                + "; ".join(f"{rs.backend}: {_describe(e)}" for rs, e, _, _ in per_backend),
+                + " vs ".join(f"{rs.backend}: {_describe(e)}" for rs, e, _, _ in per_backend),
             )
         else:
             notes.append("Service rules are in both iptables backends (they agree)")

@@ -138,6 +138,9 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
 
     if not hits and not split and not versions_differ:
         return
+    # The verifier evaluated both sets: do they send any Service elsewhere?
+    ver = facts.verification if split else None
+    disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
 
     if hits:
         f = start(facts, "KP101", hits, confidence=confidence, severity=Severity.CRITICAL)
@@ -162,7 +165,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
             "KP101",
             [],
             confidence=Confidence.HIGH if split else Confidence.MEDIUM,
-            severity=Severity.CRITICAL if split else Severity.WARNING,
+            severity=Severity.CRITICAL if split and (ver is None or disagree) else Severity.WARNING,
         )
         f.summary = (
             "Kubernetes rules are split across both iptables backends; both are live in the kernel, "
@@ -173,6 +176,16 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     f.evidence.extend(e for e in evidence if e not in f.evidence)
     if split:
         notes.append("Rules found in both backends: " + "; ".join(split) + ".")
+        if disagree:
+            notes.append(
+                f"They disagree for {len(disagree)} Service port(s) ({', '.join(disagree[:5])}): see the "
+                "verification finding folded here."
+            )
+        elif ver is not None and not hits:
+            notes.append(
+                "Evaluated Service by Service, they agree today; the backend kube-proxy does not use "
+                "will go stale at the next change."
+            )
     if host:
         f.versions_found["iptables (node)"] = str(host.value)
         f.evidence.append(host.cite)

@@ -1,0 +1,1 @@
+"""Checks on the data-plane verification: rules that do not do what the cluster says."""

@@ -1,0 +1,84 @@
+"""KP202: the node sends a Service to other backends than its ready endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.checks.dataplane.common import (
+    CLUSTER,
+    RULES,
+    by_service,
+    capped,
+    classes,
+    finding_for,
+    kube_proxy_rule,
+)
+from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.verify import Result
+from kpdoctor.facts import Facts
+from kpdoctor.model import Finding, Severity
+
+
+def _applies(r: Result) -> bool:
+    if r.kind in ("backends", "not-refused"):
+        return True
+    if r.kind in ("refused", "partly-refused"):
+        # kube-proxy's own "has no endpoints" while the cluster has some (not a local-policy case,
+        # and not someone else's DROP: those are KP203 and KP204)
+        return all(kube_proxy_rule(e) for e in r.refusals()) and not (r.local_policy and r.local_endpoints)
+    return False
+
+
+@check(
+    "KP202",
+    cause="endpoints-out-of-sync",
+    title="The node's backends for a Service differ from its ready endpoints",
+    severity=Severity.CRITICAL,
+    needs=RULES,
+    needs_all=CLUSTER,
+)
+def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
+    """The rules send a Service's traffic to Pods that are gone, or miss Pods that are ready.
+
+    Symptom: a share of connections to a Service fails (connection refused or timeout) from this
+        node only; after a rollout, old Pod IPs still receive traffic; new Pods get none; or the
+        node rejects a Service as "has no endpoints" while its Pods are ready.
+    Cause: kube-proxy has not applied the latest EndpointSlices: its syncs fail, its watch on
+        the apiserver is broken (it never hears of the change), or it is wedged. Uneven
+        probabilities mean the chain was edited by hand or half-written.
+    How it is detected: the Service's traffic is evaluated through the node's rules, with the
+        exact probability of each `-m statistic` branch, and the backends reached are compared
+        with the ready (or, per the kube-proxy release, serving-terminating) endpoints of its
+        EndpointSlices. Stale backends, missing backends and uneven shares are named.
+    Fix: fix the sync or watch failure reported with this finding and restart kube-proxy; until
+        then, the stale backends keep receiving this node's share of the Service's traffic.
+    References: https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/;
+        https://github.com/kubernetes/kubernetes/issues/87882
+    """
+    ver = facts.verification
+    if ver is None:
+        return
+    out: list[Finding] = []
+    for label, rs in sorted(by_service(ver.results, _applies).items()):
+        stale = sorted({b for r in rs for b in r.stale_backends})
+        missing = sorted({b for r in rs for b in r.missing_backends})
+        parts = []
+        if stale:
+            parts.append(
+                f"sends traffic to {len(stale)} backend(s) that are not ready endpoints: {', '.join(stale[:6])}"
+            )
+        if missing:
+            parts.append(f"never reaches {len(missing)} ready endpoint(s): {', '.join(missing[:6])}")
+        if any(r.kind == "refused" for r in rs):
+            ready = sorted({b for r in rs for a in r.expected[:1] for b in a.backends})
+            parts.append(f"rejects it as having no endpoints although {len(ready)} are ready ({', '.join(ready[:4])})")
+        if any(r.uneven for r in rs):
+            parts.append("splits traffic unevenly between its backends")
+        if any(r.kind == "not-refused" for r in rs) and not stale:
+            parts.append("still forwards it although it has no usable endpoints")
+        summary = f"{label}: the node " + "; ".join(parts) + f" ({classes(rs)})."
+        sev = Severity.WARNING if all(r.uneven for r in rs) else Severity.CRITICAL
+        f = finding_for(facts, "KP202", label, rs, summary, severity=sev)
+        f.fix = ["Restart kube-proxy after fixing its sync (folded findings); verify again."]
+        out.append(f)
+    yield from capped(facts, "KP202", out, "whose backends are out of sync")

@@ -1,0 +1,132 @@
+"""KP200/KP201: Service ports the node does not forward, and forwarding no Service owns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.checks.common import start
+from kpdoctor.checks.dataplane.common import (
+    CLUSTER,
+    MAX_CITES,
+    RULES,
+    SYNC_CAUSES,
+    by_service,
+    capped,
+    classes,
+    finding_for,
+)
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Confidence, Finding, Severity
+
+
+@check(
+    "KP200",
+    cause="service-rules-missing",
+    title="A Service port has no forwarding rules on this node",
+    severity=Severity.CRITICAL,
+    needs=RULES,
+    needs_all=CLUSTER,
+)
+def service_rules_missing(facts: Facts) -> Iterator[Finding]:
+    """The cluster has the Service, the node's rules do nothing with its traffic.
+
+    Symptom: connections to the ClusterIP (or NodePort, LB IP) time out from this node while
+        the Service and its Pods look healthy; `iptables-save | grep <ClusterIP>` finds nothing.
+    Cause: kube-proxy has not written the Service's rules: its syncs fail (see the sync findings
+        folded with this one), it lost its watch on the apiserver and never saw the Service, it
+        runs in another mode (IPVS, nftables) than the rules collected, or someone flushed the
+        tables.
+    How it is detected: kpdoctor sends the Service's traffic through the node's actual rules
+        (every table and chain, as the kernel would) and the packet leaves untouched: no DNAT,
+        no REJECT. For a Service without endpoints the REJECT kube-proxy writes is missing.
+    Fix: fix what stops kube-proxy from syncing (folded findings), then restart kube-proxy so a
+        full sync rewrites every rule; check `kubeproxy_sync_proxy_rules_last_timestamp_seconds`
+        moves and run `kpdoctor verify` again.
+    References: https://kubernetes.io/docs/reference/networking/virtual-ips/;
+        https://kubernetes.io/docs/tasks/debug/debug-application/debug-service/
+    """
+    ver = facts.verification
+    if ver is None:
+        return
+    out: list[Finding] = []
+    for label, rs in sorted(by_service(ver.results, lambda r: r.kind == "no-rules").items()):
+        total = sum(1 for r in ver.results if r.label == label)
+        refused_only = all(all(a.refused for a in r.expected) for r in rs)
+        if refused_only:
+            summary = (
+                f"{label} has no endpoints, and the node has no REJECT for it: clients wait for a timeout "
+                f"instead of failing fast ({classes(rs)})."
+            )
+            sev = Severity.WARNING
+        else:
+            scope = "any of its traffic" if len(rs) == total else f"{len(rs)} of {total} traffic classes"
+            summary = f"{label}: the node's rules do not forward {scope}: {classes(rs)}. The packets leave untouched."
+            sev = Severity.CRITICAL
+        f = finding_for(facts, "KP200", label, rs, summary, severity=sev)
+        f.fix = [
+            "Restart kube-proxy on this node after fixing any sync failure reported here, then run "
+            "`kpdoctor verify` again."
+        ]
+        out.append(f)
+    yield from capped(facts, "KP200", out, "have no forwarding rules")
+
+
+@check(
+    "KP201",
+    cause="stale-service-rules",
+    title="The node forwards an address no Service owns",
+    severity=Severity.WARNING,
+    needs=RULES,
+    needs_all=CLUSTER,
+)
+def stale_service_rules(facts: Facts) -> Iterator[Finding]:
+    """Rules for a Service that no longer exists (or no longer has that address) still forward.
+
+    Symptom: after a Service was deleted and recreated, clients that cached the old ClusterIP
+        (or a DNS answer) still reach old backends from this node and not from others; a
+        NodePort answers although no Service uses it.
+    Cause: kube-proxy stopped applying changes (sync failures, a broken apiserver watch) so the
+        old Service's chains were never removed; or the rules come from a kube-proxy that no
+        longer runs (another mode, another backend) and nobody cleaned them up.
+    How it is detected: every destination address and port the nat rules match on is sent
+        through the rules; those that are DNATed although no Service, NodePort or hostPort in
+        the cluster owns them are reported, with the Service the rule comments still name.
+    Fix: fix the sync failure reported with this finding and restart kube-proxy (a full sync
+        deletes chains it does not own any more); rules left by a kube-proxy in another mode are
+        removed with `kube-proxy --cleanup` (run for that mode).
+    References: seed 003; https://github.com/kubernetes/kubernetes/issues/92050
+    """
+    ver = facts.verification
+    if ver is None or not ver.stale:
+        return
+    for s in ver.stale[:5]:
+        named = f" (the rules still name {s.label})" if s.label else ""
+        what = "NodePort " if s.nodeport else ""
+        f = start(
+            facts,
+            "KP201",
+            [],
+            confidence=Confidence.HIGH if s.label else Confidence.MEDIUM,
+            summary=f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} "
+            f"although no Service owns it{named}.",
+        )
+        f.subject = {"service": s.label, "workload": None}
+        f.evidence = s.rules[:MAX_CITES]
+        f.fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
+        f.ongoing = True
+        f.explained_by = list(SYNC_CAUSES)
+        yield f
+    if len(ver.stale) > 5:
+        rest = ver.stale[5:]
+        f = start(
+            facts,
+            "KP201",
+            [],
+            confidence=Confidence.MEDIUM,
+            summary=f"{len(rest)} more stale destinations: {', '.join(s.destination for s in rest[:20])}.",
+        )
+        f.evidence = [s.rules[0] for s in rest[:3] if s.rules]
+        f.ongoing = True
+        f.explained_by = list(SYNC_CAUSES)
+        yield f
