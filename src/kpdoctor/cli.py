@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import sys
 from enum import StrEnum
@@ -133,6 +134,168 @@ def diagnose(
     kubectl cluster-info dump folders), ipvsadm -Ln, and terminal transcripts holding any of them.
     """
     raise typer.Exit(_run(paths, fmt, output, min_severity, node))
+
+
+ServiceOpt = Annotated[
+    str | None,
+    typer.Option("--service", metavar="NS/NAME[:PORT]", help="Only this Service (every port, or the one named)."),
+]
+
+
+@app.command()
+def verify(
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PATH",
+            help="iptables-save output (both backends, both families) plus the cluster's Services and "
+            "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too.",
+            show_default=False,
+        ),
+    ],
+    service: ServiceOpt = None,
+    show_all: Annotated[bool, typer.Option("--all", help="List Services that verified ok too.")] = False,
+    fmt: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    node: NodeOpt = None,
+) -> None:
+    """Check the node's rules against the cluster, Service port by Service port.
+
+    Every Service port and traffic class (pod and node to the ClusterIP, outside clients to the
+    NodePort, external IPs and load-balancer IPs, with the Local traffic policies) is sent through
+    the node's actual rules as the kernel would, and the backends reached (with their exact
+    probabilities) or the drop are compared with the ready endpoints. Exit 0: clean; 1: a
+    mismatch; 3: nothing could be decided (every result uncertain).
+    """
+    sev = Severity.INFO
+    report, evidence = diagnose_paths(paths, node=node, min_severity=sev, command="verify", service=service)
+    report.show_all = show_all
+    code = exit_code(report, evidence)
+    if code == 2:
+        for p in evidence.problems:
+            _err(f"{p.source}: {p.message}")
+        if evidence.artifacts:
+            _err(
+                "verify needs iptables-save output and the cluster's Services together (EndpointSlices and the "
+                "Node object too, for a complete check)"
+            )
+        else:
+            _err("nothing usable was given (see `kpdoctor verify --help`)")
+        raise typer.Exit(2)
+    if service and report.verification is not None and not report.verification.results:
+        _err(f"no Service port matches --service {service}")
+        raise typer.Exit(2)
+    raise typer.Exit(_write(FORMATS[fmt.value], report, fmt, output) or code)
+
+
+def _write(render: object, doc: object, fmt: Format, output: Path | None) -> int:
+    """Render to stdout or FILE; 2 if the file cannot be written."""
+    to_file = output is not None
+    color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    text = render(doc, color)  # type: ignore[operator]
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _err(f"cannot write {output}: {exc.strerror or exc}")
+            return 2
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+class Hook(StrEnum):
+    prerouting = "prerouting"
+    output = "output"
+
+
+@app.command()
+def trace(
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="PATH", help="iptables-save output (and, for --service, the cluster's objects).", show_default=False
+        ),
+    ],
+    to: Annotated[
+        str | None, typer.Option("--to", metavar="IP:PORT[/PROTO]", help="Destination, e.g. 10.96.0.10:53/udp.")
+    ] = None,
+    service: ServiceOpt = None,
+    src: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="IP",
+            help="Source address (default: a pod address, or the node's own address with --hook output).",
+        ),
+    ] = None,
+    hook: Annotated[
+        Hook,
+        typer.Option(
+            "--hook", help="prerouting: a packet arriving (from a Pod or outside); output: sent by the node itself."
+        ),
+    ] = Hook.prerouting,
+    fmt: FormatOpt = Format.text,
+    output: OutputOpt = None,
+    node: NodeOpt = None,
+) -> None:
+    """Follow one new connection through the rules: every table, chain and rule it takes.
+
+    Branches of `-m statistic` rules are listed with their exact probabilities; the final DNAT,
+    drop or pass-through is named, with the line of each rule in its file.
+    """
+    from kpdoctor.bundle.loader import load
+    from kpdoctor.dataplane.expected import service_ports
+    from kpdoctor.dataplane.trace import TraceError, parse_destination
+    from kpdoctor.dataplane.trace import trace as run_trace
+    from kpdoctor.facts import Facts
+    from kpdoctor.report.trace import TRACE_FORMATS
+
+    if (to is None) == (service is None):
+        _err("give exactly one of --to IP:PORT[/PROTO] or --service NS/NAME[:PORT]")
+        raise typer.Exit(2)
+    evidence = load(paths)
+    try:
+        facts = Facts(evidence, node=node)
+        if not facts.rulesets:
+            for p in evidence.problems:
+                _err(f"{p.source}: {p.message}")
+            _err("no iptables rules were given (iptables-save output is what trace follows)")
+            raise typer.Exit(2)
+        try:
+            source = ipaddress.ip_address(src) if src else None
+        except ValueError:
+            _err(f"--from {src!r} is not an IP address")
+            raise typer.Exit(2) from None
+        try:
+            if to is not None:
+                dst, port, proto = parse_destination(to)
+            else:
+                assert service is not None
+                sps, _ = service_ports(facts.objects.of("Service"), [], [])
+                from kpdoctor.dataplane.verify import service_matches
+
+                mine = [sp for sp in sps if service_matches(sp.label, service) and sp.cluster_ip]
+                if not mine:
+                    known = ", ".join(sorted({sp.label for sp in sps})[:10])
+                    _err(
+                        f"no Service port matches {service!r}"
+                        + (f" (known: {known})" if known else " (no Services in the evidence)")
+                    )
+                    raise typer.Exit(2)
+                sp = mine[0]
+                if len({m.label for m in mine}) > 1:
+                    _err(f"{service} has several ports; tracing {sp.label} (name one with NS/NAME:PORT)")
+                dst, port, proto = ipaddress.ip_address(sp.cluster_ip or ""), sp.port, sp.protocol.lower()
+            traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook.value)
+        except TraceError as exc:
+            _err(str(exc))
+            raise typer.Exit(2) from None
+    finally:
+        evidence.close()
+    code = _write(TRACE_FORMATS[fmt.value], traces, fmt, output)
+    uncertain = all(b.verdict == "UNCERTAIN" for t in traces for b in t.branches)
+    raise typer.Exit(code or (3 if uncertain else 0))
 
 
 @app.command()

@@ -146,6 +146,10 @@ class Report:
     checks_run: int
     problems: list[InputProblem]
     min_severity: Severity = Severity.WARNING
+    # kpdoctor.dataplane.verify.Verification when rules and Services were both given
+    verification: Any = None
+    command: str = "diagnose"  # diagnose | verify: what the renderers lay out
+    show_all: bool = False  # verify: list Services that verified ok too
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""
@@ -165,4 +169,5 @@ class Report:
             "checks_run": self.checks_run,
             "input_problems": [p.to_json() for p in self.problems],
             "min_severity": self.min_severity.label,
+            **({"verification": self.verification.to_json()} if self.verification is not None else {}),
         }

@@ -95,17 +95,20 @@ def find(key: str) -> list[CheckSpec]:
     return [c for c in CHECKS.values() if c.cause == key.lower()]
 
 
-def run_all(facts: Facts) -> tuple[list[Finding], list[Skipped], int, list[str]]:
+def run_all(facts: Facts, only: tuple[str, ...] | None = None) -> tuple[list[Finding], list[Skipped], int, list[str]]:
     """Run every check whose evidence is present; report the others as skipped.
 
     A check that fails on unexpected input is reported in one line (``errors``) and the other
     checks still run: one odd artifact must not cost the user the whole diagnosis.
+    ``only``: run just the checks whose codes start with one of these prefixes.
     """
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     errors: list[str] = []
     ran = 0
     for spec in sorted(CHECKS.values(), key=lambda c: c.code):
+        if only is not None and not spec.code.startswith(only):
+            continue
         if not spec.can_run(facts):
             skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason()))
             continue

@@ -157,6 +157,14 @@ class Verification:
     split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
     not_evaluated: list[str] = field(default_factory=list)
 
+    def only(self, service: str) -> Verification:
+        """The results (and stale rules) of one Service, ``NS/NAME`` or ``NS/NAME:PORT``."""
+        out = Verification(self.services_checked, split=self.split, not_evaluated=self.not_evaluated)
+        out.results = [r for r in self.results if service_matches(r.label, service)]
+        out.stale = [s for s in self.stale if service_matches(s.label, service)]
+        out.services_checked = len({r.service for r in out.results})
+        return out
+
     def count(self, status: str) -> int:
         return sum(1 for r in self.results if r.status == status)
 
@@ -174,6 +182,15 @@ class Verification:
             "stale_rules": [s.to_json() for s in self.stale],
             "not_evaluated": list(self.not_evaluated),
         }
+
+
+def service_matches(label: str | None, wanted: str) -> bool:
+    """``ns/name:port`` against a filter ``ns/name`` (every port) or ``ns/name:port``."""
+    if not label:
+        return False
+    if ":" in wanted:
+        return label == wanted
+    return label == wanted or label.startswith(wanted + ":")
 
 
 def has_service_rules(rs: Ruleset) -> bool:

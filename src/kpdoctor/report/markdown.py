@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kpdoctor.model import Finding, Report
+from kpdoctor.report import verification
 
 
 def _finding(f: Finding, level: int) -> list[str]:
@@ -52,6 +53,21 @@ def render_markdown(report: Report, color: bool = False) -> str:
         out += [f"No findings at or above {report.min_severity.label} ({report.checks_run} checks ran).", ""]
     for f in vis:
         out += _finding(f, 2)
+    if report.verification is not None:
+        ver = report.verification
+        out += ["## Verification", "", verification.summary(ver), ""]
+        rows, hidden = verification.rows(ver, report.show_all or report.command != "verify")
+        if report.command != "verify":
+            rows = [r for r in rows if r.status != "ok"]
+        if rows:
+            out += ["| service port | status | traffic classes |", "|---|---|---|"]
+            out += [f"| {r.service} | {r.status} | {r.classes} |" for r in rows]
+            out.append("")
+            out += [f"- {r.service}: {d}" for r in rows for d in r.details]
+            out.append("")
+        if hidden:
+            out += [f"{hidden} Service port(s) verified ok are not listed.", ""]
+        out += [f"- stale: {s.destination}/{s.protocol} -> {', '.join(s.backends)}" for s in ver.stale]
     if report.skipped:
         out += ["## Skipped checks", ""]
         out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]

@@ -7,8 +7,10 @@ import os
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from kpdoctor.model import Finding, Report, Severity
+from kpdoctor.report import verification
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -45,6 +47,33 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
     con.print()
 
 
+def _emit_verification(con: Console, report: Report) -> None:
+    ver = report.verification
+    con.print(f"[bold]Verification[/] {escape(verification.summary(ver))}")
+    rows, hidden = verification.rows(ver, report.show_all)
+    if report.command != "verify":
+        rows = [r for r in rows if r.status != "ok"][:20]
+        hidden = 0
+    if rows:
+        table = Table("service port", "status", "traffic classes", box=None, pad_edge=False, show_edge=False)
+        style = {"ok": "green", "mismatch": "bold red", "uncertain": "yellow"}
+        for r in rows:
+            table.add_row(escape(r.service), f"[{style[r.status]}]{r.status}[/]", escape(r.classes))
+        con.print(table)
+        for r in rows:
+            for d in r.details:
+                con.print(f"  [dim]{escape(r.service)}[/] {escape(d)}", soft_wrap=True)
+    if hidden:
+        con.print(f"[dim]{hidden} Service port(s) verified ok are not listed (--all lists them).[/]")
+    for s in ver.stale[:10]:
+        named = f" (rules name {s.label})" if s.label else ""
+        to = escape(", ".join(s.backends[:4]))
+        con.print(f"  [bold red]stale[/] {escape(s.destination)}/{s.protocol} -> {to}{escape(named)}")
+    for n in ver.not_evaluated:
+        con.print(f"  [yellow]not evaluated:[/] {escape(n)}")
+    con.print()
+
+
 def render_text(report: Report, color: bool = True) -> str:
     buf = io.StringIO()
     no_color = not color or "NO_COLOR" in os.environ
@@ -66,7 +95,9 @@ def render_text(report: Report, color: bool = True) -> str:
         con.print()
         for i, f in enumerate(vis, 1):
             _emit_finding(con, f, f"{i}.")
-    if report.skipped:
+    if report.verification is not None:
+        _emit_verification(con, report)
+    if report.skipped and report.command != "verify":
         con.print("[bold]Skipped[/] (missing evidence, not healthy):")
         for s in report.skipped:
             con.print(f"  {s.code} {escape(s.cause)}: {escape(s.reason)}", highlight=False)

@@ -1,0 +1,79 @@
+"""Rendering a trace: the path table by table, chain by chain, branch by branch."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+from rich.console import Console
+from rich.markup import escape
+
+from kpdoctor.dataplane.trace import Trace
+
+SCHEMA = "kpdoctor.trace/v1"
+
+
+def _head(t: Trace) -> str:
+    p = t.packet
+    dst = f"[{p.dst}]:{p.dport}" if p.dst.version == 6 else f"{p.dst}:{p.dport}"
+    which = f" through the {t.backend} rules" if t.backend else ""
+    return f"{p.proto.upper()} {p.src} -> {dst}, new connection entering {t.hook.upper()}{which} ({t.artifact})"
+
+
+def render_trace_text(traces: list[Trace], color: bool = True) -> str:
+    buf = io.StringIO()
+    no_color = not color or "NO_COLOR" in os.environ
+    con = Console(file=buf, force_terminal=not no_color, no_color=no_color, width=140, highlight=False)
+    for t in traces:
+        con.print(f"[bold]{escape(_head(t))}[/]")
+        con.print(f"[dim]source: {escape(t.source_note)}[/]")
+        con.print()
+        for i, b in enumerate(t.branches, 1):
+            style = (
+                "green"
+                if b.verdict == "ACCEPT" and b.backend
+                else ("red" if b.verdict in ("DROP", "REJECT") else "yellow")
+            )
+            con.print(f"[bold]{i}. {b.probability:.1%}[/] [{style}]{escape(b.outcome)}[/]")
+            table_chain = ""
+            last_p = 1.0
+            for s in b.steps:
+                here = f"{s.table}/{s.chain}"
+                lead = f"   {here:<38}" if here != table_chain else f"   {'':<38}"
+                table_chain = here
+                where = f"line {s.line}" if s.line else "      "
+                prob = f" [branch now {s.probability:.1%}]" if abs(s.probability - last_p) > 1e-9 else ""
+                last_p = s.probability
+                con.print(f"{escape(lead)} [dim]{where:>10}[/] {escape(s.rule)}{prob}", soft_wrap=True)
+            if b.affinity_lines:
+                con.print(
+                    f"   [dim]session affinity at line(s) {', '.join(map(str, b.affinity_lines))}: "
+                    "a returning client may go to its earlier backend[/]"
+                )
+            con.print()
+        for n in t.notes:
+            con.print(f"[dim]{escape(n)}[/]", soft_wrap=True)
+        con.print()
+    return buf.getvalue()
+
+
+def render_trace_json(traces: list[Trace], color: bool = False) -> str:
+    doc = {"schema": SCHEMA, "traces": [t.to_json() for t in traces]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_trace_markdown(traces: list[Trace], color: bool = False) -> str:
+    out: list[str] = []
+    for t in traces:
+        out += [f"## {_head(t)}", "", f"Source: {t.source_note}", ""]
+        for i, b in enumerate(t.branches, 1):
+            out += [f"{i}. **{b.probability:.1%}** {b.outcome}", "", "```"]
+            out += [f"{s.table}/{s.chain} line {s.line or '-'}: {s.rule}" for s in b.steps]
+            out += ["```", ""]
+        out += [f"*{n}*" for n in t.notes]
+        out.append("")
+    return "\n".join(out)
+
+
+TRACE_FORMATS = {"text": render_trace_text, "json": render_trace_json, "markdown": render_trace_markdown}

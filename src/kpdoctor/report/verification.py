@@ -1,0 +1,70 @@
+"""The verification section: one row per Service port, shared by the text and Markdown renderers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+TABLE_LIMIT = 50  # Services listed in full when there are at most this many (else only problems)
+SHORT = {
+    "pod-to-clusterip": "pod",
+    "node-to-clusterip": "node",
+    "external-to-nodeport": "nodeport",
+    "external-to-externalip": "externalIP",
+    "external-to-loadbalancer": "LB",
+    "external-to-loadbalancer-outside-source-ranges": "LB-denied",
+}
+
+
+@dataclass(slots=True)
+class Row:
+    service: str
+    status: str  # worst of its traffic classes: mismatch > uncertain > ok
+    classes: str  # "pod ok, node ok, nodeport MISMATCH"
+    details: list[str]
+
+
+def summary(ver: Any) -> str:
+    ok, bad, unc = ver.count("ok"), ver.count("mismatch"), ver.count("uncertain")
+    verdict = "clean" if ver.clean else ("MISMATCH" if bad or ver.stale else "inconclusive")
+    text = (
+        f"{ver.services_checked} Service(s) checked, {len(ver.results)} Service port x traffic class: "
+        f"{ok} ok, {bad} mismatch, {unc} uncertain"
+    )
+    if ver.stale:
+        text += f"; {len(ver.stale)} stale destination(s) no Service owns"
+    return f"{text}: {verdict}"
+
+
+def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
+    """Rows to print, and how many ok rows were left out."""
+    order = {"mismatch": 0, "uncertain": 1, "ok": 2}
+    grouped: dict[str, list[Any]] = {}
+    for r in ver.results:
+        grouped.setdefault(r.label, []).append(r)
+    out: list[Row] = []
+    for label, rs in grouped.items():
+        status = min((r.status for r in rs), key=lambda s: order[s])
+        classes = ", ".join(
+            f"{SHORT.get(r.traffic, r.traffic)} {'ok' if r.status == 'ok' else r.status.upper()}" for r in rs
+        )
+        details = []
+        for r in rs:
+            if r.status == "ok":
+                continue
+            got = ", ".join(
+                f"{e.backend or e.verdict} {e.probability:.0%}"
+                + (f" (line {e.rule.line})" if e.rule and e.rule.line else "")
+                for e in r.actual
+            )
+            want = " | ".join("refused" if a.refused else ", ".join(sorted(a.backends)) for a in r.expected)
+            line = f"{SHORT.get(r.traffic, r.traffic)} {r.destination}: expected {want or '?'}; got {got or 'nothing'}"
+            if r.note:
+                line += f" ({r.note})"
+            details.append(line)
+        out.append(Row(label, status, classes, details))
+    out.sort(key=lambda x: (order[x.status], x.service))
+    if show_all or len(grouped) <= TABLE_LIMIT:
+        return out, 0
+    shown = [x for x in out if x.status != "ok"]
+    return shown, len(out) - len(shown)
