@@ -24,6 +24,7 @@ MAX_DEPTH = 64
 MAX_BRANCHES = 4096
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
+_ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verification cites
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class State:
     masquerade: bool = False
     notrack: bool = False
     affinity: list[int] = field(default_factory=list)  # lines of --rcheck rules seen
+    dnat_step: Step | None = None  # the rule that translated the destination
 
     @classmethod
     def start(cls, packet: Packet) -> State:
@@ -82,6 +84,7 @@ class State:
             self.masquerade,
             self.notrack,
             list(self.affinity),
+            self.dnat_step,
         )
 
     @property
@@ -144,7 +147,8 @@ class Evaluator:
         self.ipsets = ipsets
         self.record = record  # keep the steps (a trace); verification only needs the outcome
         self._cache: dict[tuple[object, ...], list[tuple[float, str, str, State]]] = {}
-        self._mentions: dict[int, _Mentions] = {}
+        self._stages_cache: dict[tuple[str, bool, bool], tuple[tuple[str, str], ...]] = {}
+        self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], _Mentions] = {}
 
     # -- public ------------------------------------------------------------------------
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
@@ -187,8 +191,11 @@ class Evaluator:
         """Filter, mangle and postrouting for one branch, memoised: these walks rarely depend on
         the backend address, so for a node's 50,000 endpoints they are computed a few times."""
         local = self._is_local(st.version, st.dst)
-        stages = self._stages(hook, local, postrouting)
-        key = self._stage_key(st, local, tuple(stages))
+        skey = (hook, local, postrouting)
+        stages = self._stages_cache.get(skey)
+        if stages is None:
+            stages = self._stages_cache[skey] = tuple(self._stages(hook, local, postrouting))
+        key = self._stage_key(st, local, stages)
         cached = self._cache.get(key) if key is not None else None
         if cached is None:
             probe = st.copy()
@@ -201,6 +208,11 @@ class Evaluator:
             cached += [(q, "", "", s2) for q, s2 in branches]
             if key is not None:
                 self._cache[key] = cached
+        if len(cached) == 1:
+            q, verdict, _reason, s2 = cached[0]
+            if not verdict and not s2.steps and not s2.affinity and s2.mark == st.mark and not s2.masquerade:
+                after.append((p * q, st))  # passed untouched (the common case): nothing to copy
+                return
         for i, (q, verdict, reason, s2) in enumerate(cached):
             out = st if i == len(cached) - 1 else st.copy()
             out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
@@ -214,9 +226,10 @@ class Evaluator:
     def _stage_key(self, st: State, local: bool, stages: tuple[tuple[str, str], ...]) -> tuple[object, ...] | None:
         """What the after-nat walk can depend on; addresses and ports only as far as some rule
         of those tables tells them apart. None: not memoisable (ipsets are read by address)."""
-        m = self._mentions.get(st.version)
+        mkey = (st.version, stages)
+        m = self._mentions.get(mkey)
         if m is None:
-            m = self._mentions[st.version] = _Mentions.of(self.layers, st.version)
+            m = self._mentions[mkey] = _Mentions.of(self.layers, st.version, stages)
         if m.opaque:
             return None
         pkt = st.packet
@@ -224,8 +237,8 @@ class Evaluator:
             stages,
             st.version,
             st.src,
-            m.dst_key(st.dst),
-            m.port_key(st.dport),
+            m.dst_key(st.dst) if m.dst_spans or st.dst in m.dsts else None,
+            m.port_key(st.dport) if m.port_ranges or st.dport in m.ports else None,
             pkt.proto,
             pkt.sport,
             pkt.iif,
@@ -289,8 +302,18 @@ class Evaluator:
     ) -> list[Result]:
         results: list[Result] = []
         end = len(rules) if order is None else len(order)
+        version, dst, src = st.version, st.dst, st.src
         while pos < end:
             r = rules[pos if order is None else order[pos]]
+            # the common matches inline (most rules fail here): -d, -s
+            d = r.dst
+            if d is not None and (d[0] == version and d[1] <= dst <= d[2]) == r.dst_neg:
+                pos += 1
+                continue
+            d = r.src
+            if d is not None and (d[0] == version and d[1] <= src <= d[2]) == r.src_neg:
+                pos += 1
+                continue
             try:
                 pm = self._match(r, st)
             except Uncertain as exc:
@@ -303,7 +326,7 @@ class Evaluator:
             if pm < 1.0:  # a probabilistic rule: the branch that does not take it continues here
                 results.extend(self._rules(tab, chain, rules, order, pos + 1, p * (1 - pm), st.copy(), depth))
                 p = p * pm
-            if self.record or r.target is None or r.target.name in TERMINAL or r.target.name == "DNAT":
+            if self.record or r.target is None or r.target.name in _ALWAYS_RECORDED:
                 st.steps.append(Step(tab.name, chain, r.line, r.rule.text, p))
             tgt = r.target
             if tgt is None:
@@ -322,6 +345,7 @@ class Evaluator:
                 st.dst = span[1]
                 st.dport = port or st.dport
                 st.dnat = (host, port)
+                st.dnat_step = st.steps[-1]
                 results.append((p, st, "ACCEPT", ""))
                 return results
             if name == "REDIRECT":
@@ -329,6 +353,7 @@ class Evaluator:
                 st.dst = 0x7F000001 if st.version == 4 else 1
                 st.dport = tgt.to_ports or st.dport
                 st.dnat = (lo, tgt.to_ports)
+                st.dnat_step = st.steps[-1] if st.steps else None
                 results.append((p, st, "ACCEPT", ""))
                 return results
             if name in ("MASQUERADE", "SNAT"):
@@ -361,7 +386,8 @@ class Evaluator:
         # fell off the end
         if chain in BUILTIN:
             policy = tab.policies.get(chain, "ACCEPT")
-            st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p))
+            if self.record or policy in ("DROP", "REJECT"):
+                st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p))
             results.append((p, st, policy if policy in TERMINAL else "ACCEPT", ""))
         else:
             results.append((p, st, "END", ""))
@@ -453,31 +479,36 @@ class _Mentions:
         self.opaque = False
 
     @classmethod
-    def of(cls, layers: list[dict[str, CompiledTable]], version: int) -> _Mentions:
+    def of(cls, layers: list[dict[str, CompiledTable]], version: int, roots: tuple[tuple[str, str], ...]) -> _Mentions:
+        """Addresses and ports of every rule reachable from ``roots`` (table, built-in chain)."""
         m = cls()
         full = (1 << (32 if version == 4 else 128)) - 1
         spans: set[tuple[int, int]] = set()
         ranges: set[tuple[int, int]] = set()
         for layer in layers:
-            for tname in ("mangle", "filter", "nat"):
-                tab = layer.get(tname)
-                if tab is None:
-                    continue
-                for _chain, rules in tab.chains.items():
-                    for r in rules:
-                        d = r.dst
-                        if d is not None and d[0] == version:
-                            if d[1] == d[2]:
-                                m.dsts.add(d[1])
-                            elif not (d[1] == 0 and d[2] == full):
-                                spans.add((d[1], d[2]))
-                        for lo, hi in r.dport or ():
-                            if lo == hi:
-                                m.ports.add(lo)
-                            else:
-                                ranges.add((lo, hi))
-                        if any(c.kind == "set" for c in r.conds):
-                            m.opaque = True
+            todo = [(t, c) for t, c in roots if t in layer and layer[t].has_chain(c)]
+            seen = set(todo)
+            while todo:
+                tname, chain = todo.pop()
+                tab = layer[tname]
+                for r in tab.rules(chain):
+                    d = r.dst
+                    if d is not None and d[0] == version:
+                        if d[1] == d[2]:
+                            m.dsts.add(d[1])
+                        elif not (d[1] == 0 and d[2] == full):
+                            spans.add((d[1], d[2]))
+                    for lo, hi in r.dport or ():
+                        if lo == hi:
+                            m.ports.add(lo)
+                        else:
+                            ranges.add((lo, hi))
+                    if any(c.kind == "set" for c in r.conds):
+                        m.opaque = True
+                    t = r.target
+                    if t is not None and tab.has_chain(t.name) and (tname, t.name) not in seen:
+                        seen.add((tname, t.name))
+                        todo.append((tname, t.name))
         m.dst_spans, m.port_ranges = sorted(spans), sorted(ranges)
         return m
 

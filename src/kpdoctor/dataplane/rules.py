@@ -14,6 +14,7 @@ rules.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -211,8 +212,80 @@ _TOKENS: dict[str, int] = {
 }
 
 
+# The shapes that make up nearly all of a big kube-proxy dump, in iptables-save's canonical option
+# order: read with one regular expression instead of token by token. Anything else (or anything
+# this cannot represent exactly) takes the general path below; a test holds the two equal.
+_FAST = re.compile(
+    r"(?:(?P<sneg>! )?-s (?P<s>[0-9a-fA-F.:/]+) )?"
+    r"(?:(?P<dneg>! )?-d (?P<d>[0-9a-fA-F.:/]+) )?"
+    r"(?:-p (?P<p>tcp|udp|sctp) )?"
+    r'(?:-m comment --comment (?:"[^"\\]*"|[^\s"]+) )?'
+    r"(?:-m (?P<m>tcp|udp|sctp) (?:--dport (?P<dport>\d+) )?)?"
+    r"(?:-m statistic --mode random --probability (?P<prob>[0-9.]+) )?"
+    r"-(?P<jg>[jg]) (?P<t>[\w.-]+)"
+    r"(?: --to-destination (?P<to>[0-9a-fA-F.:\[\]]+)| --set-xmark (?P<xm>0x[0-9a-fA-F]+/0x[0-9a-fA-F]+))?"
+)
+
+
+def _compile_fast(rule: Rule, text: str) -> CompiledRule | None:
+    m = _FAST.fullmatch(text)
+    if m is None:
+        return None
+    g = m.group
+    if g("m") and g("m") != g("p"):
+        return None  # -m tcp without -p tcp: iptables would refuse it; let the general path judge
+    cr = CompiledRule(rule)
+    if g("s"):
+        span = parse_span(g("s"))
+        if span is None:
+            return None
+        cr.src, cr.src_neg = span, bool(g("sneg"))
+    if g("d"):
+        span = parse_span(g("d"))
+        if span is None:
+            return None
+        cr.dst, cr.dst_neg = span, bool(g("dneg"))
+    if g("p"):
+        cr.proto = g("p")
+    if g("dport"):
+        port = int(g("dport"))
+        cr.dport = ((port, port),)
+    if g("prob"):
+        cr.conds = (Cond("statistic", ("random", float(g("prob")))),)
+    name, goto = g("t"), g("jg") == "g"
+    to, xm = g("to"), g("xm")
+    if to is not None:
+        if name != "DNAT":
+            return None
+        cr.target = _dnat(to, goto)
+    elif xm is not None:
+        if name != "MARK":
+            return None
+        key = ("MARK", xm)
+        t = _PLAIN.get(key)
+        if t is None:
+            t, _ = _target(("-j", name, "--set-xmark", xm), 0)
+            _PLAIN[key] = t
+        cr.target = t
+    elif name in ("DNAT", "MARK", "REDIRECT", "SNAT", "REJECT", "CT", "LOG"):
+        return None  # targets with options the pattern does not capture
+    else:
+        cr.target = _plain_target(name, goto)
+    return cr
+
+
 def compile_rule(rule: Rule) -> CompiledRule:
-    """Turn ``-A CHAIN ...`` tokens into fields, conditions and a target."""
+    """Turn ``-A CHAIN ...`` into fields, conditions and a target."""
+    text = rule.args_text
+    if text is not None:
+        fast = _compile_fast(rule, text)
+        if fast is not None:
+            return fast
+    return compile_general(rule)
+
+
+def compile_general(rule: Rule) -> CompiledRule:
+    """The token-by-token compiler: every option kpdoctor knows, in any order."""
     cr = CompiledRule(rule)
     toks = rule.args
     n = len(toks)
@@ -308,6 +381,19 @@ def _other(toks: tuple[str, ...], i: int, module: str, neg: bool, conds: list[Co
     return i + 1
 
 
+def _dnat(dest: str, goto: bool = False) -> Target:
+    """``--to-destination`` ``ip``, ``ip:port``, ``[ip6]:port`` (a range keeps its first port)."""
+    if dest.startswith("["):
+        host, _, port = dest[1:].partition("]:")
+    elif dest.count(":") == 1:
+        host, _, port = dest.partition(":")
+    else:
+        host, port = dest, ""
+    span = parse_span(host)
+    to_span = span if span is not None and span[1] == span[2] else None
+    return Target("DNAT", goto, (host, int(port.split("-")[0]) if port else None), to_span)
+
+
 def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
     goto = toks[i] in ("-g", "--goto")
     name = toks[i + 1] if i + 1 < len(toks) else ""
@@ -323,20 +409,10 @@ def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
             j += 1
     if not opts and not flags:
         return _plain_target(name, goto), j
-    dest = None
+    dest = to_span = None
     if name == "DNAT" and "--to-destination" in opts:
-        d = opts["--to-destination"]
-        if d.startswith("["):
-            host, _, port = d[1:].partition("]:")
-        elif d.count(":") == 1:
-            host, _, port = d.partition(":")
-        else:
-            host, port = d, ""
-        dest = (host, int(port.split("-")[0]) if port else None)
-        span = parse_span(host)
-        to_span = span if span is not None and span[1] == span[2] else None
-    else:
-        to_span = None
+        dn = _dnat(opts["--to-destination"], goto)
+        dest, to_span = dn.to_destination, dn.to_span
     mark = None
     if name == "MARK":
         for op in ("--set-xmark", "--set-mark", "--or-mark", "--xor-mark", "--and-mark"):
@@ -348,7 +424,7 @@ def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
     return Target(name, goto, dest, to_span, to_ports, mark, notrack), j
 
 
-_PLAIN: dict[tuple[str, bool], Target] = {}
+_PLAIN: dict[tuple[str, bool] | tuple[str, str], Target] = {}
 
 
 def _plain_target(name: str, goto: bool) -> Target:
@@ -383,6 +459,10 @@ class CompiledTable:
     @property
     def chains(self) -> _ChainView:
         return _ChainView(self)
+
+    def source(self, chain: str) -> list[Rule]:
+        """The chain's rules as parsed (not compiled)."""
+        return self._source.get(chain, [])
 
     def has_chain(self, chain: str) -> bool:
         return chain in self._source or chain in self._compiled

@@ -11,7 +11,10 @@ although no Service owns them any more (stale rules, seed 003).
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
+import multiprocessing
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -244,7 +247,7 @@ def _entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[lis
     for o in outcomes:
         step: Step | None = None
         if o.verdict == "ACCEPT" and o.state.dnat is not None:
-            step = next((s for s in reversed(o.state.steps) if "DNAT" in s.text or "REDIRECT" in s.text), None)
+            step = o.state.dnat_step
         elif o.verdict != "ACCEPT":
             step = o.decided_by
         cite = _cite(rs, step)
@@ -416,10 +419,9 @@ def find_stale(
         if nat is None:
             continue
         seen: set[tuple[int | None, str, int]] = set()
-        for rule in nat.rules:
-            if "-dport" not in rule.text:
-                continue
-            cr = compile_rule(rule)
+        # only rules that match a destination port can name a Service's address
+        for cr in (compile_rule(r) for r in nat.rules if "-dport" in r.text):
+            rule = cr.rule
             port, proto = cr.exact_dport, cr.proto
             if port is None or proto is None or cr.proto_neg:
                 continue
@@ -477,6 +479,7 @@ def run_verification(
     behaviour: Behaviour,
     extra_local: Iterable[IPAddress] = (),
     endpoints_exported: bool = False,
+    workers: int | None = None,
 ) -> Verification:
     """Evaluate every Service port x traffic class, then look for stale destinations."""
     sps, count = service_ports(services, slices, endpoints, endpoints_exported)
@@ -490,17 +493,138 @@ def run_verification(
         return fams[f]
 
     ver = Verification(count)
-    ver.results = [evaluate_case(c, fam(c.sp.family), node) for c in todo]
-    for f in sorted({rs.family for rs in rulesets if rs.form in ("save", "S")}):
+    for f in sorted({rs.family for rs in rulesets if rs.form in ("save", "S")} | {c.sp.family for c in todo}):
         fr = fam(f)
         if len(fr.primary) > 1:
             ver.split[f] = [rs.artifact for rs, _ in fr.primary]
-    owned_ips, owned_ports = owned_destinations(services, pods)
-    for f, fr in sorted(fams.items()):
-        if not fr.primary:
-            continue
-        ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
-        ver.stale.extend(find_stale(fr, owned_ips, owned_ports, node, pod_client(node, f), ext))
+    owned = owned_destinations(services, pods)
+    ver.results, ver.stale = evaluate_all(todo, fams, node, owned, workers)
     if any(rs.form == "L" for rs in rulesets):
         ver.not_evaluated.append("iptables -L listings are not evaluated (they drop match details): give iptables-save")
     return ver
+
+
+def stale_of(
+    fams: dict[int, FamilyRules], owned: tuple[set[tuple[int, str, int]], set[tuple[str, int]]], node: NodeView
+) -> list[StaleRule]:
+    out: list[StaleRule] = []
+    for f, fr in sorted(fams.items()):
+        if fr.primary:
+            ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
+            out.extend(find_stale(fr, owned[0], owned[1], node, pod_client(node, f), ext))
+    return out
+
+
+PARALLEL_MIN_CASES = 3000  # below this, forking costs more than it saves
+_SHARED: tuple[list[Case], dict[int, FamilyRules], NodeView, Any] | None = None
+
+
+# A result travels back from a worker as plain tuples (pickling 10,000 dataclasses with their
+# citations costs more than evaluating them); rule texts are looked up again by line.
+Packed = tuple[Any, ...]
+
+
+def _pack_cite(c: Cite | None) -> tuple[str, int | None, str] | None:
+    if c is None:
+        return None
+    return (c.artifact, c.line, "" if c.line is not None else c.text)
+
+
+def _pack(r: Result) -> Packed:
+    return (
+        r.status,
+        r.kind,
+        r.note,
+        [(e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset) for e in r.actual],
+        [_pack_cite(c) for c in r.rules],
+        r.stale_backends,
+        r.missing_backends,
+        r.uneven,
+        r.local_policy,
+        r.local_endpoints,
+    )
+
+
+class _Texts:
+    """Rule text by (artifact, line), from the parsed rule sets (built on first use)."""
+
+    def __init__(self, rulesets: list[Ruleset]) -> None:
+        self.rulesets = rulesets
+        self.by: dict[tuple[str, int], str] | None = None
+
+    def cite(self, packed: tuple[str, int | None, str] | None) -> Cite | None:
+        if packed is None:
+            return None
+        art, line, text = packed
+        if line is None:
+            return Cite(art, None, text)
+        if self.by is None:
+            self.by = {(rs.artifact, r.line): r.text.strip() for rs in self.rulesets for r in rs.all_rules()}
+        return Cite(art, line, self.by.get((art, line), ""))
+
+
+def _unpack(case: Case, p: Packed, texts: _Texts) -> Result:
+    sp = case.sp
+    res = Result(
+        sp.service,
+        sp.port_name,
+        sp.protocol,
+        sp.family,
+        case.traffic,
+        case.destination,
+        str(case.src) if case.src is not None else None,
+        p[0],
+        case.alternatives,
+        service_cite=sp.cite,
+    )
+    res.kind, res.note = p[1], p[2]
+    res.actual = [Entry(b, v, pr, texts.cite(c), ch, tag) for b, v, pr, c, ch, tag in p[3]]
+    res.rules = [c for c in (texts.cite(x) for x in p[4]) if c is not None]
+    res.stale_backends, res.missing_backends, res.uneven, res.local_policy, res.local_endpoints = p[5:10]
+    return res
+
+
+def _work(task: tuple[int, int]) -> tuple[list[Packed], list[StaleRule]]:
+    """In a forked worker: evaluate cases [a, b), or (a == -1) look for stale rules. The rules
+    arrive uncompiled; each worker compiles only the chains its cases reach."""
+    assert _SHARED is not None
+    todo, fams, node, owned = _SHARED
+    a, b = task
+    if a < 0:
+        return [], stale_of(fams, owned, node)
+    return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node)) for i in range(a, b)], []
+
+
+def evaluate_all(
+    todo: list[Case],
+    fams: dict[int, FamilyRules],
+    node: NodeView,
+    owned: tuple[set[tuple[int, str, int]], set[tuple[str, int]]],
+    workers: int | None = None,
+) -> tuple[list[Result], list[StaleRule]]:
+    """Every case, and the stale rules; on several cores for large nodes (fork, where available)."""
+    global _SHARED
+    n = (
+        workers
+        if workers is not None
+        else min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1), 8)
+    )
+    if n > 1 and len(todo) >= PARALLEL_MIN_CASES and "fork" in multiprocessing.get_all_start_methods():
+        chunks = n * 2
+        bounds = [len(todo) * i // chunks for i in range(chunks + 1)]
+        tasks = [(-1, -1)] + [(bounds[i], bounds[i + 1]) for i in range(chunks)]
+        _SHARED = (todo, fams, node, owned)
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+                parts = list(pool.map(_work, tasks))
+            texts = _Texts([rs for fr in fams.values() for rs, _ in fr.primary])
+            packed = [x for res, _ in parts for x in res]
+            results = [_unpack(c, x, texts) for c, x in zip(todo, packed, strict=True)]
+            return results, [s for _, st in parts for s in st]
+        except (OSError, RuntimeError, concurrent.futures.process.BrokenProcessPool):
+            pass  # no processes here: one core
+        finally:
+            _SHARED = None
+    results = [evaluate_case(c, fams[c.sp.family], node) for c in todo]
+    return results, stale_of(fams, owned, node)

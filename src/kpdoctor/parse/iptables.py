@@ -52,9 +52,17 @@ class Rule:
         """Tokens after ``-A CHAIN``."""
         a = self._args
         if a is None:
-            toks = _split(self._body or "") or []
+            toks = _split(self._body if self._body is not None else self.text.strip()) or []
             a = self._args = tuple(toks[2:])
         return a
+
+    @property
+    def args_text(self) -> str | None:
+        """The text after ``-A CHAIN`` when the rule has not been tokenised yet (else None)."""
+        if self._args is not None:
+            return None
+        parts = (self._body if self._body is not None else self.text).split(None, 2)
+        return parts[2] if len(parts) > 2 else ""
 
     def __repr__(self) -> str:
         return f"Rule({self.table}/{self.chain} line {self.line}: {self.text.strip()[:80]!r})"
@@ -221,7 +229,7 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
         if chain not in table.chains:
             rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
             table.chains.setdefault(chain, None)
-        table.rules.append(Rule(table.name, chain, args, ln, raw, packets, nbytes, line))
+        table.rules.append(Rule(table.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
     if table is not None:
         rs.diagnostics.append(
             Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)")
