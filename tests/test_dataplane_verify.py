@@ -414,3 +414,24 @@ def test_parallel_evaluation_equals_serial(tmp_path: Path, monkeypatch: pytest.M
     assert serial is not None
     assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
     assert par.stale and any(r.status == "mismatch" for r in par.results)
+
+
+def test_stale_backends_and_sync_failure_are_one_story(tmp_path: Path) -> None:
+    """The node still sends ns4/svc4 to a removed Pod *because* kube-proxy cannot sync: the
+    verification finding folds under the root cause from the log, not beside it."""
+    from conftest import MISMATCH
+
+    doc = cluster(OVERALL)
+    _slice(doc, "svc4")["endpoints"] = [{"addresses": ["10.180.0.4"]}]
+    log = tmp_path / "kube-proxy.log"
+    log.write_text(MISMATCH * 3)
+    _, report = run([*stage(tmp_path, OVERALL, doc=doc), log])
+    top = report.findings[0]
+    assert top.cause == "iptables-backend-mismatch"
+
+    def walk(f: Any) -> list[Any]:
+        return [x for sub in f.folded for x in [sub, *walk(sub)]]
+
+    folded = {x.cause for x in walk(top)}
+    assert {"rule-sync-stale", "endpoints-out-of-sync"} <= folded
+    assert not [f for f in report.findings if f.cause == "endpoints-out-of-sync"]

@@ -15,6 +15,7 @@ from kpdoctor.checks.sync import (
     node_ip,
     panics,
     restore_failing,
+    sync_health,
     xtables_lock,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "restore_failing",
     "run_all",
     "service_rules",
+    "sync_health",
     "xtables_lock",
 ]
