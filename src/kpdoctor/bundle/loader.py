@@ -24,6 +24,8 @@ from kpdoctor.model import InputProblem
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
 MAX_INLINE_BYTES = 256 * 1024**2  # non-log artifacts are read into memory up to this size
+LAZY_BYTES = 4 * 1024**2  # above this, rule dumps and object lists are read when parsed, not kept
+LAZY_KINDS = (Kind.IPTABLES_SAVE, Kind.K8S_OBJECTS)
 _KIND_HINTS = {
     "hostname": Kind.HOSTNAME,
     "locks": Kind.LOCKS,
@@ -193,6 +195,13 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
         return
     if size > MAX_INLINE_BYTES:
         ev.problems.append(InputProblem(label, f"{size // 1024**2} MiB is too large for {typed.kind.value}: skipped"))
+        return
+    if typed.kind in LAZY_KINDS and size > LAZY_BYTES:
+        # Parsed once into facts: keep the path, not a second copy of 100 MB of text in memory.
+        attrs = typed.attrs
+        if typed.kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
+            attrs = {**attrs, **save_attrs(_read_head(path).decode("utf-8", errors="replace"))}
+        ev.artifacts.append(Artifact(label, typed.kind, path=os.fspath(path), attrs=attrs, size=size))
         return
     raw = path.read_bytes()
     text = raw.decode("utf-8", errors="replace")

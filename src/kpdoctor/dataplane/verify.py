@@ -489,7 +489,7 @@ def run_verification(
 
     def fam(f: int) -> FamilyRules:
         if f not in fams:
-            fams[f] = family_rules(rulesets, f, local)
+            fams[f] = family_rules(rulesets, f, local, record=False)
         return fams[f]
 
     ver = Verification(count)
@@ -513,6 +513,15 @@ def stale_of(
             ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
             out.extend(find_stale(fr, owned[0], owned[1], node, pod_client(node, f), ext))
     return out
+
+
+def default_workers() -> int:
+    """CPUs this process may use (``KPDOCTOR_WORKERS`` overrides; 1 disables forking)."""
+    env = os.environ.get("KPDOCTOR_WORKERS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cpus, 8)
 
 
 PARALLEL_MIN_CASES = 3000  # below this, forking costs more than it saves
@@ -604,11 +613,7 @@ def evaluate_all(
 ) -> tuple[list[Result], list[StaleRule]]:
     """Every case, and the stale rules; on several cores for large nodes (fork, where available)."""
     global _SHARED
-    n = (
-        workers
-        if workers is not None
-        else min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1), 8)
-    )
+    n = workers if workers is not None else default_workers()
     if n > 1 and len(todo) >= PARALLEL_MIN_CASES and "fork" in multiprocessing.get_all_start_methods():
         chunks = n * 2
         bounds = [len(todo) * i // chunks for i in range(chunks + 1)]

@@ -106,7 +106,7 @@ class Facts:
         out: list[Ruleset] = []
         for a in self.of(Kind.IPTABLES_SAVE):
             fam = int(a.attrs.get("family", "4"))
-            out.append(parse_save(a.text, a.name, a.attrs.get("backend"), fam, a.first_line))
+            out.append(parse_save(a.read_text(), a.name, a.attrs.get("backend"), fam, a.first_line))
         for a in self.of(Kind.IPTABLES_RULES_S):
             fam = int(a.attrs.get("family", "4"))
             cmd = a.attrs.get("command", "")
@@ -121,7 +121,7 @@ class Facts:
     def objects(self) -> Objects:
         merged = Objects()
         for a in self.of(Kind.K8S_OBJECTS):
-            objs = k8s.parse_objects(a.text, a.name, a.first_line)
+            objs = k8s.parse_objects(a.read_text(), a.name, a.first_line)
             merged.items.extend(objs.items)
             merged.diagnostics.extend(objs.diagnostics)
         return merged
