@@ -57,8 +57,12 @@ def _baseline(restore: Path, repeat: int) -> float | None:
         for _ in range(repeat):
             t = time.perf_counter()
             with open(restore, "rb") as fh:
-                res = subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore", "--test"], stdin=fh,
-                                     capture_output=True, timeout=600)
+                res = subprocess.run(
+                    ["ip", "netns", "exec", ns, "iptables-legacy-restore", "--test"],
+                    stdin=fh,
+                    capture_output=True,
+                    timeout=600,
+                )
             if res.returncode != 0:
                 raise SystemExit(f"iptables-legacy-restore --test failed: {res.stderr.decode().strip()}")
             best = min(best, time.perf_counter() - t)
@@ -89,8 +93,10 @@ def main() -> int:
             if code != 0:
                 raise SystemExit(f"kpdoctor verify did not verify the generated node clean (exit {code})")
             rows.append((n, rules, save.stat().st_size, base, best, peak))
-    print(f"{'services':>9} {'rules':>8} {'MB':>6} {'legacy-restore --test':>22} {'kpdoctor verify':>16} "
-          f"{'ratio':>6} {'peak RSS':>9}")
+    print(
+        f"{'services':>9} {'rules':>8} {'MB':>6} {'legacy-restore --test':>22} {'kpdoctor verify':>16} "
+        f"{'ratio':>6} {'peak RSS':>9}"
+    )
     for n, rules, size, base, best, peak in rows:
         b = f"{base:.2f} s" if base is not None else "n/a (root)"
         ratio = f"{best / base:.2f}" if base else "-"

@@ -48,6 +48,7 @@ REQUIRED = (
     "iptables-nft-restore",
     "iptables-legacy-save",
     "iptables-nft-save",
+    "sysctl",
 )
 """Binaries :func:`lab_available` requires on ``PATH``."""
 
