@@ -90,20 +90,8 @@ def _run(
             _err(f"{p.source}: {p.message}")
         _err("nothing usable was given (see `kpdoctor diagnose --help` for what kpdoctor reads)")
         return 2
-    to_file = output is not None
-    color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = FORMATS[fmt.value](report, color)
-    if header and fmt == Format.text:
-        text = header + text
-    if to_file:
-        assert output is not None
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            _err(f"cannot write {output}: {exc.strerror or exc}")
-            return 2
-    else:
-        sys.stdout.write(text)
+    if _write(FORMATS[fmt.value], report, fmt, output, header if fmt == Format.text else ""):
+        return 2
     if code == 3:
         _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
     return code
@@ -188,11 +176,11 @@ def verify(
     raise typer.Exit(_write(FORMATS[fmt.value], report, fmt, output) or code)
 
 
-def _write(render: object, doc: object, fmt: Format, output: Path | None) -> int:
-    """Render to stdout or FILE; 2 if the file cannot be written."""
+def _write(render: object, doc: object, fmt: Format, output: Path | None, header: str = "") -> int:
+    """Render to stdout or FILE (colour only on a terminal); 2 if the file cannot be written."""
     to_file = output is not None
     color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    text = render(doc, color)  # type: ignore[operator]
+    text = header + render(doc, color)  # type: ignore[operator]
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")
