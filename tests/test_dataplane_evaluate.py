@@ -114,3 +114,25 @@ def test_mark_semantics() -> None:
     assert _apply_mark(0x4000, ("set-xmark", 0x4000, 0x0)) == 0x0  # KUBE-POSTROUTING's xor form
     assert _apply_mark(0x8001, ("or-mark", 0x4000, 0)) == 0xC001
     assert _apply_mark(0xC000, ("xor-mark", 0x4000, 0)) == 0x8000
+
+
+def test_undecidable_rule_that_does_not_matter_is_not_uncertain() -> None:
+    """AWS VPC CNI's `-i eth0 ... -j CONNMARK` cannot be decided without interface names, but
+    matching or not changes nothing: the outcome is certain and the rule is reported."""
+    rules = (
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n"
+        '-A PREROUTING -i eth0 -m comment --comment "AWS, primary ENI" -m addrtype --dst-type LOCAL '
+        "--limit-iface-in -j CONNMARK --set-xmark 0x80/0x80\n"
+        "COMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n:S - [0:0]\n"
+        "-A PREROUTING -d 10.96.0.10/32 -p tcp -m tcp --dport 53 -j S\n"
+        "-A S -p tcp -j DNAT --to-destination 10.1.0.1:53\nCOMMIT\n"
+        "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -i eni+ -j ACCEPT\nCOMMIT\n"
+    )
+    ev = evaluator(rules)
+    [o] = ev.run(Packet(A("10.0.1.1"), A("10.96.0.10"), "tcp", 53))
+    assert (o.verdict, o.backend) == ("ACCEPT", "10.1.0.1:53")
+    assert any("line 3" in u for u in ev.undecided)
+    # ... but an undecidable DROP does decide the outcome
+    drop = rules.replace("-A FORWARD -i eni+ -j ACCEPT", "-A FORWARD -i eni+ -j DROP")
+    [u] = evaluator(drop).run(Packet(A("10.0.1.1"), A("10.96.0.10"), "tcp", 53))
+    assert u.verdict == "UNCERTAIN" and "line 13" in u.reason and "decides the outcome" in u.reason

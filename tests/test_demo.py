@@ -39,7 +39,7 @@ def test_demo_ranks_its_root_cause_first(name: str) -> None:
 def test_config_demo_folds_the_node_ip_symptom() -> None:
     report, _ = diagnose_paths([demo_path("config-ignores-hostname")])
     first = report.visible()[0]
-    assert first.explains == ["KP111"] and "2048-game/service-2048" in first.folded[0].summary
+    assert first.explains == ["KP111", "KP203"] and "2048-game/service-2048" in first.folded[0].summary
 
 
 def test_lock_demo_names_the_holder() -> None:
@@ -54,3 +54,18 @@ def test_demo_command_lists_and_diagnoses() -> None:
     for d in DEMOS:
         assert d.name in res.output
     assert CliRunner().invoke(app, ["demo", "nope"]).exit_code == 2
+
+
+def test_seed002_demo_verifies_the_local_drop() -> None:
+    """The ETP=Local NodePort drop of seed 002 is found by evaluating the rules, not only from
+    the log: folded under the root cause, with the DROP's line."""
+    from kpdoctor.demo import demo_path
+    from kpdoctor.diagnose import diagnose_paths
+
+    report, _ = diagnose_paths([demo_path("config-ignores-hostname")])
+    top = report.findings[0]
+    assert top.cause == "config-overrides-flags"
+    [kp203] = [f for f in top.folded if f.code == "KP203"]
+    assert kp203.subject["service"] == "2048-game/service-2048" and "NodePort" in kp203.summary
+    ver = report.verification
+    assert ver is not None and ver.count("uncertain") == 0 and ver.count("mismatch") == 1

@@ -22,6 +22,7 @@ from kpdoctor.dataplane.rules import CompiledRule, CompiledTable, Cond
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_DEPTH = 64
 MAX_BRANCHES = 4096
+MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
 _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verification cites
@@ -116,6 +117,18 @@ class Outcome:
         return self.state.steps[-1] if self.state.steps else None
 
 
+class _Undecided(Exception):
+    """A rule whose match cannot be decided: the run is redone with it matching and not."""
+
+    def __init__(self, key: int, line: int, reason: str, step: Step) -> None:
+        super().__init__(reason)
+        self.key, self.line, self.reason, self.step = key, line, reason, step
+
+
+def _signature(outcomes: list[Outcome]) -> list[tuple[str, str | None, float]]:
+    return sorted((o.verdict, o.backend, round(o.probability, 9)) for o in outcomes)
+
+
 class Uncertain(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -148,6 +161,8 @@ class Evaluator:
         self.record = record  # keep the steps (a trace); verification only needs the outcome
         self._cache: dict[tuple[object, ...], list[tuple[float, str, str, State]]] = {}
         self._stages_cache: dict[tuple[str, bool, bool], tuple[tuple[str, str], ...]] = {}
+        self._forced: dict[int, bool] = {}  # undecidable rules (by identity) taken as matching or not
+        self.undecided: list[str] = []  # of the last run: undecidable rules that did not matter
         self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], _Mentions] = {}
 
     # -- public ------------------------------------------------------------------------
@@ -156,7 +171,41 @@ class Evaluator:
 
         ``postrouting=False`` skips the nat POSTROUTING walk, which can only masquerade (never
         drop): verification does not need it, a trace does.
+
+        A match the evaluator cannot decide (an interface it was not told, an unknown module)
+        is tried both ways: when both give the same outcomes (same verdicts, backends and
+        probabilities; AWS's ``-i eth0 ... -j CONNMARK`` rules, for example), the result is
+        certain and says which rules did not matter; otherwise it is *uncertain at rule N*.
         """
+        self._forced = {}
+        self.undecided = []
+        try:
+            return self._run_forking(packet, hook, postrouting, 0)
+        finally:
+            self._forced = {}
+
+    def _run_forking(self, packet: Packet, hook: str, postrouting: bool, depth: int) -> list[Outcome]:
+        try:
+            return self._run_once(packet, hook, postrouting)
+        except _Undecided as und:
+            if depth >= MAX_FORKS:
+                return [self._uncertain_outcome(packet, und)]
+            results = []
+            for choice in (True, False):
+                self._forced[und.key] = choice
+                results.append(self._run_forking(packet, hook, postrouting, depth + 1))
+            del self._forced[und.key]
+            if _signature(results[0]) == _signature(results[1]):
+                self.undecided.append(f"line {und.line} ({und.reason})")
+                return results[1]
+            return [self._uncertain_outcome(packet, und)]
+
+    def _uncertain_outcome(self, packet: Packet, und: _Undecided) -> Outcome:
+        st = State.start(packet)
+        st.steps.append(und.step)
+        return Outcome(1.0, "UNCERTAIN", st, f"{und.reason} at line {und.line}, and it decides the outcome")
+
+    def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         chain = "PREROUTING" if hook == "prerouting" else "OUTPUT"
         branches: list[Branch] = [(1.0, State.start(packet))]
         finals: list[Outcome] = []
@@ -234,6 +283,7 @@ class Evaluator:
             return None
         pkt = st.packet
         return (
+            tuple(self._forced.items()) if self._forced else (),
             stages,
             st.version,
             st.src,
@@ -317,9 +367,13 @@ class Evaluator:
             try:
                 pm = self._match(r, st)
             except Uncertain as exc:
-                st.steps.append(Step(tab.name, chain, r.line, r.rule.text.strip(), p))
-                results.append((p, st, "UNCERTAIN", f"{exc.reason} at line {r.line}"))
-                return results
+                key = id(r)
+                forced = self._forced.get(key)
+                if forced is None:
+                    raise _Undecided(
+                        key, r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)
+                    ) from None
+                pm = self._match_rest(r, st) if forced else 0.0
             if pm <= 0.0:
                 pos += 1
                 continue
@@ -394,6 +448,29 @@ class Evaluator:
         return results
 
     # -- matching ----------------------------------------------------------------------
+    def _match_rest(self, r: CompiledRule, st: State) -> float:
+        """The rule's match probability with its undecidable conditions taken as true."""
+        prob = 1.0
+        for c in r.conds:
+            try:
+                v = self._cond(c, st)
+            except Uncertain:
+                continue
+            if c.kind == "statistic":
+                prob *= (1 - v) if c.negated else v
+            elif bool(v) == c.negated:
+                return 0.0
+        if self._match_fields(r, st):
+            return prob
+        return 0.0
+
+    def _match_fields(self, r: CompiledRule, st: State) -> bool:
+        pr = r.proto
+        if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
+            return False
+        dp = r.dport
+        return dp is None or any(lo <= st.dport <= hi for lo, hi in dp) != r.dport_neg
+
     def _match(self, r: CompiledRule, st: State) -> float:
         """Probability that the rule matches (1, 0 or a statistic probability)."""
         d = r.dst

@@ -316,6 +316,10 @@ def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
     per_backend: list[tuple[Ruleset, list[Entry], list[Cite], list[str]]] = []
     for rs, ev in fam.primary:
         outcomes = ev.run(pkt, case.hook, postrouting=False)
+        if ev.undecided:
+            notes.append(
+                "could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(ev.undecided))
+            )
         tag = rs.backend if len(fam.primary) > 1 else None
         entries, rules, reasons = _entries(rs, outcomes, tag)
         per_backend.append((rs, entries, rules, reasons))
