@@ -435,3 +435,16 @@ def test_stale_backends_and_sync_failure_are_one_story(tmp_path: Path) -> None:
     folded = {x.cause for x in walk(top)}
     assert {"rule-sync-stale", "endpoints-out-of-sync"} <= folded
     assert not [f for f in report.findings if f.cause == "endpoints-out-of-sync"]
+
+
+def test_other_nftables_tables_are_reported_not_evaluated(tmp_path: Path) -> None:
+    """An nftables ruleset beside the iptables rules: tables that are not iptables-nft's own
+    (here kube-proxy's nftables-mode table; firewalld's alike) are named as not evaluated."""
+    ruleset = FIX.parent / "nftables" / "TestOverallNFTablesRules.ruleset.json"
+    paths = [*stage(tmp_path, OVERALL), ruleset]
+    facts, report = run(paths)
+    ver = facts.verification
+    assert ver is not None and ver.clean
+    [note] = ver.not_evaluated
+    assert note.startswith("nftables table ip kube-proxy (") and "filter-input: filter input" in note
+    assert ver.to_json()["not_evaluated"] == [note]

@@ -30,6 +30,7 @@ class Kind(enum.StrEnum):
     MODULES = "/proc/modules"
     IPVSADM = "ipvsadm output"
     IP_ADDR = "ip -j addr output"
+    NFT_RULESET = "nft -j list ruleset output"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
 

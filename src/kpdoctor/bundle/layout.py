@@ -21,6 +21,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
     "node/processes.txt": (Kind.PROCESSES, {}),
     "node/ip-addr.json": (Kind.IP_ADDR, {}),
+    "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
     "kube-proxy/log.txt": (Kind.KUBE_PROXY_LOG, {}),
@@ -49,7 +50,6 @@ KNOWN_UNUSED_PREFIXES = (
     "node/sysctl.txt",
     "node/dmesg.txt",
     "node/conntrack-list.txt",
-    "node/nft-ruleset.json",
     "node/ipvsadm-save.txt",
     "node/ipset-save.txt",
 )

@@ -164,6 +164,8 @@ def _sniff_structured(text: str) -> Typed | None:
 def _type_doc(doc: object) -> Typed | None:
     if isinstance(doc, dict) and "lastUpdated" in doc and "currentTime" in doc:
         return Typed(Kind.KUBE_PROXY_HEALTHZ, {})
+    if isinstance(doc, dict) and isinstance(doc.get("nftables"), list):
+        return Typed(Kind.NFT_RULESET, {})
     if isinstance(doc, list) and doc and all(isinstance(d, dict) and "addr_info" in d for d in doc):
         return Typed(Kind.IP_ADDR, {})
     if isinstance(doc, dict):

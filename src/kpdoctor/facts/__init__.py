@@ -405,7 +405,7 @@ class Facts:
         # endpointslices file: a Service without EndpointSlices there has none.
         exported = any(a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS))
         exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
-        return run_verification(
+        ver = run_verification(
             rulesets,
             services,
             self.objects.of("EndpointSlice"),
@@ -415,3 +415,9 @@ class Facts:
             beh,
             endpoints_exported=exported,
         )
+        for a in self.of(Kind.NFT_RULESET):
+            for t in system.nft_foreign_tables(a.read_text()):
+                ver.not_evaluated.append(
+                    f"nftables table {t} ({a.name}) is not evaluated: its rules may also drop Service traffic"
+                )
+        return ver
