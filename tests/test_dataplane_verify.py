@@ -442,7 +442,7 @@ def test_other_nftables_tables_are_reported_not_evaluated(tmp_path: Path) -> Non
     (here kube-proxy's nftables-mode table; firewalld's alike) are named as not evaluated."""
     ruleset = FIX.parent / "nftables" / "TestOverallNFTablesRules.ruleset.json"
     paths = [*stage(tmp_path, OVERALL), ruleset]
-    facts, report = run(paths)
+    facts, _ = run(paths)
     ver = facts.verification
     assert ver is not None and ver.clean
     [note] = ver.not_evaluated
