@@ -299,9 +299,6 @@ class Evaluator:
             local,
         )
 
-    def is_local(self, addr: IPAddress) -> bool:
-        return self._is_local(addr.version, int(addr))
-
     def _is_local(self, version: int, addr: int) -> bool:
         if (version, addr) in self.local:
             return True
@@ -460,11 +457,10 @@ class Evaluator:
                 prob *= (1 - v) if c.negated else v
             elif bool(v) == c.negated:
                 return 0.0
-        if self._match_fields(r, st):
-            return prob
-        return 0.0
+        return prob if self._match_fields(r, st) else 0.0
 
     def _match_fields(self, r: CompiledRule, st: State) -> bool:
+        """``-p`` and ``--dport``."""
         pr = r.proto
         if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
             return False
@@ -472,21 +468,10 @@ class Evaluator:
         return dp is None or any(lo <= st.dport <= hi for lo, hi in dp) != r.dport_neg
 
     def _match(self, r: CompiledRule, st: State) -> float:
-        """Probability that the rule matches (1, 0 or a statistic probability)."""
-        d = r.dst
-        if d is not None and (d[0] == st.version and d[1] <= st.dst <= d[2]) == r.dst_neg:
+        """Probability that the rule matches (1, 0 or a statistic probability), once its
+        addresses have matched (``_rules`` checks ``-s``/``-d`` inline, before calling this)."""
+        if not self._match_fields(r, st):
             return 0.0
-        s = r.src
-        if s is not None and (s[0] == st.version and s[1] <= st.src <= s[2]) == r.src_neg:
-            return 0.0
-        pr = r.proto
-        if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
-            return 0.0
-        dp = r.dport
-        if dp is not None:
-            port = st.dport
-            if any(lo <= port <= hi for lo, hi in dp) == r.dport_neg:
-                return 0.0
         if not r.conds:
             return 1.0
         prob = 1.0

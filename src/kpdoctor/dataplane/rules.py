@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.parse.iptables import Rule, Table
@@ -456,14 +455,6 @@ class CompiledTable:
                     src = self._source[r.chain] = []
                 src.append(r)
 
-    @property
-    def chains(self) -> _ChainView:
-        return _ChainView(self)
-
-    def source(self, chain: str) -> list[Rule]:
-        """The chain's rules as parsed (not compiled)."""
-        return self._source.get(chain, [])
-
     def has_chain(self, chain: str) -> bool:
         return chain in self._source or chain in self._compiled
 
@@ -480,36 +471,6 @@ class CompiledTable:
         idx = ChainIndex.build(rules) if len(rules) > INDEX_THRESHOLD else None
         self._index[chain] = idx
         return idx
-
-    def set_rules(self, chain: str, rules: list[CompiledRule]) -> None:
-        self._source.setdefault(chain, [])
-        self._compiled[chain] = rules
-        self._index.pop(chain, None)
-
-
-class _ChainView:
-    """``table.chains[name]`` / ``name in table.chains`` / iteration, compiling on access."""
-
-    def __init__(self, table: CompiledTable) -> None:
-        self._t = table
-
-    def __contains__(self, chain: object) -> bool:
-        return isinstance(chain, str) and self._t.has_chain(chain)
-
-    def __getitem__(self, chain: str) -> list[CompiledRule]:
-        if not self._t.has_chain(chain):
-            raise KeyError(chain)
-        return self._t.rules(chain)
-
-    def get(self, chain: str, default: list[CompiledRule] | None = None) -> list[CompiledRule] | None:
-        return self._t.rules(chain) if self._t.has_chain(chain) else default
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*self._t._source, *self._t._compiled]))
-
-    def items(self) -> Iterator[tuple[str, list[CompiledRule]]]:
-        for c in self:
-            yield c, self._t.rules(c)
 
 
 class ChainIndex:
