@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -61,3 +63,13 @@ def diagnose(tmp_path: Path) -> Callable[..., Report]:
         return report
 
     return run
+
+
+def obfuscate(text: str, seed: int) -> str:
+    """iptables-save text with every comment stripped and every KUBE-* chain renamed at random:
+    what kpdoctor concludes must not depend on kube-proxy's names or comments."""
+    rnd = random.Random(seed)
+    chains = sorted(set(re.findall(r"KUBE-[A-Z0-9-]+", text)), key=len, reverse=True)
+    names = {c: "C" + "".join(rnd.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(12)) for c in chains}
+    text = re.sub(r' -m comment --comment ("[^"]*"|\S+)', "", text)
+    return re.sub(r"KUBE-[A-Z0-9-]+", lambda m: names[m.group(0)], text)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import random
-import re
 from pathlib import Path
 
 import pytest
+from conftest import obfuscate
 
 from kpdoctor.dataplane.evaluate import Evaluator, Packet, _apply_mark
 from kpdoctor.dataplane.rules import compile_tables
@@ -67,22 +66,13 @@ def _probes(name: str) -> list[tuple[str, str, int]]:
     return out
 
 
-def _obfuscate(text: str, seed: int) -> str:
-    """Strip every comment and rename every KUBE-* chain at random."""
-    rnd = random.Random(seed)
-    chains = sorted(set(re.findall(r"KUBE-[A-Z0-9-]+", text)), key=len, reverse=True)
-    names = {c: "C" + "".join(rnd.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(12)) for c in chains}
-    text = re.sub(r' -m comment --comment ("[^"]*"|\S+)', "", text)
-    return re.sub(r"KUBE-[A-Z0-9-]+", lambda m: names[m.group(0)], text)
-
-
 @pytest.mark.parametrize("name", sorted({p.name.rsplit(".", 2)[0] for p in FIX.glob("*.save")}))
 def test_verdicts_survive_stripped_comments_and_renamed_chains(name: str) -> None:
     text = (FIX / f"{name}.nft.save").read_text()
     probes = _probes(name)
     assert probes
     for seed in (1, 2):
-        ev1, ev2 = evaluator(text), evaluator(_obfuscate(text, seed))
+        ev1, ev2 = evaluator(text), evaluator(obfuscate(text, seed))
         for dst, proto, port in probes:
             for src, hook in (("10.0.1.1", "prerouting"), ("203.0.113.5", "prerouting"), (str(NODE_IP), "output")):
                 pkt = Packet(A(src), A(dst), proto, port)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import obfuscate
 
 from kpdoctor.bundle.loader import load
 from kpdoctor.diagnose import diagnose_evidence
@@ -284,15 +284,6 @@ def test_v1_endpoints_instead_of_slices(tmp_path: Path) -> None:
     assert report.findings == []
 
 
-def _obfuscate(text: str, seed: int) -> str:
-    """Strip every comment and rename every KUBE-* chain at random."""
-    rnd = random.Random(seed)
-    chains = sorted(set(re.findall(r"KUBE-[A-Z0-9-]+", text)), key=len, reverse=True)
-    names = {c: "C" + "".join(rnd.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(12)) for c in chains}
-    text = re.sub(r' -m comment --comment ("[^"]*"|\S+)', "", text)
-    return re.sub(r"KUBE-[A-Z0-9-]+", lambda m: names[m.group(0)], text)
-
-
 def _verdicts(facts: Facts) -> list[tuple[str, str, str, list[tuple[str | None, str, float]]]]:
     ver = facts.verification
     assert ver is not None
@@ -308,7 +299,7 @@ def test_verdicts_survive_stripped_comments_and_renamed_chains(tmp_path: Path, n
         text = (FIX / f"{name}.{backend}.save").read_text()
         base = _verdicts(run(stage(tmp_path, name, backend))[0])
         for seed in (1, 2, 3):
-            obf = _obfuscate(text, seed)
+            obf = obfuscate(text, seed)
             assert "comment" not in obf and "KUBE-" not in obf
             assert _verdicts(run(stage(tmp_path, name, backend, rules=obf))[0]) == base
 
@@ -320,7 +311,7 @@ def test_mutation_verdicts_survive_obfuscation(tmp_path: Path) -> None:
     text = (FIX / f"{OVERALL}.nft.save").read_text()
     base = _verdicts(run(stage(tmp_path, OVERALL, doc=doc))[0])
     assert any(v[2] == "mismatch" for v in base)
-    assert _verdicts(run(stage(tmp_path, OVERALL, doc=doc, rules=_obfuscate(text, 7)))[0]) == base
+    assert _verdicts(run(stage(tmp_path, OVERALL, doc=doc, rules=obfuscate(text, 7)))[0]) == base
 
 
 def test_unknown_version_accepts_any_release_and_says_so(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ case says so (``alternatives`` holds each, with the release behaviour it stands 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,16 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+
+# The traffic classes verified per Service port: (short label for tables, who sends to what).
+TRAFFIC_CLASSES = {
+    "pod-to-clusterip": ("pod", "Pods to the ClusterIP"),
+    "node-to-clusterip": ("node", "the node to the ClusterIP"),
+    "external-to-nodeport": ("nodeport", "outside clients to the NodePort"),
+    "external-to-externalip": ("externalIP", "outside clients to the external IP"),
+    "external-to-loadbalancer": ("LB", "outside clients to the load-balancer IP"),
+    "external-to-loadbalancer-outside-source-ranges": ("LB-denied", "clients outside loadBalancerSourceRanges"),
+}
 
 # Stand-in clients: documentation ranges (RFC 5737 / RFC 3849) that are nobody's address.
 EXTERNAL_CLIENTS = {
@@ -138,7 +149,7 @@ class Behaviour:
             return cls(None, None, None, None, None, None)
 
         def since(v: KubeVersion, gate: str | None = None, alpha: KubeVersion | None = None) -> bool:
-            up = version.upstream if version else (0, 0, 0)
+            up = version.upstream
             if gate and gate in gates:
                 return gates[gate] and (alpha is None or up >= alpha.upstream)
             return up >= v.upstream
@@ -396,8 +407,8 @@ def _case(
     dport: int,
     hook: str,
     policies: list[bool],
-    refuse: bool,
-    unknown: str | None,
+    refuse: bool = False,
+    unknown: str | None = None,
 ) -> Case:
     if refuse:
         alts, note = [Expectation(frozenset(), "source outside loadBalancerSourceRanges: dropped")], ""
@@ -426,24 +437,22 @@ def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour) -> list[Case]:
     return out
 
 
+def pod_client(node: NodeView, family: int) -> IPAddress:
+    """The address a Pod's traffic is sent from: one near the end of the pod network, or a
+    stand-in when the cluster CIDR is unknown."""
+    pods = [n for n in node.pod_cidrs if n.version == family]
+    if pods and pods[0].num_addresses > 2:
+        return pods[0][-2]
+    return ipaddress.ip_address(DEFAULT_POD_CLIENT[family])
+
+
 def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
-    out: list[Case] = []
     fam = sp.family
     pods = [n for n in node.pod_cidrs if n.version == fam]
-    pod_src = pods[0][-2] if pods and pods[0].num_addresses > 2 else ipaddress.ip_address(DEFAULT_POD_CLIENT[fam])
+    pod_src = pod_client(node, fam)
     node_ip = node.primary(fam)
-
-    def add(
-        traffic: str,
-        src: IPAddress | None,
-        dst: IPAddress | None,
-        dport: int,
-        hook: str,
-        policies: list[bool],
-        refuse: bool = False,
-        unknown: str | None = None,
-    ) -> None:
-        out.append(_case(sp, node, beh, traffic, src, dst, dport, hook, policies, refuse, unknown))
+    out: list[Case] = []
+    case = functools.partial(_case, sp, node, beh)
 
     # internalTrafficPolicy: honoured from 1.22 (1.21 behind a gate); unknown release: both
     internal = [False] if not sp.itp_local else ([True, False] if beh.itp is None else [bool(beh.itp)])
@@ -451,30 +460,32 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
     no_node = None if node_ip else "node addresses unknown (no Node object or ip addr output)"
     if sp.cluster_ip:
         cip = ipaddress.ip_address(sp.cluster_ip)
-        add("pod-to-clusterip", pod_src, cip, sp.port, "prerouting", internal)
-        add("node-to-clusterip", node_ip, cip, sp.port, "output", internal, unknown=no_node)
+        out.append(case("pod-to-clusterip", pod_src, cip, sp.port, "prerouting", internal))
+        out.append(case("node-to-clusterip", node_ip, cip, sp.port, "output", internal, unknown=no_node))
     avoid: list[IPNetwork] = [*pods, *sp.source_ranges]
     ext = _pick(EXTERNAL_CLIENTS[fam], avoid, fam)
     if sp.node_port:
-        add("external-to-nodeport", ext, node_ip, sp.node_port, "prerouting", external, unknown=no_node)
+        out.append(case("external-to-nodeport", ext, node_ip, sp.node_port, "prerouting", external, unknown=no_node))
     for ip in sp.external_ips:
-        add("external-to-externalip", ext, ipaddress.ip_address(ip), sp.port, "prerouting", external)
+        out.append(case("external-to-externalip", ext, ipaddress.ip_address(ip), sp.port, "prerouting", external))
     for ip in sp.lb_ips:
         lb = ipaddress.ip_address(ip)
         if not sp.source_ranges:
-            add("external-to-loadbalancer", ext, lb, sp.port, "prerouting", external)
+            out.append(case("external-to-loadbalancer", ext, lb, sp.port, "prerouting", external))
             continue
         inside = sp.source_ranges[0]
         client = inside[-2] if inside.num_addresses > 2 else inside[0]
-        add("external-to-loadbalancer", client, lb, sp.port, "prerouting", external)
+        out.append(case("external-to-loadbalancer", client, lb, sp.port, "prerouting", external))
         if node_ip is None or not any(node_ip in r for r in sp.source_ranges):
-            add(
-                "external-to-loadbalancer-outside-source-ranges",
-                ext,
-                lb,
-                sp.port,
-                "prerouting",
-                [False],
-                refuse=True,
+            out.append(
+                case(
+                    "external-to-loadbalancer-outside-source-ranges",
+                    ext,
+                    lb,
+                    sp.port,
+                    "prerouting",
+                    [False],
+                    refuse=True,
+                )
             )
     return out

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.dataplane.evaluate import Outcome, Packet
-from kpdoctor.dataplane.expected import DEFAULT_POD_CLIENT, IPAddress, NodeView
-from kpdoctor.dataplane.verify import family_rules, pod_client
+from kpdoctor.dataplane.expected import DEFAULT_POD_CLIENT, IPAddress, NodeView, pod_client
+from kpdoctor.dataplane.verify import family_rules
 from kpdoctor.parse.iptables import Ruleset
 
 STATE_NOTE = (

@@ -22,7 +22,6 @@ from typing import Any
 
 from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
 from kpdoctor.dataplane.expected import (
-    DEFAULT_POD_CLIENT,
     EXTERNAL_CLIENTS,
     Behaviour,
     Case,
@@ -30,6 +29,7 @@ from kpdoctor.dataplane.expected import (
     IPAddress,
     NodeView,
     cases,
+    pod_client,
     service_ports,
 )
 from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables
@@ -464,13 +464,6 @@ def find_stale(
             dest = f"{pkt.dst}:{port}" if fam.family == 4 else f"[{pkt.dst}]:{port}"
             out.append(StaleRule(fam.family, dest, proto, m.group(1) if m else None, backends, cites[:4], nodeport))
     return out
-
-
-def pod_client(node: NodeView, family: int) -> IPAddress:
-    pods = [n for n in node.pod_cidrs if n.version == family]
-    if pods and pods[0].num_addresses > 2:
-        return pods[0][-2]
-    return ipaddress.ip_address(DEFAULT_POD_CLIENT[family])
 
 
 def run_verification(

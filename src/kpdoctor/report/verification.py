@@ -5,15 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
+
 TABLE_LIMIT = 50  # Services listed in full when there are at most this many (else only problems)
-SHORT = {
-    "pod-to-clusterip": "pod",
-    "node-to-clusterip": "node",
-    "external-to-nodeport": "nodeport",
-    "external-to-externalip": "externalIP",
-    "external-to-loadbalancer": "LB",
-    "external-to-loadbalancer-outside-source-ranges": "LB-denied",
-}
 
 
 @dataclass(slots=True)
@@ -46,7 +40,7 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
     for label, rs in grouped.items():
         status = min((r.status for r in rs), key=lambda s: order[s])
         classes = ", ".join(
-            f"{SHORT.get(r.traffic, r.traffic)} {'ok' if r.status == 'ok' else r.status.upper()}" for r in rs
+            f"{TRAFFIC_CLASSES[r.traffic][0]} {'ok' if r.status == 'ok' else r.status.upper()}" for r in rs
         )
         details = []
         for r in rs:
@@ -58,7 +52,7 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
                 for e in r.actual
             )
             want = " | ".join("refused" if a.refused else ", ".join(sorted(a.backends)) for a in r.expected)
-            line = f"{SHORT.get(r.traffic, r.traffic)} {r.destination}: expected {want or '?'}; got {got or 'nothing'}"
+            line = f"{TRAFFIC_CLASSES[r.traffic][0]} {r.destination}: expected {want or '?'}; got {got or 'nothing'}"
             if r.note:
                 line += f" ({r.note})"
             details.append(line)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.sync.restore_failing import RESTORE_ROOT_CAUSES
+from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
 from kpdoctor.dataplane.verify import Entry, Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -29,15 +30,6 @@ SYNC_CAUSES = [
 MAX_FINDINGS = 5  # per check; beyond this, one finding sums the rest up
 MAX_CITES = 4
 
-TRAFFIC = {
-    "pod-to-clusterip": "Pods to the ClusterIP",
-    "node-to-clusterip": "the node to the ClusterIP",
-    "external-to-nodeport": "outside clients to the NodePort",
-    "external-to-externalip": "outside clients to the external IP",
-    "external-to-loadbalancer": "outside clients to the load-balancer IP",
-    "external-to-loadbalancer-outside-source-ranges": "clients outside loadBalancerSourceRanges",
-}
-
 
 def kube_proxy_rule(e: Entry) -> bool:
     """Did kube-proxy (or kubelet) write the rule that decided? Chain names are the tell:
@@ -54,7 +46,7 @@ def by_service(results: Iterable[Result], pick: Callable[[Result], bool]) -> dic
 
 
 def classes(rs: list[Result]) -> str:
-    names = list(dict.fromkeys(f"{TRAFFIC.get(r.traffic, r.traffic)} ({r.destination})" for r in rs))
+    names = list(dict.fromkeys(f"{TRAFFIC_CLASSES[r.traffic][1]} ({r.destination})" for r in rs))
     return "; ".join(names)
 
 

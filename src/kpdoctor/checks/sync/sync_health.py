@@ -8,6 +8,7 @@ from datetime import datetime
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
+from kpdoctor.checks.sync.restore_failing import RESTORE_ROOT_CAUSES
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.health import parse_healthz, parse_metrics
@@ -107,16 +108,7 @@ def sync_health(facts: Facts) -> Iterator[Finding]:
         f.summary += f" iptables-restore has failed {failures:g} time(s) since kube-proxy started."
     f.evidence = evidence[:5]
     f.ongoing = True
-    f.explained_by = [
-        "kernel-mark-target-regression",
-        "iptables-backend-mismatch",
-        "xtables-lock-not-shared",
-        "iptables-restore-no-wait",
-        "xtables-lock-held-too-long",
-        "apiserver-connection-stale",
-        "ipvs-sync-deadlock",
-        "rule-sync-stale",
-    ]
+    f.explained_by = [*RESTORE_ROOT_CAUSES, "apiserver-connection-stale", "ipvs-sync-deadlock", "rule-sync-stale"]
     f.fix = [
         "Fix the sync failure kube-proxy logs (known causes are reported with this finding), restart "
         "kube-proxy if it is wedged, and confirm kubeproxy_sync_proxy_rules_last_timestamp_seconds advances."
