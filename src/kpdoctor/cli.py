@@ -233,8 +233,7 @@ def trace(
     drop or pass-through is named, with the line of each rule in its file.
     """
     from kpdoctor.bundle.loader import load
-    from kpdoctor.dataplane.expected import service_ports
-    from kpdoctor.dataplane.trace import TraceError, parse_destination
+    from kpdoctor.dataplane.trace import TraceError, parse_destination, service_destination
     from kpdoctor.dataplane.trace import trace as run_trace
     from kpdoctor.facts import Facts
     from kpdoctor.report.trace import TRACE_FORMATS
@@ -260,21 +259,9 @@ def trace(
                 dst, port, proto = parse_destination(to)
             else:
                 assert service is not None
-                sps, _ = service_ports(facts.objects.of("Service"), [], [])
-                from kpdoctor.dataplane.verify import service_matches
-
-                mine = [sp for sp in sps if service_matches(sp.label, service) and sp.cluster_ip]
-                if not mine:
-                    known = ", ".join(sorted({sp.label for sp in sps})[:10])
-                    _err(
-                        f"no Service port matches {service!r}"
-                        + (f" (known: {known})" if known else " (no Services in the evidence)")
-                    )
-                    raise typer.Exit(2)
-                sp = mine[0]
-                if len({m.label for m in mine}) > 1:
-                    _err(f"{service} has several ports; tracing {sp.label} (name one with NS/NAME:PORT)")
-                dst, port, proto = ipaddress.ip_address(sp.cluster_ip or ""), sp.port, sp.protocol.lower()
+                dst, port, proto, warning = service_destination(facts.objects.of("Service"), service)
+                if warning:
+                    _err(warning)
             traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook.value)
         except TraceError as exc:
             _err(str(exc))

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.dataplane.evaluate import Outcome, Packet
-from kpdoctor.dataplane.expected import DEFAULT_POD_CLIENT, IPAddress, NodeView, pod_client
-from kpdoctor.dataplane.verify import family_rules
+from kpdoctor.dataplane.expected import DEFAULT_POD_CLIENT, IPAddress, NodeView, pod_client, service_ports
+from kpdoctor.dataplane.verify import family_rules, service_matches
 from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.k8s import K8sObject
 
 STATE_NOTE = (
     "A new connection from a new client is traced: established connections follow their conntrack "
@@ -42,6 +43,24 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
     if not 0 < port < 65536:
         raise TraceError(f"--to {text!r}: port {port} out of range")
     return ip, port, (m.group("proto") or "tcp").lower()
+
+
+def service_destination(services: list[K8sObject], wanted: str) -> tuple[IPAddress, int, str, str]:
+    """ClusterIP, port and protocol of ``NS/NAME[:PORT]``, and a warning when the Service has
+    several ports and the first was taken."""
+    sps, _ = service_ports(services, [], [])
+    mine = [sp for sp in sps if service_matches(sp.label, wanted) and sp.cluster_ip]
+    if not mine:
+        known = ", ".join(sorted({sp.label for sp in sps})[:10])
+        raise TraceError(
+            f"no Service port matches {wanted!r}"
+            + (f" (known: {known})" if known else " (no Services in the evidence)")
+        )
+    sp = mine[0]
+    warning = ""
+    if len({m.label for m in mine}) > 1:
+        warning = f"{wanted} has several ports; tracing {sp.label} (name one with NS/NAME:PORT)"
+    return ipaddress.ip_address(sp.cluster_ip or ""), sp.port, sp.protocol.lower(), warning
 
 
 @dataclass(slots=True)
