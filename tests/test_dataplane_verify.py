@@ -439,3 +439,11 @@ def test_other_nftables_tables_are_reported_not_evaluated(tmp_path: Path) -> Non
     [note] = ver.not_evaluated
     assert note.startswith("nftables table ip kube-proxy (") and "filter-input: filter input" in note
     assert ver.to_json()["not_evaluated"] == [note]
+
+
+def test_rules_without_cluster_objects_say_what_is_missing(tmp_path: Path) -> None:
+    save = tmp_path / "nft.save"
+    save.write_text((FIX / f"{OVERALL}.nft.save").read_text())
+    _, report = run([save])
+    reasons = {s.code: s.reason for s in report.skipped}
+    assert reasons["KP202"] == "no Kubernetes objects (needed together with the iptables-save output given)"

@@ -50,7 +50,13 @@ class CheckSpec:
         """The URLs of the docstring's References section (the finding's references)."""
         return re.findall(r"https?://[^\s;,)]+", self.sections().get("References", ""))
 
-    def missing_reason(self) -> str:
+    def missing_reason(self, facts: Facts | None = None) -> str:
+        """What is missing: the evidence it reads, or (when that is there) what must come with it."""
+        has_any = facts is not None and any(facts.has(k) for k in self.needs)
+        if has_any and facts is not None:
+            lacking = " and no ".join(k.value for k in self.needs_all if not facts.has(k))
+            present = next(k.value for k in self.needs if facts.has(k))
+            return f"no {lacking} (needed together with the {present} given)"
         names = [k.value for k in self.needs]
         reason = f"no {names[0]}" if len(names) == 1 else "none of: " + ", ".join(names)
         if self.needs_all:
@@ -110,7 +116,7 @@ def run_all(facts: Facts, only: tuple[str, ...] | None = None) -> tuple[list[Fin
         if only is not None and not spec.code.startswith(only):
             continue
         if not spec.can_run(facts):
-            skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason()))
+            skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason(facts)))
             continue
         ran += 1
         try:
