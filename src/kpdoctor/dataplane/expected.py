@@ -401,6 +401,7 @@ def _case(
     sp: ServicePort,
     node: NodeView,
     beh: Behaviour,
+    known: dict[tuple[bool, ...], tuple[list[Expectation], str]],
     traffic: str,
     src: IPAddress | None,
     dst: IPAddress | None,
@@ -413,7 +414,10 @@ def _case(
     if refuse:
         alts, note = [Expectation(frozenset(), "source outside loadBalancerSourceRanges: dropped")], ""
     else:
-        alts, note = alternatives(sp, node, beh, policies)
+        key = tuple(policies)
+        if key not in known:  # the traffic classes of a port share their expectations
+            known[key] = alternatives(sp, node, beh, policies)
+        alts, note = known[key]
     why = unknown
     if why is None and not refuse and not sp.endpoints_known:
         why = "no EndpointSlices or Endpoints in the evidence"
@@ -452,7 +456,7 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
     pod_src = pod_client(node, fam)
     node_ip = node.primary(fam)
     out: list[Case] = []
-    case = functools.partial(_case, sp, node, beh)
+    case = functools.partial(_case, sp, node, beh, {})
 
     # internalTrafficPolicy: honoured from 1.22 (1.21 behind a gate); unknown release: both
     internal = [False] if not sp.itp_local else ([True, False] if beh.itp is None else [bool(beh.itp)])

@@ -11,15 +11,14 @@ although no Service owns them any more (stale rules, seed 003).
 
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 import ipaddress
-import multiprocessing
-import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor.dataplane import parallel
 from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
 from kpdoctor.dataplane.expected import (
     EXTERNAL_CLIENTS,
@@ -34,11 +33,24 @@ from kpdoctor.dataplane.expected import (
 )
 from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables
 from kpdoctor.model import Cite
-from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.iptables import Rule, Ruleset
 from kpdoctor.parse.k8s import K8sObject
 
 PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
 _SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
+
+
+_ROUNDED: dict[float, float] = {}
+
+
+def rounded(p: float) -> float:
+    """A probability to 6 decimals for the report (memoised: a node has few distinct shares)."""
+    r = _ROUNDED.get(p)
+    if r is None:
+        if len(_ROUNDED) > 100_000:
+            _ROUNDED.clear()
+        r = _ROUNDED[p] = round(p, 6)
+    return r
 
 
 @dataclass(slots=True)
@@ -56,7 +68,7 @@ class Entry:
         out: dict[str, Any] = {
             "backend": self.backend,
             "verdict": self.verdict,
-            "probability": round(self.probability, 6),
+            "probability": rounded(self.probability),
         }
         if self.rule is not None:
             out["rule"] = {"artifact": self.rule.artifact, "line": self.rule.line}
@@ -97,14 +109,20 @@ class Result:
     def refusals(self) -> list[Entry]:
         return [e for e in self.actual if e.verdict in ("DROP", "REJECT")]
 
-    def to_json(self) -> dict[str, Any]:
-        exp: list[dict[str, Any]] = []
-        for alt in self.expected[:1]:
-            if alt.refused:
-                exp.append({"backend": None, "verdict": "refused", "probability": 1.0})
-            else:
-                n = len(alt.backends)
-                exp.extend({"backend": b, "probability": round(1 / n, 6)} for b in sorted(alt.backends))
+    def to_json(self, shared: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+        """``shared``: expected-outcome JSON already built, by list identity (the traffic classes of
+        one Service port share their expectations); valid for one rendering."""
+        exp = shared.get(id(self.expected)) if shared is not None else None
+        if exp is None:
+            exp = []
+            for alt in self.expected[:1]:
+                if alt.refused:
+                    exp.append({"backend": None, "verdict": "refused", "probability": 1.0})
+                else:
+                    share = rounded(1 / len(alt.backends))
+                    exp.extend({"backend": b, "probability": share} for b in sorted(alt.backends))
+            if shared is not None:
+                shared[id(self.expected)] = exp
         out: dict[str, Any] = {
             "service": self.service,
             "port": self.port,
@@ -176,12 +194,13 @@ class Verification:
         return bool(self.results) and all(r.status == "ok" for r in self.results) and not self.stale
 
     def to_json(self) -> dict[str, Any]:
+        shared: dict[int, list[dict[str, Any]]] = {}
         return {
             "services_checked": self.services_checked,
             "ok": self.count("ok"),
             "mismatches": self.count("mismatch"),
             "uncertain": self.count("uncertain"),
-            "results": [r.to_json() for r in self.results],
+            "results": [r.to_json(shared) for r in self.results],
             "stale_rules": [s.to_json() for s in self.stale],
             "not_evaluated": list(self.not_evaluated),
         }
@@ -512,20 +531,11 @@ def stale_of(
     return out
 
 
-def default_workers() -> int:
-    """CPUs this process may use (``KPDOCTOR_WORKERS`` overrides; 1 disables forking)."""
-    env = os.environ.get("KPDOCTOR_WORKERS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(cpus, 8)
-
-
 PARALLEL_MIN_CASES = 3000  # below this, forking costs more than it saves
-_SHARED: tuple[list[Case], dict[int, FamilyRules], NodeView, Any] | None = None
+MAIN_SHARE = 0.85  # the calling process's part, relative to a child's: it also looks for stale rules
 
 
-# A result travels back from a worker as plain tuples (pickling 10,000 dataclasses with their
+# A result travels back from a child as plain tuples (pickling 10,000 dataclasses with their
 # citations costs more than evaluating them); rule texts are looked up again by line.
 Packed = tuple[Any, ...]
 
@@ -552,11 +562,11 @@ def _pack(r: Result) -> Packed:
 
 
 class _Texts:
-    """Rule text by (artifact, line), from the parsed rule sets (built on first use)."""
+    """Rule text by artifact and line, from the parsed rule sets (indexed on first use)."""
 
     def __init__(self, rulesets: list[Ruleset]) -> None:
         self.rulesets = rulesets
-        self.by: dict[tuple[str, int], str] | None = None
+        self.by: dict[str, dict[int, Rule]] = {}
 
     def cite(self, packed: tuple[str, int | None, str] | None) -> Cite | None:
         if packed is None:
@@ -564,9 +574,11 @@ class _Texts:
         art, line, text = packed
         if line is None:
             return Cite(art, None, text)
-        if self.by is None:
-            self.by = {(rs.artifact, r.line): r.text.strip() for rs in self.rulesets for r in rs.all_rules()}
-        return Cite(art, line, self.by.get((art, line), ""))
+        lines = self.by.get(art)
+        if lines is None:
+            lines = self.by[art] = {r.line: r for rs in self.rulesets if rs.artifact == art for r in rs.all_rules()}
+        rule = lines.get(line)
+        return Cite(art, line, rule.text.strip() if rule is not None else "")
 
 
 def _unpack(case: Case, p: Packed, texts: _Texts) -> Result:
@@ -590,17 +602,6 @@ def _unpack(case: Case, p: Packed, texts: _Texts) -> Result:
     return res
 
 
-def _work(task: tuple[int, int]) -> tuple[list[Packed], list[StaleRule]]:
-    """In a forked worker: evaluate cases [a, b), or (a == -1) look for stale rules. The rules
-    arrive uncompiled; each worker compiles only the chains its cases reach."""
-    assert _SHARED is not None
-    todo, fams, node, owned = _SHARED
-    a, b = task
-    if a < 0:
-        return [], stale_of(fams, owned, node)
-    return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node)) for i in range(a, b)], []
-
-
 def evaluate_all(
     todo: list[Case],
     fams: dict[int, FamilyRules],
@@ -608,25 +609,28 @@ def evaluate_all(
     owned: tuple[set[tuple[int, str, int]], set[tuple[str, int]]],
     workers: int | None = None,
 ) -> tuple[list[Result], list[StaleRule]]:
-    """Every case, and the stale rules; on several cores for large nodes (fork, where available)."""
-    global _SHARED
-    n = workers if workers is not None else default_workers()
-    if n > 1 and len(todo) >= PARALLEL_MIN_CASES and "fork" in multiprocessing.get_all_start_methods():
-        chunks = n * 2
-        bounds = [len(todo) * i // chunks for i in range(chunks + 1)]
-        tasks = [(-1, -1)] + [(bounds[i], bounds[i + 1]) for i in range(chunks)]
-        _SHARED = (todo, fams, node, owned)
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-                parts = list(pool.map(_work, tasks))
-            texts = _Texts([rs for fr in fams.values() for rs, _ in fr.primary])
-            packed = [x for res, _ in parts for x in res]
-            results = [_unpack(c, x, texts) for c, x in zip(todo, packed, strict=True)]
-            return results, [s for _, st in parts for s in st]
-        except (OSError, RuntimeError, concurrent.futures.process.BrokenProcessPool):
-            pass  # no processes here: one core
-        finally:
-            _SHARED = None
-    results = [evaluate_case(c, fams[c.sp.family], node) for c in todo]
-    return results, stale_of(fams, owned, node)
+    """Every case, and the stale rules; on several cores for large nodes (where fork exists).
+
+    The rules arrive uncompiled in each process, which compiles only the chains its cases reach."""
+    n = workers if workers is not None else parallel.default_workers()
+    if n <= 1 or len(todo) < PARALLEL_MIN_CASES or not parallel.can_fork():
+        results = [evaluate_case(c, fams[c.sp.family], node) for c in todo]
+        return results, stale_of(fams, owned, node)
+    first = int(len(todo) * MAIN_SHARE / (MAIN_SHARE + n - 1))
+    bounds = [0, first] + [first + (len(todo) - first) * k // (n - 1) for k in range(1, n)]
+
+    def here() -> tuple[list[Result], list[StaleRule]]:
+        mine = [evaluate_case(todo[i], fams[todo[i].sp.family], node) for i in range(bounds[0], bounds[1])]
+        return mine, stale_of(fams, owned, node)
+
+    def child(a: int, b: int) -> list[Packed]:
+        return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node)) for i in range(a, b)]
+
+    parts: list[Callable[[], Any]] = [here]
+    parts += [functools.partial(child, bounds[k], bounds[k + 1]) for k in range(1, n)]
+    done = parallel.run_parts(parts)
+    results, stale = done[0]
+    texts = _Texts([rs for fr in fams.values() for rs, _ in fr.primary])
+    for k, packed in enumerate(done[1:], start=1):
+        results.extend(_unpack(todo[i], p, texts) for i, p in zip(range(bounds[k], bounds[k + 1]), packed, strict=True))
+    return results, stale
