@@ -112,10 +112,18 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     return cmd, argv
 
 
+_PROMPT_START = frozenset("[$#%>")  # a prompt starts so, or is user@host
+
+
 def split_transcript(text: str) -> list[Part] | None:
     """The parts of a transcript, or None when the text is not a transcript."""
     lines = text.splitlines()
-    prompts = [(i, c) for i, line in enumerate(lines) if (c := _command_of(line)) is not None]
+    # the prompt pattern only on lines that could hold one (a 25 MB iptables-save has none)
+    prompts = [
+        (i, c)
+        for i, line in enumerate(lines)
+        if line and (line[0] in _PROMPT_START or "@" in line) and (c := _command_of(line)) is not None
+    ]
     if not prompts:
         return None
     first_content = next((i for i, line in enumerate(lines) if line.strip()), 0)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
-from kpdoctor.dataplane.rules import CompiledRule, CompiledTable, Cond
+from kpdoctor.dataplane.rules import ChainIndex, CompiledRule, CompiledTable, Cond
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_DEPTH = 64
@@ -311,14 +311,15 @@ class Evaluator:
         """Run a built-in chain of one table (in every layer); return the branches that continue."""
         for layer in self.layers:
             tab = layer.get(table)
-            if tab is None or not tab.has_chain(chain):
+            entry = tab.chain(chain) if tab is not None else None
+            if tab is None or entry is None:
                 continue
             out: list[Branch] = []
             for p, st in branches:
                 if table == "nat" and st.notrack:
                     out.append((p, st))
                     continue
-                for q, s2, verdict, reason in self._chain(tab, chain, p, st, 0):
+                for q, s2, verdict, reason in self._chain(tab, chain, entry, p, st, 0):
                     if verdict in ("ACCEPT", "RETURN", "END"):
                         out.append((q, s2))
                     else:
@@ -328,11 +329,18 @@ class Evaluator:
             branches = out
         return branches
 
-    def _chain(self, tab: CompiledTable, chain: str, p: float, st: State, depth: int) -> list[Result]:
+    def _chain(
+        self,
+        tab: CompiledTable,
+        chain: str,
+        entry: tuple[list[CompiledRule], ChainIndex | None],
+        p: float,
+        st: State,
+        depth: int,
+    ) -> list[Result]:
         if depth > MAX_DEPTH:
             return [(p, st, "UNCERTAIN", f"chain nesting deeper than {MAX_DEPTH} at {tab.name}/{chain}")]
-        rules = tab.rules(chain)
-        idx = tab.index(chain)
+        rules, idx = entry
         order = None if idx is None else idx.positions(st.dst if idx.by == "dst" else st.dport)
         return self._rules(tab, chain, rules, order, 0, p, st, depth)
 
@@ -349,10 +357,10 @@ class Evaluator:
     ) -> list[Result]:
         results: list[Result] = []
         end = len(rules) if order is None else len(order)
-        version, dst, src = st.version, st.dst, st.src
+        version, dst, src, dport, proto = st.version, st.dst, st.src, st.dport, st.packet.proto
         while pos < end:
             r = rules[pos if order is None else order[pos]]
-            # the common matches inline (most rules fail here): -d, -s
+            # the common matches inline (most rules fail here): -d, -s, -p, --dport
             d = r.dst
             if d is not None and (d[0] == version and d[1] <= dst <= d[2]) == r.dst_neg:
                 pos += 1
@@ -361,29 +369,40 @@ class Evaluator:
             if d is not None and (d[0] == version and d[1] <= src <= d[2]) == r.src_neg:
                 pos += 1
                 continue
-            try:
-                pm = self._match(r, st)
-            except Uncertain as exc:
-                key = id(r)
-                forced = self._forced.get(key)
-                if forced is None:
-                    raise _Undecided(
-                        key, r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)
-                    ) from None
-                pm = self._match_rest(r, st) if forced else 0.0
-            if pm <= 0.0:
+            pr = r.proto
+            if pr is not None and (pr == proto or pr == "all") == r.proto_neg:
                 pos += 1
                 continue
-            if pm < 1.0:  # a probabilistic rule: the branch that does not take it continues here
-                results.extend(self._rules(tab, chain, rules, order, pos + 1, p * (1 - pm), st.copy(), depth))
-                p = p * pm
-            if self.record or r.target is None or r.target.name in _ALWAYS_RECORDED:
-                st.steps.append(Step(tab.name, chain, r.line, r.rule.text, p))
+            dp = r.dport
+            if dp is not None and _in_ranges(dport, dp) == r.dport_neg:
+                pos += 1
+                continue
+            if r.conds:
+                try:
+                    pm = self._match(r, st)
+                except Uncertain as exc:
+                    key = id(r)
+                    forced = self._forced.get(key)
+                    if forced is None:
+                        raise _Undecided(
+                            key, r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)
+                        ) from None
+                    pm = self._match_rest(r, st) if forced else 0.0
+                if pm <= 0.0:
+                    pos += 1
+                    continue
+                if pm < 1.0:  # a probabilistic rule: the branch that does not take it continues here
+                    results.extend(self._rules(tab, chain, rules, order, pos + 1, p * (1 - pm), st.copy(), depth))
+                    p = p * pm
             tgt = r.target
             if tgt is None:
+                if self.record:
+                    st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
                 pos += 1
                 continue
             name = tgt.name
+            if self.record or name in _ALWAYS_RECORDED:
+                st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
             if name in TERMINAL or name == "RETURN":
                 results.append((p, st, name, ""))
                 return results
@@ -422,8 +441,9 @@ class Evaluator:
             if name in ("LOG", "NFLOG", "TRACE", "CONNMARK", "CT", "NFQUEUE_BYPASS"):
                 pos += 1
                 continue
-            if tab.has_chain(name):
-                for q, s2, verdict, reason in self._chain(tab, name, p, st, depth + 1):
+            entry = tab.chain(name)
+            if entry is not None:
+                for q, s2, verdict, reason in self._chain(tab, name, entry, p, st, depth + 1):
                     if verdict in ("RETURN", "END"):
                         if tgt.goto:
                             results.append((q, s2, "RETURN", ""))
@@ -457,23 +477,11 @@ class Evaluator:
                 prob *= (1 - v) if c.negated else v
             elif bool(v) == c.negated:
                 return 0.0
-        return prob if self._match_fields(r, st) else 0.0
-
-    def _match_fields(self, r: CompiledRule, st: State) -> bool:
-        """``-p`` and ``--dport``."""
-        pr = r.proto
-        if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
-            return False
-        dp = r.dport
-        return dp is None or any(lo <= st.dport <= hi for lo, hi in dp) != r.dport_neg
+        return prob
 
     def _match(self, r: CompiledRule, st: State) -> float:
-        """Probability that the rule matches (1, 0 or a statistic probability), once its
-        addresses have matched (``_rules`` checks ``-s``/``-d`` inline, before calling this)."""
-        if not self._match_fields(r, st):
-            return 0.0
-        if not r.conds:
-            return 1.0
+        """Probability that the rule's conditions hold (1, 0 or a statistic probability), once
+        its addresses, protocol and ports have matched (``_rules`` checks those inline)."""
         prob = 1.0
         for c in r.conds:
             if c.kind == "recent" and c.value in ("rcheck", "update") and r.line not in st.affinity:
@@ -581,6 +589,12 @@ class _Mentions:
     def port_key(self, port: int) -> tuple[int, tuple[int, ...]]:
         exact = port if port in self.ports else -1
         return exact, tuple(i for i, (lo, hi) in enumerate(self.port_ranges) if lo <= port <= hi)
+
+
+def _in_ranges(port: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    if len(ranges) == 1:
+        return ranges[0][0] <= port <= ranges[0][1]
+    return any(lo <= port <= hi for lo, hi in ranges)
 
 
 def _apply_mark(mark: int, op: tuple[str, int, int]) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor.dataplane.rules import address_span
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.versions import KubeVersion
@@ -52,19 +53,28 @@ HINTS_DEFAULT_ON = KubeVersion(1, 24, 0)  # TopologyAwareHints on by default
 TRAFFIC_DISTRIBUTION_ON = KubeVersion(1, 31, 0)  # spec.trafficDistribution beta
 
 
-@dataclass(frozen=True, slots=True)
 class Endpoint:
-    ip: str
-    port: int
-    node: str | None
-    ready: bool
-    serving: bool
-    terminating: bool
-    zones: tuple[str, ...] | None  # topology hints (forZones); None: no hints
+    """One endpoint address of a Service port, with its conditions (a plain slotted class: a
+    large cluster has 50,000 of them, and a frozen dataclass costs 5x more to build)."""
 
-    @property
-    def addr(self) -> str:
-        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+    __slots__ = ("addr", "ip", "node", "port", "ready", "serving", "terminating", "zones")
+
+    def __init__(
+        self,
+        ip: str,
+        port: int,
+        node: str | None,
+        ready: bool,
+        serving: bool,
+        terminating: bool,
+        zones: tuple[str, ...] | None,  # topology hints (forZones); None: no hints
+    ) -> None:
+        self.ip, self.port, self.node = ip, port, node
+        self.ready, self.serving, self.terminating, self.zones = ready, serving, terminating, zones
+        self.addr = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"  # as kube-proxy's DNAT names it
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.addr}, node={self.node}, ready={self.ready})"
 
 
 @dataclass(slots=True)
@@ -244,10 +254,8 @@ def _endpoints_from_v1(obj: K8sObject, port_name: str, protocol: str, family: in
 
 
 def _family(ip: str) -> int | None:
-    try:
-        return ipaddress.ip_address(ip).version
-    except ValueError:
-        return None
+    span = address_span(ip)
+    return span[0] if span is not None and span[1] == span[2] else None
 
 
 def service_ports(

@@ -230,7 +230,7 @@ _SPANS: dict[str, Span | None] = {}
 _STATISTIC: dict[str, tuple[Cond, ...]] = {}
 
 
-def _span(text: str) -> Span | None:
+def address_span(text: str) -> Span | None:
     """:func:`parse_span`, memoised (a dump names the same networks and Pod addresses again and
     again: ``! -s 10.0.0.0/8`` in every Service chain, each endpoint in ``-s`` and its DNAT)."""
     span = _SPANS.get(text, False)
@@ -250,12 +250,12 @@ def _compile_fast(rule: Rule, text: str) -> CompiledRule | None:
         return None  # -m tcp without -p tcp: iptables would refuse it; let the general path judge
     cr = CompiledRule(rule)
     if s:
-        span = _span(s)
+        span = address_span(s)
         if span is None:
             return None
         cr.src, cr.src_neg = span, sneg is not None
     if d:
-        span = _span(d)
+        span = address_span(d)
         if span is None:
             return None
         cr.dst, cr.dst_neg = span, dneg is not None
@@ -405,7 +405,7 @@ def _dnat(dest: str, goto: bool = False) -> Target:
         host, _, port = dest.partition(":")
     else:
         host, port = dest, ""
-    span = _span(host)
+    span = address_span(host)
     to_span = span if span is not None and span[1] == span[2] else None
     return Target("DNAT", goto, (host, int(port.split("-")[0]) if port else None), to_span)
 
@@ -461,6 +461,7 @@ class CompiledTable:
         self._source: dict[str, list[Rule]] = {}
         self._compiled: dict[str, list[CompiledRule]] = {}
         self._index: dict[str, ChainIndex | None] = {}
+        self._chains: dict[str, tuple[list[CompiledRule], ChainIndex | None]] = {}
         if table is not None:
             for chain, policy in table.chains.items():
                 self._source.setdefault(chain, [])
@@ -488,6 +489,16 @@ class CompiledTable:
         idx = ChainIndex.build(rules) if len(rules) > INDEX_THRESHOLD else None
         self._index[chain] = idx
         return idx
+
+    def chain(self, chain: str) -> tuple[list[CompiledRule], ChainIndex | None] | None:
+        """A chain's compiled rules and index in one lookup (None: no such chain): the
+        evaluator asks this for every jump."""
+        got = self._chains.get(chain)
+        if got is None:
+            if not self.has_chain(chain):
+                return None
+            got = self._chains[chain] = (self.rules(chain), self.index(chain))
+        return got
 
 
 class ChainIndex:
