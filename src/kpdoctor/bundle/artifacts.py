@@ -33,6 +33,15 @@ class Kind(enum.StrEnum):
     NFT_RULESET = "nft -j list ruleset output"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
+    CONNTRACK_STATS = "conntrack -S output"
+    NF_CONNTRACK_STAT = "/proc/net/stat/nf_conntrack"
+    CONNTRACK_ENTRIES = "conntrack -L output"
+    SYSCTL = "sysctl output"
+    NETSTAT = "netstat -s output"
+    NSTAT = "nstat output"
+    LISTENERS = "ss -ltn output"
+    IP_LINK = "ip link output"
+    KERNEL_LOG = "kernel log (dmesg)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,11 @@ class Artifact:
             return self.text
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
+
+    @property
+    def snapshot(self) -> str | None:
+        """``T0``/``T1`` for the counter snapshots of a bundle (node/counters/T0/...)."""
+        return self.attrs.get("snapshot")
 
     @property
     def previous(self) -> bool:

@@ -24,6 +24,10 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
+    "node/sysctl.txt": (Kind.SYSCTL, {}),
+    "node/ip-link.json": (Kind.IP_LINK, {}),
+    "node/dmesg.txt": (Kind.KERNEL_LOG, {}),
+    "node/conntrack-list.txt": (Kind.CONNTRACK_ENTRIES, {}),
     "kube-proxy/log.txt": (Kind.KUBE_PROXY_LOG, {}),
     "kube-proxy/log-previous.txt": (Kind.KUBE_PROXY_LOG, {"previous": "true"}),
     "kube-proxy/cmdline.txt": (Kind.KUBE_PROXY_CMDLINE, {}),
@@ -42,14 +46,22 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "cluster/configmaps.json": (Kind.K8S_OBJECTS, {}),
 }
 
+# Counter snapshots: node/counters/T0/<file> and node/counters/T1/<file> (some seconds later).
+COUNTER_FILES: dict[str, Kind] = {
+    "conntrack-stats.txt": Kind.CONNTRACK_STATS,
+    "nf_conntrack-stat.txt": Kind.NF_CONNTRACK_STAT,
+    "netstat-s.txt": Kind.NETSTAT,
+    "nstat.txt": Kind.NSTAT,
+    "ss-ltnp.txt": Kind.LISTENERS,
+}
+SNAPSHOTS = ("T0", "T1")
+for _snap in SNAPSHOTS:
+    for _file, _kind in COUNTER_FILES.items():
+        BUNDLE_PATHS[f"node/counters/{_snap}/{_file}"] = (_kind, {"snapshot": _snap})
+
 # Paths a bundle may hold that this version does not analyse yet (not "unrecognised").
 KNOWN_UNUSED_PREFIXES = (
-    "node/counters/",
     "node/ip-route.json",
-    "node/ip-link.json",
-    "node/sysctl.txt",
-    "node/dmesg.txt",
-    "node/conntrack-list.txt",
     "node/ipvsadm-save.txt",
     "node/ipset-save.txt",
 )

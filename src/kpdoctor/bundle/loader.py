@@ -32,6 +32,8 @@ _KIND_HINTS = {
     "cmdline": Kind.KUBE_PROXY_CMDLINE,
     "os-release": Kind.OS_RELEASE,
     "modules": Kind.MODULES,
+    "nf_conntrack-stat": Kind.NF_CONNTRACK_STAT,
+    "conntrack-list": Kind.CONNTRACK_ENTRIES,
 }
 
 
@@ -119,7 +121,11 @@ def _load_dir(ev: Evidence, root: Path, label: str, display_root: str | None = N
                 why = stderr[0] if stderr else ""
                 ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
                 continue
-            _add_typed(ev, f, rel, Typed(kind, dict(attrs)))
+            attrs = dict(attrs)
+            when = entry.get("collected_at") or entry.get("started_at")
+            if isinstance(when, str) and when:
+                attrs["time"] = when  # counter snapshots: the interval between T0 and T1
+            _add_typed(ev, f, rel, Typed(kind, attrs))
             continue
         if bundle and rel.startswith(KNOWN_UNUSED_PREFIXES):
             continue
@@ -214,10 +220,16 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
 
 def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
     used = 0
+    when: str | None = None  # the output of the last `date`: when the following commands ran
     for p in parts:
         if not p.text.strip():
             continue
+        if p.argv[0].rsplit("/", 1)[-1] == "date":
+            when = p.text.strip().splitlines()[0]
+            continue
         hints = hint_from_command(p.argv)
+        if when is not None:
+            hints["time"] = when
         forced = _KIND_HINTS.get(hints.pop("kind", ""))
         typed = Typed(forced, {}) if forced else sniff(p.text)
         if typed.kind is None:

@@ -48,6 +48,24 @@ _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b",
 _IPVSADM = re.compile(r"^IP Virtual Server version|^-A -[tuf] ", re.M)
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
+_CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
+_CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
+_CT_ENTRY = re.compile(
+    r"^(?:ipv[46]\s+\d+\s+)?(?:tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown)\s+\d+\s+\d+\s.*\bsrc=\S+ dst=", re.M
+)
+_SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
+_NETSTAT_SECTION = re.compile(
+    r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M
+)
+_NSTAT = re.compile(r"^#kernel\s*$|^(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w*\s+\d+\s+\d+(?:\.\d+)?\s*$", re.M)
+_SS_HEADER = re.compile(r"^(?:Netid\s+)?(?:State\s+)?Recv-Q\s+Send-Q\s+Local Address:Port", re.M)
+_NETSTAT_LISTEN = re.compile(r"^Proto\s+Recv-Q\s+Send-Q\s+Local Address\s+Foreign Address\s+State", re.M)
+_IP_LINK = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
+_DMESG = re.compile(
+    r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
+    r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*\s*\d*:?\d*:?\d*\S* \S+ kernel: )",
+    re.M,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +125,9 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.MODULES, {})
     if _METRICS.search(head):
         return Typed(Kind.KUBE_PROXY_METRICS, {})
+    node = _sniff_node(stripped, first)
+    if node is not None:
+        return node
     if _IPVSADM.search(head):
         return Typed(Kind.IPVSADM, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head):
@@ -116,6 +137,30 @@ def sniff(head: str) -> Typed:
     if _CMDLINE.search(first) and re.search(r"\s--[\w-]+", first) and len(stripped.splitlines()) <= 2:
         return Typed(Kind.KUBE_PROXY_CMDLINE, {})
     return Typed(None, {}, "content not recognised as any kind of evidence kpdoctor reads")
+
+
+def _sniff_node(text: str, first: str) -> Typed | None:
+    """The node's counters and settings (seed 004): conntrack, sysctl, netstat, ss, ip, dmesg."""
+    if _CT_STATS.search(text):
+        return Typed(Kind.CONNTRACK_STATS, {})
+    if _CT_PROC_STAT.match(first):
+        return Typed(Kind.NF_CONNTRACK_STAT, {})
+    if len(_CT_ENTRY.findall(text[:65536])) >= 1:
+        return Typed(Kind.CONNTRACK_ENTRIES, {})
+    if len(_NETSTAT_SECTION.findall(text)) >= 2:
+        return Typed(Kind.NETSTAT, {})
+    if _NSTAT.match(first) and len(_NSTAT.findall(text)) >= 2:
+        return Typed(Kind.NSTAT, {})
+    if _SS_HEADER.search(text) or _NETSTAT_LISTEN.search(text):
+        return Typed(Kind.LISTENERS, {})
+    if _IP_LINK.match(first):
+        return Typed(Kind.IP_LINK, {})
+    sysctl_lines = _SYSCTL_LINE.findall(text)
+    if sysctl_lines and (len(sysctl_lines) >= 2 or len(text.splitlines()) == 1):
+        return Typed(Kind.SYSCTL, {})
+    if _DMESG.match(first) and len(_DMESG.findall(text[:65536])) >= max(1, min(3, len(text.splitlines()) // 2)):
+        return Typed(Kind.KERNEL_LOG, {})
+    return None
 
 
 def save_attrs(text: str) -> dict[str, str]:
@@ -168,6 +213,8 @@ def _type_doc(doc: object) -> Typed | None:
         return Typed(Kind.NFT_RULESET, {})
     if isinstance(doc, list) and doc and all(isinstance(d, dict) and "addr_info" in d for d in doc):
         return Typed(Kind.IP_ADDR, {})
+    if isinstance(doc, list) and doc and all(isinstance(d, dict) and "ifname" in d and "mtu" in d for d in doc):
+        return Typed(Kind.IP_LINK, {})
     if isinstance(doc, dict):
         kind = doc.get("kind")
         if kind == "KubeProxyConfiguration":

@@ -67,6 +67,8 @@ KNOWN_COMMANDS = frozenset(
         "tr",
         "xargs",
         "lsb_release",
+        "nstat",
+        "date",
     ]
 )
 
@@ -169,4 +171,8 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
             hints["kind"] = "os-release"
         elif target.endswith("/modules"):
             hints["kind"] = "modules"
+        elif target.endswith("/stat/nf_conntrack"):
+            hints["kind"] = "nf_conntrack-stat"
+        elif target.endswith("/nf_conntrack"):
+            hints["kind"] = "conntrack-list"
     return hints

@@ -4,6 +4,7 @@ Importing this package registers every check (and every log signature they use).
 """
 
 from kpdoctor.checks.dataplane import backend_split, drop_rule, endpoints, local_endpoints, service_rules
+from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
@@ -18,6 +19,7 @@ from kpdoctor.checks.sync import (
     sync_health,
     xtables_lock,
 )
+from kpdoctor.checks.termination import shutdown
 
 __all__ = [
     "CHECKS",
@@ -26,18 +28,25 @@ __all__ = [
     "backend_mismatch",
     "backend_split",
     "config_checks",
+    "conntrack",
     "drop_rule",
     "endpoints",
     "find",
+    "forwarding",
     "ipvs",
+    "ipvs_reuse",
     "kernel_mark",
     "local_endpoints",
+    "mtu",
     "multiple",
     "node_ip",
     "panics",
+    "ports",
     "restore_failing",
     "run_all",
     "service_rules",
+    "shutdown",
+    "sockets",
     "sync_health",
     "xtables_lock",
 ]

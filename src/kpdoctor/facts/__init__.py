@@ -16,6 +16,7 @@ from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, IPAddress, IPNetwork, NodeView
 from kpdoctor.dataplane.verify import Verification, run_verification
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
+from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, system
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
@@ -377,6 +378,11 @@ class Facts:
         for a in self.of(Kind.IP_ADDR):
             out.extend(system.parse_ip_addr(a.text))
         return out
+
+    @cached_property
+    def node_state(self) -> NodeState:
+        """Sysctls, counters, listeners, links, kernel log and conntrack entries (seed 004)."""
+        return NodeState(self)
 
     @cached_property
     def feature_gates(self) -> dict[str, bool]:

@@ -1,0 +1,1 @@
+"""Checks of the node itself: conditions that lose packets (seed 004)."""

@@ -1,0 +1,213 @@
+"""KP308-KP310: kernel settings Service forwarding depends on (ip_forward, br_netfilter, route_localnet)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+
+BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
+LOCALNET_RULE = "block incoming localnet connections"  # kube-proxy's guard when it enables route_localnet
+
+
+def _families_in_use(facts: Facts) -> set[int]:
+    """IP families the cluster's Services (or kube-proxy's rules) use; IPv4 when nothing says."""
+    fams: set[int] = set()
+    for svc in facts.objects.of("Service"):
+        spec = svc.body.get("spec") or {}
+        for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]:
+            if isinstance(ip, str) and ip not in ("", "None"):
+                fams.add(6 if ":" in ip else 4)
+    fams |= {rs.family for rs in facts.rulesets if rs.kube_rule_count()}
+    return fams or {4}
+
+
+@check(
+    "KP308",
+    cause="ip-forward-disabled",
+    title="IP forwarding is off: Service traffic to Pods is not forwarded",
+    severity=Severity.CRITICAL,
+    needs=[Kind.SYSCTL],
+)
+def ip_forward(facts: Facts) -> Iterator[Finding]:
+    """The node does not forward packets, so DNAT'ed Service traffic never reaches Pods behind other interfaces.
+
+    Symptom: every Service and Pod-to-Pod connection through this node times out, while
+        Pods answer when reached from inside their own network namespace; often after a reboot
+        or an OS update that reset sysctls (or a security baseline that disables forwarding).
+    Cause: net.ipv4.ip_forward (or, for IPv6 Services, net.ipv6.conf.all.forwarding) is 0:
+        kube-proxy rewrites the destination to a Pod, and the kernel then refuses to route the
+        packet out of another interface.
+    How it is detected: the sysctl values; IPv6 forwarding only matters when the cluster's
+        Services or the node's KUBE-* rules use IPv6.
+    Fix: `sysctl -w net.ipv4.ip_forward=1` (and `net.ipv6.conf.all.forwarding=1` for
+        dual-stack), persisted in /etc/sysctl.d/; find what turned it off (a hardening profile,
+        a network manager, a sysctl file that loads after the CNI's).
+    References: https://kubernetes.io/docs/setup/production-environment/container-runtimes/#prerequisite-ipv4-forwarding-optional
+    """
+    node = facts.node_state
+    off: list[tuple[str, Cite]] = []
+    fams = _families_in_use(facts)
+    v4 = node.setting("net.ipv4.ip_forward")
+    if 4 in fams and v4 is not None and v4.int() == 0:
+        off.append(("net.ipv4.ip_forward", v4.cite))
+    v6 = node.setting("net.ipv6.conf.all.forwarding")
+    if 6 in fams and v6 is not None and v6.int() == 0:
+        off.append(("net.ipv6.conf.all.forwarding", v6.cite))
+    if not off:
+        return
+    f = start(
+        facts,
+        "KP308",
+        [],
+        confidence=Confidence.HIGH,
+        summary=" and ".join(n for n, _ in off) + " = 0: the node does not forward Service traffic to Pods.",
+    )
+    f.evidence = [c for _, c in off]
+    f.ongoing = True
+    f.fix = [
+        "sysctl -w " + " ".join(f"{n}=1" for n, _ in off) + "; persist in /etc/sysctl.d/99-kubernetes.conf "
+        "and find what reset it (hardening profile, network manager, a later sysctl file)."
+    ]
+    yield f
+
+
+@check(
+    "KP309",
+    cause="bridge-netfilter-disabled",
+    title="Bridged Pod traffic bypasses iptables (br_netfilter off)",
+    severity=Severity.CRITICAL,
+    needs=[Kind.SYSCTL],
+    needs_all=[Kind.IP_LINK],
+)
+def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
+    """Pods attached to a Linux bridge reach Services without passing kube-proxy's rules.
+
+    Symptom: on a bridged CNI (bridge plugin, flannel's cni0, kubenet's cbr0, docker0), Pods
+        cannot reach ClusterIPs of Pods on the same node, or replies come from the wrong
+        address and are reset, while other nodes work.
+    Cause: traffic between two ports of one bridge is switched, not routed; iptables sees it
+        only when br_netfilter is loaded and net.bridge.bridge-nf-call-iptables=1. Without it
+        the DNAT (and the return path's un-DNAT) is skipped.
+    How it is detected: a bridge device with Pod veths attached (`ip -d link`: master), and in
+        the sysctl output bridge-nf-call-iptables = 0 (critical), or no net.bridge.* keys at all
+        (br_netfilter not loaded: a warning, as sysctl output may have been filtered).
+    Fix: `modprobe br_netfilter` (persist in /etc/modules-load.d/k8s.conf) and
+        `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1`.
+    References: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/network-plugins/#network-plugin-requirements
+    """
+    node = facts.node_state
+    links = node.links
+    names = {ln.name for _, ln in links}
+    bridged = [
+        (a, ln)
+        for a, ln in links
+        if ln.master
+        and ln.master in names
+        and (ln.link_netnsid is not None or ln.kind == "veth" or ln.name.startswith("veth"))
+    ]
+    if not bridged:
+        return
+    bridge = bridged[0][1].master
+    br_line = next(((a, ln) for a, ln in links if ln.name == bridge), None)
+    setting = node.setting(BRIDGE_SYSCTLS[0])
+    if setting is not None and setting.int() != 0:
+        return
+    missing = setting is None
+    if missing and not node.has_sysctls:
+        return
+    if missing and facts.modules is not None and "br_netfilter" in facts.modules:
+        return
+    f = start(
+        facts,
+        "KP309",
+        [],
+        confidence=Confidence.MEDIUM if missing else Confidence.HIGH,
+        severity=Severity.WARNING if missing else Severity.CRITICAL,
+        summary=(
+            f"{len(bridged)} Pod interface(s) are attached to bridge {bridge}, and "
+            + ("no net.bridge.* sysctl is present (br_netfilter not loaded)" if missing else f"{BRIDGE_SYSCTLS[0]} = 0")
+            + ": bridged Pod-to-Service traffic bypasses kube-proxy's rules."
+        ),
+    )
+    f.evidence = ([setting.cite] if setting else []) + [Cite(a.name, ln.line, ln.text) for a, ln in bridged[:1]]
+    if br_line is not None:
+        f.evidence.append(Cite(br_line[0].name, br_line[1].line, br_line[1].text))
+    f.ongoing = True if not missing else None
+    f.fix = [
+        "modprobe br_netfilter (persist in /etc/modules-load.d/k8s.conf) and sysctl -w "
+        "net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1 (persist in /etc/sysctl.d/)."
+    ]
+    yield f
+
+
+@check(
+    "KP310",
+    cause="route-localnet-disabled",
+    title="NodePorts on localhost are expected but route_localnet is 0",
+    severity=Severity.WARNING,
+    needs=[Kind.SYSCTL],
+)
+def route_localnet(facts: Facts) -> Iterator[Finding]:
+    """`curl localhost:<NodePort>` fails on the node although kube-proxy serves NodePorts on localhost.
+
+    Symptom: NodePorts answer on the node's address but not on 127.0.0.1; tools and agents
+        on the node that use localhost:NodePort time out.
+    Cause: kube-proxy in iptables mode (with iptables.localhostNodePorts, the default, and
+        nodePortAddresses unset or including 127.0.0.0/8) DNATs localhost NodePort traffic to
+        Pods, which the kernel only routes when net.ipv4.conf.all.route_localnet=1. kube-proxy
+        sets it at start; something reset it afterwards.
+    How it is detected: route_localnet = 0 in the sysctl output while kube-proxy's guard rule
+        ("block incoming localnet connections") is in the iptables-save output, or kube-proxy
+        runs in iptables mode with localhost NodePorts enabled and NodePort Services exist.
+    Fix: `sysctl -w net.ipv4.conf.all.route_localnet=1` (kube-proxy sets it again on restart),
+        and find what resets it; or, if localhost NodePorts are not wanted, set
+        `iptables.localhostNodePorts: false` (1.26+) / nodePortAddresses without 127.0.0.1.
+    References: https://github.com/kubernetes/kubernetes/pull/109942;
+        https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/
+    """
+    node = facts.node_state
+    s = node.setting("net.ipv4.conf.all.route_localnet")
+    if s is None or s.int() != 0:
+        return
+    guard = [
+        Cite(rs.artifact, r.line, r.text.strip())
+        for rs in facts.rulesets
+        for r in (rs.tables["filter"].rules if "filter" in rs.tables else [])
+        if LOCALNET_RULE in r.text
+    ]
+    why = ""
+    if guard:
+        why = "kube-proxy's guard rule for localhost NodePorts is installed"
+    else:
+        mode = facts.proxy_mode
+        lhnp = facts.kp_config.setting("iptables.localhostNodePorts")
+        npa = facts.kp_config.setting("nodePortAddresses")
+        addrs = str(npa.value or "").strip("[] ")
+        npa_ok = not addrs or "127." in addrs or "0.0.0.0/0" in addrs
+        nodeports = any(
+            isinstance(p, dict) and p.get("nodePort")
+            for svc in facts.objects.of("Service")
+            for p in (svc.body.get("spec") or {}).get("ports") or []
+        )
+        if mode is not None and mode[0] == "iptables" and str(lhnp.value).lower() != "false" and npa_ok and nodeports:
+            why = "kube-proxy runs in iptables mode with localhost NodePorts enabled and NodePort Services exist"
+    if not why:
+        return
+    f = start(
+        facts,
+        "KP310",
+        [],
+        confidence=Confidence.HIGH if guard else Confidence.MEDIUM,
+        summary=f"net.ipv4.conf.all.route_localnet = 0 although {why}: localhost:NodePort connections fail.",
+    )
+    f.evidence = [s.cite, *guard[:1]]
+    f.fix = [
+        "sysctl -w net.ipv4.conf.all.route_localnet=1 (kube-proxy sets it at start) and find what resets it; "
+        "or disable localhost NodePorts (iptables.localhostNodePorts: false, 1.26+)."
+    ]
+    yield f

@@ -1,0 +1,115 @@
+"""KP307: IPVS connection reuse sends new connections to terminated Pods, or delays them 1 s."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Confidence, Finding, Severity
+
+REUSE_FIXED_KERNEL = (5, 9)  # "ipvs: allow connection reuse for unconfirmed conntrack" (f0a5e4d7a594)
+LEAVES_REUSE_MODE = (1, 22)  # kube-proxy stops forcing conn_reuse_mode=0 on kernels >= 5.9 (k/k#102122)
+
+
+@check(
+    "KP307",
+    cause="ipvs-connection-reuse",
+    title="IPVS connection reuse: new connections go to terminated Pods (or wait 1 s)",
+    severity=Severity.WARNING,
+    needs=[Kind.SYSCTL],
+)
+def connection_reuse(facts: Facts) -> Iterator[Finding]:
+    """In IPVS mode, a new connection that reuses a client port is sent to the old backend, or its first SYN is dropped.
+
+    Symptom: during rolling updates, connections fail with `no route to host` (sent to a Pod
+        that no longer exists), load stays pinned to old Pods and new Pods get little traffic;
+        or, on old kernels, every reused client port costs a 1 s delay (the first SYN is
+        dropped and retransmitted).
+    Cause: with net.ipv4.vs.conn_reuse_mode=0 IPVS keeps sending a reused client ip:port to the
+        real server of the old (TIME_WAIT) connection, even one with weight 0 that is being
+        removed; with conn_reuse_mode=1 and net.ipv4.vs.conntrack=1, kernels before 5.9 drop
+        the first SYN of such a connection instead. kube-proxy sets conn_reuse_mode=0 (1.13+)
+        and, from 1.22, leaves it alone on kernels 5.9+ where the 1 s delay is fixed.
+    How it is detected: the net.ipv4.vs.* sysctls, with IPVS in use (kube-proxy mode ipvs, an
+        `ipvsadm` listing, or the sysctls present), the kernel version (uname) and kube-proxy's
+        version. conn_reuse_mode=0 is a warning (wrong backends during rollouts); on a kernel
+        before 5.9, conn_reuse_mode=1 with conntrack=1 is a warning (1 s delays).
+        expire_nodest_conn=0 is mentioned (connections to removed backends linger).
+    Fix: on kernel 5.9+ set net.ipv4.vs.conn_reuse_mode=1 and run kube-proxy 1.22+ (which no
+        longer resets it to 0); on older kernels upgrade the kernel (or a distribution kernel
+        with f0a5e4d7a594 backported); keep expire_nodest_conn=1. Avoiding IPVS for the hot
+        path (a load balancer straight to Pods, an ingress, a mesh) also avoids it.
+    References: https://github.com/kubernetes/kubernetes/issues/81775;
+        https://github.com/kubernetes/kubernetes/pull/102122;
+        https://www.kernel.org/doc/html/latest/networking/ipvs-sysctl.html
+    """
+    node = facts.node_state
+    reuse = node.setting("net.ipv4.vs.conn_reuse_mode")
+    if reuse is None:
+        return  # ip_vs not loaded: no IPVS, nothing to reuse
+    mode = facts.proxy_mode
+    if mode is not None and mode[0] != "ipvs" and not facts.has(Kind.IPVSADM):
+        return  # the sysctls exist (module loaded) but kube-proxy does not use IPVS
+    ct = node.setting("net.ipv4.vs.conntrack")
+    nodest = node.setting("net.ipv4.vs.expire_nodest_conn")
+    kernel = facts.kernel
+    kpv = facts.kube_proxy_version
+    fixed_kernel = kernel.value.base[:2] >= REUSE_FIXED_KERNEL if kernel else None
+    problems: list[str] = []
+    fix: list[str] = []
+    if reuse.int() == 0:
+        problems.append(
+            "net.ipv4.vs.conn_reuse_mode = 0: a reused client port goes to the old connection's backend, even a "
+            "terminated Pod (no route to host during rollouts, load pinned to old Pods)"
+        )
+        if fixed_kernel:
+            fix.append("sysctl -w net.ipv4.vs.conn_reuse_mode=1 (kernel 5.9+ has no 1 s penalty for it)")
+            if kpv is not None and kpv.value.upstream[:2] < LEAVES_REUSE_MODE:
+                fix.append(
+                    f"Upgrade kube-proxy ({kpv.value}) to 1.22 or later: older releases set "
+                    "conn_reuse_mode=0 again at start."
+                )
+        elif fixed_kernel is False:
+            fix.append(
+                f"Upgrade the kernel ({kernel.value if kernel else '?'}) to 5.9 or later (or a distribution "
+                'kernel with "ipvs: allow connection reuse for unconfirmed conntrack"), then set '
+                "conn_reuse_mode=1 with kube-proxy 1.22+."
+            )
+        else:
+            fix.append(
+                "Give uname -r: on kernel 5.9+ set conn_reuse_mode=1 (with kube-proxy 1.22+); older kernels "
+                "need an upgrade first."
+            )
+    elif reuse.int() == 1 and ct is not None and ct.int() == 1 and fixed_kernel is False:
+        problems.append(
+            "net.ipv4.vs.conn_reuse_mode = 1 with net.ipv4.vs.conntrack = 1 on kernel "
+            f"{kernel.value if kernel else '?'}: "
+            "the first SYN of a connection reusing a client port is dropped, adding a 1 s delay"
+        )
+        fix.append("Upgrade the kernel to 5.9 or later (the fix f0a5e4d7a594), keeping conn_reuse_mode=1.")
+    if not problems:
+        return
+    if nodest is not None and nodest.int() == 0:
+        problems.append("net.ipv4.vs.expire_nodest_conn = 0: connections to removed backends are not expired")
+        fix.append("sysctl -w net.ipv4.vs.expire_nodest_conn=1 (kube-proxy sets it in IPVS mode).")
+    f = start(
+        facts,
+        "KP307",
+        [],
+        confidence=Confidence.HIGH if mode is not None or facts.has(Kind.IPVSADM) else Confidence.MEDIUM,
+        summary="IPVS connection reuse: " + "; ".join(problems) + ".",
+    )
+    f.evidence = [s.cite for s in (reuse, ct, nodest) if s is not None]
+    if kernel is not None:
+        f.evidence.append(kernel.cite)
+        f.versions_found["kernel"] = str(kernel.value)
+    if kpv is not None:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+    if mode is not None and mode[1] is not None:
+        f.evidence.append(mode[1])
+    f.fixed_in = ["kernel 5.9", "kube-proxy v1.22.0"]
+    f.fix = fix
+    yield f

@@ -1,0 +1,198 @@
+"""KP302 service ports inside the ephemeral range, KP306 SNAT source ports running out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts, containers_of
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.sysctl import port_set
+
+DEFAULT_RANGE = (32768, 60999)  # the kernel's ip_local_port_range
+BIND_IN_USE = signature(
+    "port-bind-in-use",
+    "address already in use",
+    r"(can't open|cannot open|Cannot open).*:([0-9]+)[^0-9].*bind: address already in use",
+)
+EXHAUSTED_WARN = 0.5  # share of the NAT port range one destination holds
+EXHAUSTED_CRIT = 0.9
+NAT_PORTS = 65535 - 1024 + 1  # MASQUERADE picks from 1024-65535 for unprivileged source ports
+
+
+def _in(port: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(lo <= port <= hi for lo, hi in ranges)
+
+
+@check(
+    "KP302",
+    cause="listen-port-in-ephemeral-range",
+    title="A service port lies inside the ephemeral port range",
+    severity=Severity.WARNING,
+    needs=[Kind.SYSCTL],
+    needs_all=[],
+)
+def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
+    """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.
+
+    Symptom: after a restart a daemon (node-exporter on 9100, a hostPort Pod, kube-proxy before
+        1.24 holding NodePorts) fails with `bind: address already in use`, while nothing else
+        listens on that port; it happens at random and goes away later.
+    Cause: the port lies inside net.ipv4.ip_local_port_range and not in
+        ip_local_reserved_ports, so the kernel may give it to an outgoing connection as its
+        source port; while that connection lives the service cannot bind the port. (Seed 004
+        says the client's connect fails; current kernels skip ports held by listeners, so the
+        breakage is at bind time.)
+    How it is detected: ip_local_port_range and ip_local_reserved_ports from sysctl output,
+        against listeners (`ss -ltnp`, naming port and process), the NodePorts of the Services
+        and the hostPorts of the Pods given. A NodePort or hostPort in the range, or a listener
+        in a range widened below the kernel default (32768-60999, as in seed 004's
+        `1024 65535`), is a warning; other listeners in the default range are info (they are
+        usually bound to an ephemeral port on purpose). `can't open ... bind: address already in
+        use` in kube-proxy's log makes it critical.
+    Fix: put the ports in net.ipv4.ip_local_reserved_ports (e.g. `9100,30000-32767`), or
+        narrow ip_local_port_range so it excludes them (the kernel default starts at 32768,
+        above the default NodePort range 30000-32767).
+    References: https://www.kernel.org/doc/html/latest/networking/ip-sysctl.html;
+        https://github.com/kubernetes/kubernetes/issues/85894
+    """
+    node = facts.node_state
+    rng = node.setting("net.ipv4.ip_local_port_range")
+    if rng is None or len(rng.ints()) < 2:
+        return
+    lo, hi = rng.ints()[:2]
+    reserved_s = node.setting("net.ipv4.ip_local_reserved_ports")
+    reserved = port_set(reserved_s.value) if reserved_s else []
+    widened = lo < DEFAULT_RANGE[0]
+    strong: list[tuple[str, Cite]] = []
+    weak: list[tuple[str, Cite]] = []
+    seen: set[tuple[str, int]] = set()
+
+    def risky(port: int) -> bool:
+        return lo <= port <= hi and not _in(port, reserved)
+
+    for a, ls in node.listeners:
+        if not risky(ls.port) or ls.address.startswith("127.") or ls.address == "::1" or (ls.proto, ls.port) in seen:
+            continue
+        seen.add((ls.proto, ls.port))
+        who = f" by {ls.process}" + (f" (pid {ls.pid})" if ls.pid else "") if ls.process else ""
+        (strong if widened else weak).append((f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text)))
+    for svc in facts.objects.of("Service"):
+        for p in (svc.body.get("spec") or {}).get("ports") or []:
+            np = p.get("nodePort") if isinstance(p, dict) else None
+            if isinstance(np, int) and risky(np):
+                strong.append(
+                    (f"NodePort {np} of Service {svc.ref}", Cite(svc.artifact, svc.line, f"{svc.ref} nodePort {np}"))
+                )
+    node_name = facts.node_view.name
+    for pod in facts.objects.of("Pod"):
+        if node_name and (pod.body.get("spec") or {}).get("nodeName") not in (None, node_name):
+            continue
+        for c in containers_of(pod):
+            cports = c.get("ports")
+            for p in cports if isinstance(cports, list) else []:
+                hp = p.get("hostPort") if isinstance(p, dict) else None
+                if isinstance(hp, int) and risky(hp):
+                    strong.append(
+                        (f"hostPort {hp} of Pod {pod.ref}", Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}"))
+                    )
+    if not strong and not weak:
+        return
+    hits = facts.log.hits(BIND_IN_USE.id)
+    severity = Severity.CRITICAL if hits and strong else (Severity.WARNING if strong else Severity.INFO)
+    items = strong or weak
+    f = start(
+        facts,
+        "KP302",
+        hits,
+        confidence=Confidence.HIGH if hits else Confidence.MEDIUM,
+        severity=severity,
+        summary=(
+            f"{len(items)} port(s) a service binds lie inside ip_local_port_range {lo}-{hi}"
+            + (" (widened below the kernel default 32768)" if widened else "")
+            + " and are not reserved: "
+            + "; ".join(d for d, _ in items[:6])
+            + (f" (and {len(items) - 6} more)" if len(items) > 6 else "")
+            + ". An outgoing connection can take one as its source port; the service then cannot bind it."
+        ),
+    )
+    f.evidence = [rng.cite] + ([reserved_s.cite] if reserved_s else []) + [c for _, c in items[:3]] + f.evidence
+    ports = sorted({int(d.split()[1]) for d, _ in items if d.split()[1].isdigit()})
+    keep = ",".join(str(p) for p in ports[:20])
+    if any(d.startswith("NodePort") for d, _ in items):
+        outside = [str(p) for p in ports if p < 30000 or p > 32767][:10]
+        keep = ",".join([*outside, "30000-32767"])
+    f.fix = [
+        f"Reserve them: sysctl -w net.ipv4.ip_local_reserved_ports={keep} (keep existing entries; persist in "
+        "/etc/sysctl.d/), or narrow net.ipv4.ip_local_port_range to exclude them (kernel default 32768 60999).",
+    ]
+    yield f
+
+
+@check(
+    "KP306",
+    cause="source-port-exhaustion",
+    title="SNAT is running out of source ports for a destination",
+    severity=Severity.WARNING,
+    needs=[Kind.CONNTRACK_ENTRIES],
+)
+def source_ports(facts: Facts) -> Iterator[Finding]:
+    """Connections through SNAT to one destination use most of the source ports available.
+
+    Symptom: connections from Pods (or via NodePort) to one busy destination (a database, an
+        external API, a NodePort backend) fail intermittently under load; `connect: cannot
+        assign requested address` in clients on the node.
+    Cause: every connection SNATed to the node's address needs a distinct source port per
+        destination address and port; MASQUERADE has about 64,000 (1024-65535), connections in
+        TIME_WAIT keep theirs for a while, and bursts run out.
+    How it is detected: the conntrack table (`conntrack -L` or /proc/net/nf_conntrack): SNATed
+        entries grouped by translated source address and destination address:port; 50% of the
+        NAT port range held for one destination is a warning, 90% critical. The kernel has no
+        counter for this (failed NAT port allocation shows as conntrack insert_failed/drop).
+    Fix: spread the load over more destination addresses or ports, reuse connections
+        (keep-alive, connection pools), shorten TIME_WAIT reuse (net.ipv4.tcp_tw_reuse=1 for
+        node-originated connections), use `--random-fully`, or SNAT to several addresses.
+    References: https://github.com/kubernetes/kubernetes/issues/56903;
+        https://www.kernel.org/doc/html/latest/networking/ip-sysctl.html
+    """
+    entries = facts.node_state.conntrack_entries
+    groups: Counter[tuple[str, str, str, int | None]] = Counter()
+    first: dict[tuple[str, str, str, int | None], Cite] = {}
+    for a, e in entries:
+        if not e.snat:
+            continue
+        key = (e.proto, e.reply_dst, e.dst, e.dport)
+        groups[key] += 1
+        first.setdefault(
+            key, Cite(a.name, e.line, f"{e.proto} src={e.src} dst={e.dst} dport={e.dport} SNAT to {e.reply_dst}")
+        )
+    worst = [(k, n) for k, n in groups.most_common(5) if n / NAT_PORTS >= EXHAUSTED_WARN]
+    if not worst:
+        return
+    (proto, snat_ip, dst, dport), n = worst[0]
+    share = n / NAT_PORTS
+    f = start(
+        facts,
+        "KP306",
+        [],
+        confidence=Confidence.MEDIUM,
+        severity=Severity.CRITICAL if share >= EXHAUSTED_CRIT else Severity.WARNING,
+        summary=(
+            f"{n} SNATed {proto} connections from {snat_ip} to {dst}:{dport} hold {share:.0%} of the "
+            f"{NAT_PORTS} source ports NAT can use for that destination"
+            + (f"; {len(worst) - 1} more destination(s) above {EXHAUSTED_WARN:.0%}" if len(worst) > 1 else "")
+            + "."
+        ),
+    )
+    f.evidence = [first[k] for k, _ in worst[:3]]
+    f.ongoing = True
+    f.fix = [
+        "Reuse connections (keep-alive, pools) and spread load over more destination addresses; enable "
+        "net.ipv4.tcp_tw_reuse=1 for node-originated connections; make MASQUERADE use --random-fully; "
+        "or SNAT to more than one address."
+    ]
+    yield f

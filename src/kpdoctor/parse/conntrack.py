@@ -1,0 +1,240 @@
+"""Conntrack counters and table entries.
+
+Why: insert races (``insert_failed``, ``clash_resolve``), a full table (``drop``, ``early_drop``) and NAT that
+was or was not applied are read from conntrack's own statistics and entries.
+
+Formats:
+
+* ``conntrack -S``: one ``cpu=N<TAB>key=value ...`` line per CPU. The kernel decides which fields exist
+  (3.x: ``searched new delete delete_list ...``; 4.x: ``found invalid ignore ...``; 5.10+: ``clash_resolve``
+  instead of ``ignore``; 5.15+: ``chaintoolong``). Old conntrack-tools print ``name<TAB><TAB>value`` lines
+  instead, decimal values from ``/proc`` (from its first CPU row only, so they are not node totals).
+* ``/proc/net/stat/nf_conntrack``: a header, then one hex row per possible CPU. ``entries`` repeats the
+  global count on every row. Column 2 is ``searched`` up to 5.9 and ``clashres`` from 5.10, column 8 is
+  ``delete_list`` up to 5.14 and ``chainlength`` from 5.15; ``icmp_error`` holds the ``error`` counter.
+* ``conntrack -L`` and ``/proc/net/nf_conntrack`` (the same, prefixed by ``ipv4     2`` / ``ipv6     10``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+# /proc column names -> the names ctnetlink (conntrack -S) uses.
+_ALIASES = {"icmp_error": "error", "clashres": "clash_resolve", "chainlength": "chaintoolong"}
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# Every counter name conntrack -S or /proc has printed; a row must have at least one of them.
+_KNOWN = {
+    "entries", "searched", "found", "new", "invalid", "ignore", "delete", "delete_list", "insert", "insert_failed",
+    "drop", "early_drop", "error", "icmp_error", "search_restart", "clash_resolve", "clashres", "chaintoolong",
+    "chainlength", "expect_new", "expect_create", "expect_delete", "unknown1", "unknown2", "unknown3", "unknown4",
+}  # fmt: skip
+
+
+@dataclass(slots=True)
+class ConntrackStats:
+    """Counters summed over CPUs (``entries`` is global, taken once)."""
+
+    totals: dict[str, int] = field(default_factory=dict)
+    cpus: int = 0
+    entries: int | None = None
+    line: int = 0  # file line of the first data row
+    text: str = ""
+
+
+def _canonical(name: str) -> str:
+    return _ALIASES.get(name, name)
+
+
+def _add(stats: ConntrackStats, values: dict[str, int], line: int, text: str) -> None:
+    if not stats.cpus:
+        stats.line, stats.text = line, text
+    stats.cpus += 1
+    for k, v in values.items():
+        if k == "entries":
+            stats.entries = v if stats.entries is None else max(stats.entries, v)
+        else:
+            stats.totals[k] = stats.totals.get(k, 0) + v
+
+
+def _kv_row(raw: str) -> dict[str, int] | None:
+    """``[cpu=N] key=value ...`` with integer values only, else None."""
+    values: dict[str, int] = {}
+    for tok in raw.split():
+        key, eq, val = tok.partition("=")
+        if not eq or not _NAME.match(key):
+            return None
+        try:
+            n = int(val)
+        except ValueError:
+            return None
+        if key != "cpu":
+            values[_canonical(key)] = n
+    return values if any(_canonical(k) in values for k in _KNOWN) else None
+
+
+_SUMMARY = re.compile(r"^([a-z][a-z0-9_]*)\s+(\d+)$")
+
+
+def parse_conntrack_stats(text: str, first_line: int = 1) -> ConntrackStats | None:
+    """``conntrack -S``: per-CPU ``key=value`` rows (any field set), or the old per-counter summary."""
+    stats = ConntrackStats()
+    summary: dict[str, int] = {}
+    summary_at: tuple[int, str] | None = None
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        if not s:
+            continue
+        row = _kv_row(s)
+        if row is not None:
+            _add(stats, row, first_line + i, s)
+            continue
+        m = _SUMMARY.match(s)
+        if m and m.group(1) in _KNOWN:
+            summary[_canonical(m.group(1))] = int(m.group(2))
+            if summary_at is None:
+                summary_at = (first_line + i, s)
+    if not stats.cpus and summary and summary_at is not None:
+        _add(stats, summary, *summary_at)
+    return stats if stats.cpus else None
+
+
+def parse_nf_conntrack_stat(text: str, first_line: int = 1) -> ConntrackStats | None:
+    """``/proc/net/stat/nf_conntrack``: a header line, then hex rows keyed by the header's names."""
+    stats = ConntrackStats()
+    header: list[str] | None = None
+    for i, raw in enumerate(text.splitlines()):
+        toks = raw.split()
+        if not toks:
+            continue
+        if "entries" in toks and all(_NAME.match(t) for t in toks):
+            header = [_canonical(t) for t in toks]
+            continue
+        if header is None or len(toks) != len(header):
+            continue
+        try:
+            values = [int(t, 16) for t in toks]
+        except ValueError:
+            continue
+        _add(stats, dict(zip(header, values, strict=True)), first_line + i, raw.strip())
+    return stats if stats.cpus else None
+
+
+@dataclass(slots=True)
+class ConntrackEntry:
+    """One tracked flow: the original and the reply tuple."""
+
+    proto: str
+    state: str | None
+    src: str
+    dst: str
+    sport: int | None
+    dport: int | None
+    reply_src: str
+    reply_dst: str
+    reply_sport: int | None
+    reply_dport: int | None
+    flags: tuple[str, ...]
+    line: int
+    text: str = ""
+    timeout: int | None = None  # seconds left, as printed
+    family: str | None = None  # ipv4 / ipv6 when the line says (/proc, -o extended)
+
+    @property
+    def snat(self) -> bool:
+        """Source NAT: the reply does not come back to the original source."""
+        if self.reply_dst != self.src:
+            return True
+        return self.sport is not None and self.reply_dport is not None and self.reply_dport != self.sport
+
+    @property
+    def dnat(self) -> bool:
+        """Destination NAT: the reply comes from somewhere other than the original destination."""
+        if self.reply_src != self.dst:
+            return True
+        return self.dport is not None and self.reply_sport is not None and self.reply_sport != self.dport
+
+
+def _addr(v: str) -> str:
+    """``0000:...:0001`` (``/proc``) -> ``::1``; anything unparsable is kept."""
+    if ":" not in v:
+        return v
+    try:
+        return ipaddress.ip_address(v).compressed
+    except ValueError:
+        return v
+
+
+def _port(v: str | None) -> int | None:
+    return int(v) if v is not None and v.isdigit() else None
+
+
+_EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
+
+
+def _entry(s: str, line: int) -> ConntrackEntry | None:
+    toks = s.split()
+    family = None
+    while toks and _EVENT.match(toks[0]):
+        toks.pop(0)
+    if len(toks) >= 2 and toks[0] in ("ipv4", "ipv6") and toks[1].isdigit():
+        family, toks = toks[0], toks[2:]
+    if len(toks) < 3 or not toks[1].isdigit() or "=" in toks[0]:
+        return None
+    proto = toks[0]
+    rest = toks[2:]
+    timeout = None
+    if rest and rest[0].isdigit():
+        timeout = int(rest.pop(0))
+    state = None
+    if rest and "=" not in rest[0] and not rest[0].startswith("["):
+        state = rest.pop(0)
+    tuples: list[dict[str, str]] = []
+    flags: list[str] = []
+    for tok in rest:
+        if tok.startswith("[") and tok.endswith("]"):
+            flags.append(tok[1:-1])
+            continue
+        key, eq, val = tok.partition("=")
+        if not eq:
+            continue
+        if key == "src":
+            if len(tuples) == 2:
+                break  # a third tuple (e.g. an expectation's master): not ours
+            tuples.append({})
+        if tuples and key in ("src", "dst", "sport", "dport") and key not in tuples[-1]:
+            tuples[-1][key] = val
+    if len(tuples) != 2 or not all("src" in t and "dst" in t for t in tuples):
+        return None
+    o, r = tuples
+    return ConntrackEntry(
+        proto=proto,
+        state=state,
+        src=_addr(o["src"]),
+        dst=_addr(o["dst"]),
+        sport=_port(o.get("sport")),
+        dport=_port(o.get("dport")),
+        reply_src=_addr(r["src"]),
+        reply_dst=_addr(r["dst"]),
+        reply_sport=_port(r.get("sport")),
+        reply_dport=_port(r.get("dport")),
+        flags=tuple(flags),
+        line=line,
+        text=s,
+        timeout=timeout,
+        family=family,
+    )
+
+
+def parse_conntrack_entries(text: str, first_line: int = 1) -> list[ConntrackEntry]:
+    """``conntrack -L`` (also ``-o extended``, ``-E``) and ``/proc/net/nf_conntrack``; other lines are skipped."""
+    out: list[ConntrackEntry] = []
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        if not s or "src=" not in s:
+            continue
+        e = _entry(s, first_line + i)
+        if e is not None:
+            out.append(e)
+    return out

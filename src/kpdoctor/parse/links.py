@@ -1,0 +1,174 @@
+"""Network interfaces: MTU, tunnel kind, bridge master, and pod-facing veths.
+
+Why: an overlay device (vxlan, ipip, geneve, wireguard) whose MTU leaves no room for the encapsulation, or a
+pod veth with a larger MTU than the tunnel, drops large packets silently.
+
+Formats: ``ip link``, ``ip -d link`` (the kind is the first word of the details line: ``vxlan id 1 ...``,
+``veth``, ``bridge forward_delay ...``), ``ip addr`` / ``ip -d addr`` (same link lines, with addresses), and
+``ip -j [-d] link`` / ``ip -j addr`` JSON, compact or pretty (``-p``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    name: str  # without the @peer suffix
+    index: int | None
+    mtu: int | None
+    kind: str | None  # vxlan, ipip, veth, bridge... (-d or JSON linkinfo only)
+    master: str | None
+    link_netnsid: int | None  # the peer lives in another netns
+    up: bool  # administratively up (UP flag)
+    line: int
+    text: str
+    state: str | None = None  # operstate: UP, DOWN, UNKNOWN...
+    peer: str | None = None  # "veth0" / "if2" / "NONE" from name@peer
+    link_netns: str | None = None  # peer netns by name, when ip could resolve it
+    slave_kind: str | None = None  # bridge for a bridge port (-d)
+
+
+_HEAD = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
+_NOT_KIND = {"link", "inet", "inet6", "valid_lft", "altname", "alias", "vf", "prop", "addrgenmode", "netns"}
+
+
+def _word_after(rest: str, key: str) -> str | None:
+    m = re.search(rf"(?:^|\s){re.escape(key)}\s+(\S+)", rest)
+    return m.group(1) if m else None
+
+
+def _int(v: object) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def _netns(cur: dict[str, Any], s: str) -> None:
+    nsid = _word_after(s, "link-netnsid")
+    if nsid is not None and nsid.isdigit():
+        cur["link_netnsid"] = int(nsid)
+    netns = _word_after(s, "link-netns")
+    if netns is not None:
+        cur["link_netns"] = netns
+
+
+def _summary(obj: dict[str, Any]) -> str:
+    """A short, faithful excerpt of one JSON link object (the cited text)."""
+    keep: dict[str, Any] = {
+        k: obj[k] for k in ("ifindex", "ifname", "flags", "mtu", "master", "operstate", "link_netnsid") if k in obj
+    }
+    info = obj.get("linkinfo")
+    if isinstance(info, dict) and "info_kind" in info:
+        keep["linkinfo"] = {"info_kind": info["info_kind"]}
+    return json.dumps(keep, separators=(",", ":"))
+
+
+def _parse_text(text: str, first_line: int) -> list[Link]:
+    out: list[Link] = []
+    cur: dict[str, Any] | None = None
+    details = 0  # detail lines seen after the link/ line
+
+    def flush() -> None:
+        if cur is not None:
+            out.append(Link(**cur))
+
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        m = _HEAD.match(s)
+        if m:
+            flush()
+            rest = m.group(5)
+            flags = m.group(4).split(",")
+            mtu = _word_after(rest, "mtu")
+            cur = {
+                "name": m.group(2),
+                "index": int(m.group(1)),
+                "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+                "kind": None,
+                "master": _word_after(rest, "master"),
+                "link_netnsid": None,
+                "up": "UP" in flags,
+                "line": first_line + i,
+                "text": s,
+                "state": _word_after(rest, "state"),
+                "peer": m.group(3),
+            }
+            _netns(cur, rest)  # `ip -o link` keeps everything on one line
+            details = -1
+            continue
+        if cur is None or not s:
+            continue
+        first = s.split()[0]
+        if first.startswith("link/"):
+            _netns(cur, s)
+            details = 0
+            continue
+        if details < 0 or first in _NOT_KIND or not re.match(r"^[a-z][a-z0-9_]*$", first):
+            continue
+        details += 1
+        if first.endswith("_slave"):
+            cur["slave_kind"] = first[: -len("_slave")]
+        elif details == 1 and cur["kind"] is None:
+            cur["kind"] = first
+    flush()
+    return out
+
+
+def _parse_json(text: str, first_line: int) -> list[Link]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return []
+    lines = text.splitlines()
+    out: list[Link] = []
+    search_from = 0
+    for obj in doc if isinstance(doc, list) else []:
+        if not isinstance(obj, dict) or not isinstance(obj.get("ifname"), str):
+            continue
+        name = obj["ifname"]
+        at = 0
+        needle = f'"ifname":"{name}"'
+        for n in range(search_from, len(lines)):
+            if needle in lines[n].replace(" ", ""):
+                at, search_from = n, n + (0 if len(lines) == 1 else 1)
+                break
+        info_v, flags_v = obj.get("linkinfo"), obj.get("flags")
+        info: dict[str, Any] = info_v if isinstance(info_v, dict) else {}
+        flags: list[Any] = flags_v if isinstance(flags_v, list) else []
+        kind, slave = info.get("info_kind"), info.get("info_slave_kind")
+        peer = obj.get("link")
+        if peer is None and obj.get("link_index") is not None:
+            peer = f"if{obj['link_index']}"
+        out.append(
+            Link(
+                name=name,
+                index=_int(obj.get("ifindex")),
+                mtu=_int(obj.get("mtu")),
+                kind=kind if isinstance(kind, str) else None,
+                master=obj["master"] if isinstance(obj.get("master"), str) else None,
+                link_netnsid=_int(obj.get("link_netnsid")),
+                up="UP" in flags,
+                line=first_line + at,
+                text=_summary(obj),
+                state=obj["operstate"] if isinstance(obj.get("operstate"), str) else None,
+                peer=str(peer) if peer is not None else None,
+                slave_kind=slave if isinstance(slave, str) else None,
+            )
+        )
+    return out
+
+
+def parse_ip_link(text: str, first_line: int = 1) -> list[Link]:
+    """Interfaces from ``ip [-d] link`` / ``ip addr`` text or ``ip -j`` JSON; other lines are skipped."""
+    if text.lstrip().startswith("["):
+        return _parse_json(text, first_line)
+    return _parse_text(text, first_line)

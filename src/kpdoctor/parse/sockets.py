@@ -1,0 +1,157 @@
+"""Listening sockets: who holds a port, and how full each accept queue is.
+
+Why: a NodePort or hostPort that something else already holds, and accept queues at their backlog, explain
+refused or dropped connections that kube-proxy's rules do not.
+
+Formats: ``ss -ltn``, ``ss -ltnp``, ``ss -lntu`` (with a ``Netid`` column), ``ss -tn state listening`` (no
+``State`` column), interface suffixes (``127.0.0.1%lo:10249``), and net-tools ``netstat -ltnp`` /
+``netstat -lntup``. For a LISTEN socket ss prints the accept queue as Recv-Q and the backlog
+(min(listen() backlog, somaxconn)) as Send-Q. netstat's Send-Q is not the backlog, so its rows get 0 for both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    proto: str  # tcp | udp (sctp when ss shows it)
+    address: str  # without brackets; "*" -> 0.0.0.0
+    port: int
+    recv_q: int  # LISTEN: current accept-queue length (0 from netstat)
+    send_q: int  # LISTEN: the backlog (0 from netstat)
+    process: str | None
+    pid: int | None
+    line: int
+    text: str
+    interface: str | None = None  # "lo" for 127.0.0.1%lo
+    source: str = "ss"  # ss | netstat
+
+
+_PROTOS = {"tcp": "tcp", "tcp6": "tcp", "udp": "udp", "udp6": "udp", "sctp": "sctp", "mptcp": "tcp"}
+_OTHER_NETIDS = {"raw", "u_str", "u_dgr", "u_seq", "nl", "p_raw", "p_dgr", "v_str", "v_dgr", "xdp", "tipc"}
+_LISTEN_STATES = {"LISTEN", "UNCONN"}
+_USERS = re.compile(r'users:\(\("((?:[^"\\]|\\.)*)",(?:pid=)?(\d+)')
+
+
+def _endpoint(tok: str) -> tuple[str, int | None, str | None] | None:
+    """``[::ffff:1.2.3.4]:80``, ``127.0.0.1%lo:10249``, ``*:80``, ``:::80`` -> (address, port, interface)."""
+    iface = None
+    if tok.startswith("["):
+        end = tok.find("]")
+        after = tok[end + 1 :] if end != -1 else ""
+        if after.startswith("%") and ":" in after:  # [fe80::1]%eth0:22
+            iface, _, port = after[1:].rpartition(":")
+        elif after.startswith(":"):
+            port = after[1:]
+        else:
+            return None
+        host = tok[1:end]
+    else:
+        host, sep, port = tok.rpartition(":")
+        if not sep:
+            return None
+    if "%" in host:
+        host, _, iface = host.partition("%")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host in ("*", ""):
+        host = "0.0.0.0"
+    if port == "*":
+        return host, None, iface
+    if not port.isdigit():
+        return None
+    return host, int(port), iface
+
+
+def _users(rest: str) -> tuple[str | None, int | None]:
+    m = _USERS.search(rest)
+    return (m.group(1), int(m.group(2))) if m else (None, None)
+
+
+def _ss_row(toks: list[str], rest: str, line: int, text: str) -> Listener | None:
+    idx = 0
+    proto = "tcp"
+    netid = toks[0].lower()
+    if netid in _OTHER_NETIDS:
+        return None
+    has_netid = netid in _PROTOS
+    if has_netid:
+        proto, idx = _PROTOS[netid], 1
+    state = None
+    if idx < len(toks) and not toks[idx].isdigit():
+        state = toks[idx].upper()
+        idx += 1
+    if len(toks) < idx + 4 or not (toks[idx].isdigit() and toks[idx + 1].isdigit()):
+        return None
+    local, peer = _endpoint(toks[idx + 2]), _endpoint(toks[idx + 3])
+    if local is None or local[1] is None or peer is None:
+        return None
+    if state is None:
+        if peer[1] is not None:  # "state listening" rows have a wildcard peer port
+            return None
+    elif state not in _LISTEN_STATES:
+        return None
+    if state == "UNCONN":
+        if not has_netid:
+            proto = "udp"  # ss -lun without a Netid column
+        elif proto != "udp":
+            return None
+    process, pid = _users(rest)
+    return Listener(proto, local[0], local[1], int(toks[idx]), int(toks[idx + 1]), process, pid, line, text, local[2])
+
+
+def _netstat_row(toks: list[str], line: int, text: str) -> Listener | None:
+    proto = _PROTOS.get(toks[0].lower())
+    if proto is None or len(toks) < 5 or not (toks[1].isdigit() and toks[2].isdigit()):
+        return None
+    local = _endpoint(toks[3])
+    if local is None or local[1] is None:
+        return None
+    rest = toks[5:]
+    state = rest[0] if rest and rest[0].isupper() and "/" not in rest[0] else None
+    if proto == "tcp" and state != "LISTEN":
+        return None
+    if proto == "udp" and state not in (None, "CLOSE"):
+        return None
+    if state:
+        rest = rest[1:]
+    process = pid = None
+    if rest and "/" in rest[0]:
+        p, _, name = " ".join(rest).partition("/")
+        if p.isdigit():
+            pid, process = int(p), name.strip() or None
+    return Listener(proto, local[0], local[1], 0, 0, process, pid, line, text, local[2], source="netstat")
+
+
+def _looks_netstat(toks: list[str]) -> bool:
+    """A netstat row without a header: ``tcp6``/``udp6``, a LISTEN state column or a ``pid/program``."""
+    if toks[0].lower() not in _PROTOS or len(toks) < 5 or not (toks[1].isdigit() and toks[2].isdigit()):
+        return False
+    tail = toks[5:]
+    return toks[0].endswith("6") or "LISTEN" in tail or bool(tail and re.match(r"^(\d+/|-$)", tail[-1]))
+
+
+def parse_ss_listen(text: str, first_line: int = 1) -> list[Listener]:
+    """Listening TCP (LISTEN) and bound UDP (UNCONN) sockets from ``ss -l...`` or ``netstat -l...``."""
+    out: list[Listener] = []
+    mode: str | None = None  # set by the last header seen
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        if re.match(r"^Proto\s+Recv-Q\s+Send-Q", s):
+            mode = "netstat"
+            continue
+        if "Local Address:Port" in s or re.match(r"^(Netid\s+)?(State\s+)?Recv-Q\s+Send-Q", s):
+            mode = "ss"
+            continue
+        toks = s.split()
+        if len(toks) < 4:
+            continue
+        line = first_line + i
+        netstat = mode == "netstat" if mode else _looks_netstat(toks)
+        got = _netstat_row(toks, line, s) if netstat else _ss_row(toks, s, line, s)
+        if got is not None:
+            out.append(got)
+    return out

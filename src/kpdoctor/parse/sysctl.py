@@ -1,0 +1,89 @@
+"""Kernel settings as ``sysctl`` prints them.
+
+Why: somaxconn, the ephemeral port range, reserved ports and conntrack limits explain drops and bind failures.
+
+Formats: ``sysctl -a`` and ``sysctl NAME...`` (``name = value``), ``sysctl.conf``-style ``name=value`` lines, and
+slash-separated names (``net/ipv4/ip_forward``, ``/proc/sys/...``). sysctl(8) writes a dot inside a name part (an
+interface such as ``flannel.1``) as ``/`` in the dotted form (``net.ipv4.conf.flannel/1.rp_filter``); slash-form
+names are converted the same way. ``sysctl:`` error lines (permission denied, cannot stat) are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Sysctl:
+    name: str  # dotted, as sysctl -a prints it
+    value: str  # whitespace-normalised ("32768 60999")
+    line: int
+    text: str
+
+
+_LINE = re.compile(r"^([A-Za-z0-9_/][\w.\-/:@+]*)\s*=\s?(.*)$")
+
+
+def _dotted(name: str) -> str:
+    """``net/ipv4/conf/flannel.1/rp_filter`` -> ``net.ipv4.conf.flannel/1.rp_filter`` (sysctl(8)'s rule)."""
+    if name.startswith("/proc/sys/"):
+        name = name[len("/proc/sys/") :]
+    name = name.strip("/")
+    dot, slash = name.find("."), name.find("/")
+    if slash != -1 and (dot == -1 or slash < dot):
+        return name.translate(str.maketrans("./", "/."))
+    return name
+
+
+def parse_sysctl(text: str, first_line: int = 1) -> dict[str, Sysctl]:
+    """Settings by dotted name. A name repeated on consecutive lines (a multi-line value in ``sysctl -a``,
+    e.g. ``kernel.core_modes``) has its values joined; otherwise a later line wins."""
+    out: dict[str, Sysctl] = {}
+    prev: str | None = None
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        if not s or s[0] in "#;*" or s.startswith("sysctl:"):
+            prev = None
+            continue
+        m = _LINE.match(s)
+        if not m:
+            prev = None
+            continue
+        name = _dotted(m.group(1))
+        if "." not in name:
+            prev = None
+            continue
+        value = " ".join(m.group(2).split())
+        old = out.get(name)
+        if old is not None and prev == name:
+            out[name] = Sysctl(name, f"{old.value} {value}".strip(), old.line, old.text)
+        else:
+            out[name] = Sysctl(name, value, first_line + i, s)
+        prev = name
+    return out
+
+
+def int_values(value: str) -> list[int]:
+    """``"32768 60999"`` -> ``[32768, 60999]``; parts that are not integers are skipped."""
+    out: list[int] = []
+    for part in re.split(r"[\s,]+", value.strip()):
+        try:
+            out.append(int(part))
+        except ValueError:
+            continue
+    return out
+
+
+def port_set(value: str) -> list[tuple[int, int]]:
+    """``ip_local_reserved_ports`` syntax: ``"8080,9000-9100"`` -> ``[(8080, 8080), (9000, 9100)]``."""
+    out: list[tuple[int, int]] = []
+    for part in re.split(r"[\s,]+", value.strip()):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            continue
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if lo <= hi:
+            out.append((lo, hi))
+    return out

@@ -1,0 +1,172 @@
+"""Seed 004's checks on real counters: a healthy lab node stays quiet, a staged overload is found.
+
+The lab node (a network namespace routing to two Pod namespaces) is captured twice, a few seconds
+apart, into a bundle laid out as DESIGN.md says (node/counters/T0 and T1, node/sysctl.txt,
+node/ip-link.json), with the real output of conntrack -S, /proc/net/stat/nf_conntrack, netstat
+-s, nstat, ss -ltnp, sysctl -a and ip -j -d link. Traffic stays inside the lab (its own
+addresses and loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.model import Finding, Severity
+
+from .netns import Netns, lab_available
+from .topology import Lab
+
+SNAPSHOT = {
+    "conntrack-stats.txt": ["conntrack", "-S"],
+    "nf_conntrack-stat.txt": ["cat", "/proc/net/stat/nf_conntrack"],
+    "netstat-s.txt": ["netstat", "-s"],
+    "nstat.txt": ["nstat", "-azs"],  # -s: leave nstat's history file alone
+    "ss-ltnp.txt": ["ss", "-ltnp"],
+}
+NODE_FILES = {"node/sysctl.txt": ["sysctl", "-a"], "node/ip-link.json": ["ip", "-j", "-d", "link"]}
+
+# Overload the node's own sockets on loopback: a listener with backlog 1 that never accepts,
+# hit by 8 connections, and a UDP socket with a 1 kB receive buffer sent 200 datagrams.
+OVERLOAD = r"""
+import socket, sys
+lst = socket.socket(); lst.bind(("127.0.0.1", 0)); lst.listen(1)
+port = lst.getsockname()[1]
+clients = []
+for _ in range(8):
+    c = socket.socket(); c.setblocking(False)
+    try:
+        c.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    clients.append(c)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024); u.bind(("127.0.0.1", 0))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(200):
+    s.sendto(b"x" * 1000, u.getsockname())
+print(port, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture(scope="module")
+def lab():  # type: ignore[no-untyped-def]
+    reason = lab_available()
+    if reason:
+        pytest.skip(reason)
+    for tool in ("conntrack", "netstat", "nstat", "ss"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            pytest.skip(f"{tool} not installed (scripts/test installs it)")
+    with Lab(node_ip="192.168.0.2", client_ip="192.168.0.100", pods=["10.180.0.1", "10.180.0.2"]) as lab:
+        # conntrack and NAT active in the node, as on any Kubernetes node
+        lab.node.check(
+            [
+                "iptables-legacy",
+                "-t",
+                "nat",
+                "-A",
+                "POSTROUTING",
+                "-s",
+                "10.180.0.0/16",
+                "-o",
+                "to-client",
+                "-j",
+                "MASQUERADE",
+                "--random-fully",
+            ]
+        )
+        yield lab
+
+
+def _capture(ns: Netns, root: Path, snap: str, manifest: list[dict[str, object]]) -> None:
+    when = datetime.now(UTC).isoformat()
+    for name, argv in SNAPSHOT.items():
+        _write(ns, root, f"node/counters/{snap}/{name}", argv, manifest, when)
+
+
+def _write(ns: Netns, root: Path, rel: str, argv: list[str], manifest: list[dict[str, object]], when: str) -> None:
+    t = time.monotonic()
+    res = ns.run(argv, timeout=30)
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(res.stdout)
+    manifest.append(
+        {
+            "path": rel,
+            "command": argv,
+            "exit_code": res.returncode,
+            "stderr": res.stderr[-500:],
+            "duration": round(time.monotonic() - t, 3),
+            "collected_at": when,
+        }
+    )
+
+
+def _bundle(lab: Lab, root: Path, between) -> Path:  # type: ignore[no-untyped-def]
+    manifest: list[dict[str, object]] = []
+    _capture(lab.node, root, "T0", manifest)
+    between()
+    time.sleep(2)
+    _capture(lab.node, root, "T1", manifest)
+    now = datetime.now(UTC).isoformat()
+    for rel, argv in NODE_FILES.items():
+        _write(lab.node, root, rel, argv, manifest, now)
+    (root / "manifest.json").write_text(
+        json.dumps({"tool": "kpdoctor-tests", "node": "lab-node", "collected_at": now, "artifacts": manifest})
+    )
+    return root
+
+
+def _traffic(lab: Lab) -> None:
+    with lab.servers(port=80):
+        for ip in lab.pod_ips:
+            got = lab.connect(ip, 80, count=10)
+            assert all(r == ip for r in got), got
+
+
+def test_a_healthy_node_gives_nothing_at_warning_or_above(lab: Lab, tmp_path: Path) -> None:
+    root = _bundle(lab, tmp_path / "bundle", lambda: _traffic(lab))
+    report, _ = diagnose_paths([root], min_severity=Severity.INFO)
+    loud = [f"{f.code} {f.severity.label}: {f.summary}" for f in report.findings if f.severity >= Severity.WARNING]
+    assert loud == []
+    skipped = {s.code for s in report.skipped if s.code.startswith("KP3")}
+    assert skipped == {"KP306"}  # every node check looked at the evidence (no conntrack -L was taken)
+    assert report.problems == [], report.problems
+
+
+def _overload(lab: Lab, keep: list[subprocess.Popen[str]], ports: list[int]) -> None:
+    p = subprocess.Popen(
+        lab.node.exec_argv(["python3", "-c", OVERLOAD]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    keep.append(p)
+    assert p.stdout is not None
+    ports.append(int(p.stdout.readline()))
+
+
+def test_staged_overflows_are_found_from_real_counters(lab: Lab, tmp_path: Path) -> None:
+    keep: list[subprocess.Popen[str]] = []
+    ports: list[int] = []
+    try:
+        root = _bundle(lab, tmp_path / "bundle", lambda: _overload(lab, keep, ports))
+    finally:
+        for p in keep:
+            p.communicate("", timeout=10)
+    report, _ = diagnose_paths([root], min_severity=Severity.INFO)
+    by: dict[str, Finding] = {f.code: f for f in report.findings}
+    queue = by["KP304"]
+    assert queue.severity == Severity.WARNING and queue.ongoing
+    assert "TcpExtListenOverflows grew by" in queue.summary
+    assert f"127.0.0.1:{ports[0]}" in queue.summary  # the listener whose queue is full right now
+    assert any(c.artifact.endswith("T1/ss-ltnp.txt") for c in queue.evidence)
+    buffers = by["KP303"]
+    assert buffers.severity == Severity.WARNING
+    assert "UdpRcvbufErrors grew by" in buffers.summary
+    assert any(c.artifact.endswith("T1/nstat.txt") or c.artifact.endswith("T1/netstat-s.txt") for c in buffers.evidence)
+    assert any("net.core.rmem_max" in fx for fx in buffers.fix)
