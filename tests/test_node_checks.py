@@ -146,6 +146,17 @@ def test_journalctl_table_full_and_old_kernel_spelling(tmp_path: Path) -> None:
     assert one(run([j]), "KP301").severity == Severity.WARNING
 
 
+def test_proc_sys_values_in_a_transcript(tmp_path: Path) -> None:
+    text = (
+        "[root@node-1 ~]# cat /proc/sys/net/netfilter/nf_conntrack_count\n131000\n"
+        "[root@node-1 ~]# sysctl -n net.netfilter.nf_conntrack_max\n131072\n"
+    )
+    f = one(run([write(tmp_path, "t.txt", text)]), "KP301")
+    assert f.severity == Severity.CRITICAL
+    assert "131000 of 131072 entries in use" in f.summary
+    assert [c.line for c in f.evidence] == [2, 4]
+
+
 def test_a_half_full_table_is_quiet(tmp_path: Path) -> None:
     s = write(
         tmp_path, "sysctl.txt", "net.netfilter.nf_conntrack_count = 1000\nnet.netfilter.nf_conntrack_max = 262144\n"
@@ -377,7 +388,9 @@ def test_one_second_delay_on_old_kernels_and_quiet_on_new(tmp_path: Path) -> Non
 
 
 def test_forwarding_off(tmp_path: Path) -> None:
-    f = one(run([write(tmp_path, "s.txt", "net.ipv4.ip_forward = 0\nnet.ipv6.conf.all.forwarding = 0\n")]), "KP308")
+    s = write(tmp_path, "s.txt", "net.ipv4.ip_forward = 0\nnet.ipv6.conf.all.forwarding = 0\n")
+    assert one(run([s]), "KP308").severity == Severity.WARNING  # nothing says this is a Kubernetes node
+    f = one(run([s, write(tmp_path, "config.yaml", IPVS_CONFIG)]), "KP308")
     assert f.severity == Severity.CRITICAL
     assert f.summary.startswith("net.ipv4.ip_forward = 0")  # IPv6 only matters with IPv6 Services
     assert f.fix[0].startswith("sysctl -w net.ipv4.ip_forward=1")

@@ -34,6 +34,7 @@ _KIND_HINTS = {
     "modules": Kind.MODULES,
     "nf_conntrack-stat": Kind.NF_CONNTRACK_STAT,
     "conntrack-list": Kind.CONNTRACK_ENTRIES,
+    "sysctl": Kind.SYSCTL,
 }
 
 

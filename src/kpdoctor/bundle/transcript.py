@@ -161,6 +161,9 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["previous"] = "true"
     if prog == "hostname":
         hints["kind"] = "hostname"
+    if prog == "sysctl" and "-n" in words[1:] and len([w for w in words[1:] if not w.startswith("-")]) == 1:
+        hints["kind"] = "sysctl"  # values only: the name comes from the command line
+        hints["sysctl"] = next(w for w in words[1:] if not w.startswith("-")).replace("/", ".")
     if prog == "cat" and len(words) > 1:
         target = words[1]
         if target.endswith("/locks"):
@@ -171,6 +174,9 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
             hints["kind"] = "os-release"
         elif target.endswith("/modules"):
             hints["kind"] = "modules"
+        elif target.startswith("/proc/sys/") and len(words) == 2:
+            hints["kind"] = "sysctl"
+            hints["sysctl"] = target[len("/proc/sys/") :].replace("/", ".")
         elif target.endswith("/stat/nf_conntrack"):
             hints["kind"] = "nf_conntrack-stat"
         elif target.endswith("/nf_conntrack"):

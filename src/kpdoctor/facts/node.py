@@ -78,7 +78,10 @@ class Change:
     def seconds(self) -> float | None:
         if self.first.time is None or self.last.time is None:
             return None
-        s = (self.last.time - self.first.time).total_seconds()
+        try:
+            s = (self.last.time - self.first.time).total_seconds()
+        except TypeError:  # one time with a zone, one without: no interval
+            return None
         return s if s > 0 else None
 
     @property
@@ -135,6 +138,11 @@ class NodeState:
     def sysctls(self) -> dict[str, Setting]:
         out: dict[str, Setting] = {}
         for a in self.facts.of(Kind.SYSCTL):
+            name = a.attrs.get("sysctl")
+            if name and a.text.strip() and "=" not in a.text:  # `cat /proc/sys/...` or `sysctl -n NAME`
+                value = " ".join(a.text.split())
+                out[name] = Setting(name, value, Cite(a.name, a.first_line, a.text.strip().splitlines()[0]))
+                continue
             parsed: dict[str, Sysctl] = parse_sysctl(a.text, a.first_line)
             for name, s in parsed.items():
                 out[name] = Setting(name, s.value, Cite(a.name, s.line, s.text))

@@ -26,6 +26,18 @@ def _families_in_use(facts: Facts) -> set[int]:
     return fams or {4}
 
 
+def _kubernetes_evidence(facts: Facts) -> bool:
+    """Does anything besides the sysctls show a Kubernetes node (so forwarding must be on)?"""
+    if any(
+        facts.has(k) for k in (Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_CMDLINE, Kind.K8S_OBJECTS)
+    ):
+        return True
+    if any(rs.kube_rule_count() for rs in facts.rulesets):
+        return True
+    cni = ("cali", "flannel", "cni", "cilium", "weave", "kube-", "vxlan.calico", "tunl0", "lxc")
+    return any(ln.name.startswith(cni) for _, ln in facts.node_state.links)
+
+
 @check(
     "KP308",
     cause="ip-forward-disabled",
@@ -43,7 +55,9 @@ def ip_forward(facts: Facts) -> Iterator[Finding]:
         kube-proxy rewrites the destination to a Pod, and the kernel then refuses to route the
         packet out of another interface.
     How it is detected: the sysctl values; IPv6 forwarding only matters when the cluster's
-        Services or the node's KUBE-* rules use IPv6.
+        Services or the node's KUBE-* rules use IPv6. Critical when the evidence shows a
+        Kubernetes node (kube-proxy artifacts, cluster objects, KUBE-* rules, CNI interfaces);
+        a warning with medium confidence from the sysctls alone.
     Fix: `sysctl -w net.ipv4.ip_forward=1` (and `net.ipv6.conf.all.forwarding=1` for
         dual-stack), persisted in /etc/sysctl.d/; find what turned it off (a hardening profile,
         a network manager, a sysctl file that loads after the CNI's).
@@ -60,12 +74,16 @@ def ip_forward(facts: Facts) -> Iterator[Finding]:
         off.append(("net.ipv6.conf.all.forwarding", v6.cite))
     if not off:
         return
+    kube = _kubernetes_evidence(facts)
     f = start(
         facts,
         "KP308",
         [],
-        confidence=Confidence.HIGH,
-        summary=" and ".join(n for n, _ in off) + " = 0: the node does not forward Service traffic to Pods.",
+        confidence=Confidence.HIGH if kube else Confidence.MEDIUM,
+        severity=Severity.CRITICAL if kube else Severity.WARNING,
+        summary=" and ".join(n for n, _ in off)
+        + " = 0: the node does not forward Service traffic to Pods."
+        + ("" if kube else " (Nothing else in the evidence shows this machine is a Kubernetes node.)"),
     )
     f.evidence = [c for _, c in off]
     f.ongoing = True
