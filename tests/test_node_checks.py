@@ -89,6 +89,22 @@ def test_a_single_conntrack_snapshot_is_info_since_boot(tmp_path: Path) -> None:
     assert "total since boot" in f.summary
 
 
+def test_unanswered_dns_in_the_table_corroborates_one_snapshot(tmp_path: Path) -> None:
+    ct = write(tmp_path, "ct.txt", conntrack_s(37))
+    table = write(
+        tmp_path,
+        "ct-list.txt",
+        "udp      17 21 src=10.244.1.7 dst=10.96.0.10 sport=44512 dport=53 [UNREPLIED] src=10.244.2.9 dst=10.244.1.7 "
+        "sport=53 dport=44512 mark=0 use=1\n"
+        "tcp      6 86398 ESTABLISHED src=10.244.1.7 dst=10.96.0.1 sport=40000 dport=443 src=192.168.0.10 "
+        "dst=10.244.1.7 sport=6443 dport=40000 [ASSURED] mark=0 use=1\n",
+    )
+    f = one(run([ct, table]), "KP300")
+    assert f.severity == Severity.WARNING
+    assert "1 DNS query in the conntrack table never got an answer" in f.summary
+    assert f.evidence[-1].line == 1
+
+
 def test_two_conntrack_outputs_in_a_transcript_pair_by_date(tmp_path: Path) -> None:
     text = (
         "$ date\nSat Nov 21 10:00:00 UTC 2026\n$ conntrack -S\n"

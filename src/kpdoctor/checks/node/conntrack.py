@@ -47,7 +47,9 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
         DNATed to different backends). SNAT port clashes remain without `--random-fully`.
     How it is detected: `conntrack -S` or /proc/net/stat/nf_conntrack summed over CPUs. Two
         snapshots: `insert_failed` growing between them is a warning (the race happens now).
-        One snapshot: a non-zero total since boot is info only (when it happened is unknown).
+        One snapshot: a non-zero total since boot is info only (when it happened is unknown),
+        unless `conntrack -L` shows DNS queries left unanswered ([UNREPLIED] UDP to port 53, the
+        A/AAAA race's trace): then a warning.
         The kernel version (uname) selects the advice; MASQUERADE rules without
         `--random-fully` in the iptables-save given are cited.
     Fix: upgrade the kernel to 5.6 or later (5.0 at least); make MASQUERADE use
@@ -62,16 +64,27 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
     reading = read_counters(node, [CONNTRACK + "insert_failed", CONNTRACK + "drop"])
     if not any(n.endswith("insert_failed") for n, _ in reading.growing + reading.totals):
         return
+    dns = [(a, e) for a, e in node.conntrack_entries if e.proto == "udp" and e.dport == 53 and "UNREPLIED" in e.flags]
+    severity = reading.severity(Severity.WARNING)
+    if dns and severity == Severity.INFO:
+        severity = Severity.WARNING  # the race's signature right now: DNS queries left without an answer
     f = start(
         facts,
         "KP300",
         [],
         confidence=Confidence.HIGH if reading.growing else Confidence.MEDIUM,
-        severity=reading.severity(Severity.WARNING),
+        severity=severity,
         summary="conntrack inserts are colliding: " + reading.describe() + ".",
     )
     f.evidence = reading.cites[:4]
-    f.ongoing = True if reading.growing else None
+    if dns:
+        a, e = dns[0]
+        f.summary += (
+            f" {len(dns)} DNS quer{'y' if len(dns) == 1 else 'ies'} in the conntrack table never got an answer "
+            "([UNREPLIED] UDP to port 53): the pattern of the A/AAAA race."
+        )
+        f.evidence.append(Cite(a.name, e.line, e.text))
+    f.ongoing = True if reading.growing or dns else None
     kernel = facts.kernel
     if kernel is not None:
         f.versions_found["kernel"] = str(kernel.value)
