@@ -34,7 +34,7 @@ def _finding(f: Finding, level: int) -> list[str]:
     if f.fix:
         out.append("Fix:")
         out.append("")
-        out += [f"- {x}" for x in f.fix]
+        out += ["- " + x.replace("\n", "\n  ") for x in f.fix]  # snippets stay inside their item
         out.append("")
     if f.references:
         out.append("References: " + ", ".join(f.references))

@@ -39,8 +39,9 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
             con.print(f"{indent}     [dim]{escape(where)}[/]  {escape(text)}", highlight=False, soft_wrap=True)
     if f.fix:
         con.print(f"{indent}   fix:")
-        for x in f.fix:
-            con.print(f"{indent}     - {escape(x)}", highlight=False, soft_wrap=True)
+        for x in f.fix:  # a multi-line item (a YAML snippet) keeps its shape, indented under its dash
+            text = x.replace("\n", "\n" + indent + "       ")
+            con.print(f"{indent}     - {escape(text)}", highlight=False, soft_wrap=True)
     for i, sub in enumerate(f.folded, 1):
         con.print(f"{indent}   [dim]explains:[/]")
         _emit_finding(con, sub, f"{n.rstrip('.')}.{i}", indent + "     ")
