@@ -145,7 +145,7 @@ def _sniff_node(text: str, first: str) -> Typed | None:
         return Typed(Kind.CONNTRACK_STATS, {})
     if _CT_PROC_STAT.match(first):
         return Typed(Kind.NF_CONNTRACK_STAT, {})
-    if len(_CT_ENTRY.findall(text[:65536])) >= 1:
+    if _CT_ENTRY.search(text[:65536]):
         return Typed(Kind.CONNTRACK_ENTRIES, {})
     if len(_NETSTAT_SECTION.findall(text)) >= 2:
         return Typed(Kind.NETSTAT, {})

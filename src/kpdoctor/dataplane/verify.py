@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.dataplane import parallel
+from kpdoctor import parallel
 from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
 from kpdoctor.dataplane.expected import (
     EXTERNAL_CLIENTS,

@@ -120,6 +120,16 @@ def parse_time(text: str | None) -> datetime | None:
     return None
 
 
+POD_PREFIXES = ("cali", "veth", "lxc", "azv", "eni", "gke", "vethwe")  # CNIs' names for Pod veths
+
+
+def pod_facing(ln: Link) -> bool:
+    """A veth whose peer lives in another network namespace (a Pod), or a CNI's veth by name."""
+    if ln.kind not in (None, "veth"):
+        return False
+    return ln.link_netnsid is not None or ln.name.startswith(POD_PREFIXES)
+
+
 def _ordered(arts: Iterable[Artifact]) -> list[Artifact]:
     """Snapshots in time order: T0 before T1, else as given (command line, transcript order)."""
     indexed = list(enumerate(arts))
@@ -150,10 +160,6 @@ class NodeState:
 
     def setting(self, name: str) -> Setting | None:
         return self.sysctls.get(name)
-
-    @property
-    def has_sysctls(self) -> bool:
-        return bool(self.sysctls)
 
     # -- counters -----------------------------------------------------------------------
     def _series(
@@ -212,15 +218,10 @@ class NodeState:
         s = self.samples(name)
         return s[-1] if s else None
 
-    @property
-    def snapshots(self) -> int:
-        """How many snapshots the richest counter source has."""
-        return max((len(s) for s in self._counter_sources), default=0)
-
     @cached_property
     def conntrack_entries_total(self) -> tuple[int, Cite] | None:
         """The table's size from the counters' ``entries`` (latest snapshot), if shown."""
-        for series in self._counter_sources[:2]:
+        for series in self._counter_sources:
             for a, p in reversed(series):
                 if isinstance(p, ConntrackStats) and p.entries is not None:
                     return p.entries, Cite(a.name, p.line, p.text)

@@ -117,6 +117,7 @@ class Ruleset:
     legacy_warning_line: int | None = None  # line of "# Warning: iptables-legacy tables present"
     diagnostics: list[Diagnostic] = field(default_factory=list)
     form: str = "save"  # "save" | "S" | "L"
+    _kube_rules: int | None = field(default=None, repr=False, compare=False)
 
     def chains(self, table: str | None = None) -> set[str]:
         if table is not None:
@@ -131,8 +132,13 @@ class Ruleset:
         return [r for t in self.tables.values() for r in t.rules]
 
     def kube_rule_count(self) -> int:
-        """Rules in KUBE-* chains or jumping to them: kube-proxy/kubelet's footprint."""
-        return sum(1 for r in self.all_rules() if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-"))
+        """Rules in KUBE-* chains or jumping to them: kube-proxy/kubelet's footprint (counted once:
+        reading targets tokenises every rule)."""
+        if self._kube_rules is None:
+            self._kube_rules = sum(
+                1 for r in self.all_rules() if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-")
+            )
+        return self._kube_rules
 
 
 def _split(text: str) -> list[str] | None:

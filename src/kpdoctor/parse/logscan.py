@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - exercised by the pure_python tests
     ahocorasick_rs = None  # type: ignore[assignment]
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.parallel import default_workers
 from kpdoctor.parse.logwrap import KLOG_HEADER, LOGRUS, is_continuation, unwrap
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -324,7 +325,7 @@ class Scanner:
             if ahocorasick_rs is not None and not pure_python
             else FindLoopFinder(list(self.by_needle))
         )
-        self.workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
+        self.workers = workers if workers is not None else default_workers()
 
     def scan(self, artifacts: list[Artifact]) -> ScanResult:
         result = ScanResult()

@@ -16,7 +16,6 @@ class CounterReading:
 
     growing: list[tuple[str, Change]] = field(default_factory=list)
     totals: list[tuple[str, Sample]] = field(default_factory=list)  # non-zero, not known to grow
-    snapshots: int = 0
 
     @property
     def cites(self) -> list[Cite]:
@@ -37,7 +36,7 @@ class CounterReading:
 
 
 def read_counters(node: NodeState, names: list[str]) -> CounterReading:
-    out = CounterReading(snapshots=node.snapshots)
+    out = CounterReading()
     for name in names:
         ch = node.change(name)
         if ch is not None:

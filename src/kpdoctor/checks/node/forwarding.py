@@ -8,6 +8,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.node import pod_facing
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
@@ -121,13 +122,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     node = facts.node_state
     links = node.links
     names = {ln.name for _, ln in links}
-    bridged = [
-        (a, ln)
-        for a, ln in links
-        if ln.master
-        and ln.master in names
-        and (ln.link_netnsid is not None or ln.kind == "veth" or ln.name.startswith("veth"))
-    ]
+    bridged = [(a, ln) for a, ln in links if ln.master and ln.master in names and pod_facing(ln)]
     if not bridged:
         return
     bridge = bridged[0][1].master
@@ -136,7 +131,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     if setting is not None and setting.int() != 0:
         return
     missing = setting is None
-    if missing and not node.has_sysctls:
+    if missing and not node.sysctls:
         return
     if missing and facts.modules is not None and "br_netfilter" in facts.modules:
         return

@@ -8,6 +8,7 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.node import POD_PREFIXES, pod_facing
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.links import Link
 
@@ -28,7 +29,6 @@ TUNNEL_NAMES = {
     "genev_sys_6081": "geneve",
     "weave": "vxlan",
 }
-POD_PREFIXES = ("cali", "veth", "lxc", "azv", "eni", "gke", "vethwe")
 HOST_VIRTUAL_PREFIXES = ("docker", "br-", "virbr", "kube-", "cni", "cbr", "nodelocaldns", "antrea-", "cilium_")
 VIRTUAL_KINDS = {
     "veth",
@@ -60,13 +60,6 @@ def _tunnel_kind(ln: Link) -> str | None:
         if ln.name == prefix or (prefix.endswith(".") and ln.name.startswith(prefix)) or ln.name == prefix.rstrip("."):
             return kind
     return None
-
-
-def _pod_facing(ln: Link) -> bool:
-    """A veth whose peer lives in another network namespace (a Pod), or a CNI's veth by name."""
-    if ln.kind not in (None, "veth"):
-        return False
-    return ln.link_netnsid is not None or ln.name.startswith(POD_PREFIXES)
 
 
 def _uplink(links: list[tuple[Artifact, Link]]) -> tuple[Artifact, Link] | None:
@@ -117,7 +110,7 @@ def mtu_mismatch(facts: Facts) -> Iterator[Finding]:
     links = facts.node_state.links
     up = _uplink(links)
     tunnels = [(a, ln, k) for a, ln in links if ln.mtu and (k := _tunnel_kind(ln)) is not None]
-    pods = [(a, ln) for a, ln in links if ln.mtu and _pod_facing(ln) and _tunnel_kind(ln) is None]
+    pods = [(a, ln) for a, ln in links if ln.mtu and pod_facing(ln) and _tunnel_kind(ln) is None]
     problems: list[str] = []
     cites: list[Cite] = []
     fix_mtu: int | None = None

@@ -34,7 +34,6 @@ def _in(port: int, ranges: list[tuple[int, int]]) -> bool:
     title="A service port lies inside the ephemeral port range",
     severity=Severity.WARNING,
     needs=[Kind.SYSCTL],
-    needs_all=[],
 )
 def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.

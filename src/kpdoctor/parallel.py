@@ -1,4 +1,4 @@
-"""Run the parts of a large verification on every core, by forking.
+"""Run the parts of a large job (a verification, a log scan) on every core, by forking.
 
 Forked children see the parsed rules, the cluster objects and the cases without copying them.
 The calling process runs the first part itself instead of waiting idle (on a two-core node that
