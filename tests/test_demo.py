@@ -16,6 +16,7 @@ EXPECTED = {
     "kernel-mark-regression": ("kernel-mark-target-regression", "5.15.0-126"),
     "ipvs-prerequisites-missing": ("ipvs-prerequisites-missing", None),
     "xtables-lock-contention": ("xtables-lock-held-too-long", None),
+    "node-packet-loss": ("conntrack-insert-race", "kernel 5.6"),
 }
 
 
