@@ -120,7 +120,9 @@ def diagnose(
     CRI, journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
     iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules,
     kube-proxy's command line or KubeProxyConfiguration, Kubernetes objects (JSON/YAML, Lists,
-    kubectl cluster-info dump folders), ipvsadm -Ln, and terminal transcripts holding any of them.
+    kubectl cluster-info dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S
+    or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
+    snapshots a few seconds apart show what grows now), and terminal transcripts holding any of them.
     """
     raise typer.Exit(_run(paths, fmt, output, min_severity, node))
 
