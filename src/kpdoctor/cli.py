@@ -17,7 +17,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from kpdoctor import __version__
+from kpdoctor.bundle.writer import Bundle, write_dir, write_tar
 from kpdoctor.checks import CHECKS, find
+from kpdoctor.collect.live import CollectError, LiveOptions
+from kpdoctor.collect.live import collect as collect_live
 from kpdoctor.demo import DEMOS, demo_path
 from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import Severity
@@ -80,11 +83,168 @@ NodeOpt = Annotated[
 ]
 
 
+LiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--live",
+        help="Collect from this node now (read-only; needs root) and diagnose that, together with any PATHs.",
+        rich_help_panel="Live collection",
+    ),
+]
+HostRootOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host-root",
+        metavar="DIR",
+        help="The node's / is mounted at DIR (a debug Pod: /host); its own binaries run chrooted there.",
+        rich_help_panel="Live collection",
+    ),
+]
+KubeconfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kubeconfig",
+        metavar="FILE",
+        help="Read the cluster's Services, EndpointSlices, this Node and its Pods with this kubeconfig "
+        "(default: $KUBECONFIG, ~/.kube/config, or the Pod's service account).",
+        rich_help_panel="Live collection",
+    ),
+]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", metavar="NAME", help="kubeconfig context.", rich_help_panel="Live collection")
+]
+NoClusterOpt = Annotated[
+    bool,
+    typer.Option("--no-cluster", help="Do not contact the API (node-only).", rich_help_panel="Live collection"),
+]
+IntervalOpt = Annotated[
+    float,
+    typer.Option(
+        "--interval",
+        metavar="SECONDS",
+        help="Seconds between the two counter snapshots.",
+        rich_help_panel="Live collection",
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout", metavar="SECONDS", help="Bound on the whole collection.", rich_help_panel="Live collection"
+    ),
+]
+RedactIpsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--redact-ips",
+        help="Replace every IP address with a consistent, prefix-preserving pseudonym.",
+        rich_help_panel="Live collection",
+    ),
+]
+SaveBundleOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--save-bundle",
+        metavar="FILE.tar.gz",
+        help="Also keep what --live collected as a bundle.",
+        rich_help_panel="Live collection",
+    ),
+]
+
+
+class Live:
+    """The --live options of one command, and the temporary bundle they produce."""
+
+    def __init__(
+        self,
+        enabled: bool,
+        host_root: str | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        no_cluster: bool = False,
+        interval: float = 5.0,
+        timeout: float = 90.0,
+        redact_ips: bool = False,
+        save_bundle: Path | None = None,
+        node: str | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self.save_bundle = save_bundle
+        self.opts = LiveOptions(host_root, kubeconfig, context, node, not no_cluster, interval, timeout, redact_ips)
+        self._tmp: str | None = None
+
+    def paths(self, paths: list[str]) -> list[str]:
+        """``paths`` plus the folder of a fresh live bundle (exits 2 if collection cannot start)."""
+        if not self.enabled:
+            if self.save_bundle is not None:
+                _err("--save-bundle only goes with --live")
+                raise typer.Exit(2)
+            if not paths:
+                _err("give the evidence files (PATH...) or --live to collect from this node")
+                raise typer.Exit(2)
+            return paths
+        import tempfile
+
+        bundle = _collect(self.opts)
+        self._tmp = tempfile.mkdtemp(prefix="kpdoctor-live-")
+        write_dir(bundle, Path(self._tmp))
+        if self.save_bundle is not None:
+            _save(bundle, self.save_bundle)
+        return [self._tmp, *paths]
+
+    def close(self) -> None:
+        if self._tmp:
+            import shutil
+
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _collect(opts: LiveOptions) -> Bundle:
+    """Run a live collection with progress on a terminal; exit 2 when it cannot start."""
+    console = Console(stderr=True, highlight=False)
+    try:
+        if console.is_terminal:
+            with console.status("collecting") as status:
+                bundle = collect_live(opts, lambda step: status.update(f"collecting: {escape(step)}"))
+        else:
+            bundle = collect_live(opts)
+    except CollectError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    missing = len(bundle.skipped)
+    _err(
+        f"collected {len(bundle.artifacts)} artifacts in {bundle.duration_ms / 1000:.1f}s"
+        + (f"; {missing} not available (listed in the report)" if missing else "")
+    )
+    return bundle
+
+
+def _save(bundle: Bundle, dest: Path) -> None:
+    name = dest.name
+    for suffix in (".tar.gz", ".tgz"):
+        name = name.removesuffix(suffix)
+    try:
+        write_tar(bundle, dest, name or "kpdoctor-bundle")
+    except OSError as exc:
+        _err(f"cannot write {dest}: {exc.strerror or exc}")
+        raise typer.Exit(2) from None
+    _err(f"bundle written to {dest}")
+
+
 def _run(
-    paths: list[str], fmt: Format, output: Path | None, min_severity: Level, node: str | None, header: str = ""
+    paths: list[str],
+    fmt: Format,
+    output: Path | None,
+    min_severity: Level,
+    node: str | None,
+    header: str = "",
+    live: Live | None = None,
 ) -> int:
     sev = Severity.parse(min_severity.value)
-    report, evidence = diagnose_paths(paths, node=node, min_severity=sev)
+    live = live or Live(False)
+    try:
+        report, evidence = diagnose_paths(live.paths(paths), node=node, min_severity=sev)
+    finally:
+        live.close()
     code = exit_code(report, evidence)
     if code == 2:
         for p in evidence.problems:
@@ -101,20 +261,29 @@ def _run(
 @app.command()
 def diagnose(
     paths: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
-            metavar="PATH",
+            metavar="[PATH]...",
             help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
             "kubectl JSON/YAML, pasted terminal sessions...",
             show_default=False,
         ),
-    ],
+    ] = None,
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
     min_severity: SeverityOpt = Level.warning,
     node: NodeOpt = None,
+    live: LiveOpt = False,
+    host_root: HostRootOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    no_cluster: NoClusterOpt = False,
+    interval: IntervalOpt = 5.0,
+    timeout: TimeoutOpt = 90.0,
+    redact_ips: RedactIpsOpt = False,
+    save_bundle: SaveBundleOpt = None,
 ) -> None:
-    """Diagnose a node from the evidence you have; root cause first.
+    """Diagnose a node from the evidence you have, or from the node itself (--live); root cause first.
 
     kpdoctor recognises files by content whatever their names: kube-proxy logs (klog, structured,
     CRI, journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
@@ -123,8 +292,63 @@ def diagnose(
     kubectl cluster-info dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S
     or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
     snapshots a few seconds apart show what grows now), and terminal transcripts holding any of them.
+
+    With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
+    collects all of that read-only, plus the cluster's objects when it can reach the API.
     """
-    raise typer.Exit(_run(paths, fmt, output, min_severity, node))
+    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
+    raise typer.Exit(_run(paths or [], fmt, output, min_severity, node, live=lv))
+
+
+@app.command()
+def collect(
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE.tar.gz|DIR",
+            help="Where to write the bundle: a .tar.gz, or a new folder (default: "
+            "./kpdoctor-NODE-TIME.tar.gz).",
+        ),
+    ] = None,
+    node: NodeOpt = None,
+    host_root: HostRootOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    no_cluster: NoClusterOpt = False,
+    interval: IntervalOpt = 5.0,
+    timeout: TimeoutOpt = 90.0,
+    redact_ips: RedactIpsOpt = False,
+) -> None:
+    """Collect this node's evidence into a bundle for later or for support (read-only; needs root).
+
+    Rules of every iptables backend and family (iptables-save, never a command that takes the
+    xtables lock), IPVS, ipsets and nftables where their kernel parts are already loaded, two
+    counter snapshots, sysctls, addresses, routes, links, /proc/locks, processes, the kernel log,
+    kube-proxy's command line, config, version, logs, healthz and metrics, and, through the API,
+    Services, EndpointSlices, this Node, its Pods and the kube-proxy DaemonSet and ConfigMap.
+    Secrets, tokens and credentials never enter the bundle; --redact-ips hides addresses too.
+    """
+    lv = Live(True, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, None, node)
+    bundle = _collect(lv.opts)
+    if output is None:
+        stamp = bundle.collected_at.replace(":", "").replace("-", "").split(".")[0]
+        who = "".join(c if c.isalnum() or c in "-." else "_" for c in (bundle.node or bundle.hostname or "node"))
+        output = Path(f"kpdoctor-{who}-{stamp}Z.tar.gz")
+    if output.name.endswith((".tar.gz", ".tgz")):
+        _save(bundle, output)
+    else:
+        if output.exists() and (not output.is_dir() or any(output.iterdir())):
+            _err(f"{output} exists and is not an empty folder: give a new folder or a .tar.gz name")
+            raise typer.Exit(2)
+        try:
+            write_dir(bundle, output)
+        except OSError as exc:
+            _err(f"cannot write {output}: {exc.strerror or exc}")
+            raise typer.Exit(2) from None
+        _err(f"bundle written to {output}/")
+    raise typer.Exit(0)
 
 
 ServiceOpt = Annotated[
@@ -136,19 +360,28 @@ ServiceOpt = Annotated[
 @app.command()
 def verify(
     paths: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
-            metavar="PATH",
+            metavar="[PATH]...",
             help="iptables-save output (both backends, both families) plus the cluster's Services and "
             "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too.",
             show_default=False,
         ),
-    ],
+    ] = None,
     service: ServiceOpt = None,
     show_all: Annotated[bool, typer.Option("--all", help="List Services that verified ok too.")] = False,
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
     node: NodeOpt = None,
+    live: LiveOpt = False,
+    host_root: HostRootOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    no_cluster: NoClusterOpt = False,
+    interval: IntervalOpt = 5.0,
+    timeout: TimeoutOpt = 90.0,
+    redact_ips: RedactIpsOpt = False,
+    save_bundle: SaveBundleOpt = None,
 ) -> None:
     """Check the node's rules against the cluster, Service port by Service port.
 
@@ -159,7 +392,13 @@ def verify(
     mismatch; 3: nothing could be decided (every result uncertain).
     """
     sev = Severity.INFO
-    report, evidence = diagnose_paths(paths, node=node, min_severity=sev, command="verify", service=service)
+    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
+    try:
+        report, evidence = diagnose_paths(
+            lv.paths(paths or []), node=node, min_severity=sev, command="verify", service=service
+        )
+    finally:
+        lv.close()
     report.show_all = show_all
     code = exit_code(report, evidence)
     if code == 2:
@@ -203,11 +442,13 @@ class Hook(StrEnum):
 @app.command()
 def trace(
     paths: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
-            metavar="PATH", help="iptables-save output (and, for --service, the cluster's objects).", show_default=False
+            metavar="[PATH]...",
+            help="iptables-save output (and, for --service, the cluster's objects).",
+            show_default=False,
         ),
-    ],
+    ] = None,
     to: Annotated[
         str | None, typer.Option("--to", metavar="IP:PORT[/PROTO]", help="Destination, e.g. 10.96.0.10:53/udp.")
     ] = None,
@@ -229,6 +470,15 @@ def trace(
     fmt: FormatOpt = Format.text,
     output: OutputOpt = None,
     node: NodeOpt = None,
+    live: LiveOpt = False,
+    host_root: HostRootOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    no_cluster: NoClusterOpt = False,
+    interval: IntervalOpt = 5.0,
+    timeout: TimeoutOpt = 90.0,
+    redact_ips: RedactIpsOpt = False,
+    save_bundle: SaveBundleOpt = None,
 ) -> None:
     """Follow one new connection through the rules: every table, chain and rule it takes.
 
@@ -244,7 +494,8 @@ def trace(
     if (to is None) == (service is None):
         _err("give exactly one of --to IP:PORT[/PROTO] or --service NS/NAME[:PORT]")
         raise typer.Exit(2)
-    evidence = load(paths)
+    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
+    evidence = load(lv.paths(paths or []))
     try:
         facts = Facts(evidence, node=node)
         if not facts.rulesets:
@@ -271,6 +522,7 @@ def trace(
             raise typer.Exit(2) from None
     finally:
         evidence.close()
+        lv.close()
     code = _write(TRACE_FORMATS[fmt.value], traces, fmt, output)
     uncertain = all(b.verdict == "UNCERTAIN" for t in traces for b in t.branches)
     raise typer.Exit(code or (3 if uncertain else 0))

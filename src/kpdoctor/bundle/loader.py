@@ -158,6 +158,12 @@ def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, 
     if isinstance(collected, str):
         ev.collected_at = ev.collected_at or collected
     entries: dict[str, dict[str, object]] = {}
+    absent = doc.get("not_collected")
+    if isinstance(absent, list):
+        for a in absent:
+            if isinstance(a, dict) and isinstance(a.get("path"), str):
+                why = a.get("reason") or "no reason given"
+                ev.problems.append(InputProblem(str(a["path"]), f"not collected: {why}"))
     arts = doc.get("artifacts")
     if isinstance(arts, list):
         for a in arts:

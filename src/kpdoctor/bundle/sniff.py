@@ -89,6 +89,13 @@ def looks_binary(head: bytes) -> bool:
     return nontext / len(sample) > 0.1
 
 
+# The first line iptables prints on a failure: its version banner, or the lock messages.
+_IPT_STDERR = re.compile(
+    r"(ip6?tables(-legacy|-nft)?(-restore|-save)?(\s+v\d|:)|Can't lock |"
+    r"Another app is currently holding the xtables lock)"
+)
+
+
 def sniff(head: str) -> Typed:
     """Type a file by the first part of its content."""
     stripped = head.lstrip("\ufeff \t\r\n")
@@ -134,6 +141,9 @@ def sniff(head: str) -> Typed:
         if _KP_LOG_MARKERS.search(head) or any(sig.needle in head for sig in REGISTRY.values()):
             return Typed(Kind.KUBE_PROXY_LOG, {})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
+    if _IPT_STDERR.match(first) and any(sig.needle in head for sig in REGISTRY.values()):
+        # iptables-restore's own stderr, as kube-proxy (or a script doing what it does) got it
+        return Typed(Kind.KUBE_PROXY_LOG, {"stderr": "iptables"})
     if _CMDLINE.search(first) and re.search(r"\s--[\w-]+", first) and len(stripped.splitlines()) <= 2:
         return Typed(Kind.KUBE_PROXY_CMDLINE, {})
     return Typed(None, {}, "content not recognised as any kind of evidence kpdoctor reads")

@@ -104,7 +104,7 @@ def render_text(report: Report, color: bool = True) -> str:
             con.print(f"  {s.code} {escape(s.cause)}: {escape(s.reason)}", highlight=False)
         con.print()
     if report.problems:
-        con.print("[bold]Inputs not used:[/]")
+        con.print("[bold]Inputs not used or not collected:[/]")
         for p in report.problems:
             con.print(f"  {escape(p.source)}: {escape(p.message)}", highlight=False)
         con.print()

@@ -1,0 +1,251 @@
+"""The node's side of a bundle: rules, counters, settings and kernel state, read-only.
+
+What may run is decided from /proc first, because on a node the wrong read is a write:
+``iptables-legacy-save`` of a table that does not exist makes the kernel load and create it,
+``ipvsadm``, ``ipset``, ``nft`` and ``conntrack -S`` load their modules, and ``iptables -S``/``-L``
+take the xtables lock kube-proxy needs (never used here). So legacy rules are saved table by table
+from ``/proc/net/ip_tables_names``, and every other tool runs only when its kernel part is
+already there. Counters are read twice, ``interval`` seconds apart, so checks see what grows now.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kpdoctor.collect.record import Collected, NotCollected, Progress
+from kpdoctor.collect.runner import Runner
+
+Result = Collected | NotCollected
+
+CONNTRACK_ENTRIES_MAX = 200_000  # listing more takes long and yields a huge artifact
+
+
+@dataclass
+class NodeCollection:
+    artifacts: list[Collected] = field(default_factory=list)
+    skipped: list[NotCollected] = field(default_factory=list)
+    hostname: str | None = None
+    addresses: list[str] = field(default_factory=list)
+
+    def add(self, result: Result) -> Result:
+        if isinstance(result, Collected):
+            self.artifacts.append(result)
+        else:
+            self.skipped.append(result)
+        return result
+
+    def get(self, path: str) -> Collected | None:
+        return next((a for a in self.artifacts if a.path == path), None)
+
+
+class Kernel:
+    """Which kernel parts are present, without loading any.
+
+    A module counts as present when ``/proc/modules`` lists it, when ``/sys/module/NAME`` exists
+    (loaded, or built in with parameters), or when ``modules.builtin`` names it. A kernel without
+    ``/proc/modules`` has no loadable modules at all, so nothing can be loaded as a side effect.
+    """
+
+    def __init__(self, root_path: Callable[[str], str]) -> None:
+        self._path = root_path
+        self.modular = os.path.exists(root_path("/proc/modules"))
+        self.loaded: set[str] = set()
+        if self.modular:
+            try:
+                with open(root_path("/proc/modules"), encoding="ascii", errors="replace") as fh:
+                    self.loaded = {line.split(" ", 1)[0] for line in fh if line.strip()}
+            except OSError:
+                pass
+        self.builtin: set[str] = set()
+        try:
+            release = os.uname().release
+            with open(root_path(f"/lib/modules/{release}/modules.builtin"), encoding="ascii", errors="replace") as fh:
+                self.builtin = {line.strip().rsplit("/", 1)[-1].removesuffix(".ko") for line in fh}
+        except OSError:
+            pass
+
+    def present(self, module: str) -> bool:
+        if not self.modular:
+            return True
+        return module in self.loaded or module in self.builtin or os.path.isdir(self._path(f"/sys/module/{module}"))
+
+
+def collect_node(runner: Runner, progress: Progress, *, interval: float = 5.0) -> NodeCollection:
+    """Everything of the DESIGN.md ``node/`` layout this node has."""
+    host = runner.host
+    out = NodeCollection()
+    kernel = Kernel(host.path)
+
+    progress("node: counters (first snapshot)")
+    t0 = time.monotonic()
+    _counters(runner, kernel, "T0", out)
+
+    progress("node: identity")
+    hostname = out.add(runner.read("node/hostname", host.path("/proc/sys/kernel/hostname")))
+    if isinstance(hostname, Collected):
+        out.hostname = hostname.data.decode("utf-8", "replace").strip() or None
+    out.add(runner.command("node/uname.txt", ["uname", "-a"], 5))
+    osr = runner.read("node/os-release", host.path("/etc/os-release"))
+    if isinstance(osr, NotCollected):
+        osr = runner.read("node/os-release", host.path("/usr/lib/os-release"))
+    out.add(osr)
+    out.add(runner.read("node/modules.txt", host.path("/proc/modules")))
+    out.add(runner.read("node/locks.txt", host.path("/proc/locks")))
+    progress("node: processes")
+    out.add(runner.command("node/processes.txt", ["ps", "-efww"], 10))
+
+    progress("node: addresses, routes, links")
+    addr = out.add(runner.command("node/ip-addr.json", ["ip", "-j", "addr"], 10))
+    if isinstance(addr, Collected):
+        out.addresses = re.findall(r'"local"\s*:\s*"([^"]+)"', addr.data.decode("utf-8", "replace"))
+    out.add(runner.command("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], 10))
+    out.add(runner.command("node/ip-link.json", ["ip", "-j", "-d", "link"], 10))
+    progress("node: sysctl")
+    out.add(runner.command("node/sysctl.txt", ["sysctl", "-a"], 15))
+
+    _rules(runner, kernel, progress, out)
+    _ipvs(runner, kernel, progress, out)
+
+    progress("node: kernel log")
+    dmesg = runner.command("node/dmesg.txt", ["dmesg", "-T"], 10)
+    if isinstance(dmesg, Collected) and dmesg.exit_code != 0 and not dmesg.data:
+        dmesg = runner.command("node/dmesg.txt", ["dmesg"], 10)
+    out.add(dmesg)
+    _conntrack_entries(runner, kernel, progress, out)
+
+    wait = t0 + interval - time.monotonic()
+    if wait > 0 and runner.budget.left() > wait + 2:
+        progress(f"node: waiting {wait:.0f}s for the second counter snapshot")
+        time.sleep(wait)
+    progress("node: counters (second snapshot)")
+    if runner.budget.left() > 1:
+        _counters(runner, kernel, "T1", out)
+    else:
+        out.skipped.append(NotCollected("node/counters/T1", "the collection's time bound was reached"))
+    return out
+
+
+def _counters(runner: Runner, kernel: Kernel, snap: str, out: NodeCollection) -> None:
+    host = runner.host
+    base = f"node/counters/{snap}"
+    out.add(runner.read(f"{base}/nf_conntrack-stat.txt", host.net_proc("net/stat/nf_conntrack")))
+    if kernel.present("nf_conntrack_netlink"):
+        out.add(runner.command(f"{base}/conntrack-stats.txt", ["conntrack", "-S"], 5))
+    else:
+        out.add(NotCollected(f"{base}/conntrack-stats.txt", "nf_conntrack_netlink is not loaded: read /proc instead"))
+    out.add(runner.command(f"{base}/netstat-s.txt", ["netstat", "-s"], 10))
+    # -a: absolute values, -s: do not write nstat's history file, -z: zeros too
+    out.add(runner.command(f"{base}/nstat.txt", ["nstat", "-asz"], 10))
+    out.add(runner.command(f"{base}/ss-ltnp.txt", ["ss", "-ltnp"], 10))
+
+
+def _rules(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
+    host = runner.host
+    progress("node: iptables version")
+    version = out.add(runner.command("node/iptables-version.txt", ["iptables", "--version"], 5))
+    mode = version.data.decode("utf-8", "replace") if isinstance(version, Collected) else ""
+    # iptables < 1.8 has no -legacy/-nft names: its plain iptables-save is legacy.
+    plain_is_nft = "nf_tables" in mode
+    for tool, module in (("iptables", "ip_tables"), ("ip6tables", "ip6_tables")):
+        names_file = f"net/{module}_names"
+        legacy_path, nft_path = f"node/{tool}-legacy-save.txt", f"node/{tool}-nft-save.txt"
+        progress(f"node: {tool}-legacy-save")
+        save = f"{tool}-legacy-save" if host.which(f"{tool}-legacy-save") else None
+        if save is None and not plain_is_nft and host.which(f"{tool}-save"):
+            save = f"{tool}-save"
+        tables = _read_names(host.net_proc(names_file))
+        if tables is None:
+            out.add(_empty(legacy_path, f"/proc/{names_file} is absent ({module} not loaded): no legacy rules"))
+        elif save is None:
+            out.add(NotCollected(legacy_path, f"{tool}-legacy-save is not installed on the node"))
+        else:
+            parts = [runner.command(legacy_path, [save, "-t", t], 20) for t in tables]
+            out.add(_join(legacy_path, parts, f"/proc/{names_file} lists no table: no legacy rules"))
+        progress(f"node: {tool}-nft-save")
+        nft = f"{tool}-nft-save" if host.which(f"{tool}-nft-save") else None
+        if nft is None and plain_is_nft and host.which(f"{tool}-save"):
+            nft = f"{tool}-save"
+        if not kernel.present("nf_tables"):
+            out.add(_empty(nft_path, "nf_tables is not loaded: no nf_tables rules"))
+        elif nft is None:
+            out.add(NotCollected(nft_path, f"{tool}-nft-save is not installed on the node"))
+        else:
+            out.add(runner.command(nft_path, [nft], 30))
+    if kernel.present("nf_tables"):
+        progress("node: nft list ruleset")
+        out.add(runner.command("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"], 30))
+    else:
+        out.add(NotCollected("node/nft-ruleset.json", "nf_tables is not loaded"))
+    if kernel.present("ip_set"):
+        progress("node: ipset save")
+        out.add(runner.command("node/ipset-save.txt", ["ipset", "save"], 20))
+    else:
+        out.add(NotCollected("node/ipset-save.txt", "ip_set is not loaded"))
+
+
+def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
+    if not os.path.exists(runner.host.net_proc("net/ip_vs")) or not kernel.present("ip_vs"):
+        for path in ("node/ipvsadm-list.txt", "node/ipvsadm-save.txt"):
+            out.add(NotCollected(path, "ip_vs is not loaded (no /proc/net/ip_vs): IPVS is not in use"))
+        return
+    progress("node: ipvsadm")
+    out.add(runner.command("node/ipvsadm-list.txt", ["ipvsadm", "-Ln"], 20))
+    out.add(runner.command("node/ipvsadm-save.txt", ["ipvsadm", "-Sn"], 20))
+
+
+def _conntrack_entries(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
+    path = "node/conntrack-list.txt"
+    sysctl = out.get("node/sysctl.txt")
+    count = None
+    if sysctl is not None:
+        m = re.search(rb"^net\.netfilter\.nf_conntrack_count = (\d+)", sysctl.data, re.M)
+        count = int(m.group(1)) if m else None
+    if count is not None and count > CONNTRACK_ENTRIES_MAX:
+        out.add(NotCollected(path, f"{count} connections tracked: too many to list"))
+        return
+    progress("node: conntrack entries")
+    proc = runner.host.net_proc("net/nf_conntrack")
+    if os.path.exists(proc):
+        out.add(runner.read(path, proc, limit=256 * 1024**2))
+    elif kernel.present("nf_conntrack_netlink"):
+        out.add(runner.command(path, ["conntrack", "-L"], 20))
+    else:
+        out.add(NotCollected(path, "no /proc/net/nf_conntrack and nf_conntrack_netlink is not loaded"))
+
+
+def _read_names(path: str) -> list[str] | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except OSError:
+        return None
+
+
+def _empty(path: str, why: str) -> Collected:
+    """An artifact known to be empty: evidence (no rules of that kind), not a gap."""
+    return Collected(path, b"", f"none: {why}", 0, "", "", 0, why)
+
+
+def _join(path: str, parts: list[Result], none_why: str) -> Result:
+    """One artifact from several runs (one per legacy table), in the order run."""
+    done = [p for p in parts if isinstance(p, Collected)]
+    if not parts:
+        return _empty(path, none_why)
+    if not done:
+        return parts[0]
+    codes = [p.exit_code for p in done]
+    code = None if None in codes else max(c for c in codes if c is not None)
+    return Collected(
+        path,
+        b"".join(p.data for p in done),
+        "; ".join(p.source for p in done),
+        code,
+        "".join(p.stderr for p in done),
+        done[0].started_at,
+        sum(p.duration_ms for p in done),
+        "; ".join(p.note for p in done if p.note),
+    )

@@ -1,0 +1,83 @@
+"""What one collection step produced, and the clock every step shares.
+
+A :class:`Collected` is one bundle artifact with the story of how it was obtained (the manifest
+entry); a :class:`NotCollected` says why an artifact is absent, so the report can tell *unknown*
+from *healthy*. :class:`Budget` bounds the whole collection: each step asks it for a timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+Progress = Callable[[str], None]
+"""Told a short description of each step as it starts (``"iptables-legacy-save"``)."""
+
+
+def quiet(_: str) -> None:
+    """A :data:`Progress` that shows nothing."""
+
+
+def utc_now() -> str:
+    """Now, as the manifest writes times: ISO-8601 UTC with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Collected:
+    """One artifact at its bundle path (DESIGN.md layout), with its manifest entry."""
+
+    path: str
+    data: bytes = b""
+    source: str = ""  # the argv (shlex-joined), "read /proc/locks", "GET /api/v1/services?limit=500"
+    exit_code: int | None = 0  # None: it never completed (timed out, binary missing)
+    stderr: str = ""
+    started_at: str = ""
+    duration_ms: int = 0
+    note: str = ""  # why it is partial (403 on a page, truncated, time budget), shown in the report
+
+    def manifest_entry(self) -> dict[str, object]:
+        entry: dict[str, object] = {
+            "path": self.path,
+            "command": self.source,
+            "exit_code": self.exit_code,
+            "stderr": self.stderr,
+            "collected_at": self.started_at,
+            "duration_ms": self.duration_ms,
+            "bytes": len(self.data),
+        }
+        if self.note:
+            entry["note"] = self.note
+        return entry
+
+
+@dataclass
+class NotCollected:
+    """An artifact that is absent, and why (``ip_vs is not loaded``, ``forbidden (403)``)."""
+
+    path: str
+    reason: str
+
+    def manifest_entry(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
+
+
+class Budget:
+    """The time left for the whole collection; each step gets at most what remains."""
+
+    def __init__(self, seconds: float) -> None:
+        self.total = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def timeout(self, want: float) -> float:
+        """``want`` seconds, or less when the budget is nearly spent (0 when it is spent)."""
+        return min(want, self.left())
+
+    @property
+    def spent(self) -> bool:
+        return self.left() <= 0.05

@@ -1,0 +1,241 @@
+"""Running the node's own programs and reading its files, without changing anything.
+
+Every command is a fixed argv (never a shell), runs with a timeout taken from the collection's
+:class:`~kpdoctor.collect.record.Budget`, with ``LC_ALL=C`` and a fixed ``PATH``, its stdin closed,
+in a process group that is killed whole on timeout. Only ELF executables are run: a script could
+be anything (kube-proxy images ship an ``iptables-wrapper`` script that rewrites its own
+symlinks on first use), so a binary that resolves to one is reported, not run.
+
+From a privileged Pod the node's root is mounted at ``--host-root`` (``/host``): commands then run
+as ``chroot /host ARGV`` so the node's own iptables reads the node's rules (an older iptables in
+the image misreads rules written by a newer one), and, when the Pod is not in the node's network
+namespace, as ``chroot /host nsenter --net=/proc/1/ns/net -- ARGV``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from kpdoctor.collect.record import Budget, Collected, NotCollected, utc_now
+
+SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+ENV = {"PATH": ":".join(SEARCH_PATH), "LC_ALL": "C", "LANG": "C"}
+# Where the node's iptables keeps its lock, when it is not /run/xtables.lock. The reads here take
+# no lock at all; passing it on keeps them on the node's lock if an iptables ever wanted one.
+PASSED_ENV = ("XTABLES_LOCKFILE",)
+MAX_OUTPUT = 512 * 1024**2  # one command's stdout; rule dumps at 10,000 Services are ~100 MB
+MAX_STDERR = 64 * 1024
+
+
+def resolve_in_root(root: str, path: str, hops: int = 40) -> str | None:
+    """``path`` (absolute, as seen inside ``root``) with every symlink followed *inside* ``root``,
+    as the path seen inside ``root``; None if it does not exist or loops."""
+    parts = [p for p in path.split("/") if p]
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = os.path.join(root, *done, part)
+        if os.path.islink(here):
+            hops -= 1
+            if hops < 0:
+                return None
+            target = os.readlink(here)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        if not os.path.lexists(here):
+            return None
+        done.append(part)
+    return "/" + "/".join(done)
+
+
+def is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+@dataclass
+class Host:
+    """Where the node is: its root filesystem, and whether commands must enter its network
+    namespace (the collector's own is a Pod's)."""
+
+    root: str = "/"
+    enter_netns: bool = False
+
+    @classmethod
+    def detect(cls, host_root: str | None) -> Host:
+        root = os.path.abspath(host_root) if host_root else "/"
+        if root == "/":
+            return cls("/", False)
+        enter = not _same_netns(os.path.join(root, "proc/1/ns/net"), "/proc/self/ns/net")
+        return cls(root, enter)
+
+    @property
+    def chrooted(self) -> bool:
+        return self.root != "/"
+
+    def path(self, inside: str) -> str:
+        """A path on the node (``/proc/locks``) as this process reaches it."""
+        return os.path.join(self.root, inside.lstrip("/")) if self.chrooted else inside
+
+    def net_proc(self, name: str) -> str:
+        """A per-network-namespace /proc file (``net/stat/nf_conntrack``) of the node's namespace:
+        ``/proc/self/...`` is this process's namespace, ``/proc/1/...`` the node's init's."""
+        pid = "1" if self.enter_netns else "self"
+        return self.path(f"/proc/{pid}/{name}")
+
+    def which(self, name: str) -> str | None:
+        """The node's own binary ``name`` (path inside the node's root), if it is installed."""
+        for d in SEARCH_PATH:
+            if os.path.lexists(self.path(f"{d}/{name}")):
+                return f"{d}/{name}"
+        return None
+
+    def argv(self, argv: list[str]) -> list[str]:
+        prefix: list[str] = []
+        if self.chrooted:
+            prefix = ["chroot", self.root]
+        if self.enter_netns:
+            prefix += ["nsenter", "--net=/proc/1/ns/net", "--"]
+        return prefix + argv
+
+
+def _same_netns(a: str, b: str) -> bool:
+    try:
+        return os.stat(a).st_ino == os.stat(b).st_ino and os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return True  # cannot tell (no host /proc): stay where we are
+
+
+class Runner:
+    """Runs the allowlisted reads of one collection, recording each like the manifest wants."""
+
+    def __init__(self, host: Host, budget: Budget) -> None:
+        self.host = host
+        self.budget = budget
+
+    def command(
+        self, path: str, argv: list[str], timeout: float = 15.0, *, root: str | None = None
+    ) -> Collected | NotCollected:
+        """Run ``argv`` (its program looked up on the node) and keep stdout as artifact ``path``.
+
+        ``root`` runs it in another root instead (a container's, for kube-proxy's own binaries).
+        A missing program, a script, or a spent budget gives :class:`NotCollected`; a failing or
+        timed-out command gives :class:`Collected` with its exit code and stderr.
+        """
+        program = argv[0]
+        where = root if root is not None else self.host.root
+        if program.startswith("/"):
+            found = resolve_in_root(where, program)
+        else:
+            found = None
+            for d in SEARCH_PATH:
+                found = resolve_in_root(where, f"{d}/{program}")
+                if found:
+                    break
+        if found is None:
+            return NotCollected(path, f"{program} is not installed")
+        if not is_elf(os.path.join(where, found.lstrip("/"))):
+            return NotCollected(path, f"{program} resolves to {found}, not an executable binary: not run")
+        limit = self.budget.timeout(timeout)
+        if limit <= 0.05:
+            return NotCollected(path, f"`{shlex.join(argv)}` not run: the collection's time bound was reached")
+        full = ["chroot", root, *argv] if root is not None else self.host.argv(argv)
+        return run_argv(path, full, limit, shown=shlex.join(argv))
+
+    def read(self, path: str, node_path: str, limit: int = MAX_OUTPUT, tail: bool = False) -> Collected | NotCollected:
+        """Read a node file (``node_path`` as this process reaches it) into artifact ``path``.
+
+        ``tail`` keeps the last ``limit`` bytes (logs) instead of the first."""
+        started, t0 = utc_now(), time.monotonic()
+        try:
+            with open(node_path, "rb") as fh:
+                note = ""
+                if tail:
+                    size = os.fstat(fh.fileno()).st_size
+                    if size > limit:
+                        fh.seek(size - limit)
+                        fh.readline()  # drop the partial first line
+                        note = f"last {limit // 1024**2} MiB of {size // 1024**2} MiB"
+                    data = _read_upto(fh, limit)
+                else:
+                    data = _read_upto(fh, limit + 1)
+                    if len(data) > limit:
+                        data, note = data[:limit], f"first {limit} bytes only"
+        except FileNotFoundError:
+            return NotCollected(path, f"{node_path} does not exist")
+        except OSError as exc:
+            return NotCollected(path, f"cannot read {node_path}: {exc.strerror or exc}")
+        return Collected(path, data, f"read {node_path}", 0, "", started, _ms(t0), note)
+
+
+def _read_upto(fh: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes in modest reads: /proc and /sys files refuse one huge read (ENOMEM)."""
+    chunks, got = [], 0
+    while got < limit:
+        chunk = fh.read(min(1 << 20, limit - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def run_argv(path: str, argv: list[str], timeout: float, shown: str | None = None) -> Collected:
+    """Run a complete argv with a timeout; the whole process group dies when it overruns."""
+    started, t0 = utc_now(), time.monotonic()
+    shown = shown or shlex.join(argv)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV | {k: os.environ[k] for k in PASSED_ENV if k in os.environ},
+            close_fds=True,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return Collected(path, b"", shown, None, f"cannot run: {exc.strerror or exc}", started, _ms(t0))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        out, err = proc.communicate()
+        msg = f"timed out after {timeout:.1f}s (killed)"
+        return Collected(path, out[:MAX_OUTPUT], shown, None, _text(err) + msg, started, _ms(t0), msg)
+    note = ""
+    if len(out) > MAX_OUTPUT:
+        out, note = out[:MAX_OUTPUT], f"first {MAX_OUTPUT // 1024**2} MiB only"
+    return Collected(path, out, shown, proc.returncode, _text(err), started, _ms(t0), note)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _text(err: bytes) -> str:
+    return err[:MAX_STDERR].decode("utf-8", errors="replace")
+
+
+def _ms(t0: float) -> int:
+    return round((time.monotonic() - t0) * 1000)

@@ -1,0 +1,293 @@
+"""``kpdoctor diagnose --live`` inside a node namespace whose rules were broken on purpose.
+
+Each case starts from upstream kube-proxy's own rules (TestOverallIPTablesRules, restored with real
+``iptables-restore``), stages one failure from the seeds for real, and runs kpdoctor's **live**
+collector in the node namespace, as a user on that node would: ``kpdoctor diagnose --live`` plus
+the cluster's objects as a file (the node has no API access here). The report must name the
+cause, the Service and a fix, citing what the live collection found on the node.
+
+The lab's namespaces are joined only to each other, every address is one the lab assigned, and
+everything is deleted when a test ends, also when it fails (see :mod:`.topology`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .iptables_capture import load
+from .netns import Netns, lab_available
+from .topology import Lab
+
+_REASON = lab_available()
+if _REASON is not None:
+    if os.environ.get("CI"):
+        pytest.fail(f"the netns lab must run in CI: {_REASON}", pytrace=False)
+    pytest.skip(_REASON, allow_module_level=True)
+
+FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream" / "iptables"
+NAME = "TestOverallIPTablesRules"
+NODE_IP, CLIENT_IP = "192.168.0.2", "192.168.0.100"
+PODS = ["10.180.0.1", "10.180.0.2", "10.180.0.3", "10.180.0.4", "10.180.0.5"]
+RULES = (FIX / f"{NAME}.rules").read_text()
+
+# What kubelet (host iptables, nf_tables on a modern OS) creates for itself, as in seed 000.
+KUBELET_NFT = """*nat
+:KUBE-MARK-DROP - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+COMMIT
+*filter
+:KUBE-FIREWALL - [0:0]
+-A KUBE-FIREWALL -m comment --comment "kubernetes firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP
+COMMIT
+"""
+
+# A kube-proxy of the KUBE-XLB era (<= 1.23) syncing a Local-policy Service: it jumps to kubelet's
+# KUBE-MARK-DROP and never declares it, trusting it to exist in its own backend.
+OLD_PROXY_SYNC = """*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-XLB-AQI6ZPL3RDXEXQXV - [0:0]
+-A KUBE-XLB-AQI6ZPL3RDXEXQXV -m comment --comment "ns2/svc2:p80 has no local endpoints" -j KUBE-MARK-DROP
+COMMIT
+"""
+
+
+def cluster(mutate: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The fixture's Services, EndpointSlices and Node (with the lab's node address), mutated."""
+    doc = json.loads((FIX / f"{NAME}.cluster.json").read_text())
+    for it in doc["items"]:
+        if it["kind"] == "Node":
+            it["status"]["addresses"] = [{"type": "InternalIP", "address": NODE_IP}]
+    if mutate:
+        mutate(doc)
+    return doc
+
+
+def _item(doc: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    return next(i for i in doc["items"] if i["kind"] == kind and i["metadata"]["name"] == name)
+
+
+def diagnose_live(ns: Netns, tmp: Path, files: list[Path], timeout: float = 60) -> tuple[dict[str, Any], float]:
+    """``kpdoctor diagnose --live`` in the node namespace: (JSON report, seconds it took)."""
+    argv = [sys.executable, "-m", "kpdoctor", "diagnose", "--live", "--no-cluster", "--interval", "1"]
+    argv += ["--timeout", str(timeout), "--format", "json", "--save-bundle", str(tmp / "live.tar.gz")]
+    t0 = time.monotonic()
+    res = ns.run([*argv, *map(str, files)], timeout=timeout + 60)
+    took = time.monotonic() - t0
+    assert res.returncode in (0, 1), f"exit {res.returncode}: {res.stderr}"
+    return json.loads(res.stdout), took
+
+
+def top(report: dict[str, Any]) -> dict[str, Any]:
+    visible = [f for f in report["findings"] if f["severity"] in ("critical", "warning")]
+    assert visible, f"nothing found: {json.dumps(report, indent=1)[:3000]}"
+    return visible[0]
+
+
+def cites_live(finding: dict[str, Any], prefix: str = "node/") -> list[str]:
+    """The live artifacts a finding (or the findings folded under it) cites."""
+    return [e["artifact"] for e in finding["evidence"] if e["artifact"].startswith(prefix)]
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+@contextmanager
+def node(pods: list[str] = PODS, legacy: str | None = RULES, nft: str | None = None) -> Iterator[Lab]:
+    with Lab(NODE_IP, CLIENT_IP, pods) as lab:
+        # what kube-proxy itself sets at start-up (localhost NodePorts need it)
+        lab.node.check(["sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"])
+        if legacy is not None:
+            load(lab.node, legacy, "legacy")
+        if nft is not None:
+            lab.node.check(["iptables-nft-restore", "--noflush"], input=nft)
+        yield lab
+
+
+def _drop_svc1(doc: dict[str, Any]) -> None:
+    """ns1/svc1 was deleted; its rules still DNAT to 10.180.0.1."""
+    doc["items"] = [
+        i
+        for i in doc["items"]
+        if not (i["kind"] == "Service" and i["metadata"]["name"] == "svc1")
+        and not (i["kind"] == "EndpointSlice" and i["metadata"]["name"].startswith("svc1"))
+    ]
+
+
+def test_stale_rules_for_a_deleted_service(tmp_path: Path) -> None:
+    with node() as lab:
+        report, _ = diagnose_live(lab.node, tmp_path, [write(tmp_path, "cluster.json", json.dumps(cluster(_drop_svc1)))])
+    f = top(report)
+    assert (f["code"], f["cause"]) == ("KP201", "stale-service-rules")
+    assert f["subject"]["service"].startswith("ns1/svc1")
+    assert "node/iptables-legacy-save.txt" in cites_live(f)
+    assert f["fix"]
+
+
+def test_endpoint_chain_pointing_at_a_pod_that_no_longer_exists(tmp_path: Path) -> None:
+    # svc1's Pod 10.180.0.1 was replaced by 10.180.0.7; the rules still DNAT to the old one.
+    def moved(doc: dict[str, Any]) -> None:
+        _item(doc, "EndpointSlice", "svc1-1")["endpoints"][0]["addresses"] = ["10.180.0.7"]
+
+    with node(pods=["10.180.0.7", *PODS[1:]]) as lab:
+        report, _ = diagnose_live(lab.node, tmp_path, [write(tmp_path, "cluster.json", json.dumps(cluster(moved)))])
+    f = top(report)
+    assert (f["code"], f["cause"]) == ("KP202", "endpoints-out-of-sync")
+    assert f["subject"]["service"].startswith("ns1/svc1")
+    assert "node/iptables-legacy-save.txt" in cites_live(f)
+    assert any("10.180.0.1" in e["text"] for e in f["evidence"])
+    assert f["fix"]
+
+
+def test_no_local_endpoints_drop_while_the_pod_is_local(tmp_path: Path) -> None:
+    # svc2 (externalTrafficPolicy: Local): its endpoint runs on this node, yet the rules still
+    # say "has no local endpoints" and drop external traffic.
+    def local(doc: dict[str, Any]) -> None:
+        _item(doc, "EndpointSlice", "svc2-1")["endpoints"][0]["nodeName"] = "test-node"
+
+    with node() as lab:
+        report, _ = diagnose_live(lab.node, tmp_path, [write(tmp_path, "cluster.json", json.dumps(cluster(local)))])
+    f = top(report)
+    # The root cause ranked first is kube-proxy not knowing its own node (seed 002), with the
+    # dropped Local-policy traffic folded under it as its symptom.
+    assert (f["code"], f["cause"]) == ("KP111", "node-ip-unresolved")
+    assert "KP203" in f["explains"] and "ns2/svc2" in f["summary"]
+    [symptom] = [x for x in f["folded"] if x["code"] == "KP203"]
+    assert symptom["cause"] == "local-endpoints-not-recognised" and symptom["subject"]["service"].startswith("ns2/svc2")
+    assert "node/iptables-legacy-save.txt" in cites_live(f)
+    assert any("hostnameOverride" in x or "hostname-override" in x for x in f["fix"])
+
+
+def test_a_foreign_drop_in_forward(tmp_path: Path) -> None:
+    with node() as lab:
+        lab.node.check(["iptables-legacy", "-t", "filter", "-I", "FORWARD", "1", "-d", "10.180.0.3/32", "-j", "DROP"])
+        report, _ = diagnose_live(lab.node, tmp_path, [write(tmp_path, "cluster.json", json.dumps(cluster()))])
+    f = top(report)
+    assert (f["code"], f["cause"]) == ("KP204", "iptables-drop-rule")
+    assert f["subject"]["service"].split(":")[0] in ("ns3/svc3", "ns5/svc5")
+    assert any("-A FORWARD -d 10.180.0.3/32 -j DROP" in e["text"] for e in f["evidence"])
+    assert "node/iptables-legacy-save.txt" in cites_live(f)
+
+
+def test_kube_rules_split_across_backends(tmp_path: Path) -> None:
+    # An earlier kube-proxy image wrote nf_tables rules; the current one writes legacy. The old
+    # set still sends svc1 to its previous Pod.
+    older = RULES.replace("10.180.0.1", "10.180.0.9")
+    with node(legacy=None) as lab:
+        load(lab.node, RULES, "legacy")
+        load(lab.node, older, "nft")
+        report, _ = diagnose_live(lab.node, tmp_path, [write(tmp_path, "cluster.json", json.dumps(cluster()))])
+    f = top(report)
+    assert f["cause"] == "iptables-backend-mismatch"
+    assert f["code"] in ("KP205", "KP101")
+    live = cites_live(f)
+    assert "node/iptables-legacy-save.txt" in live and "node/iptables-nft-save.txt" in live
+    split = [x for x in [f, *f.get("folded", [])] if x["code"] == "KP205"]
+    assert split and split[0]["subject"]["service"].startswith("ns1/svc1"), "the disagreeing Service port is named"
+    assert f["fix"]
+
+
+def test_kube_mark_drop_only_in_the_other_backend(tmp_path: Path) -> None:
+    # kubelet (nf_tables) made KUBE-MARK-DROP; a legacy kube-proxy's restore cannot find it.
+    with node(nft=KUBELET_NFT) as lab:
+        res = lab.node.run(["iptables-legacy-restore", "--noflush"], input=OLD_PROXY_SYNC)
+        assert res.returncode != 0 and "Couldn't load target `KUBE-MARK-DROP'" in res.stderr, res.stderr
+        stderr = write(tmp_path, "restore-stderr.txt", res.stderr)
+        report, _ = diagnose_live(lab.node, tmp_path, [stderr, write(tmp_path, "cluster.json", json.dumps(cluster()))])
+    f = top(report)
+    assert (f["code"], f["cause"]) == ("KP101", "iptables-backend-mismatch")
+    assert any(e["artifact"].endswith("restore-stderr.txt") for e in f["evidence"])
+    assert cites_live(f), "the diagnosis also cites what the live collection found on the node"
+    assert any("upgrade" in x.lower() or "backend" in x.lower() for x in f["fix"])
+
+
+@contextmanager
+def lock_held(ns: Netns, lockfile: Path) -> Iterator[subprocess.Popen[str]]:
+    """A real iptables-restore holding the lab's xtables lock (it takes it at ``*filter`` and keeps
+    it while it waits for the rest of its input)."""
+    env = dict(os.environ, XTABLES_LOCKFILE=str(lockfile))
+    holder = subprocess.Popen(
+        ns.exec_argv(["iptables-legacy-restore", "--noflush"]),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdin is not None
+        holder.stdin.write("*filter\n")
+        holder.stdin.flush()
+        deadline = time.monotonic() + 10
+        while str(lockfile) and time.monotonic() < deadline:
+            if any(f" {holder.pid} " in line and "FLOCK" in line for line in Path("/proc/locks").read_text().splitlines()):
+                break
+            time.sleep(0.05)
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+def test_xtables_lock_held_by_another_process(tmp_path: Path) -> None:
+    lockfile = tmp_path / "xtables.lock"  # the lab's own: /run/xtables.lock is never touched
+    env = dict(os.environ, XTABLES_LOCKFILE=str(lockfile))
+    with node() as lab, lock_held(lab.node, lockfile):
+        res = subprocess.run(
+            lab.node.exec_argv(["iptables-legacy-restore", "-w", "1", "--noflush"]),
+            input="*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert res.returncode == 4 and "Stopped waiting after 1s" in res.stderr, res.stderr
+        stderr = write(tmp_path, "restore-stderr.txt", res.stderr)
+        report, _ = diagnose_live(lab.node, tmp_path, [stderr, write(tmp_path, "cluster.json", json.dumps(cluster()))])
+    f = top(report)
+    assert (f["code"], f["cause"]) == ("KP104", "xtables-lock-held-too-long")
+    assert "node/locks.txt" in cites_live(f) and "node/processes.txt" in cites_live(f)
+    assert "iptables-legacy-restore" in f["summary"]
+    assert f["fix"]
+
+
+def test_the_saved_bundle_gives_the_same_diagnosis_offline(tmp_path: Path) -> None:
+    """What --live saw, saved with --save-bundle, diagnoses the same later on another machine."""
+    files = [write(tmp_path, "cluster.json", json.dumps(cluster(_drop_svc1)))]
+    with node() as lab:
+        live, _ = diagnose_live(lab.node, tmp_path, files)
+    bundle = tmp_path / "live.tar.gz"
+    with tarfile.open(bundle) as tf:
+        names = tf.getnames()
+    assert any(n.endswith("/manifest.json") for n in names)
+    assert any(n.endswith("/node/iptables-legacy-save.txt") for n in names)
+    res = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", "--format", "json", str(bundle), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    offline = json.loads(res.stdout)
+
+    def key(r: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+        return [(f["code"], f["severity"], (f.get("subject") or {}).get("service")) for f in r["findings"]]
+
+    assert key(offline) == key(live)
+    assert copy.deepcopy(offline["verification"]["results"]) == live["verification"]["results"]
