@@ -331,17 +331,21 @@ def collect(
     Secrets, tokens and credentials never enter the bundle; --redact-ips hides addresses too.
     """
     lv = Live(True, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, None, node)
+    folder = output is not None and not output.name.endswith((".tar.gz", ".tgz"))
+    if output is not None and folder and output.exists() and (not output.is_dir() or any(output.iterdir())):
+        _err(f"{output} exists and is not an empty folder: give a new folder or a .tar.gz name")
+        raise typer.Exit(2)
+    if output is not None and not folder and not output.parent.is_dir():
+        _err(f"cannot write {output}: no folder {output.parent}")
+        raise typer.Exit(2)
     bundle = _collect(lv.opts)
     if output is None:
         stamp = bundle.collected_at.replace(":", "").replace("-", "").split(".")[0]
         who = "".join(c if c.isalnum() or c in "-." else "_" for c in (bundle.node or bundle.hostname or "node"))
         output = Path(f"kpdoctor-{who}-{stamp}Z.tar.gz")
-    if output.name.endswith((".tar.gz", ".tgz")):
+    if not folder:
         _save(bundle, output)
     else:
-        if output.exists() and (not output.is_dir() or any(output.iterdir())):
-            _err(f"{output} exists and is not an empty folder: give a new folder or a .tar.gz name")
-            raise typer.Exit(2)
         try:
             write_dir(bundle, output)
         except OSError as exc:

@@ -12,6 +12,7 @@ everything is deleted when a test ends, also when it fails (see :mod:`.topology`
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -291,3 +292,103 @@ def test_the_saved_bundle_gives_the_same_diagnosis_offline(tmp_path: Path) -> No
 
     assert key(offline) == key(live)
     assert copy.deepcopy(offline["verification"]["results"]) == live["verification"]["results"]
+
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "PLANTED-TOKEN-5d1e0c7f9a2b4c6e"
+SECRET = "PLANTED-SECRET-0a9b8c7d6e5f"
+PASSWORD = "PLANTED-PASSWORD-f00dfeed"
+
+
+@contextmanager
+def api_server(ns: Netns, tmp: Path, objects: dict[str, Any]) -> Iterator[Path]:
+    """The replay API server (tests/kubeapi_replay.py) listening on 127.0.0.1 inside ``ns``; yields
+    a kubeconfig for it whose user carries a planted token."""
+    from kubeapi_replay import cluster_exchanges, get_exchange
+
+    exchanges = cluster_exchanges(**objects)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "ns1"},
+              "type": "Opaque", "data": {"password": SECRET}, "stringData": {"plain": SECRET}}
+    exchanges.append(get_exchange("/api/v1/namespaces/ns1/secrets/db", secret, repeat=True))
+    exchanges.append(get_exchange("/api/v1/secrets", {"kind": "SecretList", "apiVersion": "v1", "items": [secret]},
+                                  repeat=True, query={}))
+    (tmp / "exchanges.json").write_text(json.dumps(exchanges))
+    portfile = tmp / "port"
+    server = subprocess.Popen(
+        ns.exec_argv([sys.executable, "-m", "tests.kubeapi_replay", str(tmp / "exchanges.json"), str(portfile)]),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not portfile.exists():
+            assert server.poll() is None and time.monotonic() < deadline, "replay server did not start"
+            time.sleep(0.05)
+        kubeconfig = tmp / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+            f"clusters:\n- name: lab\n  cluster:\n    server: http://127.0.0.1:{portfile.read_text()}\n"
+            "contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\n"
+            f"users:\n- name: lab\n  user:\n    token: {TOKEN}\n"
+        )
+        yield kubeconfig
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def test_live_with_the_api_and_no_secret_reaches_the_bundle(tmp_path: Path) -> None:
+    """The cluster's objects come from the API (the replay server inside the node namespace):
+    the diagnosis is the same, the Node is found by its address, and neither the kubeconfig's
+    token, nor a Secret, nor a Pod's password reaches the saved bundle."""
+    doc = cluster(_drop_svc1)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for it in doc["items"]:
+        by_kind.setdefault(it["kind"], []).append(it)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": "ns2"},
+        "spec": {"nodeName": "test-node", "containers": [
+            {"name": "db", "image": "postgres:16", "env": [{"name": "DB_PASSWORD", "value": PASSWORD}]}]},
+        "status": {"phase": "Running", "podIP": "10.180.0.2"},
+    }
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+        "data": {
+            "config.conf": (FIX / f"{NAME}.kube-proxy.yaml").read_text(),
+            "kubeconfig.conf": f"apiVersion: v1\nkind: Config\nusers:\n- name: kube-proxy\n  user:\n    token: {TOKEN}\n",
+        },
+    }
+    objects = {
+        "services": by_kind["Service"],
+        "endpointslices": by_kind["EndpointSlice"],
+        "nodes": by_kind["Node"],
+        "pods": [pod],
+        "configmaps": [configmap],
+    }
+    bundle = tmp_path / "live.tar.gz"
+    with node() as lab, api_server(lab.node, tmp_path, objects) as kubeconfig:
+        argv = [sys.executable, "-m", "kpdoctor", "diagnose", "--live", "--kubeconfig", str(kubeconfig)]
+        argv += ["--interval", "1", "--format", "json", "--save-bundle", str(bundle)]
+        res = lab.node.run(argv, timeout=120)
+        assert res.returncode == 1, res.stderr
+        report = json.loads(res.stdout)
+    assert report["subject"]["node"] == "test-node"
+    f = top(report)
+    assert (f["code"], f["subject"]["service"].split(":")[0]) == ("KP201", "ns1/svc1")
+    assert report["verification"]["services_checked"] == 5
+    with tarfile.open(bundle) as tf:
+        names = tf.getnames()
+        blob = b"".join(fh.read() for m in tf.getmembers() if (fh := tf.extractfile(m)) is not None)
+    assert any(n.endswith("cluster/services.json") for n in names)
+    assert any(n.endswith("cluster/configmaps.json") for n in names)
+    assert any(n.endswith("cluster/pods.json") for n in names)
+    for planted in (TOKEN, SECRET, PASSWORD):
+        assert planted.encode() not in blob, planted
+        assert base64.b64encode(planted.encode()) not in blob, planted
+    assert b"<redacted>" in blob

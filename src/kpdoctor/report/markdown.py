@@ -73,7 +73,7 @@ def render_markdown(report: Report, color: bool = False) -> str:
         out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]
         out.append("")
     if report.problems:
-        out += ["## Inputs not used", ""]
+        out += ["## Inputs not used or not collected", ""]
         out += [f"- {p.source}: {p.message}" for p in report.problems]
         out.append("")
     return "\n".join(out)
