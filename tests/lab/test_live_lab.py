@@ -16,6 +16,7 @@ import base64
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -339,10 +340,9 @@ def api_server(ns: Netns, tmp: Path, objects: dict[str, Any]) -> Iterator[Path]:
         server.wait(timeout=10)
 
 
-def test_live_with_the_api_and_no_secret_reaches_the_bundle(tmp_path: Path) -> None:
-    """The cluster's objects come from the API (the replay server inside the node namespace):
-    the diagnosis is the same, the Node is found by its address, and neither the kubeconfig's
-    token, nor a Secret, nor a Pod's password reaches the saved bundle."""
+def api_objects() -> dict[str, Any]:
+    """The stale-rules case as the API serves it, plus a Pod with a password in its environment
+    and a kube-proxy ConfigMap whose kubeconfig carries a token."""
     doc = cluster(_drop_svc1)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for it in doc["items"]:
@@ -364,15 +364,21 @@ def test_live_with_the_api_and_no_secret_reaches_the_bundle(tmp_path: Path) -> N
             "kubeconfig.conf": f"apiVersion: v1\nkind: Config\nusers:\n- name: kube-proxy\n  user:\n    token: {TOKEN}\n",
         },
     }
-    objects = {
+    return {
         "services": by_kind["Service"],
         "endpointslices": by_kind["EndpointSlice"],
         "nodes": by_kind["Node"],
         "pods": [pod],
         "configmaps": [configmap],
     }
+
+
+def test_live_with_the_api_and_no_secret_reaches_the_bundle(tmp_path: Path) -> None:
+    """The cluster's objects come from the API (the replay server inside the node namespace):
+    the diagnosis is the same, the Node is found by its address, and neither the kubeconfig's
+    token, nor a Secret, nor a Pod's password reaches the saved bundle."""
     bundle = tmp_path / "live.tar.gz"
-    with node() as lab, api_server(lab.node, tmp_path, objects) as kubeconfig:
+    with node() as lab, api_server(lab.node, tmp_path, api_objects()) as kubeconfig:
         argv = [sys.executable, "-m", "kpdoctor", "diagnose", "--live", "--kubeconfig", str(kubeconfig)]
         argv += ["--interval", "1", "--format", "json", "--save-bundle", str(bundle)]
         res = lab.node.run(argv, timeout=120)
@@ -392,3 +398,37 @@ def test_live_with_the_api_and_no_secret_reaches_the_bundle(tmp_path: Path) -> N
         assert planted.encode() not in blob, planted
         assert base64.b64encode(planted.encode()) not in blob, planted
     assert b"<redacted>" in blob
+
+
+def _summary(report: dict[str, Any]) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str, str]]]:
+    findings = [(f["code"], f["severity"], (f.get("subject") or {}).get("service")) for f in report["findings"]]
+    rows = sorted((r["service"], r["port"], r["traffic"], r["status"]) for r in report["verification"]["results"])
+    return findings, rows
+
+
+def test_a_bundle_with_redacted_addresses_diagnoses_the_same(tmp_path: Path) -> None:
+    """--redact-ips replaces every address in every artifact with one prefix-preserving mapping,
+    so the bundle still says the same thing about the node."""
+    redacted = tmp_path / "redacted.tar.gz"
+    with node() as lab, api_server(lab.node, tmp_path, api_objects()) as kubeconfig:
+        res = lab.node.run(
+            [sys.executable, "-m", "kpdoctor", "diagnose", "--live", "--kubeconfig", str(kubeconfig), "--interval",
+             "1", "--format", "json"],
+            timeout=120,
+        )
+        live = json.loads(res.stdout)
+        res = lab.node.run(
+            [sys.executable, "-m", "kpdoctor", "collect", "--redact-ips", "--kubeconfig", str(kubeconfig), "--interval",
+             "1", "-o", str(redacted)],
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-m", "kpdoctor", "diagnose", "--format", "json", str(redacted)],
+                         capture_output=True, text=True, timeout=120)
+    offline = json.loads(res.stdout)
+    assert _summary(offline) == _summary(live)
+    assert offline["findings"][0]["code"] == "KP201"
+    with tarfile.open(redacted) as tf:
+        blob = b"".join(fh.read() for m in tf.getmembers() if (fh := tf.extractfile(m)) is not None)
+    for original in (NODE_IP, *PODS, "172.30.0.41", CLIENT_IP):
+        assert not re.search(rb"(?<![\d.])" + re.escape(original.encode()) + rb"(?![\d])", blob), original

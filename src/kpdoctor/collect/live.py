@@ -100,7 +100,7 @@ def _redact(bundle: Bundle, ips: bool) -> None:
         return
     pseudo = IpPseudonyms()
     for a in bundle.artifacts:
-        a.data = pseudo.text(a.data.decode("utf-8", "replace")).encode()
+        a.data = pseudo.data(a.data)
         a.source, a.stderr, a.note = pseudo.text(a.source), pseudo.text(a.stderr), pseudo.text(a.note)
     for s in bundle.skipped:
         s.reason = pseudo.text(s.reason)

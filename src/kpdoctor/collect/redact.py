@@ -1,0 +1,642 @@
+"""Scrub a bundle before it leaves the node.
+
+Bundles are attached to tickets and read by people outside the cluster, so every artifact loses
+anything that grants access (Secrets, tokens, keys, credential-looking environment values) on the
+way in, and ``--redact-ips`` can swap addresses for consistent, prefix-preserving pseudonyms.
+Both touch only the sensitive values: what the checks read, and the line numbers findings cite,
+stay as they were.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+REDACTED = "<redacted>"
+REDACTED_JWT = "<redacted-jwt>"
+UNSCRUBBABLE = b"<redacted: kpdoctor could not scrub this artifact>\n"
+
+# --------------------------------------------------------------------------------------------
+# Secrets
+# --------------------------------------------------------------------------------------------
+
+# Lower-case words without which no text rule can fire: lines holding none are never looked at.
+_TRIGGERS = (b"passw", b"secret", b"token", b"key", b"credential", b"auth", b"bearer", b"eyj", b"akia", b"asia", b"://")
+_TRIGGER_S = re.compile("|".join(re.escape(w.decode()) for w in _TRIGGERS))
+
+_FLAG_WORDS = (
+    r"passw(?:or)?d|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential"
+    r"|session[-_]?key|signing[-_]?key"
+)
+_ENV_WORDS = _FLAG_WORDS + r"|auth"
+_KEY_WORDS = r"token|passw(?:or)?d|secret|client-key-data"  # kubeconfig / YAML / JSON keys
+_PATHISH = re.compile(r"(?i)(?:file|path|dir)s?$")  # a *-file / *_PATH / *Dir name holds a path
+_EMPTYISH = {b"", b'""', b"''", b"true", b"false", b"null", b"none", b"~", b"<redacted>", b'"<redacted>"'}
+
+_ENV_NAME = re.compile(_ENV_WORDS, re.I)
+_SECRET_KEY = re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS})$")
+_FLAG_ALONE = re.compile(rf"(?i)--?[\w.-]*?(?:{_FLAG_WORDS})[\w.-]*")
+_JWT_S = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+_AWS_S = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
+
+_B = str.encode
+_VAL = rb"\"[^\"]*\"|'[^']*'|[^\s\"']+"
+_YAML_KEY = re.compile(
+    rb"(?i)^([ \t]*(?:-[ \t]+)?([\"']?)[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\2[ \t]*:[ \t]+)"
+    rb"(\"[^\"]*\"|'[^']*'|[^\s\"'#][^\r\n]*?)([ \t]+#[^\r\n]*)?(\r?)$"
+)
+_JSON_KEY = re.compile(rb"(?i)(\"[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\"[ \t]*:[ \t]*)(\"(?:[^\"\\]|\\.)*\")")
+_BLOCK_KEY = re.compile(
+    rb"(?i)^([ \t]*(?:-[ \t]+)?)[\"']?[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")[\"']?[ \t]*:"
+    rb"[ \t]*[|>][-+0-9]*[ \t]*(?:#.*)?\r?$"
+)
+_AUTHZ = re.compile(
+    rb"(?i)((?<![\w-])(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"'\[]?[ \t]*"
+    rb"(?:(?:bearer|basic|digest|negotiate|token)[ \t]+)?+)([^\s\"'<>\[\]{},;][^\s\"'<>\],;]*)"
+)
+_BEARER = re.compile(rb"(?<![\w-])([Bb]earer[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)")
+_FLAG = re.compile(
+    rb"(?i)(?<![\w-])(--?[\w.-]*?(?:" + _B(_FLAG_WORDS) + rb")[\w.-]*)(=|[ \t]+(?=[^\s-]))(" + _VAL + rb")"
+)
+_ENV = re.compile(
+    rb"(?i)(?<![\w.$-])((?:[A-Za-z_][A-Za-z0-9_]*?)?(?:" + _B(_ENV_WORDS) + rb")[A-Za-z0-9_]*)=(" + _VAL + rb")"
+)
+_URL_PASS = re.compile(rb"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']+:)([^\s@/\"']+)(?=@)")
+_JWT = re.compile(_B(_JWT_S.pattern))
+_AWS = re.compile(_B(_AWS_S.pattern))
+_PEM = re.compile(rb"(-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----)(.*?)(?=-----END \2-----|\Z)", re.S)
+
+
+def redact_secrets(path: str, data: bytes) -> bytes:
+    """``data`` (the artifact at bundle ``path``) without Secrets, tokens, keys or credentials.
+
+    Cluster JSON is parsed and re-serialised only when something was removed; everything else
+    keeps its bytes and its line count, only secret values being replaced. Never raises."""
+    try:
+        p = path.replace("\\", "/")
+        while p.startswith("./"):
+            p = p[2:]
+        if p.endswith(".json") and (p.startswith("cluster/") or "/cluster/" in p):
+            out = _redact_json(data)
+            if out is not None:
+                return out
+        return _scrub_bytes(data)
+    except Exception:  # a bug here must not leak what it failed to scrub
+        return UNSCRUBBABLE
+
+
+def _keep(value: bytes) -> bool:
+    return value.lower() in _EMPTYISH
+
+
+def _quoted(value: bytes) -> bytes:
+    """``<redacted>`` in the quotes ``value`` had, so quoted JSON/YAML/shell stays well-formed."""
+    if len(value) >= 2 and value[:1] in (b'"', b"'") and value[-1:] == value[:1]:
+        return value[:1] + b"<redacted>" + value[:1]
+    return b"<redacted>"
+
+
+def _yaml_key(m: re.Match[bytes]) -> bytes:
+    v = m.group(3)
+    if _keep(v) or v[:1] in (b"|", b">"):  # a block scalar's body is handled with the lines below
+        return m.group()
+    return m.group(1) + _quoted(v) + (m.group(4) or b"") + m.group(5)
+
+
+def _json_key(m: re.Match[bytes]) -> bytes:
+    return m.group() if _keep(m.group(2)) else m.group(1) + b'"<redacted>"'
+
+
+def _after_prefix(m: re.Match[bytes]) -> bytes:
+    return m.group(1) + b"<redacted>"
+
+
+def _flag(m: re.Match[bytes]) -> bytes:
+    name, sep, v = m.group(1), m.group(2), m.group(3)
+    if _keep(v) or _PATHISH.search(name.decode("ascii", "replace")):
+        return m.group()
+    return name + sep + _quoted(v)
+
+
+def _env(m: re.Match[bytes]) -> bytes:
+    name, v = m.group(1), m.group(2)
+    if _keep(v) or _PATHISH.search(name.decode("ascii", "replace")):
+        return m.group()
+    return name + b"=" + _quoted(v)
+
+
+_TRIGGER_B = re.compile(b"|".join(re.escape(w) for w in _TRIGGERS))
+_KEY_GATE = frozenset((b"token", b"passw", b"secret", b"key"))
+_NAME_GATE = frozenset((b"passw", b"secret", b"token", b"key", b"credential"))
+# (rule, replacement, the line holds one of these triggers, and this too once lower-cased): skip
+# the rules that cannot fire
+_LINE_RULES: tuple[
+    tuple[re.Pattern[bytes], Callable[[re.Match[bytes]], bytes] | bytes, frozenset[bytes], bytes], ...
+] = (
+    (_JSON_KEY, _json_key, _KEY_GATE, b'"'),
+    (_YAML_KEY, _yaml_key, _KEY_GATE, b":"),
+    (_AUTHZ, _after_prefix, frozenset((b"auth",)), b"authorization"),
+    (_BEARER, _after_prefix, frozenset((b"bearer",)), b""),
+    (_FLAG, _flag, _NAME_GATE, b"-"),
+    (_ENV, _env, _NAME_GATE | {b"auth"}, b"="),
+    (_URL_PASS, _after_prefix, frozenset((b"://",)), b"@"),
+    (_JWT, REDACTED_JWT.encode(), frozenset((b"eyj",)), b"."),
+    (_AWS, b"<redacted>", frozenset((b"akia", b"asia")), b""),
+)
+
+
+def _scrub_line(line: bytes) -> bytes:
+    low = line.lower()
+    present = set(_TRIGGER_B.findall(low))
+    for rx, repl, words, also in _LINE_RULES:
+        if also in low and not words.isdisjoint(present):
+            line = rx.sub(repl, line)
+    return line
+
+
+def _redact_lines(body: bytes) -> bytes:
+    """Each non-blank line of ``body`` becomes its indentation + ``<redacted>`` (line count kept)."""
+    out = []
+    for seg in body.split(b"\n"):
+        core = seg.rstrip(b"\r")
+        if core.strip():
+            indent = core[: len(core) - len(core.lstrip())]
+            seg = indent + b"<redacted>" + seg[len(core) :]
+        out.append(seg)
+    return b"\n".join(out)
+
+
+def _pem(m: re.Match[bytes]) -> bytes:
+    return m.group(1) + _redact_lines(m.group(3))
+
+
+def _block_end(data: bytes, start: int, indent: int) -> int:
+    """End of a YAML block scalar's body starting at ``start``: the lines indented deeper than
+    ``indent`` (and blank lines between them)."""
+    pos = last = start
+    n = len(data)
+    while pos < n:
+        e = data.find(b"\n", pos)
+        e = n if e < 0 else e
+        line = data[pos:e]
+        stripped = line.lstrip(b" \t")
+        if stripped.strip():
+            if len(line) - len(stripped) <= indent:
+                break
+            last = e
+        pos = e + 1
+    return last
+
+
+def _scrub_bytes(data: bytes) -> bytes:
+    """The text rules: only lines holding a trigger word are examined."""
+    low = data.lower()
+    if b"-----begin" in low and b"private key" in low:
+        data = _PEM.sub(_pem, data)
+        low = data.lower()
+    starts: set[int] = set()
+    for w in _TRIGGERS:
+        i = low.find(w)
+        while i >= 0:
+            s = low.rfind(b"\n", 0, i) + 1
+            e = low.find(b"\n", i)
+            if e < 0:
+                starts.add(s)
+                break
+            starts.add(s)
+            i = low.find(w, e)
+    if not starts:
+        return data
+    out: list[bytes] = []
+    pos = 0
+    for s in sorted(starts):
+        if s < pos:
+            continue  # inside a block scalar already redacted
+        e = data.find(b"\n", s)
+        e = len(data) if e < 0 else e
+        line = data[s:e]
+        new = _scrub_line(line)
+        out.append(data[pos:s])
+        out.append(new)
+        pos = e
+        bm = _BLOCK_KEY.match(line)
+        if bm and e < len(data):
+            end = _block_end(data, e + 1, len(bm.group(1)))
+            if end > e:
+                out.append(data[e : e + 1] + _redact_lines(data[e + 1 : end]))
+                pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
+def _scrub_str(s: str) -> str:
+    b = s.encode("utf-8", "surrogatepass")
+    out = _scrub_bytes(b)
+    return s if out is b else out.decode("utf-8", "surrogatepass")
+
+
+def _secret_value(v: str) -> bool:
+    """A literal env value that is a credential whatever its name."""
+    return bool(_JWT_S.search(v) or _AWS_S.search(v) or ("PRIVATE KEY-----" in v and "-----BEGIN" in v))
+
+
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _is_kind(v: Any, kind: str) -> bool:
+    return type(v) is dict and v.get("kind") == kind
+
+
+class _JsonScrubber:
+    """One walk over a parsed cluster document; ``changed`` says whether it must be rewritten."""
+
+    def __init__(self, strings: bool) -> None:
+        self.strings = strings  # run the text rules on every string (the file holds a trigger word)
+        self.changed = False
+        self.secret_keys: dict[str, bool] = {}
+
+    def is_secret(self, obj: Any, implied: str | None) -> bool:
+        if not isinstance(obj, dict):
+            return False
+        kind = obj.get("kind") or implied
+        if kind == "Secret":
+            return True
+        # items of a typed list (SecretList from the API) carry no kind: recognise the shape
+        return kind is None and isinstance(obj.get("type"), str) and ("data" in obj or "stringData" in obj)
+
+    def walk(self, node: Any) -> Any:
+        if type(node) is dict:
+            self.dict_(node)
+        elif type(node) is list:
+            self.list_(node)
+        elif type(node) is str and self.strings:
+            return self.text(node)
+        return node
+
+    def text(self, s: str) -> str:
+        if not _TRIGGER_S.search(s.lower()):
+            return s
+        out = _scrub_str(s)
+        if out != s:
+            self.changed = True
+        return out
+
+    def list_(self, lst: list[Any]) -> None:
+        if self.strings and any(_is_kind(v, "Secret") for v in lst):
+            lst[:] = [v for v in lst if not _is_kind(v, "Secret")]
+            self.changed = True
+        for i, v in enumerate(lst):
+            t = type(v)
+            if t is dict:
+                self.dict_(v)
+            elif t is list:
+                self.list_(v)
+            elif t is str and self.strings:
+                lst[i] = self.text(v)
+
+    def dict_(self, d: dict[str, Any]) -> None:
+        meta = d.get("metadata")
+        if type(meta) is dict:
+            ann = meta.get("annotations")
+            if type(ann) is dict and _LAST_APPLIED in ann:
+                del ann[_LAST_APPLIED]
+                self.changed = True
+        items = d.get("items")
+        if type(items) is list:
+            kind = d.get("kind")
+            implied = kind[:-4] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
+            kept = [it for it in items if not self.is_secret(it, implied)]
+            if len(kept) != len(items):
+                d["items"] = kept
+                self.changed = True
+        if self.strings:  # every rule below needs a trigger word
+            for k in [k for k, v in d.items() if _is_kind(v, "Secret")]:
+                del d[k]  # a Secret nested elsewhere than in a list's items
+                self.changed = True
+            for name in _CONTAINER_LISTS:
+                containers = d.get(name)
+                if type(containers) is list:
+                    for c in containers:
+                        if type(c) is dict:
+                            self.container(c)
+        for k, v in d.items():
+            t = type(v)
+            if t is dict:
+                self.dict_(v)
+            elif t is list:
+                self.list_(v)
+            elif t is str and self.strings:
+                secret = self.secret_keys.get(k)
+                if secret is None:
+                    secret = self.secret_keys[k] = _SECRET_KEY.match(k) is not None
+                if secret and v and not _keep(v.encode("utf-8", "surrogatepass")):
+                    d[k] = REDACTED
+                    self.changed = True
+                else:
+                    d[k] = self.text(v)
+
+    def container(self, c: dict[str, Any]) -> None:
+        env = c.get("env")
+        if isinstance(env, list):
+            for e in env:
+                if not isinstance(e, dict):
+                    continue
+                name, value = e.get("name"), e.get("value")
+                if not isinstance(value, str) or not value or value == REDACTED:
+                    continue
+                named = isinstance(name, str) and bool(_ENV_NAME.search(name)) and not _PATHISH.search(name)
+                if (named and not _keep(value.encode("utf-8", "surrogatepass"))) or _secret_value(value):
+                    e["value"] = REDACTED
+                    self.changed = True
+        for key in ("command", "args"):
+            argv = c.get(key)
+            if not isinstance(argv, list):
+                continue
+            for i in range(len(argv) - 1):
+                flag, nxt = argv[i], argv[i + 1]
+                if (
+                    isinstance(flag, str)
+                    and isinstance(nxt, str)
+                    and _FLAG_ALONE.fullmatch(flag)
+                    and not _PATHISH.search(flag)
+                    and not nxt.startswith("-")
+                    and not _keep(nxt.encode("utf-8", "surrogatepass"))
+                ):
+                    argv[i + 1] = REDACTED
+                    self.changed = True
+
+
+def _redact_json(data: bytes) -> bytes | None:
+    """The scrubbed document, ``data`` itself when nothing was removed, None when not JSON."""
+    low = data.lower()
+    strings = any(w in low for w in _TRIGGERS)
+    shaped = b'"type"' in low and (b'"data"' in low or b'"stringdata"' in low)  # a kind-less Secret?
+    if not strings and not shaped and b"last-applied-configuration" not in low:
+        return data  # nothing below could fire: skip the parse
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    s = _JsonScrubber(strings)
+    if s.is_secret(doc, None):
+        return (json.dumps({"apiVersion": "v1", "items": [], "kind": "List"}, indent=2) + "\n").encode()
+    try:
+        doc = s.walk(doc)
+    except RecursionError:
+        return None
+    if not s.changed:
+        return data
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+# --------------------------------------------------------------------------------------------
+# IP pseudonyms
+# --------------------------------------------------------------------------------------------
+
+
+class _Family:
+    """Prefix-preserving permutation of one address family (Crypto-PAn with HMAC-SHA256).
+
+    Output bit k is input bit k, flipped iff the keyed hash of the first k input bits says so;
+    never flipped at ancestors of a special block, and identity blocks are returned unchanged,
+    so special blocks stay in place and nothing else lands in them."""
+
+    def __init__(
+        self, key: bytes, tag: int, bits: int, identity: list[tuple[str, int]], kept: list[tuple[str, int]]
+    ) -> None:
+        self.key = key
+        self.tag = bytes([tag])
+        self.bits = bits
+        self.width = (bits + 8) // 8
+        self.identity = [(int(ipaddress.ip_address(a)) >> (bits - n), bits - n) for a, n in identity]
+        self.fixed: set[int] = set()
+        for a, n in identity + kept:
+            net = int(ipaddress.ip_address(a))
+            for k in range(n):
+                self.fixed.add((net >> (bits - k)) | (1 << k))
+        self.blocks: dict[int, int] = {}  # node at a multiple of 8 bits -> the flips below it
+        self.masks: dict[int, int] = {}  # node at a multiple of 8 bits -> the flips above it
+        self.cache: dict[int, int] = {}
+
+    def in_identity(self, a: int) -> bool:
+        return any(a >> shift == prefix for prefix, shift in self.identity)
+
+    def map(self, a: int) -> int:
+        out = self.cache.get(a)
+        if out is not None:
+            return out
+        if self.in_identity(a):
+            self.cache[a] = a
+            return a
+        bits, fixed, masks = self.bits, self.fixed, self.masks
+        mask = start = 0
+        for c in range(bits - 8, 0, -8):  # resume below the longest prefix already walked
+            m = masks.get((a >> (bits - c)) | (1 << c))
+            if m is not None:
+                mask, start = m, c
+                break
+        for block in range(start, bits, 8):
+            # One keyed hash per 8-level block of the tree: its 256 bits are the flips of the
+            # block's 255 nodes, so each flip still depends on the node's own prefix only.
+            base = (a >> (bits - block)) | (1 << block)
+            d = self.blocks.get(base)
+            if d is None:
+                d = self.blocks[base] = int.from_bytes(
+                    hmac.digest(self.key, self.tag + base.to_bytes(self.width, "big"), "sha256"), "big"
+                )
+            pinned = base in fixed
+            for k in range(block, block + 8):
+                if pinned and (a >> (bits - k)) | (1 << k) in fixed:
+                    continue
+                rel = ((a >> (bits - k)) & ((1 << (k - block)) - 1)) | (1 << (k - block))
+                if d >> rel & 1:
+                    mask |= 1 << (bits - 1 - k)
+            if block + 8 < bits:
+                masks[(a >> (bits - block - 8)) | (1 << (block + 8))] = mask
+        out = self.cache[a] = a ^ mask
+        return out
+
+
+_V4_IDENTITY = [("0.0.0.0", 8), ("127.0.0.0", 8), ("169.254.0.0", 16), ("224.0.0.0", 4), ("240.0.0.0", 4)]
+_V4_KEPT = [("10.0.0.0", 8), ("172.16.0.0", 12), ("192.168.0.0", 16), ("100.64.0.0", 10)]
+_V6_IDENTITY = [("::", 128), ("::1", 128), ("fe80::", 10), ("ff00::", 8)]
+_V6_KEPT = [("::ffff:0:0", 96), ("fc00::", 7), ("2000::", 3)]  # ::ffff:a.b.c.d maps a.b.c.d as IPv4
+
+_OCT = r"\d\d?\d?"
+_V4T = rf"{_OCT}\.{_OCT}\.{_OCT}\.{_OCT}"
+_V4X = rf"(?P<v4>{_V4T})(?!\w|\.\d)(?:/(?P<m4>{_V4T}|\d\d?)(?!\w|\.\d))?"
+_H = r"[0-9A-Fa-f]{1,4}"
+_V6X = (
+    rf"(?P<v6>(?:(?:{_H}:){{6}}|(?:{_H}(?::{_H}){{0,5}})?::(?:{_H}:){{0,5}}){_V4T}(?!\w|\.\d)"
+    rf"|(?:{_H}:){{7}}{_H}(?![\w:]|\.\d)"
+    rf"|(?:{_H}(?::{_H}){{0,6}})?::(?:{_H}(?::{_H}){{0,6}})?(?![\w:]|\.\d))"
+    rf"(?:/(?P<m6>\d\d?\d?)(?!\w|\.\d))?"
+)
+_V4_RE = re.compile(_V4X)
+_ANY_RE = re.compile(rf"{_V6X}|{_V4X}")
+_V6_HINT = re.compile(r"::|:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){5}:")
+_HOST_RE = re.compile(r"ip-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)(?!\d|-\d)")
+
+
+def _v4_int(s: str) -> int | None:
+    n = 0
+    for part in s.split("."):
+        if len(part) > 1 and part[0] == "0":
+            return None  # 010: not how any tool here prints an address
+        o = int(part)
+        if o > 255:
+            return None
+        n = n << 8 | o
+    return n
+
+
+def _fmt4(n: int) -> str:
+    return f"{n >> 24}.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}"
+
+
+def _glued(s: str, i: int, extra: str) -> bool:
+    """Whether the candidate at ``s[i]`` continues a word (v1.2.3.4, x.10.0.0.1): not an address."""
+    if i == 0:
+        return False
+    c = s[i - 1]
+    return c.isalnum() or c == "_" or c in extra
+
+
+def _mask_len(mask: int, bits: int) -> int | None:
+    inv = ~mask & ((1 << bits) - 1)
+    return bits - inv.bit_length() if inv & (inv + 1) == 0 else None
+
+
+class IpPseudonyms:
+    """Consistent, prefix-preserving pseudonyms for every address in a bundle.
+
+    Use one instance for all artifacts of a bundle: the same address always gets the same
+    pseudonym, distinct addresses distinct ones, and subnet relations survive."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        k = key if key is not None else os.urandom(32)
+        self._v4 = _Family(k, 4, 32, _V4_IDENTITY, _V4_KEPT)
+        self._v6 = _Family(k, 6, 128, _V6_IDENTITY, _V6_KEPT)
+        self._tokens: dict[str, str] = {}
+
+    # -- single addresses ------------------------------------------------------------------
+
+    def map4(self, a: int) -> int:
+        """The pseudonym of IPv4 address ``a`` (as an integer)."""
+        return self._v4.map(a)
+
+    def map6(self, a: int) -> int:
+        """The pseudonym of IPv6 address ``a`` (as an integer)."""
+        if a >> 32 == 0xFFFF:  # IPv4-mapped: keep it consistent with the IPv4 pseudonym
+            return (0xFFFF << 32) | self._v4.map(a & 0xFFFFFFFF)
+        return self._v6.map(a)
+
+    def address(self, addr: str) -> str:
+        """The pseudonym of one address or CIDR (``10.1.2.3``, ``fd00::1``, ``10.244.0.0/16``).
+
+        Raises ValueError when ``addr`` is neither."""
+        base, _, plen = addr.partition("/")
+        a = ipaddress.ip_address(base)
+        if plen and (not plen.isdigit() or int(plen) > a.max_prefixlen):
+            raise ValueError(f"not an address or CIDR: {addr!r}")
+        if a.version == 4:
+            return self._cidr4(int(a), int(plen) if plen else None, plen)
+        return self._cidr6(int(a), "." in base, int(plen) if plen else None, plen)
+
+    def _cidr4(self, a: int, plen: int | None, suffix: str) -> str:
+        out = self._v4.map(a)
+        if plen is not None:
+            host = (1 << (32 - plen)) - 1
+            if a & host == 0:
+                out &= ~host
+        return _fmt4(out) + (f"/{suffix}" if suffix else "")
+
+    def _cidr6(self, a: int, dotted: bool, plen: int | None, suffix: str) -> str:
+        out = self.map6(a)
+        if plen is not None:
+            host = (1 << (128 - plen)) - 1
+            if a & host == 0:
+                out &= ~host
+        if out >> 32 == 0xFFFF:
+            lo = out & 0xFFFFFFFF
+            text = "::ffff:" + (_fmt4(lo) if dotted else f"{lo >> 16:x}:{lo & 0xFFFF:x}")
+        else:
+            text = ipaddress.IPv6Address(out).compressed
+        return text + (f"/{suffix}" if suffix else "")
+
+    # -- text ------------------------------------------------------------------------------
+
+    def text(self, s: str) -> str:
+        """``s`` with every IPv4/IPv6 address, CIDR and ``ip-A-B-C-D`` host name pseudonymised."""
+        if "ip-" in s:
+            s = _HOST_RE.sub(self._subhost, s)
+        if _V6_HINT.search(s):
+            return _ANY_RE.sub(self._sub, s)
+        if "." in s:
+            return _V4_RE.sub(self._sub4, s)
+        return s
+
+    def data(self, data: bytes) -> bytes:
+        """:meth:`text` over an artifact's bytes (undecodable bytes pass through)."""
+        return self.text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+    def _subhost(self, m: re.Match[str]) -> str:
+        if _glued(m.string, m.start(), ""):
+            return m.group()
+        a = _v4_int(".".join(m.groups()))
+        if a is None:
+            return m.group()
+        return "ip-" + _fmt4(self._v4.map(a)).replace(".", "-")
+
+    def _sub(self, m: re.Match[str]) -> str:
+        if m.group("v6") is None:
+            return self._sub4(m)
+        tok = m.group()
+        if _glued(m.string, m.start(), ":."):
+            return _V4_RE.sub(self._sub4, tok)  # part of a word, but a dotted tail may be IPv4
+        out = self._tokens.get(tok)
+        if out is None:
+            out = self._tokens[tok] = self._token6(m)
+        return out
+
+    def _sub4(self, m: re.Match[str]) -> str:
+        tok = m.group()
+        if _glued(m.string, m.start(), "."):
+            return tok
+        out = self._tokens.get(tok)
+        if out is None:
+            out = self._tokens[tok] = self._token4(m)
+        return out
+
+    def _token6(self, m: re.Match[str]) -> str:
+        v6, plen = m.group("v6"), m.group("m6")
+        try:
+            a = int(ipaddress.IPv6Address(v6))
+        except ValueError:
+            return _V4_RE.sub(self._sub4, m.group())  # not IPv6 after all: a dotted tail may be IPv4
+        if plen is not None and int(plen) > 128:
+            return self._cidr6(a, "." in v6, None, "") + "/" + plen
+        return self._cidr6(a, "." in v6, int(plen) if plen else None, plen or "")
+
+    def _token4(self, m: re.Match[str]) -> str:
+        a4 = _v4_int(m.group("v4"))
+        if a4 is None:
+            return m.group()
+        mask = m.group("m4")
+        if mask is None:
+            return _fmt4(self._v4.map(a4))
+        if "." in mask:
+            mv = _v4_int(mask)
+            n = _mask_len(mv, 32) if mv is not None else None
+            if n is None:
+                return _fmt4(self._v4.map(a4)) + "/" + mask
+            return self._cidr4(a4, n, "") + "/" + mask
+        if int(mask) > 32:
+            return _fmt4(self._v4.map(a4)) + "/" + mask
+        return self._cidr4(a4, int(mask), mask)
