@@ -74,8 +74,7 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
     progress("kube-proxy: process")
     procs = find_kube_proxy(host.path("/proc"))
     if not procs:
-        for path in ("kube-proxy/cmdline.txt", "kube-proxy/version.txt", "kube-proxy/config.yaml"):
-            out.skipped.append(NotCollected(path, "no kube-proxy process runs on this node"))
+        out.skipped.append(NotCollected("kube-proxy/", "no kube-proxy process runs on this node"))
         _logs(runner, out, None)
         return out
     pid, argv = procs[0]

@@ -189,8 +189,7 @@ def _rules(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollecti
 
 def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
     if not os.path.exists(runner.host.net_proc("net/ip_vs")) or not kernel.present("ip_vs"):
-        for path in ("node/ipvsadm-list.txt", "node/ipvsadm-save.txt"):
-            out.add(NotCollected(path, "ip_vs is not loaded (no /proc/net/ip_vs): IPVS is not in use"))
+        out.add(NotCollected("node/ipvsadm-*.txt", "ip_vs is not loaded (no /proc/net/ip_vs): IPVS is not in use"))
         return
     progress("node: ipvsadm")
     out.add(runner.command("node/ipvsadm-list.txt", ["ipvsadm", "-Ln"], 20))
