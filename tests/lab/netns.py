@@ -224,3 +224,16 @@ def lab_available() -> str | None:
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         return f"ip netns is not usable: {e}"
     return None
+
+
+def require_lab() -> None:
+    """Skip the calling test module when the lab cannot run here, with the reason; in CI (``$CI``
+    set) fail instead, because there the lab must run. Call it at module level."""
+    import pytest
+
+    reason = lab_available()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"the netns lab must run in CI: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)

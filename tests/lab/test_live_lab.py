@@ -26,17 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from .iptables_capture import load
-from .netns import Netns, lab_available
+from .netns import Netns, require_lab
 from .topology import Lab
 
-_REASON = lab_available()
-if _REASON is not None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the netns lab must run in CI: {_REASON}", pytrace=False)
-    pytest.skip(_REASON, allow_module_level=True)
+require_lab()
 
 FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream" / "iptables"
 NAME = "TestOverallIPTablesRules"

@@ -21,14 +21,10 @@ from pathlib import Path
 import pytest
 
 from .iptables_capture import load
-from .netns import Netns, lab_available
+from .netns import Netns, require_lab
 from .test_live_lab import RULES, lock_held
 
-_REASON = lab_available()
-if _REASON is not None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the netns lab must run in CI: {_REASON}", pytrace=False)
-    pytest.skip(_REASON, allow_module_level=True)
+require_lab()
 
 SAVES = ("iptables-legacy-save", "iptables-nft-save", "ip6tables-legacy-save", "ip6tables-nft-save")
 

@@ -8,13 +8,9 @@ import subprocess
 import pytest
 
 from .iptables_capture import KEYS, capture, capture_errors, load
-from .netns import PREFIX, Netns, cleanup_stale, lab_available, list_netns
+from .netns import PREFIX, Netns, cleanup_stale, list_netns, require_lab
 
-_REASON = lab_available()
-if _REASON is not None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the netns lab must run in CI: {_REASON}", pytrace=False)
-    pytest.skip(_REASON, allow_module_level=True)
+require_lab()
 
 OURS = f"{PREFIX}{os.getpid()}-"  # every namespace this test process creates starts with this
 PAYLOAD = """*filter

@@ -10,7 +10,6 @@ the node really has: ``iptables-save`` and ``ip -j addr`` taken inside the node 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -21,14 +20,10 @@ from kpdoctor.dataplane.trace import trace
 from kpdoctor.facts import Facts
 
 from .iptables_capture import load
-from .netns import lab_available
+from .netns import require_lab
 from .topology import Lab
 
-_REASON = lab_available()
-if _REASON is not None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the netns lab must run in CI: {_REASON}", pytrace=False)
-    pytest.skip(_REASON, allow_module_level=True)
+require_lab()
 
 FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream" / "iptables"
 NAME = "TestOverallIPTablesRules"
