@@ -426,3 +426,11 @@ def test_a_bundle_with_redacted_addresses_diagnoses_the_same(tmp_path: Path) -> 
         blob = b"".join(fh.read() for m in tf.getmembers() if (fh := tf.extractfile(m)) is not None)
     for original in (NODE_IP, *PODS, "172.30.0.41", CLIENT_IP):
         assert not re.search(rb"(?<![\d.])" + re.escape(original.encode()) + rb"(?![\d])", blob), original
+
+
+def test_no_namespace_of_this_run_is_left() -> None:
+    """Every namespace the cases above made is gone, failed cases included (Lab and Netns delete
+    theirs on the way out)."""
+    from .netns import PREFIX, list_netns
+
+    assert list_netns(f"{PREFIX}{os.getpid()}-") == []
