@@ -9,7 +9,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,14 +17,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from kpdoctor import __version__
-from kpdoctor.bundle.writer import Bundle, write_dir, write_tar
 from kpdoctor.checks import CHECKS, find
-from kpdoctor.collect.live import CollectError, LiveOptions
-from kpdoctor.collect.live import collect as collect_live
 from kpdoctor.demo import DEMOS, demo_path
 from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import Severity
 from kpdoctor.report import FORMATS
+
+if TYPE_CHECKING:  # the collector is imported only when a command collects (startup time)
+    from kpdoctor.bundle.writer import Bundle
+    from kpdoctor.collect.live import LiveOptions
 
 app = typer.Typer(
     name="kpdoctor",
@@ -169,8 +170,14 @@ class Live:
     ) -> None:
         self.enabled = enabled
         self.save_bundle = save_bundle
-        self.opts = LiveOptions(host_root, kubeconfig, context, node, not no_cluster, interval, timeout, redact_ips)
+        self._args = (host_root, kubeconfig, context, node, not no_cluster, interval, timeout, redact_ips)
         self._tmp: str | None = None
+
+    @property
+    def opts(self) -> LiveOptions:
+        from kpdoctor.collect.live import LiveOptions
+
+        return LiveOptions(*self._args)
 
     def paths(self, paths: list[str]) -> list[str]:
         """``paths`` plus the folder of a fresh live bundle (exits 2 if collection cannot start)."""
@@ -183,6 +190,8 @@ class Live:
                 raise typer.Exit(2)
             return paths
         import tempfile
+
+        from kpdoctor.bundle.writer import write_dir
 
         bundle = _collect(self.opts)
         self._tmp = tempfile.mkdtemp(prefix="kpdoctor-live-")
@@ -200,6 +209,9 @@ class Live:
 
 def _collect(opts: LiveOptions) -> Bundle:
     """Run a live collection with progress on a terminal; exit 2 when it cannot start."""
+    from kpdoctor.collect.live import CollectError
+    from kpdoctor.collect.live import collect as collect_live
+
     console = Console(stderr=True, highlight=False)
     try:
         if console.is_terminal:
@@ -219,6 +231,8 @@ def _collect(opts: LiveOptions) -> Bundle:
 
 
 def _save(bundle: Bundle, dest: Path) -> None:
+    from kpdoctor.bundle.writer import write_tar
+
     name = dest.name
     for suffix in (".tar.gz", ".tgz"):
         name = name.removesuffix(suffix)
@@ -346,6 +360,8 @@ def collect(
     if not folder:
         _save(bundle, output)
     else:
+        from kpdoctor.bundle.writer import write_dir
+
         try:
             write_dir(bundle, output)
         except OSError as exc:
