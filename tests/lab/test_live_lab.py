@@ -232,7 +232,7 @@ def lock_held(ns: Netns, lockfile: Path) -> Iterator[subprocess.Popen[str]]:
         holder.stdin.write("*filter\n")
         holder.stdin.flush()
         deadline = time.monotonic() + 10
-        while str(lockfile) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             if any(f" {holder.pid} " in line and "FLOCK" in line for line in Path("/proc/locks").read_text().splitlines()):
                 break
             time.sleep(0.05)

@@ -15,11 +15,11 @@ import os
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kpdoctor.collect.record import Collected, NotCollected, Progress, utc_now
-from kpdoctor.collect.runner import Runner, resolve_in_root
-from kpdoctor.parse.kpconfig import kube_proxy_args
+from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress, utc_now
+from kpdoctor.collect.runner import Runner, resolve_in_root, same_file
+from kpdoctor.parse.kpconfig import Source, kube_proxy_args, parse_argv
 
 LOG_TAIL = 32 * 1024**2  # the newest part of a log is the part that explains "now"
 HEALTHZ_PORT = 10256
@@ -28,15 +28,9 @@ LAUNCHERS = ("kube-proxy", "hyperkube", "go-runner")
 
 
 @dataclass
-class KubeProxyCollection:
-    artifacts: list[Collected] = field(default_factory=list)
-    skipped: list[NotCollected] = field(default_factory=list)
+class KubeProxyCollection(Gathered):
     pid: int | None = None
     logs_found: bool = False
-
-    def add(self, result: Collected | NotCollected) -> Collected | NotCollected:
-        (self.artifacts if isinstance(result, Collected) else self.skipped).append(result)  # type: ignore[arg-type]
-        return result
 
 
 def find_kube_proxy(proc_root: str) -> list[tuple[int, list[str]]]:
@@ -57,15 +51,6 @@ def find_kube_proxy(proc_root: str) -> list[tuple[int, list[str]]]:
         if argv and argv[0].rsplit("/", 1)[-1] in LAUNCHERS and kube_proxy_args(argv) is not None:
             found.append((pid, argv))
     return found
-
-
-def _flag(args: list[str], name: str) -> str | None:
-    for i, a in enumerate(args):
-        if a.startswith(f"--{name}="):
-            return a.split("=", 1)[1]
-        if a == f"--{name}" and i + 1 < len(args):
-            return args[i + 1]
-    return None
 
 
 def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: bool) -> KubeProxyCollection:
@@ -91,9 +76,9 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
             round((time.monotonic() - t0) * 1000),
         )
     )
-    args = kube_proxy_args(argv) or []
+    flags = {k: v.value for k, v in parse_argv(kube_proxy_args(argv) or [], Source("", None, "")).items()}
     croot = host.path(f"/proc/{pid}/root")
-    config = _flag(args, "config")
+    config = flags.get("config")
     if config:
         progress("kube-proxy: config file")
         where = resolve_in_root(croot, config)
@@ -111,29 +96,21 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
         exe = argv[0]
     exe = exe.removesuffix(" (deleted)")
     out.add(runner.command("kube-proxy/version.txt", [exe, "--version"], 5, root=croot))
-    if not _same_root(croot, host.path("/")):
+    if not same_file(croot, host.path("/")):
         out.add(runner.command("kube-proxy/iptables-version.txt", ["iptables", "--version"], 5, root=croot))
     _logs(runner, out, pid)
     if in_node_netns:
         progress("kube-proxy: healthz and metrics")
-        _http(out, "kube-proxy/healthz.json", _port(args, "healthz-bind-address", HEALTHZ_PORT), "/healthz")
-        _http(out, "kube-proxy/metrics.txt", _port(args, "metrics-bind-address", METRICS_PORT), "/metrics")
+        _http(out, "kube-proxy/healthz.json", _port(flags, "healthz-bind-address", HEALTHZ_PORT), "/healthz")
+        _http(out, "kube-proxy/metrics.txt", _port(flags, "metrics-bind-address", METRICS_PORT), "/metrics")
     else:
         for path in ("kube-proxy/healthz.json", "kube-proxy/metrics.txt"):
             out.skipped.append(NotCollected(path, "not in the node's network namespace: its loopback is not reachable"))
     return out
 
 
-def _same_root(a: str, b: str) -> bool:
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-    except OSError:
-        return True
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-def _port(args: list[str], flag: str, default: int) -> int:
-    value = _flag(args, flag) or ""
+def _port(flags: dict[str, str], flag: str, default: int) -> int:
+    value = flags.get(flag, "")
     m = re.search(r":(\d+)$", value)
     return int(m.group(1)) if m else default
 

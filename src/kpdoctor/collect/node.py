@@ -11,13 +11,14 @@ already there. Counters are read twice, ``interval`` seconds apart, so checks se
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kpdoctor.collect.record import Collected, NotCollected, Progress
+from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress
 from kpdoctor.collect.runner import Runner
+from kpdoctor.parse.sysctl import parse_sysctl
+from kpdoctor.parse.system import parse_hostname, parse_ip_addr
 
 Result = Collected | NotCollected
 
@@ -25,18 +26,9 @@ CONNTRACK_ENTRIES_MAX = 200_000  # listing more takes long and yields a huge art
 
 
 @dataclass
-class NodeCollection:
-    artifacts: list[Collected] = field(default_factory=list)
-    skipped: list[NotCollected] = field(default_factory=list)
+class NodeCollection(Gathered):
     hostname: str | None = None
     addresses: list[str] = field(default_factory=list)
-
-    def add(self, result: Result) -> Result:
-        if isinstance(result, Collected):
-            self.artifacts.append(result)
-        else:
-            self.skipped.append(result)
-        return result
 
     def get(self, path: str) -> Collected | None:
         return next((a for a in self.artifacts if a.path == path), None)
@@ -87,7 +79,7 @@ def collect_node(runner: Runner, progress: Progress, *, interval: float = 5.0) -
     progress("node: identity")
     hostname = out.add(runner.read("node/hostname", host.path("/proc/sys/kernel/hostname")))
     if isinstance(hostname, Collected):
-        out.hostname = hostname.data.decode("utf-8", "replace").strip() or None
+        out.hostname = parse_hostname(hostname.data.decode("utf-8", "replace"))
     out.add(runner.command("node/uname.txt", ["uname", "-a"], 5))
     osr = runner.read("node/os-release", host.path("/etc/os-release"))
     if isinstance(osr, NotCollected):
@@ -101,7 +93,7 @@ def collect_node(runner: Runner, progress: Progress, *, interval: float = 5.0) -
     progress("node: addresses, routes, links")
     addr = out.add(runner.command("node/ip-addr.json", ["ip", "-j", "addr"], 10))
     if isinstance(addr, Collected):
-        out.addresses = re.findall(r'"local"\s*:\s*"([^"]+)"', addr.data.decode("utf-8", "replace"))
+        out.addresses = [str(ip) for ip in parse_ip_addr(addr.data.decode("utf-8", "replace"))]
     out.add(runner.command("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], 10))
     out.add(runner.command("node/ip-link.json", ["ip", "-j", "-d", "link"], 10))
     progress("node: sysctl")
@@ -201,8 +193,8 @@ def _conntrack_entries(runner: Runner, kernel: Kernel, progress: Progress, out: 
     sysctl = out.get("node/sysctl.txt")
     count = None
     if sysctl is not None:
-        m = re.search(rb"^net\.netfilter\.nf_conntrack_count = (\d+)", sysctl.data, re.M)
-        count = int(m.group(1)) if m else None
+        setting = parse_sysctl(sysctl.data.decode("utf-8", "replace")).get("net.netfilter.nf_conntrack_count")
+        count = int(setting.value) if setting is not None and setting.value.isdigit() else None
     if count is not None and count > CONNTRACK_ENTRIES_MAX:
         out.add(NotCollected(path, f"{count} connections tracked: too many to list"))
         return

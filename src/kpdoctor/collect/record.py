@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 Progress = Callable[[str], None]
@@ -62,6 +62,21 @@ class NotCollected:
 
     def manifest_entry(self) -> dict[str, str]:
         return {"path": self.path, "reason": self.reason}
+
+
+@dataclass
+class Gathered:
+    """What one collection step got: artifacts, and the absent ones with why."""
+
+    artifacts: list[Collected] = field(default_factory=list)
+    skipped: list[NotCollected] = field(default_factory=list)
+
+    def add(self, result: Collected | NotCollected) -> Collected | NotCollected:
+        if isinstance(result, Collected):
+            self.artifacts.append(result)
+        else:
+            self.skipped.append(result)
+        return result
 
 
 class Budget:

@@ -62,6 +62,27 @@ def resolve_in_root(root: str, path: str, hops: int = 40) -> str | None:
     return "/" + "/".join(done)
 
 
+def find_program(root: str, name: str) -> str | None:
+    """``name`` (a path, or looked up in :data:`SEARCH_PATH`) resolved inside ``root``."""
+    if name.startswith("/"):
+        return resolve_in_root(root, name)
+    for d in SEARCH_PATH:
+        found = resolve_in_root(root, f"{d}/{name}")
+        if found:
+            return found
+    return None
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths are one file (a namespace, a root); True when it cannot be told, so an
+    unreadable /proc keeps the collector where it is."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return True
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def is_elf(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
@@ -83,7 +104,7 @@ class Host:
         root = os.path.abspath(host_root) if host_root else "/"
         if root == "/":
             return cls("/", False)
-        enter = not _same_netns(os.path.join(root, "proc/1/ns/net"), "/proc/self/ns/net")
+        enter = not same_file(os.path.join(root, "proc/1/ns/net"), "/proc/self/ns/net")
         return cls(root, enter)
 
     @property
@@ -102,10 +123,7 @@ class Host:
 
     def which(self, name: str) -> str | None:
         """The node's own binary ``name`` (path inside the node's root), if it is installed."""
-        for d in SEARCH_PATH:
-            if os.path.lexists(self.path(f"{d}/{name}")):
-                return f"{d}/{name}"
-        return None
+        return find_program(self.root, name)
 
     def argv(self, argv: list[str]) -> list[str]:
         prefix: list[str] = []
@@ -114,13 +132,6 @@ class Host:
         if self.enter_netns:
             prefix += ["nsenter", "--net=/proc/1/ns/net", "--"]
         return prefix + argv
-
-
-def _same_netns(a: str, b: str) -> bool:
-    try:
-        return os.stat(a).st_ino == os.stat(b).st_ino and os.stat(a).st_dev == os.stat(b).st_dev
-    except OSError:
-        return True  # cannot tell (no host /proc): stay where we are
 
 
 class Runner:
@@ -141,14 +152,7 @@ class Runner:
         """
         program = argv[0]
         where = root if root is not None else self.host.root
-        if program.startswith("/"):
-            found = resolve_in_root(where, program)
-        else:
-            found = None
-            for d in SEARCH_PATH:
-                found = resolve_in_root(where, f"{d}/{program}")
-                if found:
-                    break
+        found = find_program(where, program)
         if found is None:
             return NotCollected(path, f"{program} is not installed")
         if not is_elf(os.path.join(where, found.lstrip("/"))):
