@@ -277,7 +277,7 @@ def diagnose(
     paths: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[PATH]...",
+            metavar="PATH",
             help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
             "kubectl JSON/YAML, pasted terminal sessions...",
             show_default=False,
@@ -382,7 +382,7 @@ def verify(
     paths: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[PATH]...",
+            metavar="PATH",
             help="iptables-save output (both backends, both families) plus the cluster's Services and "
             "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too.",
             show_default=False,
@@ -464,7 +464,7 @@ def trace(
     paths: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[PATH]...",
+            metavar="PATH",
             help="iptables-save output (and, for --service, the cluster's objects).",
             show_default=False,
         ),
