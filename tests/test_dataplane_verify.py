@@ -354,7 +354,19 @@ def test_missing_node_identity_makes_local_cases_uncertain(tmp_path: Path) -> No
 
 
 def _fields(cr: Any) -> tuple[Any, ...]:
-    return (cr.src, cr.src_neg, cr.dst, cr.dst_neg, cr.proto, cr.proto_neg, cr.dport, cr.dport_neg, cr.conds, cr.target)
+    return (
+        cr.src,
+        cr.src_neg,
+        cr.dst,
+        cr.dst_neg,
+        cr.proto,
+        cr.proto_neg,
+        cr.dport,
+        cr.dport_neg,
+        cr.prob,
+        cr.conds,
+        cr.target,
+    )
 
 
 def test_fast_compile_path_equals_the_general_one() -> None:
@@ -372,7 +384,7 @@ def test_fast_compile_path_equals_the_general_one() -> None:
     fast = 0
     for text in texts:
         for rule in parse_save(text, "x", None, 4).all_rules():
-            f = _compile_fast(rule, rule.args_text or "")
+            f = _compile_fast(rule)
             if f is not None:
                 fast += 1
                 assert _fields(f) == _fields(compile_general(rule)), rule.text

@@ -377,6 +377,7 @@ class Evaluator:
             if dp is not None and _in_ranges(dport, dp) == r.dport_neg:
                 pos += 1
                 continue
+            pm = r.prob  # a plain -m statistic --mode random: no other condition
             if r.conds:
                 try:
                     pm = self._match(r, st)
@@ -388,6 +389,7 @@ class Evaluator:
                             key, r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)
                         ) from None
                     pm = self._match_rest(r, st) if forced else 0.0
+            if pm is not None:
                 if pm <= 0.0:
                     pos += 1
                     continue

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.dataplane.rules import address_span
+from kpdoctor.dataplane.rules import host_address
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.versions import KubeVersion
@@ -254,8 +254,8 @@ def _endpoints_from_v1(obj: K8sObject, port_name: str, protocol: str, family: in
 
 
 def _family(ip: str) -> int | None:
-    span = address_span(ip)
-    return span[0] if span is not None and span[1] == span[2] else None
+    a = host_address(ip)
+    return a.version if a is not None else None
 
 
 def service_ports(
@@ -399,8 +399,8 @@ def alternatives(
 
 def _pick(cands: Iterable[str], avoid: list[IPNetwork], family: int) -> IPAddress | None:
     for c in cands:
-        a = ipaddress.ip_address(c)
-        if a.version == family and not any(a in n for n in avoid):
+        a = host_address(c)
+        if a is not None and a.version == family and not any(a in n for n in avoid):
             return a
     return None
 
@@ -444,8 +444,9 @@ def _case(
 def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour) -> list[Case]:
     """The traffic classes the cluster defines for this node, per Service port."""
     out: list[Case] = []
+    clients = {f: pod_client(node, f) for f in (4, 6)}
     for sp in sps:
-        out.extend(_cases_for(sp, node, beh))
+        out.extend(_cases_for(sp, node, beh, clients[sp.family]))
     return out
 
 
@@ -458,10 +459,9 @@ def pod_client(node: NodeView, family: int) -> IPAddress:
     return ipaddress.ip_address(DEFAULT_POD_CLIENT[family])
 
 
-def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
+def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour, pod_src: IPAddress) -> list[Case]:
     fam = sp.family
     pods = [n for n in node.pod_cidrs if n.version == fam]
-    pod_src = pod_client(node, fam)
     node_ip = node.primary(fam)
     out: list[Case] = []
     case = functools.partial(_case, sp, node, beh, {})
@@ -471,7 +471,7 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
     external = [sp.etp_local]
     no_node = None if node_ip else "node addresses unknown (no Node object or ip addr output)"
     if sp.cluster_ip:
-        cip = ipaddress.ip_address(sp.cluster_ip)
+        cip = host_address(sp.cluster_ip)
         out.append(case("pod-to-clusterip", pod_src, cip, sp.port, "prerouting", internal))
         out.append(case("node-to-clusterip", node_ip, cip, sp.port, "output", internal, unknown=no_node))
     avoid: list[IPNetwork] = [*pods, *sp.source_ranges]
@@ -479,9 +479,9 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour) -> list[Case]:
     if sp.node_port:
         out.append(case("external-to-nodeport", ext, node_ip, sp.node_port, "prerouting", external, unknown=no_node))
     for ip in sp.external_ips:
-        out.append(case("external-to-externalip", ext, ipaddress.ip_address(ip), sp.port, "prerouting", external))
+        out.append(case("external-to-externalip", ext, host_address(ip), sp.port, "prerouting", external))
     for ip in sp.lb_ips:
-        lb = ipaddress.ip_address(ip)
+        lb = host_address(ip)
         if not sp.source_ranges:
             out.append(case("external-to-loadbalancer", ext, lb, sp.port, "prerouting", external))
             continue

@@ -14,6 +14,7 @@ rules.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ class CompiledRule:
         "dport_neg",
         "dst",
         "dst_neg",
+        "prob",
         "proto",
         "proto_neg",
         "rule",
@@ -64,18 +66,30 @@ class CompiledRule:
         "target",
     )
 
-    def __init__(self, rule: Rule) -> None:
+    def __init__(
+        self,
+        rule: Rule,
+        src: Span | None = None,
+        src_neg: bool = False,
+        dst: Span | None = None,
+        dst_neg: bool = False,
+        proto: str | None = None,
+        dport: tuple[tuple[int, int], ...] | None = None,
+        prob: float | None = None,
+        target: Target | None = None,
+    ) -> None:
         self.rule = rule
-        self.src: Span | None = None
-        self.src_neg = False
-        self.dst: Span | None = None
-        self.dst_neg = False
-        self.proto: str | None = None
+        self.src = src
+        self.src_neg = src_neg
+        self.dst = dst
+        self.dst_neg = dst_neg
+        self.proto = proto
         self.proto_neg = False
-        self.dport: tuple[tuple[int, int], ...] | None = None
+        self.dport = dport
         self.dport_neg = False
+        self.prob = prob  # the rule's only condition: -m statistic --mode random (checked inline)
         self.conds: tuple[Cond, ...] = ()
-        self.target: Target | None = None
+        self.target = target
 
     @property
     def line(self) -> int:
@@ -215,6 +229,7 @@ _TOKENS: dict[str, int] = {
 # order: read with one regular expression instead of token by token. Anything else (or anything
 # this cannot represent exactly) takes the general path below; a test holds the two equal.
 _FAST = re.compile(
+    r"-A \S+ "
     r"(?:(?P<sneg>! )?-s (?P<s>[0-9a-fA-F.:/]+) )?"
     r"(?:(?P<dneg>! )?-d (?P<d>[0-9a-fA-F.:/]+) )?"
     r"(?:-p (?P<p>tcp|udp|sctp) )?"
@@ -227,7 +242,6 @@ _FAST = re.compile(
 
 
 _SPANS: dict[str, Span | None] = {}
-_STATISTIC: dict[str, tuple[Cond, ...]] = {}
 
 
 def address_span(text: str) -> Span | None:
@@ -235,69 +249,98 @@ def address_span(text: str) -> Span | None:
     again: ``! -s 10.0.0.0/8`` in every Service chain, each endpoint in ``-s`` and its DNAT)."""
     span = _SPANS.get(text, False)
     if span is False:
-        if len(_SPANS) > 500_000:
+        if len(_SPANS) > 100_000:
             _SPANS.clear()
         span = _SPANS[text] = parse_span(text)
     return span  # type: ignore[return-value]
 
 
-def _compile_fast(rule: Rule, text: str) -> CompiledRule | None:
-    m = _FAST.fullmatch(text)
+_HOSTS: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address | None] = {}
+
+
+def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A single address without a prefix length (a Service's or an endpoint's IP), or None;
+    memoised, and built from the integer (``ipaddress`` parsing is the slow part for a cluster's
+    tens of thousands of addresses)."""
+    got = _HOSTS.get(text, False)
+    if got is False:
+        if len(_HOSTS) > 200_000:
+            _HOSTS.clear()
+        span = address_span(text) if "/" not in text else None
+        if span is None or span[1] != span[2]:
+            got = None
+        else:
+            got = ipaddress.IPv4Address(span[1]) if span[0] == 4 else ipaddress.IPv6Address(span[1])
+        _HOSTS[text] = got
+    return got  # type: ignore[return-value]
+
+
+def _compile_fast(rule: Rule) -> CompiledRule | None:
+    """The canonical shapes (see ``_FAST``) straight from the rule's line, or None."""
+    m = _FAST.fullmatch(rule.body)
     if m is None:
         return None
     sneg, s, dneg, d, p, mod, dport, prob, jg, name, to, xm = m.groups()
     if mod and mod != p:
         return None  # -m tcp without -p tcp: iptables would refuse it; let the general path judge
-    cr = CompiledRule(rule)
+    src = dst = None
     if s:
-        span = address_span(s)
-        if span is None:
+        src = address_span(s)
+        if src is None:
             return None
-        cr.src, cr.src_neg = span, sneg is not None
     if d:
-        span = address_span(d)
-        if span is None:
+        dst = address_span(d)
+        if dst is None:
             return None
-        cr.dst, cr.dst_neg = span, dneg is not None
-    if p:
-        cr.proto = p
+    ports = None
     if dport:
-        port = int(dport)
-        cr.dport = ((port, port),)
-    if prob:
-        conds = _STATISTIC.get(prob)
-        if conds is None:
-            conds = _STATISTIC[prob] = (Cond("statistic", ("random", float(prob))),)
-        cr.conds = conds
-    goto = jg == "g"
+        ports = _PORTS.get(dport)
+        if ports is None:
+            port = int(dport)
+            ports = _PORTS[dport] = ((port, port),)
     if to is not None:
         if name != "DNAT":
             return None
-        cr.target = _dnat(to, goto)
+        target = _dnat(to, jg == "g")
     elif xm is not None:
         if name != "MARK":
             return None
         key = ("MARK", xm)
-        t = _PLAIN.get(key)
-        if t is None:
-            t, _ = _target(("-j", name, "--set-xmark", xm), 0)
-            _PLAIN[key] = t
-        cr.target = t
-    elif name in ("DNAT", "MARK", "REDIRECT", "SNAT", "REJECT", "CT", "LOG"):
+        marked = _PLAIN.get(key)
+        if marked is None:
+            marked, _ = _target(("-j", name, "--set-xmark", xm), 0)
+            _PLAIN[key] = marked
+        target = marked
+    elif name in _OPTIONED:
         return None  # targets with options the pattern does not capture
     else:
-        cr.target = _plain_target(name, goto)
-    return cr
+        target = _PLAIN.get((name, jg == "g")) or _plain_target(name, jg == "g")
+    return CompiledRule(
+        rule,
+        src,
+        sneg is not None,
+        dst,
+        dneg is not None,
+        p,
+        ports,
+        (_PROBS.get(prob) or _probability(prob)) if prob else None,
+        target,
+    )
+
+
+_OPTIONED = frozenset({"DNAT", "MARK", "REDIRECT", "SNAT", "REJECT", "CT", "LOG"})
+_PORTS: dict[str, tuple[tuple[int, int], ...]] = {}
+_PROBS: dict[str, float] = {}
+
+
+def _probability(text: str) -> float:
+    p = _PROBS[text] = float(text)
+    return p
 
 
 def compile_rule(rule: Rule) -> CompiledRule:
     """Turn ``-A CHAIN ...`` into fields, conditions and a target."""
-    text = rule.args_text
-    if text is not None:
-        fast = _compile_fast(rule, text)
-        if fast is not None:
-            return fast
-    return compile_general(rule)
+    return _compile_fast(rule) or compile_general(rule)
 
 
 def compile_general(rule: Rule) -> CompiledRule:
@@ -358,7 +401,9 @@ def compile_general(rule: Rule) -> CompiledRule:
             conds.append(Cond("ctstate", frozenset(nxt.upper().split(",")), neg))
             i += 2
         neg = False
-    if conds:
+    if len(conds) == 1 and conds[0].kind == "statistic" and not conds[0].negated and conds[0].value[0] == "random":  # type: ignore[index]
+        cr.prob = conds[0].value[1]  # type: ignore[index]
+    elif conds:
         cr.conds = tuple(conds)
     return cr
 

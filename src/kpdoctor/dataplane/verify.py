@@ -31,7 +31,7 @@ from kpdoctor.dataplane.expected import (
     pod_client,
     service_ports,
 )
-from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables
+from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables, host_address
 from kpdoctor.model import Cite
 from kpdoctor.parse.iptables import Rule, Ruleset
 from kpdoctor.parse.k8s import K8sObject
@@ -425,10 +425,9 @@ def owned_destinations(
                 continue
             proto = str(port.get("protocol") or "TCP").lower()
             for ip in addrs:
-                try:
-                    ips.add((int(ipaddress.ip_address(str(ip))), proto, int(port.get("port") or 0)))
-                except ValueError:
-                    continue
+                a = host_address(str(ip))
+                if a is not None:
+                    ips.add((int(a), proto, int(port.get("port") or 0)))
             if port.get("nodePort"):
                 ports.add((proto, int(port["nodePort"])))
         if spec.get("healthCheckNodePort"):
@@ -561,13 +560,17 @@ def _pack_cite(c: Cite | None) -> tuple[str, int | None, str] | None:
     return (c.artifact, c.line, "" if c.line is not None else c.text)
 
 
-def _pack(r: Result) -> Packed:
+def _pack(r: Result, share: dict[Any, Any]) -> Packed:
+    """``share`` interns equal entry and citation lists (a Service port's traffic classes mostly
+    reach the same backends through the same rules), so each travels, and is rebuilt, once."""
+    entries = tuple((e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset) for e in r.actual)
+    rules = tuple(_pack_cite(c) for c in r.rules)
     return (
         r.status,
         r.kind,
         r.note,
-        [(e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset) for e in r.actual],
-        [_pack_cite(c) for c in r.rules],
+        share.setdefault(entries, entries),
+        share.setdefault(rules, rules),
         r.stale_backends,
         r.missing_backends,
         r.uneven,
@@ -596,7 +599,9 @@ class _Texts:
         return rule_cite(art, line, rule.text) if rule is not None else Cite(art, line, "")
 
 
-def _unpack(case: Case, p: Packed, texts: _Texts) -> Result:
+def _unpack(case: Case, p: Packed, texts: _Texts, built: dict[int, list[Any]]) -> Result:
+    """The Result of a packed one; ``built`` keeps the lists already rebuilt, by the identity of
+    their packed form (interned by ``_pack``, and alive while the packed results are)."""
     sp = case.sp
     res = Result(
         sp.service,
@@ -611,8 +616,13 @@ def _unpack(case: Case, p: Packed, texts: _Texts) -> Result:
         service_cite=sp.cite,
     )
     res.kind, res.note = p[1], p[2]
-    res.actual = [Entry(b, v, pr, texts.cite(c), ch, tag) for b, v, pr, c, ch, tag in p[3]]
-    res.rules = [c for c in (texts.cite(x) for x in p[4]) if c is not None]
+    actual = built.get(id(p[3]))
+    if actual is None:
+        actual = built[id(p[3])] = [Entry(b, v, pr, texts.cite(c), ch, tag) for b, v, pr, c, ch, tag in p[3]]
+    rules = built.get(id(p[4]))
+    if rules is None:
+        rules = built[id(p[4])] = [c for c in (texts.cite(x) for x in p[4]) if c is not None]
+    res.actual, res.rules = actual, rules
     res.stale_backends, res.missing_backends, res.uneven, res.local_policy, res.local_endpoints = p[5:10]
     return res
 
@@ -639,7 +649,8 @@ def evaluate_all(
         return mine, stale_of(fams, owned, node)
 
     def child(a: int, b: int) -> list[Packed]:
-        return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node)) for i in range(a, b)]
+        share: dict[Any, Any] = {}
+        return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node), share) for i in range(a, b)]
 
     parts: list[Callable[[], Any]] = [here]
     parts += [functools.partial(child, bounds[k], bounds[k + 1]) for k in range(1, n)]
@@ -647,5 +658,7 @@ def evaluate_all(
     results, stale = done[0]
     texts = _Texts([rs for fr in fams.values() for rs, _ in fr.primary])
     for k, packed in enumerate(done[1:], start=1):
-        results.extend(_unpack(todo[i], p, texts) for i, p in zip(range(bounds[k], bounds[k + 1]), packed, strict=True))
+        built: dict[int, list[Any]] = {}
+        span = range(bounds[k], bounds[k + 1])
+        results.extend(_unpack(todo[i], p, texts, built) for i, p in zip(span, packed, strict=True))
     return results, stale

@@ -31,14 +31,20 @@ def summary(ver: Any) -> str:
 
 
 def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
-    """Rows to print, and how many ok rows were left out."""
+    """Rows to print, and how many ok rows were left out (on a large node only the problems are
+    listed, so only their rows are built)."""
     order = {"mismatch": 0, "uncertain": 1, "ok": 2}
     grouped: dict[str, list[Any]] = {}
     for r in ver.results:
         grouped.setdefault(r.label, []).append(r)
+    everything = show_all or len(grouped) <= TABLE_LIMIT
     out: list[Row] = []
+    hidden = 0
     for label, rs in grouped.items():
         status = min((r.status for r in rs), key=lambda s: order[s])
+        if status == "ok" and not everything:
+            hidden += 1
+            continue
         classes = ", ".join(
             f"{TRAFFIC_CLASSES[r.traffic][0]} {'ok' if r.status == 'ok' else r.status.upper()}" for r in rs
         )
@@ -58,7 +64,4 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
             details.append(line)
         out.append(Row(label, status, classes, details))
     out.sort(key=lambda x: (order[x.status], x.service))
-    if show_all or len(grouped) <= TABLE_LIMIT:
-        return out, 0
-    shown = [x for x in out if x.status != "ok"]
-    return shown, len(out) - len(shown)
+    return out, hidden
