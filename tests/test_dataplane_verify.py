@@ -392,31 +392,23 @@ def test_fast_compile_path_equals_the_general_one() -> None:
 
 
 def test_parallel_evaluation_equals_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kpdoctor.dataplane import verify as V
+    """Split over processes (each reads the evidence itself and evaluates its part; the parts are
+    merged), the verification is exactly the one-process one: results in order, stale rules."""
+    import kpdoctor.facts as F
 
     doc = cluster(OVERALL)
     _slice(doc, "svc4")["endpoints"] = [{"addresses": ["10.180.0.4"]}]
     doc["items"] = [it for it in doc["items"] if it["metadata"]["name"] not in ("svc1", "svc1-1")]
     paths = stage(tmp_path, OVERALL, doc=doc)
     serial = run(paths)[0].verification
-    monkeypatch.setattr(V, "PARALLEL_MIN_CASES", 1)
-    ev = load(paths)
-    facts = Facts(ev)
-    assert facts.verification is not None
-    par = V.run_verification(
-        facts.rulesets,
-        facts.objects.of("Service"),
-        facts.objects.of("EndpointSlice"),
-        [],
-        [],
-        facts.node_view,
-        V.Behaviour.of(None),
-        endpoints_exported=True,
-        workers=2,
-    )
     assert serial is not None
-    assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
-    assert par.stale and any(r.status == "mismatch" for r in par.results)
+    monkeypatch.setattr(F, "PARALLEL_MIN_BYTES", 0)
+    for workers in ("2", "3"):
+        monkeypatch.setenv("KPDOCTOR_WORKERS", workers)
+        par = Facts(load(paths)).verification
+        assert par is not None
+        assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
+        assert par.stale and any(r.status == "mismatch" for r in par.results)
 
 
 def test_stale_backends_and_sync_failure_are_one_story(tmp_path: Path) -> None:

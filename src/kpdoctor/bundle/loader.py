@@ -19,7 +19,7 @@ from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff
-from kpdoctor.bundle.transcript import Part, hint_from_command, split_transcript
+from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.model import InputProblem
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
@@ -187,7 +187,9 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, "binary data, not text evidence: skipped"))
         return
     head_text = head.decode("utf-8", errors="replace")
-    if size <= MAX_TRANSCRIPT_BYTES:
+    # A pasted session starts with its first command; a big file with no prompt in its head is
+    # one command's output, and is not read whole just to look for prompts.
+    if size <= MAX_TRANSCRIPT_BYTES and (size <= len(head) or has_prompt(head_text)):
         text = path.read_text(encoding="utf-8", errors="replace") if size > len(head) else head_text
         parts = split_transcript(text)
         if parts is not None:

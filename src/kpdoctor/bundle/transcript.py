@@ -117,6 +117,14 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
 _PROMPT_START = frozenset("[$#%>")  # a prompt starts so, or is user@host
 
 
+def has_prompt(text: str) -> bool:
+    """Does any line look like a prompt running a known command?"""
+    return any(
+        line and (line[0] in _PROMPT_START or "@" in line) and _command_of(line) is not None
+        for line in text.splitlines()
+    )
+
+
 def split_transcript(text: str) -> list[Part] | None:
     """The parts of a transcript, or None when the text is not a transcript."""
     lines = text.splitlines()

@@ -101,15 +101,23 @@ class Outcome:
     verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
     state: State
     reason: str = ""  # for UNCERTAIN: what could not be evaluated, and where
+    _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
 
     @property
     def backend(self) -> str | None:
-        """``ip:port`` the packet was DNATed to, if any."""
-        if self.state.dnat is None:
-            return None
-        host, port = self.state.dnat
-        port = port if port is not None else self.state.packet.dport
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        """``ip:port`` the packet was DNATed to, if any (worked out once: sorting and reporting
+        ask for it again and again)."""
+        b = self._backend
+        if b is False:
+            dnat = self.state.dnat
+            if dnat is None:
+                b = None
+            else:
+                host, port = dnat
+                port = port if port is not None else self.state.packet.dport
+                b = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self._backend = b
+        return b  # type: ignore[return-value]
 
     @property
     def decided_by(self) -> Step | None:
@@ -284,7 +292,7 @@ class Evaluator:
         pkt = st.packet
         return (
             tuple(self._forced.items()) if self._forced else (),
-            stages,
+            id(stages),  # one tuple per (hook, local, postrouting), kept in _stages_cache
             st.version,
             st.src,
             m.dst_key(st.dst) if m.dst_spans or st.dst in m.dsts else None,

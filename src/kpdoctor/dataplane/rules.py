@@ -251,7 +251,13 @@ def address_span(text: str) -> Span | None:
     if span is False:
         if len(_SPANS) > 100_000:
             _SPANS.clear()
-        span = _SPANS[text] = parse_span(text)
+        # an endpoint's "-s 10.1.2.3/32" and its "--to-destination 10.1.2.3:80" share one entry
+        if text.endswith("/32") and ":" not in text:
+            span = address_span(text[:-3])
+        elif text.endswith("/128") and ":" in text:
+            span = address_span(text[:-4])
+        else:
+            span = _SPANS[text] = parse_span(text)
     return span  # type: ignore[return-value]
 
 

@@ -11,14 +11,12 @@ although no Service owns them any more (stale rules, seed 003).
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor import parallel
 from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
 from kpdoctor.dataplane.expected import (
     EXTERNAL_CLIENTS,
@@ -177,6 +175,7 @@ class Verification:
     stale: list[StaleRule] = field(default_factory=list)
     split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
     not_evaluated: list[str] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list, repr=False, compare=False)  # every case, in order
 
     def only(self, service: str) -> Verification:
         """The results (and stale rules) of one Service, ``NS/NAME`` or ``NS/NAME:PORT``."""
@@ -509,9 +508,13 @@ def run_verification(
     behaviour: Behaviour,
     extra_local: Iterable[IPAddress] = (),
     endpoints_exported: bool = False,
-    workers: int | None = None,
+    share: Share = (0, 1),
 ) -> Verification:
-    """Evaluate every Service port x traffic class, then look for stale destinations."""
+    """Evaluate every Service port x traffic class, then look for stale destinations.
+
+    ``share`` ``(k, n)``: only the k-th of n consecutive parts of the cases (see
+    :func:`share_bounds`; the stale rules with the last part), for a process that evaluates its
+    part of a large node; :func:`merge_shares` puts the parts together."""
     sps, count = service_ports(services, slices, endpoints, endpoints_exported)
     todo = cases(sps, node, behaviour)
     local = [a for addrs in node.addresses.values() for a in addrs] + list(extra_local)
@@ -527,8 +530,12 @@ def run_verification(
         fr = fam(f)
         if len(fr.primary) > 1:
             ver.split[f] = [rs.artifact for rs, _ in fr.primary]
-    owned = owned_destinations(services, pods)
-    ver.results, ver.stale = evaluate_all(todo, fams, node, owned, workers)
+    k, n = share
+    bounds = share_bounds(len(todo), n)
+    ver.cases = todo
+    ver.results = [evaluate_case(c, fam(c.sp.family), node) for c in todo[bounds[k] : bounds[k + 1]]]
+    if k == n - 1:
+        ver.stale = stale_of(fams, owned_destinations(services, pods), node)
     if any(rs.form == "L" for rs in rulesets):
         ver.not_evaluated.append("iptables -L listings are not evaluated (they drop match details): give iptables-save")
     return ver
@@ -545,8 +552,18 @@ def stale_of(
     return out
 
 
-PARALLEL_MIN_CASES = 3000  # below this, forking costs more than it saves
-MAIN_SHARE = 0.85  # the calling process's part, relative to a child's: it also looks for stale rules
+Share = tuple[int, int]  # (this part, number of parts)
+# The calling process's part, relative to a worker's: it also rebuilds the workers' results, while
+# the last worker also looks for stale rules.
+MAIN_SHARE = 1.35
+
+
+def share_bounds(total: int, parts: int) -> list[int]:
+    """Where each part of ``total`` cases starts (and the last ends)."""
+    if parts <= 1:
+        return [0, total]
+    first = int(total * MAIN_SHARE / (MAIN_SHARE + parts - 1))
+    return [0, first] + [first + (total - first) * k // (parts - 1) for k in range(1, parts)]
 
 
 # A result travels back from a child as plain tuples (pickling 10,000 dataclasses with their
@@ -627,38 +644,23 @@ def _unpack(case: Case, p: Packed, texts: _Texts, built: dict[int, list[Any]]) -
     return res
 
 
-def evaluate_all(
-    todo: list[Case],
-    fams: dict[int, FamilyRules],
-    node: NodeView,
-    owned: tuple[set[tuple[int, str, int]], set[tuple[str, int]]],
-    workers: int | None = None,
-) -> tuple[list[Result], list[StaleRule]]:
-    """Every case, and the stale rules; on several cores for large nodes (where fork exists).
+PackedShare = tuple[list[Packed], list[StaleRule]]
 
-    The rules arrive uncompiled in each process, which compiles only the chains its cases reach."""
-    n = workers if workers is not None else parallel.default_workers()
-    if n <= 1 or len(todo) < PARALLEL_MIN_CASES or not parallel.can_fork():
-        results = [evaluate_case(c, fams[c.sp.family], node) for c in todo]
-        return results, stale_of(fams, owned, node)
-    first = int(len(todo) * MAIN_SHARE / (MAIN_SHARE + n - 1))
-    bounds = [0, first] + [first + (len(todo) - first) * k // (n - 1) for k in range(1, n)]
 
-    def here() -> tuple[list[Result], list[StaleRule]]:
-        mine = [evaluate_case(todo[i], fams[todo[i].sp.family], node) for i in range(bounds[0], bounds[1])]
-        return mine, stale_of(fams, owned, node)
+def pack_share(ver: Verification) -> PackedShare:
+    """A worker's part of the verification, to send to the calling process."""
+    share: dict[Any, Any] = {}
+    return [_pack(r, share) for r in ver.results], ver.stale
 
-    def child(a: int, b: int) -> list[Packed]:
-        share: dict[Any, Any] = {}
-        return [_pack(evaluate_case(todo[i], fams[todo[i].sp.family], node), share) for i in range(a, b)]
 
-    parts: list[Callable[[], Any]] = [here]
-    parts += [functools.partial(child, bounds[k], bounds[k + 1]) for k in range(1, n)]
-    done = parallel.run_parts(parts)
-    results, stale = done[0]
-    texts = _Texts([rs for fr in fams.values() for rs, _ in fr.primary])
-    for k, packed in enumerate(done[1:], start=1):
+def merge_shares(ver: Verification, parts: list[PackedShare], rulesets: list[Ruleset]) -> Verification:
+    """The calling process's part (``ver``, share 0) completed with the workers' parts, in order:
+    the same verification one process would have made."""
+    bounds = share_bounds(len(ver.cases), len(parts) + 1)
+    texts = _Texts(rulesets)
+    for k, (packed, stale) in enumerate(parts, start=1):
         built: dict[int, list[Any]] = {}
         span = range(bounds[k], bounds[k + 1])
-        results.extend(_unpack(todo[i], p, texts, built) for i, p in zip(span, packed, strict=True))
-    return results, stale
+        ver.results.extend(_unpack(ver.cases[i], p, texts, built) for i, p in zip(span, packed, strict=True))
+        ver.stale.extend(stale)
+    return ver

@@ -5,16 +5,19 @@ Checks read evidence only through here, never by parsing raw text themselves.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, IPAddress, IPNetwork, NodeView
-from kpdoctor.dataplane.verify import Verification, run_verification
+from kpdoctor.dataplane.verify import PackedShare, Share, Verification, merge_shares, pack_share, run_verification
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
@@ -26,6 +29,10 @@ from kpdoctor.parse.logscan import REGISTRY, Scanner
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
+
+# Rule dumps at least this large are verified on every core (about 1,500 Services: below, forking
+# and sending results back costs more than it saves).
+PARALLEL_MIN_BYTES = 4 * 1024**2
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +407,26 @@ class Facts:
 
     @cached_property
     def verification(self) -> Verification | None:
-        """The data-plane verification, when there are both rules and Services to compare."""
+        """The data-plane verification, when there are both rules and Services to compare.
+
+        A large node is verified on every core, split early: each process reads the evidence
+        itself (on its own core, while the others would otherwise wait), then evaluates its part
+        of the Service ports; none has to copy another's quarter-million parsed rules."""
+        n = parallel.default_workers()
+        size = sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE))
+        if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
+            return self._verification((0, 1))
+        parts: list[Callable[[], Any]] = [functools.partial(self._verification, (0, n))]
+        parts += [functools.partial(self._verification_packed, (k, n)) for k in range(1, n)]
+        done = parallel.run_parts(parts)
+        ver = done[0]
+        return None if ver is None else merge_shares(ver, done[1:], self.rulesets)
+
+    def _verification_packed(self, share: Share) -> PackedShare:
+        ver = self._verification(share)
+        return pack_share(ver) if ver is not None else ([], [])
+
+    def _verification(self, share: Share) -> Verification | None:
         services = self.objects.of("Service")
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "L")]
         if not services or not rulesets:
@@ -420,6 +446,7 @@ class Facts:
             self.node_view,
             beh,
             endpoints_exported=exported,
+            share=share,
         )
         for a in self.of(Kind.NFT_RULESET):
             for t in system.nft_foreign_tables(a.read_text()):
