@@ -117,23 +117,23 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
 _PROMPT_START = frozenset("[$#%>")  # a prompt starts so, or is user@host
 
 
+def _prompt(line: str) -> tuple[str, list[str]] | None:
+    """The command of a prompt line (the cheap test first: most lines cannot be one)."""
+    if line and (line[0] in _PROMPT_START or "@" in line):
+        return _command_of(line)
+    return None
+
+
 def has_prompt(text: str) -> bool:
     """Does any line look like a prompt running a known command?"""
-    return any(
-        line and (line[0] in _PROMPT_START or "@" in line) and _command_of(line) is not None
-        for line in text.splitlines()
-    )
+    return any(_prompt(line) is not None for line in text.splitlines())
 
 
 def split_transcript(text: str) -> list[Part] | None:
     """The parts of a transcript, or None when the text is not a transcript."""
     lines = text.splitlines()
     # the prompt pattern only on lines that could hold one (a 25 MB iptables-save has none)
-    prompts = [
-        (i, c)
-        for i, line in enumerate(lines)
-        if line and (line[0] in _PROMPT_START or "@" in line) and (c := _command_of(line)) is not None
-    ]
+    prompts = [(i, c) for i, line in enumerate(lines) if (c := _prompt(line)) is not None]
     if not prompts:
         return None
     first_content = next((i for i, line in enumerate(lines) if line.strip()), 0)

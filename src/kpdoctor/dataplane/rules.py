@@ -320,7 +320,7 @@ def _compile_fast(rule: Rule) -> CompiledRule | None:
     elif name in _OPTIONED:
         return None  # targets with options the pattern does not capture
     else:
-        target = _PLAIN.get((name, jg == "g")) or _plain_target(name, jg == "g")
+        target = _plain_target(name, jg == "g")
     return CompiledRule(
         rule,
         src,
@@ -329,7 +329,7 @@ def _compile_fast(rule: Rule) -> CompiledRule | None:
         dneg is not None,
         p,
         ports,
-        (_PROBS.get(prob) or _probability(prob)) if prob else None,
+        _probability(prob) if prob else None,
         target,
     )
 
@@ -340,7 +340,9 @@ _PROBS: dict[str, float] = {}
 
 
 def _probability(text: str) -> float:
-    p = _PROBS[text] = float(text)
+    p = _PROBS.get(text)
+    if p is None:
+        p = _PROBS[text] = float(text)
     return p
 
 

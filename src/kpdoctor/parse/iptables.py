@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kpdoctor.parse.diagnostics import Diagnostic
@@ -165,26 +164,25 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
     """Parse ``iptables-save`` / ``ip6tables-save`` output (``-c`` counters allowed)."""
     rs = Ruleset(artifact, backend, family)
     table: Table | None = None
-    add: Callable[[Rule], None] | None = None  # table.rules.append, while in a table
-    tname, chains = "", dict[str, str | None]()  # and its name and chains
     carry = ""  # the first half of a rule the stderr warning was written into
-    for ln, raw in enumerate(text.splitlines(), first_line):
-        if raw[:3] == "-A " and add is not None and not carry:
+    for i, raw in enumerate(text.splitlines()):
+        ln = first_line + i
+        if (
+            raw[:3] == "-A "
+            and table is not None
+            and not carry
+            and raw[-1:] not in _SPACE
+            and "# Warning" not in raw
+            and ('"' not in raw or ("\\" not in raw and not raw.count('"') % 2))
+            and len(head := raw.split(None, 2)) >= 2
+        ):
             # the bulk of a big dump: a plain rule, ordinary quoting, no counters
-            j = raw.find(" ", 3)
-            chain = raw[3:j]
-            if (
-                j > 3
-                and raw[-1:] not in _SPACE
-                and "\t" not in chain
-                and "# Warning" not in raw
-                and ('"' not in raw or ("\\" not in raw and not raw.count('"') % 2))
-            ):
-                if chain not in chains:
-                    rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
-                    chains[chain] = None
-                add(Rule(tname, chain, None, ln, raw))
-                continue
+            chain = head[1]
+            if chain not in table.chains:
+                rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
+                table.chains.setdefault(chain, None)
+            table.rules.append(Rule(table.name, chain, None, ln, raw))
+            continue
         if carry:
             raw, carry = carry + raw, ""
         cut = raw.find(LEGACY_WARNING)
@@ -217,10 +215,9 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
         if line.startswith("*"):
             name = line[1:].strip()
             table = rs.tables.setdefault(name, Table(name))
-            add, tname, chains = table.rules.append, table.name, table.chains
             continue
         if line == "COMMIT":
-            table = add = None
+            table = None
             continue
         if table is None:
             rs.diagnostics.append(Diagnostic(ln, f"outside any table: {line[:80]}"))
