@@ -271,3 +271,9 @@ def test_transcript_tells_the_image_iptables_from_the_hosts(tmp_path: Path) -> N
         (2, "iptables v1.8.7 (nf_tables)"),
         (4, "iptables v1.8.4 (legacy)"),
     }
+
+
+def test_broken_json_says_where_it_breaks(tmp_path: Path) -> None:
+    ev = load([write(tmp_path, "svc.json", '{"kind": "Service", "metadata": {\n')])
+    assert ev.artifacts == []
+    assert "JSON that does not parse" in ev.problems[0].message and "line 2" in ev.problems[0].message

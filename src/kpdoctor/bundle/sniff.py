@@ -146,7 +146,17 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.KUBE_PROXY_LOG, {"stderr": "iptables"})
     if _CMDLINE.search(first) and re.search(r"\s--[\w-]+", first) and len(stripped.splitlines()) <= 2:
         return Typed(Kind.KUBE_PROXY_CMDLINE, {})
-    return Typed(None, {}, "content not recognised as any kind of evidence kpdoctor reads")
+    return Typed(None, {}, _unrecognised(stripped))
+
+
+def _unrecognised(text: str) -> str:
+    """Why a text is not evidence; for whole JSON that does not parse, where it breaks."""
+    if text.startswith(("{", "[")) and len(text) < HEAD_BYTES - 4096:
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            return f"JSON that does not parse ({exc}): not read"
+    return "content not recognised as any kind of evidence kpdoctor reads"
 
 
 def _sniff_node(text: str, first: str) -> Typed | None:
