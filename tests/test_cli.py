@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import MISMATCH
-from typer.testing import CliRunner
 
 from kpdoctor import __version__
 from kpdoctor.checks import CHECKS

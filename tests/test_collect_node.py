@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from kpdoctor.cli import app
 from kpdoctor.collect.kube_proxy import _cri_logs, _systemd_unit, find_kube_proxy

@@ -7,11 +7,13 @@ import gc
 import ipaddress
 import os
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import typer
+import click
+from click.exceptions import Exit
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -27,17 +29,13 @@ if TYPE_CHECKING:  # the collector is imported only when a command collects (sta
     from kpdoctor.bundle.writer import Bundle
     from kpdoctor.collect.live import LiveOptions
 
-app = typer.Typer(
-    name="kpdoctor",
-    help="Find out why Kubernetes Services are unreachable on a node, with proof.\n\n"
+HELP = (
+    "Find out why Kubernetes Services are unreachable on a node, with proof.\n\n"
     "Exit codes: 0 nothing found at or above --min-severity; 1 findings; 2 usage error or "
-    "nothing usable given; 3 inconclusive (input readable, nothing could be checked).",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
+    "nothing usable given; 3 inconclusive (input readable, nothing could be checked)."
 )
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Format(StrEnum):
@@ -52,104 +50,181 @@ class Level(StrEnum):
     critical = "critical"
 
 
+class Hook(StrEnum):
+    prerouting = "prerouting"
+    output = "output"
+
+
 def _err(msg: str) -> None:
     print(f"kpdoctor: {msg}", file=sys.stderr)
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"kpdoctor {__version__}")
-        raise typer.Exit(0)
+class _Argument(click.Argument):
+    """A positional argument with a help text, listed under "Arguments" (kept apart from
+    Click's own ``help``, which only Click 8.5 and later has for arguments)."""
+
+    def __init__(self, *args: Any, doc: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.doc = doc
 
 
-@app.callback()
-def _main(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-) -> None:
-    """Find out why Kubernetes Services are unreachable on a node, with proof."""
+class _LiveOption(click.Option):
+    """An option that only matters with --live (listed under "Live collection")."""
 
 
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")]
-SeverityOpt = Annotated[Level, typer.Option("--min-severity", help="Lowest severity to report.")]
-NodeOpt = Annotated[
-    str | None,
-    typer.Option(
+class _Command(click.Command):
+    """Help in three parts: arguments, options, and the live-collection options."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        args: list[tuple[str, str]] = []
+        opts: list[tuple[str, str]] = []
+        live: list[tuple[str, str]] = []
+        for p in self.get_params(ctx):
+            if isinstance(p, _Argument):
+                args.append((p.make_metavar(ctx), p.doc))
+            elif (rec := p.get_help_record(ctx)) is not None:
+                (live if isinstance(p, _LiveOption) else opts).append(rec)
+        for title, rows in (("Arguments", args), ("Options", opts), ("Live collection", live)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+class _Group(click.Group):
+    """Commands listed in the order they are defined (most used first), not alphabetically."""
+
+    command_class = _Command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=_Group, help=HELP, context_settings=CONTEXT, invoke_without_command=True)
+@click.version_option(__version__, "--version", message="kpdoctor %(version)s", help="Print the version and exit.")
+@click.pass_context
+def app(ctx: click.Context) -> None:
+    if ctx.invoked_subcommand is None:  # no command: the overview (a usage error, exit 2)
+        click.echo(ctx.get_help())
+        raise Exit(2)
+
+
+def _paths(doc: str) -> Callable[[F], F]:
+    return click.argument("paths", cls=_Argument, metavar="[PATH]...", nargs=-1, doc=doc)
+
+
+def _format(f: F) -> F:
+    return click.option(
+        "--format",
+        "-f",
+        "fmt",
+        type=click.Choice([x.value for x in Format]),
+        default=Format.text.value,
+        show_default=True,
+        help="Output format.",
+    )(f)
+
+
+def _output(f: F) -> F:
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="Write the report to FILE instead of stdout.",
+    )(f)
+
+
+def _severity(f: F) -> F:
+    return click.option(
+        "--min-severity",
+        type=click.Choice([x.value for x in Level]),
+        default=Level.warning.value,
+        show_default=True,
+        help="Lowest severity to report.",
+    )(f)
+
+
+def _node(f: F) -> F:
+    return click.option(
         "--node",
         metavar="NAME",
         help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).",
-    ),
-]
+    )(f)
 
 
-LiveOpt = Annotated[
-    bool,
-    typer.Option(
-        "--live",
-        help="Collect from this node now (read-only; needs root) and diagnose that, together with any PATHs.",
-        rich_help_panel="Live collection",
-    ),
-]
-HostRootOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--host-root",
-        metavar="DIR",
-        help="The node's / is mounted at DIR (a debug Pod: /host); its own binaries run chrooted there.",
-        rich_help_panel="Live collection",
-    ),
-]
-KubeconfigOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--kubeconfig",
-        metavar="FILE",
-        help="Read the cluster's Services, EndpointSlices, this Node and its Pods with this kubeconfig "
-        "(default: $KUBECONFIG, ~/.kube/config, or the Pod's service account).",
-        rich_help_panel="Live collection",
-    ),
-]
-ContextOpt = Annotated[
-    str | None, typer.Option("--context", metavar="NAME", help="kubeconfig context.", rich_help_panel="Live collection")
-]
-NoClusterOpt = Annotated[
-    bool,
-    typer.Option("--no-cluster", help="Do not contact the API (node-only).", rich_help_panel="Live collection"),
-]
-IntervalOpt = Annotated[
-    float,
-    typer.Option(
-        "--interval",
-        metavar="SECONDS",
-        help="Seconds between the two counter snapshots.",
-        rich_help_panel="Live collection",
-    ),
-]
-TimeoutOpt = Annotated[
-    float,
-    typer.Option(
-        "--timeout", metavar="SECONDS", help="Bound on the whole collection.", rich_help_panel="Live collection"
-    ),
-]
-RedactIpsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--redact-ips",
-        help="Replace every IP address with a consistent, prefix-preserving pseudonym.",
-        rich_help_panel="Live collection",
-    ),
-]
-SaveBundleOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--save-bundle",
-        metavar="FILE.tar.gz",
-        help="Also keep what --live collected as a bundle.",
-        rich_help_panel="Live collection",
-    ),
-]
+_SERVICE = click.option("--service", metavar="NS/NAME[:PORT]", help="Only this Service (every port, or the one named).")
+
+
+def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
+    """The options of a live collection: ``flag`` adds --live itself, ``save`` --save-bundle."""
+    opts = [
+        click.option(
+            "--host-root",
+            cls=_LiveOption,
+            metavar="DIR",
+            help="The node's / is mounted at DIR (a debug Pod: /host); its own binaries run chrooted there.",
+        ),
+        click.option(
+            "--kubeconfig",
+            cls=_LiveOption,
+            metavar="FILE",
+            help="Read the cluster's Services, EndpointSlices, this Node and its Pods with this kubeconfig "
+            "(default: $KUBECONFIG, ~/.kube/config, or the Pod's service account).",
+        ),
+        click.option("--context", cls=_LiveOption, metavar="NAME", help="kubeconfig context."),
+        click.option("--no-cluster", cls=_LiveOption, is_flag=True, help="Do not contact the API (node-only)."),
+        click.option(
+            "--interval",
+            cls=_LiveOption,
+            type=float,
+            default=5.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="Seconds between the two counter snapshots.",
+        ),
+        click.option(
+            "--timeout",
+            cls=_LiveOption,
+            type=float,
+            default=90.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="Bound on the whole collection.",
+        ),
+        click.option(
+            "--redact-ips",
+            cls=_LiveOption,
+            is_flag=True,
+            help="Replace every IP address with a consistent, prefix-preserving pseudonym.",
+        ),
+    ]
+    if flag:
+        opts.insert(
+            0,
+            click.option(
+                "--live",
+                cls=_LiveOption,
+                is_flag=True,
+                help="Collect from this node now (read-only; needs root) and diagnose that, together with any PATHs.",
+            ),
+        )
+    if save:
+        opts.append(
+            click.option(
+                "--save-bundle",
+                cls=_LiveOption,
+                type=click.Path(dir_okay=False, path_type=Path),
+                metavar="FILE.tar.gz",
+                help="Also keep what --live collected as a bundle.",
+            )
+        )
+
+    def deco(f: F) -> F:
+        for o in reversed(opts):
+            f = o(f)
+        return f
+
+    return deco
 
 
 class Live:
@@ -173,6 +248,23 @@ class Live:
         self._args = (host_root, kubeconfig, context, node, not no_cluster, interval, timeout, redact_ips)
         self._tmp: str | None = None
 
+    @classmethod
+    def of(cls, options: dict[str, Any], node: str | None, enabled: bool | None = None) -> Live:
+        """From a command's live-collection options (``_live``)."""
+        o = options
+        return cls(
+            o.get("live", False) if enabled is None else enabled,
+            o["host_root"],
+            o["kubeconfig"],
+            o["context"],
+            o["no_cluster"],
+            o["interval"],
+            o["timeout"],
+            o["redact_ips"],
+            o.get("save_bundle"),
+            node,
+        )
+
     @property
     def opts(self) -> LiveOptions:
         from kpdoctor.collect.live import LiveOptions
@@ -184,10 +276,10 @@ class Live:
         if not self.enabled:
             if self.save_bundle is not None:
                 _err("--save-bundle only goes with --live")
-                raise typer.Exit(2)
+                raise Exit(2)
             if not paths:
                 _err("give the evidence files (PATH...) or --live to collect from this node")
-                raise typer.Exit(2)
+                raise Exit(2)
             return paths
         import tempfile
 
@@ -221,7 +313,7 @@ def _collect(opts: LiveOptions) -> Bundle:
             bundle = collect_live(opts)
     except CollectError as exc:
         _err(str(exc))
-        raise typer.Exit(2) from None
+        raise Exit(2) from None
     missing = len(bundle.skipped)
     _err(
         f"collected {len(bundle.artifacts)} artifacts in {bundle.duration_ms / 1000:.1f}s"
@@ -240,7 +332,7 @@ def _save(bundle: Bundle, dest: Path) -> None:
         write_tar(bundle, dest, name or "kpdoctor-bundle")
     except OSError as exc:
         _err(f"cannot write {dest}: {exc.strerror or exc}")
-        raise typer.Exit(2) from None
+        raise Exit(2) from None
     _err(f"bundle written to {dest}")
 
 
@@ -265,7 +357,7 @@ def _run(
             _err(f"{p.source}: {p.message}")
         _err("nothing usable was given (see `kpdoctor diagnose --help` for what kpdoctor reads)")
         return 2
-    if _write(FORMATS[fmt.value], report, fmt, output, header if fmt == Format.text else ""):
+    if _write(FORMATS[fmt.value], report, output, header if fmt == Format.text else ""):
         return 2
     if code == 3:
         _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
@@ -273,29 +365,17 @@ def _run(
 
 
 @app.command()
+@_paths(
+    "Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
+    "kubectl JSON/YAML, pasted terminal sessions..."
+)
+@_format
+@_output
+@_severity
+@_node
+@_live()
 def diagnose(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="PATH",
-            help="Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
-            "kubectl JSON/YAML, pasted terminal sessions...",
-            show_default=False,
-        ),
-    ] = None,
-    fmt: FormatOpt = Format.text,
-    output: OutputOpt = None,
-    min_severity: SeverityOpt = Level.warning,
-    node: NodeOpt = None,
-    live: LiveOpt = False,
-    host_root: HostRootOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    no_cluster: NoClusterOpt = False,
-    interval: IntervalOpt = 5.0,
-    timeout: TimeoutOpt = 90.0,
-    redact_ips: RedactIpsOpt = False,
-    save_bundle: SaveBundleOpt = None,
+    paths: tuple[str, ...], fmt: str, output: Path | None, min_severity: str, node: str | None, **live: Any
 ) -> None:
     """Diagnose a node from the evidence you have, or from the node itself (--live); root cause first.
 
@@ -310,31 +390,21 @@ def diagnose(
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
     """
-    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
-    raise typer.Exit(_run(paths or [], fmt, output, min_severity, node, live=lv))
+    lv = Live.of(live, node)
+    raise Exit(_run(list(paths), Format(fmt), output, Level(min_severity), node, live=lv))
 
 
 @app.command()
-def collect(
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FILE.tar.gz|DIR",
-            help="Where to write the bundle: a .tar.gz, or a new folder (default: "
-            "./kpdoctor-NODE-TIME.tar.gz).",
-        ),
-    ] = None,
-    node: NodeOpt = None,
-    host_root: HostRootOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    no_cluster: NoClusterOpt = False,
-    interval: IntervalOpt = 5.0,
-    timeout: TimeoutOpt = 90.0,
-    redact_ips: RedactIpsOpt = False,
-) -> None:
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    metavar="FILE.tar.gz|DIR",
+    help="Where to write the bundle: a .tar.gz, or a new folder (default: ./kpdoctor-NODE-TIME.tar.gz).",
+)
+@_node
+@_live(flag=False, save=False)
+def collect(output: Path | None, node: str | None, **live: Any) -> None:
     """Collect this node's evidence into a bundle for later or for support (read-only; needs root).
 
     Rules of every iptables backend and family (iptables-save, never a command that takes the
@@ -344,14 +414,14 @@ def collect(
     Services, EndpointSlices, this Node, its Pods and the kube-proxy DaemonSet and ConfigMap.
     Secrets, tokens and credentials never enter the bundle; --redact-ips hides addresses too.
     """
-    lv = Live(True, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, None, node)
+    lv = Live.of(live, node, enabled=True)
     folder = output is not None and not output.name.endswith((".tar.gz", ".tgz"))
     if output is not None and folder and output.exists() and (not output.is_dir() or any(output.iterdir())):
         _err(f"{output} exists and is not an empty folder: give a new folder or a .tar.gz name")
-        raise typer.Exit(2)
+        raise Exit(2)
     if output is not None and not folder and not output.parent.is_dir():
         _err(f"cannot write {output}: no folder {output.parent}")
-        raise typer.Exit(2)
+        raise Exit(2)
     bundle = _collect(lv.opts)
     if output is None:
         stamp = bundle.collected_at.replace(":", "").replace("-", "").split(".")[0]
@@ -366,42 +436,30 @@ def collect(
             write_dir(bundle, output)
         except OSError as exc:
             _err(f"cannot write {output}: {exc.strerror or exc}")
-            raise typer.Exit(2) from None
+            raise Exit(2) from None
         _err(f"bundle written to {output}/")
-    raise typer.Exit(0)
-
-
-ServiceOpt = Annotated[
-    str | None,
-    typer.Option("--service", metavar="NS/NAME[:PORT]", help="Only this Service (every port, or the one named)."),
-]
+    raise Exit(0)
 
 
 @app.command()
+@_paths(
+    "iptables-save output (both backends, both families) plus the cluster's Services and "
+    "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too."
+)
+@_SERVICE
+@click.option("--all", "show_all", is_flag=True, help="List Services that verified ok too.")
+@_format
+@_output
+@_node
+@_live()
 def verify(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="PATH",
-            help="iptables-save output (both backends, both families) plus the cluster's Services and "
-            "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too.",
-            show_default=False,
-        ),
-    ] = None,
-    service: ServiceOpt = None,
-    show_all: Annotated[bool, typer.Option("--all", help="List Services that verified ok too.")] = False,
-    fmt: FormatOpt = Format.text,
-    output: OutputOpt = None,
-    node: NodeOpt = None,
-    live: LiveOpt = False,
-    host_root: HostRootOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    no_cluster: NoClusterOpt = False,
-    interval: IntervalOpt = 5.0,
-    timeout: TimeoutOpt = 90.0,
-    redact_ips: RedactIpsOpt = False,
-    save_bundle: SaveBundleOpt = None,
+    paths: tuple[str, ...],
+    service: str | None,
+    show_all: bool,
+    fmt: str,
+    output: Path | None,
+    node: str | None,
+    **live: Any,
 ) -> None:
     """Check the node's rules against the cluster, Service port by Service port.
 
@@ -412,10 +470,10 @@ def verify(
     mismatch; 3: nothing could be decided (every result uncertain).
     """
     sev = Severity.INFO
-    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
+    lv = Live.of(live, node)
     try:
         report, evidence = diagnose_paths(
-            lv.paths(paths or []), node=node, min_severity=sev, command="verify", service=service
+            lv.paths(list(paths)), node=node, min_severity=sev, command="verify", service=service
         )
     finally:
         lv.close()
@@ -431,14 +489,14 @@ def verify(
             )
         else:
             _err("nothing usable was given (see `kpdoctor verify --help`)")
-        raise typer.Exit(2)
+        raise Exit(2)
     if service and report.verification is not None and not report.verification.results:
         _err(f"no Service port matches --service {service}")
-        raise typer.Exit(2)
-    raise typer.Exit(_write(FORMATS[fmt.value], report, fmt, output) or code)
+        raise Exit(2)
+    raise Exit(_write(FORMATS[fmt], report, output) or code)
 
 
-def _write(render: object, doc: object, fmt: Format, output: Path | None, header: str = "") -> int:
+def _write(render: object, doc: object, output: Path | None, header: str = "") -> int:
     """Render to stdout or FILE (colour only on a terminal); 2 if the file cannot be written."""
     to_file = output is not None
     color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
@@ -454,51 +512,37 @@ def _write(render: object, doc: object, fmt: Format, output: Path | None, header
     return 0
 
 
-class Hook(StrEnum):
-    prerouting = "prerouting"
-    output = "output"
-
-
 @app.command()
+@_paths("iptables-save output (and, for --service, the cluster's objects).")
+@click.option("--to", metavar="IP:PORT[/PROTO]", help="Destination, e.g. 10.96.0.10:53/udp.")
+@_SERVICE
+@click.option(
+    "--from",
+    "src",
+    metavar="IP",
+    help="Source address (default: a pod address, or the node's own address with --hook output).",
+)
+@click.option(
+    "--hook",
+    type=click.Choice([x.value for x in Hook]),
+    default=Hook.prerouting.value,
+    show_default=True,
+    help="prerouting: a packet arriving (from a Pod or outside); output: sent by the node itself.",
+)
+@_format
+@_output
+@_node
+@_live()
 def trace(
-    paths: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="PATH",
-            help="iptables-save output (and, for --service, the cluster's objects).",
-            show_default=False,
-        ),
-    ] = None,
-    to: Annotated[
-        str | None, typer.Option("--to", metavar="IP:PORT[/PROTO]", help="Destination, e.g. 10.96.0.10:53/udp.")
-    ] = None,
-    service: ServiceOpt = None,
-    src: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            metavar="IP",
-            help="Source address (default: a pod address, or the node's own address with --hook output).",
-        ),
-    ] = None,
-    hook: Annotated[
-        Hook,
-        typer.Option(
-            "--hook", help="prerouting: a packet arriving (from a Pod or outside); output: sent by the node itself."
-        ),
-    ] = Hook.prerouting,
-    fmt: FormatOpt = Format.text,
-    output: OutputOpt = None,
-    node: NodeOpt = None,
-    live: LiveOpt = False,
-    host_root: HostRootOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-    no_cluster: NoClusterOpt = False,
-    interval: IntervalOpt = 5.0,
-    timeout: TimeoutOpt = 90.0,
-    redact_ips: RedactIpsOpt = False,
-    save_bundle: SaveBundleOpt = None,
+    paths: tuple[str, ...],
+    to: str | None,
+    service: str | None,
+    src: str | None,
+    hook: str,
+    fmt: str,
+    output: Path | None,
+    node: str | None,
+    **live: Any,
 ) -> None:
     """Follow one new connection through the rules: every table, chain and rule it takes.
 
@@ -513,21 +557,21 @@ def trace(
 
     if (to is None) == (service is None):
         _err("give exactly one of --to IP:PORT[/PROTO] or --service NS/NAME[:PORT]")
-        raise typer.Exit(2)
-    lv = Live(live, host_root, kubeconfig, context, no_cluster, interval, timeout, redact_ips, save_bundle, node)
-    evidence = load(lv.paths(paths or []))
+        raise Exit(2)
+    lv = Live.of(live, node)
+    evidence = load(lv.paths(list(paths)))
     try:
         facts = Facts(evidence, node=node)
         if not facts.rulesets:
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
             _err("no iptables rules were given (iptables-save output is what trace follows)")
-            raise typer.Exit(2)
+            raise Exit(2)
         try:
             source = ipaddress.ip_address(src) if src else None
         except ValueError:
             _err(f"--from {src!r} is not an IP address")
-            raise typer.Exit(2) from None
+            raise Exit(2) from None
         try:
             if to is not None:
                 dst, port, proto = parse_destination(to)
@@ -536,22 +580,23 @@ def trace(
                 dst, port, proto, warning = service_destination(facts.objects.of("Service"), service)
                 if warning:
                     _err(warning)
-            traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook.value)
+            traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook)
         except TraceError as exc:
             _err(str(exc))
-            raise typer.Exit(2) from None
+            raise Exit(2) from None
     finally:
         evidence.close()
         lv.close()
-    code = _write(TRACE_FORMATS[fmt.value], traces, fmt, output)
+    code = _write(TRACE_FORMATS[fmt], traces, output)
     uncertain = all(b.verdict == "UNCERTAIN" for t in traces for b in t.branches)
-    raise typer.Exit(code or (3 if uncertain else 0))
+    raise Exit(code or (3 if uncertain else 0))
 
 
 @app.command()
-def explain(
-    key: Annotated[str, typer.Argument(help="A check code (KP101) or a cause slug (iptables-backend-mismatch).")],
-) -> None:
+@click.argument(
+    "key", cls=_Argument, metavar="KEY", doc="A check code (KP101) or a cause slug (iptables-backend-mismatch)."
+)
+def explain(key: str) -> None:
     """Print the knowledge-base entry of a check or cause."""
     specs = find(key)
     if not specs:
@@ -559,7 +604,7 @@ def explain(
         close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor rules` for the list."
         _err(f"no check or cause named {key!r}.{hint}")
-        raise typer.Exit(2)
+        raise Exit(2)
     con = Console(highlight=False, no_color="NO_COLOR" in os.environ or not sys.stdout.isatty(), width=100)
     for spec in specs:
         sec = spec.sections()
@@ -576,11 +621,12 @@ def explain(
                 for line in sec[name].splitlines():
                     con.print("  " + escape(line))
         con.print()
-    raise typer.Exit(0)
+    raise Exit(0)
 
 
 @app.command()
-def rules(fmt: FormatOpt = Format.text) -> None:
+@_format
+def rules(fmt: str) -> None:
     """List every check: code, cause, severity and what evidence it reads."""
     specs = sorted(CHECKS.values(), key=lambda c: c.code)
     if fmt == Format.json:
@@ -602,34 +648,36 @@ def rules(fmt: FormatOpt = Format.text) -> None:
                 indent=2,
             )
         )
-        raise typer.Exit(0)
+        raise Exit(0)
     if fmt == Format.markdown:
         print("| code | cause | severity | title |\n|---|---|---|---|")
         for s in specs:
             print(f"| {s.code} | `{s.cause}` | {s.severity.label} | {s.title} |")
-        raise typer.Exit(0)
+        raise Exit(0)
     table = Table("code", "cause", "severity", "title", box=None, pad_edge=False)
     for s in specs:
         table.add_row(s.code, s.cause, s.severity.label, s.title)
     Console(highlight=False, no_color="NO_COLOR" in os.environ, width=140).print(table)
-    raise typer.Exit(0)
+    raise Exit(0)
 
 
 @app.command()
-def demo(
-    name: Annotated[
-        str | None,
-        typer.Argument(metavar="NAME", help="Example to diagnose; omit to list them and run the default one."),
-    ] = None,
-    fmt: FormatOpt = Format.text,
-    output: OutputOpt = None,
-    min_severity: SeverityOpt = Level.warning,
-) -> None:
+@click.argument(
+    "name",
+    cls=_Argument,
+    metavar="[NAME]",
+    required=False,
+    doc="Example to diagnose; omit to list them and run the default one.",
+)
+@_format
+@_output
+@_severity
+def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> None:
     """Diagnose a built-in example bundle (one per seed scenario)."""
     header = ""
     if not DEMOS:
         _err("no example bundles are installed (the package data is missing: reinstall kpdoctor)")
-        raise typer.Exit(2)
+        raise Exit(2)
     if name is None:
         lines = ["Built-in examples (kpdoctor demo NAME):"]
         for d in DEMOS:
@@ -644,10 +692,10 @@ def demo(
             f"no demo named {name!r}."
             + (f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor demo` to list them.")
         )
-        raise typer.Exit(2)
+        raise Exit(2)
     if fmt != Format.text and header:
         header = ""
-    raise typer.Exit(_run([str(demo_path(name))], fmt, output, min_severity, None, header=header))
+    raise Exit(_run([str(demo_path(name))], Format(fmt), output, Level(min_severity), None, header=header))
 
 
 def main() -> None:
