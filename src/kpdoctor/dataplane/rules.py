@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kpdoctor.parse.iptables import Rule, Table
@@ -534,6 +535,17 @@ class CompiledTable:
         if out is None:
             out = self._compiled[chain] = [compile_rule(r) for r in self._source.get(chain, ())]
         return out
+
+    def compiled(self, rules: Iterable[Rule]) -> Iterator[CompiledRule]:
+        """These rules of this table compiled, reusing what the walks compiled already."""
+        by_rule: dict[int, CompiledRule] = {}
+        indexed: set[str] = set()
+        for r in rules:
+            done = self._compiled.get(r.chain)
+            if done is not None and r.chain not in indexed:
+                indexed.add(r.chain)
+                by_rule.update((id(c.rule), c) for c in done)
+            yield by_rule.get(id(r)) or compile_rule(r)
 
     def index(self, chain: str) -> ChainIndex | None:
         if chain in self._index:

@@ -29,9 +29,9 @@ from kpdoctor.dataplane.expected import (
     pod_client,
     service_ports,
 )
-from kpdoctor.dataplane.rules import CompiledTable, compile_rule, compile_tables, host_address
+from kpdoctor.dataplane.rules import CompiledTable, compile_tables, host_address
 from kpdoctor.model import Cite
-from kpdoctor.parse.iptables import Rule, Ruleset
+from kpdoctor.parse.iptables import Ruleset
 from kpdoctor.parse.k8s import K8sObject
 
 PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
@@ -452,11 +452,13 @@ def find_stale(
     node_ip = node.primary(fam.family)
     for rs, ev in fam.primary:
         nat = rs.tables.get("nat")
-        if nat is None:
+        compiled = ev.tables.get("nat")
+        if nat is None or compiled is None:
             continue
         seen: set[tuple[int | None, str, int]] = set()
-        # only rules that match a destination port can name a Service's address
-        for cr in (compile_rule(r) for r in nat.rules if "-dport" in r.text):
+        # only rules that match a destination port can name a Service's address (most of them
+        # compiled already, by the walks of the Services' own traffic)
+        for cr in compiled.compiled(r for r in nat.rules if "-dport" in r.text):
             rule = cr.rule
             port, proto = cr.exact_dport, cr.proto
             if port is None or proto is None or cr.proto_neg:
@@ -567,14 +569,20 @@ def share_bounds(total: int, parts: int) -> list[int]:
 
 
 # A result travels back from a child as plain tuples (pickling 10,000 dataclasses with their
-# citations costs more than evaluating them); rule texts are looked up again by line.
+# citations costs more than evaluating them); a rule's text object is shared by every citation
+# of it, so pickle sends it once.
 Packed = tuple[Any, ...]
 
 
 def _pack_cite(c: Cite | None) -> tuple[str, int | None, str] | None:
-    if c is None:
+    return None if c is None else (c.artifact, c.line, c.text)
+
+
+def _unpack_cite(packed: tuple[str, int | None, str] | None) -> Cite | None:
+    if packed is None:
         return None
-    return (c.artifact, c.line, "" if c.line is not None else c.text)
+    art, line, text = packed
+    return Cite(art, None, text) if line is None else rule_cite(art, line, text)
 
 
 def _pack(r: Result, share: dict[Any, Any]) -> Packed:
@@ -596,27 +604,7 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
     )
 
 
-class _Texts:
-    """Rule text by artifact and line, from the parsed rule sets (indexed on first use)."""
-
-    def __init__(self, rulesets: list[Ruleset]) -> None:
-        self.rulesets = rulesets
-        self.by: dict[str, dict[int, Rule]] = {}
-
-    def cite(self, packed: tuple[str, int | None, str] | None) -> Cite | None:
-        if packed is None:
-            return None
-        art, line, text = packed
-        if line is None:
-            return Cite(art, None, text)
-        lines = self.by.get(art)
-        if lines is None:
-            lines = self.by[art] = {r.line: r for rs in self.rulesets if rs.artifact == art for r in rs.all_rules()}
-        rule = lines.get(line)
-        return rule_cite(art, line, rule.text) if rule is not None else Cite(art, line, "")
-
-
-def _unpack(case: Case, p: Packed, texts: _Texts, built: dict[int, list[Any]]) -> Result:
+def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     """The Result of a packed one; ``built`` keeps the lists already rebuilt, by the identity of
     their packed form (interned by ``_pack``, and alive while the packed results are)."""
     sp = case.sp
@@ -635,10 +623,10 @@ def _unpack(case: Case, p: Packed, texts: _Texts, built: dict[int, list[Any]]) -
     res.kind, res.note = p[1], p[2]
     actual = built.get(id(p[3]))
     if actual is None:
-        actual = built[id(p[3])] = [Entry(b, v, pr, texts.cite(c), ch, tag) for b, v, pr, c, ch, tag in p[3]]
+        actual = built[id(p[3])] = [Entry(b, v, pr, _unpack_cite(c), ch, tag) for b, v, pr, c, ch, tag in p[3]]
     rules = built.get(id(p[4]))
     if rules is None:
-        rules = built[id(p[4])] = [c for c in (texts.cite(x) for x in p[4]) if c is not None]
+        rules = built[id(p[4])] = [c for c in map(_unpack_cite, p[4]) if c is not None]
     res.actual, res.rules = actual, rules
     res.stale_backends, res.missing_backends, res.uneven, res.local_policy, res.local_endpoints = p[5:10]
     return res
@@ -653,14 +641,13 @@ def pack_share(ver: Verification) -> PackedShare:
     return [_pack(r, share) for r in ver.results], ver.stale
 
 
-def merge_shares(ver: Verification, parts: list[PackedShare], rulesets: list[Ruleset]) -> Verification:
+def merge_shares(ver: Verification, parts: list[PackedShare]) -> Verification:
     """The calling process's part (``ver``, share 0) completed with the workers' parts, in order:
     the same verification one process would have made."""
     bounds = share_bounds(len(ver.cases), len(parts) + 1)
-    texts = _Texts(rulesets)
     for k, (packed, stale) in enumerate(parts, start=1):
         built: dict[int, list[Any]] = {}
         span = range(bounds[k], bounds[k + 1])
-        ver.results.extend(_unpack(ver.cases[i], p, texts, built) for i, p in zip(span, packed, strict=True))
+        ver.results.extend(_unpack(ver.cases[i], p, built) for i, p in zip(span, packed, strict=True))
         ver.stale.extend(stale)
     return ver

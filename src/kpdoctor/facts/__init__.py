@@ -420,7 +420,7 @@ class Facts:
         parts += [functools.partial(self._verification_packed, (k, n)) for k in range(1, n)]
         done = parallel.run_parts(parts)
         ver = done[0]
-        return None if ver is None else merge_shares(ver, done[1:], self.rulesets)
+        return None if ver is None else merge_shares(ver, done[1:])
 
     def _verification_packed(self, share: Share) -> PackedShare:
         ver = self._verification(share)
