@@ -9,7 +9,7 @@ import pytest
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
-from kpdoctor.parse.iptables import parse_save
+from kpdoctor.parse.iptables import Ruleset, parse_save
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream" / "iptables"
 NAMES = sorted({p.name.rsplit(".", 2)[0] for p in FIXTURES.glob("*.save")})
@@ -71,3 +71,37 @@ def test_warning_written_into_a_rule_through_a_pipe_is_repaired() -> None:
 def test_warning_on_its_own_line_marks_both_backends() -> None:
     [art] = load([REAL / "nft-save-with-legacy-warning.txt"]).artifacts
     assert art.attrs["backend"] == "nft" and art.attrs.get("legacy_present") == "true"
+
+
+ODD_LINES = [
+    ":KUBE-SEP-A - [0:0]",
+    ":PREROUTING ACCEPT [12:720]",  # built-in chain with real counters
+    ":KUBE-ODD -  [0:0]",  # two spaces
+    ":",  # a colon alone
+    '-A KUBE-SEP-A -s 10.0.0.1/32 -m comment --comment "ns/svc:p" -j KUBE-MARK-MASQ',
+    "-A KUBE-SEP-A",  # no arguments: matches everything
+    "-A KUBE-SEP-A -j ACCEPT ",  # trailing space
+    "-A  KUBE-SEP-A -j ACCEPT",  # two spaces before the chain
+    "-A KUBE-SEP-A  -j ACCEPT",  # two spaces after it
+    "-A ",  # no chain
+    '-A KUBE-SEP-A -m comment --comment "unterminated -j DROP',  # odd quotes
+    "-A KUBE-NEW -j RETURN",  # undeclared chain
+    "[1:2] -A KUBE-SEP-A -j RETURN",  # counters
+]
+
+
+@pytest.mark.parametrize("odd", ODD_LINES)
+def test_plain_dump_fast_path_agrees_with_the_general_path(odd: str) -> None:
+    """A dump iptables-save wrote by itself (ASCII, no tab or backslash) is read line by line with
+    a quick split; a tab anywhere sends every line the general, tokenising way. Both must read
+    every line the same, odd ones included."""
+    body = f"*nat\n:KUBE-SEP-A - [0:0]\n{odd}\n-A KUBE-SEP-A -p tcp -j DNAT --to-destination 10.0.0.1:80\nCOMMIT\n"
+    plain = parse_save(body, "x", "legacy", 4)
+    general = parse_save(body + "# \t\n", "x", "legacy", 4)
+
+    def seen(rs: Ruleset) -> tuple[object, ...]:
+        t = rs.tables["nat"]
+        rules = [(r.chain, r.line, r.text, r.args, r.packets) for r in t.rules]
+        return rules, t.chains, t.chain_lines, [str(d) for d in rs.diagnostics]
+
+    assert seen(plain) == seen(general)

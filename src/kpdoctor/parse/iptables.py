@@ -165,9 +165,31 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
     rs = Ruleset(artifact, backend, family)
     table: Table | None = None
     carry = ""  # the first half of a rule the stderr warning was written into
+    # A dump of plain ASCII with no tab, backslash or interleaved warning anywhere (every dump
+    # iptables-save writes by itself) needs no per-line check for those; a line is then split
+    # at its first spaces instead of tokenised. Anything else takes the general path below.
+    plain = text.isascii() and "\t" not in text and "\\" not in text and "# Warning" not in text
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i
-        if (
+        if plain and table is not None and not carry:
+            if raw[:3] == "-A ":
+                sp = raw.find(" ", 3)
+                chain = raw[3:sp] if sp > 0 else raw[3:]
+                if chain and raw[-1] != " " and not ('"' in raw and raw.count('"') & 1):
+                    if chain not in table.chains:
+                        rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
+                        table.chains[chain] = None
+                    table.rules.append(Rule(table.name, chain, None, ln, raw))
+                    continue
+            elif raw[:1] == ":":
+                parts = raw[1:].split(" ")
+                if len(parts) == 2 or (len(parts) == 3 and parts[2] == "[0:0]"):
+                    chain, policy = parts[0], parts[1]
+                    if chain and policy:
+                        table.chains[chain] = None if policy == "-" else policy
+                        table.chain_lines[chain] = ln
+                        continue
+        elif (
             raw[:3] == "-A "
             and table is not None
             and not carry
