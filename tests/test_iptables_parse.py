@@ -105,3 +105,13 @@ def test_plain_dump_fast_path_agrees_with_the_general_path(odd: str) -> None:
         return rules, t.chains, t.chain_lines, [str(d) for d in rs.diagnostics]
 
     assert seen(plain) == seen(general)
+
+
+def test_warning_line_of_its_own_keeps_the_fast_path_and_the_reading() -> None:
+    """iptables-nft-save's "# Warning: iptables-legacy tables present" on a line of its own (a
+    node with both backends) reads the same through the quick path as through the general one."""
+    text = (REAL / "nft-save-with-legacy-warning.txt").read_text()
+    assert "\t" not in text and "\\" not in text and text.isascii()
+    a, b = parse_save(text, "x", None, 4), parse_save(text + "# \t\n", "x", None, 4)
+    assert a.legacy_warning_line == b.legacy_warning_line is not None and a.backend == b.backend == "nft"
+    assert [(r.line, r.args) for r in a.all_rules()] == [(r.line, r.args) for r in b.all_rules()]

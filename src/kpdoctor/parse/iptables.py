@@ -168,7 +168,13 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
     # A dump of plain ASCII with no tab, backslash or interleaved warning anywhere (every dump
     # iptables-save writes by itself) needs no per-line check for those; a line is then split
     # at its first spaces instead of tokenised. Anything else takes the general path below.
-    plain = text.isascii() and "\t" not in text and "\\" not in text and "# Warning" not in text
+    warnings = text.count("# Warning")
+    plain = (
+        text.isascii()
+        and "\t" not in text
+        and "\\" not in text
+        and (not warnings or warnings == text.count("\n# Warning") + text.startswith("# Warning"))
+    )
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i
         if plain and table is not None and not carry:
