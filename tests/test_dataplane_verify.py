@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from conftest import obfuscate
 
 from kpdoctor.bundle.loader import load
+from kpdoctor.dataplane.verify import Part
 from kpdoctor.diagnose import diagnose_evidence
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report
@@ -409,6 +412,28 @@ def test_parallel_evaluation_equals_serial(tmp_path: Path, monkeypatch: pytest.M
         assert par is not None
         assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
         assert par.stale and any(r.status == "mismatch" for r in par.results)
+
+    # a worker that dies after taking pieces of the work: they are done again, here
+    parent = os.getpid()
+    real_packed, real = F.Facts._verification_packed, F.Facts._verification
+
+    def dies(self: Facts, part: Part) -> object:
+        if os.getpid() != parent:
+            assert part.tickets is not None and part.tickets.take() == 0
+            os._exit(1)
+        return real_packed(self, part)
+
+    def late(self: Facts, part: Part) -> object:
+        if part.tickets is not None and os.getpid() == parent:
+            time.sleep(1)  # the worker takes the first piece
+        return real(self, part)
+
+    monkeypatch.setattr(F.Facts, "_verification_packed", dies)
+    monkeypatch.setattr(F.Facts, "_verification", late)
+    monkeypatch.setenv("KPDOCTOR_WORKERS", "2")
+    par = Facts(load(paths)).verification
+    assert par is not None
+    assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
 
 
 def test_stale_backends_and_sync_failure_are_one_story(tmp_path: Path) -> None:

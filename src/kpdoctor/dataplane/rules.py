@@ -14,10 +14,11 @@ rules.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.parse.iptables import Rule, Table
@@ -536,16 +537,18 @@ class CompiledTable:
             out = self._compiled[chain] = [compile_rule(r) for r in self._source.get(chain, ())]
         return out
 
-    def compiled(self, rules: Iterable[Rule]) -> Iterator[CompiledRule]:
-        """These rules of this table compiled, reusing what the walks compiled already."""
+    def compiled(self, rules: list[Rule]) -> Iterator[CompiledRule]:
+        """These rules of this table compiled: a chain that holds several of them (the Service
+        dispatch chains) is compiled whole, once, as a walk would; a single rule alone."""
+        per_chain = collections.Counter(r.chain for r in rules)
         by_rule: dict[int, CompiledRule] = {}
-        indexed: set[str] = set()
         for r in rules:
-            done = self._compiled.get(r.chain)
-            if done is not None and r.chain not in indexed:
-                indexed.add(r.chain)
-                by_rule.update((id(c.rule), c) for c in done)
-            yield by_rule.get(id(r)) or compile_rule(r)
+            if per_chain[r.chain] > 1 or r.chain in self._compiled:
+                if id(r) not in by_rule:
+                    by_rule.update((id(c.rule), c) for c in self.rules(r.chain))
+                yield by_rule[id(r)]
+            else:
+                yield compile_rule(r)
 
     def index(self, chain: str) -> ChainIndex | None:
         if chain in self._index:

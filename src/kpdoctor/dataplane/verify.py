@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from kpdoctor.dataplane.expected import (
 )
 from kpdoctor.dataplane.rules import CompiledTable, compile_tables, host_address
 from kpdoctor.model import Cite
+from kpdoctor.parallel import Tickets
 from kpdoctor.parse.iptables import Ruleset
 from kpdoctor.parse.k8s import K8sObject
 
@@ -176,6 +177,8 @@ class Verification:
     split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
     not_evaluated: list[str] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list, repr=False, compare=False)  # every case, in order
+    # the parts of ``cases`` evaluated here, (start, end) in the order of ``results``
+    ranges: list[tuple[int, int]] = field(default_factory=list, repr=False, compare=False)
 
     def only(self, service: str) -> Verification:
         """The results (and stale rules) of one Service, ``NS/NAME`` or ``NS/NAME:PORT``."""
@@ -458,7 +461,7 @@ def find_stale(
         seen: set[tuple[int | None, str, int]] = set()
         # only rules that match a destination port can name a Service's address (most of them
         # compiled already, by the walks of the Services' own traffic)
-        for cr in compiled.compiled(r for r in nat.rules if "-dport" in r.text):
+        for cr in compiled.compiled([r for r in nat.rules if "-dport" in r.text]):
             rule = cr.rule
             port, proto = cr.exact_dport, cr.proto
             if port is None or proto is None or cr.proto_neg:
@@ -510,13 +513,13 @@ def run_verification(
     behaviour: Behaviour,
     extra_local: Iterable[IPAddress] = (),
     endpoints_exported: bool = False,
-    share: Share = (0, 1),
+    part: Part | None = None,
 ) -> Verification:
     """Evaluate every Service port x traffic class, then look for stale destinations.
 
-    ``share`` ``(k, n)``: only the k-th of n consecutive parts of the cases (see
-    :func:`share_bounds`; the stale rules with the last part), for a process that evaluates its
-    part of a large node; :func:`merge_shares` puts the parts together."""
+    ``part``: the pieces of the cases this process evaluates, when several share the work (see
+    :class:`Part`); :func:`merge_shares` puts them together."""
+    part = part or Part()
     sps, count = service_ports(services, slices, endpoints, endpoints_exported)
     todo = cases(sps, node, behaviour)
     local = [a for addrs in node.addresses.values() for a in addrs] + list(extra_local)
@@ -532,11 +535,11 @@ def run_verification(
         fr = fam(f)
         if len(fr.primary) > 1:
             ver.split[f] = [rs.artifact for rs, _ in fr.primary]
-    k, n = share
-    bounds = share_bounds(len(todo), n)
     ver.cases = todo
-    ver.results = [evaluate_case(c, fam(c.sp.family), node) for c in todo[bounds[k] : bounds[k + 1]]]
-    if k == n - 1:
+    for start, end in part.ranges(len(todo)):
+        ver.results.extend(evaluate_case(c, fam(c.sp.family), node) for c in todo[start:end])
+        ver.ranges.append((start, end))
+    if part.stale:
         ver.stale = stale_of(fams, owned_destinations(services, pods), node)
     if any(rs.form == "L" for rs in rulesets):
         ver.not_evaluated.append("iptables -L listings are not evaluated (they drop match details): give iptables-save")
@@ -555,17 +558,26 @@ def stale_of(
 
 
 Share = tuple[int, int]  # (this part, number of parts)
-# The calling process's part, relative to a worker's: it also rebuilds the workers' results, while
-# the last worker also looks for stale rules.
-MAIN_SHARE = 1.35
 
 
-def share_bounds(total: int, parts: int) -> list[int]:
-    """Where each part of ``total`` cases starts (and the last ends)."""
-    if parts <= 1:
-        return [0, total]
-    first = int(total * MAIN_SHARE / (MAIN_SHARE + parts - 1))
-    return [0, first] + [first + (total - first) * k // (parts - 1) for k in range(1, parts)]
+class Part:
+    """The cases one process evaluates: all of them, or, when several processes share a large
+    node, pieces taken from ``tickets`` one at a time until none is left (each process computes
+    the same cases, so piece k is the same range in all of them). ``stale``: this process also
+    looks for stale rules."""
+
+    def __init__(self, tickets: Tickets | None = None, stale: bool = True) -> None:
+        self.tickets = tickets
+        self.stale = stale
+
+    def ranges(self, total: int) -> Iterator[tuple[int, int]]:
+        if self.tickets is None:
+            yield 0, total
+            return
+        size = -(-total // self.tickets.count)
+        while (k := self.tickets.take()) is not None:
+            if k * size < total:
+                yield k * size, min(total, (k + 1) * size)
 
 
 # A result travels back from a child as plain tuples (pickling 10,000 dataclasses with their
@@ -632,22 +644,40 @@ def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     return res
 
 
-PackedShare = tuple[list[Packed], list[StaleRule]]
+PackedShare = tuple[list[tuple[int, int]], list[Packed], list[StaleRule]]
 
 
 def pack_share(ver: Verification) -> PackedShare:
     """A worker's part of the verification, to send to the calling process."""
     share: dict[Any, Any] = {}
-    return [_pack(r, share) for r in ver.results], ver.stale
+    return ver.ranges, [_pack(r, share) for r in ver.results], ver.stale
 
 
-def merge_shares(ver: Verification, parts: list[PackedShare]) -> Verification:
-    """The calling process's part (``ver``, share 0) completed with the workers' parts, in order:
-    the same verification one process would have made."""
-    bounds = share_bounds(len(ver.cases), len(parts) + 1)
-    for k, (packed, stale) in enumerate(parts, start=1):
+def merge_shares(ver: Verification, parts: list[PackedShare]) -> Verification | None:
+    """The calling process's part (``ver``) completed with the workers' parts: the same
+    verification one process would have made, or None when some pieces are missing (a worker
+    that failed after taking them)."""
+    pieces: list[tuple[int, int, list[Result]]] = []
+    pos = 0
+    for start, end in ver.ranges:
+        pieces.append((start, end, ver.results[pos : pos + end - start]))
+        pos += end - start
+    for ranges, packed, stale in parts:
         built: dict[int, list[Any]] = {}
-        span = range(bounds[k], bounds[k + 1])
-        ver.results.extend(_unpack(ver.cases[i], p, built) for i, p in zip(span, packed, strict=True))
+        pos = 0
+        for start, end in ranges:
+            done = [_unpack(ver.cases[start + i], p, built) for i, p in enumerate(packed[pos : pos + end - start])]
+            pieces.append((start, end, done))
+            pos += end - start
         ver.stale.extend(stale)
+    pieces.sort(key=lambda x: x[0])
+    covered = 0
+    for start, end, _ in pieces:
+        if start != covered:
+            return None
+        covered = end
+    if covered != len(ver.cases):
+        return None
+    ver.results = [r for _, _, done in pieces for r in done]
+    ver.ranges = [(0, len(ver.cases))]
     return ver

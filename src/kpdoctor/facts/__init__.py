@@ -17,7 +17,14 @@ from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, IPAddress, IPNetwork, NodeView
-from kpdoctor.dataplane.verify import PackedShare, Share, Verification, merge_shares, pack_share, run_verification
+from kpdoctor.dataplane.verify import (
+    PackedShare,
+    Part,
+    Verification,
+    merge_shares,
+    pack_share,
+    run_verification,
+)
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
@@ -33,6 +40,9 @@ T = TypeVar("T")
 # Rule dumps at least this large are verified on every core (about 1,500 Services: below, forking
 # and sending results back costs more than it saves).
 PARALLEL_MIN_BYTES = 4 * 1024**2
+# The cases are handed out in this many pieces, each to whichever process asks first (about 90
+# cases a piece at 10,000 Services: small enough that no process waits long for another).
+VERIFY_PIECES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,23 +420,33 @@ class Facts:
         """The data-plane verification, when there are both rules and Services to compare.
 
         A large node is verified on every core, split early: each process reads the evidence
-        itself (on its own core, while the others would otherwise wait), then evaluates its part
-        of the Service ports; none has to copy another's quarter-million parsed rules."""
+        itself (on its own core, while the others would otherwise wait), then evaluates pieces of
+        the Service ports as it asks for them (parallel.Tickets); none has to copy another's
+        quarter-million parsed rules."""
         n = parallel.default_workers()
         size = sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE))
         if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
-            return self._verification((0, 1))
-        parts: list[Callable[[], Any]] = [functools.partial(self._verification, (0, n))]
-        parts += [functools.partial(self._verification_packed, (k, n)) for k in range(1, n)]
-        done = parallel.run_parts(parts)
+            return self._verification(Part())
+        tickets = parallel.Tickets(VERIFY_PIECES)
+        try:
+            # the calling process also looks for stale rules, once the pieces are gone: while the
+            # workers send their results
+            parts: list[Callable[[], Any]] = [functools.partial(self._verification, Part(tickets))]
+            parts += [functools.partial(self._verification_packed, Part(tickets, stale=False))] * (n - 1)
+            done = parallel.run_parts(parts)
+        finally:
+            tickets.close()
         ver = done[0]
-        return None if ver is None else merge_shares(ver, done[1:])
+        if ver is None:
+            return None
+        # a worker that failed after taking pieces leaves them undone: then once more, here
+        return merge_shares(ver, done[1:]) or self._verification(Part())
 
-    def _verification_packed(self, share: Share) -> PackedShare:
-        ver = self._verification(share)
-        return pack_share(ver) if ver is not None else ([], [])
+    def _verification_packed(self, part: Part) -> PackedShare:
+        ver = self._verification(part)
+        return pack_share(ver) if ver is not None else ([], [], [])
 
-    def _verification(self, share: Share) -> Verification | None:
+    def _verification(self, part: Part) -> Verification | None:
         services = self.objects.of("Service")
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "L")]
         if not services or not rulesets:
@@ -446,7 +466,7 @@ class Facts:
             self.node_view,
             beh,
             endpoints_exported=exported,
-            share=share,
+            part=part,
         )
         for a in self.of(Kind.NFT_RULESET):
             for t in system.nft_foreign_tables(a.read_text()):
