@@ -1,10 +1,11 @@
 """Run the parts of a large job (a verification, a log scan) on every core, by forking.
 
-Forked children see the parsed rules, the cluster objects and the cases without copying them.
-The calling process runs the first part itself instead of waiting idle (on a two-core node that
-halves the forks and the data sent back), and a child that fails has its part re-run here, so
-the result never depends on whether forking worked.
-"""
+Forked children see what the caller had built before forking without copying it (a
+verification forks before reading the evidence: each process reads it itself). The calling
+process runs the first part itself instead of waiting idle (on a two-core node that halves the
+forks and the data sent back), :class:`Tickets` hands out the pieces of the work to whichever
+process is free, and a child that fails has its part re-run here, so the result never depends
+on whether forking worked."""
 
 from __future__ import annotations
 
