@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.dataplane.rules import host_address
+from kpdoctor.dataplane.rules import address_text, host_address
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.versions import KubeVersion
@@ -138,7 +138,12 @@ class Case:
     def destination(self) -> str:
         if self.dst is None:
             return f"?:{self.dport}"
-        return f"[{self.dst}]:{self.dport}" if self.dst.version == 6 else f"{self.dst}:{self.dport}"
+        dst = address_text(self.dst)
+        return f"[{dst}]:{self.dport}" if self.dst.version == 6 else f"{dst}:{self.dport}"
+
+    @property
+    def source(self) -> str | None:
+        return None if self.src is None else address_text(self.src)
 
 
 @dataclass(frozen=True, slots=True)

@@ -283,6 +283,20 @@ def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
     return got  # type: ignore[return-value]
 
 
+_TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
+
+
+def address_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """``str(addr)``, memoised: every traffic class of a Service names the same few clients and
+    its ClusterIP, and ``ipaddress`` formats in Python."""
+    got = _TEXTS.get(addr)
+    if got is None:
+        if len(_TEXTS) > 200_000:
+            _TEXTS.clear()
+        got = _TEXTS[addr] = str(addr)
+    return got
+
+
 def _compile_fast(rule: Rule) -> CompiledRule | None:
     """The canonical shapes (see ``_FAST``) straight from the rule's line, or None."""
     m = _FAST.fullmatch(rule.body)
