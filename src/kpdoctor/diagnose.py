@@ -40,8 +40,12 @@ def diagnose_evidence(
     min_severity: Severity = Severity.WARNING,
     command: str = "diagnose",
     service: str | None = None,
+    keep: list[object] | None = None,
 ) -> Report:
+    """``keep``: gets the facts worked out (a caller about to exit need not free them)."""
     facts = Facts(evidence, node=node)
+    if keep is not None:
+        keep.append(facts)
     only = VERIFY_CODES if command == "verify" else None
     with allocation_heavy():
         findings, skipped, ran, errors = run_all(facts, only=only)
@@ -79,10 +83,13 @@ def diagnose_paths(
     min_severity: Severity = Severity.WARNING,
     command: str = "diagnose",
     service: str | None = None,
+    keep: list[object] | None = None,
 ) -> tuple[Report, Evidence]:
     evidence = load(paths)
     try:
-        report = diagnose_evidence(evidence, node=node, min_severity=min_severity, command=command, service=service)
+        report = diagnose_evidence(
+            evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep
+        )
         return report, evidence
     finally:
         evidence.close()
