@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import gc
 import ipaddress
 import os
@@ -618,6 +617,8 @@ def explain(key: str) -> None:
     specs = find(key)
     if not specs:
         names = list(CHECKS) + sorted({c.cause for c in CHECKS.values()})
+        import difflib
+
         close = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else " Run `kpdoctor rules` for the list."
         _err(f"no check or cause named {key!r}.{hint}")
@@ -704,6 +705,8 @@ def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> 
         header = "\n".join(lines)
         name = default.name
     if name not in {d.name for d in DEMOS}:
+        import difflib
+
         close = difflib.get_close_matches(name, [d.name for d in DEMOS], n=3)
         _err(
             f"no demo named {name!r}."

@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from kpdoctor.parse.diagnostics import Diagnostic
 
 
@@ -105,6 +103,8 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
             # kubectl cluster-info dump concatenates JSON documents: read them one by one.
             docs = _json_stream(text, out, artifact, exc)
     else:
+        import yaml  # here: only YAML needs it, and it costs start-up time
+
         try:
             docs = list(yaml.safe_load_all(text))
         except yaml.YAMLError as exc:

@@ -15,8 +15,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.versions import KubeVersion
 
@@ -216,6 +214,8 @@ class ConfigFile:
 
 
 def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
+    import yaml  # here: it costs start-up time, and most runs read no config file
+
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -14,11 +14,8 @@ reported with its record's header, so it carries the entry's level and timestamp
 
 from __future__ import annotations
 
-import concurrent.futures
-import concurrent.futures.process
 import dataclasses
 import itertools
-import multiprocessing
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -331,6 +328,8 @@ class Scanner:
         result = ScanResult()
         for idx, art in enumerate(artifacts):
             if art.path is not None and self.workers > 1 and os.path.getsize(art.path) >= PARALLEL_MIN_BYTES:
+                import concurrent.futures.process  # here: a process pool costs start-up time to import
+
                 try:
                     self._scan_parallel(idx, art, result)
                     continue
@@ -347,6 +346,9 @@ class Scanner:
         n = self.workers * 2
         with open(art.path, "rb") as fh:
             bounds = sorted({_align(fh, size * i // n) for i in range(n)} | {size})
+        import concurrent.futures
+        import multiprocessing
+
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
             futures = [
