@@ -557,9 +557,6 @@ def stale_of(
     return out
 
 
-Share = tuple[int, int]  # (this part, number of parts)
-
-
 class Part:
     """The cases one process evaluates: all of them, or, when several processes share a large
     node, pieces taken from ``tickets`` one at a time until none is left (each process computes
