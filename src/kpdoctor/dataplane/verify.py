@@ -329,9 +329,10 @@ def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | Non
     return "mismatch", kind, None
 
 
-def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
+def _result(case: Case, status: str) -> Result:
+    """A case's row, before its outcome is filled in."""
     sp = case.sp
-    res = Result(
+    return Result(
         sp.service,
         sp.port_name,
         sp.protocol,
@@ -339,10 +340,15 @@ def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
         case.traffic,
         case.destination,
         case.source,
-        "uncertain",
+        status,
         case.alternatives,
         service_cite=sp.cite,
     )
+
+
+def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
+    sp = case.sp
+    res = _result(case, "uncertain")
     res.local_policy = sp.etp_local if case.traffic.startswith("external") else sp.itp_local
     notes = list(case.notes)
     if case.unknown or fam.missing or case.src is None or case.dst is None:
@@ -616,19 +622,7 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
 def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     """The Result of a packed one; ``built`` keeps the lists already rebuilt, by the identity of
     their packed form (interned by ``_pack``, and alive while the packed results are)."""
-    sp = case.sp
-    res = Result(
-        sp.service,
-        sp.port_name,
-        sp.protocol,
-        sp.family,
-        case.traffic,
-        case.destination,
-        case.source,
-        p[0],
-        case.alternatives,
-        service_cite=sp.cite,
-    )
+    res = _result(case, p[0])
     res.kind, res.note = p[1], p[2]
     actual = built.get(id(p[3]))
     if actual is None:
