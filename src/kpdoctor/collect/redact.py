@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kpdoctor.parse.k8s import list_item_kind
+
 REDACTED = "<redacted>"
 REDACTED_JWT = "<redacted-jwt>"
 UNSCRUBBABLE = b"<redacted: kpdoctor could not scrub this artifact>\n"
@@ -309,8 +311,7 @@ class _JsonScrubber:
                 self.changed = True
         items = d.get("items")
         if type(items) is list:
-            kind = d.get("kind")
-            implied = kind[:-4] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
+            implied = list_item_kind(d.get("kind"))
             kept = [it for it in items if not self.is_secret(it, implied)]
             if len(kept) != len(items):
                 d["items"] = kept

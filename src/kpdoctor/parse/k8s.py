@@ -40,6 +40,11 @@ class Objects:
         return [o for o in self.items if o.kind == kind]
 
 
+def list_item_kind(kind: object) -> str | None:
+    """The kind of the items of a ``kind: FooList`` (kubectl leaves it out of each item)."""
+    return kind[:-4] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
+
+
 def _flatten(doc: Any, out: list[dict[str, Any]]) -> None:
     if isinstance(doc, list):
         for d in doc:
@@ -50,7 +55,7 @@ def _flatten(doc: Any, out: list[dict[str, Any]]) -> None:
     items = doc.get("items")
     kind = doc.get("kind")
     if isinstance(items, list) and (kind is None or (isinstance(kind, str) and kind.endswith("List"))):
-        item_kind = kind[:-4] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
+        item_kind = list_item_kind(kind)
         for it in items:
             if isinstance(it, dict) and item_kind and "kind" not in it:
                 it = {**it, "kind": item_kind}
