@@ -123,45 +123,37 @@ def _paths(doc: str) -> Callable[[F], F]:
     return click.argument("paths", cls=_Argument, metavar="[PATH]...", nargs=-1, doc=doc)
 
 
-def _format(f: F) -> F:
-    return click.option(
-        "--format",
-        "-f",
-        "fmt",
-        type=click.Choice([x.value for x in Format]),
-        default=Format.text.value,
-        show_default=True,
-        help="Output format.",
-    )(f)
+_FORMAT = click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice([x.value for x in Format]),
+    default=Format.text.value,
+    show_default=True,
+    help="Output format.",
+)
 
+_OUTPUT = click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the report to FILE instead of stdout.",
+)
 
-def _output(f: F) -> F:
-    return click.option(
-        "--output",
-        "-o",
-        type=click.Path(dir_okay=False, path_type=Path),
-        metavar="FILE",
-        help="Write the report to FILE instead of stdout.",
-    )(f)
+_SEVERITY = click.option(
+    "--min-severity",
+    type=click.Choice([x.value for x in Level]),
+    default=Level.warning.value,
+    show_default=True,
+    help="Lowest severity to report.",
+)
 
-
-def _severity(f: F) -> F:
-    return click.option(
-        "--min-severity",
-        type=click.Choice([x.value for x in Level]),
-        default=Level.warning.value,
-        show_default=True,
-        help="Lowest severity to report.",
-    )(f)
-
-
-def _node(f: F) -> F:
-    return click.option(
-        "--node",
-        metavar="NAME",
-        help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).",
-    )(f)
-
+_NODE = click.option(
+    "--node",
+    metavar="NAME",
+    help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).",
+)
 
 _SERVICE = click.option("--service", metavar="NS/NAME[:PORT]", help="Only this Service (every port, or the one named).")
 
@@ -382,10 +374,10 @@ def _run(
     "Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
     "kubectl JSON/YAML, pasted terminal sessions..."
 )
-@_format
-@_output
-@_severity
-@_node
+@_FORMAT
+@_OUTPUT
+@_SEVERITY
+@_NODE
 @_live()
 def diagnose(
     paths: tuple[str, ...], fmt: str, output: Path | None, min_severity: str, node: str | None, **live: Any
@@ -415,7 +407,7 @@ def diagnose(
     metavar="FILE.tar.gz|DIR",
     help="Where to write the bundle: a .tar.gz, or a new folder (default: ./kpdoctor-NODE-TIME.tar.gz).",
 )
-@_node
+@_NODE
 @_live(flag=False, save=False)
 def collect(output: Path | None, node: str | None, **live: Any) -> None:
     """Collect this node's evidence into a bundle for later or for support (read-only; needs root).
@@ -461,9 +453,9 @@ def collect(output: Path | None, node: str | None, **live: Any) -> None:
 )
 @_SERVICE
 @click.option("--all", "show_all", is_flag=True, help="List Services that verified ok too.")
-@_format
-@_output
-@_node
+@_FORMAT
+@_OUTPUT
+@_NODE
 @_live()
 def verify(
     paths: tuple[str, ...],
@@ -544,9 +536,9 @@ def _write(render: object, doc: object, output: Path | None, header: str = "") -
     show_default=True,
     help="prerouting: a packet arriving (from a Pod or outside); output: sent by the node itself.",
 )
-@_format
-@_output
-@_node
+@_FORMAT
+@_OUTPUT
+@_NODE
 @_live()
 def trace(
     paths: tuple[str, ...],
@@ -643,7 +635,7 @@ def explain(key: str) -> None:
 
 
 @app.command()
-@_format
+@_FORMAT
 def rules(fmt: str) -> None:
     """List every check: code, cause, severity and what evidence it reads."""
     specs = sorted(CHECKS.values(), key=lambda c: c.code)
@@ -687,9 +679,9 @@ def rules(fmt: str) -> None:
     required=False,
     doc="Example to diagnose; omit to list them and run the default one.",
 )
-@_format
-@_output
-@_severity
+@_FORMAT
+@_OUTPUT
+@_SEVERITY
 def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> None:
     """Diagnose a built-in example bundle (one per seed scenario)."""
     header = ""
