@@ -442,31 +442,25 @@ class _Collector:
         self.progress("cluster: endpointslices")
         path_v1 = "/apis/discovery.k8s.io/v1/endpointslices"
         list_v1 = self.api.discovery.list_endpoint_slice_for_all_namespaces
-        try:
-            listed = _list(lambda tok: self.api.json(list_v1, limit=PAGE_SIZE, _continue=tok),
-                           path_v1, {}, "EndpointSlice", "discovery.k8s.io/v1")
-        except _CallFailed as e:
-            if e.status != 404:
-                self.skip("cluster/endpointslices.json", e.reason)
-                if e.status == 403:  # old roles grant endpoints, not endpointslices: still see the backends
-                    self.endpoints_v1()
-                return
-        else:
-            self.add(_artifact("cluster/endpointslices.json", listed.items, listed.source, listed.started_at,
-                               listed.duration_ms, listed.note))
-            return
         path_beta = "/apis/discovery.k8s.io/v1beta1/endpointslices"
+
+        def v1(tok: str | None) -> Obj:
+            return self.api.json(list_v1, limit=PAGE_SIZE, _continue=tok)
 
         def beta(tok: str | None) -> Obj:
             return self.api.get_path(path_beta, [("limit", str(PAGE_SIZE))] + ([("continue", tok)] if tok else []))
 
-        try:
-            listed = _list(beta, path_beta, {}, "EndpointSlice", "discovery.k8s.io/v1beta1")
-        except _CallFailed as e:
-            if e.status != 404:
+        tries = ((v1, path_v1, "discovery.k8s.io/v1"), (beta, path_beta, "discovery.k8s.io/v1beta1"))
+        for fetch, path, version in tries:
+            try:
+                listed = _list(fetch, path, {}, "EndpointSlice", version)
+            except _CallFailed as e:
+                if e.status == 404:
+                    continue  # not served: the older version, then v1 Endpoints
                 self.skip("cluster/endpointslices.json", e.reason)
+                if e.status == 403 and fetch is v1:  # old roles grant endpoints, not endpointslices
+                    self.endpoints_v1()
                 return
-        else:
             self.add(_artifact("cluster/endpointslices.json", listed.items, listed.source, listed.started_at,
                                listed.duration_ms, listed.note))
             return
