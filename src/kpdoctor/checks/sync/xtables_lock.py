@@ -195,8 +195,6 @@ NO_WAIT_FIXES = [
     FixRow((1, 12), status="unaffected", vendor="tke", above=True),
     FixRow((1, 12), status="no-fix", vendor="tke", below=True, note="upgrade the TKE cluster"),
 ]
-# Node OS releases whose iptables-restore supports --wait (for kube-proxy installed on the host).
-OS_WITH_WAIT = {"centos": "7.2", "rhel": "7.2", "ubuntu": "20.04", "tencentos": "2.4", "tlinux": "2.4"}
 
 
 @check(

@@ -179,8 +179,9 @@ def no_prestop(facts: Facts) -> Iterator[Finding]:
         f.evidence = [w.cite for w in group[:5]]
         f.fix = [
             "Add a preStop delay to each container that serves traffic:\n"
-            '  lifecycle:\n    preStop:\n      exec:\n        command: ["sleep", "5"]\n'
-            "(Kubernetes 1.29+: `preStop: {sleep: {seconds: 5}}`), keeping terminationGracePeriodSeconds above it."
+            f'  lifecycle:\n    preStop:\n      exec:\n        command: ["sleep", "{SUGGESTED_PRESTOP}"]\n'
+            f"(Kubernetes 1.29+: `preStop: {{sleep: {{seconds: {SUGGESTED_PRESTOP}}}}}`), keeping "
+            "terminationGracePeriodSeconds above it."
         ]
         yield f
 
