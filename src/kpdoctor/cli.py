@@ -110,7 +110,9 @@ class _Group(click.Group):
         return list(self.commands)
 
 
-@click.group(cls=_Group, help=HELP, context_settings=CONTEXT, invoke_without_command=True)
+@click.group(
+    cls=_Group, help=HELP, context_settings=CONTEXT, invoke_without_command=True, subcommand_metavar="COMMAND [ARGS]..."
+)
 @click.version_option(__version__, "--version", message="kpdoctor %(version)s", help="Print the version and exit.")
 @click.pass_context
 def app(ctx: click.Context) -> None:
