@@ -13,8 +13,6 @@ import pytest
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Finding, Report, Severity
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
-
 # Seed 000's restore failure as glog-era kube-proxy logs it.
 MISMATCH = (
     "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 2 "
@@ -32,6 +30,8 @@ I1113 16:15:07.931308       1 proxier.go:858] "Sync failed" retryingTime="30s"
 I1113 16:15:07.931317       1 proxier.go:820] "SyncProxyRules complete" elapsed="22.67239ms"
 """
 DATA = Path(__file__).resolve().parent / "data"
+# kube-proxy's own rule sets and test inputs, vendored from upstream (data/upstream/SOURCES.md).
+UPSTREAM = DATA / "upstream"
 
 
 def write(tmp: Path, name: str, text: str) -> Path:

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
+from conftest import UPSTREAM
 
 from kpdoctor.cli import app
 
 runner = CliRunner()
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream" / "iptables"
+FIX = UPSTREAM / "iptables"
 N = "TestOverallIPTablesRules"
 SAVE, CLUSTER, CFG = (str(FIX / f"{N}.{x}") for x in ("nft.save", "cluster.json", "kube-proxy.yaml"))
 

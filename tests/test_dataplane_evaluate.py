@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from pathlib import Path
 
 import pytest
-from conftest import obfuscate
+from conftest import UPSTREAM, obfuscate
 
 from kpdoctor.dataplane.evaluate import Evaluator, Packet, _apply_mark
 from kpdoctor.dataplane.rules import compile_tables
 from kpdoctor.parse.iptables import parse_save
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream" / "iptables"
+FIX = UPSTREAM / "iptables"
 NODE_IP = ipaddress.ip_address("192.168.0.2")
 A = ipaddress.ip_address
 

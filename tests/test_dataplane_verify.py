@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import obfuscate
+from conftest import UPSTREAM, obfuscate
 
 from kpdoctor.bundle.loader import load
 from kpdoctor.dataplane.verify import Part
@@ -20,7 +20,7 @@ from kpdoctor.diagnose import diagnose_evidence
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report
 
-FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream" / "iptables"
+FIX = UPSTREAM / "iptables"
 NAMES = sorted({p.name.rsplit(".", 2)[0] for p in FIX.glob("*.save")})
 OVERALL = "TestOverallIPTablesRules"
 

@@ -1,17 +1,18 @@
 """iptables-save parsing on real output: the upstream fixtures were produced by real
-iptables-legacy-save / iptables-nft-save (see shared/fixtures/upstream/SOURCES.md)."""
+iptables-legacy-save / iptables-nft-save (see tests/data/upstream/SOURCES.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from conftest import UPSTREAM
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
 from kpdoctor.parse.iptables import Ruleset, parse_save
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "upstream" / "iptables"
+FIXTURES = UPSTREAM / "iptables"
 NAMES = sorted({p.name.rsplit(".", 2)[0] for p in FIXTURES.glob("*.save")})
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import UPSTREAM
 from lab.netns import Netns, cleanup_stale, lab_available
 
 from kpdoctor.bundle.artifacts import Kind
@@ -14,7 +15,7 @@ from kpdoctor.bundle.loader import load
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/upstream/iptables/v1.26_TestLoadBalancer.rules"
+FIXTURE = UPSTREAM / "iptables" / "v1.26_TestLoadBalancer.rules"
 pytestmark = pytest.mark.skipif(lab_available() is not None, reason=str(lab_available()))
 
 HOOKS = [

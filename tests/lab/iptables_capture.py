@@ -7,7 +7,7 @@ returns the real output of every listing command kpdoctor reads. :func:`capture_
 same for a few tiny payloads that make real iptables fail, keeping the exact error text and exit
 code. Nothing sends traffic: the namespaces only hold rules.
 
-The hook jumps follow ``shared/fixtures/upstream/realize.sh``: each is appended only when its
+The hook jumps follow ``tests/data/upstream/realize.sh``: each is appended only when its
 target chain exists after the restore, in this order::
 
     filter INPUT    -> KUBE-PROXY-FIREWALL     (ctstate NEW, "kubernetes load balancer firewall")

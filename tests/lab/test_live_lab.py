@@ -26,13 +26,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from conftest import UPSTREAM
+
 from .iptables_capture import load
 from .netns import Netns, require_lab
 from .topology import Lab
 
 require_lab()
 
-FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream" / "iptables"
+FIX = UPSTREAM / "iptables"
 NAME = "TestOverallIPTablesRules"
 NODE_IP, CLIENT_IP = "192.168.0.2", "192.168.0.100"
 PODS = ["10.180.0.1", "10.180.0.2", "10.180.0.3", "10.180.0.4", "10.180.0.5"]

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import UPSTREAM
 
 from kpdoctor.bundle.loader import load as load_evidence
 from kpdoctor.dataplane.trace import trace
@@ -25,7 +26,7 @@ from .topology import Lab
 
 require_lab()
 
-FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "upstream" / "iptables"
+FIX = UPSTREAM / "iptables"
 NAME = "TestOverallIPTablesRules"
 NODE_IP, CLIENT_IP = "192.168.0.2", "192.168.0.100"
 PODS = ["10.180.0.1", "10.180.0.2", "10.180.0.3", "10.180.0.4", "10.180.0.5"]
