@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from kpdoctor.parse.structured import load_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ def _time(v: object) -> datetime | None:
 
 def parse_healthz(text: str) -> Healthz | None:
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except ValueError:
         return None
     if not isinstance(doc, dict):

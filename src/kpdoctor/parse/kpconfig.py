@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.structured import StructuredError, load_yaml_all
 from kpdoctor.versions import KubeVersion
 
 # flag -> dotted KubeProxyConfiguration field
@@ -214,15 +215,13 @@ class ConfigFile:
 
 
 def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
-    import yaml  # here: it costs start-up time, and most runs read no config file
-
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        docs = load_yaml_all(text)
+    except StructuredError as exc:
         cf = ConfigFile({}, Source(artifact, first_line, ""), text=text, first_line=first_line)
-        cf.diagnostics.append(Diagnostic(None if mark is None else mark.line + first_line, f"invalid YAML: {exc}"))
+        cf.diagnostics.append(Diagnostic(None if exc.line is None else exc.line - 1 + first_line, str(exc)))
         return cf
+    doc = docs[0] if docs else None
     if not isinstance(doc, dict):
         return None
     kind_line = next((i for i, ln in enumerate(text.splitlines()) if re.match(r"\s*\"?kind\"?\s*:", ln)), 0)

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor.parse.structured import load_json
+
 
 @dataclass(frozen=True, slots=True)
 class Link:
@@ -125,7 +127,7 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
 
 def _parse_json(text: str, first_line: int) -> list[Link]:
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except ValueError:
         return []
     lines = text.splitlines()

@@ -15,9 +15,10 @@ Formats:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
+
+from kpdoctor.parse.structured import load_json
 
 
 @dataclass(slots=True)
@@ -329,7 +330,7 @@ def parse_nstat(text: str, first_line: int = 1) -> Counters:
 
 def _nstat_json(c: Counters, text: str, first_line: int) -> None:
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except ValueError:
         return
     lines = text.splitlines()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 
+from kpdoctor.parse.structured import load_json
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 
@@ -150,7 +150,7 @@ def parse_hostname(text: str) -> str | None:
 def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     """Addresses of ``ip -j addr``, global scope first (the node's own), then host/link ones."""
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except ValueError:
         return []
     ranked: list[tuple[int, ipaddress.IPv4Address | ipaddress.IPv6Address]] = []
@@ -176,7 +176,7 @@ def nft_foreign_tables(text: str) -> list[str]:
     """``nft -j list ruleset``: tables that are not iptables-nft's, with their base chains, e.g.
     ``inet firewalld (filter_INPUT: filter input policy accept)``."""
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except ValueError:
         return []
     items = doc.get("nftables") if isinstance(doc, dict) else None
