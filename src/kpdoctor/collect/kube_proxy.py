@@ -1,11 +1,14 @@
 """kube-proxy's side of a bundle, found from the node itself: its process, command line, config
 file, version, the iptables in its image, its logs, and its healthz/metrics on loopback.
 
-The process is found in /proc (whatever runs it: a DaemonSet, a static Pod, systemd), its files
-are read through ``/proc/PID/root`` (the container's own view, so ``--config=/var/lib/kube-proxy/
-config.conf`` means the file kube-proxy reads), and its binaries run chrooted there. Logs come
-from the container runtime's files (``/var/log/pods``), else journald for a systemd unit; when
-neither has them the caller asks the API.
+The process is found in /proc (whatever runs it: a DaemonSet, a static Pod, systemd), and trusted
+only when it runs as root from a root-owned kube-proxy binary: any local user can start a process
+that calls itself kube-proxy (docs/security.md). Its files are read through ``/proc/PID/root``
+(the container's own view, so ``--config=/var/lib/kube-proxy/config.conf`` means the file
+kube-proxy reads) with its own identity, and kept only when they are what the flag names (a
+KubeProxyConfiguration); its binaries run chrooted there as ``nobody``. Logs come from the
+container runtime's files (``/var/log/pods``), else journald for a systemd unit; when neither has
+them the caller asks the API.
 """
 
 from __future__ import annotations
@@ -14,17 +17,23 @@ import http.client
 import os
 import re
 import shlex
+import stat
 import time
 from dataclasses import dataclass
 
 from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress, utc_now
-from kpdoctor.collect.runner import Runner, resolve_in_root, same_file
+from kpdoctor.collect.runner import Identity, Runner, same_file
 from kpdoctor.parse.kpconfig import Source, kube_proxy_args, parse_argv
+from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
 LOG_TAIL = 32 * 1024**2  # the newest part of a log is the part that explains "now"
+CONFIG_LIMIT = 4 * 1024**2
 HEALTHZ_PORT = 10256
 METRICS_PORT = 10249
 LAUNCHERS = ("kube-proxy", "hyperkube", "go-runner")
+# The binaries kube-proxy really runs from: its own, hyperkube, and the multi-call binaries of
+# k3s, rke2 and k0s (a kube-proxy symlink to them). go-runner only starts it: its child is the one.
+PROGRAMS = ("kube-proxy", "hyperkube", "k3s", "rke2", "k0s")
 
 
 @dataclass
@@ -53,16 +62,52 @@ def find_kube_proxy(proc_root: str) -> list[tuple[int, list[str]]]:
     return found
 
 
+def distrust(proc_root: str, pid: int) -> str | None:
+    """Why process ``pid`` is not to be trusted as kube-proxy; None when it is.
+
+    kube-proxy always runs as root (real and effective) from a binary that root owns and only root
+    may write. Anything else calling itself kube-proxy may be any user's program: its binary must
+    not be run, nor the files its flags name read, by a collector running as root."""
+    base = os.path.join(proc_root, str(pid))
+    who = Identity.of(os.path.join(base, "status"))
+    if who is None:
+        return "its /proc/PID/status cannot be read"
+    if not who.root:
+        return f"it runs as uid {who.uid} (effective {who.euid}), and kube-proxy runs as root"
+    try:
+        exe = os.readlink(os.path.join(base, "exe")).removesuffix(" (deleted)")
+        st = os.stat(os.path.join(base, "exe"))
+    except OSError as exc:
+        return f"its binary cannot be looked at ({exc.strerror or exc})"
+    if exe.rsplit("/", 1)[-1] not in PROGRAMS:
+        return f"its binary is {exe}, not {', '.join(PROGRAMS[:-1])} or {PROGRAMS[-1]}"
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
+        return f"its binary {exe} is owned by uid {st.st_uid}, not root"
+    if st.st_mode & 0o022:
+        return f"its binary {exe} may be written by others (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
 def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: bool) -> KubeProxyCollection:
     host = runner.host
     out = KubeProxyCollection()
     progress("kube-proxy: process")
-    procs = find_kube_proxy(host.path("/proc"))
-    if not procs:
+    trusted: list[tuple[int, list[str]]] = []
+    for pid, argv in find_kube_proxy(host.path("/proc")):
+        why = distrust(host.path("/proc"), pid)
+        if why is None:
+            trusted.append((pid, argv))
+        elif argv[0].rsplit("/", 1)[-1] != "go-runner":  # it starts kube-proxy: its child is checked
+            shown = shlex.join(argv)[:200]
+            out.skipped.append(
+                NotCollected("kube-proxy/", f"process {pid} (`{shown}`) is not trusted as kube-proxy: {why}; "
+                             "nothing of it was run or read")
+            )
+    if not trusted:
         out.skipped.append(NotCollected("kube-proxy/", "no kube-proxy process runs on this node"))
         _logs(runner, out, None)
         return out
-    pid, argv = procs[0]
+    pid, argv = trusted[0]
     out.pid = pid
     started, t0 = utc_now(), time.monotonic()
     out.add(
@@ -81,21 +126,11 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
     config = flags.get("config")
     if config:
         progress("kube-proxy: config file")
-        where = resolve_in_root(croot, config)
-        out.add(
-            runner.read("kube-proxy/config.yaml", os.path.join(croot, where.lstrip("/")), limit=4 * 1024**2)
-            if where
-            else NotCollected("kube-proxy/config.yaml", f"--config={config} does not exist in kube-proxy's root")
-        )
+        out.add(_config(runner, croot, config, Identity.of(host.path(f"/proc/{pid}/status"))))
     else:
         out.skipped.append(NotCollected("kube-proxy/config.yaml", "kube-proxy runs without --config"))
     progress("kube-proxy: version")
-    try:
-        exe = os.readlink(host.path(f"/proc/{pid}/exe"))
-    except OSError:
-        exe = argv[0]
-    exe = exe.removesuffix(" (deleted)")
-    out.add(runner.command("kube-proxy/version.txt", [exe, "--version"], 5, root=croot))
+    out.add(_version(runner, host.path(f"/proc/{pid}/exe"), croot))
     if not same_file(croot, host.path("/")):
         out.add(runner.command("kube-proxy/iptables-version.txt", ["iptables", "--version"], 5, root=croot))
     _logs(runner, out, pid)
@@ -107,6 +142,53 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
         for path in ("kube-proxy/healthz.json", "kube-proxy/metrics.txt"):
             out.skipped.append(NotCollected(path, "not in the node's network namespace: its loopback is not reachable"))
     return out
+
+
+def _config(runner: Runner, croot: str, config: str, who: Identity | None) -> Collected | NotCollected:
+    """The file ``--config`` names, read as kube-proxy would read it, kept only when it is a
+    KubeProxyConfiguration: a flag must not turn the bundle into a copy of any file on the node."""
+    path = "kube-proxy/config.yaml"
+    if who is None:
+        return NotCollected(path, "kube-proxy exited before its config file could be read")
+    got = runner.read_as(path, croot, config, who, CONFIG_LIMIT)
+    if not isinstance(got, Collected):
+        return NotCollected(path, f"--config={config}: {got.reason}")
+    try:
+        docs = load_yaml_all(got.data.decode("utf-8", errors="replace"))
+    except StructuredError as exc:
+        return NotCollected(path, f"--config={config} is not a KubeProxyConfiguration ({exc}): not stored")
+    kind = docs[0].get("kind") if docs and isinstance(docs[0], dict) else None
+    if kind != "KubeProxyConfiguration":
+        return NotCollected(path, f"--config={config} is not a KubeProxyConfiguration (kind {kind!r}): not stored")
+    return got
+
+
+def _version(runner: Runner, exe_link: str, croot: str) -> Collected | NotCollected:
+    """``kube-proxy --version`` of the binary the process runs, run unprivileged in its root. A
+    binary replaced on disk since the process started (an upgrade) would tell another version:
+    then the log or the image tag tell it instead."""
+    path = "kube-proxy/version.txt"
+    try:
+        exe = os.readlink(exe_link)
+        running = os.stat(exe_link)
+    except OSError as exc:
+        return NotCollected(path, f"kube-proxy's binary cannot be looked at ({exc.strerror or exc})")
+    if exe.endswith(" (deleted)"):
+        return NotCollected(path, f"kube-proxy's binary {exe.removesuffix(' (deleted)')} was replaced since it started")
+    try:
+        # a root the collector can see (a chroot) shows in the link from the outside: make it inner
+        outer = os.readlink(croot).rstrip("/")
+    except OSError:
+        outer = ""
+    if outer and exe.startswith(outer + "/"):
+        exe = exe[len(outer) :]
+    try:
+        on_disk = os.stat(os.path.join(croot, exe.lstrip("/")), follow_symlinks=False)
+    except OSError:
+        on_disk = None
+    if on_disk is None or (on_disk.st_dev, on_disk.st_ino) != (running.st_dev, running.st_ino):
+        return NotCollected(path, f"{exe} in kube-proxy's root is not the binary it runs: not run")
+    return runner.command(path, [exe, "--version"], 5, root=croot)
 
 
 def _port(flags: dict[str, str], flag: str, default: int) -> int:

@@ -10,6 +10,11 @@ From a privileged Pod the node's root is mounted at ``--host-root`` (``/host``):
 as ``chroot /host ARGV`` so the node's own iptables reads the node's rules (an older iptables in
 the image misreads rules written by a newer one), and, when the Pod is not in the node's network
 namespace, as ``chroot /host nsenter --net=/proc/1/ns/net -- ARGV``.
+
+Another root (a container's: kube-proxy's image) is never trusted with privileges: its programs
+run as ``nobody`` with no new privileges (a setuid binary in an image cannot regain root), and its
+files are read by a child that enters that root and takes the identity of the process whose files
+they are (docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -31,6 +37,67 @@ ENV = {"PATH": ":".join(SEARCH_PATH), "LC_ALL": "C", "LANG": "C"}
 PASSED_ENV = ("XTABLES_LOCKFILE",)
 MAX_OUTPUT = 512 * 1024**2  # one command's stdout; rule dumps at 10,000 Services are ~100 MB
 MAX_STDERR = 64 * 1024
+NOBODY = 65534  # the overflow uid/gid: owns nothing, so a program run as it can change nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a process is (``/proc/PID/status``): real and effective uid, gid and groups."""
+
+    uid: int
+    euid: int
+    gid: int
+    egid: int
+    groups: tuple[int, ...] = ()
+
+    @property
+    def root(self) -> bool:
+        return self.uid == 0 and self.euid == 0
+
+    @classmethod
+    def of(cls, status_file: str) -> Identity | None:
+        """Read from a ``/proc/PID/status`` file; None if it is gone or unreadable."""
+        try:
+            with open(status_file, encoding="ascii", errors="replace") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            uids = [int(x) for x in fields["Uid"].split()]
+            gids = [int(x) for x in fields["Gid"].split()]
+            groups = tuple(int(x) for x in fields.get("Groups", "").split())
+        except (OSError, KeyError, ValueError):
+            return None
+        if len(uids) < 2 or len(gids) < 2:
+            return None
+        return cls(uids[0], uids[1], gids[0], gids[1], groups)
+
+
+# The confined reader: enters ROOT, becomes UID:GID (with GROUPS) and only then opens PATH, so the
+# kernel resolves every link inside ROOT and checks the permissions of that identity. Only a
+# regular file is read (a FIFO would block, a device never end), at most LIMIT bytes.
+_CONFINED_READ = """
+import os, stat, sys
+root, uid, gid, groups, path, limit = sys.argv[1:7]
+os.chroot(root)
+os.chdir("/")
+os.setgroups([int(g) for g in groups.split(",") if g])
+os.setresgid(int(gid), int(gid), int(gid))
+os.setresuid(int(uid), int(uid), int(uid))
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+except FileNotFoundError:
+    sys.exit(3)
+except PermissionError:
+    sys.exit(4)
+if not stat.S_ISREG(os.fstat(fd).st_mode):
+    sys.exit(5)
+left, out = int(limit) + 1, sys.stdout.buffer
+while left > 0:
+    chunk = os.read(fd, min(left, 1 << 20))
+    if not chunk:
+        break
+    out.write(chunk)
+    left -= len(chunk)
+"""
+_CONFINED_EXIT = {3: "does not exist", 4: "is not readable by it", 5: "is not a regular file"}
 
 
 def resolve_in_root(root: str, path: str, hops: int = 40) -> str | None:
@@ -146,7 +213,8 @@ class Runner:
     ) -> Collected | NotCollected:
         """Run ``argv`` (its program looked up on the node) and keep stdout as artifact ``path``.
 
-        ``root`` runs it in another root instead (a container's, for kube-proxy's own binaries).
+        ``root`` runs it in another root instead (a container's, for kube-proxy's own binaries),
+        as ``nobody`` with no new privileges: a program from an image is never run as root.
         A missing program, a script, or a spent budget gives :class:`NotCollected`; a failing or
         timed-out command gives :class:`Collected` with its exit code and stderr.
         """
@@ -160,8 +228,32 @@ class Runner:
         limit = self.budget.timeout(timeout)
         if limit <= 0.05:
             return NotCollected(path, f"`{shlex.join(argv)}` not run: the collection's time bound was reached")
-        full = ["chroot", root, *argv] if root is not None else self.host.argv(argv)
-        return run_argv(path, full, limit, shown=shlex.join(argv))
+        if root is None:
+            return run_argv(path, self.host.argv(argv), limit, shown=shlex.join(argv))
+        if find_program("/", "setpriv") is None:
+            why = "setpriv (util-linux) is needed to run it unprivileged"
+            return NotCollected(path, f"`{shlex.join(argv)}` not run: {why}")
+        ids = f"--userspec={NOBODY}:{NOBODY}"
+        full = ["setpriv", "--no-new-privs", "chroot", ids, f"--groups={NOBODY}", root, *argv]
+        return run_argv(path, full, limit, shown=f"{shlex.join(argv)} (as nobody, in {root})")
+
+    def read_as(self, path: str, root: str, inside: str, who: Identity, limit: int) -> Collected | NotCollected:
+        """Read ``inside`` (a path as seen in ``root``) with the identity ``who``, as the process
+        whose file it is would: a file that process could not read is not read for it either."""
+        limit_s = self.budget.timeout(5.0)
+        if limit_s <= 0.05:
+            return NotCollected(path, f"{inside} not read: the collection's time bound was reached")
+        groups = ",".join(str(g) for g in who.groups)
+        argv = [sys.executable, "-I", "-S", "-c", _CONFINED_READ, root, str(who.euid), str(who.egid), groups]
+        got = run_argv(path, [*argv, inside, str(limit)], limit_s, shown=f"read {inside} in {root} as uid {who.euid}")
+        if got.exit_code in _CONFINED_EXIT:
+            return NotCollected(path, f"{inside} {_CONFINED_EXIT[got.exit_code]} in {root}")
+        if got.exit_code != 0:
+            last = (got.stderr.strip().splitlines() or [f"exit {got.exit_code}"])[-1]
+            return NotCollected(path, f"cannot read {inside} in {root}: {last}")
+        if len(got.data) > limit:
+            got.data, got.note = got.data[:limit], f"first {limit} bytes only"
+        return got
 
     def read(self, path: str, node_path: str, limit: int = MAX_OUTPUT, tail: bool = False) -> Collected | NotCollected:
         """Read a node file (``node_path`` as this process reaches it) into artifact ``path``.
