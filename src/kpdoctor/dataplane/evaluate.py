@@ -133,8 +133,11 @@ class _Undecided(Exception):
         self.key, self.line, self.reason, self.step = key, line, reason, step
 
 
-def _signature(outcomes: list[Outcome]) -> list[tuple[str, str | None, float]]:
-    return sorted((o.verdict, o.backend, round(o.probability, 9)) for o in outcomes)
+def _signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
+    """What a run decided, comparable across the two ways of an undecidable rule. A branch that
+    fell through un-DNATed has no backend (a KUBE-SEP chain without its DNAT rule, on a node in
+    the middle of a sync): it sorts as "" next to the backends, never as None against a str."""
+    return sorted((o.verdict, o.backend or "", round(o.probability, 9)) for o in outcomes)
 
 
 class Uncertain(Exception):
@@ -172,6 +175,13 @@ class Evaluator:
         self._forced: dict[int, bool] = {}  # undecidable rules (by identity) taken as matching or not
         self.undecided: list[str] = []  # of the last run: undecidable rules that did not matter
         self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], _Mentions] = {}
+
+    def recording(self) -> Evaluator:
+        """The same rules and node, keeping every step: to explain one result of a verification
+        (which runs without steps) by the rules its packet took."""
+        ev = Evaluator(self.tables, (), self.ipsets, self.layers[1:], record=True)
+        ev.local = self.local
+        return ev
 
     # -- public ------------------------------------------------------------------------
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
@@ -415,6 +425,9 @@ class Evaluator:
                 st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
             if name in TERMINAL or name == "RETURN":
                 results.append((p, st, name, ""))
+                return results
+            if tgt.problem is not None:  # a target option kpdoctor cannot read: never a guess
+                results.append((p, st, "UNCERTAIN", f"cannot read {tgt.problem} at line {r.line}"))
                 return results
             if name == "DNAT" and tgt.to_destination:
                 host, port = tgt.to_destination

@@ -17,7 +17,17 @@ from typing import Any
 
 from kpdoctor.dataplane.rules import address_text, host_address
 from kpdoctor.model import Cite
-from kpdoctor.parse.k8s import K8sObject
+from kpdoctor.parse.k8s import (
+    K8sObject,
+    as_dict,
+    as_list,
+    cluster_ips,
+    is_ip,
+    port_problem,
+    port_value,
+    protocol_problem,
+    shown,
+)
 from kpdoctor.versions import KubeVersion
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -99,6 +109,11 @@ class ServicePort:
     endpoints: list[Endpoint] = field(default_factory=list)
     endpoints_known: bool = True
     cite: Cite | None = None
+    # What in the objects this port is built from the API server would have refused: its
+    # traffic classes are uncertain, saying why (never verified as if the value were valid).
+    problems: list[str] = field(default_factory=list)
+    node_port_problem: str | None = None  # only its NodePort is unreadable
+    notes: list[str] = field(default_factory=list)  # said with each of its results
 
     @property
     def service(self) -> str:
@@ -189,6 +204,9 @@ class NodeView:
     addresses: dict[int, list[IPAddress]]  # by family, the primary first
     zone: str | None = None
     pod_cidrs: list[IPNetwork] = field(default_factory=list)
+    # why the node's name or Node object is not known, when the evidence says more than "none
+    # given" ("2 Nodes in the evidence: give --node NAME (a, b)")
+    unknown_why: str | None = None
 
     def primary(self, family: int) -> IPAddress | None:
         addrs = self.addresses.get(family) or []
@@ -199,61 +217,106 @@ def _bool(v: Any, default: bool) -> bool:
     return default if v is None else bool(v)
 
 
-def _endpoints_from_slices(slices: list[K8sObject], port_name: str, protocol: str, family: int) -> list[Endpoint]:
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _endpoints_from_slices(
+    slices: list[K8sObject], port_name: str, protocol: str, family: int, problems: list[str], notes: list[str]
+) -> list[Endpoint]:
+    """The endpoints kube-proxy takes for one port from a Service's slices. What the API server
+    would have refused (an address that is none, null or "", a port of -1) goes to ``problems``
+    with where it is, instead of becoming a backend such as "None:80"; what is valid but odd (a
+    slice without ports, whose endpoints kube-proxy ignores) to ``notes``."""
     want = "IPv4" if family == 4 else "IPv6"
     out: dict[str, Endpoint] = {}
     for sl in slices:
         body = sl.body
         if body.get("addressType", want) != want:
             continue
+        if not as_list(body.get("ports")) and as_list(body.get("endpoints")):
+            notes.append(f"EndpointSlice {sl.name} ({sl.where}) has no ports: kube-proxy takes none of its endpoints")
+            continue
         port = next(
             (
                 p
-                for p in body.get("ports") or []
+                for p in as_list(body.get("ports"))
                 if isinstance(p, dict)
                 and (p.get("name") or "") == port_name
-                and (p.get("protocol") or "TCP").upper() == protocol
+                and str(p.get("protocol") or "TCP").upper() == protocol
             ),
             None,
         )
         if port is None or port.get("port") is None:
             continue
-        for ep in body.get("endpoints") or []:
-            if not isinstance(ep, dict) or not ep.get("addresses"):
+        number = port_value(port.get("port"))
+        if number is None:
+            problems.append(f"EndpointSlice {sl.name} ({sl.where}): {port_problem(port.get('port'))}")
+            continue
+        bad: list[str] = []
+        for ep in as_list(body.get("endpoints")):
+            addrs = ep.get("addresses") if isinstance(ep, dict) else None
+            if not isinstance(addrs, list) or not addrs or not is_ip(addrs[0], family):
+                bad.append(shown(addrs[0] if isinstance(addrs, list) and addrs else addrs))
                 continue
-            cond = ep.get("conditions") or {}
+            assert isinstance(ep, dict)
+            cond = as_dict(ep.get("conditions"))
             ready = _bool(cond.get("ready"), True)
             serving = _bool(cond.get("serving"), ready)
             terminating = _bool(cond.get("terminating"), False)
-            node = ep.get("nodeName") or (ep.get("topology") or {}).get("kubernetes.io/hostname")
-            hints = ep.get("hints") or {}
-            zones = tuple(z.get("name", "") for z in hints.get("forZones") or []) if "forZones" in hints else None
-            e = Endpoint(str(ep["addresses"][0]), int(port["port"]), node, ready, serving, terminating, zones)
+            node = _text(ep.get("nodeName")) or _text(as_dict(ep.get("topology")).get("kubernetes.io/hostname"))
+            hints = as_dict(ep.get("hints"))
+            zones = (
+                tuple(str(as_dict(z).get("name", "")) for z in as_list(hints.get("forZones")))
+                if "forZones" in hints
+                else None
+            )
+            e = Endpoint(addrs[0], number, node, ready, serving, terminating, zones)
             prev = out.get(e.addr)
             if prev is None or (e.ready and not prev.ready):
                 out[e.addr] = e
+        if bad:
+            problems.append(
+                f"EndpointSlice {sl.name} ({sl.where}): endpoint address {', '.join(bad[:3])} is not an {want} address"
+            )
     return list(out.values())
 
 
-def _endpoints_from_v1(obj: K8sObject, port_name: str, protocol: str, family: int) -> list[Endpoint]:
+def _endpoints_from_v1(
+    obj: K8sObject, port_name: str, protocol: str, family: int, problems: list[str]
+) -> list[Endpoint]:
+    """The same from v1 Endpoints (clusters before EndpointSlices)."""
     out: dict[str, Endpoint] = {}
-    for subset in obj.body.get("subsets") or []:
+    for subset in as_list(obj.body.get("subsets")):
+        if not isinstance(subset, dict):
+            problems.append(f"Endpoints {obj.name} ({obj.where}): a subset is {shown(subset)}, not an object")
+            continue
         port = next(
             (
                 p
-                for p in subset.get("ports") or []
-                if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP").upper() == protocol
+                for p in as_list(subset.get("ports"))
+                if isinstance(p, dict)
+                and (p.get("name") or "") == port_name
+                and str(p.get("protocol") or "TCP").upper() == protocol
             ),
             None,
         )
         if port is None:
             continue
+        number = port_value(port.get("port"))
+        if number is None:
+            problems.append(f"Endpoints {obj.name} ({obj.where}): {port_problem(port.get('port'))}")
+            continue
         for key, ready in (("addresses", True), ("notReadyAddresses", False)):
-            for a in subset.get(key) or []:
-                ip = str(a.get("ip") or "")
-                if not ip or (":" in ip) != (family == 6):
+            for a in as_list(subset.get(key)):
+                ip = as_dict(a).get("ip")
+                if not is_ip(ip):
+                    problems.append(f"Endpoints {obj.name} ({obj.where}): address {shown(a)} has no IP address")
                     continue
-                e = Endpoint(ip, int(port["port"]), a.get("nodeName"), ready, ready, False, None)
+                assert isinstance(ip, str) and isinstance(a, dict)
+                if (":" in ip) != (family == 6):
+                    continue
+                e = Endpoint(ip, number, _text(a.get("nodeName")), ready, ready, False, None)
                 out.setdefault(e.addr, e)
     return list(out.values())
 
@@ -268,40 +331,53 @@ def service_ports(
     slices: list[K8sObject],
     endpoints: list[K8sObject],
     endpoints_exported: bool = False,
+    unverified: list[tuple[str, str]] | None = None,
 ) -> tuple[list[ServicePort], int]:
     """Every Service port per family kube-proxy programs, and how many Services that covers.
 
     ``endpoints_exported``: the evidence is an export of the cluster's objects that would hold
     EndpointSlices if there were any, so a Service without any has no endpoints (rather than
-    unknown ones)."""
+    unknown ones). ``unverified`` gets the Services that give no port to verify although they
+    are not headless (no spec, no clusterIP, no ports), with why: such a verification is not
+    clean."""
     by_svc: dict[tuple[str, str], list[K8sObject]] = {}
     for sl in slices:
-        labels = (sl.body.get("metadata") or {}).get("labels") or {}
-        svc = labels.get(SERVICE_NAME_LABEL)
-        if svc:
+        svc = as_dict(as_dict(sl.body.get("metadata")).get("labels")).get(SERVICE_NAME_LABEL)
+        if svc and isinstance(svc, str):
             by_svc.setdefault((sl.namespace or "default", svc), []).append(sl)
     v1 = {(e.namespace or "default", e.name): e for e in endpoints}
     known = bool(slices) or bool(endpoints) or endpoints_exported
     out: list[ServicePort] = []
     count = 0
     for svc in services:
-        spec = svc.body.get("spec") or {}
+        spec = as_dict(svc.body.get("spec"))
         if spec.get("type") == "ExternalName":
             continue
-        ips = [ip for ip in (spec.get("clusterIPs") or [spec.get("clusterIP")]) if ip]
-        if not ips or ips[0] == "None":
+        if not svc.name:  # reported by parse/k8s; kube-proxy never saw it
+            if unverified is not None:
+                unverified.append((f"(a Service without a name, {svc.where})", "no metadata.name"))
+            continue
+        ips = cluster_ips(spec)
+        ref = f"{svc.namespace or 'default'}/{svc.name}"
+        if not spec or not ips:
+            if unverified is not None:
+                unverified.append((ref, f"{'no clusterIP' if spec else 'no spec'} ({svc.where})"))
+            continue
+        if ips[0] == "None":
             continue  # headless
         count += 1
-        labels = (svc.body.get("metadata") or {}).get("labels") or {}
-        annotations = (svc.body.get("metadata") or {}).get("annotations") or {}
+        meta = as_dict(svc.body.get("metadata"))
+        labels, annotations = as_dict(meta.get("labels")), as_dict(meta.get("annotations"))
         if PROXY_NAME_LABEL in labels:
             continue  # another proxy owns it; kube-proxy writes nothing
+        if unverified is not None and not any(isinstance(p, dict) for p in as_list(spec.get("ports"))):
+            unverified.append((ref, f"no ports ({svc.where})"))
         ns = svc.namespace or "default"
         stype = spec.get("type") or "ClusterIP"
-        ingress = ((svc.body.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-        lb = [str(i["ip"]) for i in ingress if isinstance(i, dict) and i.get("ip") and i.get("ipMode") != "Proxy"]
+        ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
+        lb = [i["ip"] for i in ingress if isinstance(i, dict) and is_ip(i.get("ip")) and i.get("ipMode") != "Proxy"]
         ranges: list[IPNetwork] = []
-        for r in spec.get("loadBalancerSourceRanges") or []:
+        for r in as_list(spec.get("loadBalancerSourceRanges")):
             try:
                 ranges.append(ipaddress.ip_network(str(r).strip(), strict=False))
             except ValueError:
@@ -313,43 +389,61 @@ def service_ports(
             topo = "hints"
         if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
             topo = str(spec["trafficDistribution"])
-        for port in spec.get("ports") or []:
-            if not isinstance(port, dict) or port.get("port") is None:
-                continue
-            proto = str(port.get("protocol") or "TCP").upper()
+        cite = Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}")
+        for port in as_list(spec.get("ports")):
+            if not isinstance(port, dict):
+                continue  # reported by parse/k8s; no port to verify
+            raw_proto = port.get("protocol")
+            proto = str(raw_proto or "TCP").upper()[:16]
             pname = str(port.get("name") or "")
+            number = port_value(port.get("port"))
+            found = [p for p in (port_problem(port.get("port")), protocol_problem(raw_proto)) if p]
+            raw_np = port.get("nodePort") if stype in ("NodePort", "LoadBalancer") else None
+            np_problem = port_problem(raw_np, "nodePort") if raw_np not in (None, 0) else None
             for ip in ips:
                 fam = _family(str(ip))
+                problems = list(found)
                 if fam is None:
-                    continue
+                    problems.append(f"clusterIP {shown(ip)} is not an IP address")
+                    fam = 6 if ":" in str(ip) else 4
                 sp = ServicePort(
                     ns,
                     svc.name,
                     pname,
                     proto,
-                    int(port["port"]),
+                    number if number is not None else _shown_port(port.get("port")),
                     fam,
-                    node_port=int(port["nodePort"])
-                    if port.get("nodePort") and stype in ("NodePort", "LoadBalancer")
-                    else None,
+                    node_port=port_value(raw_np),
                     cluster_ip=str(ip),
-                    external_ips=[str(x) for x in spec.get("externalIPs") or [] if _family(str(x)) == fam],
+                    external_ips=[x for x in as_list(spec.get("externalIPs")) if is_ip(x, fam)],
                     lb_ips=[x for x in lb if _family(x) == fam] if stype == "LoadBalancer" else [],
                     source_ranges=[r for r in ranges if r.version == fam],
                     etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
                     itp_local=spec.get("internalTrafficPolicy") == "Local",
                     affinity=spec.get("sessionAffinity") == "ClientIP",
                     topology=topo,
-                    cite=Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}"),
+                    cite=cite,
                 )
                 slist = by_svc.get((ns, svc.name))
                 if slist:
-                    sp.endpoints = _endpoints_from_slices(slist, pname, proto, fam)
+                    sp.endpoints = _endpoints_from_slices(slist, pname, proto, fam, problems, sp.notes)
                 elif (ns, svc.name) in v1:
-                    sp.endpoints = _endpoints_from_v1(v1[(ns, svc.name)], pname, proto, fam)
+                    sp.endpoints = _endpoints_from_v1(v1[(ns, svc.name)], pname, proto, fam, problems)
                 sp.endpoints_known = known
+                if problems:
+                    where = f"Service {ns}/{svc.name} ({svc.where})"
+                    sp.problems = [
+                        p if p.startswith(("EndpointSlice ", "Endpoints ")) else f"{where}: {p}" for p in problems
+                    ]
+                if np_problem:
+                    sp.node_port_problem = f"Service {ns}/{svc.name} ({svc.where}): {np_problem}"
                 out.append(sp)
     return out, count
+
+
+def _shown_port(v: object) -> int:
+    """The number to show for a port that is not one (-1, 10**12); 0 when it is no number."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 10**15 else 0
 
 
 def _usable(eps: list[Endpoint], fallback: bool) -> list[Endpoint]:
@@ -434,11 +528,12 @@ def _case(
     why = unknown
     if why is None and not refuse and not sp.endpoints_known:
         why = "no EndpointSlices or Endpoints in the evidence"
-    if any(policies) and node.name is None and not refuse:
-        why = why or "node name unknown (give --node): local endpoints cannot be told"
+    if any(policies) and (node.name is None or node.unknown_why) and not refuse:
+        # a name that is no Node's in the evidence is as good as none: never judge "local" by it
+        why = why or (node.unknown_why or "node name unknown (give --node)") + ": local endpoints cannot be told"
     if src is None and why is None:
         why = "no client address outside the Service's source ranges and pod network"
-    notes = []
+    notes = list(sp.notes)
     if sp.affinity:
         notes.append("session affinity (ClientIP): a returning client goes to its earlier backend")
     if note:
@@ -474,7 +569,12 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour, pod_src: IPAddre
     # internalTrafficPolicy: honoured from 1.22 (1.21 behind a gate); unknown release: both
     internal = [False] if not sp.itp_local else ([True, False] if beh.itp is None else [bool(beh.itp)])
     external = [sp.etp_local]
-    no_node = None if node_ip else "node addresses unknown (no Node object or ip addr output)"
+    no_node = None if node_ip else (node.unknown_why or "node addresses unknown (no Node object or ip addr output)")
+    if sp.problems:
+        # never verified as if the values were valid: no "rules missing" for port -1
+        unknown = "; ".join(sp.problems) + ": not verified"
+        case = functools.partial(case, unknown=unknown)
+        no_node = unknown
     if sp.cluster_ip:
         cip = host_address(sp.cluster_ip)
         out.append(case("pod-to-clusterip", pod_src, cip, sp.port, "prerouting", internal))
@@ -483,6 +583,9 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour, pod_src: IPAddre
     ext = _pick(EXTERNAL_CLIENTS[fam], avoid, fam)
     if sp.node_port:
         out.append(case("external-to-nodeport", ext, node_ip, sp.node_port, "prerouting", external, unknown=no_node))
+    elif sp.node_port_problem:
+        why = sp.node_port_problem + ": its NodePort is not verified"
+        out.append(case("external-to-nodeport", ext, node_ip, 0, "prerouting", external, unknown=no_node or why))
     for ip in sp.external_ips:
         out.append(case("external-to-externalip", ext, host_address(ip), sp.port, "prerouting", external))
     for ip in sp.lb_ips:

@@ -48,6 +48,7 @@ class Target:
     to_ports: int | None = None  # REDIRECT
     mark: tuple[str, int, int] | None = None  # MARK op ("set-xmark", value, mask) ...
     notrack: bool = False
+    problem: str | None = None  # an option value that cannot be read: the rule's outcome is uncertain
 
 
 class CompiledRule:
@@ -130,22 +131,44 @@ def parse_span(text: str) -> Span | None:
     return (version, n & ~host, (n & ~host) | host)
 
 
-def _ports(text: str) -> tuple[tuple[int, int], ...]:
+def port_number(text: str) -> int | None:
+    """A port as iptables-save prints it (decimal, 0-65535), or None: evidence is untrusted, and
+    ``int()`` would take ``-1``, ``٣`` or raise on 5,000 digits."""
+    if not text or len(text) > 5 or not (text.isascii() and text.isdigit()):
+        return None
+    n = int(text)
+    return n if n <= 65535 else None
+
+
+def _ports(text: str) -> tuple[tuple[int, int], ...] | None:
+    """``80``, ``80:90``, ``:90``, ``80,443``; None when any part cannot be read (the match is
+    then unknown, not silently never-matching)."""
     out = []
     for part in text.split(","):
         a, sep, b = part.partition(":")
-        try:
-            lo = int(a) if a else 0
-            hi = int(b) if b else (lo if not sep else 65535)
-        except ValueError:
-            continue
+        lo = port_number(a) if a else 0
+        hi = port_number(b) if b else (lo if not sep else 65535)
+        if lo is None or hi is None or (not a and not sep):
+            return None
         out.append((lo, hi))
-    return tuple(out)
+    return tuple(out) if out else None
 
 
-def _mark(text: str) -> tuple[int, int]:
-    v, _, m = text.partition("/")
-    return int(v, 0), (int(m, 0) if m else 0xFFFFFFFF)
+def _number(text: str) -> int | None:
+    """A mark or mask (``0x4000``, ``16384``, ``0o10``) within 32 bits, or None."""
+    if len(text) > 34:
+        return None
+    try:
+        n = int(text, 0)
+    except ValueError:
+        return None
+    return n if 0 <= n <= 0xFFFFFFFF else None
+
+
+def _mark(text: str) -> tuple[int, int] | None:
+    v, sep, m = text.partition("/")
+    value, mask = _number(v), (_number(m) if sep else 0xFFFFFFFF)
+    return None if value is None or mask is None else (value, mask)
 
 
 # Matches the evaluator understands (anything else makes the rule uncertain).
@@ -318,8 +341,15 @@ def _compile_fast(rule: Rule) -> CompiledRule | None:
     if dport:
         ports = _PORTS.get(dport)
         if ports is None:
-            port = int(dport)
+            port = port_number(dport)
+            if port is None:
+                return None  # the general path says it cannot read it
             ports = _PORTS[dport] = ((port, port),)
+    probability = None
+    if prob:
+        probability = _probability(prob)
+        if probability is None:
+            return None
     if to is not None:
         if name != "DNAT":
             return None
@@ -345,20 +375,28 @@ def _compile_fast(rule: Rule) -> CompiledRule | None:
         dneg is not None,
         p,
         ports,
-        _probability(prob) if prob else None,
+        probability,
         target,
     )
 
 
 _OPTIONED = frozenset({"DNAT", "MARK", "REDIRECT", "SNAT", "REJECT", "CT", "LOG"})
 _PORTS: dict[str, tuple[tuple[int, int], ...]] = {}
-_PROBS: dict[str, float] = {}
+_PROBS: dict[str, float | None] = {}
 
 
-def _probability(text: str) -> float:
-    p = _PROBS.get(text)
-    if p is None:
-        p = _PROBS[text] = float(text)
+def _probability(text: str) -> float | None:
+    """``--probability`` as a number in [0, 1], or None when it is not one (memoised)."""
+    p = _PROBS.get(text, -1.0)
+    if p == -1.0:
+        try:
+            p = float(text) if len(text) < 40 else None
+        except ValueError:
+            p = None
+        if p is not None and not 0.0 <= p <= 1.0:  # also NaN
+            p = None
+        if len(_PROBS) < 10_000:
+            _PROBS[text] = p
     return p
 
 
@@ -410,10 +448,15 @@ def compile_general(rule: Rule) -> CompiledRule:
         elif kind == _JUMP:
             cr.target, i = _target(toks, i)
         elif kind == _DPORT:
-            cr.dport, cr.dport_neg = _ports(nxt), neg
+            ports = _ports(nxt)
+            if ports is None:
+                conds.append(Cond("unknown", f"{t} {nxt}", neg))
+            else:
+                cr.dport, cr.dport_neg = ports, neg
             i += 2
         elif kind == _SPORT:
-            conds.append(Cond("sport", _ports(nxt), neg))
+            ports = _ports(nxt)
+            conds.append(Cond("unknown", f"{t} {nxt}", neg) if ports is None else Cond("sport", ports, neg))
             i += 2
         elif kind == _IFACE:
             conds.append(Cond("iif" if t in ("-i", "--in-interface") else "oif", nxt, neg))
@@ -438,7 +481,8 @@ def _other(toks: tuple[str, ...], i: int, module: str, neg: bool, conds: list[Co
     t = toks[i]
     nxt = toks[i + 1] if i + 1 < n else ""
     if t == "--mark" and module == "mark":
-        conds.append(Cond("mark", _mark(nxt), neg))
+        mark = _mark(nxt)
+        conds.append(Cond("unknown", f"--mark {nxt}", neg) if mark is None else Cond("mark", mark, neg))
         return i + 2
     if t == "--mode" and module == "statistic":
         params: dict[str, str] = {}
@@ -446,10 +490,12 @@ def _other(toks: tuple[str, ...], i: int, module: str, neg: bool, conds: list[Co
         while j + 1 < n and toks[j] in ("--probability", "--every", "--packet"):
             params[toks[j]] = toks[j + 1]
             j += 2
-        if nxt == "random" and "--probability" in params:
-            conds.append(Cond("statistic", ("random", float(params["--probability"])), neg))
-        elif nxt == "nth" and "--every" in params:
-            conds.append(Cond("statistic", ("nth", int(params["--every"]), int(params.get("--packet", "0"))), neg))
+        prob = _probability(params["--probability"]) if "--probability" in params else None
+        every = _number(params.get("--every", ""))
+        if nxt == "random" and prob is not None:
+            conds.append(Cond("statistic", ("random", prob), neg))
+        elif nxt == "nth" and every and _number(params.get("--packet", "0")) is not None:
+            conds.append(Cond("statistic", ("nth", every, _number(params.get("--packet", "0"))), neg))
         else:
             conds.append(Cond("unknown", f"statistic {nxt}", neg))
         return j
@@ -467,7 +513,8 @@ def _other(toks: tuple[str, ...], i: int, module: str, neg: bool, conds: list[Co
 
 
 def _dnat(dest: str, goto: bool = False) -> Target:
-    """``--to-destination`` ``ip``, ``ip:port``, ``[ip6]:port`` (a range keeps its first port)."""
+    """``--to-destination`` ``ip``, ``ip:port``, ``[ip6]:port`` (a range keeps its first port).
+    A port that is not one (``0x50``, ``99999``) makes the target's outcome uncertain, named."""
     if dest.startswith("["):
         host, _, port = dest[1:].partition("]:")
     elif dest.count(":") == 1:
@@ -476,7 +523,11 @@ def _dnat(dest: str, goto: bool = False) -> Target:
         host, port = dest, ""
     span = address_span(host)
     to_span = span if span is not None and span[1] == span[2] else None
-    return Target("DNAT", goto, (host, int(port.split("-")[0]) if port else None), to_span)
+    number = port_number(port.split("-")[0]) if port else None
+    if port and not number:
+        problem = f"DNAT --to-destination {dest[:80]} (port not readable)"
+        return Target("DNAT", goto, (host, None), None, problem=problem)
+    return Target("DNAT", goto, (host, number), to_span)
 
 
 def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
@@ -495,18 +546,26 @@ def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
     if not opts and not flags:
         return _plain_target(name, goto), j
     dest = to_span = None
+    problem = None
     if name == "DNAT" and "--to-destination" in opts:
         dn = _dnat(opts["--to-destination"], goto)
-        dest, to_span = dn.to_destination, dn.to_span
+        dest, to_span, problem = dn.to_destination, dn.to_span, dn.problem
     mark = None
     if name == "MARK":
         for op in ("--set-xmark", "--set-mark", "--or-mark", "--xor-mark", "--and-mark"):
             if op in opts:
-                v, m = _mark(opts[op]) if "/" in opts[op] else (int(opts[op], 0), 0xFFFFFFFF)
-                mark = (op[2:], v, m)
-    to_ports = int(opts["--to-ports"].split("-")[0]) if name == "REDIRECT" and "--to-ports" in opts else None
+                vm = _mark(opts[op])
+                if vm is None:
+                    problem = f"MARK {op} {opts[op][:40]} (not a 32-bit value)"
+                else:
+                    mark = (op[2:], vm[0], vm[1])
+    to_ports = None
+    if name == "REDIRECT" and "--to-ports" in opts:
+        to_ports = port_number(opts["--to-ports"].split("-")[0])
+        if not to_ports:
+            problem = f"REDIRECT --to-ports {opts['--to-ports'][:40]} (port not readable)"
     notrack = name == "NOTRACK" or (name == "CT" and "--notrack" in flags)
-    return Target(name, goto, dest, to_span, to_ports, mark, notrack), j
+    return Target(name, goto, dest, to_span, to_ports, mark, notrack, problem), j
 
 
 _PLAIN: dict[tuple[str, bool] | tuple[str, str], Target] = {}

@@ -15,7 +15,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kpdoctor.dataplane.evaluate import Evaluator, Outcome, Packet, Step
 from kpdoctor.dataplane.expected import (
@@ -33,7 +33,7 @@ from kpdoctor.dataplane.rules import CompiledTable, compile_tables, host_address
 from kpdoctor.model import Cite
 from kpdoctor.parallel import Tickets
 from kpdoctor.parse.iptables import Ruleset
-from kpdoctor.parse.k8s import K8sObject
+from kpdoctor.parse.k8s import K8sObject, as_dict, as_list, cluster_ips, port_value, protocol_problem
 
 PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
 _SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
@@ -176,6 +176,9 @@ class Verification:
     stale: list[StaleRule] = field(default_factory=list)
     split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
     not_evaluated: list[str] = field(default_factory=list)
+    # Services in the evidence that give nothing to verify although they are not headless (no
+    # spec, clusterIP or ports): (NS/NAME, why). Not a verdict, and never clean.
+    unverified: list[tuple[str, str]] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list, repr=False, compare=False)  # every case, in order
     # the parts of ``cases`` evaluated here, (start, end) in the order of ``results``
     ranges: list[tuple[int, int]] = field(default_factory=list, repr=False, compare=False)
@@ -185,6 +188,7 @@ class Verification:
         out = Verification(self.services_checked, split=self.split, not_evaluated=self.not_evaluated)
         out.results = [r for r in self.results if service_matches(r.label, service)]
         out.stale = [s for s in self.stale if service_matches(s.label, service)]
+        out.unverified = [u for u in self.unverified if service_matches(u[0], service)]
         out.services_checked = len({r.service for r in out.results})
         return out
 
@@ -193,7 +197,8 @@ class Verification:
 
     @property
     def clean(self) -> bool:
-        return bool(self.results) and all(r.status == "ok" for r in self.results) and not self.stale
+        ok = bool(self.results) and all(r.status == "ok" for r in self.results)
+        return ok and not self.stale and not self.unverified
 
     def to_json(self) -> dict[str, Any]:
         shared: dict[int, list[dict[str, Any]]] = {}
@@ -205,16 +210,96 @@ class Verification:
             "results": [r.to_json(shared) for r in self.results],
             "stale_rules": [s.to_json() for s in self.stale],
             "not_evaluated": list(self.not_evaluated),
+            "unverified": [{"service": svc, "reason": why} for svc, why in self.unverified],
         }
 
 
 def service_matches(label: str | None, wanted: str) -> bool:
-    """``ns/name:port`` against a filter ``ns/name`` (every port) or ``ns/name:port``."""
+    """``ns/name:port`` against a filter ``ns/name`` (every port) or ``ns/name:port``; a filter
+    may list several, comma-separated (what :func:`resolve_service` makes of ``ns/name:53`` when
+    port 53 is both the "dns" and the "dns-tcp" port)."""
     if not label:
         return False
+    if "," in wanted:
+        return any(service_matches(label, w) for w in wanted.split(","))
     if ":" in wanted:
         return label == wanted
     return label == wanted or label.startswith(wanted + ":")
+
+
+class ServiceNotFound(ValueError):
+    """A ``--service`` that names no Service (port) in the evidence; ``str()`` is the one line
+    the user reads, with the closest names when there are some."""
+
+
+def _ports_of(svc: K8sObject) -> list[tuple[str, int | None, str]]:
+    """(name, number, protocol) of each port a Service declares."""
+    out = []
+    for p in as_list(as_dict(svc.body.get("spec")).get("ports")):
+        if isinstance(p, dict):
+            out.append((str(p.get("name") or ""), port_value(p.get("port")), str(p.get("protocol") or "TCP").upper()))
+    return out
+
+
+def resolve_service(services: list[K8sObject], wanted: str) -> tuple[str, str]:
+    """A ``--service`` as users write it, as the filter :func:`service_matches` takes, and a
+    notice to print (or ""). ``NS/NAME``, ``NS/NAME:PORT`` with the port's name or its number
+    (users think ``kubectl port-forward svc/web 80``; ``53`` is both DNS ports, ``53/udp`` one),
+    and a bare ``NAME`` when one namespace has it. Raises :class:`ServiceNotFound` saying what
+    exists: "did you mean ns1/svc1".
+
+    kube-proxy names a port ``NS/NAME:PORTNAME`` (just ``NS/NAME`` for a single unnamed port),
+    and so do results and findings; the filter is made of those labels."""
+    import difflib
+
+    text = wanted.strip()
+    name_part, _, port_part = text.partition(":")
+    refs: dict[str, K8sObject] = {}
+    for svc in services:
+        refs.setdefault(f"{svc.namespace or 'default'}/{svc.name}", svc)
+    if "/" in name_part:
+        ref = name_part
+        if ref not in refs:
+            name = ref.split("/", 1)[1]
+            same = sorted(r for r in refs if r.split("/", 1)[1] == name)
+            close = same or difflib.get_close_matches(ref, list(refs), n=3, cutoff=0.6)
+            raise ServiceNotFound(f"no Service {ref} in the evidence" + _hint(close, refs))
+    else:
+        same = sorted(r for r in refs if r.split("/", 1)[1] == name_part)
+        if len(same) > 1:
+            raise ServiceNotFound(
+                f"Services named {name_part} are in several namespaces: give NS/NAME ({', '.join(same)})"
+            )
+        if not same:
+            names = {r.split("/", 1)[1]: r for r in refs}
+            close = [names[n] for n in difflib.get_close_matches(name_part, list(names), n=3, cutoff=0.6)]
+            raise ServiceNotFound(f"no Service named {name_part} in the evidence (give NS/NAME)" + _hint(close, refs))
+        ref = same[0]
+    if not port_part:
+        return ref, (f"--service {wanted} means {ref}" if ref != text else "")
+    ports = _ports_of(refs[ref])
+    number, _, proto = port_part.partition("/")
+    labels = [f"{ref}:{n}" if n else ref for n, _, _ in ports if n == port_part]
+    if not labels and number.isascii() and number.isdigit():
+        labels = [
+            f"{ref}:{n}" if n else ref
+            for n, num, pr in ports
+            if num == int(number[:6]) and (not proto or pr == proto.upper())
+        ]
+    if not labels:
+        known = ", ".join(f"{n or '(unnamed)'} = {num}/{pr}" for n, num, pr in ports) or "none"
+        raise ServiceNotFound(f"{ref} has no port {port_part} (its ports: {known})")
+    labels = list(dict.fromkeys(labels))
+    return ",".join(labels), (f"--service {wanted} means {', '.join(labels)}" if labels != [text] else "")
+
+
+def _hint(close: list[str], refs: dict[str, K8sObject]) -> str:
+    if close:
+        return f"; did you mean {' or '.join(close)}?"
+    if not refs:
+        return " (no Services in the evidence)"
+    some = sorted(refs)
+    return f" (Services: {', '.join(some[:8])}{' ...' if len(some) > 8 else ''})"
 
 
 def has_service_rules(rs: Ruleset) -> bool:
@@ -396,14 +481,55 @@ def evaluate_case(case: Case, fam: FamilyRules, node: NodeView) -> Result:
         if best and not res.stale_backends and not res.missing_backends:
             n = len(want)
             res.uneven = any(abs(e.probability - 1 / n) > PROB_TOLERANCE for e in res.actual if e.backend)
+    if status == "mismatch":
+        _explain_untranslated(res, fam, pkt, case.hook, notes)
     if res.local_policy:
         res.local_endpoints = sorted({e.addr for e in sp.endpoints if e.node and e.node == node.name})
     res.note = "; ".join(n for n in notes if n)
     return res
 
 
-def _signature(entries: list[Entry]) -> list[tuple[str | None, str, float]]:
-    return sorted((e.backend, e.verdict, round(e.probability, 3)) for e in entries)
+def _explain_untranslated(res: Result, fam: FamilyRules, pkt: Packet, hook: str, notes: list[str]) -> None:
+    """Name the rule after which part of the traffic went on un-DNATed while the rest reached
+    backends: a KUBE-SEP chain without its DNAT rule, as a node in the middle of a sync (or with
+    a rule deleted by hand) has. The verification walk keeps no steps, so this one case is walked
+    again with them (rare: only such mismatches pay for it)."""
+    for rs, ev in fam.primary:
+        tag = rs.backend if len(fam.primary) > 1 else None
+        mine = [e for e in res.actual if e.ruleset == tag]
+        lost = [e for e in mine if e.verdict == "ACCEPT" and not e.backend]
+        if not lost or len(lost) == len(mine):
+            continue  # all of it untranslated: "no-rules", which says so itself
+        outcomes = ev.recording().run(pkt, hook, postrouting=False)
+        walked = [o for o in outcomes if o.verdict == "ACCEPT" and not o.backend]
+        cites: list[Cite] = []
+        for o in walked:
+            step = next((x for x in reversed(o.state.steps) if x.table == "nat" and x.line is not None), None)
+            cite = _cite(rs, step)
+            if cite is not None:
+                cites.append(cite)
+        if len(cites) == len(lost):
+            for e, c in zip(lost, cites, strict=True):
+                e.rule, e.chain = c, None
+        for c in dict.fromkeys(cites):
+            if c not in res.rules:
+                res.rules.append(c)
+        share = sum(e.probability for e in lost)
+        where = (
+            " after line " + ", ".join(str(c.line) for c in dict.fromkeys(cites)) + f" ({cites[0].text[:120]})"
+            if cites
+            else ""
+        )
+        notes.insert(
+            0,
+            f"{share:.0%} of this traffic is not translated to any backend{where}: a chain on its path has no "
+            "DNAT rule (a partial sync, or a rule deleted by hand)",
+        )
+
+
+def _signature(entries: list[Entry]) -> list[tuple[str, str, float]]:
+    """Comparable outcome of one backend's rules; un-DNATed branches have no backend ("")."""
+    return sorted((e.backend or "", e.verdict, round(e.probability, 3)) for e in entries)
 
 
 def _describe(entries: list[Entry]) -> str:
@@ -414,38 +540,63 @@ def _describe(entries: list[Entry]) -> str:
     return ", ".join(parts) or "nothing"
 
 
-def owned_destinations(
-    services: Iterable[K8sObject], pods: Iterable[K8sObject]
-) -> tuple[set[tuple[int, str, int]], set[tuple[str, int]]]:
-    """Addresses (ip, proto, port) and node ports (proto, port) some Service or Pod owns."""
+ANY_PORT = "*"  # in owned ips: (ip, ANY_PORT, 0) owns every port of ip
+
+
+class Owned(NamedTuple):
+    """What some Service or Pod owns, so that rules for it are not stale."""
+
+    ips: set[tuple[int, str, int]]  # (address, protocol, port)
+    ports: set[tuple[str, int]]  # node ports (protocol, port)
+    unreadable: set[str]  # NS/NAME of Services whose evidence is broken: rules naming them are theirs
+
+
+def owned_destinations(services: Iterable[K8sObject], pods: Iterable[K8sObject]) -> Owned:
+    """Addresses (ip, proto, port) and node ports (proto, port) some Service or Pod owns.
+
+    A Service whose ports or addresses cannot be read (-1, "http", no spec) owns every port of
+    its addresses and every rule that names it: its rules are not "stale" because the evidence
+    about it is broken (that is reported once, as an input problem)."""
     ips: set[tuple[int, str, int]] = set()
     ports: set[tuple[str, int]] = set()
+    unreadable: set[str] = set()
     for svc in services:
-        spec = svc.body.get("spec") or {}
-        ingress = ((svc.body.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        spec = as_dict(svc.body.get("spec"))
+        ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
         addrs = [
-            *(spec.get("clusterIPs") or [spec.get("clusterIP")]),
-            *(spec.get("externalIPs") or []),
+            *cluster_ips(spec),
+            *as_list(spec.get("externalIPs")),
             *(i.get("ip") for i in ingress if isinstance(i, dict)),
         ]
-        for port in spec.get("ports") or []:
-            if not isinstance(port, dict):
+        hosts = [a for a in (host_address(ip) for ip in addrs if isinstance(ip, str)) if a is not None]
+        svc_ports = as_list(spec.get("ports"))
+        readable = bool(svc_ports)
+        for port in svc_ports:
+            number = port_value(port.get("port")) if isinstance(port, dict) else None
+            if number is None or not isinstance(port, dict) or protocol_problem(port.get("protocol")):
+                readable = False
                 continue
             proto = str(port.get("protocol") or "TCP").lower()
-            for ip in addrs:
-                a = host_address(str(ip))
-                if a is not None:
-                    ips.add((int(a), proto, int(port.get("port") or 0)))
-            if port.get("nodePort"):
-                ports.add((proto, int(port["nodePort"])))
-        if spec.get("healthCheckNodePort"):
-            ports.add(("tcp", int(spec["healthCheckNodePort"])))
+            for a in hosts:
+                ips.add((int(a), proto, number))
+            node_port = port_value(port.get("nodePort"))
+            if node_port is not None:
+                ports.add((proto, node_port))
+        cips = cluster_ips(spec)
+        bad_ip = not cips or any(not isinstance(ip, str) or (ip != "None" and host_address(ip) is None) for ip in cips)
+        if bad_ip or not svc.name or (not readable and "None" not in cips):
+            ips.update((int(a), ANY_PORT, 0) for a in hosts)
+            unreadable.add(f"{svc.namespace or 'default'}/{svc.name}")
+        hc = port_value(spec.get("healthCheckNodePort"))
+        if hc is not None:
+            ports.add(("tcp", hc))
     for pod in pods:
-        for c in (pod.body.get("spec") or {}).get("containers") or []:
-            for p in c.get("ports") or [] if isinstance(c, dict) else []:
-                if isinstance(p, dict) and p.get("hostPort"):
-                    ports.add((str(p.get("protocol") or "TCP").lower(), int(p["hostPort"])))
-    return ips, ports
+        for c in as_list(as_dict(pod.body.get("spec")).get("containers")):
+            for p in as_list(c.get("ports")) if isinstance(c, dict) else []:
+                host_port = port_value(p.get("hostPort")) if isinstance(p, dict) else None
+                if host_port is not None:
+                    ports.add((str(p.get("protocol") or "TCP").lower(), host_port))
+    return Owned(ips, ports, unreadable)
 
 
 def find_stale(
@@ -455,6 +606,7 @@ def find_stale(
     node: NodeView,
     pod_src: IPAddress,
     ext_src: IPAddress,
+    unreadable: frozenset[str] | set[str] = frozenset(),
 ) -> list[StaleRule]:
     """Destinations in the nat rules that still forward although no Service owns them."""
     out: list[StaleRule] = []
@@ -474,7 +626,7 @@ def find_stale(
                 continue
             dst = cr.exact_dst
             if dst is not None and cr.dst is not None and cr.dst[0] == fam.family:
-                if (dst, proto, port) in owned_ips or (dst, proto, port) in seen:
+                if (dst, proto, port) in owned_ips or (dst, proto, port) in seen or (dst, ANY_PORT, 0) in owned_ips:
                     continue
                 if node_ip is not None and dst == int(node_ip) and (proto, port) in owned_ports:
                     continue
@@ -504,6 +656,8 @@ def find_stale(
             m = _SVC_COMMENT.search(rule.text) or next(
                 (mm for o in outcomes for s in o.state.steps if (mm := _SVC_COMMENT.search(s.text))), None
             )
+            if m and m.group(1).split(":")[0] in unreadable:
+                continue  # the rules of a Service whose object is broken (an input problem)
             dest = f"{pkt.dst}:{port}" if fam.family == 4 else f"[{pkt.dst}]:{port}"
             out.append(StaleRule(fam.family, dest, proto, m.group(1) if m else None, backends, cites[:4], nodeport))
     return out
@@ -526,7 +680,8 @@ def run_verification(
     ``part``: the pieces of the cases this process evaluates, when several share the work (see
     :class:`Part`); :func:`merge_shares` puts them together."""
     part = part or Part()
-    sps, count = service_ports(services, slices, endpoints, endpoints_exported)
+    unverified: list[tuple[str, str]] = []
+    sps, count = service_ports(services, slices, endpoints, endpoints_exported, unverified)
     todo = cases(sps, node, behaviour)
     local = [a for addrs in node.addresses.values() for a in addrs] + list(extra_local)
     fams: dict[int, FamilyRules] = {}
@@ -536,7 +691,7 @@ def run_verification(
             fams[f] = family_rules(rulesets, f, local, record=False)
         return fams[f]
 
-    ver = Verification(count)
+    ver = Verification(count, unverified=unverified)
     for f in sorted({rs.family for rs in rulesets if rs.form in ("save", "S")} | {c.sp.family for c in todo}):
         fr = fam(f)
         if len(fr.primary) > 1:
@@ -552,14 +707,12 @@ def run_verification(
     return ver
 
 
-def stale_of(
-    fams: dict[int, FamilyRules], owned: tuple[set[tuple[int, str, int]], set[tuple[str, int]]], node: NodeView
-) -> list[StaleRule]:
+def stale_of(fams: dict[int, FamilyRules], owned: Owned, node: NodeView) -> list[StaleRule]:
     out: list[StaleRule] = []
     for f, fr in sorted(fams.items()):
         if fr.primary:
             ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
-            out.extend(find_stale(fr, owned[0], owned[1], node, pod_client(node, f), ext))
+            out.extend(find_stale(fr, owned.ips, owned.ports, node, pod_client(node, f), ext, owned.unreadable))
     return out
 
 

@@ -160,6 +160,12 @@ def _split(text: str) -> list[str] | None:
         return None
 
 
+def _counter(digits: str) -> int | None:
+    """A ``[packets:bytes]`` counter; None past 64 bits (the kernel's counters are u64, and
+    ``int()`` raises on more than 4,300 digits)."""
+    return int(digits) if len(digits) <= 20 and int(digits) < 1 << 64 else None
+
+
 def parse_save(text: str, artifact: str, backend: str | None, family: int, first_line: int = 1) -> Ruleset:
     """Parse ``iptables-save`` / ``ip6tables-save`` output (``-c`` counters allowed)."""
     rs = Ruleset(artifact, backend, family)
@@ -262,7 +268,9 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
         packets = nbytes = None
         mc = _COUNTERS.match(line)
         if mc:
-            packets, nbytes = int(mc.group(1)), int(mc.group(2))
+            packets, nbytes = _counter(mc.group(1)), _counter(mc.group(2))
+            if packets is None or nbytes is None:
+                rs.diagnostics.append(Diagnostic(ln, "rule counters too large to read: ignored"))
             line = line[mc.end() :]
         head = line.split(None, 2)
         args: tuple[str, ...] | None = None

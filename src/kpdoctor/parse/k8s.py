@@ -1,7 +1,10 @@
 """Kubernetes objects from JSON or YAML: single objects, ``kind: List``, ``*List``, multi-doc YAML.
 
 The cluster's view (Services, EndpointSlices, Nodes, Pods with status, DaemonSets, ConfigMaps)
-is what the node's state is judged against.
+is what the node's state is judged against. Evidence is untrusted: text is read through
+:mod:`kpdoctor.parse.structured` (bounded nesting and numbers), an object the API server would
+never have returned (a port of -1, a clusterIP that is no address, a null endpoint address) is
+reported with its file and line, and an object given twice is kept once.
 """
 
 from __future__ import annotations
@@ -9,10 +12,15 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
+
+PROTOCOLS = ("TCP", "UDP", "SCTP")  # what kube-proxy programs
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +38,25 @@ class K8sObject:
         ns = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind}/{ns}{self.name}"
 
+    @property
+    def where(self) -> str:
+        """``file line N``: where the user finds it."""
+        return f"{self.artifact} line {self.line}" if self.line else self.artifact
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDiagnostic(Diagnostic):
+    """A diagnostic that names its file: objects of several files are merged, and a line number
+    alone would not tell the user where to look."""
+
+    artifact: str = ""
+
+    def __str__(self) -> str:
+        if not self.artifact:
+            return Diagnostic.__str__(self)
+        where = f"{self.artifact} line {self.line}" if self.line else self.artifact
+        return f"{where}: {self.message}"
+
 
 @dataclass(slots=True)
 class Objects:
@@ -40,29 +67,92 @@ class Objects:
         return [o for o in self.items if o.kind == kind]
 
 
+def as_dict(v: object) -> dict[str, Any]:
+    """``v`` when it is a mapping, else an empty one (a field of the wrong type reads as absent)."""
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: object) -> list[Any]:
+    """``v`` when it is a list, else an empty one."""
+    return v if isinstance(v, list) else []
+
+
+def port_value(v: object) -> int | None:
+    """A Kubernetes port number (an integer 1-65535), or None: JSON may hold -1, 10**12, "http",
+    true or null there, and none of them is a port."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536 else None
+
+
+def port_problem(v: object, what: str = "port") -> str | None:
+    """Why ``v`` is not a port number, or None when it is one."""
+    if port_value(v) is not None:
+        return None
+    if v is None:
+        return f"has no {what} number"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{what} {shown(v)} is out of range (1-65535)"
+    return f"{what} {shown(v)} is not a number"
+
+
+def protocol_problem(v: object) -> str | None:
+    """Why ``v`` is not a protocol kube-proxy programs, or None (absent means TCP)."""
+    if v is None or (isinstance(v, str) and v in PROTOCOLS):
+        return None
+    return f"protocol {shown(v)} is not one kube-proxy programs ({', '.join(PROTOCOLS)})"
+
+
+def is_ip(v: object, version: int | None = None) -> bool:
+    """Is ``v`` a single IP address (of ``version``, when given)? (``inet_pton``: a cluster's
+    50,000 endpoint addresses are checked in milliseconds, where ``ipaddress`` takes a second.)"""
+    if not isinstance(v, str) or not v or len(v) > 45:
+        return False
+    six = ":" in v
+    try:
+        socket.inet_pton(socket.AF_INET6 if six else socket.AF_INET, v)
+    except (OSError, ValueError):
+        return False
+    return version is None or version == (6 if six else 4)
+
+
 def list_item_kind(kind: object) -> str | None:
     """The kind of the items of a ``kind: FooList`` (kubectl leaves it out of each item)."""
     return kind[:-4] if isinstance(kind, str) and kind.endswith("List") and kind != "List" else None
 
 
-def _flatten(doc: Any, out: list[dict[str, Any]]) -> None:
+@dataclass(slots=True)
+class _Skipped:
+    """What the flattening left out, for the diagnostic that says why a file gave nothing."""
+
+    null_items: int = 0
+    no_kind: int = 0
+    not_objects: int = 0
+
+
+def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped) -> None:
     if isinstance(doc, list):
         for d in doc:
-            _flatten(d, out)
+            _flatten(d, out, skipped)
         return
     if not isinstance(doc, dict):
+        if doc is not None:
+            skipped.not_objects += 1
         return
     items = doc.get("items")
     kind = doc.get("kind")
+    if "items" in doc and items is None and (kind is None or (isinstance(kind, str) and kind.endswith("List"))):
+        skipped.null_items += 1
+        return
     if isinstance(items, list) and (kind is None or (isinstance(kind, str) and kind.endswith("List"))):
         item_kind = list_item_kind(kind)
         for it in items:
             if isinstance(it, dict) and item_kind and "kind" not in it:
                 it = {**it, "kind": item_kind}
-            _flatten(it, out)
+            _flatten(it, out, skipped)
         return
-    if isinstance(kind, str):
+    if isinstance(kind, str) and kind:
         out.append(doc)
+    else:
+        skipped.no_kind += 1
 
 
 _NAME_JSON = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -97,49 +187,295 @@ class _NameLines:
 
 
 def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
-    """Parse every Kubernetes object in a JSON or YAML text; never raises."""
+    """Parse every Kubernetes object in a JSON or YAML text; never raises.
+
+    Each object kpdoctor judges the node by (Service, EndpointSlice, Endpoints, Node) is checked
+    for what the API server would have refused, one diagnostic per problem; an identical copy of
+    an object is kept once, a conflicting one is reported (see :func:`unique`)."""
     out = Objects()
+    text = strip_bom(text)
     docs: list[Any] = []
     stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            docs = [json.loads(text)]
-        except ValueError as exc:
-            # kubectl cluster-info dump concatenates JSON documents: read them one by one.
-            docs = _json_stream(text, out, artifact, exc)
-    else:
-        import yaml  # here: only YAML needs it, and it costs start-up time
+    json_like = stripped.startswith(("{", "["))
 
+    def diag(line: int | None, message: str) -> None:
+        out.diagnostics.append(ObjectDiagnostic(line, message, artifact))
+
+    if json_like:
         try:
-            docs = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = mark.line + first_line if mark is not None else None
-            out.diagnostics.append(Diagnostic(line, f"invalid YAML: {getattr(exc, 'problem', exc)}"))
+            docs = [load_json(text)]
+        except StructuredError as exc:
+            if "Extra data" in str(exc):
+                # kubectl cluster-info dump concatenates JSON documents: read them one by one.
+                docs = _json_stream(text, diag, first_line)
+            else:
+                diag(None if exc.line is None else exc.line + first_line - 1, str(exc))
+    else:
+        try:
+            docs = load_yaml_all(text)
+        except StructuredError as exc:
+            diag(None if exc.line is None else exc.line + first_line - 1, str(exc))
     flat: list[dict[str, Any]] = []
+    skipped = _Skipped()
     for d in docs:
-        _flatten(d, flat)
-    lines = _NameLines(text, stripped.startswith(("{", "[")))
-    for d in flat:
-        meta: dict[str, Any] = d["metadata"] if isinstance(d.get("metadata"), dict) else {}
-        name = str(meta.get("name") or "")
-        ns = meta.get("namespace")
+        _flatten(d, flat, skipped)
+    lines = _NameLines(text, json_like)
+    items: list[K8sObject] = []
+    for i, d in enumerate(flat, 1):
+        meta = as_dict(d.get("metadata"))
+        raw_name, raw_ns = meta.get("name"), meta.get("namespace")
+        name = raw_name if isinstance(raw_name, str) else ""
         line = lines.next(name) if name else None
-        out.items.append(
-            K8sObject(
-                str(d.get("kind")),
-                str(d.get("apiVersion") or ""),
-                str(ns) if ns else None,
-                name,
-                d,
-                artifact,
-                None if line is None else line + first_line - 1,
-            )
+        obj = K8sObject(
+            str(d.get("kind")),
+            str(d.get("apiVersion") or ""),
+            raw_ns if isinstance(raw_ns, str) and raw_ns else None,
+            name,
+            d,
+            artifact,
+            None if line is None else line + first_line - 1,
         )
+        if not name:  # kept (its addresses are still someone's), but never verified as a Service
+            unused = ": not verified" if obj.kind == "Service" else ""
+            diag(None, f"{obj.kind} without metadata.name (object {i} of the file){unused}")
+        items.append(obj)
+    if skipped.null_items or skipped.no_kind or skipped.not_objects:
+        why = [
+            *(["`items` is null"] if skipped.null_items else []),
+            *([f"{skipped.no_kind} item(s) without `kind`"] if skipped.no_kind else []),
+            *([f"{skipped.not_objects} item(s) that are not objects"] if skipped.not_objects else []),
+        ]
+        held = "no usable Kubernetes object" if not flat else f"{len(flat)} usable Kubernetes object(s)"
+        diag(None, f"the file held {held}: {', '.join(why)}")
+    out.items = unique(items, out.diagnostics)
+    for obj in out.items:
+        for problem in object_problems(obj):
+            diag(obj.line, f"{obj.kind} {_ref(obj)}: {problem}")
     return out
 
 
-def _json_stream(text: str, out: Objects, artifact: str, first_error: ValueError) -> list[Any]:
+def merge(parts: Iterable[Objects]) -> Objects:
+    """The objects of several files as one set: each object once (see :func:`unique`)."""
+    out = Objects()
+    items: list[K8sObject] = []
+    for p in parts:
+        items.extend(p.items)
+        out.diagnostics.extend(p.diagnostics)
+    out.items = unique(items, out.diagnostics)
+    return out
+
+
+def _ref(obj: K8sObject) -> str:
+    return f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name
+
+
+def _resource_version(obj: K8sObject) -> int | None:
+    rv = as_dict(obj.body.get("metadata")).get("resourceVersion")
+    return int(rv) if isinstance(rv, str) and rv.isascii() and rv.isdigit() and len(rv) < 30 else None
+
+
+# What makes two copies of an object tell a different story, per kind (other kinds: any copy).
+_STORIES: dict[str, Callable[[dict[str, Any]], object]] = {
+    "Service": lambda b: as_dict(b.get("spec")),
+    "EndpointSlice": lambda b: (b.get("addressType"), b.get("endpoints"), b.get("ports")),
+    "Endpoints": lambda b: b.get("subsets"),
+    "Node": lambda b: (
+        as_dict(b.get("status")).get("addresses"),
+        as_dict(b.get("spec")).get("podCIDRs"),
+        as_dict(b.get("spec")).get("podCIDR"),
+    ),
+}
+
+
+def _difference(kind: str, a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    story = _STORIES.get(kind)
+    if story is None or story(a) == story(b):
+        return None
+    if kind == "Service":
+        sa, sb = as_dict(a.get("spec")), as_dict(b.get("spec"))
+        ia = sa.get("clusterIPs") or sa.get("clusterIP")
+        ib = sb.get("clusterIPs") or sb.get("clusterIP")
+        if ia != ib:
+            return f"clusterIP {shown(ia)} vs {shown(ib)}"
+        return "spec"
+    return {"EndpointSlice": "endpoints", "Endpoints": "subsets", "Node": "addresses"}[kind]
+
+
+def shown(v: object) -> str:
+    """A value from the evidence as the user would find it in the file (quoted), bounded."""
+    if isinstance(v, list):
+        return shown(v[0]) if len(v) == 1 else f"a list of {len(v)}"
+    if isinstance(v, dict):
+        return "an object"
+    try:
+        text = json.dumps(v)
+    except ValueError:  # an integer of thousands of digits, from YAML
+        text = "a number too large to show"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def unique(items: list[K8sObject], diagnostics: list[Diagnostic]) -> list[K8sObject]:
+    """Each object once, in first-seen order. The same object twice (a bundle's file and a
+    ``kubectl get`` of the same cluster, or a List that repeats an item) is one object: verifying
+    it twice would count it twice, and two Nodes of one name would hide the node's addresses. Two
+    copies that differ keep the newer (higher resourceVersion, else the first given); when they
+    differ in what kpdoctor verifies (a Service's clusterIP or ports, a slice's endpoints, a
+    Node's addresses) the user is told, and the other copy is not verified as a Service of its own."""
+    seen: dict[tuple[str, str | None, str], int] = {}
+    keep: list[K8sObject] = []
+    for o in items:
+        key = (o.kind, o.namespace, o.name)
+        i = seen.get(key) if o.name else -1  # nameless objects: each its own
+        if i == -1:
+            keep.append(o)
+            continue
+        if i is None:
+            seen[key] = len(keep)
+            keep.append(o)
+            continue
+        prev = keep[i]
+        if prev.body == o.body:
+            continue
+        rv_prev, rv_new = _resource_version(prev), _resource_version(o)
+        newer = o if rv_prev is not None and rv_new is not None and rv_new > rv_prev else prev
+        keep[i] = newer
+        what = _difference(o.kind, prev.body, o.body)
+        if what is not None:
+            why = "newer resourceVersion" if newer is o else "first given"
+            diagnostics.append(
+                ObjectDiagnostic(
+                    o.line,
+                    f"{o.kind} {_ref(o)} is in the evidence twice with different {what} "
+                    f"({prev.where}; {o.where}): using the one at {newer.where} ({why})",
+                    o.artifact,
+                )
+            )
+    return keep
+
+
+def object_problems(obj: K8sObject) -> list[str]:
+    """What in this object the API server would have refused (so no kube-proxy ever saw it), for
+    the kinds verification reads; each problem once, in words a user can act on."""
+    check = _CHECKS.get(obj.kind)
+    return check(obj.body) if check is not None else []
+
+
+def _service_problems(body: dict[str, Any]) -> list[str]:
+    if "spec" not in body:
+        return ["has no spec: not verified"]
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        return ["spec is not an object: not verified"]
+    if spec.get("type") == "ExternalName":
+        return []
+    out: list[str] = []
+    ips = cluster_ips(spec)
+    if spec.get("clusterIPs") is not None and not isinstance(spec.get("clusterIPs"), list):
+        out.append(f"clusterIPs {shown(spec.get('clusterIPs'))} is not a list")
+    if not ips:
+        out.append("has no clusterIP (a manifest rather than the object the API returns?): not verified")
+    for ip in ips:
+        if ip != "None" and not is_ip(ip):
+            out.append(f"clusterIP {shown(ip)} is not an IP address: not verified")
+    ports = spec.get("ports")
+    if "None" not in ips and not as_list(ports):
+        out.append("has no ports: nothing to verify")
+    for n, port in enumerate(as_list(ports), 1):
+        if not isinstance(port, dict):
+            out.append(f"port entry {n} is {shown(port)}, not a port: not verified")
+            continue
+        label = f"port {shown(port.get('name'))}" if port.get("name") else f"port entry {n}"
+        for p in (port_problem(port.get("port")), protocol_problem(port.get("protocol"))):
+            if p:
+                out.append(f"{label}: {p}: not verified")
+        if port.get("nodePort") not in (None, 0) and port_value(port.get("nodePort")) is None:
+            out.append(f"{label}: {port_problem(port.get('nodePort'), 'nodePort')}: its NodePort is not verified")
+    for ip in as_list(spec.get("externalIPs")):
+        if not is_ip(ip):
+            out.append(f"externalIP {shown(ip)} is not an IP address: not verified")
+    return out
+
+
+def cluster_ips(spec: dict[str, Any]) -> list[object]:
+    """``clusterIPs`` (or the older ``clusterIP``) as given: empty values left out, "None" kept
+    (headless)."""
+    ips = spec.get("clusterIPs")
+    if not isinstance(ips, list) or not ips:
+        ips = [spec.get("clusterIP")]
+    return [ip for ip in ips if ip not in (None, "")]
+
+
+def _slice_problems(body: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    family = {"IPv4": 4, "IPv6": 6}.get(str(body.get("addressType")))
+    if not as_list(body.get("ports")) and as_list(body.get("endpoints")):
+        # (a slice without endpoints has none either: the controller's placeholder for a
+        # Service with no Pods)
+        out.append("has no ports: kube-proxy takes none of its endpoints")
+    for n, port in enumerate(as_list(body.get("ports")), 1):
+        if not isinstance(port, dict):
+            out.append(f"port entry {n} is {shown(port)}, not a port")
+            continue
+        number = port.get("port")  # null: "all ports" (a slice of a Service without ports)
+        for p in (port_problem(number) if number is not None else None, protocol_problem(port.get("protocol"))):
+            if p:
+                out.append(f"port entry {n}: {p}")
+    bad: list[str] = []
+    for ep in as_list(body.get("endpoints")):  # the bulk of a cluster's objects: kept lean
+        addrs = ep.get("addresses") if isinstance(ep, dict) else ep
+        if not isinstance(addrs, list) or not addrs:
+            bad.append(shown(addrs))
+        elif family is not None:
+            bad.extend(shown(a) for a in addrs if not is_ip(a, family))
+    if bad:
+        listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        out.append(f"endpoint address(es) {listed}: not {body.get('addressType')} addresses: not verified")
+    return out
+
+
+def _endpoints_problems(body: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    bad: list[str] = []
+    for subset in as_list(body.get("subsets")):
+        if not isinstance(subset, dict):
+            bad.append(shown(subset))
+            continue
+        for key in ("addresses", "notReadyAddresses"):
+            for a in as_list(subset.get(key)):
+                if not is_ip(as_dict(a).get("ip")):
+                    bad.append(shown(a))
+        for port in as_list(subset.get("ports")):
+            p = port_problem(as_dict(port).get("port"))
+            if p:
+                out.append(f"subset port {p}")
+    if bad:
+        out.append(f"address(es) {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: not IP addresses: not verified")
+    return out
+
+
+def _node_problems(body: dict[str, Any]) -> list[str]:
+    addrs = as_dict(body.get("status")).get("addresses")
+    bad = [
+        shown(a)
+        for a in as_list(addrs)
+        if not isinstance(a, dict)
+        or (a.get("type") in ("InternalIP", "ExternalIP") and not is_ip(a.get("address")))
+    ]
+    return [f"address(es) {', '.join(bad[:3])}: not readable: left out"] if bad else []
+
+
+_CHECKS = {
+    "Service": _service_problems,
+    "EndpointSlice": _slice_problems,
+    "Endpoints": _endpoints_problems,
+    "Node": _node_problems,
+}
+
+
+def _json_stream(text: str, diag: Any, first_line: int) -> list[Any]:
+    """Concatenated JSON documents (``kubectl cluster-info dump``), one by one, bounded like
+    :func:`~kpdoctor.parse.structured.load_json`: a document nested too deeply or holding a
+    number of 4,300 digits ends the stream with a one-line reason."""
     dec = json.JSONDecoder()
     docs: list[Any] = []
     i = 0
@@ -149,14 +485,18 @@ def _json_stream(text: str, out: Objects, artifact: str, first_error: ValueError
             i += 1
         if i >= n:
             break
+        line = text.count("\n", 0, i) + first_line
         try:
             obj, end = dec.raw_decode(text, i)
+        except RecursionError:
+            diag(line, "JSON nested too deeply to read (about 1,000 levels or more)")
+            break
         except ValueError as exc:
-            line = text.count("\n", 0, i) + 1
-            out.diagnostics.append(Diagnostic(line, f"invalid or truncated JSON: {exc.args[0] if exc.args else exc}"))
+            if "Exceeds the limit" in str(exc):
+                diag(line, "JSON holds a number of more than 4,300 digits")
+            else:
+                diag(line, f"invalid or truncated JSON: {exc.args[0] if exc.args else exc}")
             break
         docs.append(obj)
         i = end
-    if not docs:
-        out.diagnostics.append(Diagnostic(None, f"invalid JSON: {first_error}"))
     return docs

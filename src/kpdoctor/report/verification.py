@@ -27,6 +27,12 @@ def summary(ver: Any) -> str:
     )
     if ver.stale:
         text += f"; {len(ver.stale)} stale destination(s) no Service owns"
+    if ver.unverified:  # not clean either: said, with where each is
+        names = ", ".join(f"{svc} ({why})" for svc, why in ver.unverified[:3])
+        text += f"; {len(ver.unverified)} Service(s) with nothing to verify: {names}"
+        text += " ..." if len(ver.unverified) > 3 else ""
+    if verdict == "inconclusive" and unc:
+        verdict += f" ({unc} uncertain: their notes say why)"
     return f"{text}: {verdict}"
 
 
@@ -53,7 +59,7 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
             if r.status == "ok":
                 continue
             got = ", ".join(
-                f"{e.backend or e.verdict} {e.probability:.0%}"
+                f"{e.backend or ('not translated' if e.verdict == 'ACCEPT' else e.verdict)} {e.probability:.0%}"
                 + (f" (line {e.rule.line})" if e.rule and e.rule.line else "")
                 for e in r.actual
             )
