@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import ipaddress
 import os
@@ -17,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kpdoctor import __version__
+from kpdoctor import __version__, deadline
 from kpdoctor.checks import CHECKS, find
 from kpdoctor.demo import DEMOS, demo_path
 from kpdoctor.diagnose import diagnose_paths, exit_code
@@ -31,9 +32,13 @@ if TYPE_CHECKING:  # the collector is imported only when a command collects (sta
 HELP = (
     "Find out why Kubernetes Services are unreachable on a node, with proof.\n\n"
     "Exit codes: 0 nothing found at or above --min-severity; 1 findings; 2 usage error or "
-    "nothing usable given; 3 inconclusive (input readable, nothing could be checked)."
+    "nothing usable given; 3 inconclusive (input readable, nothing could be checked, or --timeout "
+    "reached before anything was found); 4 internal error (a kpdoctor bug: the rest of the report "
+    "is still written)."
 )
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+DEFAULT_COLLECT_TIMEOUT = 90.0  # a node's collection: ~5 s usually; the API of a large cluster can be slow
+DEFAULT_RUN_TIMEOUT = 120.0  # a whole diagnosis: collection (3/4 of it, 90 s) plus reading and checks
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -67,7 +72,9 @@ def _kept() -> list[object]:
 
 
 def _err(msg: str) -> None:
-    print(f"kpdoctor: {msg}", file=sys.stderr)
+    from kpdoctor.report.safe import printable
+
+    print(f"kpdoctor: {printable(msg)}", file=sys.stderr)
 
 
 class _Argument(click.Argument):
@@ -157,7 +164,12 @@ _NODE = click.option(
     help="The Node being diagnosed (default: bundle manifest, the only Node object, or the hostname).",
 )
 
-_SERVICE = click.option("--service", metavar="NS/NAME[:PORT]", help="Only this Service (every port, or the one named).")
+_SERVICE = click.option(
+    "--service",
+    metavar="NS/NAME[:PORT]",
+    help="A Service: NS/NAME, or NS/NAME:PORT with the port's name or number (80, 53/udp); a bare "
+    "NAME when one namespace has it.",
+)
 
 
 def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
@@ -189,12 +201,15 @@ def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
         ),
         click.option(
             "--timeout",
-            cls=_LiveOption,
+            cls=_LiveOption if not flag else click.Option,
             type=float,
-            default=90.0,
+            default=DEFAULT_COLLECT_TIMEOUT if not flag else DEFAULT_RUN_TIMEOUT,
             show_default=True,
             metavar="SECONDS",
-            help="Bound on the whole collection.",
+            help="Bound on the whole collection."
+            if not flag
+            else "Give up after SECONDS (the whole run: reading, checks, and a --live collection, which gets "
+            "three quarters of it); what was done is still reported.",
         ),
         click.option(
             "--redact-ips",
@@ -255,7 +270,8 @@ class Live:
 
     @classmethod
     def of(cls, options: dict[str, Any], node: str | None, enabled: bool | None = None) -> Live:
-        """From a command's live-collection options (``_live``)."""
+        """From a command's live-collection options (``_live``). For a command that also
+        diagnoses (``--live``), --timeout bounds the whole run, and the collection gets 3/4 of it."""
         o = options
         return cls(
             o.get("live", False) if enabled is None else enabled,
@@ -264,7 +280,7 @@ class Live:
             o["context"],
             o["no_cluster"],
             o["interval"],
-            o["timeout"],
+            o["timeout"] * (0.75 if enabled is None else 1.0),
             o["redact_ips"],
             o.get("save_bundle"),
             node,
@@ -357,6 +373,7 @@ def _run(
         report, evidence = diagnose_paths(live.paths(paths), node=node, min_severity=sev, keep=keep)
     finally:
         live.close()
+        deadline.disarm()
     keep += [report, evidence]
     code = exit_code(report, evidence)
     if code == 2:
@@ -366,9 +383,21 @@ def _run(
         return 2
     if _write(FORMATS[fmt.value], report, output, header if fmt == Format.text else ""):
         return 2
-    if code == 3:
-        _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
+    _say_partial(report, evidence, code)
     return code
+
+
+def _say_partial(report: Any, evidence: Any, code: int) -> None:
+    """On stderr, why the exit code is not a plain verdict: a bug met, a --timeout, damaged
+    evidence, nothing checked."""
+    for e in report.errors:
+        _err(f"internal error in {e.stage}: {e.error} (a kpdoctor bug, please report it; the rest stands)")
+    if report.timed_out:
+        _err(f"partial report: {report.timed_out}")
+    elif code == 3 and evidence.damaged:
+        _err(f"inconclusive: damaged evidence ({', '.join(sorted(set(evidence.damaged)))}): see 'Inputs not used'")
+    elif code == 3:
+        _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
 
 
 @app.command()
@@ -398,6 +427,7 @@ def diagnose(
     collects all of that read-only, plus the cluster's objects when it can reach the API.
     """
     lv = Live.of(live, node)
+    deadline.arm(live["timeout"])
     raise Exit(_run(list(paths), Format(fmt), output, Level(min_severity), node, live=lv))
 
 
@@ -409,7 +439,12 @@ def diagnose(
     metavar="FILE.tar.gz|DIR",
     help="Where to write the bundle: a .tar.gz, or a new folder (default: ./kpdoctor-NODE-TIME.tar.gz).",
 )
-@_NODE
+@click.option(
+    "--node",
+    metavar="NAME",
+    help="This node's Node name, for the API queries and the manifest (default: the Node the API "
+    "knows by this host's name).",
+)
 @_live(flag=False, save=False)
 def collect(output: Path | None, node: str | None, **live: Any) -> None:
     """Collect this node's evidence into a bundle for later or for support (read-only; needs root).
@@ -473,23 +508,50 @@ def verify(
     Every Service port and traffic class (pod and node to the ClusterIP, outside clients to the
     NodePort, external IPs and load-balancer IPs, with the Local traffic policies) is sent through
     the node's actual rules as the kernel would, and the backends reached (with their exact
-    probabilities) or the drop are compared with the ready endpoints. Exit 0: clean; 1: a
-    mismatch; 3: nothing could be decided (every result uncertain).
+    probabilities) or the drop are compared with the ready endpoints.
+
+    Exit 0: clean (every result ok); 1: a mismatch or stale rules; 3: inconclusive, some results
+    uncertain (their notes say why: a match kpdoctor cannot evaluate, a Node it cannot tell, a
+    Service object the API server would have refused) and none mismatched; 2: nothing usable
+    given, or --service names no Service (the closest names are suggested).
     """
+    from kpdoctor.bundle.loader import load
+    from kpdoctor.dataplane.verify import ServiceNotFound, resolve_service
+    from kpdoctor.diagnose import diagnose_evidence
+    from kpdoctor.facts import Facts
+
     sev = Severity.INFO
     lv = Live.of(live, node)
+    deadline.arm(live["timeout"])
     keep = _kept()
     try:
-        report, evidence = diagnose_paths(
-            lv.paths(list(paths)), node=node, min_severity=sev, command="verify", service=service, keep=keep
-        )
+        evidence = load(lv.paths(list(paths)))
+        try:
+            wanted = service
+            if service:  # as users write it (a port number, a bare name) -> kube-proxy's labels
+                services = Facts(evidence, node=node).objects.of("Service")
+                if services:  # none: the "needs Services" message below says what is missing
+                    try:
+                        wanted, notice = resolve_service(services, service)
+                    except ServiceNotFound as exc:
+                        _err(str(exc))
+                        raise Exit(2) from None
+                    if notice:
+                        _err(notice)
+                del services
+            report = diagnose_evidence(
+                evidence, node=node, min_severity=sev, command="verify", service=wanted, keep=keep
+            )
+        finally:
+            evidence.close()
     finally:
         lv.close()
+        deadline.disarm()
     keep += [report, evidence]
     report.show_all = show_all
     code = exit_code(report, evidence)
     if code == 2:
-        for p in evidence.problems:
+        for p in report.problems:  # with the objects' own ("the file held no usable object")
             _err(f"{p.source}: {p.message}")
         if evidence.artifacts:
             _err(
@@ -499,26 +561,54 @@ def verify(
         else:
             _err("nothing usable was given (see `kpdoctor verify --help`)")
         raise Exit(2)
-    if service and report.verification is not None and not report.verification.results:
+    ver = report.verification
+    if service and ver is not None and not ver.results and not ver.unverified:
         _err(f"no Service port matches --service {service}")
         raise Exit(2)
-    raise Exit(_write(FORMATS[fmt], report, output) or code)
+    if _write(FORMATS[fmt], report, output):
+        raise Exit(2)
+    if code == 3 and ver is not None and not report.timed_out and not report.errors:
+        unsure = ver.count("uncertain")
+        why = [f"{unsure} of {len(ver.results)} results uncertain (their notes say why)"] if unsure else []
+        if ver.unverified:
+            why.append(f"{len(ver.unverified)} Service(s) with nothing to verify (see 'Inputs not used')")
+        _err("inconclusive: " + "; ".join(why or ["nothing could be verified"]))
+    else:
+        _say_partial(report, evidence, code)
+    raise Exit(code)
 
 
 def _write(render: object, doc: object, output: Path | None, header: str = "") -> int:
-    """Render to stdout or FILE (colour only on a terminal); 2 if the file cannot be written."""
+    """Render to stdout or FILE (colour only on a terminal); 2 if it cannot be written (a full
+    disk is not a kpdoctor bug). Text that is not UTF-8 (a file name's bytes) is written as U+FFFD."""
     to_file = output is not None
     color = not to_file and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    deadline.stage("writing the report")
     text = header + render(doc, color)  # type: ignore[operator]
-    if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            _err(f"cannot write {output}: {exc.strerror or exc}")
-            return 2
-    else:
-        sys.stdout.write(text)
+    data = text.encode("utf-8", errors="replace")
+    try:
+        if output is not None:
+            output.write_bytes(data)
+        else:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        _quiet_stdout()
+    except OSError as exc:
+        _err(f"cannot write {output or 'the report to stdout'}: {exc.strerror or exc}")
+        if output is None:
+            _quiet_stdout()
+        return 2
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is buffered for a closed pipe or a full disk cannot be written
+    and must not fail again on exit."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @app.command()
@@ -538,6 +628,13 @@ def _write(render: object, doc: object, output: Path | None, header: str = "") -
     show_default=True,
     help="prerouting: a packet arriving (from a Pod or outside); output: sent by the node itself.",
 )
+@click.option(
+    "--traffic",
+    type=click.Choice(["pod", "node", "nodeport", "externalip", "lb", "lb-denied"], case_sensitive=False),
+    help="With --service: which of verify's traffic classes to trace, as verify sends it: pod or node "
+    "to the ClusterIP (default: pod; node with --hook output), outside clients to the NodePort, an "
+    "external IP, the load-balancer IP, or from outside loadBalancerSourceRanges.",
+)
 @_FORMAT
 @_OUTPUT
 @_NODE
@@ -548,6 +645,7 @@ def trace(
     service: str | None,
     src: str | None,
     hook: str,
+    traffic: str | None,
     fmt: str,
     output: Path | None,
     node: str | None,
@@ -557,9 +655,17 @@ def trace(
 
     Branches of `-m statistic` rules are listed with their exact probabilities; the final DNAT,
     drop or pass-through is named, with the line of each rule in its file.
+
+    --service traces the packet verify sends for that Service port: Pods to the ClusterIP by
+    default; --traffic nodeport (externalip, lb, node...) the other classes verify checks, so a
+    NodePort that verify reports as a mismatch is traced with --service NS/NAME --traffic nodeport.
+
+    Exit 0: every branch delivered (DNAT to a backend, or passed on); 1: some or all of the
+    connections are dropped or rejected (with --service, also: not translated to any backend);
+    3: a branch could not be evaluated (uncertain) and none is dropped; 2: usage error.
     """
     from kpdoctor.bundle.loader import load
-    from kpdoctor.dataplane.trace import TraceError, parse_destination, service_destination
+    from kpdoctor.dataplane.trace import TraceError, exit_status, parse_destination, service_target
     from kpdoctor.dataplane.trace import trace as run_trace
     from kpdoctor.facts import Facts
     from kpdoctor.report.trace import TRACE_FORMATS
@@ -567,8 +673,14 @@ def trace(
     if (to is None) == (service is None):
         _err("give exactly one of --to IP:PORT[/PROTO] or --service NS/NAME[:PORT]")
         raise Exit(2)
+    if traffic and service is None:
+        _err("--traffic goes with --service (with --to, give --from and --hook for the packet you mean)")
+        raise Exit(2)
+    hook_given = click.get_current_context().get_parameter_source("hook") == click.core.ParameterSource.COMMANDLINE
     lv = Live.of(live, node)
+    deadline.arm(live["timeout"])
     evidence = load(lv.paths(list(paths)))
+    target = None
     try:
         facts = Facts(evidence, node=node)
         _kept().append(facts)
@@ -587,9 +699,14 @@ def trace(
                 dst, port, proto = parse_destination(to)
             else:
                 assert service is not None
-                dst, port, proto, warning = service_destination(facts.objects.of("Service"), service)
-                if warning:
-                    _err(warning)
+                target = service_target(facts.objects.of("Service"), service, facts.node_view, traffic, hook)
+                for w in target.warnings:
+                    _err(w)
+                if traffic and hook_given and hook != target.hook:
+                    _err(f"--hook {hook} does not go with --traffic {traffic} (it enters at {target.hook})")
+                    raise Exit(2)
+                dst, port, proto, hook = target.dst, target.port, target.proto, target.hook
+                source = source or target.src
             traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook)
         except TraceError as exc:
             _err(str(exc))
@@ -597,9 +714,16 @@ def trace(
     finally:
         evidence.close()
         lv.close()
-    code = _write(TRACE_FORMATS[fmt], traces, output)
-    uncertain = all(b.verdict == "UNCERTAIN" for t in traces for b in t.branches)
-    raise Exit(code or (3 if uncertain else 0))
+        deadline.disarm()
+    if target is not None:
+        for t in traces:
+            t.service, t.traffic = target.label, target.traffic
+            t.notes[:0] = target.notes
+            if src is None and target.src_note:
+                t.source_note = target.src_note
+    if _write(TRACE_FORMATS[fmt], traces, output):
+        raise Exit(2)
+    raise Exit(exit_status(traces))
 
 
 @app.command()
@@ -639,7 +763,7 @@ def explain(key: str) -> None:
 @app.command()
 @_FORMAT
 def rules(fmt: str) -> None:
-    """List every check: code, cause, severity and what evidence it reads."""
+    """List every check: code, cause, severity and title (-f json adds the evidence each reads)."""
     specs = sorted(CHECKS.values(), key=lambda c: c.code)
     if fmt == Format.json:
         import json
@@ -723,12 +847,18 @@ def main() -> None:
         _exit(done.code)
     except KeyboardInterrupt:
         _err("interrupted")
-        sys.exit(130)
+        _exit(130)
+    except deadline.TimedOut as exc:  # cut short where no stage could report it (collection, rendering)
+        _err(str(exc))
+        _exit(3)
     except Exception as exc:  # a bug: say so in one line, full trace on request
         if os.environ.get("KPDOCTOR_DEBUG"):
             raise
-        _err(f"internal error: {type(exc).__name__}: {exc} (set KPDOCTOR_DEBUG=1 for the traceback and report it)")
-        _exit(2)
+        _err(
+            f"internal error in {deadline.current_stage()}: {type(exc).__name__}: {exc} "
+            "(a kpdoctor bug: set KPDOCTOR_DEBUG=1 for the traceback, and please report it)"
+        )
+        _exit(4)
     _exit(0)
 
 

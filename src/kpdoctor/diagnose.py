@@ -7,12 +7,12 @@ import gc
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from kpdoctor import __version__
+from kpdoctor import __version__, deadline
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
 from kpdoctor.dataplane.verify import service_matches
 from kpdoctor.facts import Facts
-from kpdoctor.model import InputProblem, Report, Severity
+from kpdoctor.model import InputProblem, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank
 
 VERIFY_CODES = ("KP2",)
@@ -48,31 +48,48 @@ def diagnose_evidence(
         keep.append(facts)
     only = VERIFY_CODES if command == "verify" else None
     with allocation_heavy():
-        findings, skipped, ran, errors = run_all(facts, only=only)
+        findings, skipped, ran, check_errors = run_all(facts, only=only)
+    errors = evidence.errors + check_errors
     problems = list(evidence.problems)
-    problems += [InputProblem("kpdoctor", e) for e in errors]
-    for d in facts.objects.diagnostics:
-        problems.append(InputProblem("Kubernetes objects", str(d)))
-    for rs in facts.rulesets:
-        for d in rs.diagnostics[:3]:
-            problems.append(InputProblem(rs.artifact, str(d)))
-    ident = facts.node
-    ver = facts.verification
-    if ver is not None and service:
-        ver = ver.only(service)
-        findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
+    # After --timeout, only what was already worked out: nothing may start a parse now.
+    partial = deadline.expired()
+
+    def ready(name: str) -> bool:
+        return not partial or name in vars(facts)
+
+    ident, ver = None, None
+    deadline.stage("assembling the report")
+    try:
+        if ready("objects"):
+            problems += [InputProblem("Kubernetes objects", str(d)) for d in facts.objects.diagnostics]
+        if ready("rulesets"):
+            for rs in facts.rulesets:
+                problems += [InputProblem(rs.artifact, str(d)) for d in rs.diagnostics[:3]]
+        for kind, why in facts.parsed_nothing(asked_only=partial).items():
+            names = sorted({a.name for a in evidence.of(kind)})
+            problems.append(InputProblem(", ".join(names), f"{kind.value}, but {why}: checks that need it are skipped"))
+        ident = facts.node if ready("node") else None
+        ver = facts.verification if ready("verification") else None
+        if ver is not None and service:
+            ver = ver.only(service)
+            findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
+        findings = rank(findings)
+    except Exception as exc:  # a bug: the report is still written, with what is known
+        errors.append(InternalError.of("assembling the report", exc))
     return Report(
         tool_version=__version__,
         node=ident.name if ident else None,
         collected_at=evidence.collected_at,
         artifacts=sorted({a.name for a in evidence.artifacts}),
-        findings=rank(findings),
+        findings=findings,
         skipped=skipped,
         checks_run=ran,
-        problems=problems,
+        problems=group_problems(problems),
         min_severity=min_severity,
         verification=ver,
         command=command,
+        errors=errors,
+        timed_out=deadline.message(),
     )
 
 
@@ -96,22 +113,29 @@ def diagnose_paths(
 
 
 def exit_code(report: Report, evidence: Evidence) -> int:
-    """0 clean, 1 findings at/above the threshold, 2 nothing usable, 3 inconclusive (DESIGN.md).
+    """0 clean, 1 findings at/above the threshold, 2 nothing usable, 3 inconclusive, 4 a bug met
+    (the report is still written: DESIGN.md).
 
-    For ``verify``: 1 on a mismatch (or stale rules), 3 when every result is uncertain."""
+    For ``verify``: 1 on a mismatch (or stale rules), 3 when any result is uncertain. A run cut
+    short by --timeout, or on damaged evidence (a corrupt archive, a bundle missing what its
+    manifest lists), is never clean: 1 if it found something, else 3."""
+    if report.errors:
+        return 4
     if not evidence.artifacts:
-        return 2
+        return 3 if report.timed_out else 2
     if report.command == "verify":
         ver = report.verification
         if ver is None:
-            return 2
+            return 3 if report.timed_out else 2
         if ver.count("mismatch") or ver.stale:
             return 1
-        if not ver.results or ver.count("uncertain") == len(ver.results):
+        # some results uncertain (or Services that gave nothing to verify) and none mismatched is
+        # not clean: a script must be able to tell it from a verified node
+        if not ver.results or ver.count("uncertain") or ver.unverified or report.timed_out:
             return 3
         return 0
     if report.visible():
         return 1
-    if report.checks_run == 0:
+    if report.checks_run == 0 or report.timed_out or evidence.damaged:
         return 3
     return 0

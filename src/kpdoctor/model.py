@@ -124,13 +124,49 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class InputProblem:
-    """An input that could not be used (unreadable, unrecognised, unsafe), said in one line."""
+    """An input that could not be used (unreadable, unrecognised, unsafe), said in one line;
+    ``count`` inputs when many had the same problem (``source`` then names the first)."""
 
     source: str
     message: str
+    count: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "message": self.message}
+        out: dict[str, Any] = {"source": self.source, "message": self.message}
+        if self.count > 1:
+            out["count"] = self.count
+        return out
+
+
+def group_problems(problems: list[InputProblem], keep: int = 3) -> list[InputProblem]:
+    """Problems with the same message, once there are more than ``keep`` of them, as one line
+    ("many/0.txt and 19,985 more"): 20,000 unreadable files must not bury the report."""
+    by_message: dict[str, list[InputProblem]] = {}
+    for p in problems:
+        by_message.setdefault(p.message, []).append(p)
+    out: list[InputProblem] = []
+    for message, same in by_message.items():
+        if len(same) <= keep:
+            out.extend(same)
+            continue
+        total = sum(p.count for p in same)
+        out.append(InputProblem(f"{same[0].source} and {total - same[0].count:,} more", message, total))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class InternalError:
+    """A bug met while working (exit code 4): which stage failed, and how; the rest still ran."""
+
+    stage: str  # "check KP200", "reading node3.tar.gz", "report"
+    error: str  # "TypeError: '<' not supported between instances of 'str' and 'NoneType'"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "error": self.error}
+
+    @classmethod
+    def of(cls, stage: str, exc: BaseException) -> InternalError:
+        return cls(stage, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(slots=True)
@@ -150,6 +186,8 @@ class Report:
     verification: Any = None
     command: str = "diagnose"  # diagnose | verify: what the renderers lay out
     show_all: bool = False  # verify: list Services that verified ok too
+    errors: list[InternalError] = field(default_factory=list)  # bugs met (exit 4); the rest still ran
+    timed_out: str | None = None  # "gave up after 120 s (--timeout) while check KP200": the run is partial
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""
@@ -169,5 +207,7 @@ class Report:
             "checks_run": self.checks_run,
             "input_problems": [p.to_json() for p in self.problems],
             "min_severity": self.min_severity.label,
+            "internal_errors": [e.to_json() for e in self.errors],
+            **({"timed_out": self.timed_out} if self.timed_out else {}),
             **({"verification": self.verification.to_json()} if self.verification is not None else {}),
         }

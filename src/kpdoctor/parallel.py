@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,10 +43,21 @@ def run_parts(parts: list[Callable[[], Any]]) -> list[Any]:
     children: list[tuple[int, int] | None] = []
     for part in parts[1:]:
         children.append(_spawn(part))
-    results = [parts[0]()]
-    for part, child in zip(parts[1:], children, strict=True):
-        got = _collect(child) if child is not None else None
-        results.append(got[0] if got is not None else part())
+    waiting = [c for c in children if c is not None]  # not yet collected: their pipes are open
+    try:
+        results = [parts[0]()]
+        for part, child in zip(parts[1:], children, strict=True):
+            if child is not None:
+                waiting.remove(child)  # _collect closes its pipe, whatever happens
+            got = _collect(child) if child is not None else None
+            results.append(got[0] if got is not None else part())
+    except BaseException:  # interrupted (--timeout, Ctrl-C) or failed: no child outlives the caller
+        for pid, r in waiting:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            os.close(r)
+            _reap(pid)
+        raise
     return results
 
 

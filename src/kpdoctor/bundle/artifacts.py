@@ -65,7 +65,7 @@ class Artifact:
     def read_text(self) -> str:
         if self.path is None:
             return self.text
-        with open(self.path, encoding="utf-8", errors="replace") as fh:
+        with open(self.path, encoding="utf-8-sig", errors="replace") as fh:
             return fh.read()
 
     @property

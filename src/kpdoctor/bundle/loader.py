@@ -1,31 +1,43 @@
-"""Turn what the user handed over (files, folders, tarballs) into typed artifacts.
+"""Turn what the user handed over (files, folders, tarballs, a pipe) into typed artifacts.
 
 Bundle folders (with ``manifest.json``) are typed by path; everything else by content. Nothing
 here raises on bad input: every unusable input becomes a one-line ``InputProblem`` and the rest
-is still used.
+is still used. Named FIFOs, devices and sockets are refused without being opened (opening a FIFO
+blocks until someone writes); ``-``, ``/dev/stdin`` and ``/dev/fd/N`` are read as streams, bounded
+in size (and in time by the run's ``--timeout``). A bug met while reading one path is recorded as
+an internal error naming that path, and the other paths are still read.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from kpdoctor import deadline
 from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
-from kpdoctor.model import InputProblem
+from kpdoctor.model import InputProblem, InternalError
+from kpdoctor.parse.structured import StructuredError, load_json
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
 MAX_INLINE_BYTES = 256 * 1024**2  # non-log artifacts are read into memory up to this size
 LAZY_BYTES = 4 * 1024**2  # above this, rule dumps and object lists are read when parsed, not kept
 LAZY_KINDS = (Kind.IPTABLES_SAVE, Kind.K8S_OBJECTS)
+MAX_STREAM_BYTES = 2 * 1024**3  # a pipe is spooled to a temporary file up to this (a 2 GB log)
+MAX_MANIFEST_BYTES = 16 * 1024**2  # a 10,000-Service node's manifest is ~20 kB
+MAX_DIR_FILES = 20_000  # files read from one folder (a bundle has ~40; a cluster-info dump a few thousand)
+STREAM = re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
 _KIND_HINTS = {
     "hostname": Kind.HOSTNAME,
     "locks": Kind.LOCKS,
@@ -44,6 +56,8 @@ class Evidence:
 
     artifacts: list[Artifact] = field(default_factory=list)
     problems: list[InputProblem] = field(default_factory=list)
+    errors: list[InternalError] = field(default_factory=list)  # bugs met while reading (exit 4)
+    damaged: list[str] = field(default_factory=list)  # inputs that lost part of themselves: never "clean"
     node: str | None = None
     collected_at: str | None = None
     _tempdirs: list[str] = field(default_factory=list)
@@ -63,26 +77,124 @@ class Evidence:
 def load(paths: Iterable[str | Path]) -> Evidence:
     """Load every path; unusable ones become problems, never exceptions."""
     ev = Evidence()
+    seen: set[tuple[int, int]] = set()  # (device, inode) of every file read: a file given twice is read once
     for raw in paths:
-        path = Path(raw)
-        label = str(raw)
+        label = "stdin" if str(raw) == "-" else _printable(os.fsdecode(raw))
+        deadline.stage(f"reading {label}")
         try:
-            if not path.exists():
-                ev.problems.append(InputProblem(label, "no such file or directory"))
-            elif path.is_dir():
-                _load_dir(ev, path, label)
-            elif is_archive(path):
-                _load_archive(ev, path, label)
-            else:
-                _load_file(ev, path, label)
+            _load_path(ev, str(raw), label, seen)
+        except deadline.TimedOut as exc:
+            ev.problems.append(InputProblem(label, f"not read completely: {exc}"))
+            break
         except PermissionError:
             ev.problems.append(InputProblem(label, "permission denied"))
         except OSError as exc:
             ev.problems.append(InputProblem(label, f"cannot read: {exc.strerror or exc}"))
+        except Exception as exc:  # a bug: named, and the other paths are still read
+            ev.errors.append(InternalError.of(f"reading {label}", exc))
     return ev
 
 
-def _load_archive(ev: Evidence, path: Path, label: str) -> None:
+def _printable(name: str) -> str:
+    """A path as text that can be shown and written as UTF-8 (undecodable bytes become U+FFFD)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _load_path(ev: Evidence, raw: str, label: str, seen: set[tuple[int, int]]) -> None:
+    if raw == "-":
+        _load_stream(ev, sys.stdin.buffer, label, seen)
+        return
+    try:
+        st = os.stat(raw)
+    except FileNotFoundError:
+        ev.problems.append(InputProblem(label, "no such file or directory"))
+        return
+    path = Path(raw)
+    real = os.path.realpath(raw)
+    kernel = real.startswith(KERNEL_FS) or real + "/" in KERNEL_FS
+    if real == "/proc/kmsg":
+        ev.problems.append(InputProblem(label, "reading it takes the kernel's messages from the logger: use dmesg"))
+    elif stat.S_ISDIR(st.st_mode) and kernel:
+        ev.problems.append(InputProblem(label, f"a kernel file system folder: name its files instead{_KERNEL_HINT}"))
+    elif stat.S_ISDIR(st.st_mode):
+        _load_dir(ev, path, label, seen=seen)
+    elif stat.S_ISREG(st.st_mode) and kernel:
+        # /proc and /sys files say they are empty, and some never end or block (/proc/kmsg):
+        # read them as streams, without waiting
+        fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as fh:
+            _load_stream(ev, fh, label, seen)
+    elif stat.S_ISREG(st.st_mode):
+        if _seen(seen, st):
+            return
+        if is_archive(path):
+            _load_archive(ev, path, label, seen)
+        else:
+            _load_file(ev, path, label)
+    elif STREAM.match(raw):
+        with open(raw, "rb") as fh:  # a pipe, or a terminal: read as the stream it is
+            _load_stream(ev, fh, label, seen)
+    else:
+        ev.problems.append(InputProblem(label, f"{_special(st.st_mode)}: refused without opening it{_PIPE_HINT}"))
+
+
+_PIPE_HINT = " (to read a command's output, pipe it: `... | kpdoctor diagnose -`)"
+_KERNEL_HINT = " (/proc/locks, /proc/modules, /proc/net/stat/nf_conntrack...), or collect with --live"
+KERNEL_FS = ("/proc/", "/sys/")
+
+
+def _special(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device, not a file"
+
+
+def _seen(seen: set[tuple[int, int]], st: os.stat_result) -> bool:
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def _load_stream(ev: Evidence, src: BinaryIO, label: str, seen: set[tuple[int, int]]) -> None:
+    """A pipe (``kubectl logs ... | kpdoctor diagnose -``): spooled to a private temporary file,
+    at most :data:`MAX_STREAM_BYTES`, then typed by content like any file. Binary data is refused
+    from its first bytes, without reading on (``/dev/zero`` never ends)."""
+    if src.isatty():
+        print(f"kpdoctor: reading evidence from {label}: paste it, then Ctrl-D", file=sys.stderr)
+    tmp = tempfile.mkdtemp(prefix="kpdoctor-")
+    ev._tempdirs.append(tmp)
+    spool = Path(tmp) / "stdin"
+    size, cut = 0, False
+    with open(spool, "wb") as out:
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            if size == 0 and looks_binary(chunk[:HEAD_BYTES]):
+                ev.problems.append(InputProblem(label, "binary data, not text evidence: skipped"))
+                return
+            if size + len(chunk) > MAX_STREAM_BYTES:
+                out.write(chunk[: MAX_STREAM_BYTES - size])
+                size, cut = MAX_STREAM_BYTES, True
+                break
+            out.write(chunk)
+            size += len(chunk)
+    if cut:
+        ev.problems.append(InputProblem(label, f"only its first {MAX_STREAM_BYTES // 1024**3} GiB were read"))
+    if size == 0:
+        ev.problems.append(InputProblem(label, "nothing was read from it (empty input)"))
+        return
+    if is_archive(spool):
+        _load_archive(ev, spool, label, seen)
+    else:
+        _load_file(ev, spool, label)
+
+
+def _load_archive(ev: Evidence, path: Path, label: str, seen: set[tuple[int, int]]) -> None:
     tmp = tempfile.mkdtemp(prefix="kpdoctor-")
     ev._tempdirs.append(tmp)
     try:
@@ -91,28 +203,70 @@ def _load_archive(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, str(exc)))
         return
     for name, reason in out.refused:
-        ev.problems.append(InputProblem(f"{label}:{name}", f"refused: {reason}"))
+        ev.problems.append(InputProblem(f"{label}:{_printable(name)}", f"refused: {reason}"))
+    for damage in getattr(out, "damaged", []):
+        ev.problems.append(InputProblem(label, str(damage)))
+        ev.damaged.append(label)
     root = Path(tmp)
     entries = [p for p in root.iterdir()]
     if len(entries) == 1 and entries[0].is_dir():
         root = entries[0]
-    _load_dir(ev, root, label, display_root=label)
+    _load_dir(ev, root, label, display_root=label, seen=seen)
 
 
-def _load_dir(ev: Evidence, root: Path, label: str, display_root: str | None = None) -> None:
+def _walk(ev: Evidence, root: Path, label: str) -> list[Path]:
+    """The regular files under ``root`` (links and special files are not followed or opened), at
+    most :data:`MAX_DIR_FILES`; folders that cannot be read are counted, not fatal."""
+    files: list[Path] = []
+    unreadable: list[str] = []
+    cut = False
+    for here, dirs, names in os.walk(root, onerror=lambda e: unreadable.append(str(e.filename))):
+        dirs.sort()
+        for name in sorted(names):
+            p = Path(here, name)
+            try:
+                if not stat.S_ISREG(p.lstat().st_mode):
+                    continue
+            except OSError:
+                continue
+            if len(files) >= MAX_DIR_FILES:
+                cut = True
+                break
+            files.append(p)
+        if cut:
+            break
+    if cut:
+        ev.problems.append(InputProblem(label, f"more than {MAX_DIR_FILES:,} files: the rest were not read"))
+    if unreadable:
+        ev.problems.append(InputProblem(label, f"{len(unreadable)} folder(s) could not be read (permission denied)"))
+    return files
+
+
+def _load_dir(
+    ev: Evidence,
+    root: Path,
+    label: str,
+    display_root: str | None = None,
+    seen: set[tuple[int, int]] | None = None,
+) -> None:
     manifest_path = root / "manifest.json"
     manifest: dict[str, dict[str, object]] = {}
-    bundle = manifest_path.is_file()
+    bundle = manifest_path.is_file() and not manifest_path.is_symlink()
     if bundle:
         manifest = _read_manifest(ev, manifest_path, label)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    files = _walk(ev, root, label)
     dump = _is_cluster_info_dump(root)
     ignored_logs = 0
+    arrived: set[str] = set()
     for f in files:
         rel = f.relative_to(root).as_posix()
+        arrived.add(rel)
         shown = f"{display_root}:{rel}" if display_root else str(f)
         if rel == "manifest.json":
             continue
+        if seen is not None and _seen(seen, f.stat()):
+            continue
+        deadline.stage(f"reading {_printable(shown)}")
         if bundle and rel in BUNDLE_PATHS:
             kind, attrs = BUNDLE_PATHS[rel]
             entry = manifest.get(rel, {})
@@ -133,9 +287,32 @@ def _load_dir(ev: Evidence, root: Path, label: str, display_root: str | None = N
         if dump and rel.endswith("logs.txt") and "kube-proxy" not in rel:
             ignored_logs += 1
             continue
-        _load_file(ev, f, rel if bundle or display_root else shown)
+        _load_file(ev, f, _printable(rel if bundle or display_root else shown))
     if ignored_logs:
         ev.problems.append(InputProblem(label, f"cluster-info dump: {ignored_logs} logs of other Pods not read"))
+    if bundle and _compare_manifest(ev, root, manifest, arrived):
+        ev.damaged.append(label)
+
+
+def _compare_manifest(ev: Evidence, root: Path, manifest: dict[str, dict[str, object]], arrived: set[str]) -> bool:
+    """A bundle is what its manifest says it is: an artifact listed but absent, or of another size,
+    means a damaged or edited bundle, and the report must not look as if that evidence was clean.
+    True when something differs."""
+    differs = False
+    for rel, entry in manifest.items():
+        if rel not in arrived:
+            ev.problems.append(InputProblem(rel, "listed in the bundle's manifest, but missing (damaged bundle?)"))
+            differs = True
+            continue
+        want = entry.get("bytes")
+        if isinstance(want, int) and not isinstance(want, bool):
+            got = (root / rel).stat().st_size
+            if got != want:
+                ev.problems.append(
+                    InputProblem(rel, f"{got:,} bytes, but the manifest says {want:,} (damaged or edited since)")
+                )
+                differs = True
+    return differs
 
 
 def _is_cluster_info_dump(root: Path) -> bool:
@@ -143,13 +320,18 @@ def _is_cluster_info_dump(root: Path) -> bool:
 
 
 def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, object]]:
+    where = f"{label}/manifest.json"
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        too_big = f"larger than {MAX_MANIFEST_BYTES // 1024**2} MiB: bundle typed by path only"
+        ev.problems.append(InputProblem(where, too_big))
+        return {}
     try:
-        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except ValueError as exc:
-        ev.problems.append(InputProblem(f"{label}/manifest.json", f"invalid JSON ({exc}); bundle typed by path only"))
+        doc = load_json(path.read_text(encoding="utf-8", errors="replace"))
+    except StructuredError as exc:
+        ev.problems.append(InputProblem(where, f"{exc}; bundle typed by path only"))
         return {}
     if not isinstance(doc, dict):
-        ev.problems.append(InputProblem(f"{label}/manifest.json", "not a JSON object"))
+        ev.problems.append(InputProblem(where, "not a JSON object"))
         return {}
     node = doc.get("node") or doc.get("node_name")
     if isinstance(node, str) and node:
@@ -167,7 +349,7 @@ def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, 
     arts = doc.get("artifacts")
     if isinstance(arts, list):
         for a in arts:
-            if isinstance(a, dict) and isinstance(a.get("path"), str):
+            if isinstance(a, dict) and isinstance(a.get("path"), str) and a["path"] in BUNDLE_PATHS:
                 entries[str(a["path"])] = a
     return entries
 
@@ -183,14 +365,21 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, "empty file, skipped"))
         return
     head = _read_head(path)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with its BOM: PowerShell's `>` writes it
+        if size > MAX_INLINE_BYTES:
+            ev.problems.append(InputProblem(label, f"UTF-16 text of {size // 1024**2} MiB: too large, skipped"))
+            return
+        path = _as_utf8(ev, path)
+        size = path.stat().st_size
+        head = _read_head(path)
     if looks_binary(head):
         ev.problems.append(InputProblem(label, "binary data, not text evidence: skipped"))
         return
-    head_text = head.decode("utf-8", errors="replace")
+    head_text = head.decode("utf-8-sig", errors="replace")
     # A pasted session starts with its first command; a big file with no prompt in its head is
     # one command's output, and is not read whole just to look for prompts.
     if size <= MAX_TRANSCRIPT_BYTES and (size <= len(head) or has_prompt(head_text)):
-        text = path.read_text(encoding="utf-8", errors="replace") if size > len(head) else head_text
+        text = path.read_text(encoding="utf-8-sig", errors="replace") if size > len(head) else head_text
         parts = split_transcript(text)
         if parts is not None:
             _load_transcript(ev, label, parts)
@@ -200,6 +389,15 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, typed.reason))
         return
     _add_typed(ev, path, label, typed)
+
+
+def _as_utf8(ev: Evidence, path: Path) -> Path:
+    """A UTF-16 file re-encoded as UTF-8 in a private temporary folder (line numbers unchanged)."""
+    tmp = tempfile.mkdtemp(prefix="kpdoctor-")
+    ev._tempdirs.append(tmp)
+    out = Path(tmp) / "utf8"
+    out.write_text(path.read_bytes().decode("utf-16", errors="replace"), encoding="utf-8")
+    return out
 
 
 def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
@@ -219,7 +417,7 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
         ev.artifacts.append(Artifact(label, typed.kind, path=os.fspath(path), attrs=attrs, size=size))
         return
     raw = path.read_bytes()
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")  # a byte-order mark is not content
     if typed.kind == Kind.IPTABLES_SAVE and "backend" not in typed.attrs:
         typed = Typed(typed.kind, {**typed.attrs, **save_attrs(text)})
     kind = typed.kind

@@ -6,13 +6,13 @@ Only the head of the file is looked at, so a 2 GB log is typed as fast as a 2 kB
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.logscan import REGISTRY
 from kpdoctor.parse.logwrap import KLOG_HEADER_ANYWHERE
+from kpdoctor.parse.structured import StructuredError, load_json
 
 HEAD_BYTES = 256 * 1024
 
@@ -153,9 +153,9 @@ def _unrecognised(text: str) -> str:
     """Why a text is not evidence; for whole JSON that does not parse, where it breaks."""
     if text.startswith(("{", "[")) and len(text) < HEAD_BYTES - 4096:
         try:
-            json.loads(text)
-        except ValueError as exc:
-            return f"JSON that does not parse ({exc}): not read"
+            load_json(text)
+        except StructuredError as exc:
+            return f"{exc}: not read"
     return "content not recognised as any kind of evidence kpdoctor reads"
 
 
@@ -211,8 +211,8 @@ def _sniff_structured(text: str) -> Typed | None:
     """Kubernetes objects and KubeProxyConfiguration, as JSON or YAML."""
     if text.startswith(("{", "[")):
         try:
-            doc = json.loads(text)
-        except ValueError:
+            doc = load_json(text)
+        except StructuredError:
             # only the head was read (a big List): judge by what the head says
             if len(text) >= HEAD_BYTES - 4096 and re.search(r'"(kind|apiVersion)"\s*:', text[:65536]):
                 return Typed(Kind.K8S_OBJECTS, {})

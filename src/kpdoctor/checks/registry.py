@@ -11,8 +11,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from kpdoctor import deadline
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.model import Finding, Severity, Skipped
+from kpdoctor.model import Finding, InternalError, Severity, Skipped
 
 if False:  # pragma: no cover - typing only
     from kpdoctor.facts import Facts
@@ -101,29 +102,39 @@ def find(key: str) -> list[CheckSpec]:
     return [c for c in CHECKS.values() if c.cause == key.lower()]
 
 
-def run_all(facts: Facts, only: tuple[str, ...] | None = None) -> tuple[list[Finding], list[Skipped], int, list[str]]:
+def run_all(
+    facts: Facts, only: tuple[str, ...] | None = None
+) -> tuple[list[Finding], list[Skipped], int, list[InternalError]]:
     """Run every check whose evidence is present; report the others as skipped.
 
-    A check that fails on unexpected input is reported in one line (``errors``) and the other
-    checks still run: one odd artifact must not cost the user the whole diagnosis.
+    A check that fails is a bug, reported with its code (``errors``: exit code 4) while the other
+    checks still run: one odd artifact must not cost the user the whole diagnosis. When the run's
+    --timeout is reached, the check it interrupted and the ones after it are skipped, saying so.
     ``only``: run just the checks whose codes start with one of these prefixes.
     """
     findings: list[Finding] = []
     skipped: list[Skipped] = []
-    errors: list[str] = []
+    errors: list[InternalError] = []
     ran = 0
     for spec in sorted(CHECKS.values(), key=lambda c: c.code):
         if only is not None and not spec.code.startswith(only):
             continue
+        if deadline.expired():
+            skipped.append(Skipped(spec.code, spec.cause, "not run: the run's --timeout was reached"))
+            continue
         if not spec.can_run(facts):
             skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason(facts)))
             continue
-        ran += 1
+        deadline.stage(f"check {spec.code}")
         try:
             produced = list(spec.func(facts))
-        except Exception as exc:  # contained and reported, see docstring
-            errors.append(f"{spec.code} could not evaluate this evidence ({type(exc).__name__}: {exc})")
+        except deadline.TimedOut:
+            skipped.append(Skipped(spec.code, spec.cause, "not finished: the run's --timeout was reached"))
             continue
+        except Exception as exc:  # contained and reported, see docstring
+            errors.append(InternalError.of(f"check {spec.code}", exc))
+            continue
+        ran += 1
         for f in produced:
             f.code = f.code or spec.code
             findings.append(f)

@@ -29,6 +29,7 @@ from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERS
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, system
+from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
@@ -93,15 +94,46 @@ def pod_spec_of(obj: K8sObject) -> dict[str, object]:
     return spec if isinstance(spec, dict) else {}
 
 
+def _node_of_host(nodes: list[K8sObject], host: str) -> K8sObject | None:
+    """The Node a hostname belongs to: by name, by its Hostname address, or by the first label of
+    its name (``ip-10-0-0-1`` is Node ``ip-10-0-0-1.ec2.internal`` on EKS)."""
+    for n in nodes:
+        if n.name == host:
+            return n
+    for n in nodes:
+        addrs = k8s.as_list(k8s.as_dict(n.body.get("status")).get("addresses"))
+        if any(isinstance(a, dict) and a.get("type") == "Hostname" and a.get("address") == host for a in addrs):
+            return n
+    short = [n for n in nodes if n.name.split(".")[0] == host.split(".")[0]]
+    return short[0] if len(short) == 1 else None
+
+
 class Facts:
     """Lazily parsed, cached view of one run's evidence."""
 
     def __init__(self, evidence: Evidence, node: str | None = None) -> None:
         self.evidence = evidence
         self._node_flag = node
+        self._nothing: dict[Kind, str | None] = {}
 
     def has(self, kind: Kind) -> bool:
-        return self.evidence.has(kind)
+        """Whether the evidence holds ``kind`` *and* it parsed to something: an empty List or an
+        unreadable JSON file must skip the checks that need it, never let them "run" clean."""
+        return self.evidence.has(kind) and self.nothing_in(kind) is None
+
+    def nothing_in(self, kind: Kind) -> str | None:
+        """Why the ``kind`` given holds nothing usable (an input problem), or None. Worked out
+        when first asked: a kind no check asks about is not parsed for this."""
+        if kind not in self._nothing:
+            test = _NOTHING.get(kind)
+            self._nothing[kind] = test[1] if test is not None and self.evidence.has(kind) and test[0](self) else None
+        return self._nothing[kind]
+
+    def parsed_nothing(self, asked_only: bool = False) -> dict[Kind, str]:
+        """Every kind given that held nothing usable, with why (``asked_only``: of the kinds
+        already looked at, parsing nothing more)."""
+        kinds = list(self._nothing) if asked_only else list(_NOTHING)
+        return {k: why for k in kinds if (why := self.nothing_in(k)) is not None}
 
     def of(self, kind: Kind) -> list[Artifact]:
         return self.evidence.of(kind)
@@ -137,11 +169,15 @@ class Facts:
     # -- cluster objects ----------------------------------------------------------------
     @cached_property
     def objects(self) -> Objects:
-        merged = Objects()
-        for a in self.of(Kind.K8S_OBJECTS):
-            objs = k8s.parse_objects(a.read_text(), a.name, a.first_line)
-            merged.items.extend(objs.items)
-            merged.diagnostics.extend(objs.diagnostics)
+        """Every file's objects, each object once (a bundle's file and a ``kubectl get`` of the
+        same cluster overlap); when the Nodes given do not say which is this node, a diagnostic
+        tells the user how to say it."""
+        merged = k8s.merge(
+            k8s.parse_objects(a.read_text(), a.name, a.first_line) for a in self.of(Kind.K8S_OBJECTS)
+        )
+        problem = self._pick_node(merged.of("Node"))[2]
+        if problem:
+            merged.diagnostics.append(Diagnostic(None, problem))
         return merged
 
     @cached_property
@@ -159,18 +195,45 @@ class Facts:
 
         Never kube-proxy's hostnameOverride: that value is itself evidence to check.
         """
-        if self._node_flag:
-            return NodeIdentity(self._node_flag, "--node")
-        if self.evidence.node:
-            return NodeIdentity(self.evidence.node, "manifest")
-        nodes = self.objects.of("Node")
-        if len(nodes) == 1:
-            return NodeIdentity(nodes[0].name, "Node object")
-        for a in self.of(Kind.HOSTNAME):
-            h = system.parse_hostname(a.text)
-            if h:
-                return NodeIdentity(h, "hostname")
-        return None
+        return self._pick_node(self.objects.of("Node"))[0]
+
+    def _pick_node(self, nodes: list[K8sObject]) -> tuple[NodeIdentity | None, K8sObject | None, str | None]:
+        """The node's identity, its Node object, and what the user should know when the Nodes in
+        the evidence leave it open: a --node that names none of them (a typo would otherwise
+        pass silently, and "local" endpoints be judged by a name no Node has), or several Nodes
+        and nothing to choose between them."""
+        nodes = [n for n in nodes if n.name]
+        names = sorted({n.name for n in nodes})
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        given = (
+            NodeIdentity(self._node_flag, "--node")
+            if self._node_flag
+            else (NodeIdentity(self.evidence.node, "manifest") if self.evidence.node else None)
+        )
+        if given is not None:
+            obj = next((n for n in nodes if n.name == given.name), None)
+            if obj is None and names:
+                origin = "" if given.origin == "--node" else " (the bundle's node)"
+                return given, None, f"no Node named {given.name}{origin} in the evidence (Nodes: {listed})"
+            return given, obj, None
+        if len(names) == 1:
+            return NodeIdentity(nodes[0].name, "Node object"), nodes[0], None
+        host = next((h for a in self.of(Kind.HOSTNAME) if (h := system.parse_hostname(a.text))), None)
+        if host:
+            obj = _node_of_host(nodes, host)
+            if obj is not None:
+                return NodeIdentity(obj.name, "hostname"), obj, None
+            if names:
+                return (
+                    NodeIdentity(host, "hostname"),
+                    None,
+                    f"{len(names)} Nodes in the evidence, none of them this node's hostname {host}: "
+                    f"give --node NAME ({listed})",
+                )
+            return NodeIdentity(host, "hostname"), None, None
+        if names:
+            return None, None, f"{len(names)} Nodes in the evidence: give --node NAME ({listed})"
+        return None, None, None
 
     @cached_property
     def processes(self) -> list[system.Process]:
@@ -337,14 +400,7 @@ class Facts:
     # -- the data plane -----------------------------------------------------------------
     @cached_property
     def node_object(self) -> K8sObject | None:
-        nodes = self.objects.of("Node")
-        ident = self.node
-        if ident is not None:
-            for n in nodes:
-                if n.name == ident.name:
-                    return n
-            return None
-        return nodes[0] if len(nodes) == 1 else None
+        return self._pick_node(self.objects.of("Node"))[1]
 
     @cached_property
     def node_view(self) -> NodeView:
@@ -354,22 +410,20 @@ class Facts:
         zone = None
         obj = self.node_object
         if obj is not None:
-            status = obj.body.get("status") or {}
+            status = k8s.as_dict(obj.body.get("status"))
             ranked = sorted(
-                (a for a in status.get("addresses") or [] if isinstance(a, dict)),
+                (a for a in k8s.as_list(status.get("addresses")) if isinstance(a, dict)),
                 key=lambda a: {"InternalIP": 0, "ExternalIP": 1}.get(str(a.get("type")), 9),
             )
             for a in ranked:
-                if a.get("type") not in ("InternalIP", "ExternalIP"):
+                if a.get("type") not in ("InternalIP", "ExternalIP") or not k8s.is_ip(a.get("address")):
                     continue
-                try:
-                    ip = ipaddress.ip_address(str(a.get("address")))
-                except ValueError:
-                    continue
+                ip = ipaddress.ip_address(str(a.get("address")))
                 if ip not in addrs.setdefault(ip.version, []):
                     addrs[ip.version].append(ip)
-            labels = (obj.body.get("metadata") or {}).get("labels") or {}
-            zone = labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone")
+            labels = k8s.as_dict(k8s.as_dict(obj.body.get("metadata")).get("labels"))
+            z = labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone")
+            zone = z if isinstance(z, str) else None
         for ip in self.host_addresses:
             if ip not in addrs.setdefault(ip.version, []):
                 addrs[ip.version].append(ip)
@@ -377,16 +431,17 @@ class Facts:
         setting = self.kp_config.setting("clusterCIDR")
         texts = str(setting.value or "").split(",")
         if obj is not None:
-            spec = obj.body.get("spec") or {}
-            texts += [str(c) for c in spec.get("podCIDRs") or [spec.get("podCIDR") or ""]]
+            spec = k8s.as_dict(obj.body.get("spec"))
+            texts += [c for c in k8s.as_list(spec.get("podCIDRs")) or [spec.get("podCIDR")] if isinstance(c, str)]
         for t in texts:
             try:
-                net = ipaddress.ip_network(t.strip(), strict=False)
+                net = ipaddress.ip_network(t.strip()[:64], strict=False)
             except ValueError:
                 continue
             if net not in cidrs:
                 cidrs.append(net)
-        return NodeView(ident.name if ident else None, addrs, zone, cidrs)
+        why = self._pick_node(self.objects.of("Node"))[2]
+        return NodeView(ident.name if ident else None, addrs, zone, cidrs, why)
 
     @cached_property
     def host_addresses(self) -> list[IPAddress]:
@@ -474,3 +529,24 @@ class Facts:
                     f"nftables table {t} ({a.name}) is not evaluated: its rules may also drop Service traffic"
                 )
         return ver
+
+
+# Kinds whose parse can yield nothing although the file was recognised, and the reason the user
+# sees. Not every kind: an empty iptables-save of one backend is evidence (no rules there), and so
+# is an ss listing with only its header (nothing listens).
+_NOTHING: dict[Kind, tuple[Callable[[Facts], bool], str]] = {
+    Kind.K8S_OBJECTS: (
+        lambda f: not f.objects.items,
+        "no Kubernetes object in it (an empty List: the wrong context or namespace?)",
+    ),
+    Kind.IP_ADDR: (lambda f: not f.host_addresses, "no address could be read from it"),
+    Kind.IP_LINK: (lambda f: not f.node_state.links, "no interface could be read from it"),
+    Kind.SYSCTL: (lambda f: not f.node_state.sysctls, "no setting could be read from it"),
+    Kind.KUBE_PROXY_CONFIG: (
+        lambda f: not any(
+            (cf := kpconfig.parse_config_file(a.text, a.name, a.first_line)) is not None and cf.data
+            for a in f.of(Kind.KUBE_PROXY_CONFIG)
+        ),
+        "no setting could be read from it",
+    ),
+}

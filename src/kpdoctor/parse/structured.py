@@ -43,7 +43,7 @@ def load_json(text: str) -> Any:
     except ValueError as exc:
         if "Exceeds the limit" in str(exc):
             raise StructuredError("JSON holds a number of more than 4,300 digits") from None
-        raise StructuredError(f"invalid JSON ({exc})", getattr(exc, "lineno", None)) from None
+        raise StructuredError(f"JSON that does not parse ({exc})", getattr(exc, "lineno", None)) from None
 
 
 def flow_depth(text: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kpdoctor.model import Finding, Report
 from kpdoctor.report import verification
+from kpdoctor.report.safe import printable
 
 
 def _finding(f: Finding, level: int) -> list[str]:
@@ -76,4 +77,10 @@ def render_markdown(report: Report, color: bool = False) -> str:
         out += ["## Inputs not used or not collected", ""]
         out += [f"- {p.source}: {p.message}" for p in report.problems]
         out.append("")
-    return "\n".join(out)
+    if report.errors:
+        out += ["## Internal errors (kpdoctor bugs: the rest of the report stands)", ""]
+        out += [f"- {e.stage}: {e.error}" for e in report.errors]
+        out.append("")
+    if report.timed_out:
+        out += [f"**Partial report:** {report.timed_out}.", ""]
+    return printable("\n".join(out))

@@ -6,11 +6,11 @@ import io
 import os
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from kpdoctor.model import Finding, Report, Severity
 from kpdoctor.report import verification
+from kpdoctor.report.safe import escape
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
@@ -107,5 +107,13 @@ def render_text(report: Report, color: bool = True) -> str:
         con.print("[bold]Inputs not used or not collected:[/]")
         for p in report.problems:
             con.print(f"  {escape(p.source)}: {escape(p.message)}", highlight=False)
+        con.print()
+    if report.errors:
+        con.print("[bold red]Internal errors[/] (kpdoctor bugs: the rest of the report stands; please report them):")
+        for e in report.errors:
+            con.print(f"  {escape(e.stage)}: {escape(e.error)}", highlight=False)
+        con.print()
+    if report.timed_out:
+        con.print(f"[bold yellow]Partial report:[/] {escape(report.timed_out)}.")
         con.print()
     return buf.getvalue()

@@ -7,9 +7,9 @@ import json
 import os
 
 from rich.console import Console
-from rich.markup import escape
 
 from kpdoctor.dataplane.trace import Trace
+from kpdoctor.report.safe import escape, json_safe
 
 SCHEMA = "kpdoctor.trace/v1"
 
@@ -27,6 +27,8 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
     con = Console(file=buf, force_terminal=not no_color, no_color=no_color, width=140, highlight=False)
     for t in traces:
         con.print(f"[bold]{escape(_head(t))}[/]")
+        if t.service:
+            con.print(f"[dim]Service {escape(t.service)}, {escape(t.traffic or '')}[/]")
         con.print(f"[dim]source: {escape(t.source_note)}[/]")
         con.print()
         for i, b in enumerate(t.branches, 1):
@@ -52,6 +54,7 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
                     "a returning client may go to its earlier backend[/]"
                 )
             con.print()
+        con.print(f"[bold]Outcome:[/] {escape(t.summary())}")
         for n in t.notes:
             con.print(f"[dim]{escape(n)}[/]", soft_wrap=True)
         con.print()
@@ -60,17 +63,21 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
 
 def render_trace_json(traces: list[Trace], color: bool = False) -> str:
     doc = {"schema": SCHEMA, "traces": [t.to_json() for t in traces]}
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return json_safe(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n"
 
 
 def render_trace_markdown(traces: list[Trace], color: bool = False) -> str:
     out: list[str] = []
     for t in traces:
-        out += [f"## {_head(t)}", "", f"Source: {t.source_note}", ""]
+        out += [f"## {_head(t)}", ""]
+        if t.service:
+            out += [f"Service {t.service}, {t.traffic}", ""]
+        out += [f"Source: {t.source_note}", ""]
         for i, b in enumerate(t.branches, 1):
             out += [f"{i}. **{b.probability:.1%}** {b.outcome}", "", "```"]
             out += [f"{s.table}/{s.chain} line {s.line or '-'}: {s.rule}" for s in b.steps]
             out += ["```", ""]
+        out += [f"**Outcome:** {t.summary()}", ""]
         out += [f"*{n}*" for n in t.notes]
         out.append("")
     return "\n".join(out)
