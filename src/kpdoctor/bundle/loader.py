@@ -78,20 +78,24 @@ def load(paths: Iterable[str | Path]) -> Evidence:
     """Load every path; unusable ones become problems, never exceptions."""
     ev = Evidence()
     seen: set[tuple[int, int]] = set()  # (device, inode) of every file read: a file given twice is read once
-    for raw in paths:
-        label = "stdin" if str(raw) == "-" else _printable(os.fsdecode(raw))
-        deadline.stage(f"reading {label}")
-        try:
-            _load_path(ev, str(raw), label, seen)
-        except deadline.TimedOut as exc:
-            ev.problems.append(InputProblem(label, f"not read completely: {exc}"))
-            break
-        except PermissionError:
-            ev.problems.append(InputProblem(label, "permission denied"))
-        except OSError as exc:
-            ev.problems.append(InputProblem(label, f"cannot read: {exc.strerror or exc}"))
-        except Exception as exc:  # a bug: named, and the other paths are still read
-            ev.errors.append(InternalError.of(f"reading {label}", exc))
+    try:
+        for raw in paths:
+            label = "stdin" if str(raw) == "-" else _printable(os.fsdecode(raw))
+            deadline.stage(f"reading {label}")
+            try:
+                _load_path(ev, str(raw), label, seen)
+            except deadline.TimedOut as exc:
+                ev.problems.append(InputProblem(label, f"not read completely: {exc}"))
+                break
+            except PermissionError:
+                ev.problems.append(InputProblem(label, "permission denied"))
+            except OSError as exc:
+                ev.problems.append(InputProblem(label, f"cannot read: {exc.strerror or exc}"))
+            except Exception as exc:  # a bug: named, and the other paths are still read
+                ev.errors.append(InternalError.of(f"reading {label}", exc))
+    except BaseException:  # Ctrl-C: no temporary folder outlives the run
+        ev.close()
+        raise
     return ev
 
 
@@ -204,8 +208,8 @@ def _load_archive(ev: Evidence, path: Path, label: str, seen: set[tuple[int, int
         return
     for name, reason in out.refused:
         ev.problems.append(InputProblem(f"{label}:{_printable(name)}", f"refused: {reason}"))
-    for damage in getattr(out, "damaged", []):
-        ev.problems.append(InputProblem(label, str(damage)))
+    for damage in out.damaged:
+        ev.problems.append(InputProblem(label, damage))
         ev.damaged.append(label)
     root = Path(tmp)
     entries = [p for p in root.iterdir()]
