@@ -339,3 +339,30 @@ def test_a_kernel_folder_is_refused_with_what_to_give_instead(folder: str) -> No
     res = kpdoctor("diagnose", folder, timeout=30)
     assert res.returncode == 2
     assert res.stderr.decode().splitlines()[0].startswith(f"kpdoctor: {folder}: a kernel file system folder")
+
+
+# -- objects whose fields have the wrong type (found by fuzzing and by D17's variants) -------------
+
+
+def test_objects_with_fields_of_the_wrong_type_are_read_as_absent(tmp_path: Path) -> None:
+    b = tmp_path / "b"
+    shutil.copytree(demo_path("xtables-lock-contention"), b)
+    for name in ("pods.json", "daemonsets.json", "services.json"):
+        p = b / "cluster" / name
+        if not p.exists():
+            continue
+        doc = json.loads(p.read_text())
+        for i, item in enumerate(doc["items"]):
+            if i % 3 == 0:
+                item["spec"] = "oops"
+            elif i % 3 == 1:
+                item["metadata"]["labels"] = ["k8s-app", "kube-proxy"]
+                if isinstance(item.get("spec"), dict) and "template" in item["spec"]:
+                    item["spec"]["template"]["spec"] = ["not", "a", "pod", "spec"]
+            else:
+                item.setdefault("spec", {})["containers"] = {"name": "x"}
+        p.write_text(json.dumps(doc))
+    res = kpdoctor("diagnose", "-f", "json", "--min-severity", "info", str(b))
+    r = report(res)
+    assert res.returncode in (0, 1, 3) and r["internal_errors"] == [], r["internal_errors"]
+    assert any("read as absent" in q["message"] for q in r["input_problems"])  # type: ignore[union-attr]

@@ -164,7 +164,7 @@ def test_a_service_port_the_api_would_refuse_is_uncertain_not_missing(tmp_path: 
     ("case", "phrase"),
     [
         ("no spec", "has no spec: not verified"),
-        ("spec not an object", "spec is not an object: not verified"),
+        ("spec not an object", "spec is str, not dict: read as absent"),
         ("no ports", "has no ports: nothing to verify"),
         ("a null port", "port entry 2 is null, not a port: not verified"),
     ],

@@ -186,6 +186,46 @@ class _NameLines:
         return self.line
 
 
+# The structure checks walk, and the type each part must have. A part of another type (a `spec`
+# that is a string, `containers` that is a mapping) is read as absent, with a diagnostic, so no
+# check meets a string where it walks a mapping. A list's shape applies to each of its items.
+_Shape = dict[str, "type | _Shape | list[_Shape]"]
+_META: _Shape = {"labels": dict, "annotations": dict, "ownerReferences": [{}]}
+_CONTAINER: _Shape = {"command": list, "args": list, "env": [{}], "ports": [{}], "lifecycle": dict}
+_POD_SPEC: _Shape = {"containers": [_CONTAINER], "initContainers": [_CONTAINER], "volumes": [{}]}
+_SHAPE: _Shape = {
+    "metadata": _META,
+    "spec": {
+        **_POD_SPEC,
+        "selector": dict,  # (a Service's ports are checked one by one: _service_problems)
+        "template": {"metadata": _META, "spec": _POD_SPEC},
+    },
+    "status": {"addresses": [{}], "conditions": [{}], "containerStatuses": [{}], "nodeInfo": dict},
+    "data": dict,
+}
+
+
+def _well_formed(body: dict[str, Any], shape: _Shape, where: str, problems: list[str]) -> None:
+    """Drop the parts of ``body`` that do not have the type ``shape`` gives them (see _SHAPE)."""
+    for key, want in shape.items():
+        value: Any = body.get(key)
+        if value is None:
+            continue
+        kind: type = dict if isinstance(want, dict) else list if isinstance(want, list) else want
+        if not isinstance(value, kind):
+            problems.append(f"{where}{key} is {type(value).__name__}, not {kind.__name__}: read as absent")
+            del body[key]
+        elif isinstance(want, dict) and isinstance(value, dict):
+            _well_formed(value, want, f"{where}{key}.", problems)
+        elif isinstance(want, list) and isinstance(value, list):
+            kept = [v for v in value if isinstance(v, dict)]
+            if len(kept) != len(value):
+                problems.append(f"{where}{key} has {len(value) - len(kept)} item(s) that are not objects: skipped")
+                body[key] = kept
+            for item in kept:
+                _well_formed(item, want[0], f"{where}{key}[].", problems)
+
+
 def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
     """Parse every Kubernetes object in a JSON or YAML text; never raises.
 
@@ -238,6 +278,10 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
         if not name:  # kept (its addresses are still someone's), but never verified as a Service
             unused = ": not verified" if obj.kind == "Service" else ""
             diag(None, f"{obj.kind} without metadata.name (object {i} of the file){unused}")
+        shape_problems: list[str] = []
+        _well_formed(d, _SHAPE, "", shape_problems)
+        for problem in shape_problems[:5]:
+            diag(obj.line, f"{obj.kind} {_ref(obj)}: {problem}")
         items.append(obj)
     if skipped.null_items or skipped.no_kind or skipped.not_objects:
         why = [
@@ -361,11 +405,9 @@ def object_problems(obj: K8sObject) -> list[str]:
 
 
 def _service_problems(body: dict[str, Any]) -> list[str]:
-    if "spec" not in body:
-        return ["has no spec: not verified"]
     spec = body.get("spec")
-    if not isinstance(spec, dict):
-        return ["spec is not an object: not verified"]
+    if not isinstance(spec, dict):  # absent, or dropped as not a mapping (_well_formed)
+        return ["has no spec: not verified"]
     if spec.get("type") == "ExternalName":
         return []
     out: list[str] = []
