@@ -5,8 +5,14 @@ stays flat. The error records reuse the exact text of the symptoms quoted in the
 docstrings and in the field reports under /work/shared/seeds (multi-line ``err=<`` blocks and a
 panic with its stack included).
 
-Usage: python bench/gen_kubeproxy_log.py [OUT.log] [--size-mb 1024] [--seed 4]
-(OUT defaults to bench/out/kube-proxy-<N>mb.log; bench/out/ is git-ignored.)
+``--failure-every N`` writes the log of a kube-proxy that has been failing for days: one record
+in N is a failure (restore failures with ``err=<`` blocks and their "Sync failed", glog-era
+restore errors, xtables lock timeouts, node lookups), on top of the sparse errors. The cost of a
+scan must not grow with that density (D10).
+
+Usage: python bench/gen_kubeproxy_log.py [OUT.log] [--size-mb 1024] [--seed 4] [--failure-every N]
+(OUT defaults to bench/out/kube-proxy-<N>mb.log, or kube-proxy-<N>mb-dense<K>.log; bench/out/ is
+git-ignored.)
 """
 
 from __future__ import annotations
@@ -138,6 +144,43 @@ ERRORS = [
         '\tiptables-restore v1.8.4 (legacy): MARK: bad value for option "--set-mark", or out of range (0-4294967295).\n >\n'
     ),
 ]
+# The failure records of a kube-proxy failing sync after sync (--failure-every): what a node
+# whose rules have been stale for days logs, in both klog eras.
+FAILURES = [
+    (  # structured restore failure (backend mismatch) in an err=< block, then "Sync failed"
+        'E1113 16:{m:02d}:{s:02d}.{u:06d}       1 proxier.go:1481] "Failed to execute iptables-restore" err=<\n'
+        "\texit status 2: iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or "
+        "directory\n\t\n\tError occurred at line: {r}\n"
+        "\tTry `iptables-restore -h' or 'iptables-restore --help' for more information.\n >\n"
+        'I1113 16:{m:02d}:{s:02d}.{u:06d}       1 proxier.go:858] "Sync failed" retryingTime="30s"\n'
+    ),
+    (  # structured xtables lock timeout in an err=< block, then "Sync failed"
+        'E1113 16:{m:02d}:{s:02d}.{u:06d}       1 proxier.go:1481] "Failed to execute iptables-restore" err=<\n'
+        "\texit status 4: Another app is currently holding the xtables lock. Stopped waiting after 5s.\n >\n"
+        'I1113 16:{m:02d}:{s:02d}.{u:06d}       1 proxier.go:858] "Sync failed" retryingTime="30s"\n'
+    ),
+    (  # glog-era restore failure (D10's reproduction)
+        "E1008 21:{m:02d}:{s:02d}.{u:06d}  145725 proxier.go:1553] Failed to execute iptables-restore: exit status 2 "
+        "(iptables-restore v1.8.4 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+    ),
+    (  # glog-era xtables lock timeout
+        "E1008 21:{m:02d}:{s:02d}.{u:06d}  145725 proxier.go:744] Failed to ensure that filter chain KUBE-SERVICES exists: "
+        'error creating chain "KUBE-EXTERNAL-SERVICES": exit status 4: Another app is currently holding the xtables lock. '
+        "Stopped waiting after 5s.\n"
+    ),
+    (  # kube-proxy's own lock wait timed out
+        "E1008 21:{m:02d}:{s:02d}.{u:06d}  145725 proxier.go:1447] Failed to execute iptables-restore: failed to acquire "
+        "new iptables lock: timed out waiting for the condition\n"
+    ),
+    (  # concurrent writers: restore failed part-way
+        "E1008 21:{m:02d}:{s:02d}.{u:06d}  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 1 "
+        "(iptables-restore: line {r} failed\n)\n"
+    ),
+    (  # node lookup (seed 002), retried
+        'W0525 07:{m:02d}:{s:02d}.{u:06d}       1 server.go:604] Failed to retrieve node info: nodes "ip-10-188-166-140" '
+        "not found\n"
+    ),
+]
 ERROR_EVERY = 50_000  # lines
 SYNC_EVERY = 300
 BLOCK_LINES = 8_192
@@ -155,16 +198,26 @@ def _fill(t: str, rnd: random.Random) -> str:
     )
 
 
-def default_path(size_mb: int) -> Path:
-    return HERE / "out" / f"kube-proxy-{size_mb}mb.log"
+def default_path(size_mb: int, failure_every: int | None = None) -> Path:
+    dense = f"-dense{failure_every}" if failure_every else ""
+    return HERE / "out" / f"kube-proxy-{size_mb}mb{dense}.log"
 
 
-def generate(out: Path, size_mb: int = 1024, seed: int = 4) -> int:
-    """Write about ``size_mb`` MiB to ``out``; returns the bytes written."""
+def generate(out: Path, size_mb: int = 1024, seed: int = 4, failure_every: int | None = None) -> int:
+    """Write about ``size_mb`` MiB to ``out``; returns the bytes written.
+
+    ``failure_every``: one record in that many is a failure record (``FAILURES``, in turn); the
+    sync markers and sparse errors stay where they are in the sparse log.
+    """
+    if failure_every is not None and failure_every < 1:
+        raise ValueError("failure_every must be at least 1")
     rnd = random.Random(seed)
     # Pre-rendered pools keep generation fast (no per-line formatting) and the text varied.
     pool = [_fill(rnd.choice(NOISE), rnd).encode() for _ in range(50_000)]
     sync_pool = [_fill(t, rnd).encode() for t in SYNC_OK for _ in range(500)]
+    # A random stream of its own: the sparse part of a dense log is the sparse log's, line for line.
+    frnd = random.Random(seed + 1)
+    failure_pool = [[_fill(t, frnd).encode() for _ in range(200)] for t in FAILURES] if failure_every else []
     target = size_mb * 1024 * 1024
     written = 0
     line_no = 0
@@ -177,6 +230,10 @@ def generate(out: Path, size_mb: int = 1024, seed: int = 4) -> int:
             lines = rnd.choices(pool, k=BLOCK_LINES)
             # Specials at fixed line numbers: a sync marker every SYNC_EVERY, an error every ERROR_EVERY.
             first = line_no + 1
+            if failure_every:
+                for ln in range(first + (-first) % failure_every, line_no + BLOCK_LINES + 1, failure_every):
+                    kind = failure_pool[(ln // failure_every) % len(FAILURES)]
+                    lines[ln - first] = kind[frnd.randrange(len(kind))]
             for ln in range(first + (-first) % SYNC_EVERY, line_no + BLOCK_LINES + 1, SYNC_EVERY):
                 lines[ln - first] = sync_pool[rnd.randrange(len(sync_pool))]
             for ln in range(first + (-first) % ERROR_EVERY, line_no + BLOCK_LINES + 1, ERROR_EVERY):
@@ -193,9 +250,16 @@ def main() -> None:
     ap.add_argument("out", type=Path, nargs="?", help="output file (default: bench/out/kube-proxy-<N>mb.log)")
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=4)
+    ap.add_argument(
+        "--failure-every",
+        type=int,
+        metavar="N",
+        help="dense log: one record in N is a failure record (restore errors with err=< blocks, lock timeouts, "
+        "node lookups), as a kube-proxy failing for days writes; 20 is D10's case",
+    )
     args = ap.parse_args()
-    out = args.out or default_path(args.size_mb)
-    n = generate(out, args.size_mb, args.seed)
+    out = args.out or default_path(args.size_mb, args.failure_every)
+    n = generate(out, args.size_mb, args.seed, args.failure_every)
     print(f"wrote {n / 1e6:.0f} MB to {out}")
 
 

@@ -366,3 +366,16 @@ def test_objects_with_fields_of_the_wrong_type_are_read_as_absent(tmp_path: Path
     r = report(res)
     assert res.returncode in (0, 1, 3) and r["internal_errors"] == [], r["internal_errors"]
     assert any("read as absent" in q["message"] for q in r["input_problems"])  # type: ignore[union-attr]
+
+
+# -- D10: a huge command line ------------------------------------------------------------------------
+
+
+def test_a_megabyte_command_line_is_cut_and_said_so_quickly(tmp_path: Path) -> None:
+    p = tmp_path / "cmdline.txt"
+    p.write_text("/usr/local/bin/kube-proxy --v=2 --hostname-override=n1 " + "x" * 1_000_000 + "\n")
+    t0 = time.monotonic()
+    res = kpdoctor("diagnose", "-f", "json", str(p))
+    assert time.monotonic() - t0 < 15, "shlex.split took ~20 s on this"
+    problems = {q["source"]: q["message"] for q in report(res)["input_problems"]}  # type: ignore[union-attr]
+    assert "cut to its first" in problems[str(p)], problems

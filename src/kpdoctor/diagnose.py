@@ -65,6 +65,7 @@ def diagnose_evidence(
         if ready("rulesets"):
             for rs in facts.rulesets:
                 problems += [InputProblem(rs.artifact, str(d)) for d in rs.diagnostics[:3]]
+        problems += [InputProblem(name, str(d)) for name, d in facts.diagnostics]
         for kind, why in facts.parsed_nothing(asked_only=partial).items():
             names = sorted({a.name for a in evidence.of(kind)})
             problems.append(InputProblem(", ".join(names), f"{kind.value}, but {why}: checks that need it are skipped"))

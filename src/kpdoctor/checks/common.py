@@ -45,8 +45,8 @@ def start(
         for c in cite(h):
             if c not in f.evidence:
                 f.evidence.append(c)
-    f.occurrences = max(len(hs), max((facts.log.scan.counts.get(h.sig, 0) for h in hs), default=0))
     if occ is not None:
+        f.occurrences = occ.count  # hs is a sample: the count is the scan's
         f.first_seen, f.last_seen, f.ongoing = occ.first.timestamp, occ.last.timestamp, occ.ongoing
     return f
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -115,6 +114,8 @@ class Facts:
         self.evidence = evidence
         self._node_flag = node
         self._nothing: dict[Kind, str | None] = {}
+        # what parsing found wrong in an artifact, outside the parsers that keep their own
+        self.diagnostics: list[tuple[str, Diagnostic]] = []
 
     def has(self, kind: Kind) -> bool:
         """Whether the evidence holds ``kind`` *and* it parsed to something: an empty List or an
@@ -345,7 +346,9 @@ class Facts:
 
     def _flags_from_argv(self) -> dict[str, FlagValue]:
         for a in self.of(Kind.KUBE_PROXY_CMDLINE):
-            argv = kpconfig.split_cmdline(a.text)
+            cmd = kpconfig.read_cmdline(a.text)
+            self.diagnostics += [(a.name, d) for d in cmd.diagnostics]
+            argv = cmd.argv
             args = kpconfig.kube_proxy_args(argv)
             if args is None:
                 args = argv[1:] if argv else []
@@ -366,10 +369,7 @@ class Facts:
                         args, Source(obj.artifact, obj.line, f"{obj.ref}: {' '.join(argv)[:300]}")
                     )
         for h in self.log.hits(K3S_RUNNING.id):
-            try:
-                args = shlex.split(h.groups[0] or "")
-            except ValueError:
-                args = (h.groups[0] or "").split()
+            args = kpconfig.read_cmdline(h.groups[0] or "").argv
             return kpconfig.parse_argv(args, Source(h.artifact, h.line, h.text))
         return {}
 

@@ -2,6 +2,11 @@
 
 Signatures that many checks share are declared here; each failure mode's own signatures live in
 its check module.
+
+The scan keeps a bounded sample of each signature's hits (see ``logscan.Sample``), not every
+hit, so that a log that has been failing for days costs what a quiet one does: ``hits()`` is that
+sample, ``count()`` the exact number, and the sync timeline (last success, successes between
+two hits) is counted during the scan.
 """
 
 from __future__ import annotations
@@ -13,9 +18,15 @@ from kpdoctor.model import Cite
 from kpdoctor.parse.logscan import Hit, ScanResult, signature
 from kpdoctor.versions import IptablesVersion
 
-SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)")
+# Kept apart per variant (logscan.Signature.variant): the IP family and the iptables-restore
+# binary a restore error names, so "all from ip6tables?" and "which backend failed?" are exact.
+RESTORE_VARIANT = r"ip6tables|-restore v[0-9.]+ *(?:\((?:legacy|nf_tables)\))?"
+
+SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)", success=True)
 SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True)
-RESTORE_FAILED = signature("restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True)
+RESTORE_FAILED = signature(
+    "restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True, variant=RESTORE_VARIANT
+)
 VERSION_GLOG = signature("version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)")
 VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', r'"Version info" version="(v[^"]+)"')
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"')
@@ -52,52 +63,37 @@ class Occurrence:
 
 
 class LogFacts:
-    """Queries over one run's log scan."""
+    """Queries over one run's log scan.
 
-    def __init__(self, scan: ScanResult, failure_sigs: set[str]) -> None:
+    ``hits()`` returns the kept sample (first and last hits, and the first and last of each
+    variant: see ``logscan.Sample``); use ``count()`` or ``occurrence()`` for how many there
+    were, never ``len(hits())``.
+    """
+
+    def __init__(self, scan: ScanResult, failure_sigs: set[str] | None = None) -> None:
+        # failure_sigs: which signatures are failures is now read from Signature.failure while
+        # scanning (the timeline is counted there); the argument is kept for callers.
         self.scan = scan
-        self._failure_sigs = failure_sigs
-        self._last_success: tuple[int, int] | None = None
-        self._successes: list[tuple[int, int]] = []
-        self._any_sync = False
-        self._compute_syncs()
 
     def hits(self, *sig_ids: str) -> list[Hit]:
         out: list[Hit] = []
         for s in sig_ids:
-            out.extend(self.scan.hits.get(s, []))
+            sample = self.scan.samples.get(s)
+            if sample is not None:
+                out.extend(sample.hits())
         out.sort(key=lambda h: h.order)
         return out
 
     def count(self, *sig_ids: str) -> int:
         return sum(self.scan.counts.get(s, 0) for s in sig_ids)
 
-    def _compute_syncs(self) -> None:
-        events: list[tuple[tuple[int, int], bool]] = []
-        for h in self.hits(SYNC_COMPLETE.id):
-            events.append((h.order, True))
-        for sid in self._failure_sigs:
-            for h in self.scan.hits.get(sid, []):
-                events.append((h.order, False))
-        events.sort()
-        failed_since = False
-        for order, is_end in events:
-            if is_end:
-                self._any_sync = True
-                if not failed_since:
-                    self._last_success = order
-                    self._successes.append(order)
-                failed_since = False
-            else:
-                failed_since = True
-
     @property
     def last_success(self) -> tuple[int, int] | None:
-        return self._last_success
+        return self.scan.timeline.last_success
 
     @property
     def has_sync_markers(self) -> bool:
-        return self._any_sync
+        return self.scan.timeline.any_sync
 
     def ongoing(self, hits: Iterable[Hit]) -> bool | None:
         """Is the failure still happening: is its last occurrence after the last good sync?"""
@@ -105,19 +101,22 @@ class LogFacts:
         if not hs:
             return None
         last = max(h.order for h in hs)
-        if self._last_success is not None:
-            return last > self._last_success
-        return True if self._any_sync else None
+        if self.last_success is not None:
+            return last > self.last_success
+        return True if self.has_sync_markers else None
 
     def successes_between(self, first: Hit, last: Hit) -> bool:
-        """Did any sync succeed between two failures (the other IP family's, in dual-stack)?"""
-        return any(first.order < o < last.order for o in self._successes)
+        """Did any sync succeed between two hits (the other IP family's, in dual-stack)?"""
+        return last.successes_before - first.successes_before - first.success > 0
 
     def successes_after_count(self, hit: Hit) -> int:
-        return sum(1 for o in self._successes if o > hit.order)
+        return self.scan.timeline.successes - hit.successes_before - hit.success
 
     def occurrence(self, hits: list[Hit]) -> Occurrence | None:
+        """First, last, ongoing, and how many: every hit of the signatures ``hits`` come from
+        (a list the caller filtered counts what the whole signature counts, as before)."""
         if not hits:
             return None
         hs = sorted(hits, key=lambda h: h.order)
-        return Occurrence(len(hs), hs[0], hs[-1], self.ongoing(hs))
+        total = self.count(*{h.sig for h in hs})
+        return Occurrence(max(len(hs), total), hs[0], hs[-1], self.ongoing(hs))

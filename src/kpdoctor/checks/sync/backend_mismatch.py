@@ -9,22 +9,24 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import restore_binary
+from kpdoctor.facts.log import RESTORE_VARIANT, restore_binary
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import FixRow
 
 CANNOT_LOAD_TARGET = signature(
     "restore-cannot-load-kube-target",
-    "-restore",
+    "-restore v",  # not "-restore": a failing node logs "iptables-restore" several times a record
     r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Couldn't load target .(KUBE-[A-Z0-9-]+).",
     failure=True,
+    variant=RESTORE_VARIANT,  # one of each restore binary kept: the backend and its version
 )
 CHAIN_DOES_NOT_EXIST = signature(
     "restore-kube-chain-does-not-exist",
-    "-restore",
+    "-restore v",
     r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
+    variant=RESTORE_VARIANT,  # one of each restore binary kept: the backend and its version
 )
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.

@@ -114,7 +114,7 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     kpv = facts.kube_proxy_version
     affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
     syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
-    stalled = len(gt) >= 3 and not syncs_after
+    stalled = facts.log.count(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id) >= 3 and not syncs_after
     if not gt and not empty:
         return
     if affected is False and not empty_with_eps:

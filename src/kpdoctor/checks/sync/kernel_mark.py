@@ -8,6 +8,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.log import RESTORE_VARIANT
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KernelVersion
@@ -17,24 +18,28 @@ UNKNOWN_MARK_OPTION = signature(
     'unknown option "--',
     r'unknown option "--(xor-mark|set-xmark|set-mark|or-mark|and-mark)"',
     failure=True,
+    variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
 MARK_REVISION = signature(
     "mark-revision-unsupported",
     "MARK",
     r"Extension MARK revision [0-9]+ not supported",
     failure=True,
+    variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
 MARK_BAD_VALUE = signature(
     "mark-bad-value",
-    "MARK",
+    "MARK: bad value",  # not "MARK", in every KUBE-MARK-DROP
     r'MARK: bad value for option "--(set-mark|xor-mark|or-mark)"',
     failure=True,
+    variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
 MARK_KERNEL_TOO_OLD = signature(
     "mark-kernel-too-old",
-    "MARK",
+    "MARK target: kernel too old",
     r"MARK target: kernel too old for --(or|and|xor)-mark",
     failure=True,
+    variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
 
 # Kernels known to ship the regression (commit 0bfcb7b71e73; fixed by "netfilter: xtables: fix

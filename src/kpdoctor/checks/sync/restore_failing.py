@@ -51,7 +51,7 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
     if not hits:
         return
     restore = facts.log.hits(RESTORE_FAILED.id) or hits
-    failed = facts.log.count(RESTORE_FAILED.id) or len(hits)
+    failed = facts.log.count(RESTORE_FAILED.id) or facts.log.count(SYNC_FAILED.id)
     f = start(facts, "KP100", restore, confidence=Confidence.HIGH, summary=f"iptables-restore failed {failed} time(s).")
     f.fix = ["Fix the root cause reported with this finding, then confirm a sync succeeds."]
     v6_only = all("ip6tables" in h.record for h in restore)
