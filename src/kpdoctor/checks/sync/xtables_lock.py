@@ -9,7 +9,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
-from kpdoctor.facts.log import restore_binary
+from kpdoctor.facts.log import RESTORE_VARIANT, restore_binary
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import signature
@@ -17,13 +17,18 @@ from kpdoctor.parse.system import Process
 from kpdoctor.versions import FixRow, KubeVersion
 
 RESTORE_LINE_FAILED = signature(
-    "restore-line-failed", "-restore", r"ip6?tables-restore: line [0-9]+ failed", failure=True
+    "restore-line-failed",
+    "tables-restore: line ",  # not "-restore": fewer lines to search in a log failing sync after sync
+    r"ip6?tables-restore: line [0-9]+ failed",
+    failure=True,
+    variant=RESTORE_VARIANT,  # node_backend: the first hit naming each restore binary is kept
 )
 LOCK_NO_WAIT = signature(
     "xtables-lock-no-wait",
     "holding the xtables lock",
     r"holding the xtables lock. Perhaps you want to use the -w option",
     failure=True,
+    variant=RESTORE_VARIANT,
 )
 OWN_LOCK_TIMEOUT = signature(
     "iptables-own-lock-timeout", " iptables lock: ", r"failed to acquire (new|old) iptables lock: (.*)", failure=True
@@ -36,6 +41,7 @@ LOCK_STOPPED_WAITING = signature(
     "holding the xtables lock",
     r"holding the xtables lock. Stopped waiting after ([0-9]+)s",
     failure=True,
+    variant=RESTORE_VARIANT,
 )
 
 # Workloads that run iptables on the host (kube-proxy, CNIs, network-policy agents).
@@ -201,7 +207,7 @@ NO_WAIT_FIXES = [
     "KP103",
     cause="iptables-restore-no-wait",
     title="iptables-restore cannot wait for the xtables lock",
-    severity=Severity.WARNING,
+    severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_VERSION],
 )
 def restore_no_wait(facts: Facts) -> Iterator[Finding]:
@@ -268,7 +274,22 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         f.versions_found[label.split(" iptables")[0] + " iptables"] = label.rsplit(" ", 1)[-1]
     f.fixed_in.append("iptables 1.6.2")
     rem, found, where = kube_proxy_remedy(facts, NO_WAIT_FIXES)
-    if found.get("kube-proxy", "").find("tke") >= 0:
+    if rem.affected is False:
+        # This kube-proxy passes --wait whenever its iptables-restore can take it: the restore that
+        # failed without it is an iptables older than 1.6.2 in its image, or another program's.
+        f.versions_found.update(found)
+        if where is not None and where not in f.evidence:
+            f.evidence.append(where)
+        f.confidence = Confidence.MEDIUM
+        if f.severity == Severity.CRITICAL:
+            f.severity = Severity.WARNING
+        f.summary += (
+            f" kube-proxy {found.get('kube-proxy', '')} itself passes --wait when its iptables-restore supports it, "
+            "so the restore that failed ran an iptables older than 1.6.2 (in kube-proxy's image, or one whose "
+            "version it could not read: look for \"assuming it doesn't support --wait\"), or it is another "
+            "program's restore."
+        )
+    elif found.get("kube-proxy", "").find("tke") >= 0:
         apply_remedy(f, rem, found, where)
     else:
         f.versions_found.update(found)
