@@ -72,6 +72,8 @@ KNOWN_COMMANDS = frozenset(
     ]
 )
 
+MAX_COMMAND = 4096
+
 _PROMPT = re.compile(
     r"^(?:"
     r"(?:\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
@@ -96,7 +98,8 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
         return None
     cmd = m.group("cmd").strip()
     try:
-        argv = shlex.split(cmd, comments=False)
+        # shlex takes quadratic time in token length: a long "prompt" line is not a command typed
+        argv = shlex.split(cmd, comments=False) if len(cmd) <= MAX_COMMAND else cmd.split()
     except ValueError:
         argv = cmd.split()
     while argv and argv[0] in ("sudo", "time", "command", "env"):

@@ -21,6 +21,8 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor.parse.numbers import MAX_DIGITS, is_int, to_int
+
 # /proc column names -> the names ctnetlink (conntrack -S) uses.
 _ALIASES = {"icmp_error": "error", "clashres": "clash_resolve", "chainlength": "chaintoolong"}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -65,9 +67,8 @@ def _kv_row(raw: str) -> dict[str, int] | None:
         key, eq, val = tok.partition("=")
         if not eq or not _NAME.match(key):
             return None
-        try:
-            n = int(val)
-        except ValueError:
+        n = to_int(val)
+        if n is None:
             return None
         if key != "cpu":
             values[_canonical(key)] = n
@@ -91,8 +92,9 @@ def parse_conntrack_stats(text: str, first_line: int = 1) -> ConntrackStats | No
             _add(stats, row, first_line + i, s)
             continue
         m = _SUMMARY.match(s)
-        if m and m.group(1) in _KNOWN:
-            summary[_canonical(m.group(1))] = int(m.group(2))
+        value = to_int(m.group(2)) if m else None
+        if m and value is not None and m.group(1) in _KNOWN:
+            summary[_canonical(m.group(1))] = value
             if summary_at is None:
                 summary_at = (first_line + i, s)
     if not stats.cpus and summary and summary_at is not None:
@@ -111,7 +113,7 @@ def parse_nf_conntrack_stat(text: str, first_line: int = 1) -> ConntrackStats | 
         if "entries" in toks and all(_NAME.match(t) for t in toks):
             header = [_canonical(t) for t in toks]
             continue
-        if header is None or len(toks) != len(header):
+        if header is None or len(toks) != len(header) or any(len(t) > MAX_DIGITS or not t.isascii() for t in toks):
             continue
         try:
             values = [int(t, 16) for t in toks]
@@ -167,7 +169,8 @@ def _addr(v: str) -> str:
 
 
 def _port(v: str | None) -> int | None:
-    return int(v) if v is not None and v.isdigit() else None
+    n = to_int(v) if v is not None and not v.startswith("-") else None
+    return n if n is not None and n <= 65535 else None
 
 
 _EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
@@ -178,15 +181,15 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
     family = None
     while toks and _EVENT.match(toks[0]):
         toks.pop(0)
-    if len(toks) >= 2 and toks[0] in ("ipv4", "ipv6") and toks[1].isdigit():
+    if len(toks) >= 2 and toks[0] in ("ipv4", "ipv6") and is_int(toks[1]):
         family, toks = toks[0], toks[2:]
-    if len(toks) < 3 or not toks[1].isdigit() or "=" in toks[0]:
+    if len(toks) < 3 or not is_int(toks[1]) or "=" in toks[0]:
         return None
     proto = toks[0]
     rest = toks[2:]
     timeout = None
-    if rest and rest[0].isdigit():
-        timeout = int(rest.pop(0))
+    if rest and is_int(rest[0]):
+        timeout = to_int(rest.pop(0))
     state = None
     if rest and "=" not in rest[0] and not rest[0].startswith("["):
         state = rest.pop(0)

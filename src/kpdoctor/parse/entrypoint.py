@@ -22,6 +22,7 @@ SHELLS = frozenset({"sh", "bash", "ash", "dash", "zsh", "ksh", "mksh"})
 INITS = frozenset({"tini", "tini-static", "dumb-init", "catatonit", "docker-init", "s6-svscan", "pid1", "init"})
 _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "\n"})
 _COMPOUND = frozenset({"if", "for", "while", "until", "case", "{", "(", "select", "function"})
+MAX_SCRIPT = 64 * 1024  # shlex takes quadratic time in token length; a Pod's script is a few lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,8 @@ def _commands(script: str) -> tuple[list[tuple[list[str], str]], bool]:
 
 
 def _judge(shell: str, script: str, shown: str) -> Entrypoint:
+    if len(script) > MAX_SCRIPT:
+        return Entrypoint(None, shell, f"{shell} -c runs a script of {len(script)} characters: not judged", shown)
     cmds, clean = _commands(script)
     words = [w for c, _ in cmds for w in c]
     has_trap = "trap" in words

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor.parse.numbers import to_int
+
 _VS = re.compile(r"^(TCP|UDP|SCTP|FWM)\s+(\S+)\s+(\w+)(.*)$")
 _RS = re.compile(r"^\s+->\s+(\S+)\s+(\w+)\s+(\d+)\s+(\d+)\s+(\d+)")
 
@@ -40,7 +42,7 @@ def parse_ipvsadm_list(text: str, first_line: int = 1) -> list[VirtualServer]:
             continue
         r = _RS.match(raw)
         if r and out and r.group(1) != "RemoteAddress:Port":
-            out[-1].reals.append(
-                RealServer(r.group(1), r.group(2), int(r.group(3)), int(r.group(4)), int(r.group(5)), ln)
-            )
+            weight, active, inactive = (to_int(r.group(n)) for n in (3, 4, 5))
+            if weight is not None and active is not None and inactive is not None:
+                out[-1].reals.append(RealServer(r.group(1), r.group(2), weight, active, inactive, ln))
     return out

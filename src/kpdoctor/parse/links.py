@@ -10,11 +10,13 @@ Formats: ``ip link``, ``ip -d link`` (the kind is the first word of the details 
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.structured import load_json
 
 
@@ -49,15 +51,15 @@ def _int(v: object) -> int | None:
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
+    if isinstance(v, str):
+        return to_int(v)
     return None
 
 
 def _netns(cur: dict[str, Any], s: str) -> None:
-    nsid = _word_after(s, "link-netnsid")
-    if nsid is not None and nsid.isdigit():
-        cur["link_netnsid"] = int(nsid)
+    nsid = to_int(_word_after(s, "link-netnsid"))
+    if nsid is not None:
+        cur["link_netnsid"] = nsid
     netns = _word_after(s, "link-netns")
     if netns is not None:
         cur["link_netns"] = netns
@@ -86,15 +88,14 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
         m = _HEAD.match(s)
-        if m:
+        if m and to_int(m.group(1)) is not None:
             flush()
             rest = m.group(5)
             flags = m.group(4).split(",")
-            mtu = _word_after(rest, "mtu")
             cur = {
                 "name": m.group(2),
-                "index": int(m.group(1)),
-                "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+                "index": to_int(m.group(1)),
+                "mtu": to_int(_word_after(rest, "mtu")),
                 "kind": None,
                 "master": _word_after(rest, "master"),
                 "link_netnsid": None,
@@ -125,12 +126,20 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
     return out
 
 
+_IFNAME = re.compile(r'"ifname"\s*:\s*"([^"\\]*)"')
+
+
 def _parse_json(text: str, first_line: int) -> list[Link]:
     try:
         doc = load_json(text)
     except ValueError:
         return []
+    # Where each "ifname" is written, in one pass; objects take them in document order.
+    where: dict[str, list[int]] = {}
     lines = text.splitlines()
+    for n, ln in enumerate(lines):
+        for raw in _IFNAME.findall(ln):
+            where.setdefault(raw, []).append(n)
     out: list[Link] = []
     search_from = 0
     for obj in doc if isinstance(doc, list) else []:
@@ -138,11 +147,11 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
             continue
         name = obj["ifname"]
         at = 0
-        needle = f'"ifname":"{name}"'
-        for n in range(search_from, len(lines)):
-            if needle in lines[n].replace(" ", ""):
-                at, search_from = n, n + (0 if len(lines) == 1 else 1)
-                break
+        found = where.get(name, [])
+        i = bisect.bisect_left(found, search_from)
+        if i < len(found):
+            at = found[i]
+            search_from = at + (0 if len(lines) == 1 else 1)
         info_v, flags_v = obj.get("linkinfo"), obj.get("flags")
         info: dict[str, Any] = info_v if isinstance(info_v, dict) else {}
         flags: list[Any] = flags_v if isinstance(flags_v, list) else []

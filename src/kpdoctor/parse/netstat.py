@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.structured import load_json
 
 
@@ -262,10 +263,11 @@ _NUMBER = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
 def _template(s: str) -> tuple[str, int] | None:
     """``18 SYNs to LISTEN sockets dropped`` -> (``% syns to listen sockets dropped``, 18)."""
     nums = _NUMBER.findall(s)
-    if len(nums) != 1:
+    value = to_int(nums[0]) if len(nums) == 1 else None
+    if value is None:
         return None
     tmpl = " ".join(_NUMBER.sub("%", s).lower().rstrip(".").split())
-    return tmpl, int(nums[0])
+    return tmpl, value
 
 
 def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
@@ -290,8 +292,9 @@ def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
             continue
         m = _NAMED.match(s)
         if m:
-            name = m.group(1)
-            c._set(name if name.startswith(section) else section + name, int(m.group(2)), line, s)
+            name, value = m.group(1), to_int(m.group(2))
+            if value is not None:
+                c._set(name if name.startswith(section) else section + name, value, line, s)
             continue
         m = _HIST.match(s)
         if m and hist and section in ("Icmp", "Icmp6"):
@@ -299,8 +302,9 @@ def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
             if table is None:
                 table = _ICMP6_IN if hist == "in" else _ICMP6_OUT
             suffix = table.get(" ".join(m.group(1).lower().split()))
-            if suffix:
-                c._set(section + suffix, int(m.group(2)), line, s)
+            value = to_int(m.group(2))
+            if suffix and value is not None:
+                c._set(section + suffix, value, line, s)
             continue
         t = _template(s)
         if t is None:
@@ -323,9 +327,13 @@ def parse_nstat(text: str, first_line: int = 1) -> Counters:
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
         m = _NSTAT.match(s)
-        if m:
-            c._set(m.group(1), int(m.group(2)), first_line + i, s)
+        value = to_int(m.group(2)) if m else None
+        if m and value is not None:
+            c._set(m.group(1), value, first_line + i, s)
     return c
+
+
+_JSON_KEY = re.compile(r'"([^"\\]*)"\s*:')
 
 
 def _nstat_json(c: Counters, text: str, first_line: int) -> None:
@@ -333,11 +341,14 @@ def _nstat_json(c: Counters, text: str, first_line: int) -> None:
         doc = load_json(text)
     except ValueError:
         return
-    lines = text.splitlines()
+    first_seen: dict[str, int] = {}  # each quoted key's first line, found in one pass
+    for n, ln in enumerate(text.splitlines()):
+        for key in _JSON_KEY.findall(ln):
+            first_seen.setdefault(key, n)
     groups = [g for g in doc.values() if isinstance(g, dict)] if isinstance(doc, dict) else []
     for group in groups:
         for name, value in group.items():
             if not isinstance(value, int) or isinstance(value, bool):
                 continue
-            at = next((n for n, ln in enumerate(lines) if f'"{name}"' in ln), 0)
+            at = first_seen.get(name, 0)
             c._set(str(name), value, first_line + at, f"{name} {value}")

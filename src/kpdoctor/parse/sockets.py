@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.numbers import is_int, to_int
+
 
 @dataclass(frozen=True, slots=True)
 class Listener:
@@ -61,14 +63,15 @@ def _endpoint(tok: str) -> tuple[str, int | None, str | None] | None:
         host = "0.0.0.0"
     if port == "*":
         return host, None, iface
-    if not port.isdigit():
+    n = to_int(port) if is_int(port) else None
+    if n is None or n > 65535:
         return None
-    return host, int(port), iface
+    return host, n, iface
 
 
 def _users(rest: str) -> tuple[str | None, int | None]:
     m = _USERS.search(rest)
-    return (m.group(1), int(m.group(2))) if m else (None, None)
+    return (m.group(1), to_int(m.group(2))) if m else (None, None)
 
 
 def _ss_row(toks: list[str], rest: str, line: int, text: str) -> Listener | None:
@@ -81,10 +84,10 @@ def _ss_row(toks: list[str], rest: str, line: int, text: str) -> Listener | None
     if has_netid:
         proto, idx = _PROTOS[netid], 1
     state = None
-    if idx < len(toks) and not toks[idx].isdigit():
+    if idx < len(toks) and not is_int(toks[idx]):
         state = toks[idx].upper()
         idx += 1
-    if len(toks) < idx + 4 or not (toks[idx].isdigit() and toks[idx + 1].isdigit()):
+    if len(toks) < idx + 4 or not (is_int(toks[idx]) and is_int(toks[idx + 1])):
         return None
     local, peer = _endpoint(toks[idx + 2]), _endpoint(toks[idx + 3])
     if local is None or local[1] is None or peer is None:
@@ -100,12 +103,13 @@ def _ss_row(toks: list[str], rest: str, line: int, text: str) -> Listener | None
         elif proto != "udp":
             return None
     process, pid = _users(rest)
-    return Listener(proto, local[0], local[1], int(toks[idx]), int(toks[idx + 1]), process, pid, line, text, local[2])
+    recv_q, send_q = int(toks[idx]), int(toks[idx + 1])  # is_int above
+    return Listener(proto, local[0], local[1], recv_q, send_q, process, pid, line, text, local[2])
 
 
 def _netstat_row(toks: list[str], line: int, text: str) -> Listener | None:
     proto = _PROTOS.get(toks[0].lower())
-    if proto is None or len(toks) < 5 or not (toks[1].isdigit() and toks[2].isdigit()):
+    if proto is None or len(toks) < 5 or not (is_int(toks[1]) and is_int(toks[2])):
         return None
     local = _endpoint(toks[3])
     if local is None or local[1] is None:
@@ -121,14 +125,14 @@ def _netstat_row(toks: list[str], line: int, text: str) -> Listener | None:
     process = pid = None
     if rest and "/" in rest[0]:
         p, _, name = " ".join(rest).partition("/")
-        if p.isdigit():
-            pid, process = int(p), name.strip() or None
+        if is_int(p):
+            pid, process = to_int(p), name.strip() or None
     return Listener(proto, local[0], local[1], 0, 0, process, pid, line, text, local[2], source="netstat")
 
 
 def _looks_netstat(toks: list[str]) -> bool:
     """A netstat row without a header: ``tcp6``/``udp6``, a LISTEN state column or a ``pid/program``."""
-    if toks[0].lower() not in _PROTOS or len(toks) < 5 or not (toks[1].isdigit() and toks[2].isdigit()):
+    if toks[0].lower() not in _PROTOS or len(toks) < 5 or not (is_int(toks[1]) and is_int(toks[2])):
         return False
     tail = toks[5:]
     return toks[0].endswith("6") or "LISTEN" in tail or bool(tail and re.match(r"^(\d+/|-$)", tail[-1]))

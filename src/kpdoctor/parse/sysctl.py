@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.numbers import to_int
+
 
 @dataclass(frozen=True, slots=True)
 class Sysctl:
@@ -68,10 +70,9 @@ def int_values(value: str) -> list[int]:
     """``"32768 60999"`` -> ``[32768, 60999]``; parts that are not integers are skipped."""
     out: list[int] = []
     for part in re.split(r"[\s,]+", value.strip()):
-        try:
-            out.append(int(part))
-        except ValueError:
-            continue
+        n = to_int(part)
+        if n is not None:
+            out.append(n)
     return out
 
 
@@ -82,8 +83,8 @@ def port_set(value: str) -> list[tuple[int, int]]:
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
             continue
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) else lo
-        if lo <= hi:
+        lo = to_int(m.group(1))
+        hi = to_int(m.group(2)) if m.group(2) else lo
+        if lo is not None and hi is not None and lo <= hi:
             out.append((lo, hi))
     return out

@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from kpdoctor.parse.numbers import is_int, to_int
 from kpdoctor.parse.structured import load_json
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
+
+_V = TypeVar("_V")
+
+# A version banner is one short line near the top. The version parsers search with patterns that
+# take quadratic time on a long run of digits, so they only ever see this much.
+_BANNER_CHARS = 4096
+_VERSION_CHARS = 512
+_ARGV_CHARS = 64 * 1024  # shlex is quadratic in token length: longer command lines are split at spaces
+
+
+def _version(parse: Callable[[str], _V | None], text: str) -> _V | None:
+    try:
+        return parse(text)
+    except ValueError:  # more digits than int() reads
+        return None
 
 
 def parse_uname(text: str) -> KernelVersion | None:
     """``uname -a`` or ``uname -r``."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    head = text[:_BANNER_CHARS].strip()
+    line = head.splitlines()[0] if head else ""
     m = re.match(r"Linux \S+ (\S+)", line)
-    return KernelVersion.parse(m.group(1) if m else line)
+    return _version(KernelVersion.parse, (m.group(1) if m else line)[:_VERSION_CHARS])
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -28,12 +48,27 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 
 def parse_iptables_version(text: str) -> IptablesVersion | None:
-    return IptablesVersion.parse(text)
+    return _version(IptablesVersion.parse, text[:_BANNER_CHARS])  # its pattern starts at a "v": linear
 
 
 def parse_kube_proxy_version(text: str) -> KubeVersion | None:
-    m = re.search(r"Kubernetes\s+(v\S+)", text)
-    return KubeVersion.parse(m.group(1)) if m else KubeVersion.parse(text)
+    head = text[:_BANNER_CHARS]
+    m = re.search(r"Kubernetes\s+(v\S+)", head)
+    return _version(KubeVersion.parse, (m.group(1) if m else head.strip())[:_VERSION_CHARS])
+
+
+_SHELL_SPACE = re.compile(r"[ \t\r\n]+")  # what shlex splits at
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_command(command: str) -> tuple[str, ...]:
+    """A command line as the shell would split it (checks ask for it more than once per process)."""
+    if not any(c in command for c in "'\"\\") or len(command) > _ARGV_CHARS:
+        return tuple(t for t in _SHELL_SPACE.split(command) if t)  # what shlex gives, 50 times faster
+    try:
+        return tuple(shlex.split(command))
+    except ValueError:
+        return tuple(command.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +81,7 @@ class Process:
 
     @property
     def argv(self) -> list[str]:
-        try:
-            return shlex.split(self.command)
-        except ValueError:
-            return self.command.split()
+        return list(_split_command(self.command))
 
     @property
     def program(self) -> str:
@@ -72,13 +104,11 @@ def parse_processes(text: str, first_line: int = 1) -> list[Process]:
             continue
         if mode == "ef":
             parts = raw.split(None, 7)
-            if len(parts) == 8 and parts[1].isdigit():
-                procs.append(
-                    Process(int(parts[1]), int(parts[2]) if parts[2].isdigit() else None, parts[0], parts[7], ln)
-                )
+            if len(parts) == 8 and is_int(parts[1]):
+                procs.append(Process(int(parts[1]), to_int(parts[2]), parts[0], parts[7], ln))
         elif mode == "aux":
             parts = raw.split(None, 10)
-            if len(parts) == 11 and parts[1].isdigit():
+            if len(parts) == 11 and is_int(parts[1]):
                 procs.append(Process(int(parts[1]), None, parts[0], parts[10], ln))
     return procs
 
@@ -107,15 +137,16 @@ def parse_locks(text: str, first_line: int = 1) -> list[FileLock]:
     out: list[FileLock] = []
     for i, raw in enumerate(text.splitlines()):
         m = _LOCK.match(raw.strip() + " ")
-        if m:
+        pid, inode = (to_int(m.group(6)), to_int(m.group(8))) if m else (None, None)
+        if m and pid is not None and inode is not None:
             out.append(
                 FileLock(
                     m.group(3),
                     m.group(4),
                     m.group(5),
-                    int(m.group(6)),
+                    pid,
                     m.group(7),
-                    int(m.group(8)),
+                    inode,
                     first_line + i,
                     raw.strip(),
                     blocked=bool(m.group(2)),
@@ -155,9 +186,8 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
         return []
     ranked: list[tuple[int, ipaddress.IPv4Address | ipaddress.IPv6Address]] = []
     for link in doc if isinstance(doc, list) else []:
-        if not isinstance(link, dict):
-            continue
-        for info in link.get("addr_info") or []:
+        infos = link.get("addr_info") if isinstance(link, dict) else None
+        for info in infos if isinstance(infos, list) else []:
             if not isinstance(info, dict):
                 continue
             try:

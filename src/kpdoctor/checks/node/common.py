@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from kpdoctor.facts.node import Change, NodeState, Sample
 from kpdoctor.model import Cite, Severity
@@ -62,3 +63,13 @@ def sysctl_advice(node: NodeState, name: str, suggested: int | str, *, only_rais
 
 def setting_cites(node: NodeState, names: list[str]) -> list[Cite]:
     return [s.cite for n in names if (s := node.setting(n)) is not None]
+
+
+def as_dict(v: object) -> dict[str, Any]:
+    """A field of a Kubernetes object that should be an object: {} when it is anything else."""
+    return v if isinstance(v, dict) else {}
+
+
+def as_list(v: object) -> list[Any]:
+    """A field that should be a list: [] when it is anything else (null, a string, a number)."""
+    return v if isinstance(v, list) else []

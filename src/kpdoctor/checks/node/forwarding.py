@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
+from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
@@ -19,8 +20,8 @@ def _families_in_use(facts: Facts) -> set[int]:
     """IP families the cluster's Services (or kube-proxy's rules) use; IPv4 when nothing says."""
     fams: set[int] = set()
     for svc in facts.objects.of("Service"):
-        spec = svc.body.get("spec") or {}
-        for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]:
+        spec = as_dict(svc.body.get("spec"))
+        for ip in as_list(spec.get("clusterIPs")) or [spec.get("clusterIP")]:
             if isinstance(ip, str) and ip not in ("", "None"):
                 fams.add(6 if ":" in ip else 4)
     fams |= {rs.family for rs in facts.rulesets if rs.kube_rule_count()}
@@ -205,7 +206,7 @@ def route_localnet(facts: Facts) -> Iterator[Finding]:
         nodeports = any(
             isinstance(p, dict) and p.get("nodePort")
             for svc in facts.objects.of("Service")
-            for p in (svc.body.get("spec") or {}).get("ports") or []
+            for p in as_list(as_dict(svc.body.get("spec")).get("ports"))
         )
         if mode is not None and mode[0] == "iptables" and str(lhnp.value).lower() != "false" and npa_ok and nodeports:
             why = "kube-proxy runs in iptables mode with localhost NodePorts enabled and NodePort Services exist"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
+from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -81,7 +82,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         who = f" by {ls.process}" + (f" (pid {ls.pid})" if ls.pid else "") if ls.process else ""
         (strong if widened else weak).append((f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text)))
     for svc in facts.objects.of("Service"):
-        for p in (svc.body.get("spec") or {}).get("ports") or []:
+        for p in as_list(as_dict(svc.body.get("spec")).get("ports")):
             np = p.get("nodePort") if isinstance(p, dict) else None
             if isinstance(np, int) and risky(np):
                 strong.append(
@@ -89,7 +90,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
                 )
     node_name = facts.node_view.name
     for pod in facts.objects.of("Pod"):
-        if node_name and (pod.body.get("spec") or {}).get("nodeName") not in (None, node_name):
+        if node_name and as_dict(pod.body.get("spec")).get("nodeName") not in (None, node_name):
             continue
         for c in containers_of(pod):
             cports = c.get("ports")
