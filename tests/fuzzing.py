@@ -73,15 +73,6 @@ SKIP_SUFFIXES = (".py", ".sh", ".md")  # generators and notes, not evidence
 # here does not fail the in-suite fuzz tests (they xfail and name it instead). Empty this as the
 # fixes land: (category, exception type, "file:function" of the innermost kpdoctor frame).
 KNOWN_CRASHES: dict[tuple[str, str, str], str] = {
-    ("check-error", "TypeError", "kpdoctor/checks/sync/xtables_lock.py:<dictcomp>"): (
-        "_mounts_lock: a volume whose name is a list or object (unhashable)"
-    ),
-    ("check-error", "AttributeError", "kpdoctor/checks/sync/xtables_lock.py:<dictcomp>"): (
-        "_mounts_lock: hostPath (or its path) that is not an object (a string)"
-    ),
-    ("check-error", "ValueError", "kpdoctor/versions.py:parse"): (
-        "KubeVersion/KernelVersion/IptablesVersion.parse call int() on more than 4,300 digits (an image tag)"
-    ),
     ("timeout", "", "kpdoctor/parse/iptables.py:_split"): (
         "a rule line with a quote and a backslash or apostrophe goes to shlex, quadratic in token length"
     ),
@@ -90,12 +81,6 @@ KNOWN_CRASHES: dict[tuple[str, str, str], str] = {
     ),
     ("timeout", "", "kpdoctor/parse/logwrap.py:unwrap"): (
         "logscan._record_start walks back up to 400 lines (each unwrapped) for every hit on a continuation line"
-    ),
-    ("timeout", "", "kpdoctor/report/safe.py:escape"): (
-        "rich.markup.escape is quadratic in a run of backslashes (20,000: 3 s)"
-    ),
-    ("timeout", "", "kpdoctor/report/text.py:render_text"): (
-        "an 8 MB input-problem line (parse_save quotes a whole chain name) takes Rich 30 s to lay out"
     ),
     ("timeout", "", "kpdoctor/parse/kpconfig.py:parse_duration"): (
         "its pattern is quadratic on a long run of digits (a 20,000-digit syncPeriod: 15 s)"

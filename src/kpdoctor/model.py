@@ -138,11 +138,27 @@ class InputProblem:
         return out
 
 
+MAX_PROBLEM_CHARS = 500  # a problem quoting evidence (a chain name, a kind) quotes this much of it
+
+
+def _bounded(p: InputProblem) -> InputProblem:
+    """A problem said in one readable line, however long the evidence it quotes (a 2 MB chain
+    name costs a renderer seconds and helps nobody)."""
+
+    def cut(text: str) -> str:
+        return text if len(text) <= MAX_PROBLEM_CHARS else text[: MAX_PROBLEM_CHARS - 5] + " [...]"
+
+    if len(p.message) <= MAX_PROBLEM_CHARS and len(p.source) <= MAX_PROBLEM_CHARS:
+        return p
+    return InputProblem(cut(p.source), cut(p.message), p.count)
+
+
 def group_problems(problems: list[InputProblem], keep: int = 3) -> list[InputProblem]:
     """Problems with the same message, once there are more than ``keep`` of them, as one line
     ("many/0.txt and 19,985 more"): 20,000 unreadable files must not bury the report."""
     by_message: dict[str, list[InputProblem]] = {}
     for p in problems:
+        p = _bounded(p)
         by_message.setdefault(p.message, []).append(p)
     out: list[InputProblem] = []
     for message, same in by_message.items():

@@ -10,6 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# A version is a few dozen characters; the patterns below are slow on long runs of digits and
+# int() refuses more than 4,300 of them: hostile text is cut and absurd numbers are not versions.
+MAX_VERSION_TEXT = 300
+_HUGE_NUMBER = re.compile(r"\d{10,}")
+
+
+def _version_text(text: str) -> str:
+    """``text`` as the version patterns may read it: cut, and with 10-digit numbers blanked."""
+    return _HUGE_NUMBER.sub("?", text.strip()[:MAX_VERSION_TEXT])
+
+
 _KUBE_RE = re.compile(
     r"v?(?P<maj>\d+)\.(?P<min>\d+)(?:\.(?P<patch>\d+))?"
     r"(?P<rest>(?:[-+][0-9A-Za-z][0-9A-Za-z.\-+]*)?)"
@@ -41,7 +52,7 @@ class KubeVersion:
     @classmethod
     def parse(cls, text: str) -> KubeVersion | None:
         """Parse a version from text such as ``Kubernetes v1.18.4-tke.35``; None if absent."""
-        m = _KUBE_RE.search(text.strip())
+        m = _KUBE_RE.search(_version_text(text))
         if not m:
             return None
         rest = m.group("rest") or ""
@@ -105,7 +116,7 @@ class IptablesVersion:
 
     @classmethod
     def parse(cls, text: str) -> IptablesVersion | None:
-        m = re.search(r"v(\d+(?:\.\d+){1,3})(?:\s*\((legacy|nf_tables)\))?", text)
+        m = re.search(r"v(\d+(?:\.\d+){1,3})(?:\s*\((legacy|nf_tables)\))?", _version_text(text))
         if not m:
             return None
         parts = tuple(int(p) for p in m.group(1).split("."))
@@ -142,7 +153,7 @@ class KernelVersion:
 
     @classmethod
     def parse(cls, text: str) -> KernelVersion | None:
-        m = _KERNEL_RE.search(text.strip())
+        m = _KERNEL_RE.search(_version_text(text))
         if not m:
             return None
         base = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))

@@ -27,8 +27,14 @@ def printable(text: str) -> str:
     return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
 
 
+MAX_SHOWN = 4000  # characters of one string on a terminal: Rich's escaping is quadratic in some shapes
+
+
 def escape(text: str) -> str:
-    """For Rich: control characters made visible, then markup escaped."""
+    """For Rich: at most :data:`MAX_SHOWN` characters, control characters made visible, then
+    markup escaped."""
+    if len(text) > MAX_SHOWN:
+        text = f"{text[:MAX_SHOWN]} [... {len(text) - MAX_SHOWN:,} more characters]"
     return _markup_escape(printable(text))
 
 

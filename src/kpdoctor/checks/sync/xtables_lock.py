@@ -75,9 +75,9 @@ def _mounts_lock(obj: K8sObject) -> bool:
     spec = pod_spec_of(obj)
     vols = spec.get("volumes")
     host_vols = {
-        v.get("name"): (v.get("hostPath") or {}).get("path", "").rstrip("/") or "/"
+        v["name"]: str(v["hostPath"].get("path") or "").rstrip("/") or "/"
         for v in (vols if isinstance(vols, list) else [])
-        if isinstance(v, dict) and v.get("hostPath")
+        if isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("hostPath"), dict)
     }
     lock_vols = {name for name, path in host_vols.items() if path in LOCK_PATHS}
     if not lock_vols:
