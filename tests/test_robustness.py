@@ -423,3 +423,12 @@ def test_a_problem_quoting_megabytes_of_evidence_is_one_short_line(tmp_path: Pat
     res = kpdoctor("diagnose", str(p), str(XTABLES_LOG))
     assert time.monotonic() - t0 < 20 and res.returncode == 1
     assert max(len(line) for line in res.stdout.decode().splitlines()) < 5000
+
+
+def test_a_syslog_date_with_a_huge_number_is_typed_at_once(tmp_path: Path) -> None:
+    """Fuzz case 20261123:1190: the kernel-log pattern backtracked for minutes on this header."""
+    p = tmp_path / "Untitled 3"
+    p.write_text("Oct " + "9" * 2000 + " node1 kernel: nf_conntrack: table full, dropping packet\n" * 3)
+    t0 = time.monotonic()
+    rep, _ = diagnose_paths([p])
+    assert time.monotonic() - t0 < 5 and not rep.errors

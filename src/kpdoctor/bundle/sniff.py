@@ -63,7 +63,8 @@ _NETSTAT_LISTEN = re.compile(r"^Proto\s+Recv-Q\s+Send-Q\s+Local Address\s+Foreig
 _IP_LINK = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
 _DMESG = re.compile(
     r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
-    r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*\s*\d*:?\d*:?\d*\S* \S+ kernel: )",
+    # possessive: overlapping digit runs backtracked for minutes on "Oct 9999...9" (fuzzing)
+    r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*+(?:\s++[\d:.]++)?\S*+ \S+ kernel: )",
     re.M,
 )
 
