@@ -403,7 +403,7 @@ def _say_partial(report: Any, evidence: Any, code: int) -> None:
 @app.command()
 @_paths(
     "Files, bundle folders or .tar.gz bundles: kube-proxy logs, iptables-save output, "
-    "kubectl JSON/YAML, pasted terminal sessions..."
+    "kubectl JSON/YAML, pasted terminal sessions...; - reads standard input (a pipe)."
 )
 @_FORMAT
 @_OUTPUT
