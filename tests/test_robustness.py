@@ -432,3 +432,15 @@ def test_a_syslog_date_with_a_huge_number_is_typed_at_once(tmp_path: Path) -> No
     t0 = time.monotonic()
     rep, _ = diagnose_paths([p])
     assert time.monotonic() - t0 < 5 and not rep.errors
+
+
+# -- D15: no "is not affected" as the fix of a finding --------------------------------------------------
+
+
+def test_kp103_for_a_build_that_waits_explains_instead_of_saying_not_affected(tmp_path: Path) -> None:
+    version = tmp_path / "version.txt"
+    version.write_text("Kubernetes v1.22.5-tke.9\n")
+    rep, _ = diagnose_paths([XTABLES_LOG, version])
+    kp103 = next(f for f in rep.findings if f.code == "KP103")
+    assert not any("not affected" in x for x in kp103.fix)
+    assert "older than 1.6.2" in kp103.summary and kp103.confidence.label == "medium"
