@@ -25,20 +25,19 @@ import json
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fuzzing import gzip_bomb
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-BLOCK = 8 * 1024**2
 
 EXTRACT_CHILD = r"""
 import json, os, resource, sys, tempfile, time
@@ -68,37 +67,6 @@ on_disk = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 print(json.dumps({"seconds": dt, "wchar": w1 - w0, "on_disk": on_disk,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **result}))
 """
-
-
-def build_bomb(path: Path, members: int, member_bytes: int, fill: bytes = b"\0") -> None:
-    """A valid .tar.gz of ``members`` entries of ``member_bytes`` bytes of ``fill`` each."""
-    block = fill * BLOCK
-    fresh = zlib.compressobj(9, zlib.DEFLATED, -15)
-    piece = fresh.compress(block) + fresh.flush(zlib.Z_FULL_FLUSH)  # self-contained, byte-aligned
-    live = zlib.compressobj(9, zlib.DEFLATED, -15)
-    crc, size = 0, 0
-    with open(path, "wb") as fh:
-        fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")  # gzip header, mtime 0
-
-        def emit(data: bytes) -> None:
-            nonlocal crc, size
-            fh.write(live.compress(data) + live.flush(zlib.Z_FULL_FLUSH))
-            crc, size = zlib.crc32(data, crc), size + len(data)
-
-        for i in range(members):
-            info = tarfile.TarInfo(f"bomb/node/zeros-{i}.txt")
-            info.size, info.mtime = member_bytes, 0
-            emit(info.tobuf(tarfile.GNU_FORMAT))
-            full, rest = divmod(member_bytes, BLOCK)
-            for _ in range(full):
-                fh.write(piece)
-                crc = zlib.crc32(block, crc)
-                size += BLOCK
-            emit(fill * rest + b"\0" * (-member_bytes % tarfile.BLOCKSIZE))
-        end = 2 * tarfile.BLOCKSIZE  # the end-of-archive marker, then zeros to a whole record
-        emit(b"\0" * (end + -(size + end) % tarfile.RECORDSIZE))
-        fh.write(live.flush(zlib.Z_FINISH))
-        fh.write(struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF))
 
 
 def _tree_bytes(root: Path) -> int:
@@ -177,7 +145,7 @@ def main() -> None:
     member_bytes = int(args.member_gib * 1024**3)
     try:
         t = time.perf_counter()
-        build_bomb(bomb, args.members, member_bytes, b"\0" if args.fill == "zeros" else b"a")
+        gzip_bomb(bomb, args.members, member_bytes, b"\0" if args.fill == "zeros" else b"a")
         print(f"bomb: {bomb.stat().st_size:,} bytes, {args.members} x {member_bytes:,} bytes of {args.fill} "
               f"({args.members * member_bytes / bomb.stat().st_size:,.0f}:1), built in {time.perf_counter() - t:.1f} s")
         ex = [run_extract(bomb) for _ in range(args.repeat)]

@@ -53,10 +53,12 @@ import resource
 import select
 import shutil
 import signal
+import struct
 import tarfile
 import tempfile
 import time
 import traceback
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1039,3 +1041,39 @@ def _fork_run(case: Case, paths: list[Path], tmp: Path, timeout: float, stack: P
     out.findings = [Finding(**f) for f in res.get("findings", [])]
     out.exit_codes = res.get("codes", {})
     return out
+
+
+_BOMB_BLOCK = 8 * 1024**2
+
+
+def gzip_bomb(path: Path, members: int, member_bytes: int, fill: bytes = b"\0", top: str = "bomb") -> None:
+    """A valid .tar.gz of ``members`` entries of ``member_bytes`` bytes of ``fill`` each, made in
+    a fraction of a second however large: deflate restarts after a full flush, so one compressed
+    block is written again and again (for the archive bomb tests and bench/archive_bomb.py)."""
+    block = fill * _BOMB_BLOCK
+    fresh = zlib.compressobj(9, zlib.DEFLATED, -15)
+    piece = fresh.compress(block) + fresh.flush(zlib.Z_FULL_FLUSH)  # self-contained, byte-aligned
+    live = zlib.compressobj(9, zlib.DEFLATED, -15)
+    crc, size = 0, 0
+    with open(path, "wb") as fh:
+        fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")  # gzip header, mtime 0
+
+        def emit(data: bytes) -> None:
+            nonlocal crc, size
+            fh.write(live.compress(data) + live.flush(zlib.Z_FULL_FLUSH))
+            crc, size = zlib.crc32(data, crc), size + len(data)
+
+        for i in range(members):
+            info = tarfile.TarInfo(f"{top}/node/zeros-{i}.txt")
+            info.size, info.mtime = member_bytes, 0
+            emit(info.tobuf(tarfile.GNU_FORMAT))
+            full, rest = divmod(member_bytes, _BOMB_BLOCK)
+            for _ in range(full):
+                fh.write(piece)
+                crc = zlib.crc32(block, crc)
+                size += _BOMB_BLOCK
+            emit(fill * rest + b"\0" * (-member_bytes % tarfile.BLOCKSIZE))
+        end = 2 * tarfile.BLOCKSIZE  # the end-of-archive marker, then zeros to a whole record
+        emit(b"\0" * (end + -(size + end) % tarfile.RECORDSIZE))
+        fh.write(live.flush(zlib.Z_FINISH))
+        fh.write(struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF))

@@ -9,7 +9,6 @@ import gzip
 import io
 import os
 import random
-import struct
 import subprocess
 import sys
 import tarfile
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fuzzing import gzip_bomb
 
 from kpdoctor.bundle import archive
 from kpdoctor.bundle.archive import (
@@ -320,35 +320,6 @@ def test_a_plain_tar_cut_anywhere_says_what_is_missing(tmp_path: Path, cut: int,
     assert sorted(_files(got.root)) == ["b/manifest.json", "b/node/uname.txt"][: 1 + (cut >= 2560)]
 
 
-def _bomb(path: Path, members: int, size: int, fill: bytes = b"\0") -> None:
-    """A .tar.gz of ``members`` entries of ``size`` bytes of ``fill``, made in a fraction of a
-    second: deflate restarts after a full flush, so one compressed 4 MiB block is repeated
-    (bench/archive_bomb.py builds the full-size one the same way)."""
-    block = fill * (4 << 20)
-    z = zlib.compressobj(9, zlib.DEFLATED, -15)
-    piece = z.compress(block) + z.flush(zlib.Z_FULL_FLUSH)
-    z = zlib.compressobj(9, zlib.DEFLATED, -15)
-    crc = total = 0
-    with open(path, "wb") as fh:
-        fh.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")
-
-        def emit(data: bytes) -> None:
-            nonlocal crc, total
-            fh.write(z.compress(data) + z.flush(zlib.Z_FULL_FLUSH))
-            crc, total = zlib.crc32(data, crc), total + len(data)
-
-        for i in range(members):
-            info = tarfile.TarInfo(f"b/node/f{i}.txt")
-            info.size = size
-            emit(info.tobuf(tarfile.GNU_FORMAT))
-            for _ in range(size // len(block)):
-                fh.write(piece)
-                crc, total = zlib.crc32(block, crc), total + len(block)
-            emit(fill * (size % len(block)) + b"\0" * (-size % 512))
-        emit(b"\0" * 10240)
-        fh.write(z.flush(zlib.Z_FINISH) + struct.pack("<II", crc, total & 0xFFFFFFFF))
-
-
 SMALL = Limits(total=256 << 20, member=64 << 20, ratio_after=16 << 20)  # D12's limits, scaled down
 
 
@@ -366,7 +337,7 @@ def test_a_gzip_bomb_is_refused_in_seconds_writing_at_most_the_limit(
     """D12: a 6 MB bomb wrote 3.8 GB to $TMPDIR in minutes. A bomb is now refused once it has
     expanded more than 100:1 past ``ratio_after``, and what it writes stays under that."""
     bomb = tmp_path / "bomb.tar.gz"
-    _bomb(bomb, members, size, fill)
+    gzip_bomb(bomb, members, size, fill, top="b")
     assert bomb.stat().st_size < 2 << 20
     out = tmp_path / "x"
     out.mkdir()
