@@ -196,7 +196,11 @@ class Facts:
 
         Never kube-proxy's hostnameOverride: that value is itself evidence to check.
         """
-        return self._pick_node(self.objects.of("Node"))[0]
+        return self._node_choice[0]
+
+    @cached_property
+    def _node_choice(self) -> tuple[NodeIdentity | None, K8sObject | None, str | None]:
+        return self._pick_node(self.objects.of("Node"))
 
     def _pick_node(self, nodes: list[K8sObject]) -> tuple[NodeIdentity | None, K8sObject | None, str | None]:
         """The node's identity, its Node object, and what the user should know when the Nodes in
@@ -400,7 +404,7 @@ class Facts:
     # -- the data plane -----------------------------------------------------------------
     @cached_property
     def node_object(self) -> K8sObject | None:
-        return self._pick_node(self.objects.of("Node"))[1]
+        return self._node_choice[1]
 
     @cached_property
     def node_view(self) -> NodeView:
@@ -440,7 +444,7 @@ class Facts:
                 continue
             if net not in cidrs:
                 cidrs.append(net)
-        why = self._pick_node(self.objects.of("Node"))[2]
+        why = self._node_choice[2]
         return NodeView(ident.name if ident else None, addrs, zone, cidrs, why)
 
     @cached_property
