@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from kpdoctor.parse import kpconfig
-from kpdoctor.parse.kpconfig import MAX_CMDLINE_CHARS, read_cmdline, shell_split, split_cmdline
+from kpdoctor.parse.kpconfig import MAX_CMDLINE_CHARS, read_cmdline, split_cmdline
+from kpdoctor.parse.shellwords import shell_split
 
 
 def test_a_one_megabyte_command_line_is_split_at_once() -> None:

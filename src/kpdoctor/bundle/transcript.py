@@ -14,8 +14,9 @@ original file so evidence still points to the right line.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
+
+from kpdoctor.parse.shellwords import shell_split
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
 # iptables-save or YAML files are never taken for prompts).
@@ -98,8 +99,8 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
         return None
     cmd = m.group("cmd").strip()
     try:
-        # shlex takes quadratic time in token length: a long "prompt" line is not a command typed
-        argv = shlex.split(cmd, comments=False) if len(cmd) <= MAX_COMMAND else cmd.split()
+        # a very long "prompt" line is not a command typed
+        argv = shell_split(cmd) if len(cmd) <= MAX_COMMAND else cmd.split()
     except ValueError:
         argv = cmd.split()
     while argv and argv[0] in ("sudo", "time", "command", "env"):

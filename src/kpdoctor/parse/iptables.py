@@ -10,10 +10,10 @@ still gets the checks that need chain names.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.shellwords import shell_split
 
 LEGACY_WARNING = "# Warning: iptables-legacy tables present"
 _COUNTERS = re.compile(r"^\[(\d+):(\d+)\]\s+")
@@ -140,8 +140,8 @@ class Ruleset:
 
 def _split(text: str) -> list[str] | None:
     """Tokens of a rule line. iptables-save quotes only whole tokens (comments) with double
-    quotes, so splitting at quotes is exact and ten times faster than ``shlex``; a line with a
-    backslash escape or an odd number of quotes goes the slow, general way."""
+    quotes, so splitting at quotes is exact and ten times faster than shell splitting; a line
+    with a backslash escape, an apostrophe or an odd number of quotes goes the general way."""
     if '"' not in text:
         return text.split()
     if "\\" not in text and "'" not in text:
@@ -155,7 +155,7 @@ def _split(text: str) -> list[str] | None:
                     out.extend(part.split())
             return out
     try:
-        return shlex.split(text, posix=True)
+        return shell_split(text)
     except ValueError:
         return None
 

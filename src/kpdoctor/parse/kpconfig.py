@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 from kpdoctor.versions import KubeVersion
 
@@ -189,58 +190,6 @@ def split_cmdline(text: str) -> list[str]:
     return read_cmdline(text).argv
 
 
-# A POSIX shell word as shlex (posix, whitespace_split) reads it: runs of plain characters,
-# '...' (no escapes), "..." (where only a backslash before " or a backslash escapes) and a
-# backslash before any character, with nothing between them.
-_SHELL_WORD = re.compile(r"""(?:[^ \t\r\n'"\\]+|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*"|\\.)+""", re.S)
-_SHELL_PIECE = re.compile(r"""'(?P<sq>[^']*)'|"(?P<dq>[^"\\]*(?:\\.[^"\\]*)*)"|(?P<plain>(?:[^'"\\]|\\.)+)""", re.S)
-_ESCAPED = re.compile(r"\\(.)", re.S)
-_SHELL_SPACE = re.compile(r"[ \t\r\n]+")
-
-
-def _unescape_double_quoted(text: str) -> str:
-    """Inside double quotes a backslash escapes only " and a backslash (and stays otherwise)."""
-    if "\\" not in text:
-        return text
-    if "\x00" in text:
-        return re.sub(r'\\(["\\])', r"\1", text)
-    return text.replace("\\\\", "\x00").replace('\\"', '"').replace("\x00", "\\")
-
-
-def shell_split(line: str) -> list[str]:
-    """``shlex.split(line)`` in linear time.
-
-    shlex builds each word a character at a time (``token += c``), which is quadratic in a
-    word's length: a 1 MB command line took 20 s. Here a regex reads whole words: the same
-    words, and the same ValueError for an unclosed quote or a trailing backslash.
-    """
-    if "'" not in line and '"' not in line and "\\" not in line:
-        return [w for w in _SHELL_SPACE.split(line) if w]
-    words: list[str] = []
-    pos = 0
-    for m in _SHELL_WORD.finditer(line):
-        if line[pos : m.start()].strip(" \t\r\n"):
-            raise ValueError("No closing quotation")  # a quote or backslash that opens nothing
-        word = m.group()
-        if "'" in word or '"' in word or "\\" in word:
-            parts = []
-            for piece in _SHELL_PIECE.finditer(word):
-                kind = piece.lastgroup
-                if kind == "sq":
-                    parts.append(piece.group("sq"))
-                elif kind == "dq":
-                    parts.append(_unescape_double_quoted(piece.group("dq")))
-                else:
-                    plain = piece.group("plain")
-                    parts.append(_ESCAPED.sub(r"\1", plain) if "\\" in plain else plain)
-            word = "".join(parts)
-        words.append(word)
-        pos = m.end()
-    if line[pos:].strip(" \t\r\n"):
-        raise ValueError("No closing quotation")
-    return words
-
-
 def kube_proxy_args(argv: list[str]) -> list[str] | None:
     """The part of an argv that belongs to kube-proxy (after wrappers like go-runner, hyperkube)."""
     for i, a in enumerate(argv):
@@ -252,6 +201,13 @@ def kube_proxy_args(argv: list[str]) -> list[str] | None:
     return None
 
 
+# A number starts only where no digit or dot precedes it, and takes its digits possessively: a
+# run of digits with no unit fails once, not once per digit (which was quadratic: a 20,000-digit
+# value took 15 s). No Go duration kube-proxy accepts is anywhere near 64 characters long.
+_DURATION_PART = re.compile(r"(?<![\d.])(\d++(?:\.\d++)?+)(ns|us|µs|ms|s|m|h)")
+_DURATION_CHARS = 64
+
+
 def parse_duration(text: str | None) -> float | None:
     """Go durations as kube-proxy prints them: ``30s``, ``1m0s``, ``500ms``, ``0``."""
     if text is None:
@@ -259,9 +215,11 @@ def parse_duration(text: str | None) -> float | None:
     s = str(text).strip().strip("'\"")
     if s in ("0", ""):
         return 0.0 if s == "0" else None
+    if len(s) > _DURATION_CHARS:
+        return None
     total = 0.0
     found = False
-    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", s):
+    for num, unit in _DURATION_PART.findall(s):
         found = True
         total += float(num) * {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[unit]
     return total if found else None

@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kpdoctor.parse.numbers import is_int, to_int
+from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import load_json
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
@@ -20,7 +20,6 @@ _V = TypeVar("_V")
 # take quadratic time on a long run of digits, so they only ever see this much.
 _BANNER_CHARS = 4096
 _VERSION_CHARS = 512
-_ARGV_CHARS = 64 * 1024  # shlex is quadratic in token length: longer command lines are split at spaces
 
 
 def _version(parse: Callable[[str], _V | None], text: str) -> _V | None:
@@ -57,16 +56,11 @@ def parse_kube_proxy_version(text: str) -> KubeVersion | None:
     return _version(KubeVersion.parse, (m.group(1) if m else head.strip())[:_VERSION_CHARS])
 
 
-_SHELL_SPACE = re.compile(r"[ \t\r\n]+")  # what shlex splits at
-
-
 @functools.lru_cache(maxsize=4096)
 def _split_command(command: str) -> tuple[str, ...]:
     """A command line as the shell would split it (checks ask for it more than once per process)."""
-    if not any(c in command for c in "'\"\\") or len(command) > _ARGV_CHARS:
-        return tuple(t for t in _SHELL_SPACE.split(command) if t)  # what shlex gives, 50 times faster
     try:
-        return tuple(shlex.split(command))
+        return tuple(shell_split(command))
     except ValueError:
         return tuple(command.split())
 
