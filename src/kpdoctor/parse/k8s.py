@@ -514,26 +514,29 @@ _CHECKS = {
 }
 
 
+_SPACE_RUN = re.compile(r"\s*")
+
+
 def _json_stream(text: str, diag: Any, first_line: int) -> list[Any]:
     """Concatenated JSON documents (``kubectl cluster-info dump``), one by one, bounded like
     :func:`~kpdoctor.parse.structured.load_json`: a document nested too deeply or holding a
-    number of 4,300 digits ends the stream with a one-line reason."""
+    number of 4,300 digits ends the stream with a one-line reason. The line number is counted
+    only for that reason (counting it for every document was quadratic in the stream's length)."""
     dec = json.JSONDecoder()
     docs: list[Any] = []
     i = 0
     n = len(text)
     while i < n:
-        while i < n and text[i].isspace():
-            i += 1
+        i = _SPACE_RUN.match(text, i).end()  # type: ignore[union-attr]  # matches the empty string too
         if i >= n:
             break
-        line = text.count("\n", 0, i) + first_line
         try:
             obj, end = dec.raw_decode(text, i)
         except RecursionError:
-            diag(line, "JSON nested too deeply to read (about 1,000 levels or more)")
+            diag(text.count("\n", 0, i) + first_line, "JSON nested too deeply to read (about 1,000 levels or more)")
             break
         except ValueError as exc:
+            line = text.count("\n", 0, i) + first_line
             if "Exceeds the limit" in str(exc):
                 diag(line, "JSON holds a number of more than 4,300 digits")
             else:

@@ -300,7 +300,7 @@ def _klog_time(header: str) -> tuple[str | None, str | None]:
 class _Chunk:
     """A block of whole records, with line-number bookkeeping."""
 
-    __slots__ = ("_cache_line", "_cache_off", "base_line", "base_off", "data", "end")
+    __slots__ = ("_cache_line", "_cache_off", "base_line", "base_off", "data", "end", "heads")
 
     def __init__(self, data: bytes, end: int, base_line: int, base_off: int) -> None:
         self.data = data
@@ -309,6 +309,9 @@ class _Chunk:
         self.base_off = base_off
         self._cache_off = 0
         self._cache_line = base_line
+        # a line looked up by _record_start -> (its record's header line or None: none within
+        # MAX_RECORD_LINES above it, how many lines above it that header is)
+        self.heads: dict[int, tuple[int | None, int]] = {}
 
     def lineno(self, off: int) -> int:
         if off >= self._cache_off:
@@ -381,19 +384,34 @@ def _klog_header_at(data: bytes, pos: int) -> bool:
 
 
 def _record_start(chunk: _Chunk, start: int) -> int:
-    """Offset of the header line of the record holding the line at ``start``."""
-    data = chunk.data
+    """Offset of the header line of the record holding the line at ``start`` (``start`` itself
+    when no header is within ``MAX_RECORD_LINES`` lines above it).
+
+    The walk back stops at a line an earlier call already resolved (``chunk.heads``): hits are
+    looked up in file order, so each line is walked over about once per signature, not once per
+    hit below it in the same record (which unwrapped 400 lines per hit: a 20,000-line
+    journald-wrapped log took 30 s).
+    """
+    data, heads = chunk.data, chunk.heads
     pos = start
-    for _ in range(MAX_RECORD_LINES):
-        if pos == 0:
-            return pos
+    found: int | None = None
+    lines = MAX_RECORD_LINES
+    for dist in range(MAX_RECORD_LINES):
+        known = heads.get(pos)
+        if known is not None:
+            found, lines = known[0], dist + known[1]
+            break
         b = data[pos] if pos < chunk.end else 10
-        if b == 9 or b == 32 or b == 10:  # tab, space, empty line: a continuation
-            pass
-        elif _klog_header_at(data, pos) or not chunk.is_continuation(pos):
-            return pos
+        continued = b == 9 or b == 32 or b == 10  # tab, space, empty line: a continuation for sure
+        if pos == 0 or (not continued and (_klog_header_at(data, pos) or not chunk.is_continuation(pos))):
+            found, lines = pos, dist
+            break
         pos = data.rfind(b"\n", 0, pos - 1) + 1
-    return start
+    if found is None or lines >= MAX_RECORD_LINES:
+        heads[start] = (None, MAX_RECORD_LINES)
+        return start
+    heads[start] = (found, lines)
+    return found
 
 
 # The next line that does not start as a continuation of a bare log does (tab, space, ">", empty).
@@ -803,8 +821,13 @@ class Scanner:
                 data = carry + block if carry else block
                 cut = _safe_cut(data)
                 if cut == 0:
-                    carry = data
-                    continue
+                    if len(data) < CHUNK_BYTES:
+                        carry = data
+                        continue
+                    # No newline in a whole chunk: a line this long is no log record, and carrying
+                    # it on grew without bound (a 1 GB line, 1 GB of memory). It is scanned in
+                    # chunk-sized pieces instead (a match across a cut may be missed).
+                    cut = len(data)
                 yield data, cut, off
                 off += cut
                 carry = data[cut:]
@@ -840,14 +863,6 @@ class Scanner:
             if text is None:
                 text = inner[ls] = unwrap(data[ls:le].decode("utf-8", errors="replace")).inner
             return text
-
-        record_starts: dict[int, int] = {}  # a continuation line -> its record's header line
-
-        def record_start(ls: int) -> int:
-            hs = record_starts.get(ls)
-            if hs is None:
-                hs = record_starts[ls] = _record_start(chunk, ls)
-            return hs
 
         def line_ends(starts: list[int]) -> list[int]:
             les = list(map(find, repeat(b"\n"), starts, repeat(end)))
@@ -898,11 +913,13 @@ class Scanner:
                     groups_of[si] = groups
                 if vi >= 0:  # each hit's record start (a bare header line is one)
                     if not slow:
-                        heads_of[si] = [ls if data[ls] in levels else record_start(ls) for ls in pos]
+                        heads_of[si] = [ls if data[ls] in levels else _record_start(chunk, ls) for ls in pos]
                     else:
                         ok = set(fs)
-                        heads_of[si] = [ls if ls in ok and data[ls] in levels else record_start(ls) for ls in pos]
-        keys = self._keys(chunk, per_needle, positions, groups_of, heads_of, line_ends, record_start)
+                        heads_of[si] = [
+                            ls if ls in ok and data[ls] in levels else _record_start(chunk, ls) for ls in pos
+                        ]
+        keys = self._keys(chunk, per_needle, positions, groups_of, heads_of, line_ends)
         successes, first_sync, before, synced_before = self._timeline(idx, chunk.base_off, res, positions)
         self._keep(idx, art, chunk, res, positions, keys, successes, before, synced_before, first_sync)
 
@@ -914,7 +931,6 @@ class Scanner:
         groups_of: dict[int, list[tuple[bytes | None, ...]]],
         heads_of: dict[int, list[int]],
         line_ends: Callable[[list[int]], list[int]],
-        record_start: Callable[[int], int],
     ) -> list[_Keys]:
         """Per signature with groups or a variant, each hit's (groups, variant matches). A
         record's variant matches are read from the lines holding one of the variant's literal
@@ -934,7 +950,7 @@ class Scanner:
                             got = spec.rx.findall(data, ls, le)
                             if got:
                                 bare_header = data[ls] in _KLOG_LEVELS and _BARE_LINE.match(data, ls, le)
-                                hs = ls if bare_header else record_start(ls)
+                                hs = ls if bare_header else _record_start(chunk, ls)
                                 table[hs] = tuple(dict.fromkeys(table.get(hs, ()) + tuple(got)))
             if self._variants[vi].prefixes is None:  # no literal prefix: each record searched whole
                 rx = self._variants[vi].rx
