@@ -74,23 +74,7 @@ SKIP_SUFFIXES = (".py", ".sh", ".md")  # generators and notes, not evidence
 # Crash classes already reported and being fixed by their owners. A finding whose key is listed
 # here does not fail the in-suite fuzz tests (they xfail and name it instead). Empty this as the
 # fixes land: (category, exception type, "file:function" of the innermost kpdoctor frame).
-KNOWN_CRASHES: dict[tuple[str, str, str], str] = {
-    ("timeout", "", "kpdoctor/parse/iptables.py:_split"): (
-        "a rule line with a quote and a backslash or apostrophe goes to shlex, quadratic in token length"
-    ),
-    ("timeout", "", "kpdoctor/parse/k8s.py:_json_stream"): (
-        "counts lines from the start of the text for every document: quadratic in concatenated JSON"
-    ),
-    ("timeout", "", "kpdoctor/parse/logwrap.py:unwrap"): (
-        "logscan._record_start walks back up to 400 lines (each unwrapped) for every hit on a continuation line"
-    ),
-    ("timeout", "", "kpdoctor/parse/kpconfig.py:parse_duration"): (
-        "its pattern is quadratic on a long run of digits (a 20,000-digit syncPeriod: 15 s)"
-    ),
-    ("timeout", "", "parser:kpconfig.cmdline"): (
-        "kpconfig.parse_duration's pattern is quadratic on a long run of digits (20,000: 22 s)"
-    ),
-}
+KNOWN_CRASHES: dict[tuple[str, str, str], str] = {}
 # ---------------------------------------------------------------------------------------------
 
 

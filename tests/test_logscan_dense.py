@@ -267,3 +267,17 @@ def test_crash_loop_cites_the_last_panic_before_the_first_sync(diagnose: Diag) -
     panic_lines = [n for n, line in enumerate(log.splitlines(), 1) if line.startswith("panic:")]
     cited = {c.line for c in f.evidence if c.text.startswith("panic:")}
     assert cited == {panic_lines[0], panic_lines[39]}
+
+
+def test_a_line_without_end_is_scanned_in_bounded_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A file whose last line never ends (a binary dump, a runaway write) was carried on whole
+    until the end of the file: memory grew with it (a 300 MB line: 200 MB per worker). Now it is
+    read in chunk-sized pieces, and the records before it are still found."""
+    monkeypatch.setattr(logscan, "CHUNK_BYTES", 256 * 1024)
+    path = tmp_path / "kube-proxy.log"
+    with open(path, "wb") as fh:
+        fh.write(b'E1113 16:15:07.931291       1 proxier.go:1481] "Failed to execute iptables-restore" err="exit status 1"\n')
+        fh.write(b"E1113 16:15:08.931291       1 proxier.go:1481] " + b"a" * 16 * 1024**2)
+    peak, hits = peak_scan_memory(path)
+    assert hits >= 1
+    assert peak < 4 * 1024**2, peak

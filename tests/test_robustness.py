@@ -25,6 +25,9 @@ from kpdoctor.checks import registry
 from kpdoctor.demo import demo_path
 from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import InputProblem, group_problems
+from kpdoctor.parse.iptables import parse_save
+from kpdoctor.parse.k8s import parse_objects
+from kpdoctor.parse.kpconfig import parse_duration, read_cmdline
 
 XTABLES_LOG = DATA / "logs" / "xtables-lock.log"
 IP_LINK = DATA / "node" / "ip-j-link.json"
@@ -67,7 +70,7 @@ def test_an_empty_object_list_is_an_input_problem_not_a_clean_run(tmp_path: Path
     r = report(res)
     assert r["checks_run"] == 0
     problems = [q["message"] for q in r["input_problems"]]  # type: ignore[union-attr]
-    assert any("no Kubernetes object in it" in m for m in problems), problems
+    assert any("recognised as Kubernetes objects, but it holds no object" in m for m in problems), problems
 
 
 def test_a_json_file_with_a_byte_order_mark_reads_like_without(tmp_path: Path) -> None:
@@ -444,3 +447,70 @@ def test_kp103_for_a_build_that_waits_explains_instead_of_saying_not_affected(tm
     kp103 = next(f for f in rep.findings if f.code == "KP103")
     assert not any("not affected" in x for x in kp103.fix)
     assert "older than 1.6.2" in kp103.summary and kp103.confidence.label == "medium"
+
+
+# -- slow inputs the fuzz harness found (each was quadratic; now linear) -------------------------
+
+
+def test_twenty_thousand_concatenated_json_objects_are_read_at_once() -> None:
+    """``kubectl cluster-info dump`` concatenates JSON documents: the line of each was counted
+    from the start of the text (20,000 Services took 16 s). A broken last one still gets its line."""
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": "default"}}
+    docs = [json.dumps({**svc, "metadata": {"name": f"s{i}", "namespace": "default"}}, indent=1) for i in range(20_000)]
+    text = "\n".join(docs) + '\n{"kind": "Service",\n'
+    t0 = time.monotonic()
+    objs = parse_objects(text, "cluster-info-dump.json")
+    assert time.monotonic() - t0 < 4
+    assert len(objs.of("Service")) == 20_000
+    (bad,) = [d for d in objs.diagnostics if "truncated JSON" in d.message]
+    assert bad.line == text.count("\n")  # the line the unfinished object starts on
+
+
+def test_a_journald_wrapped_error_block_hit_on_every_line_is_scanned_at_once(tmp_path: Path) -> None:
+    """k3s logs through journald: each continuation line of an ``err=<`` block carries the syslog
+    prefix, so finding its record's header meant unwrapping up to 400 lines above it, for every
+    hit (20,000 lines took 32 s). The finding still cites the block's header line."""
+    header = 'Nov 13 16:15:07 node3 k3s[1234]: E1113 16:15:07.931291    1234 proxier.go:1481] "Failed to execute iptables-restore" err=<'
+    lines: list[str] = []
+    for _ in range(50):
+        lines.append(header)
+        lines += [f"Nov 13 16:15:07 node3 k3s[1234]:         exit status 1: iptables-restore: line {i} failed" for i in range(390)]
+        lines.append("Nov 13 16:15:07 node3 k3s[1234]:  >")
+    p = tmp_path / "k3s.log"
+    p.write_text("\n".join(lines) + "\n")
+    t0 = time.monotonic()
+    rep, _ = diagnose_paths([p])
+    assert time.monotonic() - t0 < 8 and not rep.errors
+    cited = [ev for f in rep.findings for ev in f.evidence if "k3s.log" in ev.artifact]
+    assert cited and all(ev.line is not None and lines[ev.line - 1] == header for ev in cited if "err=<" in ev.text)
+
+
+def test_a_rule_with_an_apostrophe_and_a_megabyte_token_is_split_at_once() -> None:
+    """A rule line with a quote and a backslash or apostrophe is shell-split: ``shlex`` took 20 s
+    for a 1 MB word. The linear splitter gives shlex's words."""
+    rule = '-A KUBE-SERVICES -m comment --comment "it\'s \\"x\\"" -j KUBE-SVC-' + "X" * 1_000_000
+    t0 = time.monotonic()
+    rs = parse_save(f"*nat\n:KUBE-SERVICES - [0:0]\n{rule}\nCOMMIT\n", "iptables-save.txt", None, 4)
+    assert time.monotonic() - t0 < 3
+    (r,) = list(rs.all_rules())
+    assert r.comment == 'it\'s "x"' and r.target == "KUBE-SVC-" + "X" * 1_000_000
+
+
+@pytest.mark.parametrize("value", ["1" * 20_000, "1" * 20_000 + "s", "9" * 65 + "ms"])
+def test_a_duration_of_thousands_of_digits_is_no_duration_and_read_at_once(value: str) -> None:
+    """Go durations are short: a 20,000-digit ``syncPeriod`` took 15 s to be refused."""
+    t0 = time.monotonic()
+    assert parse_duration(value) is None
+    cmd = read_cmdline(f"/usr/local/bin/kube-proxy --iptables-sync-period={value} --v=2")
+    assert cmd.argv[-1] == "--v=2" and time.monotonic() - t0 < 1
+
+
+def test_go_durations_still_read() -> None:
+    assert [parse_duration(v) for v in ("30s", "1m0s", "500ms", "0", "1h2m3.5s", "2562047h47m16.854775807s")] == [
+        30.0,
+        60.0,
+        0.5,
+        0.0,
+        3723.5,
+        pytest.approx(9223372036.854776),
+    ]

@@ -541,7 +541,7 @@ class Facts:
 _NOTHING: dict[Kind, tuple[Callable[[Facts], bool], str]] = {
     Kind.K8S_OBJECTS: (
         lambda f: not f.objects.items,
-        "no Kubernetes object in it (an empty List: the wrong context or namespace?)",
+        "it holds no object (an empty List: the wrong context or namespace?)",
     ),
     Kind.IP_ADDR: (lambda f: not f.host_addresses, "no address could be read from it"),
     Kind.IP_LINK: (lambda f: not f.node_state.links, "no interface could be read from it"),
