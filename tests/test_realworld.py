@@ -1,0 +1,55 @@
+"""Real bug reports (tests/realworld): the corpus follows its rules, and kpdoctor's accuracy on it
+never falls below the floor. The floor only rises: raise it when a change raises the figures
+(``bench/accuracy.py`` prints them); the goal lives in the benchmark, not here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import accuracy
+
+# Measured with bench/accuracy.py when the corpus was committed (bench/README.md): top-1 and
+# top-3 26/126, negatives clean 38/38. One alarm on a negative is allowed before the test fails.
+FLOOR_TOP1 = 0.20
+FLOOR_TOP3 = 0.20
+FLOOR_NEGATIVES_CLEAN = 0.97
+MIN_CASES, MIN_NEGATIVES = 150, 30
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[accuracy.Case]:
+    return accuracy.load_cases()
+
+
+def test_the_corpus_is_large_enough_and_follows_its_rules(cases: list[accuracy.Case]) -> None:
+    """load_cases checks every case against tests/realworld/README.md (fields, slugs, files)."""
+    assert len(cases) >= MIN_CASES
+    assert sum(c.negative for c in cases) >= MIN_NEGATIVES
+    # Evidence is machine output, never the thread's markdown: no code fence survives.
+    fenced = [f"{c.id}/{f.name}" for c in cases for f in c.files if f.read_text(errors="replace").lstrip().startswith("```")]
+    assert not fenced, fenced
+
+
+def test_a_case_with_a_slug_outside_the_taxonomy_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "k8s-1"
+    folder.mkdir()
+    (folder / "log.txt").write_text("E0101 00:00:00.000000       1 proxier.go:1] x\n")
+    (folder / "case.yaml").write_text(
+        "id: k8s-1\nsource: https://example.invalid/1\ntitle: t\nevidence:\n  - file: log.txt\n"
+        "established: {by: maintainer, where: w, how: h}\naccept: [not-a-cause]\nnegative: false\noutside: null\n"
+    )
+    with pytest.raises(accuracy.CorpusError, match="not in causes.txt"):
+        accuracy.load_case(folder, accuracy.causes())
+
+
+def test_accuracy_on_real_reports_holds_its_floor(cases: list[accuracy.Case]) -> None:
+    slugs = accuracy.causes()
+    verdicts = [accuracy.judge(accuracy.run_in_process(c), slugs) for c in cases]
+    fig = accuracy.figures(verdicts)
+    assert fig.top1 / fig.positives >= FLOOR_TOP1
+    assert fig.top3 / fig.positives >= FLOOR_TOP3
+    assert fig.clean / fig.negatives >= FLOOR_NEGATIVES_CLEAN
