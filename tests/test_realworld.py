@@ -42,7 +42,7 @@ def test_a_case_with_a_slug_outside_the_taxonomy_is_refused(tmp_path: Path) -> N
         "id: k8s-1\nsource: https://example.invalid/1\ntitle: t\nevidence:\n  - file: log.txt\n"
         "established: {by: maintainer, where: w, how: h}\naccept: [not-a-cause]\nnegative: false\noutside: null\n"
     )
-    with pytest.raises(accuracy.CorpusError, match="not in causes.txt"):
+    with pytest.raises(accuracy.CorpusError, match=r"not in causes\.txt"):
         accuracy.load_case(folder, accuracy.causes())
 
 
