@@ -68,8 +68,8 @@ def diagnose_evidence(
         problems += [InputProblem(name, str(d)) for name, d in facts.diagnostics]
         for kind, why in facts.parsed_nothing(asked_only=partial).items():
             names = sorted({a.name for a in evidence.of(kind)})
-            why = f"recognised as {kind.value}, but {why}: checks that need it are skipped"
-            problems.append(InputProblem(", ".join(names), why))
+            message = f"recognised as {kind.value}, but {why}: checks that need it are skipped"
+            problems.append(InputProblem(", ".join(names), message))
         ident = facts.node if ready("node") else None
         ver = facts.verification if ready("verification") else None
         if ver is not None and service:
