@@ -380,6 +380,8 @@ def _run(
         for p in evidence.problems:
             _err(f"{p.source}: {p.message}")
         _err("nothing usable was given (see `kpdoctor diagnose --help` for what kpdoctor reads)")
+        if fmt == Format.json:  # scripts read why from the report itself (input_problems)
+            _write(FORMATS[fmt.value], report, output, "")
         return 2
     if _write(FORMATS[fmt.value], report, output, header if fmt == Format.text else ""):
         return 2

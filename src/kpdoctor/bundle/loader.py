@@ -25,6 +25,7 @@ from kpdoctor import deadline
 from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
+from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.model import InputProblem, InternalError
@@ -32,6 +33,7 @@ from kpdoctor.parse.structured import StructuredError, load_json
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
 MAX_INLINE_BYTES = 256 * 1024**2  # non-log artifacts are read into memory up to this size
+MAX_PASTE_BYTES = 4 * 1024**2  # a paste whose wrapping (indent, quotes, grep) is taken off
 LAZY_BYTES = 4 * 1024**2  # above this, rule dumps and object lists are read when parsed, not kept
 LAZY_KINDS = (Kind.IPTABLES_SAVE, Kind.K8S_OBJECTS)
 MAX_STREAM_BYTES = 2 * 1024**3  # a pipe is spooled to a temporary file up to this (a 2 GB log)
@@ -380,6 +382,8 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, "binary data, not text evidence: skipped"))
         return
     head_text = head.decode("utf-8-sig", errors="replace")
+    if size <= MAX_PASTE_BYTES and _load_unwrapped(ev, path, label, head_text, size):
+        return
     # A pasted session starts with its first command; a big file with no prompt in its head is
     # one command's output, and is not read whole just to look for prompts.
     if size <= MAX_TRANSCRIPT_BYTES and (size <= len(head) or has_prompt(head_text)):
@@ -393,6 +397,25 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, typed.reason))
         return
     _add_typed(ev, path, label, typed)
+
+
+def _load_unwrapped(ev: Evidence, path: Path, label: str, head_text: str, size: int) -> bool:
+    """A paste read without its wrapping (markdown indentation or quotes, grep prefixes,
+    backticks: bundle/paste.py), when it has one and is evidence without it; True when so.
+    Taken off first: an indented log would otherwise be read as one record of continuation
+    lines, and a grep'd one not at all."""
+    text = path.read_text(encoding="utf-8-sig", errors="replace") if size > len(head_text) else head_text
+    un = unwrap_paste(text)
+    if not un.removed:
+        return False
+    parts = split_transcript(un.text)
+    if parts is not None:
+        return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed)
+    typed = sniff(un.text[:HEAD_BYTES])
+    if typed.kind is None:
+        return False
+    _add_inline(ev, label, typed, un.text, {"paste": ", ".join(un.removed)})
+    return True
 
 
 def _as_utf8(ev: Evidence, path: Path) -> Path:
@@ -421,16 +444,28 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
         ev.artifacts.append(Artifact(label, typed.kind, path=os.fspath(path), attrs=attrs, size=size))
         return
     raw = path.read_bytes()
-    text = raw.decode("utf-8-sig", errors="replace")  # a byte-order mark is not content
-    if typed.kind == Kind.IPTABLES_SAVE and "backend" not in typed.attrs:
-        typed = Typed(typed.kind, {**typed.attrs, **save_attrs(text)})
+    _add_inline(ev, label, typed, raw.decode("utf-8-sig", errors="replace"))  # a BOM is not content
+
+
+def _add_inline(
+    ev: Evidence, label: str, typed: Typed, text: str, extra: dict[str, str] | None = None, first_line: int = 1
+) -> None:
     kind = typed.kind
     assert kind is not None
-    ev.artifacts.append(Artifact(label, kind, text=text, attrs=typed.attrs, size=size))
+    attrs = {**typed.attrs, **(extra or {})}
+    if kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
+        attrs.update({k: v for k, v in save_attrs(text).items() if k not in attrs})
+    ev.artifacts.append(Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text)))
 
 
-def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
+def _load_transcript(
+    ev: Evidence, label: str, parts: list[Part], report_unused: bool = True, paste: tuple[str, ...] = ()
+) -> bool:
+    """Each command's output typed on its own (an output not recognised as it is, read again
+    without its wrapping); True when any was used. ``paste``: what was taken off the whole file
+    before it could be split (``report_unused`` False: the caller reports the file instead)."""
     used = 0
+    problems: list[InputProblem] = []
     when: str | None = None  # the output of the last `date`: when the following commands ran
     for p in parts:
         if not p.text.strip():
@@ -441,18 +476,24 @@ def _load_transcript(ev: Evidence, label: str, parts: list[Part]) -> None:
         hints = hint_from_command(p.argv)
         if when is not None:
             hints["time"] = when
+        if paste:
+            hints["paste"] = ", ".join(paste)
         forced = _KIND_HINTS.get(hints.pop("kind", ""))
-        typed = Typed(forced, {}) if forced else sniff(p.text)
+        text = p.text
+        typed = Typed(forced, {}) if forced else sniff(text)
         if typed.kind is None:
-            ev.problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
+            un = unwrap_paste(text)
+            retyped = sniff(un.text) if un.removed else typed
+            if retyped.kind is not None:
+                typed, text = retyped, un.text
+                hints["paste"] = ", ".join((*paste, *un.removed))
+        if typed.kind is None:
+            problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
             continue
-        attrs = {**typed.attrs, **hints}
-        if typed.kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
-            attrs.update({k: v for k, v in save_attrs(p.text).items() if k not in attrs})
-        attrs["command"] = p.command
-        ev.artifacts.append(
-            Artifact(label, typed.kind, text=p.text, first_line=p.first_line, attrs=attrs, size=len(p.text))
-        )
+        _add_inline(ev, label, typed, text, {**hints, "command": p.command}, first_line=p.first_line)
         used += 1
-    if not used:
+    if used or report_unused:
+        ev.problems.extend(problems)
+    if not used and report_unused:
         ev.problems.append(InputProblem(label, "terminal transcript, but no command output kpdoctor reads"))
+    return used > 0

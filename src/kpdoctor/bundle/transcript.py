@@ -70,19 +70,46 @@ KNOWN_COMMANDS = frozenset(
         "lsb_release",
         "nstat",
         "date",
+        "pgrep",
+        "pidof",
+        "modprobe",
+        "modinfo",
+        "stat",
+        "find",
+        "which",
+        "rpm",
+        "dpkg",
+        "ufw",
+        "firewall-cmd",
+        "ethtool",
+        "wc",
+        "awk",
+        "sed",
+        "sort",
+        "uniq",
+        "crictl",
+        "ctr",
+        "k3s",
+        "rke2",
+        "microk8s",
+        "minikube",
     ]
 )
 
 MAX_COMMAND = 4096
 
 _PROMPT = re.compile(
-    r"^(?:"
-    r"(?:\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
+    r"^[ \t]*(?:"
+    r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
     r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
     r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
-    r"|[$#%>])"  # bare $ or #
-    r")\s+(?P<cmd>\S.*)$"
+    r"|/[\w./-]*\s[#$])\s+"  # /some/path # (a container's shell)
+    r"|[#%>]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods")
+    r")(?P<cmd>[^\s#$].*)$"
 )
+# A command word a strong prompt (user@host, [user@host dir], /path #) may run even when it is
+# not in KNOWN_COMMANDS: its output is then its own part, never merged into the previous one's.
+_COMMAND_WORD = re.compile(r"^[\w.+-]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +135,7 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]
-    if prog not in KNOWN_COMMANDS:
+    if prog not in KNOWN_COMMANDS and not (m.group("strong") and _COMMAND_WORD.match(prog)):
         return None
     bare_hash = line.lstrip().startswith("#")
     if bare_hash and (len(argv) < 2 and prog not in ("ps", "uname", "hostname", "lsmod")):
@@ -118,12 +145,13 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     return cmd, argv
 
 
-_PROMPT_START = frozenset("[$#%>")  # a prompt starts so, or is user@host
+_PROMPT_START = frozenset("[$#%>/")  # a prompt starts so, or is user@host
 
 
 def _prompt(line: str) -> tuple[str, list[str]] | None:
     """The command of a prompt line (the cheap test first: most lines cannot be one)."""
-    if line and (line[0] in _PROMPT_START or "@" in line):
+    start = line.lstrip(" \t")[:1]
+    if start and (start in _PROMPT_START or "@" in line):
         return _command_of(line)
     return None
 
@@ -151,6 +179,10 @@ def split_transcript(text: str) -> list[Part] | None:
     return parts
 
 
+_RUNTIMES = ("kubectl", "k", "crictl", "docker", "nerdctl", "podman", "ctr")
+_PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
+
+
 def hint_from_command(argv: list[str]) -> dict[str, str]:
     """What a command line says about its output (backend, family, previous log, kind)."""
     hints: dict[str, str] = {}
@@ -167,8 +199,11 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["backend"] = "legacy"
     elif "-nft" in prog:
         hints["backend"] = "nft"
-    if prog in ("kubectl", "k", "crictl", "docker", "nerdctl") and "exec" in words and "kube-proxy" in joined:
-        hints["scope"] = "kube-proxy"  # e.g. `kubectl exec kube-proxy-x -- iptables --version`
+    if prog in _RUNTIMES and ("exec" in words or "run" in words):
+        # Output inside a container is the container's, not the host's: kube-proxy's when the
+        # image, Pod or container is kube-proxy's (or a distribution binary that runs it).
+        where = " ".join(words[1:])
+        hints["scope"] = "kube-proxy" if _PROXY_IMAGE.search(where) else "container"
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
     if prog == "hostname":

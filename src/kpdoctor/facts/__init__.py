@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -157,12 +158,12 @@ class Facts:
         out: list[Ruleset] = []
         for a in self.of(Kind.IPTABLES_SAVE):
             fam = int(a.attrs.get("family", "4"))
-            out.append(parse_save(a.read_text(), a.name, a.attrs.get("backend"), fam, a.first_line))
+            fragment = a.attrs.get("fragment") == "true"
+            text, backend = a.read_text(), a.attrs.get("backend")
+            out.append(parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a)))
         for a in self.of(Kind.IPTABLES_RULES_S):
             fam = int(a.attrs.get("family", "4"))
-            cmd = a.attrs.get("command", "")
-            table = "nat" if "-t nat" in cmd or "--table nat" in cmd else None
-            out.append(parse_rules_s(a.text, a.name, fam, a.first_line, table))
+            out.append(parse_rules_s(a.text, a.name, fam, a.first_line, _table_named(a)))
         for a in self.of(Kind.IPTABLES_LIST):
             out.append(parse_list(a.text, a.name, int(a.attrs.get("family", "4")), a.first_line))
         return out
@@ -533,6 +534,12 @@ class Facts:
                     f"nftables table {t} ({a.name}) is not evaluated: its rules may also drop Service traffic"
                 )
         return ver
+
+
+def _table_named(a: Artifact) -> str | None:
+    """The table the command that printed the rules named (``iptables -t nat -S``), if any."""
+    m = re.search(r"(?:^|\s)(?:-t\s*|--table[=\s])(\w+)", a.attrs.get("command", ""))
+    return m.group(1) if m else None
 
 
 # Kinds whose parse can yield nothing although the file was recognised, and the reason the user

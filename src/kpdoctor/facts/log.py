@@ -23,13 +23,15 @@ from kpdoctor.versions import IptablesVersion
 RESTORE_VARIANT = r"ip6tables|-restore v[0-9.]+ *(?:\((?:legacy|nf_tables)\))?"
 
 SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)", success=True)
-SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True)
+SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True, generic=True)
 RESTORE_FAILED = signature(
     "restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True, variant=RESTORE_VARIANT
 )
-VERSION_GLOG = signature("version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)")
+VERSION_GLOG = signature(
+    "version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)", generic=True
+)
 VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', r'"Version info" version="(v[^"]+)"')
-FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"')
+FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"', generic=True)
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
 PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")
 

@@ -113,7 +113,7 @@ class Ruleset:
     generator: str | None = None  # "iptables-nft-save v1.8.9 (nf_tables)"
     legacy_warning_line: int | None = None  # line of "# Warning: iptables-legacy tables present"
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    form: str = "save"  # "save" | "S" | "L"
+    form: str = "save"  # "save" | "S" | "L" | "fragment" (a part of a dump: see parse_save)
     _kube_rules: int | None = field(default=None, repr=False, compare=False)
 
     def chains(self, table: str | None = None) -> set[str]:
@@ -166,9 +166,56 @@ def _counter(digits: str) -> int | None:
     return int(digits) if len(digits) <= 20 and int(digits) < 1 << 64 else None
 
 
-def parse_save(text: str, artifact: str, backend: str | None, family: int, first_line: int = 1) -> Ruleset:
-    """Parse ``iptables-save`` / ``ip6tables-save`` output (``-c`` counters allowed)."""
-    rs = Ruleset(artifact, backend, family)
+_NAT_CHAINS = re.compile(
+    r"^(?:PREROUTING|POSTROUTING|KUBE-(?:SVC|SEP|SVL|EXT|FW|XLB)-\w+|KUBE-POSTROUTING|KUBE-MARK-MASQ|"
+    r"KUBE-LOAD-BALANCER|KUBE-NODE-PORT|KUBE-PORTALS-(?:CONTAINER|HOST))$"
+)
+_FILTER_CHAINS = re.compile(
+    r"^(?:INPUT|FORWARD|KUBE-EXTERNAL-SERVICES|KUBE-PROXY-FIREWALL|KUBE-FORWARD|KUBE-FIREWALL)$"
+)
+_NAT_TARGETS = re.compile(r"^(?:DNAT|SNAT|MASQUERADE|REDIRECT|KUBE-MARK-MASQ|KUBE-(?:SVC|SEP|SVL|EXT|FW|XLB)-\w+)$")
+
+
+def infer_table(chain: str, args: tuple[str, ...]) -> str:
+    """The table of a rule or chain seen without its ``*table`` line (a grep'd dump), from its
+    chain and target: NAT targets and kube-proxy's service chains are nat; REJECT, connection
+    state verdicts and kube-proxy's firewall chains are filter; KUBE-SERVICES and KUBE-NODEPORTS
+    exist in both, so only their target tells. "unknown" when nothing does."""
+    target = ""
+    for flag in ("-j", "-g"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            target = args[args.index(flag) + 1]
+    if _NAT_TARGETS.match(target) or _NAT_CHAINS.match(chain):
+        return "nat"
+    if target == "REJECT" or _FILTER_CHAINS.match(chain):
+        return "filter"
+    if target in ("ACCEPT", "DROP") and ("--ctstate" in args or "--state" in args):
+        return "filter"
+    return "unknown"
+
+
+def parse_save(
+    text: str,
+    artifact: str,
+    backend: str | None,
+    family: int,
+    first_line: int = 1,
+    fragment: bool = False,
+    table_hint: str | None = None,
+) -> Ruleset:
+    """Parse ``iptables-save`` / ``ip6tables-save`` output (``-c`` counters allowed).
+
+    ``fragment``: a part of a dump (filtered through grep, a chain copied out): rules and chains
+    outside a ``*table`` go to the table their chain and target show (``infer_table``), never
+    dropped (to ``table_hint`` when the command that printed them named one: ``-t nat``); the
+    ruleset's form is then "fragment" (it proves what is in it, not what is not).
+    """
+
+    def placed(chain: str, args: tuple[str, ...]) -> Table:
+        name = table_hint or infer_table(chain, args)
+        return rs.tables.setdefault(name, Table(name))
+
+    rs = Ruleset(artifact, backend, family, form="fragment" if fragment else "save")
     table: Table | None = None
     carry = ""  # the first half of a rule the stderr warning was written into
     # A dump of plain ASCII with no tab, backslash or interleaved warning anywhere (every dump
@@ -253,7 +300,7 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
         if line == "COMMIT":
             table = None
             continue
-        if table is None:
+        if table is None and not fragment:
             rs.diagnostics.append(Diagnostic(ln, f"outside any table: {line[:80]}"))
             continue
         if line.startswith(":"):
@@ -262,8 +309,9 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
                 rs.diagnostics.append(Diagnostic(ln, f"malformed chain line: {line[:80]}"))
                 continue
             policy = m.group(2)
-            table.chains[m.group(1)] = None if policy == "-" else policy
-            table.chain_lines[m.group(1)] = ln
+            into = table or placed(m.group(1), ())
+            into.chains[m.group(1)] = None if policy == "-" else policy
+            into.chain_lines[m.group(1)] = ln
             continue
         packets = nbytes = None
         mc = _COUNTERS.match(line)
@@ -278,15 +326,28 @@ def parse_save(text: str, artifact: str, backend: str | None, family: int, first
             toks = _split(line)  # unusual quoting: tokenise now, so a broken line is reported here
             head = toks[:2] if toks else []
             args = tuple(toks[2:]) if toks else None
+        if fragment and table is None and len(head) >= 2 and head[0] == "-N":  # iptables -S CHAIN
+            placed(head[1], ()).chains.setdefault(head[1], None)
+            continue
         if len(head) < 2 or head[0] not in ("-A", "-I"):
-            rs.diagnostics.append(Diagnostic(ln, f"not a rule: {line[:80]}"))
+            if not fragment:  # in a fragment, the dump command or a grep's other lines
+                rs.diagnostics.append(Diagnostic(ln, f"not a rule: {line[:80]}"))
             continue
         chain = head[1]
-        if chain not in table.chains:
-            rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
-            table.chains.setdefault(chain, None)
-        table.rules.append(Rule(table.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
-    if table is not None:
+        if table is None:
+            rule_args = tuple(_split(line) or ())[2:] if args is None else args
+            into = placed(chain, rule_args)
+        else:
+            into = table
+            if chain not in into.chains:
+                rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
+        into.chains.setdefault(chain, None)
+        into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
+    if rs.tables.get("unknown"):
+        rs.diagnostics.append(
+            Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")
+        )
+    if table is not None and not fragment:
         rs.diagnostics.append(
             Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)")
         )
@@ -331,6 +392,7 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
     rs = Ruleset(artifact, None, family, form="L")
     table = rs.tables.setdefault("unknown", Table("unknown"))
     chain: str | None = None
+    column: int | None = None  # where the target is, from the column header (num, pkts, bytes)
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i
         m = _L_CHAIN.match(raw)
@@ -339,9 +401,17 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
             table.chains[chain] = m.group(2)
             table.chain_lines[chain] = ln
             continue
-        if not raw.strip() or raw.lstrip().startswith(("pkts", "target")):
+        words = raw.split()
+        if not words:
+            continue
+        if "target" in words and "prot" in words:  # the column header: with -v, --line-numbers or not
+            column = words.index("target")
             continue
         if chain is None:
+            continue
+        if column is not None:
+            if len(words) > column + 1:
+                table.rules.append(Rule(table.name, chain, ("-j", words[column]), ln, raw))
             continue
         mr = _L_RULE.match(raw)
         if mr:

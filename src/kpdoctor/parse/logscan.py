@@ -70,6 +70,9 @@ class Signature:
     last hit of every variant is kept, so a question such as "do all of them come from
     ip6tables-restore?" is answered exactly from the kept sample. Best with literal starts
     (``ip6tables|-restore v...``): only the lines holding one are then searched.
+
+    ``generic``: other programs print the same line (``FLAG: --``, ``Version: v``), so it means
+    something in a kube-proxy log but does not make a text one.
     """
 
     id: str
@@ -78,6 +81,7 @@ class Signature:
     failure: bool = False
     success: bool = False
     variant: str = ""
+    generic: bool = False
 
     def compiled(self) -> re.Pattern[str]:
         return _compile(self.pattern)
@@ -97,10 +101,17 @@ REGISTRY: dict[str, Signature] = {}
 
 
 def signature(
-    id: str, needle: str, pattern: str, *, failure: bool = False, success: bool = False, variant: str = ""
+    id: str,
+    needle: str,
+    pattern: str,
+    *,
+    failure: bool = False,
+    success: bool = False,
+    variant: str = "",
+    generic: bool = False,
 ) -> Signature:
     """Declare (and register) a signature; ids are unique across kpdoctor."""
-    sig = Signature(id, needle, pattern, failure, success, variant)
+    sig = Signature(id, needle, pattern, failure, success, variant, generic)
     if needle not in pattern.replace("\\", ""):
         raise ValueError(f"signature {id}: needle {needle!r} not in its pattern")
     if variant and re.compile(variant).groups:

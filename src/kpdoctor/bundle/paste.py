@@ -1,0 +1,107 @@
+"""Take the wrapping off a paste: what users post is rarely the bytes a command printed.
+
+Markdown list items and quotes indent or ``>``-prefix every line, ``grep -n``/``-H`` glue a file
+name and line number to each line (and put ``--`` between groups), and a single line often sits
+in backticks. Each of these is undone line by line, never joining, splitting or dropping a line,
+so line N of the result is line N of the user's file and evidence citations stay right.
+
+Used only for text that is not recognised as it is: a file that reads well is never rewritten.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# What a wrapper must cover to be taken off: most lines, not one that happens to look like it.
+_MOST = 0.8
+
+_QUOTE = re.compile(r"^[ \t]*>[ \t]?")
+_GREP_N = re.compile(r"^(?P<n>\d+)[:-]")  # grep -n: "12:match", "13-context"
+_GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d+)[:-]")  # grep -Hn: "kube-proxy.log:12:match"
+_GREP_H = re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
+_BACKTICKED = re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Unwrapped:
+    """The paste without its wrapping, and what was taken off (for the report's inputs)."""
+
+    text: str
+    removed: tuple[str, ...]
+
+
+def _share(lines: list[str], test: re.Pattern[str]) -> float:
+    content = [ln for ln in lines if ln.strip() and ln.strip() != "--"]
+    if not content:
+        return 0.0
+    return sum(1 for ln in content if test.match(ln)) / len(content)
+
+
+def _same_file(lines: list[str], rx: re.Pattern[str]) -> bool:
+    """grep -H names one file (or a few, with a path or an extension): not "Name:" of a table."""
+    files = {m.group("file") for ln in lines if (m := rx.match(ln))}
+    return 0 < len(files) <= 3 and all("." in f or "/" in f or f == "(standard input)" for f in files)
+
+
+def _line_numbers(lines: list[str], rx: re.Pattern[str]) -> bool:
+    """grep -n numbers rise line by line (per file): a column of dates or times does not."""
+    last: dict[str, int] = {}
+    for ln in lines:
+        m = rx.match(ln)
+        if m is None:
+            continue
+        f, n = m.groupdict().get("file") or "", int(m.group("n"))
+        if n <= last.get(f, 0):
+            return False
+        last[f] = n
+    return True
+
+
+def _strip_grep(lines: list[str]) -> tuple[list[str], str] | None:
+    """grep's prefixes, on two lines at least: one "word:" line is as likely "key: value"."""
+    if sum(1 for ln in lines if ln.strip() and ln.strip() != "--") < 2:
+        return None
+    for rx, what in ((_GREP_HN, "grep -Hn prefixes"), (_GREP_N, "grep -n prefixes"), (_GREP_H, "grep -H prefixes")):
+        if _share(lines, rx) < _MOST:
+            continue
+        numbered = rx is not _GREP_H
+        if (not numbered or _line_numbers(lines, rx)) and (rx is _GREP_N or _same_file(lines, rx)):
+            out = ["" if ln.strip() == "--" else rx.sub("", ln, count=1) for ln in lines]
+            return out, what
+    return None
+
+
+def _dedent(lines: list[str]) -> tuple[list[str], int]:
+    """Remove the indentation every non-empty line shares (a paste indented as a whole)."""
+    indents = [len(ln) - len(ln.lstrip(" \t")) for ln in lines if ln.strip()]
+    cut = min(indents) if indents else 0
+    if not cut:
+        return lines, 0
+    return [ln[cut:] if ln.strip() else "" for ln in lines], cut
+
+
+def unwrap_paste(text: str) -> Unwrapped:
+    """The text as the command printed it, as far as the wrapping can be told from the text."""
+    lines = text.split("\n")
+    removed: list[str] = []
+    for _ in range(3):  # a quoted, indented grep: each layer once, outermost first
+        before = len(removed)
+        if _share(lines, _QUOTE) >= _MOST:
+            while _share(lines, _QUOTE) >= _MOST:  # "> > nested" quotes
+                lines = [_QUOTE.sub("", ln, count=1) for ln in lines]
+            removed.append("markdown quote markers")
+        lines, cut = _dedent(lines)
+        if cut:
+            removed.append(f"an indentation of {cut}")
+        ticked = [m.group("indent") + m.group("inner") if (m := _BACKTICKED.match(ln)) else ln for ln in lines]
+        if ticked != lines:
+            lines = ticked
+            removed.append("backticks")
+        grep = _strip_grep(lines)
+        if grep is not None:
+            lines, what = grep
+            removed.append(what)
+        if len(removed) == before:
+            break
+    return Unwrapped("\n".join(lines), tuple(removed))

@@ -1,0 +1,174 @@
+"""Evidence as users paste it (issue 15, part 1): wrapped in markdown or grep prefixes, copied
+without its header, grep'd out of a dump, typed in odd shells. Every input here is real posted
+output (the corpus of tests/realworld, or this repository's real logs) or that output put
+through the wrapper that really produces the shape (an indented markdown list, `grep -n`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.loader import load
+from kpdoctor.bundle.paste import unwrap_paste
+from kpdoctor.bundle.sniff import sniff
+from kpdoctor.bundle.transcript import hint_from_command, split_transcript
+from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.facts import Facts
+
+CASES = Path(__file__).parent / "realworld" / "cases"
+XTABLES_LOG = DATA / "logs" / "xtables-lock.log"
+
+
+def _causes(*paths: Path) -> list[str]:
+    rep, _ = diagnose_paths(paths)
+    return [f.cause for f in rep.findings]
+
+
+# -- wrappers ------------------------------------------------------------------------------------
+
+
+def test_a_log_pasted_into_a_markdown_list_and_quote_is_read_with_its_line_numbers(tmp_path: Path) -> None:
+    log = XTABLES_LOG.read_text()
+    pasted = "".join(f"   > {line}\n" if line else "   >\n" for line in log.splitlines())
+    p = tmp_path / "comment.md"
+    p.write_text(pasted)
+    ev = load([p])
+    (art,) = ev.artifacts
+    assert art.kind == Kind.KUBE_PROXY_LOG and "markdown quote markers" in art.attrs["paste"]
+    assert art.text.splitlines() == log.splitlines()  # line N is still line N
+    assert _causes(p) == _causes(XTABLES_LOG)
+
+
+def test_grep_n_prefixes_and_separators_are_taken_off() -> None:
+    log = XTABLES_LOG.read_text().splitlines()
+    grepped = [f"{i}:{line}" for i, line in enumerate(log[:3], 10)] + ["--"] + [f"40-{log[3]}"]
+    un = unwrap_paste("\n".join(grepped))
+    assert un.removed == ("grep -n prefixes",)
+    assert un.text.splitlines() == [*log[:3], "", log[3]]
+
+
+def test_a_column_of_dates_is_not_taken_for_grep_line_numbers() -> None:
+    calico = (CASES / "calico-6129" / "calico-node.log").read_text()
+    assert unwrap_paste(calico).text == calico
+
+
+def test_one_key_value_line_is_not_a_grep_prefix() -> None:
+    assert unwrap_paste("`plugin/forward: no nameservers found`").text == "plugin/forward: no nameservers found"
+
+
+# -- signals, not headers --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case,file,cause",
+    [
+        ("microk8s-4961", "kube-proxy.log", "kernel-mark-target-regression"),  # headerless structured message
+        ("vpc-cni-2948", "kube-proxy.log", "xtables-lock-held-too-long"),  # iptables stderr in CRI lines
+        ("openshift-sdn-115", "pod-event.txt", "iptables-restore-no-wait"),  # another program's event, indented
+        ("rke2-3710", "kube-proxy.log", "ipvs-prerequisites-missing"),
+    ],
+)
+def test_a_registered_signature_makes_a_text_evidence_whatever_its_first_line(case: str, file: str, cause: str) -> None:
+    path = CASES / case / file
+    assert sniff(path.read_text()).kind is not None or unwrap_paste(path.read_text()).removed
+    assert _causes(path)[:1] == [cause]
+
+
+def test_generic_words_do_not_make_a_component_log_kube_proxys() -> None:
+    """Only kube-proxy's generic FLAG lines (--bind-address is every component's flag): who wrote
+    it cannot be told, so it is not read as kube-proxy's log (it was, on the word "FLAG: --")."""
+    typed = sniff((CASES / "kubeadm-857" / "kube-proxy.log").read_text())
+    assert typed.kind is None and "no kube-proxy lines" in typed.reason
+    flags = 'I0728 02:09:00.385519       1 flags.go:27] FLAG: --proxy-mode="iptables"\n'
+    assert sniff(flags).kind == Kind.KUBE_PROXY_LOG  # a flag only kube-proxy has
+
+
+def test_typing_does_not_depend_on_what_was_imported() -> None:
+    """sniff loads the signature catalogue itself (a library caller need not import checks)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from kpdoctor.bundle.sniff import sniff; import sys; "
+        "print(sniff(open(sys.argv[1]).read()).kind)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(CASES / "microk8s-4961" / "kube-proxy.log")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == str(Kind.KUBE_PROXY_LOG)
+
+
+# -- iptables fragments --------------------------------------------------------------------------
+
+
+def test_a_single_grepped_rule_is_a_fragment_in_the_table_its_chain_shows() -> None:
+    path = CASES / "k8s-112477" / "rule-before.txt"
+    ev = load([path])
+    (art,) = ev.artifacts
+    assert art.kind == Kind.IPTABLES_SAVE and art.attrs["fragment"] == "true"
+    (rs,) = Facts(ev).rulesets
+    assert rs.form == "fragment" and [r.table for r in rs.all_rules()] == ["filter"]
+    assert not any("outside any table" in d.message for d in rs.diagnostics)
+
+
+def test_grepped_rules_of_a_transcript_go_to_the_table_the_command_named() -> None:
+    """`iptables -t nat -S | grep KUBE-MARK-DROP`: the chain and its rule, in nat."""
+    ev = load([CASES / "k8s-67398" / "iptables-S.txt"])
+    rulesets = Facts(ev).rulesets
+    nat = [r for rs in rulesets for r in rs.all_rules()]
+    assert [(r.table, r.chain, r.line) for r in nat] == [("nat", "KUBE-MARK-DROP", 5)]
+
+
+def test_rules_are_placed_by_target_when_the_chain_is_in_both_tables() -> None:
+    from kpdoctor.parse.iptables import infer_table
+
+    assert infer_table("KUBE-SERVICES", ("-d", "10.0.0.1/32", "-j", "KUBE-SVC-ABC")) == "nat"
+    assert infer_table("KUBE-SERVICES", ("-d", "10.0.0.1/32", "-j", "REJECT")) == "filter"
+    assert infer_table("KUBE-SERVICES", ("-j", "KUBE-NODEPORTS")) == "unknown"
+    assert infer_table("FORWARD", ("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP")) == "filter"
+
+
+def test_a_list_with_line_numbers_is_read() -> None:
+    ev = load([CASES / "k8s-39658" / "iptables-forward.txt"])
+    (rs,) = Facts(ev).rulesets
+    assert [r.target for r in rs.all_rules()][:3] == ["felix-FORWARD", "DOCKER-ISOLATION", "DOCKER"]
+
+
+# -- transcripts ---------------------------------------------------------------------------------
+
+
+def test_prompts_of_container_shells_glued_dollars_and_indented_sessions() -> None:
+    text = (
+        "  $kubectl -n kube-system get pods\n"
+        "NAME READY\n"
+        "/ # iptables -V\n"
+        "iptables v1.8.7 (legacy)\n"
+        "[root@node1 ~]# pgrep -laf kube-proxy\n"
+        "8463 /usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf --hostname-override=${NODE_NAME}\n"
+    )
+    parts = split_transcript(text)
+    assert parts is not None
+    assert [(p.command, p.first_line) for p in parts] == [
+        ("kubectl -n kube-system get pods", 2),
+        ("iptables -V", 4),
+        ("pgrep -laf kube-proxy", 6),  # not a known command, but a real prompt: its own part
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv,scope",
+    [
+        ("docker run --rm registry.k8s.io/kube-proxy:v1.28.2 iptables --version", "kube-proxy"),
+        ("kubectl -n kube-system exec kube-proxy-x7k2p -- iptables -V", "kube-proxy"),
+        ("docker run --rm -it --entrypoint=/bin/sh gcr.io/google-containers/k8s-dns-node-cache:1.15.10", "container"),
+        ("crictl exec 1f2e3d iptables-save", "container"),
+    ],
+)
+def test_output_inside_a_container_is_not_the_hosts(argv: str, scope: str) -> None:
+    assert hint_from_command(argv.split())["scope"] == scope
