@@ -172,3 +172,35 @@ def test_prompts_of_container_shells_glued_dollars_and_indented_sessions() -> No
 )
 def test_output_inside_a_container_is_not_the_hosts(argv: str, scope: str) -> None:
     assert hint_from_command(argv.split())["scope"] == scope
+
+
+# -- how the evidence was read -------------------------------------------------------------------
+
+
+def test_the_report_says_how_each_input_and_each_transcript_part_was_read() -> None:
+    rep, _ = diagnose_paths([CASES / "k8s-67398" / "iptables-S.txt", CASES / "openshift-sdn-115" / "pod-event.txt"])
+    inputs = rep.to_json()["inputs"]
+    assert inputs[0] == {
+        "source": str(CASES / "k8s-67398" / "iptables-S.txt"),
+        "lines": [4, 5],
+        "kind": "iptables-save output",
+        "family": "IPv4",
+        "command": "iptables -t nat -S | grep KUBE-MARK-DROP",
+        "fragment": "rules without their table lines: proves what is in it, not what is not",
+    }
+    assert inputs[1]["kind"] == "log lines" and inputs[1]["paste"] == "an indentation of 4"
+
+
+def test_json_is_written_when_nothing_could_be_read(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    p = tmp_path / "notes.txt"
+    p.write_text("the service times out since the upgrade\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", str(p)], capture_output=True, text=True
+    )
+    assert res.returncode == 2
+    rep = json.loads(res.stdout)
+    assert rep["checks_run"] == 0 and rep["input_problems"][0]["source"] == str(p)

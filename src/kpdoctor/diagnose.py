@@ -8,11 +8,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kpdoctor import __version__, deadline
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
 from kpdoctor.dataplane.verify import service_matches
 from kpdoctor.facts import Facts
-from kpdoctor.model import InputProblem, InternalError, Report, Severity, group_problems
+from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank
 
 VERIFY_CODES = ("KP2",)
@@ -92,7 +93,33 @@ def diagnose_evidence(
         command=command,
         errors=errors,
         timed_out=deadline.message(),
+        inputs=inputs_read(evidence),
     )
+
+
+# What of an artifact's attributes tells the user how it was read (the rest is bookkeeping).
+_SHOWN = ("scope", "backend", "family", "command", "paste", "fragment", "previous", "snapshot", "stderr")
+
+
+def inputs_read(evidence: Evidence) -> list[InputRead]:
+    """Each input as it was read, in the order given: file (and line range of a transcript's
+    part) -> kind, scope, backend, family, the command that printed it, wrapping taken off."""
+    out = []
+    for a in evidence.artifacts:
+        last = None
+        if a.path is None:
+            last = a.first_line + max(0, a.text.count("\n") - (1 if a.text.endswith("\n") else 0))
+        details = {k: a.attrs[k] for k in _SHOWN if a.attrs.get(k)}
+        kind = a.kind.value
+        if "family" in details:
+            details["family"] = "IPv6" if details["family"] == "6" else "IPv4"
+        if details.get("fragment") == "true" and a.kind == Kind.KUBE_PROXY_LOG:
+            kind = "log lines"
+            details["fragment"] = "no log header: read for the known signatures they hold"
+        elif details.get("fragment") == "true":
+            details["fragment"] = "rules without their table lines: proves what is in it, not what is not"
+        out.append(InputRead(a.name, a.first_line, last, kind, details))
+    return out
 
 
 def diagnose_paths(

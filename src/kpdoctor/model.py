@@ -123,6 +123,45 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class InputRead:
+    """How one input (a file, or one command's output in a pasted session) was read: a user
+    sees that their kubelet log was not taken for kube-proxy's, or that an output from inside a
+    container was not taken for the host's."""
+
+    source: str
+    first_line: int
+    last_line: int | None  # None: a file streamed from disk (a large log), not counted
+    kind: str
+    details: dict[str, str] = field(default_factory=dict)  # scope, backend, family, command, paste...
+
+    def where(self) -> str:
+        if self.last_line is None or (self.first_line == 1 and self.details.get("command") is None):
+            return self.source
+        return f"{self.source}:{self.first_line}-{self.last_line}"
+
+    def describe(self) -> str:
+        """``file:3-9 -> iptables-save output (backend nft; output of `iptables-save -t nat`)``."""
+        notes = [f"{k} {v}" for k, v in self.details.items() if k not in ("command", "paste", "fragment", "family")]
+        if "family" in self.details:
+            notes.insert(0, self.details["family"])
+        if "command" in self.details:
+            notes.append(f"output of `{self.details['command']}`")
+        if "paste" in self.details:
+            notes.append(f"{self.details['paste']} taken off")
+        if "fragment" in self.details:
+            notes.append(self.details["fragment"])
+        return f"{self.where()} -> {self.kind}" + (f" ({'; '.join(notes)})" if notes else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "lines": [self.first_line, self.last_line],
+            "kind": self.kind,
+            **self.details,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class InputProblem:
     """An input that could not be used (unreadable, unrecognised, unsafe), said in one line;
     ``count`` inputs when many had the same problem (``source`` then names the first)."""
@@ -204,6 +243,7 @@ class Report:
     show_all: bool = False  # verify: list Services that verified ok too
     errors: list[InternalError] = field(default_factory=list)  # bugs met (exit 4); the rest still ran
     timed_out: str | None = None  # "gave up after 120 s (--timeout) while check KP200": the run is partial
+    inputs: list[InputRead] = field(default_factory=list)  # how each input was read
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""
@@ -224,6 +264,7 @@ class Report:
             "input_problems": [p.to_json() for p in self.problems],
             "min_severity": self.min_severity.label,
             "internal_errors": [e.to_json() for e in self.errors],
+            "inputs": [i.to_json() for i in self.inputs],
             **({"timed_out": self.timed_out} if self.timed_out else {}),
             **({"verification": self.verification.to_json()} if self.verification is not None else {}),
         }

@@ -73,6 +73,10 @@ def render_markdown(report: Report, color: bool = False) -> str:
         out += ["## Skipped checks", ""]
         out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]
         out.append("")
+    if report.inputs:
+        out += ["## Inputs read", ""]
+        out += [f"- {i.describe()}" for i in report.inputs]
+        out.append("")
     if report.problems:
         out += ["## Inputs not used or not collected", ""]
         out += [f"- {p.source}: {p.message}" for p in report.problems]

@@ -75,6 +75,18 @@ def _emit_verification(con: Console, report: Report) -> None:
     con.print()
 
 
+INPUTS_SHOWN = 20  # a bundle has dozens of files: the rest are in --format json
+
+
+def _emit_inputs(con: Console, report: Report) -> None:
+    con.print("[bold]Inputs read:[/]")
+    for i in report.inputs[:INPUTS_SHOWN]:
+        con.print(f"  {escape(i.describe())}", highlight=False, soft_wrap=True)
+    if len(report.inputs) > INPUTS_SHOWN:
+        con.print(f"  [dim]... and {len(report.inputs) - INPUTS_SHOWN} more (--format json lists every one)[/]")
+    con.print()
+
+
 def render_text(report: Report, color: bool = True) -> str:
     buf = io.StringIO()
     no_color = not color or "NO_COLOR" in os.environ
@@ -98,6 +110,8 @@ def render_text(report: Report, color: bool = True) -> str:
             _emit_finding(con, f, f"{i}.")
     if report.verification is not None:
         _emit_verification(con, report)
+    if report.inputs:
+        _emit_inputs(con, report)
     if report.skipped and report.command != "verify":
         con.print("[bold]Skipped[/] (missing evidence, not healthy):")
         for s in report.skipped:
