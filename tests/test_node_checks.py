@@ -293,7 +293,8 @@ def test_listen_and_buffer_overflows_growing(tmp_path: Path) -> None:
 
 
 def test_totals_from_one_netstat_are_info(tmp_path: Path) -> None:
-    rep = run([write(tmp_path, "ns.txt", NETSTAT.format(rcv=12, ovf=3))])
+    # 2 of 1,002 datagrams (0.2%): small totals since boot stay info
+    rep = run([write(tmp_path, "ns.txt", NETSTAT.format(rcv=2, ovf=3))])
     assert one(rep, "KP304").severity == Severity.INFO
     assert one(rep, "KP303").severity == Severity.INFO
 

@@ -42,6 +42,7 @@ FLAG_TO_FIELD: dict[str, str] = {
     "feature-gates": "featureGates",
     "detect-local-mode": "detectLocalMode",
     "oom-score-adj": "oomScoreAdj",
+    "profiling": "enableProfiling",
 }
 # Flags kube-proxy honours even with --config.
 ALWAYS_HONOURED = {
@@ -89,6 +90,7 @@ FLAG_DEFAULTS: dict[str, set[str]] = {
     "oom-score-adj": {"-999"},
     "feature-gates": {"", "map[]"},
     "nodeport-addresses": {"[]"},
+    "profiling": {"false"},
 }
 
 
@@ -256,7 +258,8 @@ class ConfigFile:
             return self.source
         ln = self.text.count("\n", 0, line_start)
         line = self.text.splitlines()[ln].strip() if self.text else ""
-        return Source(self.source.artifact, (self.source.line or 1) + ln, line)
+        # ``ln`` counts from the document's first line; ``self.source`` points at its kind: line
+        return Source(self.source.artifact, self.first_line + ln, line)
 
 
 def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
@@ -278,6 +281,41 @@ def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFi
     )
     cf.source = Source(artifact, first_line + kind_line, (text.splitlines() or [""])[kind_line].strip())
     return cf
+
+
+# Fields kube-proxy's defaulting fills in when a config file leaves them at their zero value:
+# SetDefaults_KubeProxyConfiguration (pkg/proxy/apis/config/v1alpha1/defaults.go) tests
+# ``Duration == 0``, ``== ""`` or ``== 0``, not "absent". So in a file, ``0s``, ``0`` or ``""``
+# there means "unset", which is how ``--write-config-to`` style dumps (kubeadm's among them)
+# print every field nobody set. Pointer fields (conntrack.maxPerCore, masqueradeBit,
+# oomScoreAdj...) differ: 0 is a value there, only null is unset. A flag is parsed after the
+# defaults are applied, so a flag's 0 is always a value.
+ZERO_IS_UNSET = frozenset(
+    {
+        "bindAddress",
+        "healthzBindAddress",
+        "metricsBindAddress",
+        "configSyncPeriod",
+        "udpIdleTimeout",
+        "iptables.syncPeriod",
+        "iptables.minSyncPeriod",
+        "ipvs.syncPeriod",
+        "clientConnection.contentType",
+        "clientConnection.qps",
+        "clientConnection.burst",
+    }
+)
+
+
+def unset_in_file(fld: str, value: Any) -> bool:
+    """Does a config file's ``value`` for ``fld`` leave kube-proxy's default in place?"""
+    if value is None or value == "":
+        return True
+    if fld not in ZERO_IS_UNSET or isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value == 0
+    return isinstance(value, str) and parse_duration(value) == 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +365,8 @@ class KubeProxyConfig:
         for name, fv in self.flags.items():
             if not fv.explicit or self._honoured_with_config(name):
                 continue
+            if len(name) == 1:
+                continue  # a wrapper's `-c` (sh -c): kube-proxy's only shorthands are -v and -h
             fld = FLAG_TO_FIELD.get(name)
             if fld is None and self.flags_from_log:
                 continue  # a FLAG: line for a flag we know nothing about
@@ -342,7 +382,7 @@ class KubeProxyConfig:
                 return Setting(fv.value, "flag", fv.source)
             if self.file is not None:
                 val = self.file.get(fld)
-                if val is not None and val != "":
+                if not unset_in_file(fld, val):
                     return Setting(val, "config", self.file.cite(fld))
                 return Setting(None, "default", self.file.cite(fld))
             return Setting(None, "unknown", self.config_flag.source)
@@ -350,6 +390,6 @@ class KubeProxyConfig:
             return Setting(fv.value, "flag" if fv.explicit else "default", fv.source)
         if self.file is not None:  # config seen but no flags known: assume it is in use
             val = self.file.get(fld)
-            if val is not None and val != "":
+            if not unset_in_file(fld, val):
                 return Setting(val, "config", self.file.cite(fld))
         return Setting(None, "default" if self.flags else "unknown")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
-    CLUSTER,
     RULES,
     by_service,
     capped,
@@ -14,9 +14,12 @@ from kpdoctor.checks.dataplane.common import (
     kube_proxy_rule,
 )
 from kpdoctor.checks.registry import check
+from kpdoctor.checks.sync.node_ip import corroborated, no_local_drops, services_with_endpoint_objects
 from kpdoctor.dataplane.verify import Result
 from kpdoctor.facts import Facts
-from kpdoctor.model import Finding, Severity
+from kpdoctor.model import Confidence, Finding, Severity
+
+NOTE_TITLE = 'Rules drop Local-policy traffic as "has no local endpoints" (normal without a local Pod)'
 
 
 def _applies(r: Result) -> bool:
@@ -34,7 +37,6 @@ def _applies(r: Result) -> bool:
     title="Local-policy traffic is dropped although endpoints run on this node",
     severity=Severity.CRITICAL,
     needs=RULES,
-    needs_all=CLUSTER,
 )
 def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
     """externalTrafficPolicy=Local (or internalTrafficPolicy=Local) traffic is dropped as "has no
@@ -52,6 +54,11 @@ def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
         traffic is evaluated through the node's rules and ends in kube-proxy's DROP/REJECT,
         while EndpointSlices place ready endpoints on this node (their nodeName is this node's
         name, taken from --node, the bundle or the Node object, never from kube-proxy's config).
+        kube-proxy writes "has no local endpoints" rules on every healthy node that runs no Pod
+        of a Local-policy Service, so such rules without the Node's name or the Service's
+        EndpointSlices (and without what KP111 reads: the loopback fallback in the log, a
+        hostnameOverride that is not the Node's name) are an info note naming what to give;
+        with both given and no endpoint on this node, nothing is reported.
     Fix: give kube-proxy the Node's exact name (hostnameOverride in the config file, set per node
         from spec.nodeName; on 1.13+ `--hostname-override` works with --config too) and restart
         it.
@@ -59,10 +66,8 @@ def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
         https://kubernetes.io/docs/reference/networking/virtual-ips/#traffic-policies
     """
     ver = facts.verification
-    if ver is None:
-        return
     out: list[Finding] = []
-    for label, rs in sorted(by_service(ver.results, _applies).items()):
+    for label, rs in sorted(by_service(ver.results, _applies).items()) if ver is not None else []:
         local = sorted({e for r in rs for e in r.local_endpoints})
         node = facts.node
         where = f'node "{node.name}"' if node else "this node"
@@ -76,4 +81,48 @@ def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
             "Make kube-proxy use this Node's exact name (hostnameOverride per node from spec.nodeName) and restart it."
         ]
         out.append(f)
+    if not out:
+        note = _undecided_note(facts)
+        if note is not None:
+            out.append(note)
     yield from capped(facts, "KP203", out, "whose local endpoints are not recognised")
+
+
+def _undecided_note(facts: Facts) -> Finding | None:
+    """ "has no local endpoints" rules with nothing to say whether they are wrong: an info note
+    naming what would decide it, unless the EndpointSlices given already place every such
+    Service's endpoints elsewhere, or KP111 reports the wrong node name itself."""
+    drops = no_local_drops(facts)
+    if not drops or corroborated(facts):
+        return None
+    node = facts.node
+    known = services_with_endpoint_objects(facts)
+    undecided = sorted({s for s, _ in drops if node is None or s not in known})
+    if not undecided:
+        return None
+    need = []
+    if node is None:
+        need.append("this Node's name (--node)")
+    if any(s not in known for s in undecided):
+        need.append("the EndpointSlices (`kubectl get endpointslices -A -o json`)")
+    f = start(facts, "KP203", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    f.title = NOTE_TITLE
+    f.summary = (
+        f'Rules drop external traffic for {len(undecided)} Service(s) as "has no local endpoints": '
+        + ", ".join(undecided[:5])
+        + (f" and {len(undecided) - 5} more" if len(undecided) > 5 else "")
+        + ". kube-proxy writes this on every node that runs no Pod of an externalTrafficPolicy: Local "
+        "Service, so it is normal unless one of their Pods runs here (then kube-proxy has the wrong "
+        f"node name). Give {' and '.join(need)} to tell."
+    )
+    f.evidence = [c for s, c in drops if s in undecided][:3]
+    f.subject = {"service": undecided[0], "workload": None}
+    if node:
+        f.subject["node"] = node.name
+    f.explained_by = ["node-ip-unresolved", "config-overrides-flags"]
+    f.fix = [
+        "Check with `kubectl get endpointslices -A -o wide` whether an endpoint of these Services has this "
+        "node's nodeName; if so, give kube-proxy the Node's exact name (hostnameOverride per node from "
+        "spec.nodeName) and restart it."
+    ]
+    return f

@@ -47,9 +47,11 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
         DNATed to different backends). SNAT port clashes remain without `--random-fully`.
     How it is detected: `conntrack -S` or /proc/net/stat/nf_conntrack summed over CPUs. Two
         snapshots: `insert_failed` growing between them is a warning (the race happens now).
-        One snapshot: a non-zero total since boot is info only (when it happened is unknown),
-        unless `conntrack -L` shows DNS queries left unanswered ([UNREPLIED] UDP to port 53, the
-        A/AAAA race's trace): then a warning.
+        One snapshot: a non-zero total since boot, stated with its share of attempted inserts
+        when the kernel counts inserts, is info (when it happened is unknown), unless it is 1%
+        or more of them, `conntrack -L` shows DNS queries left unanswered ([UNREPLIED] UDP to
+        port 53, the A/AAAA race's trace) or the rules DNAT UDP to port 53 (a DNS Service,
+        where the race bites): then a warning, with how to confirm it (a second snapshot).
         The kernel version (uname) selects the advice; MASQUERADE rules without
         `--random-fully` in the iptables-save given are cited.
     Fix: upgrade the kernel to 5.6 or later (5.0 at least); make MASQUERADE use
@@ -62,12 +64,16 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
     """
     node = facts.node_state
     reading = read_counters(node, [CONNTRACK + "insert_failed", CONNTRACK + "drop"])
-    if not any(n.endswith("insert_failed") for n, _ in reading.growing + reading.totals):
+    names = [n for n, _ in reading.growing] + [t.name for t in reading.totals]
+    if not any(n.endswith("insert_failed") for n in names):
         return
     dns = [(a, e) for a, e in node.conntrack_entries if e.proto == "udp" and e.dport == 53 and "UNREPLIED" in e.flags]
+    dns_dnat = [] if reading.growing else _udp_dns_dnat(facts)
     severity = reading.severity(Severity.WARNING)
-    if dns and severity == Severity.INFO:
-        severity = Severity.WARNING  # the race's signature right now: DNS queries left without an answer
+    if (dns or dns_dnat) and severity == Severity.INFO:
+        # since-boot totals plus what makes the race likely here: DNS queries left without an
+        # answer now, or Service DNAT of UDP DNS (the A/AAAA pair from one socket, DNATed in parallel)
+        severity = Severity.WARNING
     f = start(
         facts,
         "KP300",
@@ -84,6 +90,13 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
             "([UNREPLIED] UDP to port 53): the pattern of the A/AAAA race."
         )
         f.evidence.append(Cite(a.name, e.line, e.text))
+    elif dns_dnat:
+        f.summary += (
+            f" The node DNATs UDP DNS to {len(dns_dnat)} backend(s) (Service rules to port 53): parallel A/AAAA "
+            "queries from one socket are where the race drops packets (5 s lookups)."
+        )
+        f.evidence.append(dns_dnat[0])
+    f.summary += reading.confirm("conntrack -S")
     f.ongoing = True if reading.growing or dns else None
     kernel = facts.kernel
     if kernel is not None:
@@ -113,6 +126,20 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
         "[{name: single-request-reopen}] (glibc) on the affected Pods."
     )
     yield f
+
+
+def _udp_dns_dnat(facts: Facts) -> list[Cite]:
+    """Rules that DNAT UDP to port 53 (kube-proxy's DNS Service endpoints), one per backend."""
+    out: dict[str, Cite] = {}
+    for rs in facts.rulesets:
+        nat = rs.tables.get("nat")
+        for r in nat.rules if nat is not None else []:
+            if r.target != "DNAT" or "udp" not in r.args:
+                continue
+            dest = r.args[r.args.index("--to-destination") + 1] if "--to-destination" in r.args[:-1] else ""
+            if dest.endswith(":53"):
+                out.setdefault(dest, Cite(rs.artifact, r.line, r.text.strip()))
+    return list(out.values())
 
 
 def _masquerade_without_random_fully(facts: Facts) -> list[Cite]:
@@ -198,6 +225,8 @@ def table_full(facts: Facts) -> Iterator[Finding]:
         severity=severity,
         summary="The conntrack table is or was full: " + "; ".join(reasons) + ".",
     )
+    if reading.totals and not reading.growing and severity == Severity.INFO:
+        f.summary += reading.confirm("conntrack -S")
     if log and severity == Severity.WARNING and count is None:
         f.summary += f" The table's current use is unknown (give `sysctl -a`); the log line is {SINCE_BOOT}."
     f.evidence = list(dict.fromkeys(evidence))[:5]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
@@ -11,15 +12,20 @@ from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.parse.sysctl import port_set
 
 DEFAULT_RANGE = (32768, 60999)  # the kernel's ip_local_port_range
+# Go's listen error, whoever prints it: a daemon (`listen tcp :10254: bind: address already in
+# use`), kube-proxy opening a NodePort (`can't open "nodePort for ns/svc:port" (:34104/tcp),
+# skipping this nodePort: listen tcp :34104: bind: ...`, or the structured `err="listen tcp4
+# :31234: bind: ..."`), inside JSON logs too. Groups: protocol, address, port.
 BIND_IN_USE = signature(
     "port-bind-in-use",
-    "address already in use",
-    r"(can't open|cannot open|Cannot open).*:([0-9]+)[^0-9].*bind: address already in use",
+    "bind: address already in use",
+    r"listen (tcp|udp|sctp)[46]? ([^ ]*):([0-9]+): bind: address already in use",
 )
+_NODEPORT_FOR = re.compile(r'nodePort for ([^"\\]+)')
 EXHAUSTED_WARN = 0.5  # share of the NAT port range one destination holds
 EXHAUSTED_CRIT = 0.9
 NAT_PORTS = 65535 - 1024 + 1  # MASQUERADE picks from 1024-65535 for unprivileged source ports
@@ -29,12 +35,36 @@ def _in(port: int, ranges: list[tuple[int, int]]) -> bool:
     return any(lo <= port <= hi for lo, hi in ranges)
 
 
+def _bind_failures(facts: Facts, risky: Callable[[int], bool], owners: dict[int, str]) -> list[tuple[int, str, Hit]]:
+    """(port, description, log line) of each port a program failed to bind inside the range;
+    ``owners``: the Services' NodePorts, to name the Service behind a port."""
+    out: list[tuple[int, str, Hit]] = []
+    seen: set[int] = set()
+    for h in facts.log.hits(BIND_IN_USE.id):
+        port_s = h.groups[2] if len(h.groups) > 2 else None
+        if not port_s or not port_s.isdigit():
+            continue
+        port = int(port_s)
+        if port in seen or not risky(port):
+            continue
+        seen.add(port)
+        m = _NODEPORT_FOR.search(h.text)
+        if port in owners:
+            what = f"NodePort {port} of Service {owners[port]}"
+        elif m:
+            what = f"NodePort {port} of {m.group(1).strip()}"
+        else:
+            what = f"{h.groups[0]} port {port}"
+        out.append((port, f"{what} failed to bind (address already in use)", h))
+    return out
+
+
 @check(
     "KP302",
     cause="listen-port-in-ephemeral-range",
     title="A service port lies inside the ephemeral port range",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL],
+    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_LOG, Kind.LISTENERS, Kind.K8S_OBJECTS],
 )
 def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.
@@ -47,13 +77,16 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         source port; while that connection lives the service cannot bind the port. (Seed 004
         says the client's connect fails; current kernels skip ports held by listeners, so the
         breakage is at bind time.)
-    How it is detected: ip_local_port_range and ip_local_reserved_ports from sysctl output,
-        against listeners (`ss -ltnp`, naming port and process), the NodePorts of the Services
-        and the hostPorts of the Pods given. A NodePort or hostPort in the range, or a listener
-        in a range widened below the kernel default (32768-60999, as in seed 004's
+    How it is detected: ip_local_port_range and ip_local_reserved_ports from sysctl output (the
+        kernel default 32768-60999 and no reserved ports when none is given, which the finding
+        says), against the ports programs failed to bind (`listen tcp ...:PORT: bind: address
+        already in use` from any Go program, kube-proxy's `can't open "nodePort for ..."
+        (:PORT/tcp)` among them), listeners (`ss -ltnp`), the NodePorts of the Services and the
+        hostPorts of the Pods given. A bind failure inside the range is critical when the range
+        was read, a warning when it is the assumed default; a NodePort or hostPort in the range,
+        or a listener in a range widened below the kernel default (as in seed 004's
         `1024 65535`), is a warning; other listeners in the default range are info (they are
-        usually bound to an ephemeral port on purpose). `can't open ... bind: address already in
-        use` in kube-proxy's log makes it critical.
+        usually bound to an ephemeral port on purpose).
     Fix: put the ports in net.ipv4.ip_local_reserved_ports (e.g. `9100,30000-32767`), or
         narrow ip_local_port_range so it excludes them (the kernel default starts at 32768,
         above the default NodePort range 30000-32767).
@@ -62,9 +95,8 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """
     node = facts.node_state
     rng = node.setting("net.ipv4.ip_local_port_range")
-    if rng is None or len(rng.ints()) < 2:
-        return
-    lo, hi = rng.ints()[:2]
+    assumed = rng is None or len(rng.ints()) < 2
+    lo, hi = DEFAULT_RANGE if rng is None or assumed else tuple(rng.ints()[:2])
     reserved_s = node.setting("net.ipv4.ip_local_reserved_ports")
     reserved = port_set(reserved_s.value) if reserved_s else []
     widened = lo < DEFAULT_RANGE[0]
@@ -75,16 +107,26 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     def risky(port: int) -> bool:
         return lo <= port <= hi and not _in(port, reserved)
 
+    owners = {
+        np: svc.ref
+        for svc in facts.objects.of("Service")
+        for p in as_list(as_dict(svc.body.get("spec")).get("ports"))
+        if isinstance(p, dict) and isinstance(np := p.get("nodePort"), int)
+    }
+    failures = _bind_failures(facts, risky, owners)
     for a, ls in node.listeners:
         if not risky(ls.port) or ls.address.startswith("127.") or ls.address == "::1" or (ls.proto, ls.port) in seen:
             continue
+        if assumed and not widened:
+            continue  # a listener in the kernel's own default range is bound there on purpose
         seen.add((ls.proto, ls.port))
         who = f" by {ls.process}" + (f" (pid {ls.pid})" if ls.pid else "") if ls.process else ""
         (strong if widened else weak).append((f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text)))
+    failed = {p for p, _, _ in failures}
     for svc in facts.objects.of("Service"):
         for p in as_list(as_dict(svc.body.get("spec")).get("ports")):
             np = p.get("nodePort") if isinstance(p, dict) else None
-            if isinstance(np, int) and risky(np):
+            if isinstance(np, int) and risky(np) and np not in failed:
                 strong.append(
                     (f"NodePort {np} of Service {svc.ref}", Cite(svc.artifact, svc.line, f"{svc.ref} nodePort {np}"))
                 )
@@ -100,28 +142,42 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
                     strong.append(
                         (f"hostPort {hp} of Pod {pod.ref}", Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}"))
                     )
-    if not strong and not weak:
+    if not failures and not strong and not weak:
         return
-    hits = facts.log.hits(BIND_IN_USE.id)
-    severity = Severity.CRITICAL if hits and strong else (Severity.WARNING if strong else Severity.INFO)
-    items = strong or weak
+    if failures:
+        severity, confidence = (
+            (Severity.WARNING, Confidence.MEDIUM) if assumed else (Severity.CRITICAL, Confidence.HIGH)
+        )
+    elif strong:
+        severity, confidence = Severity.WARNING, Confidence.LOW if assumed else Confidence.MEDIUM
+    else:
+        severity, confidence = Severity.INFO, Confidence.MEDIUM
+    items = [(d, Cite(h.artifact, h.line, h.text)) for _, d, h in failures] + (strong or weak)
+    where = f"ip_local_port_range {lo}-{hi}" + (
+        " (the kernel default: no ip_local_port_range was given; confirm with "
+        "`sysctl net.ipv4.ip_local_port_range net.ipv4.ip_local_reserved_ports`)"
+        if assumed
+        else " (widened below the kernel default 32768)"
+        if widened
+        else ""
+    )
     f = start(
         facts,
         "KP302",
-        hits,
-        confidence=Confidence.HIGH if hits else Confidence.MEDIUM,
+        [h for _, _, h in failures],
+        confidence=confidence,
         severity=severity,
         summary=(
-            f"{len(items)} port(s) a service binds lie inside ip_local_port_range {lo}-{hi}"
-            + (" (widened below the kernel default 32768)" if widened else "")
-            + " and are not reserved: "
+            f"{len(items)} port(s) a service binds lie inside {where} and are not reserved: "
             + "; ".join(d for d, _ in items[:6])
             + (f" (and {len(items) - 6} more)" if len(items) > 6 else "")
-            + ". An outgoing connection can take one as its source port; the service then cannot bind it."
+            + ". An outgoing connection can take one as its source port; the service then cannot bind it"
+            + (" (which is what happened here)." if failures else ".")
         ),
     )
-    f.evidence = [rng.cite] + ([reserved_s.cite] if reserved_s else []) + [c for _, c in items[:3]] + f.evidence
-    ports = sorted({int(d.split()[1]) for d, _ in items if d.split()[1].isdigit()})
+    lead = ([rng.cite] if rng is not None and not assumed else []) + ([reserved_s.cite] if reserved_s else [])
+    f.evidence = lead + [c for _, c in (strong or weak)[:3]] + f.evidence
+    ports = sorted({p for p, _, _ in failures} | {int(w) for d, _ in (strong or weak) if (w := d.split()[1]).isdigit()})
     keep = ",".join(str(p) for p in ports[:20])
     if any(d.startswith("NodePort") for d, _ in items):
         outside = [str(p) for p in ports if p < 30000 or p > 32767][:10]

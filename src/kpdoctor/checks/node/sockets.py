@@ -45,8 +45,10 @@ def buffer_overflow(facts: Facts) -> Iterator[Finding]:
         rate.
     How it is detected: UDP and UDP6 `receive buffer errors` / `send buffer errors`
         (UdpRcvbufErrors, UdpSndbufErrors...), TCPRcvQDrop and TCP receive-queue pruning, from
-        `netstat -s` or `nstat`. Growth between two snapshots is a warning; totals from a
-        single snapshot are info (since boot).
+        `netstat -s` or `nstat`. Growth between two snapshots is a warning. Totals from a
+        single snapshot (since boot) are stated with their share of the datagrams or segments
+        they belong to: info, or a warning when 1% or more was lost, with how to confirm it
+        (a second snapshot).
     Fix: raise the limits (seed 004: net.core.rmem_max and wmem_max 26214400, rmem_default
         8388608; tcp_rmem/tcp_wmem maxima accordingly) and let the application ask for a larger
         SO_RCVBUF; find the slow reader (`ss -lump` shows each socket's drops).
@@ -63,7 +65,7 @@ def buffer_overflow(facts: Facts) -> Iterator[Finding]:
         [],
         confidence=Confidence.HIGH if reading.growing else Confidence.MEDIUM,
         severity=reading.severity(Severity.WARNING),
-        summary="Socket buffers overflow: " + reading.describe() + ".",
+        summary="Socket buffers overflow: " + reading.describe() + "." + reading.confirm("netstat -s"),
     )
     f.evidence = reading.cites[:4] + setting_cites(node, [*BUFFER_SYSCTLS, "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"])
     f.ongoing = True if reading.growing else None
@@ -92,7 +94,8 @@ def listen_queue(facts: Facts) -> Iterator[Finding]:
         in the SYN queue (net.ipv4.tcp_max_syn_backlog).
     How it is detected: `times the listen queue of a socket overflowed` and `SYNs to LISTEN
         sockets dropped` (TcpExtListenOverflows, TcpExtListenDrops) from `netstat -s`/`nstat`;
-        growth between two snapshots is a warning, totals from one snapshot are info. A
+        growth between two snapshots is a warning; totals from one snapshot are stated with
+        their share of connection attempts (passive opens): info, a warning at 1% or more. A
         listener in `ss -ltn` whose Recv-Q (connections waiting to be accepted) has reached its
         Send-Q (the backlog) is full right now: a warning on its own, naming port and process.
     Fix: make the application accept faster (more workers) and give listen() a larger backlog;
@@ -114,14 +117,14 @@ def listen_queue(facts: Facts) -> Iterator[Finding]:
         parts.append(
             f"listener {ls.address}:{ls.port}{who} has {ls.recv_q} connections waiting for a backlog of {ls.send_q}"
         )
-    severity = Severity.WARNING if (reading.growing or full) else Severity.INFO
+    severity = Severity.WARNING if full else reading.severity(Severity.WARNING)
     f = start(
         facts,
         "KP304",
         [],
         confidence=Confidence.HIGH if (reading.growing or full) else Confidence.MEDIUM,
         severity=severity,
-        summary="Listen queues overflow: " + "; ".join(parts) + ".",
+        summary="Listen queues overflow: " + "; ".join(parts) + "." + ("" if full else reading.confirm("netstat -s")),
     )
     f.evidence = reading.cites[:4] + [Cite(a.name, ls.line, ls.text) for a, ls in full[:3]]
     f.evidence += setting_cites(node, list(QUEUE_SYSCTLS))

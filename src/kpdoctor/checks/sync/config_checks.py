@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +12,14 @@ from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.kpconfig import IgnoredFlag, Source, parse_duration
+from kpdoctor.parse.kpconfig import (
+    FLAG_DEFAULTS,
+    HOSTNAME_OVERRIDE_WITH_CONFIG,
+    IgnoredFlag,
+    Source,
+    parse_duration,
+    unset_in_file,
+)
 from kpdoctor.versions import KubeVersion
 
 CONFIG_EVIDENCE = [
@@ -21,16 +29,6 @@ CONFIG_EVIDENCE = [
     Kind.K8S_OBJECTS,
     Kind.PROCESSES,
 ]
-# Flags whose loss changes what kube-proxy does to traffic (the rest are tuning).
-IMPORTANT_FLAGS = {
-    "hostname-override",
-    "bind-address",
-    "proxy-mode",
-    "cluster-cidr",
-    "nodeport-addresses",
-    "masquerade-all",
-    "detect-local-mode",
-}
 
 
 def _cite(src: Source | None) -> Cite | None:
@@ -68,7 +66,10 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         iptables minSyncPeriod of 0 that turns every endpoint change into a full restore.
     How it is detected: the effective syncPeriod/minSyncPeriod for the proxy mode in use, from
         the flags or the config file with kube-proxy's precedence (flags are ignored when
-        --config is given), compared to upstream defaults for the version found.
+        --config is given), compared to upstream defaults for the version found. In a config
+        file a zero period (`0s`, as `--write-config-to` style dumps print every unset field) is
+        "unset": kube-proxy's defaulting replaces it (30s / 1s), so it is never reported; a
+        flag's `0s` is a value.
     Fix: IPVS: `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (the defaults: event-driven
         with a 30 s safety resync). iptables/nftables: syncPeriod 30s and minSyncPeriod 1s (the
         default since 1.19). Set them where they take effect: in the config file when kube-proxy
@@ -127,8 +128,75 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
-def _describe(v: Any) -> str:
-    return "unset (default)" if v is None or v == "" else repr(v) if not isinstance(v, str) else f'"{v}"'
+def _describe(v: Any, fld: str = "") -> str:
+    if unset_in_file(fld, v):
+        return "unset (default)"
+    return repr(v) if not isinstance(v, str) else f'"{v}"'
+
+
+def _words(v: Any) -> list[str]:
+    """A list-like value as its items: a flag's ``a,b`` or ``[a b]`` and a file's YAML list."""
+    if isinstance(v, list):
+        return sorted(str(x).strip() for x in v)
+    text = str(v).strip().strip("[]")
+    return sorted(w for w in re.split(r"[,\s]+", text) if w)
+
+
+def same_value(i: IgnoredFlag) -> bool:
+    """Would kube-proxy do the same with the flag as with the file? (Then ignoring it is harmless.)
+
+    Compared as kube-proxy reads them: durations by length (``1m0s`` = ``60s``), booleans and
+    numbers by value, lists as sets, and a field the file leaves unset against the flag's default.
+    """
+    flag, cv = i.flag.value.strip(), i.config_value
+    if unset_in_file(i.field, cv):
+        return flag in FLAG_DEFAULTS.get(i.flag.name, {""})
+    if isinstance(cv, bool):
+        return flag.lower() == str(cv).lower()
+    if isinstance(cv, int | float):
+        try:
+            return float(flag) == float(cv)
+        except ValueError:
+            return False
+    if isinstance(cv, list | dict):
+        if isinstance(cv, dict):
+            cv = [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in cv.items()]
+        return _words(flag) == _words(cv)
+    a, b = parse_duration(flag), parse_duration(str(cv))
+    if a is not None and b is not None:
+        return a == b
+    return flag == str(cv)
+
+
+def _hostname_override_uncertain(facts: Facts) -> Finding | None:
+    """--hostname-override next to --config when kube-proxy's version is unknown: ignored before
+    1.13 (k/k#69340), honoured since. Worth a warning (the Node lookup depends on it), at low
+    confidence, asking for the version."""
+    cfg = facts.kp_config
+    fv = cfg.flags.get("hostname-override")
+    if cfg.config_flag is None or cfg.version is not None or fv is None or not fv.explicit or not fv.value:
+        return None
+    in_file = cfg.file.get("hostnameOverride") if cfg.file is not None else None
+    if in_file == fv.value:
+        return None
+    f = start(facts, "KP112", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.summary = (
+        f"kube-proxy runs with --config={cfg.config_flag.value} and --hostname-override={fv.value}: "
+        f"kube-proxy before {HOSTNAME_OVERRIDE_WITH_CONFIG} ignores the flag then and looks its Node up "
+        "under the OS hostname"
+        + (f" (the config file's hostnameOverride is {_describe(in_file)})" if cfg.file is not None else "")
+        + ". Its version is not in the evidence: give `kube-proxy --version` or its log's first lines."
+    )
+    for src in (cfg.config_flag.source, fv.source):
+        c = Cite(src.artifact, src.line, src.text)
+        if c not in f.evidence:
+            f.evidence.append(c)
+    f.fixed_in.append("v1.13.0 (honours --hostname-override with --config)")
+    f.fix = [
+        "Set hostnameOverride in the KubeProxyConfiguration per node, or run kube-proxy 1.13+ where "
+        "`--hostname-override=$(NODE_NAME)` (Downward API spec.nodeName) works with --config."
+    ]
+    return f
 
 
 @check(
@@ -150,7 +218,12 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         --hostname-override survive. Nothing is logged.
     How it is detected: kube-proxy's argv (cmdline, ps, Pod/DaemonSet spec, k3s "Running
         kube-proxy" line, or the "FLAG:" lines it logs at start-up) holds --config and other
-        configuration flags; each is compared with the config file's value.
+        configuration flags; each is compared with the config file's value as kube-proxy reads
+        it (durations by length, a field the file leaves unset against the flag's default). Any
+        flag whose value the file does not have is a warning (medium confidence when the file is
+        not in the evidence); flags the file matches are info; an ignored --hostname-override is
+        critical. With --hostname-override and no kube-proxy version in the evidence, a warning
+        at low confidence asks for the version (ignored before 1.13, honoured since).
     Fix: move every setting into the KubeProxyConfiguration file (the kube-proxy ConfigMap)
         and delete the flags; per-node values such as hostnameOverride come from the Downward
         API (`--hostname-override=$(NODE_NAME)` on 1.13+, or a per-node config file).
@@ -174,19 +247,30 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         ignored.insert(
             0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None)
         )
+    uncertain = _hostname_override_uncertain(facts)
     if not ignored:
+        if uncertain is not None:
+            yield uncertain
         return
-    important = [i for i in ignored if i.flag.name in IMPORTANT_FLAGS]
-    differing = [i for i in ignored if str(i.config_value) != i.flag.value]
+    # A flag whose value the file does not have is what the user is asking about ("my flag has
+    # no effect"), whichever flag it is; one the file matches changes nothing either way.
+    differing = [i for i in ignored if not same_value(i)]
+    known_file = cfg.file is not None
+    confidence = Confidence.HIGH if known_file or not cfg.flags_from_log else Confidence.MEDIUM
+    if differing and not known_file:
+        confidence = Confidence.MEDIUM  # the file may set the same values: it is not in the evidence
     f = start(
         facts,
         "KP112",
         [],
-        confidence=Confidence.HIGH if cfg.file is not None or not cfg.flags_from_log else Confidence.MEDIUM,
-        severity=Severity.WARNING if important else Severity.INFO,
+        confidence=confidence,
+        severity=Severity.WARNING if differing else Severity.INFO,
     )
     shown = differing or ignored
-    parts = [f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value)})" for i in shown[:6]]
+    parts = [
+        f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value, i.field) if known_file else 'not given'})"
+        for i in shown[:6]
+    ]
     f.summary = (
         f"kube-proxy runs with --config={cfg.config_flag.value if cfg.config_flag else '?'}, "
         "so these flags have no effect: "
@@ -194,6 +278,17 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         + ("" if len(shown) <= 6 else f" and {len(shown) - 6} more")
         + "."
     )
+    if not differing:
+        f.summary += " The config file has the same values, so nothing changes while they are ignored."
+    elif not known_file:
+        f.summary += " Add the config file (the kube-proxy ConfigMap) to see the values in effect."
+    override_flag = cfg.flags.get("hostname-override")
+    if uncertain is not None and override_flag is not None:
+        f.summary += (
+            f" --hostname-override={override_flag.value} is ignored too if kube-proxy is older than "
+            f"{HOSTNAME_OVERRIDE_WITH_CONFIG} (its version is not in the evidence: give `kube-proxy --version`)."
+        )
+        f.severity = max(f.severity, Severity.WARNING)
     if cfg.config_flag:
         f.evidence.append(
             Cite(cfg.config_flag.source.artifact, cfg.config_flag.source.line, cfg.config_flag.source.text)

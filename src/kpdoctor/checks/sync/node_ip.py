@@ -1,8 +1,17 @@
-"""KP111: kube-proxy could not resolve its own node and fell back to 127.0.0.1."""
+"""KP111: kube-proxy could not resolve its own node and fell back to 127.0.0.1.
+
+"has no local endpoints" rules alone are no evidence of it: kube-proxy writes them on every
+healthy node that runs no Pod of an externalTrafficPolicy: Local Service. They become a finding
+only with corroboration (the loopback fallback or "not found" in the log, a hostnameOverride that
+is not this Node's name, EndpointSlices placing an endpoint here); otherwise KP203 notes them at
+info, asking for what would decide it.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
@@ -31,6 +40,15 @@ DETECTED_LOOPBACK = signature(
     "detected-node-ip-loopback", "Detected node IP", r'"Detected node IP" address="(127\.0\.0\.1|::1)"'
 )
 NO_LOCAL = "has no local endpoints"
+# The Service a "has no local endpoints" rule names, in any form of the rules: iptables-save and
+# -S (`--comment "ns/svc: has no local endpoints"`, 1.25+ `"ns/svc:port has no local endpoints"`)
+# and -L (`/* ns/svc:port has no local endpoints */`).
+_NO_LOCAL_SVC = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)(?::[\w.-]*)?:?\s+has no local endpoints")
+# A variable reference nothing expanded: Kubernetes expands `$(VAR)` in command/args, a shell
+# `${VAR}`/`$VAR`; kube-proxy then takes the text literally as its node name.
+_UNEXPANDED = re.compile(r"\$\{\w+\}|\$\(\w+\)|^\$\w+$")
+_SHELL_C = re.compile(r"(^|[\s/])(ba|da|a)?sh\s+-c\b")
+TRUSTED_NODE_ORIGINS = ("--node", "manifest", "Node object")
 
 
 def lookup_name(facts: Facts) -> tuple[str, Hit] | None:
@@ -57,12 +75,102 @@ def local_endpoint_services(facts: Facts, node: str) -> dict[str, list[str]]:
     return out
 
 
+def services_with_endpoint_objects(facts: Facts) -> set[str]:
+    """namespace/name of every Service whose EndpointSlices or Endpoints are in the evidence."""
+    out: set[str] = set()
+    for sl in facts.objects.of("EndpointSlice"):
+        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
+        if svc:
+            out.add(f"{sl.namespace}/{svc}")
+    out.update(f"{e.namespace}/{e.name}" for e in facts.objects.of("Endpoints"))
+    return out
+
+
+def no_local_drops(facts: Facts) -> list[tuple[str, Cite]]:
+    """(namespace/name, rule) for every "has no local endpoints" rule, in any rule format."""
+    out: list[tuple[str, Cite]] = []
+    for rs in facts.rulesets:
+        for r in rs.all_rules():
+            text = r.comment if r.comment and NO_LOCAL in r.comment else r.text
+            if NO_LOCAL not in text:
+                continue
+            m = _NO_LOCAL_SVC.search(text)
+            if m:
+                out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))
+    return out
+
+
+@dataclass(slots=True)
+class NameProblem:
+    """kube-proxy's own node name is not this Node's: what, and where it is read."""
+
+    summary: str
+    evidence: list[Cite] = field(default_factory=list)
+
+
+def name_problem(facts: Facts) -> NameProblem | None:
+    """The hostnameOverride kube-proxy uses, when it cannot be this Node's name: different from a
+    Node name the user or the evidence gave (kube-proxy lower-cases it first), or a variable
+    reference nothing expanded (no Node can be called ``${NODE_NAME}``)."""
+    s = facts.kp_config.setting("hostnameOverride")
+    value = str(s.value).strip() if s.value is not None else ""
+    if s.origin not in ("flag", "config") or not value:
+        return None
+    where = [Cite(s.source.artifact, s.source.line, s.source.text)] if s.source else []
+    how = "--hostname-override" if s.origin == "flag" else "hostnameOverride (config file)"
+    src_text = s.source.text if s.source else ""
+    if _UNEXPANDED.search(value) and not _SHELL_C.search(src_text):
+        if "$(" in value and any(a.name == (s.source.artifact if s.source else "") for a in facts.of(Kind.K8S_OBJECTS)):
+            return None  # kubelet expands $(VAR) of a Pod spec's command/args
+        return NameProblem(
+            f"kube-proxy runs with {how}={value}: a variable reference nothing expanded (Kubernetes "
+            "expands $(VAR) in command/args, a shell ${VAR}), so kube-proxy takes the literal text as "
+            "its node name, which no Node has.",
+            where,
+        )
+    node = facts.node
+    if node is None or (node.origin not in TRUSTED_NODE_ORIGINS and facts.node_object is None):
+        return None
+    if value.lower() == node.name.lower():
+        return None
+    return NameProblem(
+        f'kube-proxy runs with {how}={value}, but this node is "{node.name}" ({node.origin}): '
+        "it looks up the wrong Node and judges endpoints local by the wrong name.",
+        where,
+    )
+
+
+def fallback_hits(facts: Facts) -> list[Hit]:
+    """The log lines of the failed Node lookup and the loopback fallback."""
+    return facts.log.hits(
+        NODE_NOT_FOUND.id, NODE_IP_UNKNOWN.id, INVALID_NODE_IP.id, CANT_DETERMINE_IP.id, DETECTED_LOOPBACK.id
+    )
+
+
+def corroborated(facts: Facts) -> bool:
+    """Is there evidence beyond "has no local endpoints" rules that kube-proxy has the wrong node
+    (what makes KP111 report)?"""
+    if fallback_hits(facts) or name_problem(facts) is not None:
+        return True
+    node = facts.node
+    local = local_endpoint_services(facts, node.name) if node else {}
+    return any(s in local for s, _ in no_local_drops(facts))
+
+
 @check(
     "KP111",
     cause="node-ip-unresolved",
     title="kube-proxy could not resolve its own node",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE],
+    needs=[
+        Kind.KUBE_PROXY_LOG,
+        Kind.IPTABLES_SAVE,
+        Kind.IPTABLES_RULES_S,
+        Kind.IPTABLES_LIST,
+        Kind.KUBE_PROXY_CMDLINE,
+        Kind.KUBE_PROXY_CONFIG,
+        Kind.PROCESSES,
+    ],
 )
 def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
     """kube-proxy did not find its Node, used 127.0.0.1, and now treats local Pods as remote.
@@ -75,13 +183,19 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         port answers "localEndpoints": 0.
     Cause: kube-proxy finds its Node by name (--hostname-override / hostnameOverride, else the
         OS hostname). When that name is not the Node's name (short vs FQDN hostnames on AWS,
-        a hostnameOverride pinned to one node in a shared ConfigMap, or --hostname-override
-        ignored because --config is set, see KP112), the lookup fails, the node IP falls back
-        to loopback and endpoints on this node are not recognised as local.
-    How it is detected: the lookup/fallback lines in kube-proxy's log; the name it looked up
-        versus the real Node name and the configured hostnameOverride; "has no local
-        endpoints" rules in iptables-save for Services whose endpoints have nodeName equal to
-        this node.
+        a hostnameOverride pinned to one node in a shared ConfigMap, a `${NODE_NAME}` nothing
+        expanded, or --hostname-override ignored because --config is set, see KP112), the
+        lookup fails, the node IP falls back to loopback and endpoints on this node are not
+        recognised as local.
+    How it is detected: the lookup/fallback lines in kube-proxy's log (critical); the name it
+        looked up versus the real Node name and the configured hostnameOverride; "has no local
+        endpoints" rules (iptables-save, -S or -L) for Services whose EndpointSlices place an
+        endpoint on this node (critical); a hostnameOverride that is not this Node's name
+        (given by --node, the bundle or the Node object) or is an unexpanded variable (critical
+        with such rules, a warning without). kube-proxy writes "has no local endpoints" rules
+        on every healthy node without a local Pod of a Local-policy Service, so those rules
+        alone are not reported here (KP203 notes them, asking for the Node name and the
+        EndpointSlices).
     Fix: make kube-proxy use the Node's exact name: `hostnameOverride` in the config file (per
         node, e.g. from the Downward API `spec.nodeName`), or `--hostname-override=$(NODE_NAME)`
         on 1.13+; or set bindAddress to the node IP. Restart kube-proxy and check the health
@@ -90,21 +204,14 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubeadm/issues/857;
         https://github.com/kubernetes-sigs/kubespray/issues/3610
     """
-    hits = facts.log.hits(
-        NODE_NOT_FOUND.id, NODE_IP_UNKNOWN.id, INVALID_NODE_IP.id, CANT_DETERMINE_IP.id, DETECTED_LOOPBACK.id
-    )
+    hits = fallback_hits(facts)
     node = facts.node
-    drops: list[tuple[str, Cite]] = []
+    drops = no_local_drops(facts)
     local = local_endpoint_services(facts, node.name) if node else {}
-    for rs in facts.rulesets:
-        for r in rs.all_rules():
-            c = r.comment or ""
-            if NO_LOCAL in c:
-                svc = c.split(NO_LOCAL)[0].rstrip(": ").split(":")[0]
-                drops.append((svc, Cite(rs.artifact, r.line, r.text.strip())))
     wrong_drops = [(s, c) for s, c in drops if s in local]
-    if not hits and not wrong_drops:
-        return
+    wrong_name = name_problem(facts)
+    if not hits and not wrong_drops and wrong_name is None:
+        return  # "has no local endpoints" alone: KP203's note asks for what would decide it
     if hits:
         f = start(
             facts,
@@ -115,7 +222,7 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
             severity=Severity.CRITICAL,
         )
         f.ongoing = None if not facts.log.has_sync_markers else f.ongoing
-    else:
+    elif wrong_drops:
         f = start(
             facts,
             "KP111",
@@ -124,6 +231,18 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
             summary="kube-proxy does not recognise this node's endpoints as local.",
             severity=Severity.CRITICAL,
         )
+    else:
+        f = start(
+            facts,
+            "KP111",
+            [],
+            confidence=Confidence.MEDIUM,
+            summary="kube-proxy's node name is not this Node's.",
+            severity=Severity.CRITICAL if drops else Severity.WARNING,
+        )
+    if wrong_name is not None:
+        f.summary += " " + wrong_name.summary
+        f.evidence += [c for c in wrong_name.evidence if c not in f.evidence]
     looked = lookup_name(facts)
     cfg = facts.kp_config
     override = cfg.flags.get("hostname-override")
@@ -134,7 +253,9 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         f.summary += "."
         if override and override.value and override.value != looked[0]:
             f.summary += f" --hostname-override={override.value} was not used."
-            f.evidence.append(Cite(override.source.artifact, override.source.line, override.source.text))
+            c = Cite(override.source.artifact, override.source.line, override.source.text)
+            if c not in f.evidence:
+                f.evidence.append(c)
             if cfg.config_flag is not None:
                 f.explained_by.append("config-overrides-flags")
     elif cfg.config_flag is not None and any(
@@ -149,12 +270,13 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         )
         for _, dc in wrong_drops[:3]:
             f.evidence.append(dc)
-    elif drops and not node:
+    elif drops:
+        svcs = sorted({s for s, _ in drops})
         f.summary += (
-            ' Rules drop traffic as "has no local endpoints"; give --node and the EndpointSlices '
-            "to check whether that is wrong."
+            f' Rules drop traffic for {", ".join(svcs[:5])} as "has no local endpoints"'
+            + ("" if node else "; give --node and the EndpointSlices to see which of them run a Pod here")
+            + "."
         )
-        f.confidence = Confidence.MEDIUM
         for _, dc in drops[:2]:
             f.evidence.append(dc)
     if node:

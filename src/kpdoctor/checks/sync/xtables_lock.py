@@ -10,6 +10,7 @@ from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_rec
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.facts.log import RESTORE_VARIANT, restore_binary
+from kpdoctor.facts.workloads import is_fragment
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import signature
@@ -71,9 +72,12 @@ def _writes_iptables(obj: K8sObject) -> bool:
     return False
 
 
-def _mounts_lock(obj: K8sObject) -> bool:
+def _mounts_lock(obj: K8sObject) -> bool | None:
+    """Whether the Pod (template) mounts the host's lock; None when a fragment leaves it unknown."""
     spec = pod_spec_of(obj)
     vols = spec.get("volumes")
+    if is_fragment(obj) and ("volumes" not in spec or not all("volumeMounts" in c for c in containers_of(obj))):
+        return None  # keys absent from a pasted part of a spec are unknown, not unset
     host_vols = {
         v["name"]: str(v["hostPath"].get("path") or "").rstrip("/") or "/"
         for v in (vols if isinstance(vols, list) else [])
@@ -95,7 +99,7 @@ def unshared_writers(facts: Facts) -> list[K8sObject]:
     seen: set[str] = set()
     out = []
     for obj in facts.objects.of("DaemonSet") + facts.objects.of("Pod"):
-        if _writes_iptables(obj) and not _mounts_lock(obj):
+        if _writes_iptables(obj) and _mounts_lock(obj) is False:
             owner = obj.name.rsplit("-", 1)[0] if obj.kind == "Pod" else obj.name
             if owner in seen:
                 continue
@@ -138,7 +142,8 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
         backend takes the lock; iptables-nft does not use it.
     How it is detected: the "line N failed" restore signature in kube-proxy's log, and
         DaemonSets/Pods that run iptables (kube-proxy, CNIs, network-policy agents, privileged
-        hostNetwork Pods) without a hostPath volume for /run/xtables.lock, weighed by the
+        hostNetwork Pods) without a hostPath volume for /run/xtables.lock (a pasted fragment of
+        a spec without `volumes:` or `volumeMounts:` says nothing either way), weighed by the
         node's iptables backend. iptables-legacy prints the same "line N failed" when the kernel
         rejects a rule (a missing module or nfacct object), so without such a Pod the finding has
         medium confidence.
@@ -286,7 +291,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         f.summary += (
             f" kube-proxy {found.get('kube-proxy', '')} itself passes --wait when its iptables-restore supports it, "
             "so the restore that failed ran an iptables older than 1.6.2 (in kube-proxy's image, or one whose "
-            "version it could not read: look for \"assuming it doesn't support --wait\"), or it is another "
+            'version it could not read: look for "assuming it doesn\'t support --wait"), or it is another '
             "program's restore."
         )
     elif found.get("kube-proxy", "").find("tke") >= 0:

@@ -11,23 +11,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
-from kpdoctor.facts.workloads import Served, served_workloads
+from kpdoctor.facts.workloads import Served, is_fragment, served_workloads
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.entrypoint import analyse
+from kpdoctor.parse.entrypoint import SHELLS, analyse
 
 DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when unset
 DRAIN_ALLOWANCE = 5  # seconds an application needs after SIGTERM to finish in-flight requests
 SUGGESTED_PRESTOP = 5  # seed 004: sleep 5, enough for kube-proxy (and load balancers) to stop sending
 
 
+NO_SERVICE_NOTE = (
+    " No Service object was given, so whether it backs a Service is not known: it is taken as "
+    "serving because it declares a port, a readiness probe or a preStop hook (add the Services to confirm)."
+)
+_LOWER = {Confidence.HIGH: Confidence.MEDIUM, Confidence.MEDIUM: Confidence.LOW, Confidence.LOW: Confidence.LOW}
+
+
 def _subject(w: Served) -> dict[str, str | None]:
-    return {"service": w.services[0], "workload": w.ref}
+    return {"service": w.services[0] if w.services else None, "workload": w.ref}
+
+
+def _confidence(w: Served, sure: Confidence) -> Confidence:
+    """One step lower when the workload is only assumed to serve (no Service in the evidence)."""
+    return _LOWER[sure] if w.assumed else sure
+
+
+def _serving(w: Served) -> str:
+    return f"{w.ref} ({w.serves})"
 
 
 @check(
@@ -49,11 +66,13 @@ def sigterm(facts: Facts) -> Iterator[Finding]:
         application never starts its graceful shutdown.
     How it is detected: the `command`/`args` of each container of the workloads that back a
         Service (Deployments, StatefulSets, DaemonSets, and Pods without a controller in the
-        evidence). A shell with `-c` whose script backgrounds the application without a
-        `trap ... TERM` and `wait`, pipes it, or ends with another command is a warning (high
-        confidence). `sh -c "app"` without `exec` is a warning with medium confidence: Debian's
-        and Ubuntu's dash stays PID 1, busybox ash and bash exec the command; bash execs the
-        last command of a list only from 5.1. Images whose ENTRYPOINT is a script (not in the
+        evidence; with no Service in the evidence at all, the workloads that declare a port, a
+        readiness probe or a preStop hook, one confidence step lower, saying so). A shell with
+        `-c` whose script backgrounds the application without a `trap ... TERM` and `wait`,
+        pipes it, or ends with another command is a warning (high confidence). `sh -c "app"`
+        without `exec` is a warning with medium confidence: Debian's and Ubuntu's dash stays
+        PID 1, busybox ash and bash exec the command; bash execs the last command of a list
+        only from 5.1. Images whose ENTRYPOINT is a script (not in the
         spec) cannot be judged and are not reported.
     Fix: start the application with `exec` (`sh -c "exec /app/server"`), or run an init that
         forwards signals (`tini`, `dumb-init`: `command: ["dumb-init", "--", "/start.sh"]`), or
@@ -78,10 +97,11 @@ def sigterm(facts: Facts) -> Iterator[Finding]:
             facts,
             "KP400",
             [],
-            confidence=Confidence.HIGH if certain else Confidence.MEDIUM,
+            confidence=_confidence(w, Confidence.HIGH if certain else Confidence.MEDIUM),
             summary=(
-                f"{w.ref} (serves {', '.join(w.services)}): container {name} runs `{v.command}`: {v.reason}. "
+                f"{_serving(w)}: container {name} runs `{v.command}`: {v.reason}. "
                 "On termination the application gets no SIGTERM and is killed after the grace period."
+                + (NO_SERVICE_NOTE if w.assumed else "")
             ),
         )
         f.subject = _subject(w)
@@ -96,21 +116,75 @@ def sigterm(facts: Facts) -> Iterator[Finding]:
         yield f
 
 
-def _prestop_seconds(c: dict[str, Any]) -> tuple[int | None, bool]:
-    """(seconds the preStop hook sleeps if known, whether there is a preStop hook at all)."""
+@dataclass(frozen=True, slots=True)
+class PreStop:
+    """What a container's preStop hook does to the time before SIGTERM."""
+
+    present: bool | None  # None: a pasted fragment that leaves lifecycle out (unknown)
+    seconds: float | None = None  # the sleeps added up, when that is all it waits
+    loop: str | None = None  # an unbounded wait (`while ...; do sleep 5; done`): only the grace period ends it
+    text: str = ""  # the hook as written, for citing
+
+
+_SLEEP = re.compile(r"(?<![\w-])sleep\s+((?:[0-9]+(?:\.[0-9]+)?[smhd]?(?=[\s;&|)]|$)\s*)+)")
+_SLEEP_FOREVER = re.compile(r"(?<![\w-])sleep\s+(infinity|inf)\b")
+_LOOP = re.compile(r"(?<![\w-])(while|until)\s")
+# what bounds a loop: a `timeout N` wrapper, or a counter compared in the loop's condition
+_BOUNDED = re.compile(r"(?:^|[;&|(\s])timeout\s+[0-9]|-(?:lt|le|gt|ge)\s|\(\(.*[<>]")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
+_LOOP_CONDITION = re.compile(r"(?<![\w-])(?:while|until)\s+(.*?)\s*;?\s*do\b", re.S)
+# a loop that waits for a process to be gone (`nginx -s quit; while killall -0 nginx; do sleep 1;
+# done`, the Kubernetes docs' example) is the application's own shutdown, started by the hook
+_WAITS_FOR_EXIT = re.compile(r"(?<![\w-])(?:kill|killall|pkill)\s+-0\b|(?<![\w-])(?:pgrep|pidof|ps)\b|/proc/")
+
+
+def _sleep_seconds(words: str) -> float:
+    """GNU/busybox ``sleep 1m 30s``: every argument added up."""
+    total = 0.0
+    for m in re.finditer(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", words):
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+    return total
+
+
+def prestop(c: dict[str, Any], fragment: bool = False) -> PreStop:
+    """The preStop hook of a container: present, how long its sleeps add up to, or an unbounded loop.
+
+    ``exec`` hooks are read as a shell script when they run a shell with ``-c`` (``sh -c "sleep 5;
+    nginx -s quit; sleep 10"`` waits 15 s), else as one command line (``["sleep", "5"]``); the
+    ``sleep: {seconds: N}`` action (1.29+) is N. A ``while``/``until`` loop without a bound waits
+    until its condition holds, however long: only the grace period stops it (unless it waits for
+    a process to exit: then the hook already stopped the application and this is its shutdown).
+    """
     lifecycle = c.get("lifecycle")
+    if fragment and "lifecycle" not in c:
+        return PreStop(None)
     hook = lifecycle.get("preStop") if isinstance(lifecycle, dict) else None
     if not isinstance(hook, dict):
-        return None, False
+        return PreStop(False)
     sleep = hook.get("sleep")
     if isinstance(sleep, dict) and isinstance(sleep.get("seconds"), int):
-        return int(sleep["seconds"]), True
-    cmd = (hook.get("exec") or {}).get("command") if isinstance(hook.get("exec"), dict) else None
-    if isinstance(cmd, list):
-        m = re.search(r"\bsleep\s+(\d+)\b", " ".join(str(x) for x in cmd))
-        if m:
-            return int(m.group(1)), True
-    return None, True
+        return PreStop(True, float(sleep["seconds"]), text=f"sleep: {{seconds: {sleep['seconds']}}}")
+    ex = hook.get("exec")
+    cmd = ex.get("command") if isinstance(ex, dict) else None
+    if not isinstance(cmd, list) or not cmd:
+        return PreStop(True)
+    argv = [str(x) for x in cmd]
+    shell = argv[0].rsplit("/", 1)[-1] in SHELLS
+    script = argv[-1] if shell and len(argv) >= 3 and argv[-2].startswith("-") and "c" in argv[-2] else " ".join(argv)
+    text = " ".join(argv)
+    conditions = _LOOP_CONDITION.findall(script)
+    if conditions and all(_WAITS_FOR_EXIT.search(c) for c in conditions):
+        return PreStop(True, text=text)  # it stopped the application and waits for it to exit
+    if _LOOP.search(script) and not _BOUNDED.search(script):
+        return PreStop(True, loop=script.strip(), text=text)
+    if _SLEEP_FOREVER.search(script):
+        return PreStop(True, loop=script.strip(), text=text)
+    if _LOOP.search(script) or re.search(r"(?<![\w-])for\s", script):
+        return PreStop(True, text=text)  # a bounded loop: how long it runs is not read
+    sleeps = _SLEEP.findall(script)
+    if not sleeps:
+        return PreStop(True, text=text)
+    return PreStop(True, sum(_sleep_seconds(w) for w in sleeps), text=text)
 
 
 def _stale_services(facts: Facts) -> set[str]:
@@ -139,8 +213,10 @@ def no_prestop(facts: Facts) -> Iterator[Finding]:
         kube-proxy removes the Pod from its rules only at its next sync (and external load
         balancers later still). Connections keep arriving for a moment after the application
         stopped accepting.
-    How it is detected: containers of workloads that back a Service without a
-        `lifecycle.preStop` hook. Info by default (many applications tolerate it); a warning for
+    How it is detected: containers of workloads that back a Service (without Services in the
+        evidence: workloads that look like servers, at low confidence) without a
+        `lifecycle.preStop` hook; a pasted fragment that leaves `lifecycle` out is not judged.
+        Info by default (many applications tolerate it); a warning for
         a Service whose node rules still send traffic to backends that are gone (the
         verification's stale backends: the evidence of errors during a rollout).
     Fix: add a short preStop delay so the Pod keeps serving until the rules are updated:
@@ -151,28 +227,35 @@ def no_prestop(facts: Facts) -> Iterator[Finding]:
         https://learnk8s.io/graceful-shutdown
     """
     stale = _stale_services(facts)
-    missing = [w for w in served_workloads(facts) if not any(_prestop_seconds(c)[1] for c in w.containers())]
+    missing = []
+    for w in served_workloads(facts):
+        hooks = [prestop(c, is_fragment(w.obj)) for c in w.containers()]
+        if hooks and all(h.present is False for h in hooks):  # a fragment without lifecycle: unknown
+            missing.append(w)
     if not missing:
         return
     hurting = [w for w in missing if any(s in stale for s in w.services)]
     for group, sev in ((hurting, Severity.WARNING), ([w for w in missing if w not in hurting], Severity.INFO)):
         if not group:
             continue
-        names = ", ".join(f"{w.ref} ({', '.join(w.services)})" for w in group[:8])
+        names = ", ".join(f"{w.ref} ({', '.join(w.services) or 'no Service given'})" for w in group[:8])
+        assumed = all(w.assumed for w in group)
         f = start(
             facts,
             "KP401",
             [],
-            confidence=Confidence.MEDIUM,
+            confidence=Confidence.LOW if assumed else Confidence.MEDIUM,
             severity=sev,
             summary=(
-                f"{len(group)} workload(s) behind Services have no preStop delay: {names}"
+                f"{len(group)} workload(s) {'that look like servers' if assumed else 'behind Services'} "
+                f"have no preStop delay: {names}"
                 + (f" and {len(group) - 8} more" if len(group) > 8 else "")
                 + (
                     ". The node's rules still send their Services' traffic to backends that are gone."
                     if sev == Severity.WARNING
                     else ". A stopping Pod may still get new connections for a moment."
                 )
+                + (NO_SERVICE_NOTE if assumed else "")
             ),
         )
         f.subject = _subject(group[0])
@@ -200,10 +283,16 @@ def grace_period(facts: Facts) -> Iterator[Finding]:
         fail although preStop and SIGTERM handling are in place.
     Cause: terminationGracePeriodSeconds (default 30) counts from the start of preStop; SIGTERM
         comes only after preStop returns, so the application has what is left to drain.
-    How it is detected: per container of a workload behind a Service, the preStop sleep
-        (`exec: sleep N`, `sh -c "sleep N"`, or `sleep: {seconds: N}`) plus a drain allowance
-        of 5 s (the least an application needs to finish in-flight requests) compared with
-        terminationGracePeriodSeconds; more than it is a warning.
+    How it is detected: per container of a workload behind a Service (without Services in the
+        evidence: one that looks like a server, one confidence step lower), the preStop sleeps
+        added up (`exec: sleep N`, `sh -c "sleep 5; nginx -s quit; sleep 10"` = 15 s,
+        `sleep 1m 30s`, or `sleep: {seconds: N}`) plus a drain allowance of 5 s (the least an
+        application needs to finish in-flight requests) compared with
+        terminationGracePeriodSeconds; more than it is a warning. A preStop that loops until a
+        condition holds (`while ! curl .../drain; do sleep 5; done`, `sleep infinity`) with no
+        bound (`timeout N`, a counter) is a warning too: only the grace period ends it, and then
+        with SIGKILL (a loop that waits for a process to exit, `nginx -s quit; while killall -0
+        nginx; do sleep 1; done`, is the application's own shutdown and is not).
     Fix: raise terminationGracePeriodSeconds to at least preStop + the application's drain
         time + a margin, or shorten the preStop sleep.
     References: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination
@@ -211,25 +300,52 @@ def grace_period(facts: Facts) -> Iterator[Finding]:
     for w in served_workloads(facts):
         raw = w.pod_spec.get("terminationGracePeriodSeconds")
         grace = int(raw) if isinstance(raw, int) else DEFAULT_GRACE
-        worst = max(
-            ((s, str(c.get("name") or "?")) for c in w.containers() if (s := _prestop_seconds(c)[0]) is not None),
-            default=None,
-        )
+        hooks = [(prestop(c), str(c.get("name") or "?")) for c in w.containers()]
+        looping = next(((p, n) for p, n in hooks if p.loop is not None), None)
+        worst = max(((p.seconds, n, p) for p, n in hooks if p.seconds is not None), default=None, key=lambda t: t[0])
+        if looping is not None:
+            hook, name = looping
+            f = start(
+                facts,
+                "KP402",
+                [],
+                confidence=_confidence(w, Confidence.MEDIUM),
+                summary=(
+                    f"{_serving(w)}: container {name}'s preStop waits without a bound (`{_short(hook.loop)}`): "
+                    f"whenever its condition takes longer than terminationGracePeriodSeconds ({grace}"
+                    + (", the default" if raw is None else "")
+                    + ") the kubelet kills the container there, and SIGTERM, which comes only after preStop "
+                    "returns, never reaches the application: SIGKILL mid-drain."
+                    + (NO_SERVICE_NOTE if w.assumed else "")
+                ),
+            )
+            f.subject = _subject(w)
+            f.evidence = [w.cite, Cite(w.obj.artifact, w.obj.line, f"container {name}: preStop {_short(hook.text)}")]
+            f.fix = [
+                "Bound the preStop wait below the grace period, leaving time for the application's own shutdown, "
+                f"e.g. `timeout {max(grace - DRAIN_ALLOWANCE - 10, 5)} sh -c '<the loop>'`; or raise "
+                "terminationGracePeriodSeconds above the longest drain plus the shutdown time."
+            ]
+            yield f
+            continue
         if worst is None or worst[0] + DRAIN_ALLOWANCE <= grace:
             continue
-        sleep, name = worst
+        seconds, name, hook = worst
+        sleep = int(seconds + 0.999)
         need = sleep + DRAIN_ALLOWANCE + 10
+        several = len(_SLEEP.findall(hook.text)) > 1
         f = start(
             facts,
             "KP402",
             [],
-            confidence=Confidence.HIGH,
+            confidence=_confidence(w, Confidence.HIGH),
             summary=(
-                f"{w.ref} (serves {', '.join(w.services)}): container {name} sleeps {sleep} s in preStop, "
-                f"and terminationGracePeriodSeconds is {grace}"
+                f"{_serving(w)}: container {name} sleeps {sleep} s in preStop"
+                + (f" (its sleeps added up: `{_short(hook.text)}`)" if several else "")
+                + f", and terminationGracePeriodSeconds is {grace}"
                 + (" (the default)" if raw is None else "")
                 + f": after preStop the application has {max(grace - sleep, 0)} s to drain "
-                f"(at least {DRAIN_ALLOWANCE} s needed) before SIGKILL."
+                f"(at least {DRAIN_ALLOWANCE} s needed) before SIGKILL." + (NO_SERVICE_NOTE if w.assumed else "")
             ),
         )
         f.subject = _subject(w)
@@ -242,3 +358,8 @@ def grace_period(facts: Facts) -> Iterator[Finding]:
             f"  spec:\n    terminationGracePeriodSeconds: {need}"
         ]
         yield f
+
+
+def _short(text: str | None, limit: int = 100) -> str:
+    t = " ".join((text or "").split())
+    return t if len(t) <= limit else t[: limit - 3] + "..."
