@@ -204,3 +204,42 @@ def test_json_is_written_when_nothing_could_be_read(tmp_path: Path) -> None:
     assert res.returncode == 2
     rep = json.loads(res.stdout)
     assert rep["checks_run"] == 0 and rep["input_problems"][0]["source"] == str(p)
+
+
+# -- more shapes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "case,file,kind",
+    [
+        ("k8s-92033", "kube-proxy.log", Kind.KUBE_PROXY_LOG),  # klog messages without their header
+        ("k8s-3216", "kube-proxy.log", Kind.KUBE_PROXY_LOG),  # v0.x "watch channel" errors, indented
+        ("k8s-77265", "kube-proxy.log", Kind.KUBE_PROXY_LOG),  # IPVS mode's ipset util
+        ("k8s-93682", "iptables-L.txt", Kind.IPTABLES_LIST),  # -L rows grep'd without their headers
+        ("k8s-80034", "ipvsadm.txt", Kind.IPVSADM),  # "\# ipvsadm -Ln | less", no column headers
+    ],
+)
+def test_more_real_shapes_are_read(case: str, file: str, kind: Kind) -> None:
+    ev = load([CASES / case / file])
+    assert [a.kind for a in ev.artifacts] == [kind], ev.problems
+
+
+def test_rows_without_a_chain_header_keep_their_targets_and_comments() -> None:
+    (rs,) = Facts(load([CASES / "k8s-93682" / "iptables-L.txt"])).rulesets
+    rules = rs.all_rules()
+    assert rules and all(r.target == "REJECT" for r in rules)
+    assert "has no endpoints" in rules[0].text
+
+
+@pytest.mark.parametrize(
+    "case,file,says",
+    [
+        ("k8s-104679", "kubectl-get-svc.txt", "a kubectl table"),
+        ("k8s-71751", "iptables-restore-help.txt", "usage text"),
+        ("k3s-7183", "ipset-KUBE-IPVS-IPS.txt", "ipset list output"),
+        ("coredns-4211", "coredns.log", "content not recognised"),  # "[ERROR] ..." is not broken JSON
+    ],
+)
+def test_an_unread_input_says_what_it_looked_like(case: str, file: str, says: str) -> None:
+    ev = load([CASES / case / file])
+    assert not ev.artifacts and says in ev.problems[0].message

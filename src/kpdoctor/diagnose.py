@@ -116,6 +116,8 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
         if details.get("fragment") == "true" and a.kind == Kind.KUBE_PROXY_LOG:
             kind = "log lines"
             details["fragment"] = "no log header: read for the known signatures they hold"
+        elif details.get("fragment") == "true" and a.kind == Kind.IPTABLES_LIST:
+            details["fragment"] = "rows without their Chain and column headers: proves what is in it, not what is not"
         elif details.get("fragment") == "true":
             details["fragment"] = "rules without their table lines: proves what is in it, not what is not"
         out.append(InputRead(a.name, a.first_line, last, kind, details))

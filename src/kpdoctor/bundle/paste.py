@@ -21,6 +21,20 @@ _GREP_N = re.compile(r"^(?P<n>\d+)[:-]")  # grep -n: "12:match", "13-context"
 _GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d+)[:-]")  # grep -Hn: "kube-proxy.log:12:match"
 _GREP_H = re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
 _BACKTICKED = re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
+# An escaped "\#" at a line's start (a root prompt the editor would have made a heading).
+_ESCAPED_HASH = re.compile(r"^(?P<indent>[ \t]*)\\(?=#)")
+
+
+def _unbold(line: str) -> str:
+    """A line (or a block's first or last line) in markdown bold, without the ``**``: only
+    where it opens the line or closes it, unpaired inside it (never "a ** b", "**x** y")."""
+    n = line.count("**")
+    body = line.strip()
+    if n == 2 and body.startswith("**") and body.endswith("**") and len(body) > 4:
+        return line.replace("**", "", 1)[::-1].replace("**", "", 1)[::-1]
+    if n == 1 and (body.startswith("**") or body.endswith("**")):
+        return line.replace("**", "", 1)
+    return line
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +112,10 @@ def unwrap_paste(text: str) -> Unwrapped:
         if ticked != lines:
             lines = ticked
             removed.append("backticks")
+        marked = [_ESCAPED_HASH.sub(r"\g<indent>", _unbold(ln), count=1) for ln in lines]
+        if marked != lines:
+            lines = marked
+            removed.append("markdown escapes")
         grep = _strip_grep(lines)
         if grep is not None:
             lines, what = grep

@@ -27,8 +27,13 @@ _KP_LOG_MARKERS = re.compile(
     r"SyncProxyRules|syncProxyRules|proxy/ipvs|"
     r"handler\.On(Service|Endpoints?|EndpointSlice|Node)|endpointslicecache\.go|"
     r"FLAG: --(?:proxy-mode|iptables-|ipvs-|masquerade-all|conntrack-|proxy-port-range|nodeport-addresses)|"
-    r"servicechangetracker|endpointschangetracker|service_health\.go"
+    r"servicechangetracker|endpointschangetracker|service_health\.go|"
+    # older eras: the ProxyServer, the ipset util of IPVS mode, v0.x "watch channel" messages
+    r"ProxyServer|Unable to create prox(?:i?er)|ipset\.go:\d+\]|Watch(?:Services|Endpoints) channel"
 )
+# A klog message copied without its header ("proxier.go:1907] Adding new service ..."): the
+# source file and line are still there.
+_KLOG_FRAGMENT = re.compile(r"^\s*[\w-]+\.go:\d+\] \S", re.M)
 _PANIC = re.compile(r"^(?:panic: |goroutine \d+ \[)", re.M)
 _LOGRUS = re.compile(r'^time="[^"\n]{8,40}" level=[a-z]+ msg=', re.M)
 _SAVE_TABLE = re.compile(r"^\*(nat|filter|mangle|raw|security)\s*$", re.M)
@@ -51,6 +56,10 @@ _PS_AUX = re.compile(r"^\s*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+S
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
 _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
 _IPVSADM = re.compile(r"^IP Virtual Server version|^-A -[tuf] ", re.M)
+# ipvsadm -Ln without its headers (grep'd, or the header left out of a paste): virtual servers
+# with a scheduler, and "->" real servers
+_IPVS_VS = re.compile(r"^(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf)\b")
+_IPVS_RS = re.compile(r"^\s+->\s+\S+:\d+\s+\w+\s+\d+")
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 _CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
@@ -144,9 +153,11 @@ def sniff(head: str) -> Typed:
     node = _sniff_node(stripped, first)
     if node is not None:
         return node
-    if _IPVSADM.search(head):
+    if _IPVSADM.search(head) or _ipvs_rows_only(stripped):
         return Typed(Kind.IPVSADM, {})
-    if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head):
+    if _list_rows_only(stripped):
+        return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
+    if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
         if _KP_LOG_MARKERS.search(head) or has_signal(head):
             return Typed(Kind.KUBE_PROXY_LOG, {})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
@@ -190,14 +201,55 @@ def has_signal(text: str) -> bool:
     )
 
 
+_JSON_START = re.compile(r"^(?:\{|\[\s*(?:[\[{\"\]\d-]|true|false|null|$))")
+# What an unread text looked like, and what to send instead (the user's next step).
+_LOOKS_LIKE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"^NAME\s+(?:READY|TYPE|STATUS|CLUSTER-IP|ENDPOINTS|DESIRED)\b", re.M),
+        "a kubectl table: kpdoctor reads the objects themselves (`kubectl get ... -o yaml`)",
+    ),
+    (re.compile(r"^Name: \S+\nType: hash:", re.M), "ipset list output: not read yet"),
+    (
+        re.compile(r"^Usage: ip6?tables", re.M),
+        "an iptables usage text: give `iptables --version` (and the error the program printed)",
+    ),
+)
+
+
 def _unrecognised(text: str) -> str:
-    """Why a text is not evidence; for whole JSON that does not parse, where it breaks."""
-    if text.startswith(("{", "[")) and len(text) < HEAD_BYTES - 4096:
+    """Why a text is not evidence, as helpfully as it can be told: for whole JSON that does not
+    parse, where it breaks; for shapes it resembles, what to send instead."""
+    if _JSON_START.match(text) and len(text) < HEAD_BYTES - 4096:
         try:
             load_json(text)
         except StructuredError as exc:
             return f"{exc}: not read"
+    for rx, looks in _LOOKS_LIKE:
+        if rx.search(text[:65536]):
+            return looks
+    nested = re.search(r"^[ \t]*[\w.-]+:[ \t]*\n[ \t]+(?:- |[\w.-]+:)", text[:65536], re.M)
+    if re.match(r"^[ \t]*[\w-]+:(?:[ \t]|$)", text) and nested and "apiVersion:" not in text:
+        return "YAML without apiVersion/kind: send the whole object (`kubectl get KIND NAME -o yaml`)"
     return "content not recognised as any kind of evidence kpdoctor reads"
+
+
+_LIST_ROW = re.compile(
+    r"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[A-Za-z][\w-]*\s+(?:all|tcp|udp|icmp|sctp|\d+)\s+--\s+"
+)
+
+
+def _ipvs_rows_only(text: str) -> bool:
+    lines = [ln for ln in text.splitlines()[:2000] if ln.strip()]
+    vs = sum(1 for ln in lines if _IPVS_VS.match(ln))
+    rs = sum(1 for ln in lines if _IPVS_RS.match(ln))
+    return vs >= 1 and vs + rs >= 0.6 * len(lines)
+
+
+def _list_rows_only(text: str) -> bool:
+    """``iptables -L`` rule rows grep'd out without their "Chain" and column headers."""
+    lines = [ln for ln in text.splitlines()[:2000] if ln.strip()]
+    rows = sum(1 for ln in lines if _LIST_ROW.match(ln))
+    return rows >= 1 and rows >= 0.6 * len(lines) and not _LIST_CHAIN.search(text)
 
 
 def _sniff_node(text: str, first: str) -> Typed | None:

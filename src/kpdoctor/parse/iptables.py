@@ -384,14 +384,20 @@ def parse_rules_s(text: str, artifact: str, family: int = 4, first_line: int = 1
 
 
 _L_CHAIN = re.compile(r"^Chain (\S+) \((?:policy (\w+)|(\d+) references)")
-_L_RULE = re.compile(r"^\s*(\d+[KMGT]?)\s+(\d+[KMGT]?)\s+(\S+)\s+")
+_L_RULE = re.compile(r"^\s*(\d+[KMGT]?)\s+(\d+[KMGT]?)\s+(?P<target>\S+)\s+")
+# a row without counters (-L -n without -v), or with --line-numbers, and no header to say so
+_L_ROW = re.compile(
+    r"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?(?P<target>[A-Za-z][\w-]*)\s+"
+    r"(?:all|tcp|udp|icmp|icmpv6|sctp|\d+)\s+--\s+"
+)
 
 
 def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -> Ruleset:
     """Parse ``iptables -L -n -v`` output: chains, policies and each rule's target."""
     rs = Ruleset(artifact, None, family, form="L")
     table = rs.tables.setdefault("unknown", Table("unknown"))
-    chain: str | None = None
+    # rows grep'd out without their "Chain" line belong to a chain the text does not name
+    chain: str | None = None if _L_CHAIN.search(text) else "?"
     column: int | None = None  # where the target is, from the column header (num, pkts, bytes)
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i
@@ -413,8 +419,7 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
             if len(words) > column + 1:
                 table.rules.append(Rule(table.name, chain, ("-j", words[column]), ln, raw))
             continue
-        mr = _L_RULE.match(raw)
+        mr = _L_RULE.match(raw) or _L_ROW.match(raw)
         if mr:
-            target = mr.group(3)
-            table.rules.append(Rule(table.name, chain, ("-j", target), ln, raw))
+            table.rules.append(Rule(table.name, chain, ("-j", mr.group("target")), ln, raw))
     return rs
