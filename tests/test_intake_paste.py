@@ -243,3 +243,20 @@ def test_rows_without_a_chain_header_keep_their_targets_and_comments() -> None:
 def test_an_unread_input_says_what_it_looked_like(case: str, file: str, says: str) -> None:
     ev = load([CASES / case / file])
     assert not ev.artifacts and says in ev.problems[0].message
+
+
+def test_a_whole_dump_too_big_for_the_head_is_not_a_fragment(tmp_path: Path) -> None:
+    """Typing reads the first 256 kB: a 10,000-rule dump's COMMIT lies beyond it, and it is
+    still the whole dump, verified as such (it was taken for a fragment, and verify refused)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import gen_cluster
+
+    save, cluster = gen_cluster.write(tmp_path, 1000, 5)
+    assert save.stat().st_size > 300_000
+    ev = load([save])
+    (art,) = ev.artifacts
+    assert art.kind == Kind.IPTABLES_SAVE and "fragment" not in art.attrs
+    rep, _ = diagnose_paths([save, cluster], command="verify")
+    assert rep.verification is not None and rep.verification.services_checked == 1000

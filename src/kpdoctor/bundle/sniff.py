@@ -123,7 +123,7 @@ def sniff(head: str) -> Typed:
     structured = _sniff_structured(stripped)
     if structured is not None:
         return structured
-    if _SAVE_TABLE.search(head) and "COMMIT" in head:
+    if _SAVE_TABLE.search(head):  # a whole dump (its COMMIT may lie past the head of a big one)
         return Typed(Kind.IPTABLES_SAVE, save_attrs(head))
     if _LIST_CHAIN.search(head) and _LIST_HEADER.search(head):
         return Typed(Kind.IPTABLES_LIST, {})
