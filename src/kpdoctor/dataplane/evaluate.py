@@ -67,6 +67,7 @@ class State:
     notrack: bool = False
     affinity: list[int] = field(default_factory=list)  # lines of --rcheck rules seen
     dnat_step: Step | None = None  # the rule that translated the destination
+    drop_mark_step: Step | None = None  # the rule that jumped to KUBE-MARK-DROP (the mark's cause)
 
     @classmethod
     def start(cls, packet: Packet) -> State:
@@ -86,6 +87,7 @@ class State:
             self.notrack,
             list(self.affinity),
             self.dnat_step,
+            self.drop_mark_step,
         )
 
     @property
@@ -101,6 +103,7 @@ class Outcome:
     verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
     state: State
     reason: str = ""  # for UNCERTAIN: what could not be evaluated, and where
+    by_mark: bool = False  # dropped for kube-proxy's drop mark, by a filter table not given
     _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
 
     @property
@@ -121,7 +124,10 @@ class Outcome:
 
     @property
     def decided_by(self) -> Step | None:
-        """The rule (or policy) that gave the verdict: the last step taken."""
+        """The rule (or policy) that gave the verdict: the last step taken (for a drop by mark,
+        the rule that sent the packet to KUBE-MARK-DROP)."""
+        if self.by_mark and self.state.drop_mark_step is not None:
+            return self.state.drop_mark_step
         return self.state.steps[-1] if self.state.steps else None
 
 
@@ -148,6 +154,7 @@ class Uncertain(Exception):
 
 Branch = tuple[float, State]
 Result = tuple[float, State, str, str]
+DROP_MARK = 0x8000  # what KUBE-MARK-DROP sets, and KUBE-FIREWALL (filter) drops
 
 
 class Evaluator:
@@ -232,8 +239,23 @@ class Evaluator:
         after: list[Branch] = []
         for p, st in branches:
             self._after_nat(hook, postrouting, p, st, after, finals)
-        finals.extend(Outcome(p, "ACCEPT", st) for p, st in after)
+        finals.extend(self._passed(p, st) for p, st in after)
         return _merge(finals)
+
+    def _passed(self, p: float, st: State) -> Outcome:
+        """A packet no rule given stopped. Accepted, unless the filter table is missing from the
+        evidence (a nat-only dump, a grep'd chain): then what it would do is not known, and a
+        packet carrying kube-proxy's drop mark is dropped there (KUBE-FIREWALL), never "passes
+        untouched"."""
+        if any("filter" in layer for layer in self.layers):
+            return Outcome(p, "ACCEPT", st)
+        if st.mark & DROP_MARK == DROP_MARK:
+            why = "kube-proxy's drop mark 0x8000 (KUBE-MARK-DROP) is set: dropped by mark (filter table not given)"
+            return Outcome(p, "DROP", st, why, by_mark=True)
+        if st.dnat is None:
+            why = "not translated, and the filter table (which may accept, reject or drop it) was not given"
+            return Outcome(p, "UNCERTAIN", st, why)
+        return Outcome(p, "ACCEPT", st)
 
     def _stages(self, hook: str, local: bool, postrouting: bool) -> list[tuple[str, str]]:
         """The (table, chain) walks after the entry hook's nat, by the routing decision."""
@@ -423,6 +445,8 @@ class Evaluator:
             name = tgt.name
             if self.record or name in _ALWAYS_RECORDED:
                 st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
+            if name == "KUBE-MARK-DROP":
+                st.drop_mark_step = Step(tab.name, chain, r.rule.line, r.rule.text, p)
             if name in TERMINAL or name == "RETURN":
                 results.append((p, st, name, ""))
                 return results
