@@ -99,6 +99,8 @@ class Table:
     name: str
     chains: dict[str, str | None] = field(default_factory=dict)  # chain -> policy (None: user chain)
     chain_lines: dict[str, int] = field(default_factory=dict)
+    policy_packets: dict[str, int] = field(default_factory=dict)  # built-in chain -> packets its policy took
+    policy_lines: dict[str, str] = field(default_factory=dict)  # built-in chain -> its line, for citing
     rules: list[Rule] = field(default_factory=list)
 
 
@@ -312,6 +314,10 @@ def parse_save(
             into = table or placed(m.group(1), ())
             into.chains[m.group(1)] = None if policy == "-" else policy
             into.chain_lines[m.group(1)] = ln
+            if policy != "-":
+                into.policy_lines[m.group(1)] = line
+            if policy != "-" and m.group(3) is not None and (n := _counter(m.group(3))) is not None:
+                into.policy_packets[m.group(1)] = n  # iptables-save -c: [packets:bytes]
             continue
         packets = nbytes = None
         mc = _COUNTERS.match(line)
@@ -383,7 +389,8 @@ def parse_rules_s(text: str, artifact: str, family: int = 4, first_line: int = 1
     return rs
 
 
-_L_CHAIN = re.compile(r"^Chain (\S+) \((?:policy (\w+)|(\d+) references)")
+_L_CHAIN = re.compile(r"^Chain (\S+) \((?:policy (\w+)(?: (\d+[KMGT]?) packets)?|(\d+) references)")
+_UNITS = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
 _L_RULE = re.compile(r"^\s*(\d+[KMGT]?)\s+(\d+[KMGT]?)\s+(?P<target>\S+)\s+")
 # a row without counters (-L -n without -v), or with --line-numbers, and no header to say so
 _L_ROW = re.compile(
@@ -406,6 +413,10 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
             chain = m.group(1)
             table.chains[chain] = m.group(2)
             table.chain_lines[chain] = ln
+            if m.group(2):
+                table.policy_lines[chain] = raw.strip()
+            if m.group(3):  # -L -v: "(policy DROP 22 packets, 1848 bytes)"; 12K is about 12,000
+                table.policy_packets[chain] = int(m.group(3).rstrip("KMGT")) * _UNITS[m.group(3).lstrip("0123456789")]
             continue
         words = raw.split()
         if not words:

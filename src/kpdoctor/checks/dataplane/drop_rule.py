@@ -1,14 +1,16 @@
-"""KP204: a rule kube-proxy did not write drops or rejects Service traffic."""
+"""KP204, KP207: a rule or policy kube-proxy did not write drops or rejects Service traffic."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import CLUSTER, RULES, by_service, capped, classes, finding_for, kube_proxy_rule
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.verify import Result
 from kpdoctor.facts import Facts
-from kpdoctor.model import Finding, Severity
+from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 
 def _applies(r: Result) -> bool:
@@ -57,3 +59,63 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
         f.fix = [f"Allow this traffic in the component that owns `{what}`, or remove that rule."]
         out.append(f)
     yield from capped(facts, "KP204", out, "dropped by rules outside kube-proxy")
+
+
+@check(
+    "KP207",
+    cause="iptables-drop-rule",
+    title="The FORWARD chain's DROP policy drops forwarded traffic",
+    severity=Severity.WARNING,
+    needs=[*RULES, Kind.IPTABLES_LIST],
+)
+def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
+    """The filter FORWARD chain's policy is DROP and, by its counter, it has dropped packets.
+
+    Symptom: a Service (a NodePort, or a ClusterIP from a Pod) answers only when the Pod runs on
+        the node that received the connection; from other nodes it times out.
+    Cause: Docker (1.13 and later) sets the FORWARD policy to DROP; a firewall may too. Traffic
+        kube-proxy DNATs to a Pod on another node is forwarded, and unless a rule accepts it
+        (kube-proxy's KUBE-FORWARD accepts only marked or established traffic; the CNI should
+        accept its Pod network), the policy drops it.
+    How it is detected: the FORWARD policy and its packet counter in `iptables -L -v` (the
+        "Chain FORWARD (policy DROP N packets" line) or `iptables-save -c` (`:FORWARD DROP
+        [N:...]`), without the cluster's objects (with them, KP204 evaluates every Service's
+        packets instead). A counter above zero is packets dropped since the rules were loaded: a
+        warning; a DROP policy that has dropped nothing (or without counters) is an info note.
+    Fix: accept the pod network in FORWARD (`iptables -P FORWARD ACCEPT`, or `-A FORWARD -s
+        POD_CIDR -j ACCEPT` and `-d POD_CIDR`), or make the CNI do so; with Docker, set it in
+        DOCKER-USER or run containerd without Docker's rules.
+    References: https://docs.docker.com/engine/network/packet-filtering-firewalls/;
+        https://github.com/kubernetes/kubernetes/issues/39658
+    """
+    if facts.verification is not None:
+        return  # KP204 judges the evaluated packets themselves
+    for rs in facts.rulesets:
+        for table in rs.tables.values():
+            if table.name not in ("filter", "unknown") or table.chains.get("FORWARD") != "DROP":
+                continue
+            packets = table.policy_packets.get("FORWARD")
+            line = table.chain_lines.get("FORWARD")
+            cite = Cite(rs.artifact, line, table.policy_lines.get("FORWARD", "FORWARD policy DROP"))
+            if packets:
+                summary = (
+                    f"The FORWARD chain's policy is DROP and it has dropped {packets:,} packet(s) since the rules "
+                    "were loaded: forwarded traffic no rule accepted (Service traffic DNATed to a Pod on another "
+                    "node, for one). Run the listing again while reproducing: a growing counter is the drop."
+                )
+                f = start(facts, "KP207", [], confidence=Confidence.MEDIUM, summary=summary)
+            else:
+                summary = (
+                    "The FORWARD chain's policy is DROP"
+                    + (" (nothing dropped by it so far)" if packets == 0 else " (no counters given: -L -v shows them)")
+                    + ": forwarded traffic that no rule accepts is dropped; if Services answer only from the node "
+                    "running their Pod, this is why."
+                )
+                f = start(facts, "KP207", [], confidence=Confidence.LOW, summary=summary, severity=Severity.INFO)
+            f.evidence = [cite]
+            f.fix = [
+                "Accept the pod network in FORWARD (`iptables -A FORWARD -s POD_CIDR -j ACCEPT` and "
+                "`-d POD_CIDR`), or set the policy to ACCEPT; with Docker, use the DOCKER-USER chain.",
+            ]
+            yield f
+            return
