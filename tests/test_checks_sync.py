@@ -40,7 +40,12 @@ def test_backend_mismatch_nft_variant(diagnose: Diag) -> None:
         "\tError occurred at line: 47\n >\n"
     )
     f = diagnose({"kp.log": log}).visible()[0]
-    assert f.cause == "iptables-backend-mismatch" and "(nft)" in f.summary
+    # Nothing says which backend the node uses: a mismatch or a chain kubelet never created.
+    assert f.cause == "iptables-backend-mismatch" and "(nf_tables)" in f.summary
+    assert f.confidence.label == "medium" and "Either" in f.summary
+    g = diagnose({"kp.log": log, "ipt.txt": "iptables v1.8.4 (legacy)\n"}).visible()[0]
+    assert g.cause == "iptables-backend-mismatch" and g.confidence.label == "high"
+    assert "exists only in the legacy backend the node uses" in g.summary
 
 
 def test_rules_split_across_backends(diagnose: Diag) -> None:

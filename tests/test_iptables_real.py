@@ -135,7 +135,7 @@ def test_rules_in_both_backends_are_reported(outputs: dict[str, str], diagnose: 
     assert any("Warning: iptables-legacy tables present" in c.text for c in f.evidence)
 
 
-@pytest.mark.parametrize("which,expect", [("legacy-restore-err", "(legacy)"), ("nft-restore-err", "(nft)")])
+@pytest.mark.parametrize("which,expect", [("legacy-restore-err", "(legacy)"), ("nft-restore-err", "(nf_tables)")])
 def test_real_restore_errors_as_kube_proxy_logs_them(
     outputs: dict[str, str], which: str, expect: str, diagnose: Callable[..., Report]
 ) -> None:

@@ -1,5 +1,7 @@
 """Version comparison follows DESIGN.md: upstream first, vendor build only within a vendor."""
 
+import pytest
+
 from kpdoctor.versions import FixRow, IptablesVersion, KernelVersion, KubeVersion, remedy
 
 
@@ -46,3 +48,50 @@ def test_iptables_and_kernel_versions() -> None:
     assert k and k.base == (5, 15, 0) and k.abi == 127 and k.distro == "ubuntu"
     k2 = KernelVersion.parse("6.6.58")
     assert k2 and k2.abi is None
+
+
+@pytest.mark.parametrize(
+    ("release", "base", "abi", "flavour", "distro", "upstream"),
+    [
+        ("5.15.0-127-generic", (5, 15, 0), 127, "generic", "ubuntu", None),
+        ("6.8.0-1025-aws", (6, 8, 0), 1025, "aws", "ubuntu", None),
+        ("5.15.0-1075-azure", (5, 15, 0), 1075, "azure", "ubuntu", None),
+        ("6.8.0-1019-gcp", (6, 8, 0), 1019, "gcp", "ubuntu", None),
+        ("6.1.0-18-amd64", (6, 1, 0), 18, "amd64", "debian", None),
+        ("6.1.0-18-cloud-amd64", (6, 1, 0), 18, "cloud-amd64", "debian", None),
+        ("6.1.76-1+deb12u1", (6, 1, 76), None, None, "debian", (6, 1, 76)),
+        ("4.18.0-513.5.1.el8_9.x86_64", (4, 18, 0), None, None, "rhel", None),
+        ("3.10.0-1062.9.1.el7.x86_64", (3, 10, 0), None, None, "rhel", None),
+        ("6.11.4-301.fc41.x86_64", (6, 11, 4), None, None, "fedora", (6, 11, 4)),
+        ("6.6.57-1-lts", (6, 6, 57), None, "lts", "arch", (6, 6, 57)),
+        ("6.11.6-arch1-1", (6, 11, 6), None, None, "arch", (6, 11, 6)),
+        ("5.10.192-183.736.amzn2.x86_64", (5, 10, 192), None, None, "amazon", (5, 10, 192)),
+        ("5.14.21-150500.55.83-default", (5, 14, 21), None, "default", "suse", None),
+        ("6.6.58", (6, 6, 58), None, None, "upstream", (6, 6, 58)),
+    ],
+)
+def test_distribution_kernel_releases(
+    release: str,
+    base: tuple[int, int, int],
+    abi: int | None,
+    flavour: str | None,
+    distro: str,
+    upstream: tuple[int, int, int] | None,
+) -> None:
+    """A numeric suffix is an ABI only in Ubuntu's and Debian's scheme; elsewhere it is a package
+    release, and the base is the upstream release the package is built from."""
+    k = KernelVersion.parse(release)
+    assert k is not None and str(k) == release
+    assert (k.base, k.abi, k.flavour, k.distro, k.upstream) == (base, abi, flavour, distro, upstream)
+
+
+def test_kernel_release_package_and_distribution_versions() -> None:
+    rhel = KernelVersion.parse("4.18.0-513.5.1.el8_9.x86_64")
+    assert rhel is not None and (rhel.release, rhel.distro_version) == ("513.5.1", "8.9")
+    fedora = KernelVersion.parse("Linux host 6.11.4-301.fc41.x86_64 #1 SMP PREEMPT_DYNAMIC")
+    assert fedora is not None and (fedora.release, fedora.distro_version) == ("301", "41")
+    amazon = KernelVersion.parse("6.1.112-124.190.amzn2023.x86_64")
+    assert amazon is not None and amazon.distro_version == "2023"
+    aws = KernelVersion.parse("6.8.0-1025-aws")
+    main = KernelVersion.parse("6.8.0-57-generic-64k")
+    assert aws is not None and main is not None and (aws.ubuntu_line, main.ubuntu_line) == ("aws", "generic")

@@ -106,6 +106,15 @@ class KubeVersion:
         return self.raw or f"v{self.major}.{self.minor}.{self.patch}"
 
 
+# An iptables binary's banner as its errors and ``--version`` print it: ``iptables v1.8.7
+# (nf_tables)``, ``ip6tables-restore v1.6.0:``, ``iptables-nft-restore v1.8.9 (nf_tables):``, also
+# right after an escaped newline (``err="...\\niptables v1.8.6 (legacy): ..."``).
+_IPTABLES_BANNER = re.compile(
+    r"(?:\b|(?<=\\n))(ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?) v(\d+(?:\.\d+){1,3})"
+    r"(?: \((legacy|nf_tables)\))?"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class IptablesVersion:
     """``iptables v1.8.7 (nf_tables)``: the numeric version and the backend, if printed."""
@@ -113,6 +122,7 @@ class IptablesVersion:
     parts: tuple[int, ...]
     backend: str | None  # "legacy" | "nf_tables" | None (1.6 and older print no backend)
     raw: str = field(default="", compare=False)
+    program: str | None = field(default=None, compare=False)  # "ip6tables-restore", when a banner named it
 
     @classmethod
     def parse(cls, text: str) -> IptablesVersion | None:
@@ -121,6 +131,20 @@ class IptablesVersion:
             return None
         parts = tuple(int(p) for p in m.group(1).split("."))
         return cls(parts, m.group(2), m.group(0))
+
+    @classmethod
+    def banners(cls, text: str, limit: int = 8) -> list[IptablesVersion]:
+        """Every iptables banner in ``text`` (an error record), in order, with the program that
+        printed it: the binary that failed says which backend it used."""
+        out: list[IptablesVersion] = []
+        for m in _IPTABLES_BANNER.finditer(text[: MAX_VERSION_TEXT * 20]):
+            if len(m.group(2)) > 24:
+                continue  # not a version: absurd digit runs
+            parts = tuple(int(p) for p in m.group(2).split("."))
+            out.append(cls(parts, m.group(3), m.group(0), m.group(1)))
+            if len(out) >= limit:
+                break
+        return out
 
     def at_least(self, *parts: int) -> bool:
         return self.parts >= parts
@@ -131,39 +155,126 @@ class IptablesVersion:
             return "nft"
         return self.backend
 
+    @property
+    def effective_backend(self) -> str | None:
+        """The backend this binary writes through: the printed one, or legacy for a binary
+        older than 1.8 (those print none and have only the legacy backend); None for a 1.8+
+        banner that names none (it could be either)."""
+        if self.short_backend:
+            return self.short_backend
+        return "legacy" if not self.at_least(1, 8) else None
+
     def __str__(self) -> str:
         return self.raw or "v" + ".".join(map(str, self.parts))
 
 
-_KERNEL_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+))?(?:[-.]([A-Za-z][\w.+~-]*))?")
+# Flavours of Ubuntu kernels (``5.15.0-127-generic``, ``6.8.0-1025-aws``). The main kernel's
+# flavours share its ABI numbers; every cloud/board kernel (aws, azure, gcp...) numbers its own.
+_UBUNTU_MAIN_FLAVOURS = re.compile(r"^(generic|lowlatency|virtual|server)(-[\w]+)?$")
+_UBUNTU_FLAVOURS = re.compile(
+    r"^(generic|lowlatency|virtual|server|aws|azure|gcp|gke|gkeop|oracle|kvm|ibm|raspi|nvidia|oem|"
+    r"realtime|intel|xilinx|bluefield|fips|hwe|lts|iot|starfive|riscv|allwinner|mtk|laptop)(-[\w-]+)?$"
+)
+# Debian's kernel flavours are architectures (``6.1.0-18-amd64``, ``6.1.0-18-cloud-amd64``).
+_DEBIAN_FLAVOURS = re.compile(
+    r"^(?:(?:cloud|rt)-)?(amd64|arm64|armmp(?:-lpae)?|686(?:-pae)?|i386|ppc64el|powerpc64le|s390x|"
+    r"marvell|rpi|armel|loong64|mips\w*|\d?kc-malta|octeon|loongson-\d)$"
+)
+_ARCHES = r"(?:x86_64|aarch64|ppc64le|s390x|i686|armv7hl|noarch)"
+_KERNEL_BASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+# What follows major.minor.patch, one pattern per distribution scheme, most specific first.
+_KERNEL_SCHEMES: list[tuple[str, re.Pattern[str]]] = [
+    # RHEL and rebuilds: 4.18.0-513.5.1.el8_9.x86_64, 3.10.0-1062.9.1.el7.x86_64, ...el8uek
+    ("rhel", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.el(?P<ver>\d+)(?:_(?P<minor>\d+))?(?P<flv>uek)?(?:\.{_ARCHES})?$")),
+    # Fedora: 6.11.4-301.fc41.x86_64
+    ("fedora", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.fc(?P<ver>\d+)(?:\.{_ARCHES})?$")),
+    # Amazon Linux: 5.10.192-183.736.amzn2.x86_64, 6.1.112-124.190.amzn2023.x86_64
+    ("amazon", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.amzn(?P<ver>\d+)(?:\.{_ARCHES})?$")),
+    # Debian packages and backports: 6.1.76-1+deb12u1, 6.1.0-0.deb11.17-amd64
+    ("debian", re.compile(r"^-(?P<rel>[\w.~]+?)\+deb(?P<ver>\d+)(?:u\d+)?(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("debian", re.compile(r"^-(?P<rel>\d+\.deb(?P<ver>\d+)\.\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    # Arch: 6.6.57-1-lts, 6.11.6-arch1-1, 6.10.10-zen1-1-zen
+    ("arch", re.compile(r"^-(?P<rel>(?:arch|zen|hardened|lts|rt)\d+-\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("arch", re.compile(r"^-(?P<rel>\d+)-(?P<flv>lts|zen|hardened|rt|rt-lts)$")),
+    # SUSE Linux Enterprise: 5.14.21-150500.55.83-default (150500: SLE 15 SP5, a backported base)
+    ("suse", re.compile(r"^-(?P<rel>(?P<ver>1[0-9]0[0-9]00)\.[\d.]+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    # Ubuntu/Debian ABI: 5.15.0-127-generic, 6.8.0-1025-aws, 6.1.0-18-amd64 (told apart below)
+    ("abi", re.compile(r"^-(?P<abi>\d+)-(?P<flv>[A-Za-z][\w.+~-]*)$")),
+    # Anything else: a package release and/or a flavour (6.11.4-1-default, 6.6.58_1, 6.6.58-talos)
+    ("other", re.compile(r"^[-_.](?P<rel>\d[\w.]*?)?(?:[-_.]?(?P<flv>[A-Za-z][\w.+~-]*))?$")),
+    ("other", re.compile(r"^\+(?P<flv>[A-Za-z][\w.+~-]*)$")),  # 6.6.51+rpt-rpi-v8: a build tag
+]
 
 
 @dataclass(frozen=True, slots=True)
 class KernelVersion:
-    """A kernel release such as ``5.15.0-127-generic`` or ``6.6.58``.
+    """A kernel release such as ``5.15.0-127-generic``, ``6.6.57-1-lts`` or ``6.6.58``.
 
-    Kernels compare by their numeric parts within a distribution flavour: an Ubuntu ABI number
-    (the ``-127``) is not comparable with an upstream stable patch level.
+    Kernels compare by their numeric parts within a distribution: an Ubuntu or Debian ABI
+    number (the ``-127`` of ``5.15.0-127-generic``) is not a stable patch level, and a RHEL
+    ``4.18.0-513.el8`` is a frozen base with backports. A numeric suffix of another scheme
+    (Arch ``-1-lts``, Fedora ``-301.fc41``) is a package release: the base is then the upstream
+    stable release the package is built from.
     """
 
     base: tuple[int, int, int]
-    abi: int | None
+    abi: int | None  # Ubuntu/Debian ABI number only; a package release is ``release``
     flavour: str | None
     raw: str = field(default="", compare=False)
+    distro: str = "upstream"  # ubuntu | debian | rhel | suse | fedora | amazon | arch | other | upstream
+    release: str | None = None  # the distribution's package release (``301.fc41`` -> "301")
+    distro_version: str | None = None  # "41" (fc41), "8.9" (el8_9), "2023" (amzn2023), "12" (+deb12u1)
 
     @classmethod
     def parse(cls, text: str) -> KernelVersion | None:
-        m = _KERNEL_RE.search(_version_text(text))
+        t = _version_text(text)
+        m = _KERNEL_BASE.search(t)
         if not m:
             return None
         base = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-        abi = int(m.group(4)) if m.group(4) else None
-        return cls(base, abi, m.group(5), m.group(0))
+        rest = re.match(r"[\w.+~-]*", t[m.end() :])  # the characters a release is made of
+        tail = rest.group(0).rstrip(".-") if rest else ""  # not a sentence's full stop
+        raw = m.group(0) + tail
+        for scheme, rx in _KERNEL_SCHEMES:
+            sm = rx.match(tail)
+            if not sm:
+                continue
+            parts = sm.groupdict()
+            flavour, ver = parts.get("flv"), parts.get("ver")
+            if scheme == "abi":
+                abi, flv = int(parts["abi"]), parts["flv"]
+                if base[2] == 0 and _UBUNTU_FLAVOURS.match(flv):
+                    return cls(base, abi, flv, raw, "ubuntu")
+                if base[2] == 0 and _DEBIAN_FLAVOURS.match(flv):
+                    return cls(base, abi, flv, raw, "debian")
+                return cls(base, None, flv, raw, "other", str(abi))  # a package release
+            if scheme == "rhel" and parts.get("minor"):
+                ver = f"{ver}.{parts['minor']}"
+            release = parts.get("rel")
+            if scheme == "other" and not release:
+                return cls(base, None, flavour, raw, "upstream")  # 6.6.58-talos: a build tag
+            return cls(base, None, flavour, raw, scheme, release, ver)
+        return cls(base, None, None, raw, "upstream")
 
     @property
-    def distro(self) -> str:
-        """A coarse family: 'ubuntu' when an ABI number is present, else 'upstream'."""
-        return "ubuntu" if self.abi is not None else "upstream"
+    def ubuntu_line(self) -> str | None:
+        """Which Ubuntu kernel numbers this ABI: "generic" for the main kernel and its
+        flavours (lowlatency, generic-64k...), else the cloud/board kernel (aws, azure...)."""
+        if self.distro != "ubuntu" or not self.flavour:
+            return None
+        if _UBUNTU_MAIN_FLAVOURS.match(self.flavour):
+            return "generic"
+        return self.flavour.split("-", 1)[0]
+
+    @property
+    def upstream(self) -> tuple[int, int, int] | None:
+        """The upstream stable release this kernel is, when its base says so: not for Ubuntu
+        or Debian ABI kernels (base x.y.0) nor RHEL's frozen, backported bases."""
+        if self.distro in ("ubuntu", "rhel", "suse") or (self.distro == "debian" and self.abi is not None):
+            return None
+        if self.distro == "debian" and self.release and ".deb" in self.release:
+            return None  # a backports ABI (6.1.0-0.deb11.17): base x.y.0
+        return self.base
 
     def __str__(self) -> str:
         return self.raw

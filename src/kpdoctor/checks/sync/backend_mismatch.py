@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
-from kpdoctor.facts import Facts
-from kpdoctor.facts.log import RESTORE_VARIANT, restore_binary
+from kpdoctor.facts import Facts, Versioned
+from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
-from kpdoctor.versions import FixRow
+from kpdoctor.parse import k8s, system
+from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.versions import FixRow, IptablesVersion, KernelVersion
 
 CANNOT_LOAD_TARGET = signature(
     "restore-cannot-load-kube-target",
@@ -27,6 +29,30 @@ CHAIN_DOES_NOT_EXIST = signature(
     r"-restore v[0-9.]+( \((legacy|nf_tables)\))?: Chain .(KUBE-[A-Z0-9-]+). does not exist",
     failure=True,
     variant=RESTORE_VARIANT,  # one of each restore binary kept: the backend and its version
+)
+# A legacy binary that finds no legacy table in the kernel: `iptables v1.6.0: can't initialize
+# iptables table `nat': Table does not exist (do you need to insmod?)`, or its restore's
+# `ip6tables-restore v1.8.5 (legacy): ip6tables-restore: unable to initialize table 'nat'`. On a
+# host that drives netfilter through nf_tables the legacy table modules are not loaded (and a
+# container cannot modprobe them).
+TABLE_INIT_FAILED = signature(
+    "iptables-table-does-not-exist",
+    "initialize",
+    r"(ip6?tables[a-z-]*) v([0-9.]+)( \((legacy|nf_tables)\))?: "
+    r"(can't initialize ip6?tables table .(nat|filter|mangle|raw).: Table does not exist"
+    r"|ip6?tables-restore: unable to initialize table .(nat|filter|mangle|raw).)",
+    failure=True,
+    variant=r"ip6tables|tables[a-z-]* v[0-9.]+ *(?:\((?:legacy|nf_tables)\))?",
+)
+# iptables-nft's batch error (its upper-case command names are nf_tables messages: a legacy restore
+# says "Too many links"): deleting a chain the kernel still holds references to. kube-proxy's nft
+# restore hits it on a legacy-only host (RHEL/CentOS 7), where the kernel's nf_tables is old.
+CHAIN_BUSY = signature(
+    "nft-chain-delete-busy",
+    "CHAIN_USER_DEL failed",
+    r"CHAIN_USER_DEL failed \(Device or resource busy\): chain (KUBE-[A-Z0-9-]+)",
+    failure=True,
+    variant=RESTORE_VARIANT,
 )
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.
@@ -50,11 +76,191 @@ FIXES = [
         note="the image detects the backend; a wrong pick comes from rules other components left in the other backend",
     ),
 ]
-# OSes the seed names as defaulting to nf_tables, where old legacy-only images break.
+# OSes whose iptables defaults to nf_tables, where old legacy-only images break. (The seed names
+# Ubuntu 20.04 too, but its iptables 1.8.4 points every ip*tables link at xtables-legacy-multi:
+# canonical/snapd#8544; Ubuntu switched to nf_tables by default later, 22.04 is nft.)
 NFT_DEFAULT_OS = re.compile(
-    r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[0-9])\.|debian.*\b(1[0-9])\b|fedora",
+    r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[2-9])\.|debian.*\b(1[0-9])\b|fedora",
     re.I,
 )
+# The backend a node's own iptables (and so kubelet's) uses, from its OS release when nobody ran
+# `iptables --version` there: what each distribution ships. First match wins.
+_RHEL_LIKE = r"\b(centos|red hat enterprise linux|rhel|rocky|almalinux|oracle linux)\b\D{0,40}?"
+OS_BACKENDS: list[tuple[re.Pattern[str], str, str]] = [
+    (
+        re.compile(r"red hat enterprise linux coreos|\brhcos\b", re.I),
+        "nft",
+        "RHEL CoreOS is RHEL 8+: iptables-nft only",
+    ),
+    (re.compile(_RHEL_LIKE + r"\b[4-7](\.\d+)*\b", re.I), "legacy", "RHEL/CentOS 7 ships iptables 1.4.21, legacy only"),
+    (re.compile(_RHEL_LIKE + r"\b([89]|1\d)(\.\d+)*\b", re.I), "nft", "RHEL 8 and later ship only iptables-nft"),
+    (
+        re.compile(r"\bubuntu\b\D{0,20}?\b(1[0-8])\.", re.I),
+        "legacy",
+        "Ubuntu 18.04 and older ship iptables 1.6, legacy only",
+    ),
+    (
+        re.compile(r"\bubuntu\b\D{0,20}?\b(19|20)\.", re.I),
+        "legacy",
+        "Ubuntu 20.04's iptables 1.8.4 uses the legacy backend by default",
+    ),
+    (re.compile(r"\bdebian\b\D{0,40}?\b[5-9]\b", re.I), "legacy", "Debian 9 and older ship iptables 1.6, legacy only"),
+    (
+        re.compile(r"\bamazon linux 2023\b|\bamzn\b\D{0,5}2023\b", re.I),
+        "nft",
+        "Amazon Linux 2023's iptables is iptables-nft",
+    ),
+    (
+        re.compile(r"\bamazon linux 2\b|\bamzn\b\D{0,5}2\b", re.I),
+        "legacy",
+        "Amazon Linux 2's iptables uses the legacy backend",
+    ),
+    # iptables 1.8 (the first with nf_tables) came with Fedora 29: older releases are legacy-only.
+    (
+        re.compile(r"\bfedora\b\D{0,30}?\b([1-9]|1\d|2[0-8])\b", re.I),
+        "legacy",
+        "Fedora 28 and older ship iptables 1.6 or older, legacy only",
+    ),
+    (NFT_DEFAULT_OS, "nft", "it defaults to the nf_tables backend"),
+]
+# Chains kube-proxy declares in its own restore payload (`:KUBE-MARK-MASQ - [0:0]`: see the
+# upstream expectations in tests/data/upstream), so its own sync never misses them: a restore that
+# cannot find one is another writer's (a CNI portmap or the runtime's hostport code) that expects
+# kube-proxy (or, before 1.27, kubelet) to have made it in its backend.
+KUBE_PROXY_OWN_CHAINS = frozenset(
+    {"KUBE-MARK-MASQ", "KUBE-POSTROUTING", "KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"}
+)
+NFT_SINCE_KERNEL = (3, 13, 0)  # nf_tables was merged in Linux 3.13: older kernels are legacy-only
+
+
+@dataclass(frozen=True, slots=True)
+class HostBackend:
+    """The backend the node's own iptables (kubelet's) uses, and how that is known: from its
+    `iptables --version` (``version``), or inferred from its OS or kernel release."""
+
+    backends: frozenset[str]  # one, or both when host-side versions of both backends were given
+    source: str  # "version" | "OS release" | "kernel release"
+    text: str  # "iptables v1.8.4 (nf_tables)" or "CentOS Linux 7 (Core): RHEL/CentOS 7 ships ..."
+    cites: tuple[Cite, ...]
+
+    def says(self, backend: str) -> bool | None:
+        """Does the node use ``backend``? None when the evidence holds both."""
+        if len(self.backends) > 1:
+            return None if backend in self.backends else False
+        return backend in self.backends
+
+    @property
+    def confidence(self) -> Confidence:
+        return Confidence.HIGH if self.source == "version" and len(self.backends) == 1 else Confidence.MEDIUM
+
+    @property
+    def inferred(self) -> bool:
+        return self.source != "version"
+
+    def describe(self) -> str:
+        if len(self.backends) > 1:
+            return f"host-side iptables of both backends were given ({self.text}: several nodes, or both installed)"
+        if self.inferred:
+            return f"inferred from the {self.source}: {self.text}"
+        return self.text
+
+
+def _cite(art: Artifact) -> Cite:
+    for i, line in enumerate(art.text.splitlines()):
+        if line.strip():
+            return Cite(art.name, art.first_line + i, line.strip())
+    return Cite(art.name, art.first_line, "")
+
+
+def iptables_versions(facts: Facts, scopes: tuple[str, ...]) -> list[tuple[Versioned[IptablesVersion], Artifact]]:
+    """Every `iptables --version` of these scopes ("host", "kube-proxy", or any other container
+    or image: "other"), not only the first: a transcript may hold several nodes' or images'."""
+    out = []
+    for a in facts.of(Kind.IPTABLES_VERSION):
+        scope = a.attrs.get("scope", "host")
+        key = scope if scope in ("host", "kube-proxy") else "other"
+        if key not in scopes:
+            continue
+        v = system.parse_iptables_version(a.text)
+        if v is not None:
+            out.append((Versioned(v, _cite(a)), a))
+    return out
+
+
+def os_backend(text: str) -> tuple[str, str] | None:
+    """(backend, why) for an OS release text (PRETTY_NAME, ID, VERSION_ID or a Node's osImage)."""
+    for rx, backend, why in OS_BACKENDS:
+        if rx.search(text):
+            return backend, why
+    return None
+
+
+def kernel_backend(k: KernelVersion) -> tuple[str, str] | None:
+    """(backend, why) from a kernel release whose distribution fixes the host's iptables."""
+    major = int((k.distro_version or "0").split(".")[0] or 0)
+    if k.distro == "rhel" and major:
+        if major <= 7:
+            return "legacy", f"a RHEL/CentOS {major} kernel: that OS ships iptables 1.4.21, legacy only"
+        return "nft", f"a RHEL {major} kernel: RHEL 8 and later ship only iptables-nft"
+    if k.distro == "amazon" and k.distro_version == "2023":
+        return "nft", "an Amazon Linux 2023 kernel: its iptables is iptables-nft"
+    if k.distro == "amazon" and k.distro_version == "2":
+        return "legacy", "an Amazon Linux 2 kernel: its iptables uses the legacy backend"
+    if k.base < NFT_SINCE_KERNEL:
+        return "legacy", "a kernel older than 3.13, which has no nf_tables"
+    return None
+
+
+def host_backend(facts: Facts) -> HostBackend | None:
+    """The node's backend: its `iptables --version` (every host-side one given), else inferred
+    from /etc/os-release, the Node's osImage, `uname -r` or the Node's kernelVersion."""
+    hosts = [(v, a) for v, a in iptables_versions(facts, ("host",)) if v.value.effective_backend]
+    if hosts:
+        backends = frozenset(str(v.value.effective_backend) for v, _ in hosts)
+        text = ", ".join(dict.fromkeys(str(v.value) for v, _ in hosts))
+        return HostBackend(backends, "version", text, tuple(v.cite for v, _ in hosts))
+    osr = facts.os_release
+    if osr:
+        d, c = osr
+        text = " ".join(d.get(k, "") for k in ("PRETTY_NAME", "ID", "VERSION_ID"))
+        hit = os_backend(text)
+        if hit:
+            return HostBackend(
+                frozenset([hit[0]]), "OS release", f"{d.get('PRETTY_NAME') or text.strip()}: {hit[1]}", (c,)
+            )
+    node = facts.node_object
+    info = k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")) if node is not None else {}
+    image = str(info.get("osImage") or "")
+    if node is not None and image and (hit := os_backend(image)):
+        c = Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.osImage: {image}")
+        return HostBackend(frozenset([hit[0]]), "OS release", f"{image}: {hit[1]}", (c,))
+    kernels: list[Versioned[KernelVersion]] = [facts.kernel] if facts.kernel else []
+    kv = str(info.get("kernelVersion") or "")
+    if node is not None and kv and (parsed := KernelVersion.parse(kv)):
+        kernels.append(
+            Versioned(parsed, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.kernelVersion: {kv}"))
+        )
+    for k in kernels:
+        hit = kernel_backend(k.value)
+        if hit:
+            return HostBackend(frozenset([hit[0]]), "kernel release", f"{k.value} is {hit[1]}", (k.cite,))
+    return None
+
+
+def banner(hit: Hit) -> IptablesVersion | None:
+    """The iptables binary that failed, from the banner in its error (``iptables-restore v1.8.4
+    (legacy)``, ``ip6tables-restore v1.6.0``, ``iptables v1.6.0``)."""
+    rec = hit.record or hit.text
+    found = IptablesVersion.banners(rec)
+    return found[0] if found else None
+
+
+def _other(backend: str) -> str:
+    return "nf_tables" if backend == "legacy" else "legacy"
+
+
+def _name(backend: str) -> str:
+    return "nf_tables" if backend == "nft" else backend
 
 
 @check(
@@ -69,46 +275,167 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
 
     Symptom: every sync fails with `iptables-restore v1.8.4 (legacy): Couldn't load target
         'KUBE-MARK-DROP':No such file or directory` (legacy kube-proxy on an nf_tables node) or
-        `Chain 'KUBE-MARK-DROP' does not exist` (the reverse); Service rules never update.
-        iptables-nft-save prints "# Warning: iptables-legacy tables present".
+        `Chain 'KUBE-MARK-DROP' does not exist` (the reverse); a legacy-only image cannot even
+        initialise a table (`iptables v1.6.0: can't initialize iptables table 'nat': Table does
+        not exist (do you need to insmod?)`); an nf_tables kube-proxy on a legacy-only host
+        (RHEL/CentOS 7) fails to delete its stale chains (`CHAIN_USER_DEL failed (Device or
+        resource busy)`). Service rules never update. iptables-nft-save prints "# Warning:
+        iptables-legacy tables present".
     Cause: iptables 1.8 has two kernel backends that cannot see each other's rules. kubelet
         (host iptables) created KUBE-MARK-DROP in one; kube-proxy's image writes to the other.
-        Newer OSes (CentOS 8, Ubuntu 20.04+, TencentOS 3.x, tlinux 2.6 tk4) default to nf_tables,
-        while kube-proxy images before 1.17 (and older TKE builds) only have legacy. Images
+        Newer OSes (CentOS 8, Ubuntu 22.04+, TencentOS 3.x, tlinux 2.6 tk4) default to nf_tables,
+        while kube-proxy images before 1.17 (iptables 1.4/1.6, legacy only) and older TKE builds
+        only have legacy; images built on an nf_tables base can land on legacy-only hosts. Images
         with iptables-wrapper guess the backend from existing rules and can still guess wrong
         when another agent left rules in the other backend.
-    How it is detected: the restore errors above in kube-proxy's log (the error names the
-        backend kube-proxy used); KUBE-* rules present in both the legacy and the nft dumps;
-        the legacy-tables warning in iptables-nft-save; host `iptables --version` backend
-        versus kube-proxy's.
+    How it is detected: kube-proxy's backend from the banner of any failed iptables call in its
+        log (a binary older than 1.8 prints none and is legacy); the node's from the host's
+        `iptables --version` (1.4/1.6: legacy), else inferred from its OS or kernel release
+        (RHEL/CentOS 7 legacy-only, RHEL 8+ nf_tables-only, ...: said so, at lower confidence);
+        the signatures above; KUBE-* rules present in both the legacy and the nft dumps; the
+        legacy-tables warning; host versus kube-proxy (or another container's) `iptables
+        --version`. A missing chain with no word on the node's backend is either a mismatch or a
+        chain kubelet never created (only IPv6 failing points to the latter): reported as such,
+        at lower confidence. A missing chain that kube-proxy declares in its own restore
+        (KUBE-MARK-MASQ...) is another writer's failure (hostPort, CNI portmap): said so.
     Fix: run kube-proxy with the node's backend. TKE: upgrade kube-proxy to v1.24.4-tke.5,
         v1.22.5-tke.11, v1.20.6-tke.31, v1.18.4-tke.35, v1.16.3-tke.34, v1.14.3-tke.28,
         v1.12.4-tke.32 or v1.10.5-tke.20 (or later) for your cluster's line. Upstream: use an
         image with iptables-wrapper (1.17+); remove the stale backend's KUBE-* rules
         (`iptables-legacy-save`/`iptables-nft-save` to see them) and restart kube-proxy so it
-        detects again; keep every iptables writer on the node on one backend.
+        detects again; keep every iptables writer on the node on one backend. An nf_tables image
+        on a legacy-only host: use an image whose iptables follows the host (iptables-wrapper) or
+        switch the image's iptables to legacy.
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/71305;
         https://github.com/kubernetes/kubernetes/pull/82966;
+        https://github.com/kubernetes/kubernetes/issues/92250;
         https://github.com/kubernetes-sigs/iptables-wrappers;
         https://cloud.tencent.com/document/product/457/79797
     """
-    hits = facts.log.hits(CANNOT_LOAD_TARGET.id, CHAIN_DOES_NOT_EXIST.id)
-    evidence: list[Cite] = []
-    notes: list[str] = []
-    confidence = Confidence.HIGH
-    kp_backend: str | None = None
-    pre_18: str | None = None  # a restore binary older than 1.8 knows only the legacy backend
-    for h in hits:
-        binary = restore_binary(h)
-        if binary is not None:
-            kp_backend = binary.short_backend or "legacy"
-            if binary.backend is None and not binary.at_least(1, 8):
-                pre_18 = ".".join(map(str, binary.parts))
-    if kp_backend is None and hits:
-        kp_backend = "legacy" if any(h.sig == CANNOT_LOAD_TARGET.id for h in hits) else "nft"
+    strong = facts.log.hits(CANNOT_LOAD_TARGET.id, CHAIN_DOES_NOT_EXIST.id)
+    table_init = [h for h in facts.log.hits(TABLE_INIT_FAILED.id) if _legacy(banner(h))]
+    busy = facts.log.hits(CHAIN_BUSY.id)
+    failed = facts.log.hits(RESTORE_FAILED.id)
+    host = host_backend(facts)
+    image = facts.iptables_version("kube-proxy")
+    split, split_cites = _split(facts)
 
-    # Rules in both backends (same family): both are live in the kernel.
+    f: Finding | None = None
+    kp_backend: str | None = None
+    kp_binary: IptablesVersion | None = None
+    for h in strong + table_init + busy + failed:
+        b = banner(h)
+        if b is not None and b.effective_backend:
+            kp_backend, kp_binary = b.effective_backend, b
+            break
+    if kp_backend is None and busy:
+        kp_backend = "nft"  # CHAIN_USER_DEL is an nf_tables message
+    if kp_backend is None and image is not None:
+        kp_backend = image.value.effective_backend
+
+    if strong:
+        f = _missing_chain(facts, strong, host)
+    elif table_init:
+        f = _table_missing(facts, table_init, host)
+    elif busy:
+        f = _busy_chain(facts, busy, host)
+    if f is None and split:
+        ver = facts.verification
+        disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
+        f = start(
+            facts,
+            "KP101",
+            [],
+            confidence=Confidence.HIGH,
+            severity=Severity.CRITICAL if ver is None or disagree else Severity.WARNING,
+            summary="Kubernetes rules are split across both iptables backends; both are live in the kernel, "
+            "so packets traverse both and the two sets can disagree.",
+        )
+    if f is None:
+        f = _versions_differ(facts, host, image, failed)
+    if f is None:
+        return
+
+    # What every finding of this check carries: the rule split, the warning, the versions.
+    f.evidence.extend(c for c in split_cites if c not in f.evidence)
+    for rs in [rs for rs in facts.rulesets if rs.legacy_warning_line][:1]:
+        f.evidence.append(
+            Cite(
+                rs.artifact,
+                rs.legacy_warning_line,
+                "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them",
+            )
+        )
+    notes: list[str] = []
+    if split:
+        notes.append("Rules found in both backends: " + "; ".join(split) + ".")
+        ver = facts.verification
+        disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
+        if disagree:
+            notes.append(
+                f"They disagree for {len(disagree)} Service port(s) ({', '.join(disagree[:5])}): see the "
+                "verification finding folded here."
+            )
+        elif ver is not None and not strong:
+            notes.append(
+                "Evaluated Service by Service, they agree today; the backend kube-proxy does not use "
+                "will go stale at the next change."
+            )
+    if host is not None:
+        key = "iptables (node)" if not host.inferred else "iptables backend (node, inferred)"
+        f.versions_found[key] = (
+            host.text if not host.inferred else f"{'/'.join(_name(b) for b in sorted(host.backends))} ({host.source})"
+        )
+        f.evidence.extend(c for c in host.cites if c not in f.evidence)
+        if host.inferred:
+            notes.append(
+                "Add the host's `iptables --version` to confirm."
+                if host.describe() in f.summary
+                else f"The node's backend is {host.describe()}; add the host's `iptables --version` to confirm."
+            )
+    if image:
+        f.versions_found["iptables (kube-proxy)"] = str(image.value)
+        if image.cite not in f.evidence:
+            f.evidence.append(image.cite)
+    elif kp_binary is not None:
+        f.versions_found["iptables (kube-proxy)"] = str(kp_binary)
+    elif kp_backend:
+        f.versions_found["iptables (kube-proxy)"] = kp_backend
+    if notes:
+        f.summary += " " + " ".join(notes)
+    if f.fix:
+        yield f  # not kube-proxy's own failure: its own advice, not kube-proxy's upgrade path
+        return
+    if kp_backend != "nft":
+        rem, found, where = kube_proxy_remedy(facts, FIXES)
+        apply_remedy(f, rem, found, where)
+    else:
+        kpv = facts.kube_proxy_version
+        if kpv is not None:
+            f.versions_found["kube-proxy"] = str(kpv.value)
+        f.fix.insert(
+            0,
+            "Run kube-proxy from an image whose iptables follows the host's backend (the kube-proxy image "
+            "with iptables-wrapper), or switch the image's iptables to legacy "
+            "(`update-alternatives --set iptables /usr/sbin/iptables-legacy`).",
+        )
+    f.fix += [
+        "Make every iptables writer on the node use one backend: compare `iptables --version` on the "
+        "host and inside the kube-proxy container.",
+        "Remove the stale backend's KUBE-* rules (inspect with `iptables-legacy-save` and "
+        "`iptables-nft-save`), then restart kube-proxy so its wrapper detects the backend again.",
+    ]
+    yield f
+
+
+def _legacy(b: IptablesVersion | None) -> bool:
+    return b is not None and b.effective_backend == "legacy"
+
+
+def _split(facts: Facts) -> tuple[list[str], list[Cite]]:
+    """Rules in both backends (same family): both are live in the kernel."""
     split: list[str] = []
+    cites: list[Cite] = []
     for fam in (4, 6):
         by_backend = {rs.backend: rs for rs in facts.rulesets if rs.family == fam and rs.form == "save" and rs.backend}
         legacy, nft = by_backend.get("legacy"), by_backend.get("nft")
@@ -119,97 +446,217 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
             for rs in (legacy, nft):
                 first = next((r for r in rs.all_rules() if r.chain.startswith("KUBE-")), None)
                 if first:
-                    evidence.append(Cite(rs.artifact, first.line, first.text.strip()))
-    warning_lines = [rs for rs in facts.rulesets if rs.legacy_warning_line]
-    for rs in warning_lines[:1]:
-        evidence.append(
-            Cite(
-                rs.artifact,
-                rs.legacy_warning_line,
-                "# Warning: iptables-legacy tables present, use iptables-legacy-save to see them",
-            )
+                    cites.append(Cite(rs.artifact, first.line, first.text.strip()))
+    return split, cites
+
+
+def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+    """kube-proxy's restore cannot find a KUBE-* chain: the node's chain is in the other backend,
+    or it was never created (kubelet's job) in this family."""
+    b = next((x for h in hits if (x := banner(h)) is not None and x.effective_backend), None)
+    kp = (b.effective_backend if b else None) or (
+        "legacy" if any(h.sig == CANNOT_LOAD_TARGET.id for h in hits) else "nft"
+    )
+    chain = next((h.groups[-1] for h in hits if h.groups and h.groups[-1]), "KUBE-MARK-DROP")
+    binary = str(b) if b is not None else f"iptables-restore ({kp})"
+    old = " (older than 1.8: legacy backend only)" if b is not None and not b.at_least(1, 8) else ""
+    other = "nft" if kp == "legacy" else "legacy"
+    says = host.says(other) if host is not None else None
+    if host is not None and says is False and not host.inferred:
+        return None  # both on one backend, the host's own version says so: the chain was never made
+    ipv6_only = all("ip6tables" in h.record for h in hits)
+    if chain in KUBE_PROXY_OWN_CHAINS:
+        f = start(facts, "KP101", hits, confidence=Confidence.LOW, severity=Severity.WARNING)
+        f.explained_by = ["kubelet-chains-missing"]
+        f.summary = (
+            f"{binary}{old} cannot find chain {chain}: not kube-proxy's sync (kube-proxy declares {chain} in its "
+            "own restore) but another writer that jumps to it (hostPort or CNI portmap rules). Either kube-proxy "
+            f"writes its chains in the {_name(other)} backend, or nothing creates {chain} on this node (no "
+            "kube-proxy running, or one replaced by another proxy; kubelet stopped creating it in 1.27)."
         )
-
-    host = facts.iptables_version("host")
-    image = facts.iptables_version("kube-proxy")
-    versions_differ = False
-    if host and image and host.value.short_backend and image.value.short_backend:
-        versions_differ = host.value.short_backend != image.value.short_backend
-    elif host and kp_backend and host.value.short_backend:
-        versions_differ = host.value.short_backend != kp_backend
-
-    if not hits and not split and not versions_differ:
-        return
-    # The verifier evaluated both sets: do they send any Service elsewhere?
-    ver = facts.verification if split else None
-    disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
-
-    if hits:
-        f = start(facts, "KP101", hits, confidence=confidence, severity=Severity.CRITICAL)
-        chain = next((h.groups[-1] for h in hits if h.groups and h.groups[-1]), "KUBE-MARK-DROP")
-        other = "nf_tables" if kp_backend == "legacy" else "legacy"
-        if pre_18 and not (host and host.value.short_backend == "nft"):
-            f.confidence = Confidence.MEDIUM
-            f.summary = (
-                f"kube-proxy's iptables-restore v{pre_18} (older than 1.8: legacy backend only) cannot find chain "
-                f"{chain}; every sync that references it fails. Either the node's iptables is 1.8+ with the "
-                "nf_tables backend (kubelet created the chain there), or kubelet did not create it at all: "
-                "add the host's `iptables --version` to tell which."
-            )
-        else:
-            f.summary = (
-                f"kube-proxy's iptables-restore ({kp_backend}) cannot see chain {chain}, which exists only "
-                f"in the {other} backend the node uses; every sync that references it fails."
-            )
+        f.fix = [
+            f"Check that kube-proxy runs on this node and writes the backend this writer uses (compare their "
+            f"`iptables --version`): kube-proxy creates {chain} in its own backend only.",
+            f"If another proxy replaces kube-proxy, nothing creates {chain} since kubelet 1.27 "
+            "(IPTablesOwnershipCleanup): the hostPort/portmap rules that jump to it need the replacement's own "
+            "hostPort support, or the chain created by it.",
+        ]
+        return f
+    f = start(facts, "KP101", hits, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
+    if host is not None and says is not False:
+        f.confidence = host.confidence
+        f.summary = (
+            f"kube-proxy's {binary}{old} cannot see chain {chain}, which exists only in the {_name(other)} "
+            f"backend the node uses ({host.describe()}); every sync that references it fails."
+            if len(host.backends) == 1
+            else f"kube-proxy's {binary}{old} cannot see chain {chain}; every sync that references it fails. "
+            f"{host.describe()[0].upper() + host.describe()[1:]}: on a node whose iptables uses "
+            f"{_name(other)}, kubelet's chain is invisible to kube-proxy."
+        )
+        return f
+    f.explained_by = ["kubelet-chains-missing"]  # a check that sees the chain never created wins
+    if ipv6_only:
+        f.confidence = Confidence.LOW
+        f.summary = (
+            f"kube-proxy's {binary}{old} cannot find chain {chain}, and only for IPv6; every IPv6 sync that "
+            "references it fails. A backend mismatch would break IPv4 too: more likely kubelet did not create "
+            f"{chain} in ip6tables (it makes its chains for its own node-IP family), else the node's ip6tables "
+            f"uses the {_name(other)} backend."
+        )
+        v4 = _chain_in_family(facts, chain, 4)
+        if v4 is not None:
+            f.evidence.append(v4)
+            f.summary += f" The IPv4 rules given do have {chain}."
     else:
+        f.confidence = Confidence.LOW if host is not None else Confidence.MEDIUM
+        f.summary = (
+            f"kube-proxy's {binary}{old} cannot find chain {chain}; every sync that references it fails. Either "
+            f"the node's iptables uses the {_name(other)} backend (kubelet created the chain there), or kubelet "
+            "did not create it at all"
+            + (f" (the node looks {_name(kp)}: {host.describe()})" if host is not None else "")
+            + ": add the host's `iptables --version` to tell which."
+        )
+    return f
+
+
+def _chain_in_family(facts: Facts, chain: str, family: int) -> Cite | None:
+    for rs in facts.rulesets:
+        if rs.family != family:
+            continue
+        for r in rs.all_rules():
+            if r.chain == chain:
+                return Cite(rs.artifact, r.line, r.text.strip())
+    return None
+
+
+def _table_missing(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+    """A legacy binary finds no legacy table: the node runs nf_tables, or its kernel lacks the
+    legacy table module."""
+    b = banner(hits[0])
+    binary = str(b) if b is not None else "iptables"
+    table = next((g for h in hits for g in h.groups if g in ("nat", "filter", "mangle", "raw")), "nat")
+    says = host.says("nft") if host is not None else None
+    if says is False:
+        return None  # a legacy node without the table: its kernel lacks the module, not this cause
+    ipv6 = all("ip6tables" in h.record for h in hits)
+    if host is None and ipv6:
+        return None  # a node on nf_tables would fail IPv4 too: more likely no ip6table module
+    mods = facts.modules
+    own, sibling = (f"ip6table_{table}", f"iptable_{table}") if ipv6 else (f"iptable_{table}", f"ip6table_{table}")
+    if host is None and mods is not None and sibling in mods and own not in mods:
+        return None  # the other family's legacy table works: this family's module is missing
+    f = start(facts, "KP101", hits, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
+    legacy_only = " (legacy only)" if b is not None and not b.at_least(1, 8) else ""
+    if host is not None:
+        f.confidence = host.confidence
+        node = (
+            f"the node drives netfilter through nf_tables ({host.describe()}), so"
+            if len(host.backends) == 1
+            else f"{host.describe()}; on a node that drives netfilter through nf_tables"
+        )
+        f.summary = (
+            f"{binary}{legacy_only} in this log cannot initialise table {table} (Table does not exist): {node} "
+            "the legacy tables it needs are not there and no chain can be created in them (kube-proxy's rules "
+            "never load)."
+        )
+    else:
+        f.confidence = Confidence.LOW
+        f.summary = (
+            f"{binary}{legacy_only} in this log cannot initialise table {table} (Table does not exist), so "
+            "no chain can be created in it. Either the node uses the nf_tables backend (the legacy "
+            f"tables are not loaded, and a container cannot load them), or its kernel lacks iptable_{table}: "
+            "add the host's `iptables --version` and `uname -r` to tell which."
+        )
+        f.explained_by = ["kernel-netfilter-feature-missing"]
+    return f
+
+
+def _busy_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+    """kube-proxy's nf_tables restore cannot delete chains the kernel still holds: the mark of an
+    nf_tables kube-proxy on a host whose iptables and kernel are legacy-only."""
+    b = next((x for h in hits if (x := banner(h)) is not None), None)
+    if b is None:
+        b = next((x for h in facts.log.hits(RESTORE_FAILED.id) if (x := banner(h)) is not None), None)
+    if b is not None and b.effective_backend == "legacy":
+        return None  # not an nf_tables restore
+    binary = str(b) if b is not None else "iptables-restore (nf_tables)"
+    chain = next((h.groups[0] for h in hits if h.groups and h.groups[0]), "KUBE-SEP-...")
+    says = host.says("legacy") if host is not None else None
+    if says is False:
+        return None  # an nf_tables node: busy chains are another problem
+    f = start(facts, "KP101", hits, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
+    if host is not None:
+        f.confidence = host.confidence
+        f.summary = (
+            f"kube-proxy's {binary} cannot delete chain {chain} (CHAIN_USER_DEL: Device or resource busy): it "
+            f"writes through nf_tables on a node whose iptables is legacy ({host.describe()}); every sync fails."
+        )
+    else:
+        f.confidence = Confidence.LOW
+        f.summary = (
+            f"kube-proxy's {binary} cannot delete chain {chain} (CHAIN_USER_DEL: Device or resource busy); every "
+            "sync fails. That is what an nf_tables kube-proxy does on a host whose OS and kernel are "
+            "legacy-only (RHEL/CentOS 7): add `uname -r`, /etc/os-release and the host's `iptables --version` "
+            "to confirm."
+        )
+    return f
+
+
+def _versions_differ(
+    facts: Facts, host: HostBackend | None, image: Versioned[IptablesVersion] | None, failed: list[Hit]
+) -> Finding | None:
+    """No failure signature: the backends simply differ (host against kube-proxy's image, the
+    binary of its failed restores, or another container's iptables)."""
+    if host is None or len(host.backends) != 1:
+        return None
+    node = next(iter(host.backends))
+    if image is not None and image.value.effective_backend and image.value.effective_backend != node:
         f = start(
             facts,
             "KP101",
             [],
-            confidence=Confidence.HIGH if split else Confidence.MEDIUM,
-            severity=Severity.CRITICAL if split and (ver is None or disagree) else Severity.WARNING,
+            confidence=Confidence.MEDIUM if not host.inferred else Confidence.LOW,
+            severity=Severity.WARNING,
+            summary=f"The node's iptables uses {_name(node)} ({host.describe()}) and kube-proxy's "
+            f"{image.value} uses {_name(str(image.value.effective_backend))}.",
+        )
+        return f
+    wrong = [h for h in failed if (b := banner(h)) is not None and b.effective_backend not in (None, node)]
+    if wrong:
+        b = banner(wrong[0])
+        assert b is not None
+        f = start(
+            facts,
+            "KP101",
+            wrong,
+            confidence=Confidence.HIGH if not host.inferred else Confidence.MEDIUM,
+            severity=Severity.CRITICAL if not host.inferred else Severity.WARNING,
         )
         f.summary = (
-            "Kubernetes rules are split across both iptables backends; both are live in the kernel, "
-            "so packets traverse both and the two sets can disagree."
-            if split
-            else "The node's iptables and kube-proxy's use different backends."
+            f"kube-proxy's failing restores run {b} ({_name(str(b.effective_backend))}) while the node's iptables "
+            f"uses {_name(node)} ({host.describe()}): its rules go where the node does not look."
         )
-    f.evidence.extend(e for e in evidence if e not in f.evidence)
-    if split:
-        notes.append("Rules found in both backends: " + "; ".join(split) + ".")
-        if disagree:
-            notes.append(
-                f"They disagree for {len(disagree)} Service port(s) ({', '.join(disagree[:5])}): see the "
-                "verification finding folded here."
-            )
-        elif ver is not None and not hits:
-            notes.append(
-                "Evaluated Service by Service, they agree today; the backend kube-proxy does not use "
-                "will go stale at the next change."
-            )
-    if host:
-        f.versions_found["iptables (node)"] = str(host.value)
-        f.evidence.append(host.cite)
-    if image:
-        f.versions_found["iptables (kube-proxy)"] = str(image.value)
-        f.evidence.append(image.cite)
-    elif kp_backend:
-        f.versions_found["iptables (kube-proxy)"] = kp_backend
-    osr = facts.os_release
-    if osr and NFT_DEFAULT_OS.search(
-        osr[0].get("PRETTY_NAME", "") + " " + osr[0].get("ID", "") + " " + osr[0].get("VERSION_ID", "")
-    ):
-        notes.append(f"{osr[0].get('PRETTY_NAME', 'This OS')} defaults to the nf_tables backend.")
-        f.evidence.append(osr[1])
-    rem, found, where = kube_proxy_remedy(facts, FIXES)
-    apply_remedy(f, rem, found, where)
-    f.fix += [
-        "Make every iptables writer on the node use one backend: compare `iptables --version` on the "
-        "host and inside the kube-proxy container.",
-        "Remove the stale backend's KUBE-* rules (inspect with `iptables-legacy-save` and "
-        "`iptables-nft-save`), then restart kube-proxy so its wrapper detects the backend again.",
+        return f
+    if host.inferred:
+        return None
+    others = [
+        (v, a)
+        for v, a in iptables_versions(facts, ("other",))
+        if v.value.effective_backend and v.value.effective_backend != node
     ]
-    if notes:
-        f.summary += " " + " ".join(notes)
-    yield f
+    if others:
+        v, a = others[0]
+        where = a.attrs.get("command") or a.attrs.get("scope") or a.name
+        f = start(
+            facts,
+            "KP101",
+            [],
+            confidence=Confidence.MEDIUM,
+            severity=Severity.WARNING,
+            summary=f"The node's iptables uses {_name(node)} ({host.describe()}) but a container on it "
+            f"(`{where}`) runs {v.value}: whatever it programs (kube-proxy, kubelet or an agent) lands in the "
+            "backend the node does not use.",
+        )
+        f.evidence.append(v.cite)
+        return f
+    return None

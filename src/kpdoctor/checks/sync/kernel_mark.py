@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
-from kpdoctor.facts import Facts
+from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import RESTORE_VARIANT
-from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
-from kpdoctor.versions import KernelVersion
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import k8s
+from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.versions import IptablesVersion, KernelVersion
 
 UNKNOWN_MARK_OPTION = signature(
     "mark-unknown-option",
@@ -41,23 +44,123 @@ MARK_KERNEL_TOO_OLD = signature(
     failure=True,
     variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
+MARK_SIGNATURES = (UNKNOWN_MARK_OPTION, MARK_REVISION, MARK_BAD_VALUE, MARK_KERNEL_TOO_OLD)
 
 # Kernels known to ship the regression (commit 0bfcb7b71e73; fixed by "netfilter: xtables: fix
-# typo causing some targets not to load on IPv6"), and the nearest good ones.
-BROKEN_UBUNTU = {(5, 15, 0): {127}, (6, 8, 0): {56, 57, 1025}}
-GOOD_UBUNTU = {(5, 15, 0): "5.15.0-126 (or a later fixed ABI)", (6, 8, 0): "6.8.0-55 (or a later fixed ABI)"}
-BROKEN_UPSTREAM = {(6, 6, 57), (6, 6, 58), (6, 11, 4), (6, 11, 5)}
-GOOD_UPSTREAM = {(6, 6): "6.6.59", (6, 11): "6.11.6"}
+# typo causing some targets not to load on IPv6"), and the nearest good ones. Ubuntu ABIs are
+# per kernel line: the main kernel (generic, lowlatency...) and each cloud kernel number their
+# own (6.8.0-1025 is an aws build; a gcp 6.8.0-1025 is another kernel).
+BROKEN_UBUNTU: dict[tuple[tuple[int, int, int], str], set[int]] = {
+    ((5, 15, 0), "generic"): {127, 128},  # 128 still without the fix (tailscale#14410)
+    ((6, 8, 0), "generic"): {56, 57},
+    ((6, 8, 0), "aws"): {1025},
+}
+GOOD_UBUNTU = {
+    ((5, 15, 0), "generic"): "5.15.0-126 (or a later fixed ABI)",
+    ((6, 8, 0), "generic"): "6.8.0-55 (or a later fixed ABI)",
+}
+# Upstream stable releases (and every kernel built from one: Fedora, Arch, Amazon, Bottlerocket...).
+BROKEN_UPSTREAM = {(5, 15, 168), (6, 6, 57), (6, 6, 58), (6, 11, 4), (6, 11, 5)}
+GOOD_UPSTREAM = {
+    (5, 15): "5.15.167 (or a later 5.15 release with the fix)",
+    (6, 6): "6.6.59",
+    (6, 11): "6.11.6",
+}
+FIX_COMMIT = "netfilter: xtables: fix typo causing some targets not to load on IPv6"
 
 
 def kernel_status(k: KernelVersion) -> tuple[bool | None, str | None]:
-    """(known broken?, the release to move to)."""
-    if k.abi is not None:
-        broken = k.abi in BROKEN_UBUNTU.get(k.base, set())
-        return (True if broken else None), GOOD_UBUNTU.get(k.base)
-    if k.base in BROKEN_UPSTREAM:
-        return True, GOOD_UPSTREAM.get(k.base[:2])
-    return None, GOOD_UPSTREAM.get(k.base[:2])
+    """(known broken?, the release to move to), by the kernel's own numbering: an Ubuntu ABI
+    within its kernel line, an upstream-based release by its upstream version (a Fedora
+    ``6.11.4-301.fc41`` or an Arch ``6.6.57-1-lts`` is upstream 6.11.4 / 6.6.57), nothing for
+    backported bases (RHEL, SUSE, Debian ABIs) whose changelog is the only answer."""
+    line = k.ubuntu_line
+    if k.abi is not None and line is not None:
+        key = (k.base, line)
+        broken = k.abi in BROKEN_UBUNTU.get(key, set())
+        return (True if broken else None), GOOD_UBUNTU.get(key)
+    up = k.upstream
+    if up is None:
+        return None, None
+    if up in BROKEN_UPSTREAM:
+        return True, GOOD_UPSTREAM.get(up[:2])
+    return None, GOOD_UPSTREAM.get(up[:2])
+
+
+def node_kernel(facts: Facts) -> Versioned[KernelVersion] | None:
+    """The node's kernel: ``uname``, else the Node object's ``status.nodeInfo.kernelVersion``
+    (what `kubectl get node -o yaml` shows when nobody ran uname)."""
+    if facts.kernel is not None:
+        return facts.kernel
+    node = facts.node_object
+    if node is None:
+        return None
+    info = k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo"))
+    text = str(info.get("kernelVersion") or "")
+    v = KernelVersion.parse(text) if text else None
+    if v is None:
+        return None
+    return Versioned(v, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.kernelVersion: {text}"))
+
+
+# Who ran the failing binary, when its caller says so: kube-proxy's own sync, or another agent's
+# call quoted by that agent (go-iptables' "running [CMD]", Cilium's "unable to run 'CMD'").
+_KUBE_PROXY_RESTORE = "Failed to execute iptables-restore"
+_QUOTED_COMMAND = re.compile(r"running \[([^\]]{1,300})\]|unable to run '([^']{1,300})'")
+_WHAT = {
+    UNKNOWN_MARK_OPTION.id: 'unknown option "--{0}"',
+    MARK_REVISION.id: "Extension MARK revision not supported",
+    MARK_BAD_VALUE.id: 'MARK: bad value for option "--{0}"',
+    MARK_KERNEL_TOO_OLD.id: "MARK target: kernel too old for --{0}-mark",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """A failing call as its record shows it: the binary's banner, the command its caller
+    quoted, and whether it was kube-proxy's own restore."""
+
+    binary: str | None
+    command: str | None
+    kube_proxy: bool
+
+    @property
+    def label(self) -> str:
+        binary = self.binary or (self.command.split()[0].rsplit("/", 1)[-1] if self.command else "iptables")
+        if self.kube_proxy:
+            return f"kube-proxy's {binary}"
+        if self.command:
+            cmd = self.command if len(self.command) <= 90 else self.command[:87] + "..."
+            return f"{binary} (`{cmd}`)"
+        return binary
+
+
+def writer(hit: Hit) -> Writer:
+    """Which program failed, from the hit's record: its banner (the one at or after the hit),
+    kube-proxy's own restore error line, or the command another caller quoted."""
+    rec = hit.record or hit.text
+    at = rec.find(hit.text) if hit.text else -1
+    banners = IptablesVersion.banners(rec[at:] if at >= 0 else rec) or IptablesVersion.banners(rec)
+    m = _QUOTED_COMMAND.search(rec)
+    command = (m.group(1) or m.group(2) or "").strip() if m else None
+    own = _KUBE_PROXY_RESTORE in rec or _KUBE_PROXY_RESTORE in hit.header
+    return Writer(str(banners[0]) if banners else None, command or None, own)
+
+
+def writers(hits: list[Hit]) -> list[Writer]:
+    """The distinct failing calls. A caller's quoted command and the binary's own error are
+    often split over two lines (stderr after the command): a hit without a command takes the
+    one quoted on the lines just above it, and one without a banner the banner just below."""
+    seen = [(h, writer(h)) for h in hits]
+    out: list[Writer] = []
+    for h, w in seen:
+        near = [v for g, v in seen if g.artifact == h.artifact and 0 < abs(g.line - h.line) <= 2]
+        command = w.command or next((v.command for v in near if v.command), None)
+        binary = w.binary or next((v.binary for v in near if v.binary), None)
+        merged = Writer(binary, command, w.kube_proxy or any(v.kube_proxy for v in near))
+        if merged not in out:
+            out.append(merged)
+    return out
 
 
 @check(
@@ -68,40 +171,60 @@ def kernel_status(k: KernelVersion) -> tuple[bool | None, str | None]:
     needs=[Kind.KUBE_PROXY_LOG],
 )
 def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
-    """The node's kernel rejects kube-proxy's MARK rules (IPv6): a netfilter regression.
+    """The node's kernel rejects the MARK target (IPv6): a netfilter regression.
 
     Symptom: `ip6tables-restore v1.8.4 (legacy): unknown option "--xor-mark"` / `Error occurred at
         line: 16` in kube-proxy's log, or `Warning: Extension MARK revision 0 not supported,
-        missing kernel module?`, `MARK: bad value for option "--set-mark"`; the IPv6 (often also
-        the whole) sync fails, kube-proxy may crash-loop, Services on that node stop updating.
-        The iptables binary is new enough, so the error looks absurd.
+        missing kernel module?`, `MARK: bad value for option "--set-mark"`, `MARK target: kernel
+        too old for --or-mark`; the IPv6 (often also the whole) sync fails, kube-proxy may
+        crash-loop, Services on that node stop updating. The iptables binary is new enough, so
+        the error looks absurd. Other programs that mark packets (kubelet, CNI and VPN agents
+        running `ip6tables ... -j MARK`) fail the same way, often first.
     Cause: upstream commit 0bfcb7b71e73 ("netfilter: xtables: avoid NFPROTO_UNSPEC where needed")
-        left MARK (and NFLOG/TRACE) unregistered for IPv6. It shipped in upstream stable 6.6.57-58
-        and 6.11.4-5 and in distribution kernels such as Ubuntu 5.15.0-127, 6.8.0-56/57 and
-        6.8.0-1025-aws. Mixed kernel versions across nodes make only some nodes fail.
-    How it is detected: the MARK option errors above in kube-proxy's log (an old iptables cannot
-        explain "--xor-mark" being unknown on iptables >= 1.4), with the node's kernel release
-        from `uname -r` compared to the known broken and fixed releases.
+        left MARK (and NFLOG/TRACE) unregistered for IPv6. It shipped in upstream stable
+        5.15.168, 6.6.57-58 and 6.11.4-5 (so in every kernel built from them: Fedora
+        6.11.4-xxx.fcNN, Arch 6.6.57-1-lts, Bottlerocket 5.15.168) and in distribution kernels
+        such as Ubuntu 5.15.0-127/128, 6.8.0-56/57 and 6.8.0-1025-aws. Mixed kernel versions
+        across nodes make only some nodes fail.
+    How it is detected: the MARK errors above in the log, whichever program's call hit them (the
+        kernel cannot tell kube-proxy's restore from another agent's ip6tables; the summary names
+        the program and the command when the caller quoted it); an old iptables cannot explain
+        "--xor-mark" being unknown on iptables >= 1.4. The kernel release (`uname -r`, else the
+        Node's nodeInfo) is read by its distribution's scheme: an Ubuntu ABI within its kernel
+        line, a package release (`-1-lts`, `-301.fc41`) as the upstream release it packages.
     Fix: move the node to a fixed kernel (Ubuntu: 5.15.0-126 or a fixed later ABI, 6.8.0-55 or
-        a fixed later ABI; upstream 6.6.59+, 6.11.6+) and keep kernel versions uniform across
-        the pool; as a stop-gap run kube-proxy single-stack IPv4.
+        a fixed later ABI; upstream 6.6.59+, 6.11.6+; a distribution kernel whose changelog has
+        "netfilter: xtables: fix typo causing some targets not to load on IPv6") and keep kernel
+        versions uniform across the pool; as a stop-gap run kube-proxy single-stack IPv4.
     References: seed 003; https://github.com/rancher/rke2/issues/7438;
         https://github.com/rancher/rke2/issues/8042;
         https://bugs.launchpad.net/ubuntu/+source/linux/+bug/2091990;
-        https://github.com/tailscale/tailscale/issues/13863
+        https://github.com/tailscale/tailscale/issues/13863;
+        https://github.com/tailscale/tailscale/issues/14410;
+        https://github.com/bottlerocket-os/bottlerocket/issues/4295
     """
-    hits = facts.log.hits(UNKNOWN_MARK_OPTION.id, MARK_REVISION.id, MARK_BAD_VALUE.id, MARK_KERNEL_TOO_OLD.id)
-    kernel = facts.kernel
+    hits = facts.log.hits(*(sig.id for sig in MARK_SIGNATURES))
     if not hits:
         return
+    kernel = node_kernel(facts)
+    failed = writers(hits)
+    what = next((h for h in hits if h.sig != MARK_REVISION.id), hits[0])
+    err = _WHAT[what.sig].format(*(g for g in what.groups if g)) if what.groups else _WHAT[what.sig].format("")
+    names = list(dict.fromkeys(w.label for w in failed))
+    named = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     f = start(
         facts,
         "KP114",
         hits,
         confidence=Confidence.MEDIUM,
-        summary="iptables-restore rejects kube-proxy's MARK rules although the iptables binary supports them.",
+        summary=f"{named} rejects the MARK target ({err}) although that iptables supports it.",
         severity=Severity.CRITICAL,
     )
+    if all(w.command and not w.kube_proxy for w in failed):
+        f.summary += (
+            " The failing call is another program's, not kube-proxy's sync: the kernel refuses MARK to every "
+            "writer, and kube-proxy's own rules use the same target."
+        )
     if any("ip6tables" in h.record for h in hits):
         f.summary += " Only the IPv6 path (ip6tables) fails, as in the known regression."
     target: str | None = None
@@ -112,6 +235,11 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
         if broken:
             f.confidence = Confidence.HIGH
             f.summary += f" Kernel {kernel.value} is a release known to carry the regression."
+        elif kernel.value.upstream is None and kernel.value.ubuntu_line is None:
+            f.summary += (
+                f" Kernel {kernel.value} is a {kernel.value.distro} build on a backported base: look for "
+                f'"{FIX_COMMIT}" (or the regression, commit 0bfcb7b71e73) in its changelog.'
+            )
         else:
             f.summary += (
                 f" Kernel {kernel.value} is not on the list of known broken releases; compare it with a working node."
@@ -124,7 +252,8 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
     else:
         f.fix.append(
             "Move the node to a kernel without the regression (Ubuntu 5.15.0-126 / 6.8.0-55 or a fixed "
-            "later ABI; upstream 6.6.59+ or 6.11.6+) and keep the pool's kernels uniform."
+            "later ABI; upstream 6.6.59+ or 6.11.6+; a distribution kernel whose changelog has "
+            f'"{FIX_COMMIT}") and keep the pool\'s kernels uniform.'
         )
     f.fix.append("Stop-gap: run kube-proxy IPv4 single-stack until the kernel is fixed.")
     yield f

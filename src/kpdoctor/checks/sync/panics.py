@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
@@ -10,15 +12,36 @@ from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import FixRow
 
+# A nil-pointer panic in each form it is logged: Go's own crash (`panic: runtime error: ...`) and
+# the crash handler's, old (`Observed a panic: "invalid memory address ..." (runtime error: ...)`)
+# and structured (`"Observed a panic" panic="runtime error: invalid memory address ..."`).
 NIL_POINTER = signature(
     "panic-nil-pointer",
     "nil pointer dereference",
-    r"panic: runtime error: invalid memory address or nil pointer dereference",
+    r'(panic: |Observed a panic: "?|"Observed a panic" panic=")(runtime error: )?'
+    r"invalid memory address or nil pointer dereference",
 )
-IPVS_FRAME = signature("stack-frame-ipvs", "kubernetes/pkg/proxy/ipvs", r"k8s\.io/kubernetes/pkg/proxy/ipvs")
+# A stack frame in kube-proxy's own code (vendored copies too: k3s, rke2), the function captured:
+# `k8s.io/kubernetes/pkg/proxy/ipvs.(*Proxier).syncService(0xc00e8845a0, ...)`. Kept per function
+# (a variant each), so the frames under the first and last panic of each start-up are at hand.
+KUBE_PROXY_FRAME = signature(
+    "stack-frame-kube-proxy",
+    "k8s.io/kubernetes/",
+    r"k8s\.io/kubernetes/((pkg/proxy|cmd/kube-proxy|pkg/util/ipvs)[A-Za-z0-9_/]*\.[A-Za-z0-9_().*]+)\(",
+)
+# The frames of the 1.18 bug: kube-proxy's IPVS proxier using the IPVS interface that the module
+# probe left uninitialised (k/k#89729: the first sync, in syncService/syncProxyRules), or the probe
+# itself (kernel-module handler, CanUseIPVSProxier, the ipvs util). Not the dual-stack
+# metaProxier, not the server's setup: those are other bugs.
+IPVS_PROBE_FRAME = re.compile(
+    r"^pkg/proxy/ipvs\.(\(\*Proxier\)\.|\(\*linuxKernelHandler\)\.|CanUseIPVSProxier|NewProxier|NewDualStackProxier)"
+    r"|^pkg/util/ipvs\."
+)
+FRAME_WINDOW = 40  # lines after a panic in which its stack's first frames are
+TOP_FRAMES = 3
 SLICE_BOUNDS = signature(
     "panic-slice-bounds",
     "slice bounds out of range",
@@ -54,6 +77,46 @@ STARTUP_FIXES = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class Panic:
+    """One nil-pointer panic: where, the first kube-proxy frames of its stack, and whether a
+    sync had succeeded in that container before it."""
+
+    hit: Hit
+    frames: tuple[Hit, ...]
+    after_sync: bool
+
+    @property
+    def top(self) -> str | None:
+        return (self.frames[0].groups[0] or None) if self.frames else None
+
+    @property
+    def ipvs_probe(self) -> bool:
+        """The 1.18 IPVS-probe bug's stack: an IPVS-proxier/probe top frame, before any sync
+        (an uninitialised IPVS interface fails the very first sync; one that synced worked)."""
+        top = self.top
+        return top is not None and bool(IPVS_PROBE_FRAME.search(top)) and not self.after_sync
+
+
+def panics(facts: Facts) -> list[Panic]:
+    """Each kept nil-pointer panic with the kube-proxy frames just below it (its stack)."""
+    hits = facts.log.hits(NIL_POINTER.id)
+    frames = facts.log.hits(KUBE_PROXY_FRAME.id)
+    out: list[Panic] = []
+    for i, p in enumerate(hits):
+        nxt = next((q for q in hits[i + 1 :] if q.header_line != p.header_line), None)
+        mine = [
+            fr
+            for fr in frames
+            if fr.order[0] == p.order[0]
+            and fr.order > p.order
+            and 0 < fr.line - p.line <= FRAME_WINDOW
+            and (nxt is None or fr.order < nxt.order)
+        ]
+        out.append(Panic(p, tuple(mine[:TOP_FRAMES]), _sync_before(facts, p)))
+    return out
+
+
 @check(
     "KP106",
     cause="kube-proxy-startup-panic",
@@ -66,13 +129,19 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
 
     Symptom: `panic: runtime error: invalid memory address or nil pointer dereference` /
         `[signal SIGSEGV: segmentation violation code=0x1 addr=0x50 pc=0x1514fb8]` right after
-        start-up (`Using ipvs Proxier.`), a restart, then normal operation.
+        start-up (`Using ipvs Proxier.`), a restart, then normal operation. The crash handler's
+        form says the same: `Observed a panic: "invalid memory address or nil pointer
+        dereference"`.
     Cause: kube-proxy 1.18.0 forgot to record the kernel modules it loaded while probing for
-        IPVS, left the IPVS interface uninitialised and dereferenced it; errors from the probe
-        were swallowed, so the log does not say why.
-    How it is detected: the nil-pointer panic with IPVS frames in its stack (or IPVS mode)
-        before any successful sync, in the current or previous container's log; the Pod's
-        restart count and last termination; the kube-proxy version (1.18.x).
+        IPVS, left the IPVS interface uninitialised and dereferenced it at the first sync
+        (`pkg/proxy/ipvs.(*Proxier).syncService`); errors from the probe were swallowed, so the
+        log does not say why.
+    How it is detected: a nil-pointer panic whose top kube-proxy stack frames are the IPVS
+        proxier or its module probe, before any successful sync of that container (current or
+        previous log); the Pod's restart count and last termination; the kube-proxy version.
+        Another early nil-pointer panic (a dual-stack service handler, the server's set-up) is
+        reported with its frames and without this bug's fix: it is another upstream bug. A
+        panic after syncs succeeded is a run-time panic (cause kube-proxy-panic), not this.
     Fix: TKE 1.18: upgrade kube-proxy to v1.18.4-tke.26 or later (other TKE lines are not
         affected). Upstream: take a 1.18 patch release with k/k#89823 and k/k#89785; make sure
         the IPVS modules (ip_vs, ip_vs_rr, ip_vs_wrr, ip_vs_sh, nf_conntrack) are loaded.
@@ -80,25 +149,57 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/pull/89823;
         https://github.com/kubernetes/kubernetes/pull/89785
     """
-    panics = facts.log.hits(NIL_POINTER.id)
-    if not panics:
-        return
-    ipvs_frames = facts.log.hits(IPVS_FRAME.id)
-    mode = facts.proxy_mode
-    ipvs = bool(ipvs_frames) or (mode is not None and mode[0] == "ipvs")
-    early = [p for p in panics if not _sync_before(facts, p)]
+    found = panics(facts)
+    early = [p for p in found if not p.after_sync]
     if not early:
         return  # a run-time panic is another cause (kube-proxy-panic)
-    f = start(
-        facts,
-        "KP106",
-        early,
-        confidence=Confidence.HIGH if ipvs else Confidence.MEDIUM,
-        summary="kube-proxy crashed with a nil pointer dereference before its first sync.",
-        severity=Severity.WARNING,
-    )
-    if ipvs_frames:
-        f.evidence.append(Cite(ipvs_frames[0].artifact, ipvs_frames[0].line, ipvs_frames[0].text))
+    probe = [p for p in early if p.ipvs_probe]
+    unknown = [p for p in early if p.top is None]
+    other = [p for p in early if p.top is not None and not p.ipvs_probe]
+    mode = facts.proxy_mode
+    ipvs_mode = mode is not None and mode[0] == "ipvs"
+    kpv = facts.kube_proxy_version
+    on_118 = kpv is not None and kpv.value.line == (1, 18)
+    # Without frames, only IPVS mode on a 1.18 (or unknown) build makes the probe bug the likely one.
+    if probe or (unknown and not other and ipvs_mode and (kpv is None or on_118)):
+        chosen = probe or unknown
+        f = start(
+            facts,
+            "KP106",
+            [p.hit for p in chosen],
+            confidence=Confidence.HIGH if probe else Confidence.MEDIUM,
+            summary="kube-proxy crashed with a nil pointer dereference before its first sync"
+            + (
+                f", in the IPVS proxier ({chosen[0].top})."
+                if probe
+                else " in IPVS mode; the log has no stack frames to confirm the IPVS module-probe bug "
+                "(add the whole panic)."
+            ),
+            severity=Severity.WARNING,
+        )
+        _cite_frames(f, chosen[0])
+        attributed = True
+    else:
+        chosen = other or unknown
+        top = chosen[0].top
+        f = start(
+            facts,
+            "KP106",
+            [p.hit for p in chosen],
+            confidence=Confidence.LOW,
+            summary=(
+                f"kube-proxy crashed with a nil pointer dereference before its first sync, in {top}"
+                + (f" (called from {chosen[0].frames[1].groups[0]})" if len(chosen[0].frames) > 1 else "")
+                + ": not the 1.18 IPVS module-probe bug (k/k#89729), whose fix does not apply here."
+                if top
+                else "kube-proxy crashed with a nil pointer dereference before its first sync; the log has no "
+                "stack frames to tell which code crashed (add the whole panic, with its goroutine stack)."
+            ),
+            severity=Severity.WARNING,
+        )
+        _cite_frames(f, chosen[0])
+        f.explained_by = ["kube-proxy-panic"]  # a run-time-panic check that names the bug wins
+        attributed = False
     if mode and mode[1]:
         f.evidence.append(mode[1])
     restarts = restart_info(facts)
@@ -106,19 +207,40 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
         f.evidence.append(c)
         if count:
             f.summary += f" The container restarted {count} time(s)."
-    if facts.log.last_success is not None and all(p.order < facts.log.last_success for p in early):
+    hits = [p.hit for p in chosen]
+    if facts.log.last_success is not None and all(h.order < facts.log.last_success for h in hits):
         f.ongoing = False
         f.summary += " It ran normally after the restart."
     elif f.ongoing:
         f.severity = Severity.CRITICAL
         f.summary += " No successful sync since: kube-proxy may be crash-looping."
-    kpv = facts.kube_proxy_version
-    if kpv and kpv.value.line == (1, 18) and kpv.value.vendor is None:
-        f.summary += " 1.18.0-era builds have this bug (k/k#89729)."
-    rem, found, where = kube_proxy_remedy(facts, STARTUP_FIXES)
-    apply_remedy(f, rem, found, where)
-    f.fix.append("Make sure the IPVS modules are loaded on the node: ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack.")
+    if attributed:
+        if kpv and on_118 and kpv.value.vendor is None:
+            f.summary += " 1.18.0-era builds have this bug (k/k#89729)."
+        rem, found_versions, where = kube_proxy_remedy(facts, STARTUP_FIXES)
+        apply_remedy(f, rem, found_versions, where)
+        f.fix.append(
+            "Make sure the IPVS modules are loaded on the node: ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack."
+        )
+    else:
+        if kpv:
+            f.versions_found["kube-proxy"] = str(kpv.value)
+            if kpv.cite not in f.evidence:
+                f.evidence.append(kpv.cite)
+        frame = f" ({chosen[0].top})" if chosen[0].top else ""
+        f.fix = [
+            f"Look up the top kube-proxy frame{frame} in kube-proxy's upstream issues for "
+            f"{kpv.value if kpv else 'this version'} and move to a patch release that fixes it.",
+            "Keep the whole panic (every frame of the panicking goroutine) when reporting it.",
+        ]
     yield f
+
+
+def _cite_frames(f: Finding, p: Panic) -> None:
+    for fr in p.frames[:2]:
+        c = Cite(fr.artifact, fr.line, fr.text)
+        if c not in f.evidence:
+            f.evidence.append(c)
 
 
 def _sync_before(facts: Facts, hit: Any) -> bool:
