@@ -12,10 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import accuracy
 
-# Measured with bench/accuracy.py when the corpus was committed (bench/README.md): top-1 and
-# top-3 26/126, negatives clean 38/38. One alarm on a negative is allowed before the test fails.
-FLOOR_TOP1 = 0.20
-FLOOR_TOP3 = 0.20
+# Raised as changes raise the figures (bench/README.md): 26/126 when the corpus was committed,
+# 41/126 after the intake and check work of issue 15; negatives clean 38/38. One alarm on a
+# negative is allowed before the test fails.
+FLOOR_TOP1 = 0.32
+FLOOR_TOP3 = 0.32
 FLOOR_NEGATIVES_CLEAN = 0.97
 MIN_CASES, MIN_NEGATIVES = 150, 30
 
