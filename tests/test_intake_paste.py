@@ -260,3 +260,16 @@ def test_a_whole_dump_too_big_for_the_head_is_not_a_fragment(tmp_path: Path) -> 
     assert art.kind == Kind.IPTABLES_SAVE and "fragment" not in art.attrs
     rep, _ = diagnose_paths([save, cluster], command="verify")
     assert rep.verification is not None and rep.verification.services_checked == 1000
+
+
+def test_lsb_release_tells_the_os_and_an_images_os_release_is_not_the_nodes(tmp_path: Path) -> None:
+    facts = Facts(load([CASES / "k8s-82361" / "transcript.txt"]))
+    assert facts.os_release is not None
+    release, cite = facts.os_release
+    assert release["ID"] == "debian" and cite.text.startswith("Description:")
+    image = tmp_path / "session.txt"
+    image.write_text(
+        "$ docker run --rm registry.k8s.io/kube-proxy:v1.28.2 cat /etc/os-release\n"
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nID=debian\nVERSION_ID="12"\n'
+    )
+    assert Facts(load([image])).os_release is None

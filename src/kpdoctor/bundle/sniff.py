@@ -51,6 +51,7 @@ _KP_VERSION = re.compile(r"^\s*Kubernetes v\d+\.\d+\S*\s*$")
 _UNAME_A = re.compile(r"^Linux \S+ \d+\.\d+\S* #\S+")
 _UNAME_R = re.compile(r"^\d+\.\d+(?:\.\d+)?(?:[-.+~][\w.+~-]+)?$")
 _OS_RELEASE = re.compile(r"^(PRETTY_NAME|NAME|ID|VERSION_ID)=", re.M)
+_LSB_RELEASE = re.compile(r"^(Distributor ID|Description|Release|Codename):\s", re.M)  # lsb_release -a
 _PS_EF = re.compile(r"^\s*UID\s+PID\s+PPID\s+C\s+STIME\s+TTY\s+TIME\s+CMD", re.M)
 _PS_AUX = re.compile(r"^\s*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+START\s+TIME\s+COMMAND", re.M)
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
@@ -140,7 +141,7 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.KUBE_PROXY_VERSION, {})
     if _UNAME_A.match(first) or (_UNAME_R.match(first.strip()) and len(stripped.splitlines()) == 1):
         return Typed(Kind.UNAME, {})
-    if len(_OS_RELEASE.findall(head)) >= 2:
+    if len(_OS_RELEASE.findall(head)) >= 2 or len(_LSB_RELEASE.findall(head)) >= 2:
         return Typed(Kind.OS_RELEASE, {})
     if _PS_EF.search(head) or _PS_AUX.search(head):
         return Typed(Kind.PROCESSES, {})

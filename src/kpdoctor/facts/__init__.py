@@ -273,6 +273,8 @@ class Facts:
     @cached_property
     def kernel(self) -> Versioned[KernelVersion] | None:
         for a in self.of(Kind.UNAME):
+            if a.attrs.get("scope", "host") == "container":
+                continue  # `docker run IMAGE uname -r` still prints the host's kernel, but not always knowingly
             v = system.parse_uname(a.text)
             if v:
                 return Versioned(v, _first_line_cite(a))
@@ -281,9 +283,14 @@ class Facts:
     @cached_property
     def os_release(self) -> tuple[dict[str, str], Cite] | None:
         for a in self.of(Kind.OS_RELEASE):
+            if a.attrs.get("scope", "host") != "host":
+                continue  # an image's /etc/os-release is the image's, not the node's
             d = system.parse_os_release(a.text)
             if d:
-                line = next((i for i, ln in enumerate(a.text.splitlines()) if ln.startswith("PRETTY_NAME=")), 0)
+                line = next(
+                    (i for i, ln in enumerate(a.text.splitlines()) if ln.startswith(("PRETTY_NAME=", "Description:"))),
+                    0,
+                )
                 return d, Cite(a.name, a.first_line + line, a.text.splitlines()[line] if a.text else "")
         return None
 

@@ -37,12 +37,28 @@ def parse_uname(text: str) -> KernelVersion | None:
     return _version(KernelVersion.parse, (m.group(1) if m else line)[:_VERSION_CHARS])
 
 
+# `lsb_release -a` says the same as /etc/os-release, in its own words.
+_LSB_KEYS = {
+    "Distributor ID": "ID",
+    "Description": "PRETTY_NAME",
+    "Release": "VERSION_ID",
+    "Codename": "VERSION_CODENAME",
+}
+
+
 def parse_os_release(text: str) -> dict[str, str]:
+    """/etc/os-release (``KEY=value``), or ``lsb_release -a`` (``Description:\tUbuntu 22.04.1 LTS``)."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         m = re.match(r"^([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
         if m:
             out[m.group(1)] = m.group(2).strip().strip("'\"")
+            continue
+        m = re.match(r"^(Distributor ID|Description|Release|Codename):\s*(.*)$", line.strip())
+        if m:
+            out[_LSB_KEYS[m.group(1)]] = m.group(2).strip()
+    if out.get("ID"):
+        out["ID"] = out["ID"].lower()  # lsb_release says "Ubuntu", os-release "ubuntu"
     return out
 
 
