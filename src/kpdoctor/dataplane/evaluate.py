@@ -174,6 +174,7 @@ class Evaluator:
     ) -> None:
         self.tables = tables
         self.layers = [tables, *layers]
+        self._has_filter = any("filter" in layer for layer in self.layers)  # else: see _passed
         self.local = {(a.version, int(a)) for a in local_addresses}
         self.ipsets = ipsets
         self.record = record  # keep the steps (a trace); verification only needs the outcome
@@ -247,7 +248,7 @@ class Evaluator:
         evidence (a nat-only dump, a grep'd chain): then what it would do is not known, and a
         packet carrying kube-proxy's drop mark is dropped there (KUBE-FIREWALL), never "passes
         untouched"."""
-        if any("filter" in layer for layer in self.layers):
+        if self._has_filter:
             return Outcome(p, "ACCEPT", st)
         if st.mark & DROP_MARK == DROP_MARK:
             why = "kube-proxy's drop mark 0x8000 (KUBE-MARK-DROP) is set: dropped by mark (filter table not given)"

@@ -91,9 +91,9 @@ def no_local_drops(facts: Facts) -> list[tuple[str, Cite]]:
     out: list[tuple[str, Cite]] = []
     for rs in facts.rulesets:
         for r in rs.all_rules():
-            text = r.comment if r.comment and NO_LOCAL in r.comment else r.text
-            if NO_LOCAL not in text:
+            if NO_LOCAL not in r.text:  # the raw line first: reading the comment tokenises the rule
                 continue
+            text = r.comment if r.comment and NO_LOCAL in r.comment else r.text
             m = _NO_LOCAL_SVC.search(text)
             if m:
                 out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))
