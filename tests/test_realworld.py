@@ -35,6 +35,13 @@ def test_the_corpus_is_large_enough_and_follows_its_rules(cases: list[accuracy.C
     assert not fenced, fenced
 
 
+def test_the_held_out_cases_follow_the_same_rules() -> None:
+    fresh = accuracy.load_cases(accuracy.CORPUS / "fresh")
+    assert len(fresh) >= 20
+    main = {str(c.meta["source"]).rstrip("/") for c in accuracy.load_cases()}
+    assert not [c.id for c in fresh if str(c.meta["source"]).rstrip("/") in main]  # never a thread seen
+
+
 def test_a_case_with_a_slug_outside_the_taxonomy_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "k8s-1"
     folder.mkdir()
