@@ -273,3 +273,15 @@ def test_lsb_release_tells_the_os_and_an_images_os_release_is_not_the_nodes(tmp_
         'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\nID=debian\nVERSION_ID="12"\n'
     )
     assert Facts(load([image])).os_release is None
+
+
+def test_a_quoted_session_whose_command_was_grep_n_is_read_as_the_log_it_printed(tmp_path: Path) -> None:
+    log = XTABLES_LOG.read_text().splitlines()
+    body = [f"{i}:{line}" for i, line in enumerate(log, 40)]
+    pasted = ["  > $ kubectl -n kube-system logs kube-proxy-x7k2p | grep -n xtables", *(f"  > {b}" for b in body)]
+    p = tmp_path / "comment.md"
+    p.write_text("\n".join(pasted) + "\n")
+    (art,) = load([p]).artifacts
+    assert art.kind == Kind.KUBE_PROXY_LOG and "grep -n prefixes" in art.attrs["paste"]
+    assert art.text.splitlines() == log and art.first_line == 2
+    assert _causes(p) == _causes(XTABLES_LOG)

@@ -480,13 +480,13 @@ def _load_transcript(
             hints["paste"] = ", ".join(paste)
         forced = _KIND_HINTS.get(hints.pop("kind", ""))
         text = p.text
-        typed = Typed(forced, {}) if forced else sniff(text)
-        if typed.kind is None:
-            un = unwrap_paste(text)
-            retyped = sniff(un.text) if un.removed else typed
-            if retyped.kind is not None:
-                typed, text = retyped, un.text
-                hints["paste"] = ", ".join((*paste, *un.removed))
+        un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
+        retyped = sniff(un.text) if un.removed and not forced else Typed(None, {})
+        if retyped.kind is not None:
+            typed, text = retyped, un.text
+            hints["paste"] = ", ".join((*paste, *un.removed))
+        else:
+            typed = Typed(forced, {}) if forced else sniff(text)
         if typed.kind is None:
             problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
             continue
