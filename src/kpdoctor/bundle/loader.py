@@ -382,12 +382,15 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         ev.problems.append(InputProblem(label, "binary data, not text evidence: skipped"))
         return
     head_text = head.decode("utf-8-sig", errors="replace")
-    if size <= MAX_PASTE_BYTES and _load_unwrapped(ev, path, label, head_text, size):
-        return
+    whole = head_text if size <= len(head) else None  # the whole text, read once when needed
+    if size <= MAX_PASTE_BYTES:
+        whole = whole if whole is not None else path.read_text(encoding="utf-8-sig", errors="replace")
+        if _load_unwrapped(ev, label, whole):
+            return
     # A pasted session starts with its first command; a big file with no prompt in its head is
     # one command's output, and is not read whole just to look for prompts.
     if size <= MAX_TRANSCRIPT_BYTES and (size <= len(head) or has_prompt(head_text)):
-        text = path.read_text(encoding="utf-8-sig", errors="replace") if size > len(head) else head_text
+        text = whole if whole is not None else path.read_text(encoding="utf-8-sig", errors="replace")
         parts = split_transcript(text)
         if parts is not None:
             _load_transcript(ev, label, parts)
@@ -399,12 +402,11 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     _add_typed(ev, path, label, typed)
 
 
-def _load_unwrapped(ev: Evidence, path: Path, label: str, head_text: str, size: int) -> bool:
+def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
     """A paste read without its wrapping (markdown indentation or quotes, grep prefixes,
     backticks: bundle/paste.py), when it has one and is evidence without it; True when so.
     Taken off first: an indented log would otherwise be read as one record of continuation
     lines, and a grep'd one not at all."""
-    text = path.read_text(encoding="utf-8-sig", errors="replace") if size > len(head_text) else head_text
     un = unwrap_paste(text)
     if not un.removed:
         return False

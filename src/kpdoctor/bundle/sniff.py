@@ -118,6 +118,13 @@ def sniff(head: str) -> Typed:
     if not stripped:
         return Typed(None, {}, "empty file")
     first = stripped.splitlines()[0] if stripped else ""
+    lines = [ln for ln in stripped.splitlines()[:2000] if ln.strip()]  # for the "mostly X" tests
+    signal: list[bool] = []  # has_signal(head), worked out at most once
+
+    def signalled() -> bool:
+        if not signal:
+            signal.append(has_signal(head))
+        return signal[0]
 
     if "\x00" in head and _CMDLINE.search(head):
         return Typed(Kind.KUBE_PROXY_CMDLINE, {})
@@ -130,7 +137,7 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.IPTABLES_LIST, {})
     if _RULES_S.search(head):
         return Typed(Kind.IPTABLES_RULES_S, {})
-    if _SAVE_HEADER.search(head) or _is_rules_fragment(stripped):
+    if _SAVE_HEADER.search(head) or _is_rules_fragment(lines):
         # rules without their *table line (grep'd, or a chain copied out): not a whole dump
         return Typed(Kind.IPTABLES_SAVE, {**save_attrs(head), "fragment": "true"})
     m = _IPT_VERSION.match(first)
@@ -154,20 +161,20 @@ def sniff(head: str) -> Typed:
     node = _sniff_node(stripped, first)
     if node is not None:
         return node
-    if _IPVSADM.search(head) or _ipvs_rows_only(stripped):
+    if _IPVSADM.search(head) or _mostly(lines, _IPVS_VS, _IPVS_RS, at_least=_IPVS_VS):
         return Typed(Kind.IPVSADM, {})
-    if _list_rows_only(stripped):
+    if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
-        if _KP_LOG_MARKERS.search(head) or has_signal(head):
+        if _KP_LOG_MARKERS.search(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
-    if _IPT_STDERR.match(first) and has_signal(head):
+    if _IPT_STDERR.match(first) and signalled():
         # iptables-restore's own stderr, as kube-proxy (or a script doing what it does) got it
         return Typed(Kind.KUBE_PROXY_LOG, {"stderr": "iptables"})
     if _CMDLINE.search(first) and re.search(r"\s--[\w-]+", first) and len(stripped.splitlines()) <= 2:
         return Typed(Kind.KUBE_PROXY_CMDLINE, {})
-    if has_signal(head):
+    if signalled():
         # A fragment: a message copied without its klog header, a kernel or iptables error inside
         # another program's output. What it says is evidence whatever its first line is.
         return Typed(Kind.KUBE_PROXY_LOG, {"fragment": "true"})
@@ -180,10 +187,17 @@ _FRAGMENT_LINE = re.compile(
 )
 
 
-def _is_rules_fragment(text: str) -> bool:
+def _mostly(lines: list[str], *rows: re.Pattern[str], at_least: re.Pattern[str] | None = None) -> bool:
+    """Do 60% of the non-empty lines match one of ``rows`` (and one line ``at_least``, else any
+    row)? Grep'd output keeps a few other lines: the command, a "--", a header left in."""
+    ours = [ln for ln in lines if any(rx.match(ln) for rx in rows)]
+    key = sum(1 for ln in ours if at_least.match(ln)) if at_least is not None else len(ours)
+    return key >= 1 and len(ours) >= 0.6 * len(lines)
+
+
+def _is_rules_fragment(lines: list[str]) -> bool:
     """Mostly iptables-save lines (rules, chain declarations), with a rule or two chains among
     them; other lines (the dump command, a grep's "--") may be there too."""
-    lines = [ln for ln in text.splitlines()[:2000] if ln.strip()]
     ours = [ln for ln in lines if _FRAGMENT_LINE.match(ln)]
     rules = sum(1 for ln in ours if ln.lstrip().startswith(("-A", "-I", "[")))
     decls = sum(1 for ln in ours if ln.startswith(":"))
@@ -237,20 +251,6 @@ def _unrecognised(text: str) -> str:
 _LIST_ROW = re.compile(
     r"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[A-Za-z][\w-]*\s+(?:all|tcp|udp|icmp|sctp|\d+)\s+--\s+"
 )
-
-
-def _ipvs_rows_only(text: str) -> bool:
-    lines = [ln for ln in text.splitlines()[:2000] if ln.strip()]
-    vs = sum(1 for ln in lines if _IPVS_VS.match(ln))
-    rs = sum(1 for ln in lines if _IPVS_RS.match(ln))
-    return vs >= 1 and vs + rs >= 0.6 * len(lines)
-
-
-def _list_rows_only(text: str) -> bool:
-    """``iptables -L`` rule rows grep'd out without their "Chain" and column headers."""
-    lines = [ln for ln in text.splitlines()[:2000] if ln.strip()]
-    rows = sum(1 for ln in lines if _LIST_ROW.match(ln))
-    return rows >= 1 and rows >= 0.6 * len(lines) and not _LIST_CHAIN.search(text)
 
 
 def _sniff_node(text: str, first: str) -> Typed | None:

@@ -280,6 +280,24 @@ class Facts:
                 return Versioned(v, _first_line_cite(a))
         return None
 
+    def node_info(self, field: str) -> tuple[str, Cite] | None:
+        """``status.nodeInfo.<field>`` of this node's Node object (``osImage``, ``kernelVersion``),
+        cited: what `kubectl get node -o yaml` tells when nobody ran a command on the node."""
+        node = self.node_object
+        if node is None:
+            return None
+        value = str(k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")).get(field) or "")
+        if not value:
+            return None
+        return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
+
+    @cached_property
+    def node_info_kernel(self) -> Versioned[KernelVersion] | None:
+        """The kernel release the Node object reports (the kubelet read it on the node)."""
+        got = self.node_info("kernelVersion")
+        v = KernelVersion.parse(got[0]) if got else None
+        return Versioned(v, got[1]) if v is not None and got else None
+
     @cached_property
     def os_release(self) -> tuple[dict[str, str], Cite] | None:
         for a in self.of(Kind.OS_RELEASE):
@@ -296,14 +314,23 @@ class Facts:
 
     def iptables_version(self, scope: str = "host") -> Versioned[IptablesVersion] | None:
         """iptables version of the host (``scope='host'``) or of kube-proxy's image."""
+        for v, a in self.iptables_versions(scope):
+            if a.attrs.get("scope", "host") == scope:
+                return v
+        return None
+
+    def iptables_versions(self, *scopes: str) -> list[tuple[Versioned[IptablesVersion], Artifact]]:
+        """Every `iptables --version` of these scopes ("host", "kube-proxy", or "other": any
+        other container or image), not only the first: a transcript may hold several."""
+        out = []
         for a in self.of(Kind.IPTABLES_VERSION):
-            a_scope = a.attrs.get("scope", "host")
-            if a_scope != scope:
+            scope = a.attrs.get("scope", "host")
+            if (scope if scope in ("host", "kube-proxy") else "other") not in scopes:
                 continue
             v = system.parse_iptables_version(a.text)
-            if v:
-                return Versioned(v, _first_line_cite(a))
-        return None
+            if v is not None:
+                out.append((Versioned(v, _first_line_cite(a)), a))
+        return out
 
     @cached_property
     def kube_proxy_version(self) -> Versioned[KubeVersion] | None:

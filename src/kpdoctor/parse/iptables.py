@@ -78,20 +78,21 @@ class Rule:
 
     @property
     def target(self) -> str | None:
-        for flag in ("-j", "-g"):
-            if flag in self.args:
-                i = self.args.index(flag)
-                if i + 1 < len(self.args):
-                    return self.args[i + 1]
-        return None
+        return option(self.args, "-j", "-g")
 
     @property
     def comment(self) -> str | None:
-        if "--comment" in self.args:
-            i = self.args.index("--comment")
-            if i + 1 < len(self.args):
-                return self.args[i + 1]
-        return None
+        return option(self.args, "--comment")
+
+
+def option(args: tuple[str, ...], *flags: str) -> str | None:
+    """The value after the first of ``flags`` found in a rule's tokens (``-j X``, ``--comment C``)."""
+    for flag in flags:
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 < len(args):
+                return args[i + 1]
+    return None
 
 
 @dataclass(slots=True)
@@ -183,10 +184,7 @@ def infer_table(chain: str, args: tuple[str, ...]) -> str:
     chain and target: NAT targets and kube-proxy's service chains are nat; REJECT, connection
     state verdicts and kube-proxy's firewall chains are filter; KUBE-SERVICES and KUBE-NODEPORTS
     exist in both, so only their target tells. "unknown" when nothing does."""
-    target = ""
-    for flag in ("-j", "-g"):
-        if flag in args and args.index(flag) + 1 < len(args):
-            target = args[args.index(flag) + 1]
+    target = option(args, "-j", "-g") or ""
     if _NAT_TARGETS.match(target) or _NAT_CHAINS.match(chain):
         return "nat"
     if target == "REJECT" or _FILTER_CHAINS.match(chain):
@@ -403,8 +401,7 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
     """Parse ``iptables -L -n -v`` output: chains, policies and each rule's target."""
     rs = Ruleset(artifact, None, family, form="L")
     table = rs.tables.setdefault("unknown", Table("unknown"))
-    # rows grep'd out without their "Chain" line belong to a chain the text does not name
-    chain: str | None = None if _L_CHAIN.search(text) else "?"
+    chain = "?"  # rows grep'd out without their "Chain" line: a chain the text does not name
     column: int | None = None  # where the target is, from the column header (num, pkts, bytes)
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i
@@ -423,8 +420,6 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
             continue
         if "target" in words and "prot" in words:  # the column header: with -v, --line-numbers or not
             column = words.index("target")
-            continue
-        if chain is None:
             continue
         if column is not None:
             if len(words) > column + 1:

@@ -6,13 +6,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse import k8s, system
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import FixRow, IptablesVersion, KernelVersion
 
@@ -165,28 +164,6 @@ class HostBackend:
         return self.text
 
 
-def _cite(art: Artifact) -> Cite:
-    for i, line in enumerate(art.text.splitlines()):
-        if line.strip():
-            return Cite(art.name, art.first_line + i, line.strip())
-    return Cite(art.name, art.first_line, "")
-
-
-def iptables_versions(facts: Facts, scopes: tuple[str, ...]) -> list[tuple[Versioned[IptablesVersion], Artifact]]:
-    """Every `iptables --version` of these scopes ("host", "kube-proxy", or any other container
-    or image: "other"), not only the first: a transcript may hold several nodes' or images'."""
-    out = []
-    for a in facts.of(Kind.IPTABLES_VERSION):
-        scope = a.attrs.get("scope", "host")
-        key = scope if scope in ("host", "kube-proxy") else "other"
-        if key not in scopes:
-            continue
-        v = system.parse_iptables_version(a.text)
-        if v is not None:
-            out.append((Versioned(v, _cite(a)), a))
-    return out
-
-
 def os_backend(text: str) -> tuple[str, str] | None:
     """(backend, why) for an OS release text (PRETTY_NAME, ID, VERSION_ID or a Node's osImage)."""
     for rx, backend, why in OS_BACKENDS:
@@ -214,7 +191,7 @@ def kernel_backend(k: KernelVersion) -> tuple[str, str] | None:
 def host_backend(facts: Facts) -> HostBackend | None:
     """The node's backend: its `iptables --version` (every host-side one given), else inferred
     from /etc/os-release, the Node's osImage, `uname -r` or the Node's kernelVersion."""
-    hosts = [(v, a) for v, a in iptables_versions(facts, ("host",)) if v.value.effective_backend]
+    hosts = [(v, a) for v, a in facts.iptables_versions("host") if v.value.effective_backend]
     if hosts:
         backends = frozenset(str(v.value.effective_backend) for v, _ in hosts)
         text = ", ".join(dict.fromkeys(str(v.value) for v, _ in hosts))
@@ -228,18 +205,10 @@ def host_backend(facts: Facts) -> HostBackend | None:
             return HostBackend(
                 frozenset([hit[0]]), "OS release", f"{d.get('PRETTY_NAME') or text.strip()}: {hit[1]}", (c,)
             )
-    node = facts.node_object
-    info = k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")) if node is not None else {}
-    image = str(info.get("osImage") or "")
-    if node is not None and image and (hit := os_backend(image)):
-        c = Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.osImage: {image}")
-        return HostBackend(frozenset([hit[0]]), "OS release", f"{image}: {hit[1]}", (c,))
-    kernels: list[Versioned[KernelVersion]] = [facts.kernel] if facts.kernel else []
-    kv = str(info.get("kernelVersion") or "")
-    if node is not None and kv and (parsed := KernelVersion.parse(kv)):
-        kernels.append(
-            Versioned(parsed, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.kernelVersion: {kv}"))
-        )
+    image = facts.node_info("osImage")
+    if image is not None and (hit := os_backend(image[0])):
+        return HostBackend(frozenset([hit[0]]), "OS release", f"{image[0]}: {hit[1]}", (image[1],))
+    kernels = [k for k in (facts.kernel, facts.node_info_kernel) if k is not None]
     for k in kernels:
         hit = kernel_backend(k.value)
         if hit:
@@ -641,7 +610,7 @@ def _versions_differ(
         return None
     others = [
         (v, a)
-        for v, a in iptables_versions(facts, ("other",))
+        for v, a in facts.iptables_versions("other")
         if v.value.effective_backend and v.value.effective_backend != node
     ]
     if others:

@@ -11,8 +11,7 @@ from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import RESTORE_VARIANT
-from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse import k8s
+from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
@@ -90,17 +89,7 @@ def kernel_status(k: KernelVersion) -> tuple[bool | None, str | None]:
 def node_kernel(facts: Facts) -> Versioned[KernelVersion] | None:
     """The node's kernel: ``uname``, else the Node object's ``status.nodeInfo.kernelVersion``
     (what `kubectl get node -o yaml` shows when nobody ran uname)."""
-    if facts.kernel is not None:
-        return facts.kernel
-    node = facts.node_object
-    if node is None:
-        return None
-    info = k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo"))
-    text = str(info.get("kernelVersion") or "")
-    v = KernelVersion.parse(text) if text else None
-    if v is None:
-        return None
-    return Versioned(v, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.kernelVersion: {text}"))
+    return facts.kernel or facts.node_info_kernel
 
 
 # Who ran the failing binary, when its caller says so: kube-proxy's own sync, or another agent's
