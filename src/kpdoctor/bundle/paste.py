@@ -86,6 +86,24 @@ def _strip_grep(lines: list[str]) -> tuple[list[str], str] | None:
     return None
 
 
+# A file written from a heredoc, as people post a config: "cat <<EOF > /tmp/kube-proxy.yaml".
+_HEREDOC = re.compile(r"""^[ \t]*(?:\$[ \t]*)?(?:sudo[ \t]+)?(?:cat|tee)\b[^<\n]*<<-?[ \t]*(['"]?)(?P<end>\w+)\1""")
+
+
+def _strip_heredoc(lines: list[str]) -> list[str] | None:
+    """The heredoc's body: its opening command and closing delimiter lines blanked (the body
+    keeps its line numbers), when the paste is that heredoc and nothing else."""
+    content = [i for i, ln in enumerate(lines) if ln.strip()]
+    if len(content) < 3:
+        return None
+    m = _HEREDOC.match(lines[content[0]])
+    if m is None or lines[content[-1]].strip() != m.group("end"):
+        return None
+    out = list(lines)
+    out[content[0]] = out[content[-1]] = ""
+    return out
+
+
 def _dedent(lines: list[str]) -> tuple[list[str], int]:
     """Remove the indentation every non-empty line shares (a paste indented as a whole)."""
     indents = [len(ln) - len(ln.lstrip(" \t")) for ln in lines if ln.strip()]
@@ -120,6 +138,10 @@ def unwrap_paste(text: str) -> Unwrapped:
         if grep is not None:
             lines, what = grep
             removed.append(what)
+        heredoc = _strip_heredoc(lines)
+        if heredoc is not None:
+            lines = heredoc
+            removed.append("a heredoc's command and delimiter")
         if len(removed) == before:
             break
     return Unwrapped("\n".join(lines), tuple(removed))

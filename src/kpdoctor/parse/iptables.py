@@ -115,6 +115,7 @@ class Ruleset:
     tables: dict[str, Table] = field(default_factory=dict)
     generator: str | None = None  # "iptables-nft-save v1.8.9 (nf_tables)"
     legacy_warning_line: int | None = None  # line of "# Warning: iptables-legacy tables present"
+    legacy_warning_spliced: str | None = None  # the rule line the warning landed in (stderr mixed into stdout)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     form: str = "save"  # "save" | "S" | "L" | "fragment" (a part of a dump: see parse_save)
     _kube_rules: int | None = field(default=None, repr=False, compare=False)
@@ -272,6 +273,7 @@ def parse_save(
             # the middle of a rule, whose rest follows on the next line (what made kube-proxy
             # panic with "slice bounds out of range", k/k#78443). Repair the rule.
             rs.legacy_warning_line = ln
+            rs.legacy_warning_spliced = raw.rstrip()[:400]
             rs.diagnostics.append(
                 Diagnostic(ln, "legacy-tables warning interleaved with a rule (stderr mixed into stdout): repaired")
             )

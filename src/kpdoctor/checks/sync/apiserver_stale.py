@@ -23,6 +23,15 @@ CLOSED_CONN = signature(
     r"(Failed to (list|watch)|failed to list|watch of).*use of closed network connection",
 )
 CONN_LOST = signature("http2-client-connection-lost", "http2: client connection lost", r"http2: client connection lost")
+# Before 1.0 (v0.x, api v1beta1), kube-proxy's own watch loop re-requested a resource version whose
+# history etcd had cleared, forever, without listing again (k/k#3216, patched by k/k#3410).
+# Modern client-go relists on "too old resource version": that one is benign and not matched.
+WATCH_EXPIRED_V0 = signature(
+    "watch-channel-history-cleared",
+    "channel: ",
+    r"Got error status on Watch(Endpoints|Services) channel: .*(outdated and cleared|history has been cleared)",
+    failure=True,
+)
 
 FIXES = [
     FixRow((1, 18), "v1.18.4-tke.26", vendor="tke"),
@@ -54,17 +63,21 @@ def apiserver_stale(facts: Facts) -> Iterator[Finding]:
         client-go only gained HTTP/2 health checks (ReadIdleTimeout/PingTimeout) in 1.20
         (k/k#95981), backported to 1.19.5 and 1.18.18.
     How it is detected: the stream-error / closed-connection lines from kube-proxy's reflectors,
-        with the kube-proxy version compared to the fixed releases.
+        with the kube-proxy version compared to the fixed releases. Before 1.0 the same outcome
+        had another cause and message: the watch channels re-requesting an index etcd had
+        cleared ("Got error status on WatchEndpoints channel ... outdated and cleared").
     Fix: upgrade kube-proxy (upstream 1.18.18+, 1.19.5+, 1.20+; TKE 1.18 -> v1.18.4-tke.26;
         TKE clusters before 1.18: upgrade the cluster); restart kube-proxy now to reconnect; do
         not set HTTP2_READ_IDLE_TIMEOUT_SECONDS=0; check idle timeouts on load balancers in
         front of the apiserver.
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/87615;
         https://github.com/kubernetes/kubernetes/pull/95981;
-        https://github.com/kubernetes/kubernetes/pull/100376
+        https://github.com/kubernetes/kubernetes/pull/100376;
+        https://github.com/kubernetes/kubernetes/issues/3216 (v0.x watch channels)
     """
     hits = facts.log.hits(STREAM_ERROR.id, CLOSED_CONN.id, CONN_LOST.id)
     if not hits:
+        yield from _expired_watch_v0(facts)
         return
     f = start(
         facts,
@@ -86,4 +99,28 @@ def apiserver_stale(facts: Facts) -> Iterator[Finding]:
     f.fix.append(
         "Restart kube-proxy now to drop the dead connection (`kubectl -n kube-system delete pod <kube-proxy pod>`)."
     )
+    yield f
+
+
+def _expired_watch_v0(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy v0.x stuck re-watching an expired resource version."""
+    hits = facts.log.hits(WATCH_EXPIRED_V0.id)
+    if not hits:
+        return
+    kinds = sorted({h.groups[0] for h in hits if h.groups and h.groups[0]})
+    f = start(
+        facts,
+        "KP105",
+        hits,
+        confidence=Confidence.HIGH,
+        severity=Severity.CRITICAL,
+        summary=f"kube-proxy's {' and '.join(kinds) or 'watch'} channel(s) keep asking etcd for a history it "
+        "has cleared ('outdated and cleared') and never list again, so Service and endpoint changes stop "
+        "reaching the node (kube-proxy before 1.0).",
+    )
+    f.fix = [
+        "Upgrade: kube-proxy from before 1.0 (api v1beta1) has this watch loop; the loop was fixed by "
+        "https://github.com/kubernetes/kubernetes/pull/3410.",
+        "Restart kube-proxy now to list the current state again.",
+    ]
     yield f

@@ -10,7 +10,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
-from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT
+from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import FixRow, IptablesVersion, KernelVersion
@@ -322,6 +322,8 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
         )
     if f is None:
         f = _versions_differ(facts, host, image, failed)
+    if f is None and kp_backend is None:
+        f = _one_side_known(facts, host, image)
     if f is None:
         return
 
@@ -629,3 +631,56 @@ def _versions_differ(
         f.evidence.append(v.cite)
         return f
     return None
+
+
+def _one_side_known(facts: Facts, host: HostBackend | None, image: Versioned[IptablesVersion] | None) -> Finding | None:
+    """Only one side of the comparison is in the evidence, and no sync succeeded: what it
+    suggests, at the confidence it deserves.
+
+    - iptables-nft-save's "legacy tables present" warning: rules exist in both backends.
+    - the node's iptables is nf_tables: kube-proxy images before 1.17 (and other agents with a
+      legacy-only iptables) write to legacy; with kube-proxy's version that is decided, else a
+      note naming what to compare.
+    """
+    if image is not None or facts.log.count(SYNC_COMPLETE.id):
+        return None
+    warn = next((rs for rs in facts.rulesets if rs.legacy_warning_line and not rs.legacy_warning_spliced), None)
+    if warn is not None and warn.legacy_warning_line is not None:
+        f = start(
+            facts,
+            "KP101",
+            [],
+            confidence=Confidence.LOW,
+            severity=Severity.WARNING,
+            summary="iptables-nft-save warns that the legacy backend holds tables too: something on this node "
+            "writes with iptables-legacy while the dump shows only the nf_tables side. If kube-proxy and kubelet "
+            "(or a CNI) are among them, their rules do not see each other. Compare `iptables-legacy-save` with "
+            "`iptables-nft-save`: KUBE-* chains in both is the mismatch.",
+        )
+        return f
+    if host is None or host.inferred or not host.says("nft"):
+        return None
+    kpv = facts.kube_proxy_version
+    if kpv is not None and kpv.value.line >= (1, 17):
+        return None  # its image follows the node (iptables-wrapper); nothing to say without more
+    old = kpv is not None
+    f = start(
+        facts,
+        "KP101",
+        [],
+        confidence=Confidence.MEDIUM if old else Confidence.LOW,
+        severity=Severity.WARNING if old else Severity.INFO,
+        summary=f"The node's iptables uses nf_tables ({host.describe()}). "
+        + (
+            f"kube-proxy {kpv.value} predates 1.17: its image has a legacy-only iptables, so its rules go to the "
+            "backend the node does not use."
+            if kpv is not None
+            else "kube-proxy images before 1.17, and any agent with a legacy-only iptables, write to the legacy "
+            "backend, which this node's tools do not show. Compare with kube-proxy's own "
+            "`iptables --version` (`kubectl -n kube-system exec <kube-proxy pod> -- iptables --version`)."
+        ),
+    )
+    f.evidence.extend(c for c in host.cites if c not in f.evidence)
+    if kpv is not None:
+        f.evidence.append(kpv.cite)
+    return f

@@ -199,6 +199,51 @@ def _hostname_override_uncertain(facts: Facts) -> Finding | None:
     return f
 
 
+# Settings users commonly pass as flags, whose field a config file often leaves empty: with
+# --config the flag is dropped and kube-proxy's default applies (k/k#107156, k/k#98302).
+FLAGGED_FIELDS = {
+    "mode": ("--proxy-mode", "iptables"),
+    "clusterCIDR": ("--cluster-cidr", "none: no masquerade decision by Pod CIDR"),
+    "enableProfiling": ("--profiling", "off: /debug/pprof answers 404"),
+    "metricsBindAddress": ("--metrics-bind-address", "127.0.0.1:10249"),
+}
+
+
+def _file_without_flags(facts: Facts) -> Finding | None:
+    """Only the config file is in the evidence (no command line): which of the settings people
+    pass as flags it leaves unset. A note, not a finding: whether a flag was passed is unknown."""
+    cfg = facts.kp_config
+    if cfg.file is None or cfg.flags:
+        return None
+    unset = [
+        (fld, flag, default)
+        for fld, (flag, default) in FLAGGED_FIELDS.items()
+        if unset_in_file(fld, v := cfg.file.get(fld)) or (fld == "enableProfiling" and v is False)
+    ]
+    if not unset:
+        return None
+    f = start(facts, "KP112", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    f.summary = (
+        "kube-proxy started with this KubeProxyConfiguration (--config) ignores the command-line flags for "
+        "the same settings, even for fields the file leaves unset. Unset here, so kube-proxy's default applies "
+        "whatever a flag says: "
+        + "; ".join(f"{fld} ({flag}) -> {default}" for fld, flag, default in unset)
+        + ". Give kube-proxy's command line (`ps -o args= -C kube-proxy` or the DaemonSet) to see which flags "
+        "it also has."
+    )
+    for fld, _flag, _default in unset:
+        src = cfg.file.cite(fld)
+        c = Cite(src.artifact, src.line, src.text)
+        if c not in f.evidence:
+            f.evidence.append(c)
+    f.fix = [
+        "Set these in the KubeProxyConfiguration (the kube-proxy ConfigMap), not as flags: "
+        + ", ".join(f"{flag} -> {fld}" for fld, flag, _ in unset)
+        + "; restart kube-proxy."
+    ]
+    return f
+
+
 @check(
     "KP112",
     cause="config-overrides-flags",
@@ -251,6 +296,8 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     if not ignored:
         if uncertain is not None:
             yield uncertain
+        elif (note := _file_without_flags(facts)) is not None:
+            yield note
         return
     # A flag whose value the file does not have is what the user is asking about ("my flag has
     # no effect"), whichever flag it is; one the file matches changes nothing either way.

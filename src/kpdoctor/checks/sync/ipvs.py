@@ -167,6 +167,18 @@ IPVS_CANT_USE = signature("ipvs-cannot-use", "an't use the IPVS proxier", r"[Cc]
 IPVS_MODULES = signature(
     "ipvs-modules-not-loaded", "required kernel modules are not loaded", r"required kernel modules are not loaded: (.*)"
 )
+# The kernel refuses a virtual server whose scheduler module it cannot load with ENOENT
+# (ip_vs_ctl.c, ip_vs_add_service: "Scheduler module ip_vs_<name> not found"); kube-proxy only
+# prints the errno, for every Service, sync after sync.
+IPVS_ADD_ENOENT = signature(
+    "ipvs-add-service-enoent",
+    "Failed to add IPVS service",
+    r"Failed to add IPVS service.*: no such file or directory",
+    failure=True,
+)
+IPVS_SCHEDULER_MISSING = signature(
+    "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_\w+) not found"
+)
 CONNTRACK_MISSING = signature(
     "conntrack-binary-missing", "path of conntrack", r"path of conntrack: exec: .conntrack.: executable file not found"
 )
@@ -203,7 +215,11 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     cfg_mode = facts.kp_config.setting("mode")
     requested_ipvs = str(cfg_mode.value or "").lower() == "ipvs"
     running = facts.proxy_mode
-    hits = facts.log.hits(IPSET_MISSING.id, IPVS_FALLBACK.id, IPVS_CANT_USE.id, IPVS_MODULES.id)
+    hits = facts.log.hits(
+        IPSET_MISSING.id, IPVS_FALLBACK.id, IPVS_CANT_USE.id, IPVS_MODULES.id, IPVS_SCHEDULER_MISSING.id
+    )
+    enoent = facts.log.hits(IPVS_ADD_ENOENT.id)
+    hits = hits + enoent
     conntrack = facts.log.hits(CONNTRACK_MISSING.id)
     fell_back = requested_ipvs and running is not None and running[0] != "ipvs" and running[1] is not None
     mods = facts.modules
@@ -227,7 +243,13 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         c = Cite(conntrack[0].artifact, conntrack[0].line, conntrack[0].text)
         if c not in f.evidence:
             f.evidence.append(c)
-    if facts.log.count(IPVS_MODULES.id) or missing_mods:
+    if enoent or facts.log.count(IPVS_SCHEDULER_MISSING.id):
+        sched = str(facts.kp_config.setting("ipvs.scheduler").value or "") or "rr"
+        what.append(
+            f"its scheduler module (ip_vs_{sched}: the kernel answers ENOENT to every new virtual server "
+            f"without it; {facts.log.count(IPVS_ADD_ENOENT.id)} 'Failed to add IPVS service' line(s))"
+        )
+    elif facts.log.count(IPVS_MODULES.id) or missing_mods:
         what.append("IPVS kernel modules" + (f" ({', '.join(missing_mods)})" if missing_mods else ""))
     f.summary = "IPVS mode is missing " + (" and ".join(what) if what else "a prerequisite") + "."
     if cfg_mode.origin in ("flag", "config") and cfg_mode.source:

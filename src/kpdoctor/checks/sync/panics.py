@@ -266,7 +266,7 @@ SAVE_PANIC_FIXES = [
     cause="iptables-save-parse-panic",
     title="kube-proxy panics parsing iptables-save output",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE],
 )
 def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     """kube-proxy panics again and again while parsing iptables-save output.
@@ -279,6 +279,9 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
         1.15 (k/k#78428). It also means rules exist in both backends (see KP101).
     How it is detected: the panic message in the current or previous container's log; the
         Pod's restart count and last state; the legacy-tables warning in iptables-nft-save.
+        Without the panic, a dump in which the warning is spliced into a rule is the corruption
+        itself: a finding by kube-proxy's version (before 1.15 it panics on it; unknown: said
+        so; 1.15 and later read stderr apart and are not affected).
     Fix: TKE: 1.14 -> v1.14.3-tke.27, 1.12 -> v1.12.4-tke.31 (other lines unaffected).
         Upstream: 1.15 or later. Remove the stale legacy rules so the warning stops.
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/78443;
@@ -286,6 +289,7 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     """
     hits = facts.log.hits(SLICE_BOUNDS.id)
     if not hits:
+        yield from _spliced_dump(facts)
         return
     f = start(
         facts,
@@ -313,6 +317,32 @@ def save_parse_panic(facts: Facts) -> Iterator[Finding]:
         f.summary += " iptables-nft-save on this node prints the legacy-tables warning that triggers it."
     if (f.occurrences or 0) == 1 and f.ongoing is False:
         f.severity = Severity.WARNING
+    rem, found, where = kube_proxy_remedy(facts, SAVE_PANIC_FIXES)
+    apply_remedy(f, rem, found, where)
+    f.fix.append("Remove the KUBE-* rules left in the legacy backend (`iptables-legacy-save`) so the warning stops.")
+    yield f
+
+
+def _spliced_dump(facts: Facts) -> Iterator[Finding]:
+    """No panic in the evidence, but the output that causes it: the warning inside a rule."""
+    spliced = next((rs for rs in facts.rulesets if rs.legacy_warning_spliced and rs.legacy_warning_line), None)
+    if spliced is None or spliced.legacy_warning_line is None or spliced.legacy_warning_spliced is None:
+        return
+    kpv = facts.kube_proxy_version
+    if kpv is not None and kpv.value.line >= (1, 15):
+        return  # it reads iptables-save's stderr apart: the splice is the user's own 2>&1
+    f = start(
+        facts,
+        "KP107",
+        [],
+        confidence=Confidence.HIGH if kpv is not None else Confidence.MEDIUM,
+        severity=Severity.CRITICAL if kpv is not None else Severity.WARNING,
+        summary="iptables-save output with its stderr warning ('iptables-legacy tables present') spliced into a "
+        "rule: kube-proxy before 1.15 reads both streams as one and panics on such a line "
+        '("slice bounds out of range"), sync after sync.'
+        + ("" if kpv is not None else " kube-proxy's version is not in the evidence: send `kube-proxy --version`."),
+    )
+    f.evidence.append(Cite(spliced.artifact, spliced.legacy_warning_line, spliced.legacy_warning_spliced))
     rem, found, where = kube_proxy_remedy(facts, SAVE_PANIC_FIXES)
     apply_remedy(f, rem, found, where)
     f.fix.append("Remove the KUBE-* rules left in the legacy backend (`iptables-legacy-save`) so the warning stops.")
