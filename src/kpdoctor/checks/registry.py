@@ -31,6 +31,9 @@ class CheckSpec:
     needs: tuple[Kind, ...]  # any one of these artifacts lets the check run
     func: CheckFunc
     needs_all: tuple[Kind, ...] = ()  # ... provided all of these are present too
+    # What the check can still say without its evidence (from whatever is there: notes naming
+    # what would decide, never a verdict); the check is reported as skipped all the same.
+    partial: CheckFunc | None = None
 
     @property
     def doc(self) -> str:
@@ -79,6 +82,7 @@ def check(
     severity: Severity,
     needs: Iterable[Kind],
     needs_all: Iterable[Kind] = (),
+    partial: CheckFunc | None = None,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -88,7 +92,7 @@ def check(
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
-        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all))
+        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial)
         return func
 
     return deco
@@ -128,15 +132,18 @@ def run_all(
             # parser's failure there is this check's, contained like one in the check itself
             if not spec.can_run(facts):
                 skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason(facts)))
-                continue
-            produced = list(spec.func(facts))
+                if spec.partial is None:
+                    continue
+                produced = list(spec.partial(facts))
+            else:
+                produced = list(spec.func(facts))
+                ran += 1
         except deadline.TimedOut:
             skipped.append(Skipped(spec.code, spec.cause, "not finished: the run's --timeout was reached"))
             continue
         except Exception as exc:  # contained and reported, see docstring
             errors.append(InternalError.of(f"check {spec.code}", exc))
             continue
-        ran += 1
         for f in produced:
             f.code = f.code or spec.code
             findings.append(f)

@@ -210,11 +210,14 @@ FLAGGED_FIELDS = {
 
 
 def _file_without_flags(facts: Facts) -> Finding | None:
-    """Only the config file is in the evidence (no command line): which of the settings people
-    pass as flags it leaves unset. A note, not a finding: whether a flag was passed is unknown."""
+    """Only the config file is in the evidence (no command line, log or rules): which of the
+    settings people pass as flags it leaves unset. A note, not a finding: whether a flag was
+    passed is unknown."""
     cfg = facts.kp_config
     if cfg.file is None or cfg.flags:
         return None
+    if facts.has(Kind.KUBE_PROXY_LOG) or facts.rulesets:
+        return None  # kube-proxy's behaviour is in the evidence: what it did says more than its file
     unset = [
         (fld, flag, default)
         for fld, (flag, default) in FLAGGED_FIELDS.items()
