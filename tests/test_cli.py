@@ -78,7 +78,8 @@ def test_diagnose_json_schema_and_exit_code(tmp_path: Path) -> None:
         "references",
     ):
         assert key in f
-    assert f["evidence"][0] == {"artifact": str(p), "line": 1, "text": MISMATCH.strip()}
+    # "writer" (added field): the component that wrote the line, when the line tells
+    assert f["evidence"][0] == {"artifact": str(p), "line": 1, "text": MISMATCH.strip(), "writer": "kube-proxy"}
     assert isinstance(doc["skipped"], list)
 
 

@@ -51,9 +51,20 @@ class Cite:
     artifact: str
     line: int | None
     text: str
+    # Which component wrote the line (kube-proxy, kubelet, flannel, ...), decided from the line
+    # itself (syslog ident, klog source file, log format, aggregator prefix); None: not known.
+    writer: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"artifact": self.artifact, "line": self.line, "text": self.text}
+        out: dict[str, Any] = {"artifact": self.artifact, "line": self.line, "text": self.text}
+        if self.writer:
+            out["writer"] = self.writer
+        return out
+
+    @property
+    def whose(self) -> str:
+        """The writer as the reports say it ("flannel's log line"), or "" when not known."""
+        return f"{self.writer}'s log line" if self.writer else ""
 
 
 @dataclass(slots=True)

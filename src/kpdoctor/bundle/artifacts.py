@@ -42,6 +42,18 @@ class Kind(enum.StrEnum):
     LISTENERS = "ss -ltn output"
     IP_LINK = "ip link output"
     KERNEL_LOG = "kernel log (dmesg)"
+    HOST_FIREWALL = "host firewall status (ufw)"
+    STOP_TIMING = "timed container stop"  # `time docker stop X`, `time kubectl delete pod X`
+    RUNTIME_LOG = "container runtime log"  # dockerd/podman/containerd lines: a stop that timed out
+    KUBECTL_PODS = "kubectl get pods table"
+    PRESTOP_SCRIPT = "preStop hook script"
+
+
+# What describes the node (versions, identity) without showing its state: evidence to weigh other
+# evidence by. A run given only these has checked nothing, whatever checks ran on them.
+CONTEXT_KINDS = frozenset(
+    {Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,11 @@ from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.paste import unwrap_paste
-from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff
+from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.structured import StructuredError, load_json
+from kpdoctor.parse.timing import started_by
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024**2  # a pasted session is small; a huge file is a log
 MAX_INLINE_BYTES = 256 * 1024**2  # non-log artifacts are read into memory up to this size
@@ -396,6 +397,8 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
             _load_transcript(ev, label, parts)
             return
     typed = sniff(head_text)
+    if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
+        typed = sniff_named(label, head_text) or typed
     if typed.kind is None:
         ev.problems.append(InputProblem(label, typed.reason))
         return
@@ -489,6 +492,10 @@ def _load_transcript(
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
             typed = Typed(forced, {}) if forced else sniff(text)
+        if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
+            typed = sniff_command(p.command, text) or typed
+        if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
+            hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
         if typed.kind is None:
             problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
             continue

@@ -10,6 +10,9 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.parse import kubectl_table, timing
+from kpdoctor.parse.firewall import looks_like_ufw
+from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import REGISTRY
 from kpdoctor.parse.logwrap import KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -166,6 +169,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.MODULES, {})
     if _METRICS.search(head):
         return Typed(Kind.KUBE_PROXY_METRICS, {})
+    if looks_like_ufw(stripped):
+        return Typed(Kind.HOST_FIREWALL, {"firewall": "ufw"})
     node = _sniff_node(stripped, first)
     if node is not None:
         return node
@@ -173,6 +178,9 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.IPVSADM, {})
     if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
+    workload = _sniff_workload(head, stripped, lines)
+    if workload is not None:
+        return workload
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
         if _KP_LOG_MARKERS.search(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})
@@ -186,6 +194,9 @@ def sniff(head: str) -> Typed:
         # A fragment: a message copied without its klog header, a kernel or iptables error inside
         # another program's output. What it says is evidence whatever its first line is.
         return Typed(Kind.KUBE_PROXY_LOG, {"fragment": "true"})
+    frag = fragment_in(stripped)
+    if frag is not None:  # a piece of a Pod spec: read as a partial Pod
+        return Typed(Kind.K8S_OBJECTS, {"fragment": f"{frag} without apiVersion/kind: what it leaves out is unknown"})
     return Typed(None, {}, _unrecognised(stripped))
 
 
@@ -351,3 +362,48 @@ def _type_doc(doc: object) -> Typed | None:
             return Typed(Kind.K8S_OBJECTS, {})
         return Typed(None, {}, "JSON list, but not of Kubernetes objects")
     return Typed(None, {}, "JSON, but not a Kubernetes object")
+
+
+def _sniff_workload(head: str, text: str, lines: list[str]) -> Typed | None:
+    """What shows how workloads stop: a timed stop, a runtime's stop-timeout lines, a kubectl
+    table of kube-proxy Pods. (A kube-proxy log that also holds a runtime's line stays kube-proxy's.)"""
+    if len(lines) <= timing.MAX_LINES and timing.timed_stops(text):
+        return Typed(Kind.STOP_TIMING, {})
+    if timing.runtime_stops(head) and not _KP_LOG_MARKERS.search(head):
+        return Typed(Kind.RUNTIME_LOG, {})
+    if kubectl_table.is_pod_table(lines) and kubectl_table.has_kube_proxy(text):
+        return Typed(Kind.KUBECTL_PODS, {})
+    return None
+
+
+_PRESTOP_NAME = re.compile(r"pre[-_]?stop|lifecycle", re.I)
+# a script named for what a preStop hook does (shutdown.sh, drain.sh), when it is a script file
+_STOP_SCRIPT_NAME = re.compile(r"(?:shutdown|graceful|drain)[\w-]*\.(?:sh|bash)\b", re.I)
+_SHEBANG = re.compile(r"^#!\s*\S*\b(?:sh|bash|ash|dash|zsh|ksh)\b")
+_SHELL_WORDS = re.compile(
+    r"(?<![\w-])(?:while|until|do|done|sleep|if|then|fi|curl|wget|kill|echo|exit|wait|trap)(?![\w-])"
+)
+
+
+def sniff_named(name: str, text: str) -> Typed | None:
+    """A text typed by what its name (a file name, or the command that printed it: ``cat
+    /hooks/pre-stop.sh``) says together with its content: a shell script that a preStop hook runs.
+    Only for texts not recognised by content (see :func:`sniff`)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines or len(lines) > 500:
+        return None
+    shell = bool(_SHEBANG.match(lines[0].strip())) or _SHELL_WORDS.search(text) is not None
+    said = _PRESTOP_NAME.search(name) is not None or _STOP_SCRIPT_NAME.search(name) is not None or (
+        _SHEBANG.match(lines[0].strip()) is not None and re.search(r"\bpre-?stop\b", text, re.I) is not None
+    )
+    if shell and said:
+        return Typed(Kind.PRESTOP_SCRIPT, {})
+    return None
+
+
+def sniff_command(command: str, text: str) -> Typed | None:
+    """A transcript part's output typed with its command, when its content alone says nothing:
+    ``test`` and ``real 0m10.4s`` after ``time docker stop test``; ``cat .../prestop.sh``."""
+    if timing.timed_stops(text, command):
+        return Typed(Kind.STOP_TIMING, {})
+    return sniff_named(command, text)

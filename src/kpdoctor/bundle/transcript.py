@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.parse.shellwords import shell_split
+from kpdoctor.parse.sysctl import sysctl_write
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
 # iptables-save or YAML files are never taken for prompts).
@@ -135,9 +136,15 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]
-    if prog not in KNOWN_COMMANDS and not (m.group("strong") and _COMMAND_WORD.match(prog)):
-        return None
     bare_hash = line.lstrip().startswith("#")
+    # an unknown command is one only after a strong prompt, or when it sets a kernel setting
+    # (`echo 0 > /proc/sys/...`: evidence of the value, whatever the prompt)
+    if (
+        prog not in KNOWN_COMMANDS
+        and not (m.group("strong") and _COMMAND_WORD.match(prog))
+        and (bare_hash or sysctl_write(argv) is None)
+    ):
+        return None
     if bare_hash and (len(argv) < 2 and prog not in ("ps", "uname", "hostname", "lsmod")):
         return None  # "# iptables" alone is more likely a comment
     if bare_hash and prog == "kube-proxy" and not argv[1].startswith("-"):
@@ -175,6 +182,10 @@ def split_transcript(text: str) -> list[Part] | None:
     for n, (i, (cmd, argv)) in enumerate(prompts):
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
         body = lines[i + 1 : end]
+        if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
+            # a write to /proc/sys prints nothing: the command line itself is the evidence
+            parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1))
+            continue
         parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2))
     return parts
 
@@ -228,4 +239,10 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
             hints["kind"] = "nf_conntrack-stat"
         elif target.endswith("/nf_conntrack"):
             hints["kind"] = "conntrack-list"
+    written = sysctl_write(argv)
+    if written is not None:  # the value a command wrote (echo V > /proc/sys/..., tee, sysctl -w)
+        hints["kind"] = "sysctl"
+        hints["sysctl"] = written[0]
+        if written[1] is not None:
+            hints["value"] = written[1]
     return hints

@@ -11,6 +11,7 @@ two hits) is counted during the scan.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -46,12 +47,44 @@ def restore_binary(hit: Hit) -> IptablesVersion | None:
 
 
 def cite(hit: Hit, with_header: bool = True) -> list[Cite]:
-    """Evidence lines for a hit: the record's header (level, time) and the matched line."""
+    """Evidence lines for a hit: the record's header (level, time) and the matched line, each
+    saying which component wrote it when the line tells (``Hit.writer``)."""
+    writer = hit.writer
     out = []
     if with_header and hit.header_line != hit.line:
-        out.append(Cite(hit.artifact, hit.header_line, hit.header))
-    out.append(Cite(hit.artifact, hit.line, hit.text))
+        out.append(Cite(hit.artifact, hit.header_line, hit.header, writer))
+    out.append(Cite(hit.artifact, hit.line, hit.text, writer))
     return out
+
+
+def cite_line(hit: Hit) -> Cite:
+    """The matched line alone, with its writer."""
+    return Cite(hit.artifact, hit.line, hit.text, hit.writer)
+
+
+def is_other_writer(hit: Hit) -> bool:
+    """Did a component other than kube-proxy write this line (as far as the line tells)?"""
+    w = hit.writer
+    return w is not None and w != "kube-proxy"
+
+
+# go-iptables (flannel, kube-router, CNI plugins, the VPC CNI...) reports a failed command as
+# "running [/sbin/iptables -t nat -C ... --wait]: exit status 4: ...". kube-proxy never does.
+_GO_IPTABLES_RUN = re.compile(r"running \[(?P<argv>[^\]]*\bip6?tables(?:-legacy|-nft)?\b[^\]]*)\]: exit status")
+
+
+_WAIT_FLAG = re.compile(r"-w[0-9]*")
+
+
+def iptables_call(hit: Hit) -> tuple[str, bool] | None:
+    """The iptables command a go-iptables caller ran (from the hit's record), and whether it
+    asked to wait for the xtables lock (``--wait``/``-w``); None when the record names none."""
+    m = _GO_IPTABLES_RUN.search(hit.text) or _GO_IPTABLES_RUN.search(hit.record)
+    if m is None:
+        return None
+    argv = m.group("argv").split()
+    waits = any(a == "--wait" or a.startswith("--wait=") or _WAIT_FLAG.fullmatch(a) for a in argv)
+    return m.group("argv"), waits
 
 
 @dataclass(frozen=True, slots=True)

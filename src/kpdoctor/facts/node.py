@@ -149,6 +149,12 @@ class NodeState:
         out: dict[str, Setting] = {}
         for a in self.facts.of(Kind.SYSCTL):
             name = a.attrs.get("sysctl")
+            written = a.attrs.get("value")
+            if name and written is not None and a.text.strip():
+                # a value written by a command (`echo 0 > /proc/sys/...`): the node's from then on
+                line = a.text.strip().splitlines()[0]
+                out[name] = Setting(name, " ".join(written.split()), Cite(a.name, a.first_line, line))
+                continue
             if name and a.text.strip() and "=" not in a.text:  # `cat /proc/sys/...` or `sysctl -n NAME`
                 value = " ".join(a.text.split())
                 out[name] = Setting(name, value, Cite(a.name, a.first_line, a.text.strip().splitlines()[0]))

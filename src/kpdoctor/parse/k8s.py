@@ -10,6 +10,7 @@ reported with its file and line, and an object given twice is kept once.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import re
 import socket
@@ -32,9 +33,14 @@ class K8sObject:
     body: dict[str, Any]
     artifact: str
     line: int | None  # best-effort line of the object's name in the user's file
+    # a YAML fragment without apiVersion/kind read as a partial Pod ("a `lifecycle:` block"):
+    # what it leaves out is unknown, not unset
+    fragment: str = ""
 
     @property
     def ref(self) -> str:
+        if self.fragment and not self.name:
+            return f"{self.fragment} in {self.artifact}"
         ns = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind}/{ns}{self.name}"
 
@@ -128,8 +134,86 @@ class _Skipped:
     not_objects: int = 0
 
 
-def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped) -> None:
+_CONTAINER_KEYS = frozenset(
+    {"image", "command", "args", "lifecycle", "ports", "readinessProbe", "livenessProbe", "env"}
+)
+_POD_SPEC_KEYS = frozenset({"containers", "initContainers", "terminationGracePeriodSeconds", "volumes", "hostNetwork"})
+
+
+def _container_like(v: object) -> bool:
+    return isinstance(v, dict) and bool(_CONTAINER_KEYS & v.keys()) and "kind" not in v
+
+
+def fragment_of(doc: object) -> tuple[dict[str, Any], str] | None:
+    """A YAML fragment without apiVersion/kind that is part of a Pod spec, as a partial Pod (and
+    what it was): a ``containers:`` list, a list of containers, one container, a ``lifecycle:`` or
+    ``preStop:`` block, a Pod ``spec:`` or a ``template:``. Keys it leaves out stay out: unknown,
+    never read as unset (see facts.workloads.is_fragment). None for anything else."""
     if isinstance(doc, list):
+        if doc and all(_container_like(c) for c in doc):
+            return {"kind": "Pod", "metadata": {}, "spec": {"containers": doc}}, "a list of containers"
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") or doc.get("apiVersion"):
+        return None
+    meta = as_dict(doc.get("metadata"))
+    spec = doc.get("spec")
+    template = doc.get("template")
+    if isinstance(spec, dict) and isinstance(spec.get("template"), dict):
+        template = spec["template"]
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        tmeta = as_dict(template.get("metadata"))
+        return _partial_pod(template["spec"], tmeta), "a Pod template"
+    if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+        return _partial_pod(spec, meta), "a Pod `spec:`"
+    if isinstance(doc.get("containers"), list) and all(_container_like(c) for c in doc["containers"]):
+        pod_spec = {k: v for k, v in doc.items() if k in _POD_SPEC_KEYS}
+        return _partial_pod(pod_spec, meta), "a `containers:` list"
+    if isinstance(doc.get("lifecycle"), dict) and set(doc["lifecycle"]) & {"preStop", "postStart"}:
+        container = {k: v for k, v in doc.items() if k in _CONTAINER_KEYS or k == "name"}
+        return _partial_pod({"containers": [container]}, {}), "a `lifecycle:` block"
+    if isinstance(doc.get("preStop"), dict):
+        return _partial_pod({"containers": [{"lifecycle": {"preStop": doc["preStop"]}}]}, {}), "a `preStop:` block"
+    if _container_like(doc) and ("name" in doc or "image" in doc):
+        return _partial_pod({"containers": [doc]}, {}), "a container"
+    return None
+
+
+_FRAGMENT_HINT = re.compile(
+    r"^[ \t]*(?:-[ \t]+)?(?:containers|lifecycle|preStop|spec|template|name|image|command):", re.M
+)
+
+
+def fragment_in(text: str) -> str | None:
+    """What part of a Pod spec a YAML text without apiVersion/kind is (``a `lifecycle:` block``),
+    or None when it is none (or not YAML)."""
+    if len(text) > 1024**2 or not _FRAGMENT_HINT.search(text[:65536]):
+        return None
+    if re.search(r"^(?:apiVersion|kind):", text, re.M):
+        return None
+    try:
+        docs = load_yaml_all(text)
+    except StructuredError:
+        return None
+    for d in docs:
+        frag = fragment_of(d)
+        if frag is not None:
+            return frag[1]
+    return None
+
+
+def _partial_pod(spec: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    labels = meta.get("labels")
+    metadata = {"labels": labels} if isinstance(labels, dict) else {}
+    return {"kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped, fragments: dict[int, str] | None = None) -> None:
+    if isinstance(doc, list):
+        frag = fragment_of(doc) if fragments is not None else None
+        if frag is not None and fragments is not None:
+            fragments[id(frag[0])] = frag[1]
+            out.append(frag[0])
+            return
         for d in doc:
             _flatten(d, out, skipped)
         return
@@ -151,6 +235,11 @@ def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped) -> None:
         return
     if isinstance(kind, str) and kind:
         out.append(doc)
+        return
+    frag = fragment_of(doc) if fragments is not None else None
+    if frag is not None and fragments is not None:
+        fragments[id(frag[0])] = frag[1]
+        out.append(frag[0])
     else:
         skipped.no_kind += 1
 
@@ -257,8 +346,9 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
             diag(None if exc.line is None else exc.line + first_line - 1, str(exc))
     flat: list[dict[str, Any]] = []
     skipped = _Skipped()
+    fragments: dict[int, str] = {}  # id(body) -> what the fragment was (top-level documents only)
     for d in docs:
-        _flatten(d, flat, skipped)
+        _flatten(d, flat, skipped, fragments)
     lines = _NameLines(text, json_like)
     items: list[K8sObject] = []
     for i, d in enumerate(flat, 1):
@@ -274,8 +364,11 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
             d,
             artifact,
             None if line is None else line + first_line - 1,
+            fragments.get(id(d), ""),
         )
-        if not name:  # kept (its addresses are still someone's), but never verified as a Service
+        if obj.fragment and obj.line is None:  # cited at its first line
+            obj = dataclasses.replace(obj, line=first_line + text[: len(text) - len(text.lstrip())].count("\n"))
+        if not name and not obj.fragment:  # kept (its addresses are still someone's), but never verified as a Service
             unused = ": not verified" if obj.kind == "Service" else ""
             diag(None, f"{obj.kind} without metadata.name (object {i} of the file){unused}")
         shape_problems: list[str] = []
@@ -500,8 +593,7 @@ def _node_problems(body: dict[str, Any]) -> list[str]:
     bad = [
         shown(a)
         for a in as_list(addrs)
-        if not isinstance(a, dict)
-        or (a.get("type") in ("InternalIP", "ExternalIP") and not is_ip(a.get("address")))
+        if not isinstance(a, dict) or (a.get("type") in ("InternalIP", "ExternalIP") and not is_ip(a.get("address")))
     ]
     return [f"address(es) {', '.join(bad[:3])}: not readable: left out"] if bad else []
 

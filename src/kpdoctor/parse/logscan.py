@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised by the pure_python tests
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.parallel import default_workers
-from kpdoctor.parse.logwrap import KLOG_HEADER, LOGRUS, is_continuation, unwrap
+from kpdoctor.parse.logwrap import FELIX, KLOG_HEADER, LOGRUS, is_continuation, unwrap, writer_of
 
 CHUNK_BYTES = 8 * 1024 * 1024
 MAX_RECORD_LINES = 400  # a record longer than this is cut (a runaway stack trace)
@@ -141,6 +141,14 @@ class Hit:
     record: str = ""  # the whole record (header and continuation lines), unwrapped, capped
     successes_before: int = 0  # successful syncs on lines before this one (all artifacts, scan order)
     success: bool = False  # this line is itself a successful sync
+    # What the record's wrapper names as its writer (syslog identifier, container); the
+    # component is decided from it and the line only when the hit is cited (``writer``).
+    source: str | None = None
+
+    @property
+    def writer(self) -> str | None:
+        """Which component wrote the line (kube-proxy, kubelet, flannel...), None when unknown."""
+        return writer_of(self.source, self.header, self.text)
 
 
 # A variant key: (artifact order, after the artifact's first sync?, groups, variant matches).
@@ -301,7 +309,7 @@ def _klog_time(header: str) -> tuple[str | None, str | None]:
     m = KLOG_HEADER.match(header)
     if m:
         return m.group("level"), f"{m.group('mm')}-{m.group('dd')}T{m.group('time')}"
-    m2 = LOGRUS.search(header)
+    m2 = LOGRUS.search(header) or FELIX.match(header)
     if m2:
         lvl = m2.group("level")[:1].upper()
         return ("E" if lvl == "E" else "W" if lvl == "W" else "F" if lvl in "FP" else "I"), m2.group("ts")
@@ -343,13 +351,14 @@ class _Chunk:
         text, end = self.line_at(start)
         return (text if _bare(self.data, start, start + len(text)) else unwrap(text).inner), end
 
-    def unwrapped_at(self, start: int) -> tuple[str, str | None]:
-        """The line at ``start`` without its wrappers, and the wrapper's timestamp."""
+    def unwrapped_at(self, start: int) -> tuple[str, str | None, str | None]:
+        """The line at ``start`` without its wrappers, the wrapper's timestamp, and what the
+        wrapper names as its writer (a syslog identifier or a container)."""
         text, _ = self.line_at(start)
         if _bare(self.data, start, start + len(text)):
-            return text, None
+            return text, None, None
         un = unwrap(text)
-        return un.inner, un.timestamp
+        return un.inner, un.timestamp, un.source
 
     def is_continuation(self, start: int) -> bool:
         kind = _bare(self.data, start, self._line_end(start))
@@ -1078,11 +1087,11 @@ class Scanner:
         idx: int, art: Artifact, chunk: _Chunk, sig: Signature, ls: int, before: int, success: bool
     ) -> Hit:
         """The full hit for the line at ``ls``: its record's header, level, time and text."""
-        inner, ts = chunk.unwrapped_at(ls)
+        inner, ts, source = chunk.unwrapped_at(ls)
         if is_continuation(inner):
             hs = _record_start(chunk, ls)
-            header, hts = chunk.unwrapped_at(hs)
-            hts, header_off = hts or ts, hs
+            header, hts, hsource = chunk.unwrapped_at(hs)
+            hts, header_off, source = hts or ts, hs, hsource or source
         else:
             header, hts, header_off = inner, ts, ls
         level, kts = _klog_time(header)
@@ -1104,5 +1113,6 @@ class Scanner:
             _record_text(chunk, header_off),
             before,
             success,
+            source,
         )
 

@@ -40,6 +40,20 @@ _ISO_SYSLOG = re.compile(
 )
 # k3s/rke2 logrus lines: time="2024-10-08T21:01:55Z" level=error msg="..."
 LOGRUS = re.compile(r'time="(?P<ts>[^"]+)" level=(?P<level>\w+) msg=')
+# Calico's own format (felix, confd, the CNI plugin):
+# 2018-09-07 08:02:59.942 [ERROR][15833] table.go 778: Failed to program iptables ...
+FELIX = re.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \[(?P<level>[A-Z]+)\]\[(?P<pid>\d+)\] "
+    r"(?P<src>[\w./-]+\.go) (?P<line>\d+): "
+)
+# Log aggregators (stern, kubetail, kubectl logs -l ... piped through a prefixer): "POD CONTAINER "
+# before the line. Taken off only when a log header follows, so two words of prose never are.
+_AGGREGATOR = re.compile(
+    r"(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?) (?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?) +"
+    r"(?=[IWEF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|time=\")"
+)
+_KLOG_START = re.compile(r"[IWEF]\d{4} \d\d:\d\d:")
+_KUBECTL_PREFIX = re.compile(r"\[pod/[^/\]\s]+/(?P<container>[^\]\s]+)\] ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,16 +61,28 @@ class Unwrapped:
     inner: str  # the text after every wrapper
     timestamp: str | None  # full-date timestamp from a wrapper, ISO 8601
     ident: str | None  # syslog identifier (kube-proxy, k3s, rke2, ...)
+    container: str | None = None  # container name from a kubectl --prefix or aggregator prefix
+
+    @property
+    def source(self) -> str | None:
+        """What the wrappers say wrote the line: the syslog identifier, else the container."""
+        return self.ident or self.container
 
 
 def unwrap(line: str) -> Unwrapped:
     """Strip the wrappers in front of a log line (in any order they can nest)."""
     ts: str | None = None
     ident: str | None = None
+    container: str | None = None
     rest = line
     for _ in range(4):
+        if _KLOG_START.match(rest):  # a klog header: no wrapper starts so (the common last step)
+            break
         m = _PREFIX.match(rest)
         if m:
+            if rest.startswith("[pod/"):
+                k = _KUBECTL_PREFIX.match(rest)
+                container = container or (k.group("container") if k else None)
             rest = rest[m.end() :]
             continue
         m = _CRI.match(rest)
@@ -80,10 +106,183 @@ def unwrap(line: str) -> Unwrapped:
             ident = m.group("ident")
             rest = rest[m.end() :]
             continue
+        m = _AGGREGATOR.match(rest)
+        if m:
+            container = container or m.group("container")
+            rest = rest[m.end() :]
+            continue
         break
-    return Unwrapped(rest, ts, ident)
+    return Unwrapped(rest, ts, ident, container)
 
 
 def is_continuation(inner: str) -> bool:
     """A line that continues the previous record (multi-line ``err=<`` blocks, stack frames)."""
     return inner.startswith((" ", "\t", ">")) or inner == ""
+
+
+# -- Who wrote a line --------------------------------------------------------------------------
+# Decided from the line itself, never from a file name (kubectl logs files are named anything):
+# the syslog identifier or container name a wrapper carries, the klog source file, the log
+# format, then a few messages only one component prints. Unknown stays unknown (None).
+
+# Names a syslog identifier or container is matched against (first match wins: specific first).
+_NAMED = re.compile(
+    r"(?P<kp>kube-?proxy)|(?P<kubelet>kubelet)|(?P<flannel>flannel)|(?P<router>kube-router)|"
+    r"(?P<calico>calico|felix|canal)|(?P<weave>weave)|(?P<cilium>cilium)|(?P<antrea>antrea)|"
+    r"(?P<aws>aws-node|aws-k8s-agent|amazon-k8s-cni|aws-vpc-cni)|(?P<ovn>ovnkube|kube-ovn)|"
+    r"(?P<dockerd>^dockerd|^docker$)|(?P<containerd>^containerd)|(?P<crio>^crio$|^cri-o)|"
+    r"(?P<kernel>^kernel$)|(?P<firewalld>^firewalld$)|(?P<ingress>ingress)",
+    re.I,
+)
+_NAMES = {
+    "kp": "kube-proxy",
+    "kubelet": "kubelet",
+    "flannel": "flannel",
+    "router": "kube-router",
+    "calico": "calico-node",
+    "weave": "weave",
+    "cilium": "cilium",
+    "antrea": "antrea",
+    "aws": "aws-node",
+    "ovn": "ovn-kubernetes",
+    "dockerd": "dockerd",
+    "containerd": "containerd",
+    "crio": "cri-o",
+    "kernel": "kernel",
+    "firewalld": "firewalld",
+    "ingress": "ingress-controller",
+}
+# Binaries that run several components (kube-proxy among them): the source file tells which.
+ALL_IN_ONE = frozenset(
+    {"k3s", "k3s-agent", "k3s-server", "rke2", "rke2-agent", "rke2-server", "localkube", "hyperkube", "kubelite"}
+)
+# klog source files only one component has (basenames). Files several share (iptables.go,
+# server.go, config.go, main.go, reflector.go, ipset.go ...) tell nothing and are not listed.
+_SOURCE_FILES: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "proxier.go",
+            "server_others.go",
+            "graceful_termination.go",
+            "endpointslicecache.go",
+            "conntrack.go",
+            "healthcheck.go",
+            "service_health.go",
+            "servicechangetracker.go",
+            "endpointschangetracker.go",
+            "meta_proxier.go",
+            "proxy_server.go",
+            "cleanup.go",
+        ],
+        "kube-proxy",
+    ),
+    **dict.fromkeys(
+        [
+            "kubelet.go",
+            "kubelet_node_status.go",
+            "kubelet_pods.go",
+            "kubelet_network.go",
+            "kubelet_network_linux.go",
+            "kubelet_volumes.go",
+            "kubelet_getters.go",
+            "pod_workers.go",
+            "kuberuntime_manager.go",
+            "kuberuntime_container.go",
+            "kuberuntime_sandbox.go",
+            "kuberuntime_gc.go",
+            "docker_service.go",
+            "docker_sandbox.go",
+            "docker_container.go",
+            "reconciler.go",
+            "reconciler_common.go",
+            "operation_generator.go",
+            "volume_manager.go",
+            "eviction_manager.go",
+            "container_manager_linux.go",
+            "remote_runtime.go",
+            "remote_image.go",
+            "status_manager.go",
+            "prober.go",
+            "hostport_manager.go",
+            "hostport_syncer.go",
+            "kubenet_linux.go",
+            "image_gc_manager.go",
+            "cgroup_manager_linux.go",
+            "qos_container_manager_linux.go",
+            "nestedpendingoperations.go",
+            "csi_plugin.go",
+            "csi_attacher.go",
+            "csi_mounter.go",
+            "kubelet_node_declared_features.go",
+            "runonce.go",
+        ],
+        "kubelet",
+    ),
+    **dict.fromkeys(
+        [
+            "network_policy_controller.go",
+            "network_routes_controller.go",
+            "network_services_controller.go",
+            "kube-router.go",
+            "bgp_peers.go",
+            "bgp_policies.go",
+            "ecmp_vip.go",
+            "service_endpoints_sync.go",
+            "health_controller.go",
+            "metrics_controller.go",
+        ],
+        "kube-router",
+    ),
+    **dict.fromkeys(["vxlan.go", "vxlan_network.go", "hostgw.go", "ipmasq.go", "local_manager.go"], "flannel"),
+}
+# Messages only one component prints (searched in the record's first line and the hit's line).
+# In this order: a kubelet event about the kube-proxy Pod is kubelet's. A word such as
+# "kube-proxy" or "iptables" says nothing about who wrote the line.
+_MESSAGES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"MountVolume\.|UnmountVolume\.|FailedMount|Error syncing pod|hostPath type check failed"), "kubelet"),
+    (re.compile(r"Failed to ensure iptables rules|[Ff]lannel"), "flannel"),
+    (re.compile(r"Using (?:iptables|ipvs|nftables|userspace) [Pp]rox|[Ss]yncProxyRules"), "kube-proxy"),
+)
+_DMESG_HEAD = re.compile(r"\[\s*\d+\.\d+\] ")
+
+
+def _named(name: str) -> str | None:
+    m = _NAMED.search(name)
+    return _NAMES[m.lastgroup] if m is not None and m.lastgroup else None
+
+
+def _source_file(header: str) -> str | None:
+    m = KLOG_HEADER.match(header)
+    src = m.group("src") if m else None
+    if src is None:
+        f = FELIX.match(header)
+        if f is not None:
+            return "calico-node"  # Calico's own format
+        return None
+    base = src.rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    return _SOURCE_FILES.get(base)
+
+
+def writer_of(source: str | None, header: str, text: str = "") -> str | None:
+    """Which component wrote a log record: ``source`` is what its wrapper named (a syslog
+    identifier or a container, ``Unwrapped.source``), ``header`` the record's first line and
+    ``text`` the matched line, both unwrapped. None when the line does not tell.
+
+    A component's own identifier wins; an all-in-one binary (k3s, localkube...) is resolved by
+    the source file; then the source file, the format, and messages only one component prints.
+    """
+    named = _named(source) if source else None
+    if named is not None:
+        return named
+    by_file = _source_file(header)
+    if by_file is not None:
+        return by_file
+    if _DMESG_HEAD.match(header):
+        return "kernel"
+    lines = (header, text) if text and text != header else (header,)
+    for rx, name in _MESSAGES:
+        if any(rx.search(line) for line in lines):
+            return name
+    if source and source.lower() in ALL_IN_ONE:
+        return source.lower()
+    return None

@@ -27,6 +27,11 @@ class Sysctl:
 _LINE = re.compile(r"^([A-Za-z0-9_/][\w.\-/:@+]*)\s*=\s?(.*)$")
 
 
+def dotted(name: str) -> str:
+    """A sysctl name in sysctl(8)'s dotted form, whichever form it was written in."""
+    return _dotted(name)
+
+
 def _dotted(name: str) -> str:
     """``net/ipv4/conf/flannel.1/rp_filter`` -> ``net.ipv4.conf.flannel/1.rp_filter`` (sysctl(8)'s rule)."""
     if name.startswith("/proc/sys/"):
@@ -88,3 +93,54 @@ def port_set(value: str) -> list[tuple[int, int]]:
         if lo is not None and hi is not None and lo <= hi:
             out.append((lo, hi))
     return out
+
+
+_PROC_SYS = "/proc/sys/"
+
+
+def sysctl_write(argv: list[str]) -> tuple[str, str | None] | None:
+    """The setting a shell command line writes, as (dotted name, value or None when the value
+    is not on the command line): ``echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables``,
+    ``echo 1 | sudo tee /proc/sys/net/ipv4/ip_forward`` (tee prints the value),
+    ``sysctl -w net.ipv4.ip_forward=0`` (which prints ``name = value`` too). A write is evidence
+    of the value the node had from then on."""
+    if not argv:
+        return None
+    segments: list[list[str]] = [[]]
+    for w in argv:
+        if w == "|":
+            segments.append([])
+        else:
+            segments[-1].append(w)
+    echoed: str | None = None
+    for seg in segments:
+        while seg and seg[0] in ("sudo", "command", "env", "time"):
+            seg = seg[1:]
+        if not seg:
+            continue
+        prog = seg[0].rsplit("/", 1)[-1]
+        if prog == "echo":
+            words = [w for w in seg[1:] if w not in ("-n", "-e", "-ne", "-en")]
+            value_words: list[str] = []
+            target: str | None = None
+            for i, w in enumerate(words):
+                if w in (">", ">>", "1>"):
+                    target = words[i + 1] if i + 1 < len(words) else None
+                    break
+                if w.startswith((">", "1>")) and _PROC_SYS in w:
+                    target = w.lstrip("1>")
+                    break
+                value_words.append(w)
+            echoed = " ".join(value_words) if value_words else None
+            if target is not None and target.startswith(_PROC_SYS) and echoed is not None:
+                return dotted(target), echoed
+        elif prog == "tee":
+            files = [w for w in seg[1:] if not w.startswith("-")]
+            if len(files) == 1 and files[0].startswith(_PROC_SYS):
+                return dotted(files[0]), echoed
+        elif prog == "sysctl" and any(w in ("-w", "--write") for w in seg[1:]):
+            sets = [w for w in seg[1:] if "=" in w and not w.startswith("-")]
+            if len(sets) == 1:
+                name, _, value = sets[0].partition("=")
+                return dotted(name), value
+    return None

@@ -14,7 +14,7 @@ def _finding(f: Finding, level: int) -> list[str]:
     if f.occurrences:
         meta.append(f"{f.occurrences} occurrence(s)")
     if f.first_seen:
-        meta.append(f"first {f.first_seen}, last {f.last_seen}")
+        meta.append(f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen else ""))
     if f.ongoing is not None:
         meta.append("ongoing" if f.ongoing else "recovered")
     out += ["*" + ", ".join(meta) + "*", ""]
@@ -29,6 +29,8 @@ def _finding(f: Finding, level: int) -> list[str]:
         out.append("```")
         for c in f.evidence:
             where = f"{c.artifact}:{c.line}" if c.line else c.artifact
+            if c.writer:
+                where += f" ({c.whose})"
             out.append(f"{where}: {c.text}")
         out.append("```")
         out.append("")

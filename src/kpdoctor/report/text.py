@@ -23,7 +23,9 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
     if f.occurrences:
         meta.append(f"{f.occurrences}x")
     if f.first_seen:
-        meta.append(f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen != f.first_seen else ""))
+        meta.append(
+            f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen and f.last_seen != f.first_seen else "")
+        )
     if f.ongoing is not None:
         meta.append("ONGOING" if f.ongoing else "recovered")
     con.print(f"{indent}   [dim]{escape(', '.join(meta))}[/]")
@@ -35,6 +37,8 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
         con.print(f"{indent}   evidence:")
         for c in f.evidence:
             where = f"{c.artifact}:{c.line}" if c.line else c.artifact
+            if c.writer:
+                where += f" ({c.whose})"
             text = c.text if len(c.text) <= 400 else c.text[:397] + "..."
             con.print(f"{indent}     [dim]{escape(where)}[/]  {escape(text)}", highlight=False, soft_wrap=True)
     if f.fix:

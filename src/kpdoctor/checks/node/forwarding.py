@@ -11,6 +11,7 @@ from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.logscan import signature
 
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 LOCALNET_RULE = "block incoming localnet connections"  # kube-proxy's guard when it enables route_localnet
@@ -96,62 +97,141 @@ def ip_forward(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
+# A resolver that got its answer from another address than the one it asked (dig/nslookup/host):
+# for a query to a Service IP, the reply from the Pod was not un-DNATed on its way back. Groups:
+# the address the reply came from, its port, the address asked, its port.
+UNEXPECTED_SOURCE = signature(
+    "dns-reply-unexpected-source",
+    "reply from unexpected source",
+    r"reply from unexpected source: ([0-9A-Fa-f.:]+)#([0-9]+), expected ([0-9A-Fa-f.:]+)#([0-9]+)",
+)
+# kube-proxy's own note at start when it cannot read the sysctl (br_netfilter not loaded) or it is 0
+BR_NETFILTER_NOTE = signature(
+    "br-netfilter-missing",
+    "br-netfilter module",
+    r"[Mm]issing br-netfilter module or unset sysctl br-nf-call-iptables",
+)
+
+
+def _bridge(facts: Facts) -> tuple[bool | None, list[Cite], str]:
+    """Are Pods attached to a Linux bridge: True with the lines that show it, False when the
+    links are given and no Pod interface has a bridge master, None when no links are given."""
+    links = facts.node_state.links
+    if not links:
+        return None, [], ""
+    names = {ln.name for _, ln in links}
+    bridged = [(a, ln) for a, ln in links if ln.master and ln.master in names and pod_facing(ln)]
+    if not bridged:
+        return False, [], ""
+    bridge = bridged[0][1].master
+    cites = [Cite(a.name, ln.line, ln.text) for a, ln in bridged[:1]]
+    cites += [Cite(a.name, ln.line, ln.text) for a, ln in links if ln.name == bridge][:1]
+    return True, cites, f"{len(bridged)} Pod interface(s) are attached to bridge {bridge}, and "
+
+
 @check(
     "KP309",
     cause="bridge-netfilter-disabled",
     title="Bridged Pod traffic bypasses iptables (br_netfilter off)",
     severity=Severity.CRITICAL,
-    needs=[Kind.SYSCTL],
-    needs_all=[Kind.IP_LINK],
+    needs=[Kind.SYSCTL, Kind.IP_LINK, Kind.KUBE_PROXY_LOG],
 )
 def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     """Pods attached to a Linux bridge reach Services without passing kube-proxy's rules.
 
     Symptom: on a bridged CNI (bridge plugin, flannel's cni0, kubenet's cbr0, docker0), Pods
         cannot reach ClusterIPs of Pods on the same node, or replies come from the wrong
-        address and are reset, while other nodes work.
+        address and are dropped: DNS clients print `;; reply from unexpected source:
+        POD-IP#53, expected SERVICE-IP#53`, while other nodes work.
     Cause: traffic between two ports of one bridge is switched, not routed; iptables sees it
         only when br_netfilter is loaded and net.bridge.bridge-nf-call-iptables=1. Without it
         the DNAT (and the return path's un-DNAT) is skipped.
-    How it is detected: a bridge device with Pod veths attached (`ip -d link`: master), and in
-        the sysctl output bridge-nf-call-iptables = 0 (critical), or no net.bridge.* keys at all
-        (br_netfilter not loaded: a warning, as sysctl output may have been filtered).
+    How it is detected: net.bridge.bridge-nf-call-iptables = 0 in sysctl output, or written
+        by a command in a transcript (`echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables`,
+        `sysctl -w`); a bridge device with Pod veths attached (`ip -d link`: master); the DNS
+        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note.
+        The value 0 is critical with a bridge or the symptom, a warning with medium confidence
+        when whether Pods sit on a bridge is unknown (routed CNIs such as Calico are
+        unaffected); the symptom alone is a warning with medium confidence; no net.bridge.*
+        key at all (br_netfilter not loaded) on a bridged node is a warning (sysctl output
+        may have been filtered). Nothing when the links show no bridge, or the value is 1.
     Fix: `modprobe br_netfilter` (persist in /etc/modules-load.d/k8s.conf) and
         `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1`.
-    References: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/network-plugins/#network-plugin-requirements
+    References: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/network-plugins/#network-plugin-requirements;
+        https://kubernetes.io/docs/setup/production-environment/container-runtimes/#forwarding-ipv4-and-letting-iptables-see-bridged-traffic;
+        https://github.com/kubernetes/kubernetes/issues/33798
     """
     node = facts.node_state
-    links = node.links
-    names = {ln.name for _, ln in links}
-    bridged = [(a, ln) for a, ln in links if ln.master and ln.master in names and pod_facing(ln)]
-    if not bridged:
-        return
-    bridge = bridged[0][1].master
-    br_line = next(((a, ln) for a, ln in links if ln.name == bridge), None)
+    bridged, bridge_cites, lead = _bridge(facts)
+    if bridged is False:
+        return  # Pods are routed, not bridged: bridge-nf-call-iptables does not matter
     setting = node.setting(BRIDGE_SYSCTLS[0])
     if setting is not None and setting.int() != 0:
         return
-    missing = setting is None
-    if missing and not node.sysctls:
+    symptom = [
+        h
+        for h in facts.log.hits(UNEXPECTED_SOURCE.id)
+        if len(h.groups) > 2 and h.groups[0] and h.groups[2] and h.groups[0] != h.groups[2]
+    ]
+    note = facts.log.hits(BR_NETFILTER_NOTE.id)
+    off = setting is not None  # the value is 0 here
+    unloaded = (
+        setting is None
+        and bool(node.sysctls)
+        and not (facts.modules is not None and "br_netfilter" in facts.modules)
+        and bridged is True
+    )
+    if not (off or symptom or unloaded or note):
         return
-    if missing and facts.modules is not None and "br_netfilter" in facts.modules:
-        return
+    h0 = symptom[0] if symptom else None
+    saw = (
+        f"a DNS reply came from {h0.groups[0]} while the query went to {h0.groups[2]} (the reply skipped "
+        "the Service NAT on its way back)"
+        if h0 is not None
+        else ""
+    )
+    bypass = ": bridged Pod-to-Service traffic bypasses kube-proxy's rules."
+    if off and (bridged or symptom):
+        severity, confidence = Severity.CRITICAL, Confidence.HIGH
+        summary = lead + f"{BRIDGE_SYSCTLS[0]} = 0" + (" and " + saw if saw else "") + bypass
+    elif off:
+        severity, confidence = Severity.WARNING, Confidence.MEDIUM
+        summary = (
+            f"{BRIDGE_SYSCTLS[0]} = 0 (br_netfilter is loaded, but bridged traffic skips iptables): if this "
+            "node's Pods sit on a Linux bridge (bridge plugin, flannel cni0, kubenet cbr0), their Service "
+            "traffic bypasses kube-proxy's rules. Whether they do is not in the evidence: give `ip -d link` "
+            "(routed CNIs such as Calico are unaffected)."
+        )
+    elif symptom:
+        severity, confidence = Severity.WARNING, Confidence.MEDIUM
+        summary = (
+            saw[0].upper() + saw[1:] + ". The usual cause is a bridged CNI without br_netfilter, or with "
+            "bridge-nf-call-iptables = 0: confirm with `sysctl net.bridge.bridge-nf-call-iptables` and "
+            "`lsmod | grep br_netfilter`."
+        )
+    elif unloaded:
+        severity, confidence = Severity.WARNING, Confidence.MEDIUM
+        summary = lead + "no net.bridge.* sysctl is present (br_netfilter not loaded)" + bypass
+    elif bridged:
+        severity, confidence = Severity.WARNING, Confidence.MEDIUM
+        summary = lead + "kube-proxy says br_netfilter is missing or bridge-nf-call-iptables unset" + bypass
+    else:
+        severity, confidence = Severity.INFO, Confidence.LOW
+        summary = (
+            "kube-proxy says br_netfilter is missing or bridge-nf-call-iptables unset. That matters only when "
+            "Pods sit on a Linux bridge (then their Service traffic bypasses kube-proxy's rules): give "
+            "`ip -d link` and `sysctl net.bridge.bridge-nf-call-iptables`."
+        )
     f = start(
         facts,
         "KP309",
-        [],
-        confidence=Confidence.MEDIUM if missing else Confidence.HIGH,
-        severity=Severity.WARNING if missing else Severity.CRITICAL,
-        summary=(
-            f"{len(bridged)} Pod interface(s) are attached to bridge {bridge}, and "
-            + ("no net.bridge.* sysctl is present (br_netfilter not loaded)" if missing else f"{BRIDGE_SYSCTLS[0]} = 0")
-            + ": bridged Pod-to-Service traffic bypasses kube-proxy's rules."
-        ),
+        symptom[:1] + (note[:1] if not symptom else []),
+        confidence=confidence,
+        severity=severity,
+        summary=summary,
     )
-    f.evidence = ([setting.cite] if setting else []) + [Cite(a.name, ln.line, ln.text) for a, ln in bridged[:1]]
-    if br_line is not None:
-        f.evidence.append(Cite(br_line[0].name, br_line[1].line, br_line[1].text))
-    f.ongoing = True if not missing else None
+    f.evidence = ([setting.cite] if setting else []) + bridge_cites + f.evidence
+    f.ongoing = True if off or symptom else None
     f.fix = [
         "modprobe br_netfilter (persist in /etc/modules-load.d/k8s.conf) and sysctl -w "
         "net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1 (persist in /etc/sysctl.d/)."

@@ -11,11 +11,33 @@ from kpdoctor.checks.common import start
 from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
+from kpdoctor.facts.node import Setting
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.parse.sysctl import port_set
 
 DEFAULT_RANGE = (32768, 60999)  # the kernel's ip_local_port_range
+NODEPORT_RANGE = (30000, 32767)  # kube-apiserver's --service-node-port-range default
+# Ports Kubernetes components and common node agents listen on, below the kernel's default range:
+# an ip_local_port_range widened below 32768 hands them to outgoing connections.
+NODE_PORTS = {
+    2379: "etcd",
+    2380: "etcd peers",
+    4240: "Cilium health",
+    4789: "VXLAN (udp)",
+    5473: "Calico Typha",
+    6443: "kube-apiserver",
+    8472: "flannel VXLAN (udp)",
+    9099: "Calico Felix health",
+    9100: "node-exporter",
+    10250: "kubelet",
+    10256: "kube-proxy healthz",
+    10257: "kube-controller-manager",
+    10259: "kube-scheduler",
+}
+CONTROL_PORTS = {2379, 2380, 6443, 10250, 10256, 10257, 10259}  # Kubernetes' own (ports-and-protocols)
+OVERLAP_WARN = 0.1  # share of the NodePort range inside the ephemeral range that is a warning on its own
+_NODEPORT_FLAG = re.compile(r"--service-node-port-range[= ]([0-9]+)-([0-9]+)")
 # Go's listen error, whoever prints it: a daemon (`listen tcp :10254: bind: address already in
 # use`), kube-proxy opening a NodePort (`can't open "nodePort for ns/svc:port" (:34104/tcp),
 # skipping this nodePort: listen tcp :34104: bind: ...`, or the structured `err="listen tcp4
@@ -59,6 +81,58 @@ def _bind_failures(facts: Facts, risky: Callable[[int], bool], owners: dict[int,
     return out
 
 
+def _nodeport_range(facts: Facts) -> tuple[int, int, Cite | None]:
+    """The NodePort range: kube-apiserver's (or k3s/rke2 server's) --service-node-port-range
+    from a process list, else the default."""
+    for p in facts.processes:
+        m = _NODEPORT_FLAG.search(p.command)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if lo <= hi:
+                return lo, hi, Cite(facts.process_artifact(), p.line, p.command[:300])
+    return NODEPORT_RANGE[0], NODEPORT_RANGE[1], None
+
+
+def _free(lo: int, hi: int, reserved: list[tuple[int, int]]) -> int:
+    """How many ports of lo..hi are not reserved."""
+    taken = 0
+    for a, b in reserved:
+        a, b = max(a, lo), min(b, hi)
+        if a <= b:
+            taken += b - a + 1
+    return max(0, hi - lo + 1 - taken)
+
+
+def _overlap(facts: Facts, lo: int, hi: int, reserved: list[tuple[int, int]]) -> tuple[str, bool, Cite | None]:
+    """What a read ip_local_port_range takes from the ports a node must keep free (the NodePort
+    range, Kubernetes' and node agents' listen ports): the sentence, whether it is a warning on
+    its own, and where a custom NodePort range was read."""
+    np_lo, np_hi, np_cite = _nodeport_range(facts)
+    a, b = max(lo, np_lo), min(hi, np_hi)
+    free = _free(a, b, reserved) if a <= b else 0
+    share = free / (np_hi - np_lo + 1)
+    # with the node's listeners given, those are checked one by one instead of this list
+    guess = not facts.has(Kind.LISTENERS)
+    known = sorted(p for p in NODE_PORTS if guess and lo <= p <= hi and not _in(p, reserved) and p < DEFAULT_RANGE[0])
+    parts: list[str] = []
+    if free:
+        parts.append(
+            f"{free} of the {np_hi - np_lo + 1} NodePort ports ({np_lo}-{np_hi}"
+            + (", kube-apiserver's --service-node-port-range" if np_cite else ", the default range")
+            + f"; {share:.0%}) lie inside it, not reserved"
+        )
+    if known:
+        parts.append(
+            f"{len(known)} port(s) Kubernetes components or node agents listen on too: "
+            + ", ".join(f"{p} ({NODE_PORTS[p]})" for p in known[:6])
+            + (f" and {len(known) - 6} more" if len(known) > 6 else "")
+        )
+    if not parts:
+        return "", False, None
+    warn = share >= OVERLAP_WARN or any(p in CONTROL_PORTS for p in known)
+    return "; and ".join(parts), warn, np_cite
+
+
 @check(
     "KP302",
     cause="listen-port-in-ephemeral-range",
@@ -86,12 +160,21 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         was read, a warning when it is the assumed default; a NodePort or hostPort in the range,
         or a listener in a range widened below the kernel default (as in seed 004's
         `1024 65535`), is a warning; other listeners in the default range are info (they are
-        usually bound to an ephemeral port on purpose).
+        usually bound to an ephemeral port on purpose). A range read from sysctl output that
+        covers the NodePort range (30000-32767, or kube-apiserver's --service-node-port-range
+        from a process list) or the listen ports of Kubernetes components and node agents
+        below 32768 (6443, 2379-2380, 10250, 10256, 9100...; the listeners themselves when `ss`
+        output is given) is reported on its own, with
+        nothing seen failing: a warning when 10% or more of the NodePort range or one of
+        Kubernetes' own ports is exposed, info for a smaller overlap.
     Fix: put the ports in net.ipv4.ip_local_reserved_ports (e.g. `9100,30000-32767`), or
         narrow ip_local_port_range so it excludes them (the kernel default starts at 32768,
         above the default NodePort range 30000-32767).
     References: https://www.kernel.org/doc/html/latest/networking/ip-sysctl.html;
-        https://github.com/kubernetes/kubernetes/issues/85894
+        https://github.com/kubernetes/kubernetes/issues/85894;
+        https://kubernetes.io/docs/reference/command-line-tools-reference/kube-apiserver/;
+        https://kubernetes.io/docs/reference/networking/ports-and-protocols/;
+        https://github.com/kubernetes/kops/issues/6342
     """
     node = facts.node_state
     rng = node.setting("net.ipv4.ip_local_port_range")
@@ -142,7 +225,10 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
                     strong.append(
                         (f"hostPort {hp} of Pod {pod.ref}", Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}"))
                     )
+    overlap, overlap_warns, np_cite = _overlap(facts, lo, hi, reserved) if not assumed else ("", False, None)
     if not failures and not strong and not weak:
+        if overlap:
+            yield _range_overlap(facts, rng, reserved_s, lo, hi, overlap, overlap_warns, np_cite)
         return
     if failures:
         severity, confidence = (
@@ -173,6 +259,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             + (f" (and {len(items) - 6} more)" if len(items) > 6 else "")
             + ". An outgoing connection can take one as its source port; the service then cannot bind it"
             + (" (which is what happened here)." if failures else ".")
+            + (f" The range also takes: {overlap}." if overlap else "")
         ),
     )
     lead = ([rng.cite] if rng is not None and not assumed else []) + ([reserved_s.cite] if reserved_s else [])
@@ -187,6 +274,41 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         "/etc/sysctl.d/), or narrow net.ipv4.ip_local_port_range to exclude them (kernel default 32768 60999).",
     ]
     yield f
+
+
+def _range_overlap(
+    facts: Facts,
+    rng: Setting | None,
+    reserved_s: Setting | None,
+    lo: int,
+    hi: int,
+    overlap: str,
+    warns: bool,
+    np_cite: Cite | None,
+) -> Finding:
+    """The ephemeral range read covers ports the node must keep free, with nothing seen failing yet."""
+    f = start(
+        facts,
+        "KP302",
+        [],
+        confidence=Confidence.MEDIUM,
+        severity=Severity.WARNING if warns else Severity.INFO,
+        summary=(
+            f"ip_local_port_range {lo}-{hi} overlaps ports services must bind: {overlap}. Any outgoing "
+            "connection can take one of them as its source port, and a daemon, hostPort or NodePort socket "
+            "(re)starting on it then fails with `bind: address already in use`, at random; kube-apiserver's "
+            "reference: the NodePort range must not overlap the nodes' ephemeral port range. Nothing in the "
+            "evidence shows a bind failure yet."
+        ),
+    )
+    f.evidence = [c for c in (rng.cite if rng else None, reserved_s.cite if reserved_s else None, np_cite) if c]
+    f.fix = [
+        f"Narrow the range so it starts above the NodePort range and the node's listen ports: sysctl -w "
+        f'net.ipv4.ip_local_port_range="{DEFAULT_RANGE[0]} {DEFAULT_RANGE[1]}" (the kernel default; persist in '
+        "/etc/sysctl.d/ and find what set it), or keep the range and reserve what must stay free: sysctl -w "
+        "net.ipv4.ip_local_reserved_ports=30000-32767 (plus the daemons' ports, keeping existing entries).",
+    ]
+    return f
 
 
 @check(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import kpconfig
+from kpdoctor.parse.kubectl_table import PodRow, pod_rows
 from kpdoctor.parse.logscan import signature
 
 # kube-proxy's own healthz (10256) and metrics (10249) ports; a healthCheckNodePort clash
@@ -27,7 +28,7 @@ SHIM = ("containerd-shim", "containerd-shim-runc-v2", "docker-containerd-shim", 
     cause="multiple-kube-proxy",
     title="More than one kube-proxy runs on this node",
     severity=Severity.WARNING,
-    needs=[Kind.PROCESSES, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
+    needs=[Kind.PROCESSES, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.KUBECTL_PODS],
 )
 def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     """Two kube-proxies program the node; the one that wins is not the one the DaemonSet manages.
@@ -40,7 +41,10 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
         a second copy was started), running next to the DaemonSet's Pod.
     How it is detected: more than one kube-proxy process in the process list (and which of them
         is not under a container shim); the healthz/metrics port clash in the log; several
-        kube-proxy Pods scheduled to this node.
+        kube-proxy Pods scheduled to this node, from the Pod objects or from the rows of a
+        `kubectl get pods -o wide` table (with or without its header; two or more kube-proxy
+        Pods Running on one NODE, on this node when its name is known; a table without the
+        NODE column proves nothing here).
     Fix: stop and disable the unmanaged process (`systemctl disable --now kube-proxy`, or kill
         the bare process; TKE provides fix-kube-proxy.sh); then restart the DaemonSet's Pod so
         it owns ports 10256/10249 and the rules.
@@ -67,7 +71,8 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
         and (p.body.get("spec") or {}).get("nodeName") == node
         and ((p.body.get("status") or {}).get("phase") in (None, "Running"))
     ]
-    if len(procs) < 2 and not port_hits and len(pods) < 2:
+    rows = _table_duplicates(facts, node)
+    if len(procs) < 2 and not port_hits and len(pods) < 2 and not rows:
         return
     if port_hits:
         f = start(
@@ -94,9 +99,46 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
         f.summary += f" {len(pods)} kube-proxy Pods are scheduled to this node."
         for pod in pods[:3]:
             f.evidence.append(Cite(pod.artifact, pod.line, pod.ref))
+    for where, same in list(rows.items())[:3]:
+        if len(pods) >= 2 and where == node:
+            continue  # the objects already said so
+        names = ", ".join(r.name for _, r in same)
+        f.summary = (f.summary + " " if f.summary else "") + (
+            f"{len(same)} kube-proxy Pods are Running on node {where}: {names}."
+        )
+        if all(r.all_ready for _, r in same):
+            f.confidence = Confidence.HIGH
+        for art, r in same[:4]:
+            f.evidence.append(Cite(art.name, art.first_line + r.line, r.text))
+    static = [r.name for same in rows.values() for _, r in same if r.node and r.name == f"kube-proxy-{r.node}"]
     f.fix = [
+        *(
+            [
+                f"{', '.join(static)}: the name kube-proxy-<node> is a static Pod's (a manifest in the node's "
+                "/etc/kubernetes/manifests or the distribution's own, e.g. RKE2/k3s): run kube-proxy either as that "
+                "static Pod or as the DaemonSet, not both (delete the DaemonSet, or the manifest)."
+            ]
+            if static
+            else []
+        ),
         "Stop and disable the kube-proxy that no Pod manages (`systemctl disable --now kube-proxy`, or kill the bare "
         "process; on TKE run fix-kube-proxy.sh).",
         "Restart the DaemonSet's kube-proxy Pod so it owns ports 10256/10249 and the node's rules.",
     ]
     yield f
+
+
+def _table_duplicates(facts: Facts, node: str | None) -> dict[str, list[tuple[Artifact, PodRow]]]:
+    """Nodes on which a ``kubectl get pods -o wide`` table shows two or more kube-proxy Pods
+    Running (only this node, when its name is known), with the rows that say so."""
+    by_node: dict[str, list[tuple[Artifact, PodRow]]] = {}
+    seen: set[tuple[str | None, str]] = set()
+    for a in facts.of(Kind.KUBECTL_PODS):
+        for r in pod_rows(a.read_text()):
+            if not r.is_kube_proxy or r.node is None or r.status != "Running" or (r.namespace, r.name) in seen:
+                continue
+            if node is not None and r.node != node:
+                continue
+            seen.add((r.namespace, r.name))
+            by_node.setdefault(r.node, []).append((a, r))
+    return {n: rows for n, rows in by_node.items() if len(rows) >= 2}

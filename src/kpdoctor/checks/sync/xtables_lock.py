@@ -9,11 +9,11 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
-from kpdoctor.facts.log import RESTORE_VARIANT, restore_binary
+from kpdoctor.facts.log import RESTORE_VARIANT, cite_line, iptables_call, is_other_writer, restore_binary
 from kpdoctor.facts.workloads import is_fragment
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
-from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.parse.system import Process
 from kpdoctor.versions import FixRow, KubeVersion
 
@@ -36,6 +36,44 @@ OWN_LOCK_TIMEOUT = signature(
 )
 RESTORE_NO_WAIT_ASSUMED = signature(
     "restore-wait-unsupported", "doesn't support --wait", r"assuming it doesn't support --wait"
+)
+# The kernel refused an iptables change because the table changed under it (EAGAIN, exit status
+# 4): two writers ran at once. Any writer's line is evidence (go-iptables callers print
+# "running [/sbin/iptables ... --wait]: exit status 4: iptables: Resource temporarily
+# unavailable."). Not a fork/exec EAGAIN ("fork/exec ...: resource temporarily unavailable"):
+# that is a node out of processes or threads, and never a lock.
+IPTABLES_EAGAIN = signature(
+    "iptables-eagain",
+    "Resource temporarily unavailable",
+    r"exit status 4: ip6?tables(-legacy|-nft)?: Resource temporarily unavailable",
+)
+# kubelet could not mount the host's lock file into a Pod: the path exists but is not a file
+# (a directory created in its place), so no Pod can share the host's lock through it.
+LOCK_NOT_A_FILE = signature(
+    "xtables-lock-not-a-file",
+    "xtables.lock is not a file",
+    r"hostPath type check failed: (/var)?/run/xtables\.lock is not a file",
+)
+# iptables-restore rejecting the argument glued to its wait flag: kube-proxy 1.9 passed "-w5",
+# which iptables-restore 1.6.2+ refuses (RHEL/CentOS 7's 1.4.21 backport prints the same error).
+RESTORE_WAIT_ARG_REJECTED = signature(
+    "restore-wait-arg-rejected",
+    "tables-restore: invalid option -- '",
+    r"ip6?tables-restore: invalid option -- '[0-9]'",
+)
+# Calico's felix: its iptables(-restore) failed with exit status 4, iptables' "resource problem"
+# (the xtables lock was held and it did not wait, or gave up waiting).
+FELIX_RESOURCE_PROBLEM = signature(
+    "felix-iptables-exit-4",
+    "error=exit status 4",
+    r"Failed to [a-z]+ ip6?tables[^=]*error=exit status 4",
+)
+# Errors in the same record that explain a "line N failed" (the restore was refused for that
+# reason, not because another writer changed the table): the restore rejected its arguments, or
+# could not load a match/target, or a chain was missing.
+_EXPLAINED_RESTORE = re.compile(
+    r"invalid option|unknown option|Couldn't load (?:target|match)|No chain/target/match by that name|"
+    r"Bad argument|does not exist|Chain '[^']+' does not exist"
 )
 LOCK_STOPPED_WAITING = signature(
     "xtables-lock-timeout",
@@ -131,61 +169,110 @@ def node_backend(facts: Facts) -> tuple[str | None, Cite | None]:
     needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
 )
 def lock_not_shared(facts: Facts) -> Iterator[Finding]:
-    """A Pod that runs iptables does not mount the host's /run/xtables.lock.
+    """A Pod that runs iptables does not lock the host's /run/xtables.lock.
 
     Symptom: syncs fail with `Failed to execute iptables-restore: exit status 1
         (iptables-restore: line 123 failed)`, at random, more often when other agents
-        (CNI, network policy, hostNetwork Pods) reprogram iptables.
+        (CNI, network policy, hostNetwork Pods) reprogram iptables; other writers' calls fail
+        with `running [/sbin/iptables -t nat -C POSTROUTING ... --wait]: exit status 4:
+        iptables: Resource temporarily unavailable.`; or kubelet cannot mount the lock at all:
+        `MountVolume.SetUp failed for volume "xtables-lock" : hostPath type check failed:
+        /run/xtables.lock is not a file`.
     Cause: iptables-legacy serialises writers with flock(2) on /run/xtables.lock. A container
-        that does not mount the host's file locks a private copy, so its restores run
-        concurrently with the host's and the kernel rejects one of them. Only the legacy
-        backend takes the lock; iptables-nft does not use it.
-    How it is detected: the "line N failed" restore signature in kube-proxy's log, and
-        DaemonSets/Pods that run iptables (kube-proxy, CNIs, network-policy agents, privileged
-        hostNetwork Pods) without a hostPath volume for /run/xtables.lock (a pasted fragment of
-        a spec without `volumes:` or `volumeMounts:` says nothing either way), weighed by the
-        node's iptables backend. iptables-legacy prints the same "line N failed" when the kernel
-        rejects a rule (a missing module or nfacct object), so without such a Pod the finding has
-        medium confidence.
+        that does not mount the host's file locks a private copy, so its changes run
+        concurrently with the host's and the kernel rejects one of them (EAGAIN: the table
+        changed under it). A caller that passed `--wait` and still got EAGAIN held *a* lock,
+        just not the one the other writer took. When the host path was created as a directory
+        (a Pod mounting it without `type: FileOrCreate` before the file existed), no Pod can
+        mount the file. Only the legacy backend takes the lock; iptables-nft does not use it.
+    How it is detected: an EAGAIN (exit status 4, "Resource temporarily unavailable") from any
+        writer's iptables call, naming the writer from the line itself; the hostPath type check
+        failing on /run/xtables.lock; DaemonSets/Pods that run iptables (kube-proxy, CNIs,
+        network-policy agents, privileged hostNetwork Pods) without a hostPath volume for
+        /run/xtables.lock (a pasted fragment of a spec without `volumes:` or `volumeMounts:`
+        says nothing either way), weighed by the node's iptables backend. iptables-restore's
+        "line N failed" (its commit refused by the kernel) is the same collision, but also
+        what a rule the kernel cannot load gives: alone it counts only when the failures come
+        and go (syncs succeed between them), and never when its own record gives another
+        reason ("invalid option", a missing chain or target).
     Fix: mount the host's lock into every Pod that runs iptables:
         `volumes: [{name: xtables-lock, hostPath: {path: /run/xtables.lock, type: FileOrCreate}}]`
-        and `volumeMounts: [{name: xtables-lock, mountPath: /run/xtables.lock}]`.
+        and `volumeMounts: [{name: xtables-lock, mountPath: /run/xtables.lock}]`; when the path
+        is a directory, replace it with a file (`rmdir /run/xtables.lock && touch
+        /run/xtables.lock`, and create it at boot) before the Pods start.
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/46103;
-        https://github.com/rancher/rke/issues/1303
+        https://github.com/rancher/rke/issues/1303;
+        https://github.com/kubernetes-sigs/kubespray/pull/3191;
+        https://github.com/cloudnativelabs/kube-router/issues/506;
+        https://github.com/aws/amazon-vpc-cni-k8s/issues/2840
     """
-    hits = facts.log.hits(RESTORE_LINE_FAILED.id)
+    restores = [h for h in facts.log.hits(RESTORE_LINE_FAILED.id) if not _EXPLAINED_RESTORE.search(h.record)]
+    eagain = facts.log.hits(IPTABLES_EAGAIN.id)
+    not_file = facts.log.hits(LOCK_NOT_A_FILE.id)
     offenders = unshared_writers(facts) if facts.has(Kind.K8S_OBJECTS) else []
-    if not hits and not offenders:
+    # "line N failed" that comes and goes (syncs succeed between or after the failures) is what
+    # colliding writers look like; one that fails every time is a rule the kernel refuses.
+    intermittent = bool(restores) and (
+        facts.log.successes_between(restores[0], restores[-1]) or facts.log.successes_after_count(restores[-1]) > 0
+    )
+    corroborated = bool(offenders or eagain or not_file or intermittent)
+    if not corroborated:
         return
     backend, bcite = node_backend(facts)
     names = ", ".join(o.ref for o in offenders)
-    if hits:
-        f = start(
-            facts,
-            "KP102",
-            hits,
-            confidence=Confidence.HIGH if offenders else Confidence.MEDIUM,
-            summary='iptables-restore failed part-way ("line N failed"), the signature of concurrent writers.',
-            severity=Severity.CRITICAL,
+    hits = sorted(not_file + eagain + restores, key=lambda h: h.order)
+    parts: list[str] = []
+    confidence = Confidence.MEDIUM
+    severity = Severity.CRITICAL
+    writers: list[str] = []
+    if not_file:
+        parts.append(
+            f"{_whose(not_file[0], 'kubelet')} could not mount the host's /run/xtables.lock into a Pod: the path is "
+            "not a file (a directory was created in its place, by a Pod that mounted it without "
+            "`type: FileOrCreate` before the file existed). That Pod cannot start, and no Pod can share the "
+            "host's lock through it."
         )
-        if offenders:
-            f.summary += f" These run iptables without the host's /run/xtables.lock: {names}."
+        confidence = Confidence.HIGH
+    if eagain:
+        waited = [h for h in eagain if (call := iptables_call(h)) is not None and call[1]]
+        writers = list(dict.fromkeys(_whose(h, "an iptables caller") for h in eagain))
+        who = " and ".join(writers)
+        if waited:
+            parts.append(
+                f'{who} ran iptables with --wait and still got EAGAIN (exit status 4, "Resource temporarily '
+                'unavailable"): it held an xtables lock, yet another writer changed the table at the same time, so '
+                "the two do not lock the same file (a container with its own /run/xtables.lock)."
+            )
+            confidence = Confidence.HIGH
         else:
-            f.summary += " Add the DaemonSets/Pods (kubectl get ds,pods -A -o json) to name the writer."
-        quiet_if_recovered(f)
-    else:
-        f = start(
-            facts,
-            "KP102",
-            [],
-            confidence=Confidence.MEDIUM,
-            summary=f"These run iptables without mounting the host's /run/xtables.lock: {names}. "
-            "Their restores can collide with kube-proxy's.",
-            severity=Severity.WARNING,
+            parts.append(
+                f'{who}\'s iptables call failed with EAGAIN (exit status 4, "Resource temporarily unavailable"): '
+                "another writer changed the table at the same time, without taking the same xtables lock."
+            )
+        if all(is_other_writer(h) for h in eagain) and not restores:
+            # Another component's calls fail; kube-proxy's own failures are not in the evidence.
+            severity = Severity.WARNING if not not_file else severity
+    if restores:
+        between = ", now and then with syncs succeeding in between: the signature of concurrent writers."
+        parts.append(
+            'iptables-restore failed part-way ("line N failed", the kernel refused its commit)'
+            + (between if intermittent else ".")
         )
+    if offenders:
+        parts.append(f"These run iptables without the host's /run/xtables.lock: {names}.")
+        confidence = Confidence.HIGH if (restores or eagain or not_file) else Confidence.MEDIUM
+        if not (restores or eagain or not_file):
+            severity = Severity.WARNING
+    elif not not_file:
+        parts.append("Add the DaemonSets/Pods (kubectl get ds,pods -A -o json) to name the Pods without the mount.")
+    f = start(facts, "KP102", hits, confidence=confidence, summary=" ".join(parts), severity=severity)
+    if not hits:
+        f.summary += " Their restores can collide with kube-proxy's."
+    elif restores and not (eagain or not_file):
+        quiet_if_recovered(f)
     for o in offenders[:5]:
         f.evidence.append(Cite(o.artifact, o.line, f"{o.ref}: no hostPath volume for /run/xtables.lock"))
-    if backend == "nft":
+    if backend == "nft" and not not_file:
         f.severity = Severity.INFO
         f.confidence = Confidence.LOW
         f.summary += " The node uses iptables-nft, which does not take the lock, so this is not the cause here."
@@ -193,11 +280,34 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
         f.summary += " The node uses iptables-legacy, which relies on the lock."
     if bcite:
         f.evidence.append(bcite)
-    f.fix = [
-        "Mount the host's /run/xtables.lock (hostPath, type FileOrCreate) into every Pod that runs "
-        "iptables" + (f": {names}" if names else "") + ".",
-    ]
+    targets = names or " and ".join(w for w in writers if not w.startswith(("a program", "an iptables"))) or ""
+    if not_file:
+        f.fix.append(
+            "On the node, replace the directory with a file before the Pods start: `rmdir /run/xtables.lock && "
+            "touch /run/xtables.lock` (and create the file at boot, e.g. a systemd-tmpfiles entry), then restart "
+            "the Pods that failed to mount it."
+        )
+    f.fix.append(
+        "Mount the host's /run/xtables.lock (hostPath, type FileOrCreate) into every Pod that runs iptables"
+        + (f": {targets}" if targets else "")
+        + "."
+    )
     yield f
+
+
+def _waiters(hits: list[Hit]) -> str:
+    """Who waited for the lock: kube-proxy unless the lines say another component wrote them."""
+    return " and ".join(dict.fromkeys((h.writer or "kube-proxy") if is_other_writer(h) else "kube-proxy" for h in hits))
+
+
+def _whose(hit: Hit, unknown: str) -> str:
+    """The component that wrote a hit's line, for a summary ("flannel"), or ``unknown``."""
+    w = hit.writer
+    if w is not None:
+        return w
+    if iptables_call(hit) is not None:
+        return "a program using go-iptables (a CNI or network-policy agent)"
+    return unknown
 
 
 # TKE (seed 000): DaemonSet kube-proxy gets a restore with --wait from these builds.
@@ -216,45 +326,68 @@ NO_WAIT_FIXES = [
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_VERSION],
 )
 def restore_no_wait(facts: Facts) -> Iterator[Finding]:
-    """The iptables-restore in use has no --wait, so any contention fails the sync.
+    """The iptables-restore in use has no working --wait, so any contention fails the sync.
 
     Symptom: `Failed to execute iptables-restore: exit status 4 (Another app is currently
         holding the xtables lock. Perhaps you want to use the -w option?)`; rules update late
-        because every contended sync is thrown away and retried at the next period.
+        because every contended sync is thrown away and retried at the next period. Or every
+        restore fails at once: `Failed to execute iptables-restore: exit status 1
+        (iptables-restore: invalid option -- '5'`. Other writers show it too: Calico's felix
+        `Failed to program iptables ... error=exit status 4`.
     Cause: iptables-restore learnt `-w/--wait` in iptables 1.6.2; older binaries (and kube-proxy
         builds that ship them, or cannot read their version) give up immediately when another
         process holds the lock. kube-proxy passes `-w 5 -W 100000` only when the binary is 1.6.2+
         ("couldn't get iptables-restore version; assuming it doesn't support --wait").
+        kube-proxy 1.9 passed the wait as "-w5", which iptables-restore 1.6.2+ rejects
+        ("invalid option -- '5'"; RHEL/CentOS 7's 1.4.21 backport prints the same), so no
+        restore succeeds; fixed in 1.10 by passing "-w 5". Another writer running
+        iptables-restore 1.6.2+ without a wait (calico-node 3.2.x's felix) fails with exit
+        status 4, iptables' resource problem, whenever kube-proxy or a CNI holds the lock.
     How it is detected: the exit-status-4 "-w option" message or kube-proxy's own "failed to
-        acquire new iptables lock" in its log; the iptables version (< 1.6.2); kube-proxy's
-        "assuming it doesn't support --wait" line.
+        acquire new iptables lock" in its log; iptables-restore's "invalid option -- 'N'"; the
+        iptables version (< 1.6.2); kube-proxy's "assuming it doesn't support --wait" line;
+        felix's exit status 4. Whose line it is is read from the line (syslog identifier,
+        source file, format): another component's failure names that component, not
+        kube-proxy.
     Fix: kube-proxy on the host: upgrade the node OS (CentOS 7.2+, Ubuntu 20.04+, TencentOS 2.4+)
         to get iptables >= 1.6.2. kube-proxy as a DaemonSet (TKE): 1.12 -> v1.12.4-tke.31 or
-        later; clusters before 1.12: upgrade the cluster; 1.13+ are not affected.
+        later; clusters before 1.12: upgrade the cluster; 1.13+ are not affected. kube-proxy
+        1.9 rejected with "invalid option": upgrade to 1.10.0 or later (or a 1.9 build with the
+        backport). Another writer: upgrade it to a release that waits for the lock.
     References: seed 000; https://github.com/kubernetes/kubernetes/pull/60978;
+        https://github.com/kubernetes/kubernetes/issues/58956;
+        https://github.com/kubernetes/kubernetes/pull/61734;
+        https://github.com/projectcalico/felix/pull/1903;
         kubernetes pkg/util/iptables (WaitRestoreMinVersion = 1.6.2)
     """
-    hits = facts.log.hits(LOCK_NO_WAIT.id, OWN_LOCK_TIMEOUT.id)
+    bad_arg = facts.log.hits(RESTORE_WAIT_ARG_REJECTED.id)
+    no_wait = facts.log.hits(LOCK_NO_WAIT.id, OWN_LOCK_TIMEOUT.id)
+    own = [h for h in no_wait if not is_other_writer(h)]
+    others = [h for h in no_wait if is_other_writer(h)] + facts.log.hits(FELIX_RESOURCE_PROBLEM.id)
     assumed = facts.log.hits(RESTORE_NO_WAIT_ASSUMED.id)
     old: list[tuple[str, Cite]] = []
     for scope in ("host", "kube-proxy"):
         v = facts.iptables_version(scope)
         if v and not v.value.at_least(1, 6, 2):
             old.append((f"{scope} iptables {v.value}", v.cite))
-    if not hits and not (old and assumed):
+    if bad_arg:
+        yield _wait_arg_rejected(facts, bad_arg)
+    if others:
+        yield _other_writer_no_wait(facts, others)
+    if bad_arg or (not own and not (old and assumed)):
         return
-    if hits:
+    if own:
         f = start(
             facts,
             "KP103",
-            hits,
+            own,
             confidence=Confidence.HIGH,
             severity=Severity.WARNING,
         )
         parts = []
-        if facts.log.count(LOCK_NO_WAIT.id):
+        if any(h.sig == LOCK_NO_WAIT.id for h in own):
             parts.append("iptables-restore gave up at once because another process held the xtables lock")
-        if facts.log.count(OWN_LOCK_TIMEOUT.id):
+        if any(h.sig == OWN_LOCK_TIMEOUT.id for h in own):
             parts.append("kube-proxy could not take the xtables lock itself within its 2 s poll")
         f.summary = " and ".join(parts) + " (it runs iptables-restore without --wait)."
         f.summary = f.summary[0].upper() + f.summary[1:]
@@ -272,7 +405,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
             severity=Severity.WARNING,
         )
     for h in assumed[:1]:
-        f.evidence.append(Cite(h.artifact, h.line, h.text))
+        f.evidence.append(cite_line(h))
     for label, c in old:
         f.summary += f" {label} is older than 1.6.2 (no restore --wait)."
         f.evidence.append(c)
@@ -303,6 +436,60 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         "TencentOS 2.4+). kube-proxy as a DaemonSet: use an image whose iptables is >= 1.6.2."
     )
     yield f
+
+
+WAIT_ARG_FIXED = KubeVersion(1, 10, 0, raw="v1.10.0")  # kubernetes#60978 ("-w 5", not "-w5")
+
+
+def _wait_arg_rejected(facts: Facts, hits: list[Hit]) -> Finding:
+    """iptables-restore refused the "-w5" kube-proxy 1.9 passes: no restore can succeed."""
+    whose = _whose(hits[0], "kube-proxy")
+    f = start(facts, "KP103", hits, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
+    f.summary = (
+        f"iptables-restore rejected the wait flag {'kube-proxy' if whose == 'kube-proxy' else whose} passed it "
+        '("invalid option -- \'N\'": the timeout glued to the flag, "-w5", as kube-proxy 1.9 passes it). '
+        "iptables-restore 1.6.2 and later refuse it, and RHEL/CentOS 7's iptables 1.4.21 with the wait backport "
+        "prints the same error, so the restores fail and Service rules are not updated."
+    )
+    kpv = facts.kube_proxy_version
+    if kpv is not None:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+        f.evidence.append(kpv.cite)
+        if kpv.value.upstream >= WAIT_ARG_FIXED.upstream:
+            f.confidence = Confidence.MEDIUM
+            f.summary += f' kube-proxy {kpv.value} passes "-w 5" itself: the failing restore is another program\'s.'
+        elif (kpv.value.major, kpv.value.minor) == (1, 9):
+            f.summary += f" kube-proxy {kpv.value} is affected."
+    f.fixed_in.append(str(WAIT_ARG_FIXED))
+    f.fix.append(
+        f'Upgrade kube-proxy to {WAIT_ARG_FIXED} or later (kubernetes PR #60978 passes "-w 5"), or to a 1.9 '
+        "build with its backport (PR #61734); kube-proxy 1.9.6 is still reported affected."
+    )
+    return f
+
+
+def _other_writer_no_wait(facts: Facts, hits: list[Hit]) -> Finding:
+    """Another component's iptables-restore could not take the xtables lock and did not wait."""
+    writers = list(dict.fromkeys(_whose(h, "another program") for h in hits))
+    who = " and ".join(writers)
+    f = start(facts, "KP103", hits, confidence=Confidence.MEDIUM, severity=Severity.WARNING)
+    f.summary = (
+        f"{who}'s iptables-restore failed with exit status 4, iptables' resource problem: another writer held the "
+        "xtables lock and it did not wait for it (a restore without --wait, or an iptables-restore 1.6.2+ that "
+        "takes the lock but was given no wait; calico-node 3.2.x's felix ran it so). This is a node-level "
+        "contention between iptables writers, not a kube-proxy fault. A writer that does not share the lock "
+        "(KP102) is the less likely reading: a restore that finds the lock held shares it with the holder, and "
+        'collisions between writers with different lock files are refused by the kernel ("line N failed") '
+        "rather than by the lock."
+    )
+    if f.ongoing is not False and (f.occurrences or 0) > 3:
+        f.severity = Severity.CRITICAL
+    f.fix.append(
+        f"Upgrade {who} to a release whose iptables-restore waits for the lock (Calico: projectcalico/felix PR "
+        "#1903 makes felix use iptables-restore's own wait), and mount the host's /run/xtables.lock into its Pods."
+    )
+    f.fix.append("Keep kube-proxy's minSyncPeriod at 1s or more so that it holds the lock less often.")
+    return f
 
 
 HOLDER_PROGRAMS = re.compile(
@@ -405,7 +592,7 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
             "KP104",
             hits,
             confidence=Confidence.HIGH,
-            summary=f"kube-proxy gave up waiting for the xtables lock after {hits[-1].groups[0]}s.",
+            summary=f"{_waiters(hits)} gave up waiting for the xtables lock after {hits[-1].groups[0]}s.",
             severity=Severity.WARNING,
         )
         if f.ongoing is not False and (f.occurrences or 0) > 3:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
@@ -165,13 +165,30 @@ def prestop(c: dict[str, Any], fragment: bool = False) -> PreStop:
     if isinstance(sleep, dict) and isinstance(sleep.get("seconds"), int):
         return PreStop(True, float(sleep["seconds"]), text=f"sleep: {{seconds: {sleep['seconds']}}}")
     ex = hook.get("exec")
+    if not isinstance(ex, dict) and isinstance(hook.get("command"), list):
+        ex = {"command": hook["command"]}  # a paste that lost an indent: `exec:` and `command:` side by side
     cmd = ex.get("command") if isinstance(ex, dict) else None
     if not isinstance(cmd, list) or not cmd:
         return PreStop(True)
     argv = [str(x) for x in cmd]
     shell = argv[0].rsplit("/", 1)[-1] in SHELLS
     script = argv[-1] if shell and len(argv) >= 3 and argv[-2].startswith("-") and "c" in argv[-2] else " ".join(argv)
-    text = " ".join(argv)
+    return judge_script(script, " ".join(argv))
+
+
+def script_file(argv: list[str]) -> str | None:
+    """The file name of the script a hook runs (``["/bin/sh", "/hooks/pre-stop.sh"]`` ->
+    ``pre-stop.sh``), or None when it runs none."""
+    for word in argv[1:] if argv and argv[0].rsplit("/", 1)[-1] in SHELLS else argv[:1]:
+        if (not word.startswith("-") and "/" in word) or word.endswith(".sh"):
+            return word.rsplit("/", 1)[-1]
+    return None
+
+
+def judge_script(script: str, text: str) -> PreStop:
+    """What a preStop script does to the time before SIGTERM (see :func:`prestop`). Comment lines
+    are left out (a shebang, "# wait for the drain")."""
+    script = "\n".join(ln for ln in script.splitlines() if not ln.lstrip().startswith("#"))
     conditions = _LOOP_CONDITION.findall(script)
     if conditions and all(_WAITS_FOR_EXIT.search(c) for c in conditions):
         return PreStop(True, text=text)  # it stopped the application and waits for it to exit
@@ -179,12 +196,38 @@ def prestop(c: dict[str, Any], fragment: bool = False) -> PreStop:
         return PreStop(True, loop=script.strip(), text=text)
     if _SLEEP_FOREVER.search(script):
         return PreStop(True, loop=script.strip(), text=text)
+    counted = _for_loops(script)
+    if counted is not None:
+        return PreStop(True, counted, text=text)
     if _LOOP.search(script) or re.search(r"(?<![\w-])for\s", script):
         return PreStop(True, text=text)  # a bounded loop: how long it runs is not read
     sleeps = _SLEEP.findall(script)
     if not sleeps:
         return PreStop(True, text=text)
     return PreStop(True, sum(_sleep_seconds(w) for w in sleeps), text=text)
+
+
+_FOR = re.compile(r"(?<![\w-])for\s+\w+\s+in\s+([^;\n]*?)\s*(?:;|\n)\s*do\b(.*?)(?<![\w-])done\b", re.S)
+_SEQ = re.compile(r"^(?:\$\(\s*seq\s+(?:1\s+)?(\d+)\s*\)|`seq\s+(?:1\s+)?(\d+)`|\{1\.\.(\d+)\})$")
+
+
+def _for_loops(script: str) -> float | None:
+    """The sleeps of a script whose loops are ``for`` over a literal list (``for i in 1 2 3``,
+    ``$(seq 10)``, ``{1..10}``): each loop's sleeps times its iterations, plus the sleeps outside
+    loops. None when the script has no such loop, or another loop."""
+    loops = list(_FOR.finditer(script))
+    if not loops or _LOOP.search(_FOR.sub(" ", script)):
+        return None
+    total = 0.0
+    for m in loops:
+        words = m.group(1).split()
+        seq = _SEQ.match(m.group(1).strip())
+        n = int(next(g for g in seq.groups() if g)) if seq else len(words)
+        if not seq and any(w.startswith(("$", "`")) for w in words):
+            return None  # iterates over something computed: how many times is not known
+        total += n * sum(_sleep_seconds(w) for w in _SLEEP.findall(m.group(2)))
+    rest = _FOR.sub(" ", script)
+    return total + sum(_sleep_seconds(w) for w in _SLEEP.findall(rest))
 
 
 def _stale_services(facts: Facts) -> set[str]:
@@ -274,7 +317,7 @@ def no_prestop(facts: Facts) -> Iterator[Finding]:
     cause="grace-period-too-short",
     title="preStop plus shutdown do not fit in terminationGracePeriodSeconds",
     severity=Severity.WARNING,
-    needs=[Kind.K8S_OBJECTS],
+    needs=[Kind.K8S_OBJECTS, Kind.PRESTOP_SCRIPT],
 )
 def grace_period(facts: Facts) -> Iterator[Finding]:
     """The grace period ends before preStop and the application's shutdown are over: SIGKILL mid-drain.
@@ -292,58 +335,77 @@ def grace_period(facts: Facts) -> Iterator[Finding]:
         condition holds (`while ! curl .../drain; do sleep 5; done`, `sleep infinity`) with no
         bound (`timeout N`, a counter) is a warning too: only the grace period ends it, and then
         with SIGKILL (a loop that waits for a process to exit, `nginx -s quit; while killall -0
-        nginx; do sleep 1; done`, is the application's own shutdown and is not).
+        nginx; do sleep 1; done`, is the application's own shutdown and is not). A hook that runs
+        a script file (`["/bin/sh", "/hooks/pre-stop.sh"]`) is judged by that script when it is
+        given (a file whose name, or the `cat` that showed it, says preStop); a script given
+        without its Pod is judged against the default grace period, said to be assumed (an
+        unbounded wait: medium confidence; sleeps longer than the default: low). A YAML fragment
+        without apiVersion/kind (a `lifecycle:` block, a `containers:` list) that leaves
+        terminationGracePeriodSeconds out is judged against the default, one confidence step
+        lower, and says so.
     Fix: raise terminationGracePeriodSeconds to at least preStop + the application's drain
         time + a margin, or shorten the preStop sleep.
     References: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination
     """
+    scripts = _scripts(facts)
+    used: set[str] = set()
     for w in served_workloads(facts):
         raw = w.pod_spec.get("terminationGracePeriodSeconds")
         grace = int(raw) if isinstance(raw, int) else DEFAULT_GRACE
-        hooks = [(prestop(c), str(c.get("name") or "?")) for c in w.containers()]
-        looping = next(((p, n) for p, n in hooks if p.loop is not None), None)
-        worst = max(((p.seconds, n, p) for p, n in hooks if p.seconds is not None), default=None, key=lambda t: t[0])
+        unknown = raw is None and is_fragment(w.obj)  # a fragment that leaves the grace period out
+        how = ": not in the fragment, the default assumed" if unknown else " (the default)" if raw is None else ""
+        hooks = []
+        for c in w.containers():
+            hook, cite = prestop(c), Cite(w.obj.artifact, w.obj.line, "")
+            ran = script_file(_hook_argv(c))
+            if hook.seconds is None and hook.loop is None and ran in scripts:
+                _, hook, cite = scripts[ran]  # the script the hook runs, given as its own file
+                used.add(ran)
+            hooks.append((hook, f"container {c['name']}" if c.get("name") else "the container", cite))
+        looping = next(((p, n, c) for p, n, c in hooks if p.loop is not None), None)
+        worst = max(
+            ((p.seconds, n, p, c) for p, n, c in hooks if p.seconds is not None), default=None, key=lambda t: t[0]
+        )
         if looping is not None:
-            hook, name = looping
+            hook, name, cite = looping
             f = start(
                 facts,
                 "KP402",
                 [],
                 confidence=_confidence(w, Confidence.MEDIUM),
                 summary=(
-                    f"{_serving(w)}: container {name}'s preStop waits without a bound (`{_short(hook.loop)}`): "
+                    f"{_serving(w)}: {name}'s preStop waits without a bound (`{_short(hook.loop)}`): "
                     f"whenever its condition takes longer than terminationGracePeriodSeconds ({grace}"
-                    + (", the default" if raw is None else "")
+                    + (", the default" if raw is None and not unknown else how if unknown else "")
                     + ") the kubelet kills the container there, and SIGTERM, which comes only after preStop "
                     "returns, never reaches the application: SIGKILL mid-drain."
                     + (NO_SERVICE_NOTE if w.assumed else "")
                 ),
             )
             f.subject = _subject(w)
-            f.evidence = [w.cite, Cite(w.obj.artifact, w.obj.line, f"container {name}: preStop {_short(hook.text)}")]
-            f.fix = [
-                "Bound the preStop wait below the grace period, leaving time for the application's own shutdown, "
-                f"e.g. `timeout {max(grace - DRAIN_ALLOWANCE - 10, 5)} sh -c '<the loop>'`; or raise "
-                "terminationGracePeriodSeconds above the longest drain plus the shutdown time."
-            ]
+            f.evidence = [w.cite, Cite(w.obj.artifact, w.obj.line, f"{name}: preStop {_short(hook.text)}")]
+            if cite.text:
+                f.evidence.append(cite)
+            f.fix = [_bound_fix(grace)]
             yield f
             continue
         if worst is None or worst[0] + DRAIN_ALLOWANCE <= grace:
             continue
-        seconds, name, hook = worst
+        seconds, name, hook, cite = worst
         sleep = int(seconds + 0.999)
         need = sleep + DRAIN_ALLOWANCE + 10
         several = len(_SLEEP.findall(hook.text)) > 1
+        sure = _confidence(w, Confidence.HIGH)
         f = start(
             facts,
             "KP402",
             [],
-            confidence=_confidence(w, Confidence.HIGH),
+            confidence=_LOWER[sure] if unknown else sure,
             summary=(
-                f"{_serving(w)}: container {name} sleeps {sleep} s in preStop"
+                f"{_serving(w)}: {name} sleeps {sleep} s in preStop"
                 + (f" (its sleeps added up: `{_short(hook.text)}`)" if several else "")
                 + f", and terminationGracePeriodSeconds is {grace}"
-                + (" (the default)" if raw is None else "")
+                + (" (not in the fragment: the default, assumed)" if unknown else how)
                 + f": after preStop the application has {max(grace - sleep, 0)} s to drain "
                 f"(at least {DRAIN_ALLOWANCE} s needed) before SIGKILL." + (NO_SERVICE_NOTE if w.assumed else "")
             ),
@@ -351,13 +413,95 @@ def grace_period(facts: Facts) -> Iterator[Finding]:
         f.subject = _subject(w)
         f.evidence = [
             w.cite,
-            Cite(w.obj.artifact, w.obj.line, f"container {name}: preStop sleep {sleep}; grace {grace}"),
+            Cite(w.obj.artifact, w.obj.line, f"{name}: preStop sleep {sleep}; grace {grace}"),
+            *([cite] if cite.text else []),
         ]
         f.fix = [
             "Raise the grace period above preStop plus the drain time:\n"
             f"  spec:\n    terminationGracePeriodSeconds: {need}"
         ]
         yield f
+    for ran, (art, hook, cite) in scripts.items():
+        if ran not in used:
+            lone = _lone_script(facts, art, hook, cite)
+            if lone is not None:
+                yield lone
+
+
+def _bound_fix(grace: int) -> str:
+    return (
+        "Bound the preStop wait below the grace period, leaving time for the application's own shutdown, "
+        f"e.g. `timeout {max(grace - DRAIN_ALLOWANCE - 10, 5)} sh -c '<the loop>'`; or raise "
+        "terminationGracePeriodSeconds above the longest drain plus the shutdown time."
+    )
+
+
+def _hook_argv(c: dict[str, Any]) -> list[str]:
+    lifecycle = c.get("lifecycle")
+    hook = lifecycle.get("preStop") if isinstance(lifecycle, dict) else None
+    ex = hook.get("exec") if isinstance(hook, dict) else None
+    cmd = ex.get("command") if isinstance(ex, dict) else None
+    return [str(x) for x in cmd] if isinstance(cmd, list) else []
+
+
+def _scripts(facts: Facts) -> dict[str, tuple[Artifact, PreStop, Cite]]:
+    """preStop scripts given as files (or shown with ``cat``), by file name: each read, with the
+    line that decides it (the loop, the longest sleep) to cite."""
+    out: dict[str, tuple[Artifact, PreStop, Cite]] = {}
+    for a in facts.of(Kind.PRESTOP_SCRIPT):
+        command = a.attrs.get("command", "")
+        name = (command.split()[-1] if command else a.name).rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+        text = a.read_text()
+        hook = judge_script(text, _short(text))
+        pick = _LOOP if hook.loop is not None else _SLEEP
+        lines = text.splitlines()
+        at = next((i for i, ln in enumerate(lines) if pick.search(ln) or _SLEEP_FOREVER.search(ln)), 0)
+        cite = Cite(a.name, a.first_line + at, lines[at].strip() if lines else "")
+        out.setdefault(name, (a, hook, cite))
+    return out
+
+
+def _lone_script(facts: Facts, art: Artifact, hook: PreStop, cite: Cite) -> Finding | None:
+    """A preStop script given without the Pod that runs it: the grace period is not known, and
+    the default is assumed (said so)."""
+    where = f"The preStop script {art.name}"
+    said = "not given: the default, 30 s, assumed"
+    if hook.loop is not None:
+        f = start(
+            facts,
+            "KP402",
+            [],
+            confidence=Confidence.MEDIUM,
+            summary=(
+                f"{where} waits without a bound (`{_short(hook.loop)}`): nothing but the grace period "
+                f"(terminationGracePeriodSeconds, {said}) ends it, and then the kubelet kills the container "
+                "there; SIGTERM, which comes only after preStop returns, never reaches the application: "
+                "SIGKILL mid-drain whenever the wait outlasts it."
+            ),
+        )
+        f.fix = [_bound_fix(DEFAULT_GRACE)]
+    elif hook.seconds is not None and hook.seconds + DRAIN_ALLOWANCE > DEFAULT_GRACE:
+        sleep = int(hook.seconds + 0.999)
+        f = start(
+            facts,
+            "KP402",
+            [],
+            confidence=Confidence.LOW,
+            summary=(
+                f"{where} sleeps {sleep} s, and terminationGracePeriodSeconds is {said}: after preStop the "
+                f"application would have {max(DEFAULT_GRACE - sleep, 0)} s to drain (at least {DRAIN_ALLOWANCE} s "
+                "needed) before SIGKILL. Give the Pod spec to confirm."
+            ),
+        )
+        f.fix = [
+            "Raise the grace period above preStop plus the drain time:\n"
+            f"  spec:\n    terminationGracePeriodSeconds: {sleep + DRAIN_ALLOWANCE + 10}"
+        ]
+    else:
+        return None
+    f.subject = {"service": None, "workload": None}
+    f.evidence = [cite]
+    return f
 
 
 def _short(text: str | None, limit: int = 100) -> str:

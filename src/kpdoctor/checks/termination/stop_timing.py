@@ -1,0 +1,181 @@
+"""KP403: a container that takes its whole stop timeout to stop: PID 1 ignored SIGTERM and was killed.
+
+The Pod spec is not always what users paste. ``time docker stop X`` printing ``real 0m10.4s``,
+``time kubectl delete pod X`` taking 41 s, or dockerd's "failed to exit within 10 seconds of
+signal 15 - using the force" say the same thing from the outside: the stop signal changed
+nothing, and the runtime killed the process when its timeout ran out (parse/timing.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts, containers_of
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.entrypoint import Entrypoint, analyse
+from kpdoctor.parse.timing import RuntimeStop, TimedStop, is_term, run_command, runtime_stops, timed_stops
+
+FIX_EXEC = (
+    "Make the container's PID 1 stop on SIGTERM: start the application with exec "
+    "(`sh -c 'exec /app/server'`), or run it under an init that forwards signals "
+    '(`docker run --init`, `tini`, `dumb-init`: `command: ["dumb-init", "--", "/start.sh"]`), '
+    "or trap TERM in the script (`trap 'kill -TERM $pid' TERM; /app & pid=$!; wait $pid`)."
+)
+FIX_APP = "Make sure the application handles SIGTERM: stop accepting, finish in-flight requests, exit."
+
+
+@check(
+    "KP403",
+    cause="sigterm-not-forwarded",
+    title="A container stopped only when its stop timeout ran out: PID 1 did not exit on SIGTERM",
+    severity=Severity.WARNING,
+    needs=[Kind.STOP_TIMING, Kind.RUNTIME_LOG],
+)
+def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
+    """Stopping a container takes exactly its stop timeout: SIGTERM did nothing and the process was killed.
+
+    Symptom: `docker stop` takes 10 s (`real 0m10.4s`), `kubectl delete pod` takes the grace
+        period (30 s by default) or more; Pods end with exit code 137; in-flight requests of a
+        Service's backends break at every rollout; the runtime logs that it had to use SIGKILL.
+    Cause: the container's PID 1 does not exit on SIGTERM. A shell as PID 1 (`sh -c 'while
+        true; do sleep 1; done'`, `bash -c "sleep ..."`) has no TERM handler and does not pass
+        the signal to its children, and the kernel drops signals that PID 1 does not handle; an
+        application without a SIGTERM handler as PID 1 ignores it too. The runtime waits for its
+        timeout, then kills.
+    How it is detected: a timed stop (`time docker|podman|nerdctl stop|restart [-t N] X`,
+        `time crictl stop -t N X`, `time kubectl delete pod X [--grace-period=N]`, also zsh's
+        and GNU time's formats, and kubectl's `pod "X" deleted` with a `real` time) that took
+        the runtime's stop timeout (10 s for docker, podman and nerdctl unless `-t` says
+        otherwise) or the grace period (30 s unless `--grace-period` says otherwise: the Pod's
+        own is then assumed to be the default, and the summary says so) or longer; and the
+        runtimes' own lines: dockerd "failed to exit within N seconds of signal 15 - using the
+        force", podman "StopSignal SIGTERM failed to stop container X in N seconds, resorting
+        to SIGKILL", containerd "An error occurs during waiting for container ... to be stopped
+        ... stop timeout". When the command that started the container is in the same transcript
+        (`docker run ... sh -c '...'`), or the deleted Pod's spec is in the evidence, its PID 1
+        is named (high confidence when it is a shell that does not pass SIGTERM on); otherwise
+        medium: an application that shuts down slower than the timeout looks the same.
+        dockerd's "failed to exit within 10 seconds of kill" (not even SIGKILL worked) is not
+        this.
+    Fix: start the application with `exec`, or under an init that forwards signals (`docker run
+        --init`, tini, dumb-init), or trap TERM and forward it; make the application handle
+        SIGTERM. If it does and simply needs longer, raise the timeout (`docker stop -t`,
+        `--stop-timeout`, terminationGracePeriodSeconds).
+    References: https://docs.docker.com/reference/cli/docker/container/stop/;
+        https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
+        https://github.com/kubernetes/kubernetes/pull/64015; https://github.com/krallin/tini
+    """
+    for a in facts.of(Kind.STOP_TIMING):
+        killed = [s for s in timed_stops(a.read_text(), a.attrs.get("command")) if s.killed]
+        if killed:
+            yield _timed(facts, a, max(killed, key=lambda s: s.seconds - s.command.timeout))
+    for a in facts.of(Kind.RUNTIME_LOG):
+        hits = runtime_stops(a.read_text())
+        if hits:
+            yield _runtime(facts, a, hits)
+
+
+def _pid1(facts: Facts, a: Artifact, stop: TimedStop) -> tuple[Entrypoint, Cite] | None:
+    """What runs as PID 1 in the stopped container, when the evidence says: the transcript's
+    `docker run`, or the deleted Pod's spec."""
+    started = a.attrs.get("started")
+    if started:
+        run = run_command(started)
+        if run is not None:
+            line = int(a.attrs.get("started_line") or a.first_line)
+            cite = Cite(a.name, line, started)
+            if run.init:
+                return Entrypoint(True, None, "--init runs an init as PID 1 that forwards signals", started), cite
+            verdict = analyse(run.command, [])
+            return (verdict, cite) if verdict is not None else None
+    if stop.command.tool == "kubectl":
+        for pod in facts.objects.of("Pod"):
+            if pod.name not in stop.command.targets:
+                continue
+            for c in containers_of(pod):
+                cmd = c.get("command")
+                args = c.get("args")
+                verdict = analyse(
+                    [str(x) for x in cmd] if isinstance(cmd, list) else [],
+                    [str(x) for x in args] if isinstance(args, list) else [],
+                )
+                if verdict is not None:
+                    return verdict, Cite(
+                        pod.artifact, pod.line, f"{pod.ref} container {c.get('name')}: {verdict.command}"
+                    )
+    return None
+
+
+def _timed(facts: Facts, a: Artifact, stop: TimedStop) -> Finding:
+    cmd = stop.command
+    what = f"`{cmd.text}`" if cmd.text else f"deleting Pod {', '.join(cmd.targets) or '?'}"
+    pid1 = _pid1(facts, a, stop)
+    over = stop.seconds - cmd.timeout
+    took = f"took {stop.seconds:g} s, {cmd.what}" + (
+        f" plus {over:.1f} s" if over >= 0.05 else "" if over >= 0 else f" (just under it: {-over:.1f} s)"
+    )
+    summary = f"{what} {took}: the process did not exit on SIGTERM and was killed when the time ran out."
+    confidence = Confidence.MEDIUM
+    if pid1 is not None:
+        verdict, _ = pid1
+        if verdict.forwards is False:
+            confidence = Confidence.HIGH
+            summary += f" PID 1 is `{_short(verdict.command)}`: {verdict.reason}."
+        elif verdict.forwards is None:
+            summary += f" PID 1 is `{_short(verdict.command)}`: {verdict.reason}."
+        else:
+            summary += (
+                f" PID 1 is `{_short(verdict.command)}` ({verdict.reason}): it has no SIGTERM handler, "
+                "and as PID 1 it ignores signals it does not handle."
+            )
+    else:
+        summary += (
+            " Either PID 1 ignores SIGTERM (a shell, or an application without a handler) "
+            "or it shuts down slower than that."
+        )
+    f = start(facts, "KP403", [], confidence=confidence, summary=summary)
+    f.subject = {
+        "service": None,
+        "workload": (f"Pod/{cmd.targets[0]}" if cmd.tool == "kubectl" else cmd.targets[0]) if cmd.targets else None,
+    }
+    if stop.command_line is not None and stop.command_line != stop.line:
+        f.evidence.append(Cite(a.name, a.first_line + stop.command_line, stop.command_text))
+    elif a.attrs.get("command"):
+        f.evidence.append(Cite(a.name, max(a.first_line - 1, 1), a.attrs["command"]))
+    f.evidence.append(Cite(a.name, a.first_line + stop.line, stop.text))
+    if pid1 is not None:
+        f.evidence.insert(0, pid1[1])
+    f.fix = [FIX_EXEC, FIX_APP]
+    return f
+
+
+def _runtime(facts: Facts, a: Artifact, hits: list[RuntimeStop]) -> Finding:
+    first, last = hits[0], hits[-1]
+    containers = sorted({h.container[:12] for h in hits if h.container})
+    names = ", ".join(containers[:5]) + (f" and {len(containers) - 5} more" if len(containers) > 5 else "")
+    sig = "SIGTERM" if all(is_term(h.signal) for h in hits) else "their stop signal"
+    within = f" within {first.seconds:g} s" if first.seconds is not None else " within the stop timeout"
+    f = start(
+        facts,
+        "KP403",
+        [],
+        confidence=Confidence.MEDIUM,
+        summary=(
+            f"{first.runtime} had to kill {len(hits)} container stop(s)"
+            + (f" ({names})" if names else "")
+            + f": they did not exit on {sig}{within}. Their PID 1 ignores the signal (a shell, or an "
+            "application without a handler) or shuts down slower than the timeout."
+        ),
+    )
+    f.occurrences = len(hits)
+    f.evidence = [Cite(a.name, a.first_line + h.line, h.text) for h in ([first, last] if len(hits) > 1 else [first])]
+    f.fix = [FIX_EXEC, FIX_APP]
+    return f
+
+
+def _short(text: str, limit: int = 100) -> str:
+    t = " ".join(text.split())
+    return t if len(t) <= limit else t[: limit - 3] + "..."
