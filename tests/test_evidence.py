@@ -204,6 +204,17 @@ def test_nothing_usable_is_exit_2_and_nothing_checkable_is_exit_3(tmp_path: Path
     assert exit_code(report, ev) == 3 and len(report.skipped) > 0
 
 
+def test_versions_alone_are_inconclusive_though_checks_ran_on_them(tmp_path: Path) -> None:
+    # KP101 and KP103 run on an `iptables --version`, but no node state was there to find a fault in.
+    report, ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n")])
+    assert report.checks_run > 0 and not report.visible()
+    assert exit_code(report, ev) == 3
+    # With the node's state next to it, no findings is a verdict.
+    state = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
+    report, ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n"), write(tmp_path, "s", state)])
+    assert exit_code(report, ev) == 0
+
+
 def test_huge_log_streams(tmp_path: Path, diagnose: Callable[..., Report]) -> None:
     big = tmp_path / "big.log"
     noise = b"I1008 21:01:54.000000  145725 config.go:131] Calling handler.OnEndpointsUpdate\n" * 100_000

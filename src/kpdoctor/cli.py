@@ -21,7 +21,7 @@ from rich.table import Table
 from kpdoctor import __version__, deadline
 from kpdoctor.checks import CHECKS, find
 from kpdoctor.demo import DEMOS, demo_path
-from kpdoctor.diagnose import diagnose_paths, exit_code
+from kpdoctor.diagnose import context_only, diagnose_paths, exit_code
 from kpdoctor.model import Severity
 from kpdoctor.report import FORMATS
 
@@ -398,6 +398,11 @@ def _say_partial(report: Any, evidence: Any, code: int) -> None:
         _err(f"partial report: {report.timed_out}")
     elif code == 3 and evidence.damaged:
         _err(f"inconclusive: damaged evidence ({', '.join(sorted(set(evidence.damaged)))}): see 'Inputs not used'")
+    elif code == 3 and report.checks_run and context_only(evidence):
+        _err(
+            "inconclusive: only versions and identity (iptables/kube-proxy --version, uname, os-release, "
+            "hostname) were given: add the node's state (kube-proxy's log, iptables-save) to check them against"
+        )
     elif code == 3:
         _err("inconclusive: the input was readable but no check could run (see 'Skipped')")
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from kpdoctor import __version__, deadline
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
 from kpdoctor.dataplane.verify import service_matches
@@ -167,6 +167,12 @@ def exit_code(report: Report, evidence: Evidence) -> int:
         return 0
     if report.visible():
         return 1
-    if report.checks_run == 0 or report.timed_out or evidence.damaged:
+    if report.checks_run == 0 or report.timed_out or evidence.damaged or context_only(evidence):
         return 3
     return 0
+
+
+def context_only(evidence: Evidence) -> bool:
+    """Only versions and identity were given: checks may run on them, but nothing of the node's
+    state was there to find a fault in (no findings is not "healthy")."""
+    return bool(evidence.artifacts) and all(a.kind in CONTEXT_KINDS for a in evidence.artifacts)

@@ -660,6 +660,8 @@ def _one_side_known(facts: Facts, host: HostBackend | None, image: Versioned[Ipt
         return f
     if host is None or host.inferred or not host.says("nft"):
         return None
+    if any(rs.kube_rule_count() for rs in facts.rulesets):
+        return None  # where the rules are is in the evidence: the split check above decides
     kpv = facts.kube_proxy_version
     if kpv is not None and kpv.value.line >= (1, 17):
         return None  # its image follows the node (iptables-wrapper); nothing to say without more

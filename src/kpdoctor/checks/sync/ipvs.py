@@ -177,7 +177,7 @@ IPVS_ADD_ENOENT = signature(
     failure=True,
 )
 IPVS_SCHEDULER_MISSING = signature(
-    "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_\w+) not found"
+    "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_[A-Za-z0-9_]+) not found"
 )
 CONNTRACK_MISSING = signature(
     "conntrack-binary-missing", "path of conntrack", r"path of conntrack: exec: .conntrack.: executable file not found"
