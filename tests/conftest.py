@@ -53,6 +53,17 @@ def all_findings(report: Report) -> list[Finding]:
     return out
 
 
+def one(report: Report, code: str) -> Finding:
+    """The one finding (shown or folded) of a check."""
+    found = [f for f in all_findings(report) if f.code == code]
+    assert len(found) == 1, [f"{f.code} {f.summary}" for f in all_findings(report)]
+    return found[0]
+
+
+def none_of(report: Report, code: str) -> None:
+    assert [f.code for f in all_findings(report) if f.code == code] == []
+
+
 @pytest.fixture
 def diagnose(tmp_path: Path) -> Callable[..., Report]:
     """diagnose({"name": "text", ...}) -> Report, files written under a temp dir."""

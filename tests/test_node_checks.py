@@ -10,10 +10,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import write
+from conftest import one, write
 
 from kpdoctor.diagnose import diagnose_paths
-from kpdoctor.model import Finding, Report, Severity
+from kpdoctor.model import Report, Severity
 
 CT_ROW = "cpu={cpu}   \tfound=0 invalid=3 insert=0 insert_failed={f} drop={d} early_drop={e} error=0 search_restart=2 clash_resolve=4 chaintoolong=0 \n"
 PROC_HEADER = (
@@ -45,12 +45,6 @@ def run(paths: list[Path]) -> Report:
     return diagnose_paths(paths, min_severity=Severity.INFO)[0]
 
 
-def one(report: Report, code: str) -> Finding:
-    found = [f for f in report.findings if f.code == code] + [
-        g for f in report.findings for g in f.folded if g.code == code
-    ]
-    assert len(found) == 1, [f"{f.code} {f.summary}" for f in report.findings]
-    return found[0]
 
 
 def codes(report: Report) -> set[str]:

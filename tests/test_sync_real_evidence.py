@@ -13,26 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import all_findings
+from conftest import none_of, one
 
 from kpdoctor.checks.sync import backend_mismatch as bm
 from kpdoctor.checks.sync import kernel_mark as km
 from kpdoctor.checks.sync import panics
 from kpdoctor.diagnose import diagnose_paths
-from kpdoctor.model import Confidence, Finding, Report, Severity
+from kpdoctor.model import Confidence, Report, Severity
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
 Diag = Callable[..., Report]
 
 
-def one(report: Report, code: str) -> Finding:
-    found = [f for f in all_findings(report) if f.code == code]
-    assert len(found) == 1, [f.code for f in all_findings(report)]
-    return found[0]
 
 
-def none_of(report: Report, code: str) -> None:
-    assert [f.code for f in all_findings(report) if f.code == code] == []
 
 
 # -- KP101: the backend of any failing binary, the node's from its version or OS -------------------

@@ -8,22 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import all_findings
+from conftest import none_of, one
 
 from kpdoctor.bundle.paste import unwrap_paste
-from kpdoctor.model import Confidence, Finding, Report, Severity
+from kpdoctor.model import Confidence, Report, Severity
 
 Diag = Callable[..., Report]
 
 
-def one(report: Report, code: str) -> Finding:
-    found = [f for f in all_findings(report) if f.code == code]
-    assert len(found) == 1, [f.code for f in all_findings(report)]
-    return found[0]
 
 
-def none_of(report: Report, code: str) -> None:
-    assert [f.code for f in all_findings(report) if f.code == code] == []
 
 
 # -- KP113: the kernel's ENOENT for a virtual server without its scheduler module ------------------
