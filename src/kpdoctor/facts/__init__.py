@@ -168,6 +168,20 @@ class Facts:
             out.append(parse_list(a.text, a.name, int(a.attrs.get("family", "4")), a.first_line))
         return out
 
+    def services_commented(self, phrase: str) -> list[tuple[str, Cite]]:
+        """(namespace/name[:port], rule) for every rule whose comment says ``<service> <phrase>``
+        ("has no endpoints", "has no local endpoints"), in any rule format."""
+        svc = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]*)?)\s+" + re.escape(phrase))
+        out: list[tuple[str, Cite]] = []
+        for rs in self.rulesets:
+            for r in rs.all_rules():
+                if phrase not in r.text:  # the raw line first: reading the comment tokenises the rule
+                    continue
+                m = svc.search(r.comment if r.comment and phrase in r.comment else r.text)
+                if m:
+                    out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))
+        return out
+
     # -- cluster objects ----------------------------------------------------------------
     @cached_property
     def objects(self) -> Objects:

@@ -31,6 +31,45 @@ def _applies(r: Result) -> bool:
     return False
 
 
+# Services a cluster cannot work without: when kube-proxy rejects these, everything breaks.
+_VITAL = re.compile(r"^(kube-system/(kube-dns|coredns)|default/kubernetes)(:|$)")
+
+
+def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
+    """Rules only: the Service ports kube-proxy rejects as having no endpoints, in a note."""
+    seen: dict[str, Cite] = {}
+    for svc, c in facts.services_commented("has no endpoints"):
+        seen.setdefault(svc, c)
+    if not seen:
+        return
+    ports = sorted(seen, key=lambda s: (not _VITAL.match(s), s))
+    vital = [s for s in ports if _VITAL.match(s)]
+    f = start(facts, "KP202", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    f.title = "Services rejected as having no endpoints (the cluster's objects would tell whether rightly)"
+    f.summary = (
+        f'The node rejects {len(ports)} Service port(s) as "has no endpoints": '
+        + ", ".join(ports[:5])
+        + (f" and {len(ports) - 5} more" if len(ports) > 5 else "")
+        + ". "
+        + "".join(
+            f"{v} among them: "
+            + ("every DNS lookup from Pods fails. " if "/kubernetes" not in v else "in-cluster API calls fail. ")
+            for v in vital[:2]
+        )
+        + "That is right when none of their Pods is ready; when their EndpointSlices list ready endpoints, "
+        "kube-proxy's view is stale (a failing sync or watch, or no EndpointSlices written for it). Give the "
+        "Services and EndpointSlices (`kubectl get svc,endpointslices -A -o yaml`) to tell."
+    )
+    f.evidence = [seen[s] for s in ports[:3]]
+    f.subject = {"service": ports[0].split(":")[0], "workload": None}
+    f.fix = [
+        "Compare with `kubectl -n <namespace> get endpointslices -l kubernetes.io/service-name=<name>`: "
+        "ready endpoints there mean kube-proxy has not applied them; look at its log for sync or watch "
+        "errors and restart it."
+    ]
+    yield f
+
+
 @check(
     "KP202",
     cause="endpoints-out-of-sync",
@@ -38,7 +77,7 @@ def _applies(r: Result) -> bool:
     severity=Severity.CRITICAL,
     needs=RULES,
     needs_all=CLUSTER,
-    partial=lambda facts: _rejected_without_objects(facts),
+    partial=_rejected_without_objects,
 )
 def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
     """The rules send a Service's traffic to Pods that are gone, or miss Pods that are ready.
@@ -89,48 +128,3 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
         out.append(f)
     yield from capped(facts, "KP202", out, "whose backends are out of sync")
 
-
-_NO_ENDPOINTS = "has no endpoints"
-_NO_ENDPOINTS_SVC = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]*)?)\s+has no endpoints")
-# Services a cluster cannot work without: when kube-proxy rejects these, everything breaks.
-_VITAL = re.compile(r"^(kube-system/(kube-dns|coredns)|default/kubernetes)(:|$)")
-
-
-def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
-    """Rules only: the Service ports kube-proxy rejects as having no endpoints, in a note."""
-    seen: dict[str, Cite] = {}
-    for rs in facts.rulesets:
-        for r in rs.all_rules():
-            if _NO_ENDPOINTS not in r.text:  # the raw line first: reading the comment tokenises the rule
-                continue
-            m = _NO_ENDPOINTS_SVC.search(r.comment if r.comment and _NO_ENDPOINTS in r.comment else r.text)
-            if m and m.group(1) not in seen:
-                seen[m.group(1)] = Cite(rs.artifact, r.line, r.text.strip())
-    if not seen:
-        return
-    ports = sorted(seen, key=lambda s: (not _VITAL.match(s), s))
-    vital = [s for s in ports if _VITAL.match(s)]
-    f = start(facts, "KP202", [], confidence=Confidence.LOW, severity=Severity.INFO)
-    f.title = "Services rejected as having no endpoints (the cluster's objects would tell whether rightly)"
-    f.summary = (
-        f'The node rejects {len(ports)} Service port(s) as "has no endpoints": '
-        + ", ".join(ports[:5])
-        + (f" and {len(ports) - 5} more" if len(ports) > 5 else "")
-        + ". "
-        + "".join(
-            f"{v} among them: "
-            + ("every DNS lookup from Pods fails. " if "/kubernetes" not in v else "in-cluster API calls fail. ")
-            for v in vital[:2]
-        )
-        + "That is right when none of their Pods is ready; when their EndpointSlices list ready endpoints, "
-        "kube-proxy's view is stale (a failing sync or watch, or no EndpointSlices written for it). Give the "
-        "Services and EndpointSlices (`kubectl get svc,endpointslices -A -o yaml`) to tell."
-    )
-    f.evidence = [seen[s] for s in ports[:3]]
-    f.subject = {"service": ports[0].split(":")[0], "workload": None}
-    f.fix = [
-        "Compare with `kubectl -n <namespace> get endpointslices -l kubernetes.io/service-name=<name>`: "
-        "ready endpoints there mean kube-proxy has not applied them; look at its log for sync or watch "
-        "errors and restart it."
-    ]
-    yield f

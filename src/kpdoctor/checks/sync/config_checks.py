@@ -14,6 +14,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import (
     FLAG_DEFAULTS,
+    FLAG_TO_FIELD,
     HOSTNAME_OVERRIDE_WITH_CONFIG,
     IgnoredFlag,
     Source,
@@ -199,14 +200,15 @@ def _hostname_override_uncertain(facts: Facts) -> Finding | None:
     return f
 
 
-# Settings users commonly pass as flags, whose field a config file often leaves empty: with
-# --config the flag is dropped and kube-proxy's default applies (k/k#107156, k/k#98302).
+# Settings users commonly pass as flags, whose field a config file often leaves empty, with the
+# default kube-proxy applies then: with --config the flag is dropped (k/k#107156, k/k#98302).
 FLAGGED_FIELDS = {
-    "mode": ("--proxy-mode", "iptables"),
-    "clusterCIDR": ("--cluster-cidr", "none: no masquerade decision by Pod CIDR"),
-    "enableProfiling": ("--profiling", "off: /debug/pprof answers 404"),
-    "metricsBindAddress": ("--metrics-bind-address", "127.0.0.1:10249"),
+    "mode": "iptables",
+    "clusterCIDR": "none: no masquerade decision by Pod CIDR",
+    "enableProfiling": "off: /debug/pprof answers 404",
+    "metricsBindAddress": "127.0.0.1:10249",
 }
+_FLAG_OF = {fld: f"--{flag}" for flag, fld in FLAG_TO_FIELD.items()}
 
 
 def _file_without_flags(facts: Facts) -> Finding | None:
@@ -219,8 +221,8 @@ def _file_without_flags(facts: Facts) -> Finding | None:
     if facts.has(Kind.KUBE_PROXY_LOG) or facts.rulesets:
         return None  # kube-proxy's behaviour is in the evidence: what it did says more than its file
     unset = [
-        (fld, flag, default)
-        for fld, (flag, default) in FLAGGED_FIELDS.items()
+        (fld, _FLAG_OF[fld], default)
+        for fld, default in FLAGGED_FIELDS.items()
         if unset_in_file(fld, v := cfg.file.get(fld)) or (fld == "enableProfiling" and v is False)
     ]
     if not unset:

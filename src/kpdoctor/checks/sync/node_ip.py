@@ -43,7 +43,6 @@ NO_LOCAL = "has no local endpoints"
 # The Service a "has no local endpoints" rule names, in any form of the rules: iptables-save and
 # -S (`--comment "ns/svc: has no local endpoints"`, 1.25+ `"ns/svc:port has no local endpoints"`)
 # and -L (`/* ns/svc:port has no local endpoints */`).
-_NO_LOCAL_SVC = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)(?::[\w.-]*)?:?\s+has no local endpoints")
 # A variable reference nothing expanded: Kubernetes expands `$(VAR)` in command/args, a shell
 # `${VAR}`/`$VAR`; kube-proxy then takes the text literally as its node name.
 _UNEXPANDED = re.compile(r"\$\{\w+\}|\$\(\w+\)|^\$\w+$")
@@ -88,16 +87,7 @@ def services_with_endpoint_objects(facts: Facts) -> set[str]:
 
 def no_local_drops(facts: Facts) -> list[tuple[str, Cite]]:
     """(namespace/name, rule) for every "has no local endpoints" rule, in any rule format."""
-    out: list[tuple[str, Cite]] = []
-    for rs in facts.rulesets:
-        for r in rs.all_rules():
-            if NO_LOCAL not in r.text:  # the raw line first: reading the comment tokenises the rule
-                continue
-            text = r.comment if r.comment and NO_LOCAL in r.comment else r.text
-            m = _NO_LOCAL_SVC.search(text)
-            if m:
-                out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))
-    return out
+    return [(s.split(":")[0], c) for s, c in facts.services_commented(NO_LOCAL)]
 
 
 @dataclass(slots=True)
