@@ -428,9 +428,12 @@ def diagnose(
     kube-proxy's command line or KubeProxyConfiguration, Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S
     or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
-    snapshots a few seconds apart show what grows now), and terminal transcripts holding any of them;
-    also as pasted (markdown quotes or indentation, grep -n prefixes, lines without their header,
-    rules grep'd out of a dump). The report's "Inputs read" says how each file was read.
+    snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
+    Calico, kube-router...), kubectl get pods tables, Pod-spec fragments, preStop scripts, timed
+    `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status, and terminal
+    transcripts holding any of them; also as pasted (markdown quotes or indentation, grep -n
+    prefixes, lines without their header, rules grep'd out of a dump, a heredoc). The report's
+    "Inputs read" says how each file was read.
 
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
