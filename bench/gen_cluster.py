@@ -34,8 +34,8 @@ def _svc_ip(i: int) -> str:
     return f"172.{16 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}"
 
 
-def _ep_ip(i: int, j: int) -> str:
-    k = i * 8 + j
+def _ep_ip(i: int, j: int, stride: int = 8) -> str:
+    k = i * stride + j
     return f"10.{(k >> 16) & 255}.{(k >> 8) & 255}.{k & 255}"
 
 
@@ -68,7 +68,7 @@ def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
                 f'-A {ext} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ'
             )
             rules_nat.append(f"-A {ext} -j {svc_chain}")
-        eps = sorted((_ep_ip(i, j) for j in range(e)), key=lambda a: f"{a}:8080")
+        eps = sorted((_ep_ip(i, j, max(8, e)) for j in range(e)), key=lambda a: f"{a}:8080")
         for j, ep in enumerate(eps):
             sep = f"KUBE-SEP-{_hash(spn + 'tcp' + ep + ':8080')}"
             decl_nat.append(f":{sep} - [0:0]")

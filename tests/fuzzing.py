@@ -74,11 +74,7 @@ SKIP_SUFFIXES = (".py", ".sh", ".md")  # generators and notes, not evidence
 # Crash classes already reported and being fixed by their owners. A finding whose key is listed
 # here does not fail the in-suite fuzz tests (they xfail and name it instead). Empty this as the
 # fixes land: (category, exception type, "file:function" of the innermost kpdoctor frame).
-_ISSUE_17 = "issue 17: the evaluator recurses once per -m statistic rule (a rule repeated 1,000 times; a Service of ~1,000 endpoints)"
-KNOWN_CRASHES: dict[tuple[str, str, str], str] = {
-    ("check-error", "RecursionError", "kpdoctor/dataplane/evaluate.py:_rules"): _ISSUE_17,
-    ("internal-error", "RecursionError", "kpdoctor/dataplane/evaluate.py:_rules"): _ISSUE_17,
-}
+KNOWN_CRASHES: dict[tuple[str, str, str], str] = {}
 # ---------------------------------------------------------------------------------------------
 
 

@@ -476,3 +476,21 @@ def test_rules_without_cluster_objects_say_what_is_missing(tmp_path: Path) -> No
     _, report = run([save])
     reasons = {s.code: s.reason for s in report.skipped}
     assert reasons["KP202"] == "no Kubernetes objects (needed together with the iptables-save output given)"
+
+
+def test_a_service_of_5000_endpoints_verifies_ok(tmp_path: Path) -> None:
+    """Every endpoint at 1/5,000, without recursion as deep as the Service is wide (a Service of
+    about 1,000 endpoints once ended the run with "internal error: RecursionError")."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import gen_cluster  # type: ignore[import-not-found]
+
+    save, objects = gen_cluster.write(tmp_path, 1, 5000)
+    facts, report = run([save, objects])
+    ver = report.verification
+    assert ver is not None and not report.errors
+    assert ver.clean and ver.count("ok") == len(ver.results) >= 2
+    for r in ver.results:
+        assert len({e.backend for e in r.actual}) == 5000
+        assert all(abs(e.probability - 1 / 5000) < 1e-7 for e in r.actual)

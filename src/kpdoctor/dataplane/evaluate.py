@@ -21,7 +21,7 @@ from kpdoctor.dataplane.rules import ChainIndex, CompiledRule, CompiledTable, Co
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_DEPTH = 64
-MAX_BRANCHES = 4096
+MAX_BRANCHES = 4096  # paths through one hook beyond one per rule: a rule set that multiplies them
 MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
@@ -146,6 +146,11 @@ def _signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
     return sorted((o.verdict, o.backend or "", round(o.probability, 9)) for o in outcomes)
 
 
+class _TooManyBranches(Exception):
+    """The walk splits into more paths than the rules can account for (branches that multiply
+    across chains): the run is uncertain, never an error."""
+
+
 class Uncertain(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -175,6 +180,8 @@ class Evaluator:
         self.tables = tables
         self.layers = [tables, *layers]
         self._has_filter = any("filter" in layer for layer in self.layers)  # else: see _passed
+        # a Service's endpoints are one path each: a node's paths grow with its rules, never faster
+        self.max_branches = MAX_BRANCHES + sum(t.size for layer in self.layers for t in layer.values())
         self.local = {(a.version, int(a)) for a in local_addresses}
         self.ipsets = ipsets
         self.record = record  # keep the steps (a trace); verification only needs the outcome
@@ -207,6 +214,8 @@ class Evaluator:
         self.undecided = []
         try:
             return self._run_forking(packet, hook, postrouting, 0)
+        except _TooManyBranches as exc:
+            return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
         finally:
             self._forced = {}
 
@@ -365,8 +374,11 @@ class Evaluator:
                         out.append((q, s2))
                     else:
                         finals.append(Outcome(q, verdict, s2, reason))
-                if len(out) > MAX_BRANCHES:
-                    raise RuntimeError("too many branches")
+                if len(out) > self.max_branches:
+                    raise _TooManyBranches(
+                        f"more than {self.max_branches:,} paths through {table} {chain}: rules whose "
+                        "probabilistic branches multiply are not evaluated"
+                    )
             branches = out
         return branches
 
@@ -396,121 +408,138 @@ class Evaluator:
         st: State,
         depth: int,
     ) -> list[Result]:
+        """Every branch of ``st`` through ``chain`` from rule ``pos``: (probability, state,
+        verdict, reason), verdict RETURN or END when it leaves the chain without one.
+
+        Branches that continue in this chain (the share of a ``-m statistic`` rule not taken; a
+        branch back from a jump that returned) wait on a stack instead of a recursive call: a
+        Service of 5,000 endpoints is 5,000 ``statistic`` rules in one chain, and Python's stack
+        is not that deep. They are taken in the order recursion would take them: each split's
+        untaken share first, then the taken one, so outcomes keep their order."""
         results: list[Result] = []
         end = len(rules) if order is None else len(order)
-        version, dst, src, dport, proto = st.version, st.dst, st.src, st.dport, st.packet.proto
-        while pos < end:
-            r = rules[pos if order is None else order[pos]]
-            # the common matches inline (most rules fail here): -d, -s, -p, --dport
-            d = r.dst
-            if d is not None and (d[0] == version and d[1] <= dst <= d[2]) == r.dst_neg:
-                pos += 1
-                continue
-            d = r.src
-            if d is not None and (d[0] == version and d[1] <= src <= d[2]) == r.src_neg:
-                pos += 1
-                continue
-            pr = r.proto
-            if pr is not None and (pr == proto or pr == "all") == r.proto_neg:
-                pos += 1
-                continue
-            dp = r.dport
-            if dp is not None and _in_ranges(dport, dp) == r.dport_neg:
-                pos += 1
-                continue
-            pm = r.prob  # a plain -m statistic --mode random: no other condition
-            if r.conds:
-                try:
-                    pm = self._match(r, st)
-                except Uncertain as exc:
-                    key = id(r)
-                    forced = self._forced.get(key)
-                    if forced is None:
-                        raise _Undecided(
-                            key, r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)
-                        ) from None
-                    pm = self._match_rest(r, st) if forced else 0.0
-            if pm is not None:
-                if pm <= 0.0:
+        # (position, probability, state, matched): matched = the rule at position is taken
+        # (its probability already applied), only its target remains
+        todo: list[tuple[int, float, State, bool]] = [(pos, p, st, False)]
+        while todo:
+            pos, p, st, matched = todo.pop()
+            while pos < end:
+                r = rules[pos if order is None else order[pos]]
+                if not matched:
+                    # the common matches inline (most rules fail here): -d, -s, -p, --dport
+                    d = r.dst
+                    if d is not None and (d[0] == st.version and d[1] <= st.dst <= d[2]) == r.dst_neg:
+                        pos += 1
+                        continue
+                    d = r.src
+                    if d is not None and (d[0] == st.version and d[1] <= st.src <= d[2]) == r.src_neg:
+                        pos += 1
+                        continue
+                    pr = r.proto
+                    if pr is not None and (pr == st.packet.proto or pr == "all") == r.proto_neg:
+                        pos += 1
+                        continue
+                    dp = r.dport
+                    if dp is not None and _in_ranges(st.dport, dp) == r.dport_neg:
+                        pos += 1
+                        continue
+                    pm = self._conds_match(tab, chain, r, p, st) if r.conds else r.prob
+                    if pm is not None:
+                        if pm <= 0.0:
+                            pos += 1
+                            continue
+                        if pm < 1.0:  # probabilistic: the untaken share goes on from the next rule first
+                            todo.append((pos, p * pm, st, True))
+                            pos, p, st = pos + 1, p * (1 - pm), st.copy()
+                            continue
+                matched = False
+                tgt = r.target
+                if tgt is None:
+                    if self.record:
+                        st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
                     pos += 1
                     continue
-                if pm < 1.0:  # a probabilistic rule: the branch that does not take it continues here
-                    results.extend(self._rules(tab, chain, rules, order, pos + 1, p * (1 - pm), st.copy(), depth))
-                    p = p * pm
-            tgt = r.target
-            if tgt is None:
-                if self.record:
+                name = tgt.name
+                if self.record or name in _ALWAYS_RECORDED:
                     st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
-                pos += 1
-                continue
-            name = tgt.name
-            if self.record or name in _ALWAYS_RECORDED:
-                st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
-            if name == "KUBE-MARK-DROP":
-                st.drop_mark_step = Step(tab.name, chain, r.rule.line, r.rule.text, p)
-            if name in TERMINAL or name == "RETURN":
-                results.append((p, st, name, ""))
-                return results
-            if tgt.problem is not None:  # a target option kpdoctor cannot read: never a guess
-                results.append((p, st, "UNCERTAIN", f"cannot read {tgt.problem} at line {r.line}"))
-                return results
-            if name == "DNAT" and tgt.to_destination:
-                host, port = tgt.to_destination
-                span = tgt.to_span
-                if span is None:
-                    results.append((p, st, "UNCERTAIN", f"DNAT to {host} at line {r.line}"))
-                    return results
-                st.dst = span[1]
-                st.dport = port or st.dport
-                st.dnat = (host, port)
-                st.dnat_step = st.steps[-1]
-                results.append((p, st, "ACCEPT", ""))
-                return results
-            if name == "REDIRECT":
-                lo = "127.0.0.1" if st.version == 4 else "::1"
-                st.dst = 0x7F000001 if st.version == 4 else 1
-                st.dport = tgt.to_ports or st.dport
-                st.dnat = (lo, tgt.to_ports)
-                st.dnat_step = st.steps[-1] if st.steps else None
-                results.append((p, st, "ACCEPT", ""))
-                return results
-            if name in ("MASQUERADE", "SNAT"):
-                st.masquerade = True
-                results.append((p, st, "ACCEPT", ""))
-                return results
-            if name == "MARK" and tgt.mark:
-                st.mark = _apply_mark(st.mark, tgt.mark)
-                pos += 1
-                continue
-            if tgt.notrack:
-                st.notrack = True
-                pos += 1
-                continue
-            if name in ("LOG", "NFLOG", "TRACE", "CONNMARK", "CT", "NFQUEUE_BYPASS"):
-                pos += 1
-                continue
-            entry = tab.chain(name)
-            if entry is not None:
+                if name == "KUBE-MARK-DROP":
+                    st.drop_mark_step = Step(tab.name, chain, r.rule.line, r.rule.text, p)
+                if name in TERMINAL or name == "RETURN":
+                    results.append((p, st, name, ""))
+                    break
+                if tgt.problem is not None:  # a target option kpdoctor cannot read: never a guess
+                    results.append((p, st, "UNCERTAIN", f"cannot read {tgt.problem} at line {r.line}"))
+                    break
+                if name == "DNAT" and tgt.to_destination:
+                    host, port = tgt.to_destination
+                    span = tgt.to_span
+                    if span is None:
+                        results.append((p, st, "UNCERTAIN", f"DNAT to {host} at line {r.line}"))
+                        break
+                    st.dst = span[1]
+                    st.dport = port or st.dport
+                    st.dnat = (host, port)
+                    st.dnat_step = st.steps[-1]
+                    results.append((p, st, "ACCEPT", ""))
+                    break
+                if name == "REDIRECT":
+                    lo = "127.0.0.1" if st.version == 4 else "::1"
+                    st.dst = 0x7F000001 if st.version == 4 else 1
+                    st.dport = tgt.to_ports or st.dport
+                    st.dnat = (lo, tgt.to_ports)
+                    st.dnat_step = st.steps[-1] if st.steps else None
+                    results.append((p, st, "ACCEPT", ""))
+                    break
+                if name in ("MASQUERADE", "SNAT"):
+                    st.masquerade = True
+                    results.append((p, st, "ACCEPT", ""))
+                    break
+                if name == "MARK" and tgt.mark:
+                    st.mark = _apply_mark(st.mark, tgt.mark)
+                    pos += 1
+                    continue
+                if tgt.notrack:
+                    st.notrack = True
+                    pos += 1
+                    continue
+                if name in ("LOG", "NFLOG", "TRACE", "CONNMARK", "CT", "NFQUEUE_BYPASS"):
+                    pos += 1
+                    continue
+                entry = tab.chain(name)
+                if entry is None:
+                    results.append((p, st, "UNCERTAIN", f"unknown target {name} at line {r.line}"))
+                    break
+                back: list[tuple[int, float, State, bool]] = []
                 for q, s2, verdict, reason in self._chain(tab, name, entry, p, st, depth + 1):
                     if verdict in ("RETURN", "END"):
                         if tgt.goto:
                             results.append((q, s2, "RETURN", ""))
                         else:
-                            results.extend(self._rules(tab, chain, rules, order, pos + 1, q, s2, depth))
+                            back.append((pos + 1, q, s2, False))
                     else:
                         results.append((q, s2, verdict, reason))
-                return results
-            results.append((p, st, "UNCERTAIN", f"unknown target {name} at line {r.line}"))
-            return results
-        # fell off the end
-        if chain in BUILTIN:
-            policy = tab.policies.get(chain, "ACCEPT")
-            if self.record or policy in ("DROP", "REJECT"):
-                st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p))
-            results.append((p, st, policy if policy in TERMINAL else "ACCEPT", ""))
-        else:
-            results.append((p, st, "END", ""))
+                todo.extend(reversed(back))  # the first one back goes on first
+                break
+            else:  # fell off the end
+                if chain in BUILTIN:
+                    policy = tab.policies.get(chain, "ACCEPT")
+                    if self.record or policy in ("DROP", "REJECT"):
+                        st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p))
+                    results.append((p, st, policy if policy in TERMINAL else "ACCEPT", ""))
+                else:
+                    results.append((p, st, "END", ""))
         return results
+
+    def _conds_match(self, tab: CompiledTable, chain: str, r: CompiledRule, p: float, st: State) -> float:
+        """The probability that the rule's further conditions hold; an undecidable one is tried
+        both ways by the caller of :meth:`run` (see ``_forced``)."""
+        try:
+            return self._match(r, st)
+        except Uncertain as exc:
+            forced = self._forced.get(id(r))
+            if forced is None:
+                raise _Undecided(id(r), r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)) from None
+            return self._match_rest(r, st) if forced else 0.0
 
     # -- matching ----------------------------------------------------------------------
     def _match_rest(self, r: CompiledRule, st: State) -> float:
@@ -661,5 +690,6 @@ def _apply_mark(mark: int, op: tuple[str, int, int]) -> int:
 
 
 def _merge(outcomes: list[Outcome]) -> list[Outcome]:
-    """Outcomes sorted by probability, most likely first."""
-    return sorted(outcomes, key=lambda o: (-o.probability, o.verdict, o.backend or ""))
+    """Outcomes sorted by probability, most likely first; equal shares (kube-proxy prints
+    probabilities to 10 decimals, so 1/5,000 comes out a little different each time) by backend."""
+    return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))

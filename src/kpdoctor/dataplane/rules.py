@@ -590,11 +590,13 @@ class CompiledTable:
         self._compiled: dict[str, list[CompiledRule]] = {}
         self._index: dict[str, ChainIndex | None] = {}
         self._chains: dict[str, tuple[list[CompiledRule], ChainIndex | None]] = {}
+        self.size = 0  # rules in the table
         if table is not None:
             for chain, policy in table.chains.items():
                 self._source.setdefault(chain, [])
                 if policy:
                     self.policies[chain] = policy
+            self.size = len(table.rules)
             for r in table.rules:
                 src = self._source.get(r.chain)
                 if src is None:

@@ -8,10 +8,28 @@ import os
 
 from rich.console import Console
 
-from kpdoctor.dataplane.trace import Trace
+from kpdoctor.dataplane.trace import Trace, TraceBranch
 from kpdoctor.report.safe import escape, json_safe
 
 SCHEMA = "kpdoctor.trace/v1"
+# A Service of thousands of endpoints is thousands of branches with the same path: past this many,
+# the first FULL_PATHS are shown step by step and every other one on a line of its own.
+MANY_BRANCHES = 20
+FULL_PATHS = 5
+
+
+def pct(p: float) -> str:
+    """A share as a user reads it: 33.3%, and 0.02% (not 0.0%) for one backend of 5,000."""
+    if p == 0 or p >= 0.001:
+        return f"{p:.1%}"
+    return f"{p * 100:.2g}%"
+
+
+def _deciding(b: TraceBranch) -> str:
+    """Where a branch's outcome was decided, on one line: the DNAT or the refusing rule."""
+    decisive = [s for s in b.steps if s.line is not None and ("DNAT" in s.rule or "REJECT" in s.rule or "DROP" in s.rule)]
+    s = decisive[-1] if decisive else (b.steps[-1] if b.steps else None)
+    return f" ({s.table}/{s.chain} line {s.line})" if s is not None and s.line is not None else ""
 
 
 def _head(t: Trace) -> str:
@@ -31,13 +49,19 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
             con.print(f"[dim]Service {escape(t.service)}, {escape(t.traffic or '')}[/]")
         con.print(f"[dim]source: {escape(t.source_note)}[/]")
         con.print()
+        full = FULL_PATHS if len(t.branches) > MANY_BRANCHES else len(t.branches)
         for i, b in enumerate(t.branches, 1):
             style = (
                 "green"
                 if b.verdict == "ACCEPT" and b.backend
                 else ("red" if b.verdict in ("DROP", "REJECT") else "yellow")
             )
-            con.print(f"[bold]{i}. {b.probability:.1%}[/] [{style}]{escape(b.outcome)}[/]")
+            if i > full:
+                if i == full + 1:
+                    con.print(f"[dim]The other {len(t.branches) - full:,} branches, one line each (--format json has their steps):[/]")
+                con.print(f"[bold]{i}. {pct(b.probability)}[/] [{style}]{escape(b.outcome)}[/][dim]{escape(_deciding(b))}[/]")
+                continue
+            con.print(f"[bold]{i}. {pct(b.probability)}[/] [{style}]{escape(b.outcome)}[/]")
             table_chain = ""
             last_p = 1.0
             for s in b.steps:
@@ -45,7 +69,7 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
                 lead = f"   {here:<38}" if here != table_chain else f"   {'':<38}"
                 table_chain = here
                 where = f"line {s.line}" if s.line else "      "
-                prob = f" [branch now {s.probability:.1%}]" if abs(s.probability - last_p) > 1e-9 else ""
+                prob = f" [branch now {pct(s.probability)}]" if abs(s.probability - last_p) > 1e-9 else ""
                 last_p = s.probability
                 con.print(f"{escape(lead)} [dim]{where:>10}[/] {escape(s.rule)}{prob}", soft_wrap=True)
             if b.affinity_lines:
@@ -53,6 +77,8 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
                     f"   [dim]session affinity at line(s) {', '.join(map(str, b.affinity_lines))}: "
                     "a returning client may go to its earlier backend[/]"
                 )
+            con.print()
+        if len(t.branches) > full:
             con.print()
         con.print(f"[bold]Outcome:[/] {escape(t.summary())}")
         for n in t.notes:
@@ -74,7 +100,10 @@ def render_trace_markdown(traces: list[Trace], color: bool = False) -> str:
             out += [f"Service {t.service}, {t.traffic}", ""]
         out += [f"Source: {t.source_note}", ""]
         for i, b in enumerate(t.branches, 1):
-            out += [f"{i}. **{b.probability:.1%}** {b.outcome}", "", "```"]
+            if len(t.branches) > MANY_BRANCHES and i > FULL_PATHS:
+                out += [f"{i}. **{pct(b.probability)}** {b.outcome}{_deciding(b)}"]
+                continue
+            out += [f"{i}. **{pct(b.probability)}** {b.outcome}", "", "```"]
             out += [f"{s.table}/{s.chain} line {s.line or '-'}: {s.rule}" for s in b.steps]
             out += ["```", ""]
         out += [f"**Outcome:** {t.summary()}", ""]
