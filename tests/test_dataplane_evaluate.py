@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import UPSTREAM, obfuscate
 
-from kpdoctor.dataplane.evaluate import Evaluator, Packet, _apply_mark
-from kpdoctor.dataplane.rules import compile_tables
+from kpdoctor.dataplane.iptables.compile import compile_tables
+from kpdoctor.dataplane.iptables.evaluate import Evaluator, Packet, _apply_mark
 from kpdoctor.parse.iptables import parse_save
 
 FIX = UPSTREAM / "iptables"

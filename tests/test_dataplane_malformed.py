@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from conftest import DATA, UPSTREAM
 
 from kpdoctor.cli import app
-from kpdoctor.dataplane.evaluate import Evaluator, Packet
-from kpdoctor.dataplane.rules import compile_tables
+from kpdoctor.dataplane.iptables.compile import compile_tables
+from kpdoctor.dataplane.iptables.evaluate import Evaluator, Packet
 from kpdoctor.demo import demo_path
 from kpdoctor.parse.iptables import parse_save
 

@@ -377,7 +377,7 @@ def test_fast_compile_path_equals_the_general_one() -> None:
     token-by-token compiler does (on every upstream rule, both backends, and generated ones)."""
     import sys
 
-    from kpdoctor.dataplane.rules import _compile_fast, compile_general
+    from kpdoctor.dataplane.iptables.compile import _compile_fast, compile_general
     from kpdoctor.parse.iptables import parse_save
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -487,7 +487,7 @@ def test_a_service_of_5000_endpoints_verifies_ok(tmp_path: Path) -> None:
     import gen_cluster  # type: ignore[import-not-found]
 
     save, objects = gen_cluster.write(tmp_path, 1, 5000)
-    facts, report = run([save, objects])
+    _, report = run([save, objects])
     ver = report.verification
     assert ver is not None and not report.errors
     assert ver.clean and ver.count("ok") == len(ver.results) >= 2

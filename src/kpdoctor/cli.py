@@ -528,7 +528,7 @@ def verify(
     given, or --service names no Service (the closest names are suggested).
     """
     from kpdoctor.bundle.loader import load
-    from kpdoctor.dataplane.verify import ServiceNotFound, resolve_service
+    from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
     from kpdoctor.diagnose import diagnose_evidence
     from kpdoctor.facts import Facts
 
@@ -584,6 +584,8 @@ def verify(
         why = [f"{unsure} of {len(ver.results)} results uncertain (their notes say why)"] if unsure else []
         if ver.unverified:
             why.append(f"{len(ver.unverified)} Service(s) with nothing to verify (see 'Inputs not used')")
+        if not ver.evaluated:
+            why = [f"verification not evaluated: {ver.reason}"]
         _err("inconclusive: " + "; ".join(why or ["nothing could be verified"]))
     else:
         _say_partial(report, evidence, code)
@@ -677,6 +679,7 @@ def trace(
     3: a branch could not be evaluated (uncertain) and none is dropped; 2: usage error.
     """
     from kpdoctor.bundle.loader import load
+    from kpdoctor.dataplane import modes
     from kpdoctor.dataplane.trace import TraceError, exit_status, parse_destination, service_target
     from kpdoctor.dataplane.trace import trace as run_trace
     from kpdoctor.facts import Facts
@@ -696,6 +699,11 @@ def trace(
     try:
         facts = Facts(evidence, node=node)
         _kept().append(facts)
+        running = facts.running_mode
+        backend = modes.backend_for(running.mode or "iptables", facts.rulesets, facts.node_view.local(), record=True)
+        if backend is None:
+            _err(modes.not_evaluated_reason(str(running.mode), running.how).replace("evaluate", "trace", 1))
+            raise Exit(3)
         if not facts.rulesets:
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
@@ -719,7 +727,7 @@ def trace(
                     raise Exit(2)
                 dst, port, proto, hook = target.dst, target.port, target.proto, target.hook
                 source = source or target.src
-            traces = run_trace(facts.rulesets, facts.node_view, dst, port, proto, source, hook)
+            traces = run_trace(backend, facts.node_view, dst, port, proto, source, hook)
         except TraceError as exc:
             _err(str(exc))
             raise Exit(2) from None

@@ -11,7 +11,7 @@ from kpdoctor import __version__, deadline
 from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
-from kpdoctor.dataplane.verify import service_matches
+from kpdoctor.dataplane.results import service_matches
 from kpdoctor.facts import Facts
 from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank

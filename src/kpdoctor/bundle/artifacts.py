@@ -31,6 +31,7 @@ class Kind(enum.StrEnum):
     IPVSADM = "ipvsadm output"
     IP_ADDR = "ip -j addr output"
     NFT_RULESET = "nft -j list ruleset output"
+    NFT_RULESET_TEXT = "nft list ruleset output"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
     CONNTRACK_STATS = "conntrack -S output"
@@ -51,9 +52,7 @@ class Kind(enum.StrEnum):
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other
 # evidence by. A run given only these has checked nothing, whatever checks ran on them.
-CONTEXT_KINDS = frozenset(
-    {Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME}
-)
+CONTEXT_KINDS = frozenset({Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME})
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import REGISTRY
 from kpdoctor.parse.logwrap import KLOG_HEADER_ANYWHERE
+from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.structured import StructuredError, load_json
 
 HEAD_BYTES = 256 * 1024
@@ -172,6 +173,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.KUBE_PROXY_METRICS, {})
     if looks_like_ufw(stripped):
         return Typed(Kind.HOST_FIREWALL, {"firewall": "ufw"})
+    if looks_like_nft_text(stripped):
+        return Typed(Kind.NFT_RULESET_TEXT, {})
     node = _sniff_node(stripped, first)
     if node is not None:
         return node
@@ -394,8 +397,10 @@ def sniff_named(name: str, text: str) -> Typed | None:
     if not lines or len(lines) > 500:
         return None
     shell = bool(_SHEBANG.match(lines[0].strip())) or _SHELL_WORDS.search(text) is not None
-    said = _PRESTOP_NAME.search(name) is not None or _STOP_SCRIPT_NAME.search(name) is not None or (
-        _SHEBANG.match(lines[0].strip()) is not None and re.search(r"\bpre-?stop\b", text, re.I) is not None
+    said = (
+        _PRESTOP_NAME.search(name) is not None
+        or _STOP_SCRIPT_NAME.search(name) is not None
+        or (_SHEBANG.match(lines[0].strip()) is not None and re.search(r"\bpre-?stop\b", text, re.I) is not None)
     )
     if shell and said:
         return Typed(Kind.PRESTOP_SCRIPT, {})

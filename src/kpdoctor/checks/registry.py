@@ -34,6 +34,9 @@ class CheckSpec:
     # What the check can still say without its evidence (from whatever is there: notes naming
     # what would decide, never a verdict); the check is reported as skipped all the same.
     partial: CheckFunc | None = None
+    # Why the check must not judge this evidence although it is present (the verification it
+    # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None.
+    abstains: Callable[[Facts], str | None] | None = None
 
     @property
     def doc(self) -> str:
@@ -83,6 +86,7 @@ def check(
     needs: Iterable[Kind],
     needs_all: Iterable[Kind] = (),
     partial: CheckFunc | None = None,
+    abstains: Callable[[Facts], str | None] | None = None,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -92,7 +96,7 @@ def check(
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
-        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial)
+        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial, abstains)
         return func
 
     return deco
@@ -135,6 +139,9 @@ def run_all(
                 if spec.partial is None:
                     continue
                 produced = list(spec.partial(facts))
+            elif spec.abstains is not None and (why := spec.abstains(facts)):
+                skipped.append(Skipped(spec.code, spec.cause, why))
+                continue
             else:
                 produced = list(spec.func(facts))
                 ran += 1

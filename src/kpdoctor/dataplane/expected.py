@@ -13,9 +13,9 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from kpdoctor.dataplane.rules import address_text, host_address
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, host_address
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import (
     K8sObject,
@@ -30,9 +30,6 @@ from kpdoctor.parse.k8s import (
 )
 from kpdoctor.versions import KubeVersion
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -45,6 +42,7 @@ TRAFFIC_CLASSES = {
     "external-to-externalip": ("externalIP", "outside clients to the external IP"),
     "external-to-loadbalancer": ("LB", "outside clients to the load-balancer IP"),
     "external-to-loadbalancer-outside-source-ranges": ("LB-denied", "clients outside loadBalancerSourceRanges"),
+    "pod-to-clusterip-undeclared-port": ("pod-other-port", "Pods to the ClusterIP on a port no Service declares"),
 }
 
 # Stand-in clients: documentation ranges (RFC 5737 / RFC 3849) that are nobody's address.
@@ -211,6 +209,10 @@ class NodeView:
     def primary(self, family: int) -> IPAddress | None:
         addrs = self.addresses.get(family) or []
         return addrs[0] if addrs else None
+
+    def local(self) -> list[IPAddress]:
+        """Every address of the node, all families (what ``--dst-type LOCAL`` matches)."""
+        return [a for addrs in self.addresses.values() for a in addrs]
 
 
 def _bool(v: Any, default: bool) -> bool:
@@ -541,12 +543,52 @@ def _case(
     return Case(sp, traffic, src, dst, dport, hook, alts, notes, why)
 
 
-def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour) -> list[Case]:
+@dataclass(frozen=True, slots=True)
+class Deviations:
+    """Where a proxy mode departs from the behaviour every mode shares, as the cases follow it.
+
+    Shared by every mode, and so not here: NodePort traffic is sent to the node's primary
+    address (in nftables mode's ``nodeport-ips`` by default, a local address for the others),
+    never to 127.0.0.1 (which only iptables mode answers)."""
+
+    # a ClusterIP's ports that no Service declares are rejected (nftables: "no-endpoint-services"
+    # and the cluster-ips set); elsewhere such a packet leaves un-DNATed
+    undeclared_ports_refused: bool = False
+    # the node holds every ClusterIP as its own address (IPVS binds them to kube-ipvs0), so rules
+    # matching a local destination match them too
+    clusterips_local: bool = False
+
+
+SHARED = Deviations()
+
+
+def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour, deviations: Deviations = SHARED) -> list[Case]:
     """The traffic classes the cluster defines for this node, per Service port."""
     out: list[Case] = []
     clients = {f: pod_client(node, f) for f in (4, 6)}
     for sp in sps:
         out.extend(_cases_for(sp, node, beh, clients[sp.family]))
+    if deviations.undeclared_ports_refused:
+        out.extend(_undeclared_ports(sps, node, beh, clients))
+    return out
+
+
+def _undeclared_ports(
+    sps: list[ServicePort], node: NodeView, beh: Behaviour, clients: dict[int, IPAddress]
+) -> list[Case]:
+    """One case per ClusterIP: a port none of its Services declares, which must be refused."""
+    declared: dict[str, set[tuple[str, int]]] = {}
+    first: dict[str, ServicePort] = {}
+    for sp in sps:
+        if sp.cluster_ip and not sp.problems:
+            declared.setdefault(sp.cluster_ip, set()).add((sp.protocol, sp.port))
+            first.setdefault(sp.cluster_ip, sp)
+    out = []
+    for ip, sp in first.items():
+        port = next(p for p in range(1, 65536) if (sp.protocol, p) not in declared[ip])
+        refused = [Expectation(frozenset(), "a port no Service declares on this ClusterIP: rejected")]
+        src = clients[sp.family]
+        out.append(Case(sp, "pod-to-clusterip-undeclared-port", src, host_address(ip), port, "prerouting", refused))
     return out
 
 
@@ -609,3 +651,68 @@ def _cases_for(sp: ServicePort, node: NodeView, beh: Behaviour, pod_src: IPAddre
                 )
             )
     return out
+
+
+ANY_PORT = "*"  # in owned ips: (ip, ANY_PORT, 0) owns every port of ip
+
+
+class Owned(NamedTuple):
+    """What some Service or Pod owns, so that rules for it are not stale."""
+
+    ips: set[tuple[int, str, int]]  # (address, protocol, port)
+    ports: set[tuple[str, int]]  # node ports (protocol, port)
+    unreadable: set[str]  # NS/NAME of Services whose evidence is broken: rules naming them are theirs
+
+    @classmethod
+    def nothing(cls) -> Owned:
+        """Nothing owned: every forwarding destination is stale (a mode kube-proxy no longer
+        runs in owns none of its rules)."""
+        return cls(set(), set(), set())
+
+
+def owned_destinations(services: Iterable[K8sObject], pods: Iterable[K8sObject]) -> Owned:
+    """Addresses (ip, proto, port) and node ports (proto, port) some Service or Pod owns.
+
+    A Service whose ports or addresses cannot be read (-1, "http", no spec) owns every port of
+    its addresses and every rule that names it: its rules are not "stale" because the evidence
+    about it is broken (that is reported once, as an input problem)."""
+    ips: set[tuple[int, str, int]] = set()
+    ports: set[tuple[str, int]] = set()
+    unreadable: set[str] = set()
+    for svc in services:
+        spec = as_dict(svc.body.get("spec"))
+        ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
+        addrs = [
+            *cluster_ips(spec),
+            *as_list(spec.get("externalIPs")),
+            *(i.get("ip") for i in ingress if isinstance(i, dict)),
+        ]
+        hosts = [a for a in (host_address(ip) for ip in addrs if isinstance(ip, str)) if a is not None]
+        svc_ports = as_list(spec.get("ports"))
+        readable = bool(svc_ports)
+        for port in svc_ports:
+            number = port_value(port.get("port")) if isinstance(port, dict) else None
+            if number is None or not isinstance(port, dict) or protocol_problem(port.get("protocol")):
+                readable = False
+                continue
+            proto = str(port.get("protocol") or "TCP").lower()
+            for a in hosts:
+                ips.add((int(a), proto, number))
+            node_port = port_value(port.get("nodePort"))
+            if node_port is not None:
+                ports.add((proto, node_port))
+        cips = cluster_ips(spec)
+        bad_ip = not cips or any(not isinstance(ip, str) or (ip != "None" and host_address(ip) is None) for ip in cips)
+        if bad_ip or not svc.name or (not readable and "None" not in cips):
+            ips.update((int(a), ANY_PORT, 0) for a in hosts)
+            unreadable.add(f"{svc.namespace or 'default'}/{svc.name}")
+        hc = port_value(spec.get("healthCheckNodePort"))
+        if hc is not None:
+            ports.add(("tcp", hc))
+    for pod in pods:
+        for c in as_list(as_dict(pod.body.get("spec")).get("containers")):
+            for p in as_list(c.get("ports")) if isinstance(c, dict) else []:
+                host_port = port_value(p.get("hostPort")) if isinstance(p, dict) else None
+                if host_port is not None:
+                    ports.add((str(p.get("protocol") or "TCP").lower(), host_port))
+    return Owned(ips, ports, unreadable)

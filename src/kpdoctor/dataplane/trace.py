@@ -13,18 +13,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.dataplane.evaluate import Outcome, Packet
+from kpdoctor.dataplane.addresses import IPAddress
+from kpdoctor.dataplane.backend import Backend, Packet
 from kpdoctor.dataplane.expected import (
     DEFAULT_POD_CLIENT,
     TRAFFIC_CLASSES,
     Behaviour,
-    IPAddress,
     NodeView,
     cases,
     pod_client,
     service_ports,
 )
-from kpdoctor.dataplane.verify import ServiceNotFound, family_rules, resolve_service, service_matches
+from kpdoctor.dataplane.iptables.backend import IptablesBackend
+from kpdoctor.dataplane.results import TraceBranch, service_matches
+from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
 from kpdoctor.parse.iptables import Ruleset
 from kpdoctor.parse.k8s import K8sObject
 
@@ -152,59 +154,6 @@ def service_destination(services: list[K8sObject], wanted: str) -> tuple[IPAddre
 
 
 @dataclass(slots=True)
-class TraceStep:
-    artifact: str
-    table: str
-    chain: str
-    line: int | None
-    rule: str
-    probability: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "artifact": self.artifact,
-            "table": self.table,
-            "chain": self.chain,
-            "line": self.line,
-            "rule": self.rule,
-            "probability": round(self.probability, 6),
-        }
-
-
-@dataclass(slots=True)
-class TraceBranch:
-    probability: float
-    verdict: str
-    backend: str | None
-    steps: list[TraceStep]
-    reason: str = ""
-    masquerade: bool = False
-    affinity_lines: list[int] = field(default_factory=list)
-
-    @property
-    def outcome(self) -> str:
-        if self.verdict == "UNCERTAIN":
-            return f"uncertain: {self.reason}"
-        if self.verdict == "ACCEPT":
-            if self.backend:
-                return f"DNAT to {self.backend}" + (" (masqueraded)" if self.masquerade else "")
-            return "not translated: leaves for its original destination"
-        return self.verdict
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "probability": round(self.probability, 6),
-            "verdict": self.verdict,
-            "backend": self.backend,
-            "outcome": self.outcome,
-            "masquerade": self.masquerade,
-            "reason": self.reason or None,
-            "affinity_rules": self.affinity_lines,
-            "steps": [s.to_json() for s in self.steps],
-        }
-
-
-@dataclass(slots=True)
 class Trace:
     packet: Packet
     hook: str
@@ -272,13 +221,8 @@ def exit_status(traces: list[Trace]) -> int:
     return 0
 
 
-def _branch(rs: Ruleset, o: Outcome) -> TraceBranch:
-    steps = [TraceStep(rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability) for s in o.state.steps]
-    return TraceBranch(o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity))
-
-
 def trace(
-    rulesets: list[Ruleset],
+    rules: Backend | list[Ruleset],
     node: NodeView,
     dst: IPAddress,
     port: int,
@@ -286,7 +230,10 @@ def trace(
     src: IPAddress | None,
     hook: str,
 ) -> list[Trace]:
-    """Trace one new connection; one Trace per iptables backend holding Service rules."""
+    """Trace one new connection; one Trace per independent set of live rules (iptables: per
+    backend holding Service rules). ``rules``: the backend of the node's proxy mode, or its
+    iptables rules (read by the iptables backend)."""
+    backend = IptablesBackend(rules, node.local(), record=True) if isinstance(rules, list) else rules
     fam = dst.version
     if src is not None and src.version != fam:
         raise TraceError(f"--from {src} and --to {dst} are of different address families")
@@ -307,26 +254,17 @@ def trace(
             )
     else:
         note = "given with --from"
-    local = [a for addrs in node.addresses.values() for a in addrs]
-    fr = family_rules(rulesets, fam, local, record=True)
-    if not fr.primary:
-        raise TraceError(fr.missing or f"no IPv{fam} rules in the evidence")
+    missing = backend.missing(fam)
+    if missing:
+        raise TraceError(missing)
     pkt = Packet(src, dst, proto, port)
     out = []
-    for rs, ev in fr.primary:
-        outcomes = ev.run(pkt, hook, postrouting=True)
-        t = Trace(
-            pkt,
-            hook,
-            note,
-            rs.backend if len(fr.primary) > 1 else None,
-            rs.artifact,
-            [_branch(rs, o) for o in outcomes],
-            [STATE_NOTE],
-        )
+    views = backend.trace(pkt, hook)
+    for v in views:
+        t = Trace(pkt, hook, note, v.label, v.artifact, v.branches, [STATE_NOTE, *v.notes])
         if not node.addresses:
             t.notes.append("The node's addresses are not in the evidence: `--dst-type LOCAL` matches only loopback.")
-        if len(fr.primary) > 1:
+        if len(views) > 1:
             t.notes.append("Service rules are in both iptables backends: the kernel runs both; each is traced.")
         out.append(t)
     return out

@@ -16,21 +16,29 @@ from typing import Any, Generic, TypeVar
 from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
-from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, IPAddress, IPNetwork, NodeView
+from kpdoctor.dataplane import modes
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, host_address
+from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, NodeView, owned_destinations
+from kpdoctor.dataplane.iptables.backend import IptablesBackend
+from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
+from kpdoctor.dataplane.results import Verification
 from kpdoctor.dataplane.verify import (
     PackedShare,
     Part,
-    Verification,
+    leftovers,
     merge_shares,
+    not_evaluated,
     pack_share,
     run_verification,
 )
+from kpdoctor.facts import mode as modefacts
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
-from kpdoctor.parse import k8s, kpconfig, system
+from kpdoctor.parse import k8s, kpconfig, nft, system
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
+from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.logscan import REGISTRY, Scanner
@@ -188,9 +196,7 @@ class Facts:
         """Every file's objects, each object once (a bundle's file and a ``kubectl get`` of the
         same cluster overlap); when the Nodes given do not say which is this node, a diagnostic
         tells the user how to say it."""
-        merged = k8s.merge(
-            k8s.parse_objects(a.read_text(), a.name, a.first_line) for a in self.of(Kind.K8S_OBJECTS)
-        )
+        merged = k8s.merge(k8s.parse_objects(a.read_text(), a.name, a.first_line) for a in self.of(Kind.K8S_OBJECTS))
         problem = self._pick_node(merged.of("Node"))[2]
         if problem:
             merged.diagnostics.append(Diagnostic(None, problem))
@@ -437,18 +443,67 @@ class Facts:
 
     @cached_property
     def proxy_mode(self) -> tuple[str, Cite | None] | None:
-        """The proxy mode kube-proxy actually runs (log) or is configured with."""
+        """The proxy mode kube-proxy says it runs (log) or is configured with; see
+        :attr:`running_mode` for the mode the node's state shows too."""
         hits = self.log.hits(PROXY_MODE.id)
         if hits:
             h = hits[-1]
             return (h.groups[0] or "iptables"), Cite(h.artifact, h.line, h.text)
+        configured = self._configured_mode
+        if configured is not None:
+            return configured
+        if self.kp_config.setting("mode").origin == "default" and (self.kp_config.flags or self.kp_config.file):
+            return "iptables", None
+        return None
+
+    @cached_property
+    def _configured_mode(self) -> tuple[str, Cite | None] | None:
         s = self.kp_config.setting("mode")
         if s.origin in ("flag", "config") and s.value:
             src = s.source
             return str(s.value), (Cite(src.artifact, src.line, src.text) if src else None)
-        if s.origin == "default" and (self.kp_config.flags or self.kp_config.file):
-            return "iptables", None
         return None
+
+    @cached_property
+    def running_mode(self) -> modefacts.RunningMode:
+        """The mode kube-proxy really runs in, from its log, the state each mode leaves on the
+        node, its configuration, or the default (:mod:`kpdoctor.facts.mode`)."""
+        hits = self.log.hits(PROXY_MODE.id)
+        logged = (
+            ((hits[-1].groups[0] or "iptables"), Cite(hits[-1].artifact, hits[-1].line, hits[-1].text))
+            if hits
+            else None
+        )
+        rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
+        states = modefacts.iptables_states(rulesets)
+        ipvs = modefacts.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])
+        ipvs = ipvs or self._ipvs_interface_in_addresses()
+        nftables = modefacts.nftables_state(self.nft_tables)
+        states += [s for s in (ipvs, nftables) if s is not None]
+        known = bool(self.kp_config.flags or self.kp_config.file) or bool(rulesets)
+        return modefacts.running_mode(logged, self._configured_mode, states, known)
+
+    def _ipvs_interface_in_addresses(self) -> modefacts.ModeState | None:
+        for a in self.of(Kind.IP_ADDR):
+            for i, line in enumerate(a.read_text().splitlines()):
+                if modefacts.IPVS_INTERFACE in line:
+                    what = f"the {modefacts.IPVS_INTERFACE} interface ({a.name})"
+                    return modefacts.ModeState("ipvs", what, Cite(a.name, a.first_line + i, line.strip()[:300]))
+        return None
+
+    @cached_property
+    def ipvs_virtual_servers(self) -> list[tuple[VirtualServer, str]]:
+        """``ipvsadm -Ln`` virtual servers, each with the artifact it is in."""
+        return [(vs, a.name) for a in self.of(Kind.IPVSADM) for vs in parse_ipvsadm_list(a.text, a.first_line)]
+
+    @cached_property
+    def nft_tables(self) -> list[tuple[nft.NftTable, str]]:
+        """nftables tables (``nft list ruleset``, text or JSON), each with the artifact it is in."""
+        return [
+            (t, a.name)
+            for a in self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
+            for t in nft.parse_tables(a.read_text(), a.first_line)
+        ]
 
     # -- the data plane -----------------------------------------------------------------
     @cached_property
@@ -557,31 +612,74 @@ class Facts:
     def _verification(self, part: Part) -> Verification | None:
         services = self.objects.of("Service")
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "L")]
-        if not services or not rulesets:
+        state = rulesets or self.ipvs_virtual_servers or self.nft_tables
+        if not services or not state:
             return None
-        kpv = self.kube_proxy_version
-        beh = Behaviour.of(kpv.value if kpv else None, self.feature_gates)
-        # Services exported together with other objects (Nodes, Pods...), or a bundle's
-        # endpointslices file: a Service without EndpointSlices there has none.
-        exported = any(a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS))
-        exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
-        ver = run_verification(
-            rulesets,
-            services,
-            self.objects.of("EndpointSlice"),
-            self.objects.of("Endpoints"),
-            self.objects.of("Pod"),
-            self.node_view,
-            beh,
-            endpoints_exported=exported,
-            part=part,
-        )
-        for a in self.of(Kind.NFT_RULESET):
-            for t in system.nft_foreign_tables(a.read_text()):
-                ver.not_evaluated.append(
-                    f"nftables table {t} ({a.name}) is not evaluated: its rules may also drop Service traffic"
-                )
+        slices, endpoints = self.objects.of("EndpointSlice"), self.objects.of("Endpoints")
+        running = self.running_mode
+        mode = modes.mode_named(running.mode)
+        local = self.node_view.local()
+        if mode is not None and mode.deviations.clusterips_local:
+            for svc in services:  # bound to kube-ipvs0: the node's own addresses
+                cips = k8s.cluster_ips(k8s.as_dict(svc.body.get("spec")))
+                local += [a for a in (host_address(ip) for ip in cips if isinstance(ip, str)) if a is not None]
+        backend = modes.backend_for(running.mode or "", rulesets, local) if rulesets else None
+        if backend is None:
+            if running.mode is None:
+                reason = f"the proxy mode is not known: {running.how}"
+            elif running.mode == "iptables":
+                reason = "no iptables-save output to evaluate kube-proxy's iptables mode with"
+            else:
+                reason = modes.not_evaluated_reason(running.mode, running.how)
+            ver = not_evaluated(reason, services, slices, endpoints, running.mode)
+        else:
+            kpv = self.kube_proxy_version
+            beh = Behaviour.of(kpv.value if kpv else None, self.feature_gates)
+            # Services exported together with other objects (Nodes, Pods...), or a bundle's
+            # endpointslices file: a Service without EndpointSlices there has none.
+            exported = any(
+                a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS)
+            )
+            exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
+            ver = run_verification(
+                backend,
+                services,
+                slices,
+                endpoints,
+                self.objects.of("Pod"),
+                self.node_view,
+                beh,
+                endpoints_exported=exported,
+                part=part,
+                deviations=mode.deviations if mode else modes.MODES["iptables"].deviations,
+            )
+        ver.mode_why = running.how
+        if part.stale:
+            ver.stale += self._leftovers(running, rulesets, local)
+        for t, artifact in self.nft_tables:
+            if t.iptables_nft or (t.name == nft.KUBE_PROXY_TABLE and running.mode == "nftables"):
+                continue
+            what = (
+                "kube-proxy's table from nftables mode, which it does not run in"
+                if t.name == nft.KUBE_PROXY_TABLE
+                else "its rules may also drop Service traffic"
+            )
+            chains = f" ({'; '.join(t.base_chains)})" if t.base_chains else ""
+            ver.not_evaluated.append(f"nftables table {t.label}{chains} ({artifact}) is not evaluated: {what}")
         return ver
+
+    def _leftovers(self, running: modefacts.RunningMode, rulesets: list[Ruleset], local: list[IPAddress]) -> list[Any]:
+        """What modes kube-proxy does not run in still forward: iptables Service rules on a node
+        in another mode; IPVS virtual servers no Service owns on an iptables node."""
+        out: list[Any] = []
+        if running.mode is None:
+            return out
+        if running.mode != "iptables" and "iptables" in running.present:
+            out += leftovers(IptablesBackend(rulesets, local), self.node_view, "iptables")
+        if running.mode != "ipvs" and self.ipvs_virtual_servers:
+            owned = owned_destinations(self.objects.of("Service"), self.objects.of("Pod"))
+            out += leftover_virtual_servers(self.ipvs_virtual_servers, owned, self.node_view)
+        return out
 
 
 def _table_named(a: Artifact) -> str | None:
@@ -602,9 +700,11 @@ _NOTHING: dict[Kind, tuple[Callable[[Facts], bool], str]] = {
     Kind.IP_LINK: (lambda f: not f.node_state.links, "no interface could be read from it"),
     Kind.SYSCTL: (lambda f: not f.node_state.sysctls, "no setting could be read from it"),
     Kind.KUBE_PROXY_CONFIG: (
-        lambda f: not any(
-            (cf := kpconfig.parse_config_file(a.text, a.name, a.first_line)) is not None and cf.data
-            for a in f.of(Kind.KUBE_PROXY_CONFIG)
+        lambda f: (
+            not any(
+                (cf := kpconfig.parse_config_file(a.text, a.name, a.first_line)) is not None and cf.data
+                for a in f.of(Kind.KUBE_PROXY_CONFIG)
+            )
         ),
         "no setting could be read from it",
     ),

@@ -19,6 +19,7 @@ class RealServer:
     active: int
     inactive: int
     line: int
+    text: str = ""
 
 
 @dataclass(slots=True)
@@ -44,5 +45,5 @@ def parse_ipvsadm_list(text: str, first_line: int = 1) -> list[VirtualServer]:
         if r and out and r.group(1) != "RemoteAddress:Port":
             weight, active, inactive = (to_int(r.group(n)) for n in (3, 4, 5))
             if weight is not None and active is not None and inactive is not None:
-                out[-1].reals.append(RealServer(r.group(1), r.group(2), weight, active, inactive, ln))
+                out[-1].reals.append(RealServer(r.group(1), r.group(2), weight, active, inactive, ln, raw.strip()))
     return out

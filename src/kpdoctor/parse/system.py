@@ -206,34 +206,3 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
                 continue
             ranked.append((0 if info.get("scope") == "global" else 1, ip))
     return [ip for _, ip in sorted(ranked, key=lambda x: x[0])]
-
-
-# Tables iptables-nft creates (evaluated through iptables-nft-save, not here).
-XT_TABLES = {"filter", "nat", "mangle", "raw", "security"}
-
-
-def nft_foreign_tables(text: str) -> list[str]:
-    """``nft -j list ruleset``: tables that are not iptables-nft's, with their base chains, e.g.
-    ``inet firewalld (filter_INPUT: filter input policy accept)``."""
-    try:
-        doc = load_json(text)
-    except ValueError:
-        return []
-    items = doc.get("nftables") if isinstance(doc, dict) else None
-    tables: dict[tuple[str, str], list[str]] = {}
-    for it in items if isinstance(items, list) else []:
-        if not isinstance(it, dict):
-            continue
-        if isinstance(it.get("table"), dict):
-            t = it["table"]
-            key = (str(t.get("family")), str(t.get("name")))
-            if not (key[0] in ("ip", "ip6") and key[1] in XT_TABLES):
-                tables.setdefault(key, [])
-        elif isinstance(it.get("chain"), dict):
-            c = it["chain"]
-            key = (str(c.get("family")), str(c.get("table")))
-            if key in tables and c.get("hook"):
-                tables[key].append(
-                    f"{c.get('name')}: {c.get('type')} {c.get('hook')} policy {c.get('policy', 'accept')}"
-                )
-    return [f"{fam} {name}" + (f" ({'; '.join(chains)})" if chains else "") for (fam, name), chains in tables.items()]

@@ -70,7 +70,11 @@ def render_markdown(report: Report, color: bool = False) -> str:
             out.append("")
         if hidden:
             out += [f"{hidden} Service port(s) verified ok are not listed.", ""]
-        out += [f"- stale: {s.destination}/{s.protocol} -> {', '.join(s.backends)}" for s in ver.stale]
+        out += [
+            f"- stale: {s.destination}/{s.protocol} -> {', '.join(s.backends)}"
+            + (f" (left from {s.leftover_of} mode)" if s.leftover_of else "")
+            for s in ver.stale
+        ]
     if report.skipped:
         out += ["## Skipped checks", ""]
         out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]

@@ -72,6 +72,7 @@ def _emit_verification(con: Console, report: Report) -> None:
         con.print(f"[dim]{hidden} Service port(s) verified ok are not listed (--all lists them).[/]")
     for s in ver.stale[:10]:
         named = f" (rules name {s.label})" if s.label else ""
+        named += f" (left from {s.leftover_of} mode)" if s.leftover_of else ""
         to = escape(", ".join(s.backends[:4]))
         con.print(f"  [bold red]stale[/] {escape(s.destination)}/{s.protocol} -> {to}{escape(named)}")
     for n in ver.not_evaluated:

@@ -8,7 +8,8 @@ import os
 
 from rich.console import Console
 
-from kpdoctor.dataplane.trace import Trace, TraceBranch
+from kpdoctor.dataplane.results import TraceBranch
+from kpdoctor.dataplane.trace import Trace
 from kpdoctor.report.safe import escape, json_safe
 
 SCHEMA = "kpdoctor.trace/v1"
@@ -27,7 +28,9 @@ def pct(p: float) -> str:
 
 def _deciding(b: TraceBranch) -> str:
     """Where a branch's outcome was decided, on one line: the DNAT or the refusing rule."""
-    decisive = [s for s in b.steps if s.line is not None and ("DNAT" in s.rule or "REJECT" in s.rule or "DROP" in s.rule)]
+    decisive = [
+        s for s in b.steps if s.line is not None and ("DNAT" in s.rule or "REJECT" in s.rule or "DROP" in s.rule)
+    ]
     s = decisive[-1] if decisive else (b.steps[-1] if b.steps else None)
     return f" ({s.table}/{s.chain} line {s.line})" if s is not None and s.line is not None else ""
 
@@ -58,8 +61,10 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
             )
             if i > full:
                 if i == full + 1:
-                    con.print(f"[dim]The other {len(t.branches) - full:,} branches, one line each (--format json has their steps):[/]")
-                con.print(f"[bold]{i}. {pct(b.probability)}[/] [{style}]{escape(b.outcome)}[/][dim]{escape(_deciding(b))}[/]")
+                    rest = len(t.branches) - full
+                    con.print(f"[dim]The other {rest:,} branches, one line each (--format json has their steps):[/]")
+                where = escape(_deciding(b))
+                con.print(f"[bold]{i}. {pct(b.probability)}[/] [{style}]{escape(b.outcome)}[/][dim]{where}[/]")
                 continue
             con.print(f"[bold]{i}. {pct(b.probability)}[/] [{style}]{escape(b.outcome)}[/]")
             table_chain = ""

@@ -19,6 +19,11 @@ class Row:
 
 
 def summary(ver: Any) -> str:
+    if not ver.evaluated:
+        text = f"not evaluated ({ver.services_checked} Service(s) in the evidence): {ver.reason}"
+        if ver.stale:
+            text += f"; {len(ver.stale)} destination(s) still forwarded by rules a mode switch left behind"
+        return text
     ok, bad, unc = ver.count("ok"), ver.count("mismatch"), ver.count("uncertain")
     verdict = "clean" if ver.clean else ("MISMATCH" if bad or ver.stale else "inconclusive")
     text = (

@@ -8,7 +8,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.sync.restore_failing import RESTORE_ROOT_CAUSES
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
-from kpdoctor.dataplane.verify import Entry, Result
+from kpdoctor.dataplane.results import Entry, Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
@@ -27,6 +27,18 @@ SYNC_CAUSES = [
     "multiple-kube-proxy",
     "node-ip-unresolved",
 ]
+
+
+def not_evaluated(facts: Facts) -> str | None:
+    """Why the checks on the verification abstain: it was not evaluated (the node runs a proxy
+    mode kpdoctor does not read, or the mode is not known), so its absence of results is no
+    verdict."""
+    ver = facts.verification
+    if ver is not None and not ver.evaluated:
+        return f"verification not evaluated: {ver.reason}"
+    return None
+
+
 MAX_FINDINGS = 5  # per check; beyond this, one finding sums the rest up
 MAX_CITES = 4
 

@@ -6,9 +6,18 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.dataplane.common import CLUSTER, RULES, by_service, capped, classes, finding_for, kube_proxy_rule
+from kpdoctor.checks.dataplane.common import (
+    CLUSTER,
+    RULES,
+    by_service,
+    capped,
+    classes,
+    finding_for,
+    kube_proxy_rule,
+    not_evaluated,
+)
 from kpdoctor.checks.registry import check
-from kpdoctor.dataplane.verify import Result
+from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
@@ -23,6 +32,7 @@ def _applies(r: Result) -> bool:
     title="A rule outside kube-proxy drops Service traffic",
     severity=Severity.CRITICAL,
     needs=RULES,
+    abstains=not_evaluated,
     needs_all=CLUSTER,
 )
 def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
@@ -80,7 +90,8 @@ def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
     How it is detected: the FORWARD policy and its packet counter in `iptables -L -v` (the
         "Chain FORWARD (policy DROP N packets" line) or `iptables-save -c` (`:FORWARD DROP
         [N:...]`), without the cluster's objects (with them, KP204 evaluates every Service's
-        packets instead). A counter above zero is packets dropped since the rules were loaded: a
+        packets instead; in a mode kpdoctor does not evaluate, this check reads the policy). A
+        counter above zero is packets dropped since the rules were loaded: a
         warning; a DROP policy that has dropped nothing (or without counters) is an info note.
     Fix: accept the pod network in FORWARD (`iptables -P FORWARD ACCEPT`, or `-A FORWARD -s
         POD_CIDR -j ACCEPT` and `-d POD_CIDR`), or make the CNI do so; with Docker, set it in
@@ -88,7 +99,8 @@ def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
     References: https://docs.docker.com/engine/network/packet-filtering-firewalls/;
         https://github.com/kubernetes/kubernetes/issues/39658
     """
-    if facts.verification is not None:
+    ver = facts.verification
+    if ver is not None and ver.evaluated:
         return  # KP204 judges the evaluated packets themselves
     for rs in facts.rulesets:
         for table in rs.tables.values():

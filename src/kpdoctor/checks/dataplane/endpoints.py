@@ -14,9 +14,10 @@ from kpdoctor.checks.dataplane.common import (
     classes,
     finding_for,
     kube_proxy_rule,
+    not_evaluated,
 )
 from kpdoctor.checks.registry import check
-from kpdoctor.dataplane.verify import Result
+from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
@@ -76,6 +77,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     title="The node's backends for a Service differ from its ready endpoints",
     severity=Severity.CRITICAL,
     needs=RULES,
+    abstains=not_evaluated,
     needs_all=CLUSTER,
     partial=_rejected_without_objects,
 )
@@ -127,4 +129,3 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
         f.fix = ["Restart kube-proxy after fixing its sync (folded findings); verify again."]
         out.append(f)
     yield from capped(facts, "KP202", out, "whose backends are out of sync")
-

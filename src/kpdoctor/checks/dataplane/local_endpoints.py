@@ -12,10 +12,11 @@ from kpdoctor.checks.dataplane.common import (
     classes,
     finding_for,
     kube_proxy_rule,
+    not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import corroborated, no_local_drops, services_with_endpoint_objects
-from kpdoctor.dataplane.verify import Result
+from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 
@@ -37,6 +38,7 @@ def _applies(r: Result) -> bool:
     title="Local-policy traffic is dropped although endpoints run on this node",
     severity=Severity.CRITICAL,
     needs=RULES,
+    abstains=not_evaluated,
 )
 def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
     """externalTrafficPolicy=Local (or internalTrafficPolicy=Local) traffic is dropped as "has no

@@ -14,6 +14,7 @@ from kpdoctor.checks.dataplane.common import (
     capped,
     classes,
     finding_for,
+    not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
@@ -26,6 +27,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     title="A Service port has no forwarding rules on this node",
     severity=Severity.CRITICAL,
     needs=RULES,
+    abstains=not_evaluated,
     needs_all=CLUSTER,
 )
 def service_rules_missing(facts: Facts) -> Iterator[Finding]:
@@ -72,6 +74,15 @@ def service_rules_missing(facts: Facts) -> Iterator[Finding]:
     yield from capped(facts, "KP200", out, "have no forwarding rules")
 
 
+# How the state a mode switch left is removed, by the mode that left it.
+_LEFTOVER_FIX = {
+    "iptables": "Remove iptables mode's rules: run `kube-proxy --cleanup` once with the old "
+    "configuration (mode iptables), or flush the KUBE-SVC/KUBE-SEP chains; then restart kube-proxy.",
+    "ipvs": "Remove IPVS mode's state: `ipvsadm -C` and `ip link delete kube-ipvs0` (or `kube-proxy "
+    "--cleanup` with mode ipvs), then restart kube-proxy.",
+}
+
+
 @check(
     "KP201",
     cause="stale-service-rules",
@@ -92,6 +103,10 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
     How it is detected: every destination address and port the nat rules match on is sent
         through the rules; those that are DNATed although no Service, NodePort or hostPort in
         the cluster owns them are reported, with the Service the rule comments still name.
+        After a mode switch, the old mode's state is judged against the mode kube-proxy runs
+        in: its iptables Service rules still live on an IPVS or nftables node (they DNAT before
+        IPVS or nftables see the packet), IPVS virtual servers no Service owns on an iptables
+        node (the ClusterIPs on kube-ipvs0 still take the packets).
     Fix: fix the sync failure reported with this finding and restart kube-proxy (a full sync
         deletes chains it does not own any more); rules left by a kube-proxy in another mode are
         removed with `kube-proxy --cleanup` (run for that mode).
@@ -103,17 +118,21 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
     for s in ver.stale[:5]:
         named = f" (the rules still name {s.label})" if s.label else ""
         what = "NodePort " if s.nodeport else ""
-        f = start(
-            facts,
-            "KP201",
-            [],
-            confidence=Confidence.HIGH if s.label else Confidence.MEDIUM,
-            summary=f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} "
-            f"although no Service owns it{named}.",
+        summary = (
+            f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} "
+            f"although no Service owns it{named}."
         )
+        fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
+        if s.leftover_of:
+            summary = (
+                f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} by "
+                f"{s.leftover_of} state a mode switch left behind: kube-proxy runs in {ver.mode} mode{named}."
+            )
+            fix = [_LEFTOVER_FIX.get(s.leftover_of, "Remove the old mode's state (`kube-proxy --cleanup`).")]
+        f = start(facts, "KP201", [], confidence=Confidence.HIGH if s.label else Confidence.MEDIUM, summary=summary)
         f.subject = {"service": s.label, "workload": None}
         f.evidence = s.rules[:MAX_CITES]
-        f.fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
+        f.fix = fix
         f.ongoing = True
         f.explained_by = list(SYNC_CAUSES)
         yield f

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
-from kpdoctor.dataplane.rules import ChainIndex, CompiledRule, CompiledTable, Cond
+from kpdoctor.dataplane.backend import Packet
+from kpdoctor.dataplane.iptables.compile import ChainIndex, CompiledRule, CompiledTable, Cond
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_DEPTH = 64
@@ -26,18 +27,6 @@ MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
 _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verification cites
-
-
-@dataclass(frozen=True, slots=True)
-class Packet:
-    src: IPAddress
-    dst: IPAddress
-    proto: str = "tcp"
-    dport: int = 80
-    sport: int = 40000
-    iif: str | None = None
-    oif: str | None = None
-    mark: int = 0
 
 
 @dataclass(slots=True)  # not frozen: built per rule and per step, frozen init is 5x slower
@@ -538,7 +527,8 @@ class Evaluator:
         except Uncertain as exc:
             forced = self._forced.get(id(r))
             if forced is None:
-                raise _Undecided(id(r), r.line, exc.reason, Step(tab.name, chain, r.line, r.rule.text.strip(), p)) from None
+                step = Step(tab.name, chain, r.line, r.rule.text.strip(), p)
+                raise _Undecided(id(r), r.line, exc.reason, step) from None
             return self._match_rest(r, st) if forced else 0.0
 
     # -- matching ----------------------------------------------------------------------

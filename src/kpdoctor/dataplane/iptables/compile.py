@@ -15,19 +15,14 @@ rules.
 from __future__ import annotations
 
 import collections
-import ipaddress
 import re
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor.dataplane.addresses import Span, address_span, parse_span, port_number
 from kpdoctor.parse.iptables import Rule, Table
 
 INDEX_THRESHOLD = 24  # chains longer than this get a destination index
-
-
-# An address match: (IP version, first address, last address) as integers.
-Span = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,32 +107,6 @@ class CompiledRule:
         if p is not None and not self.dport_neg and len(p) == 1 and p[0][0] == p[0][1]:
             return p[0][0]
         return None
-
-
-def parse_span(text: str) -> Span | None:
-    """``10.0.0.0/8``, ``1.2.3.4`` or an IPv6 network as an integer range; None if invalid."""
-    addr, _, plen = text.partition("/")
-    try:
-        if ":" in addr:
-            n, version, width = int.from_bytes(socket.inet_pton(socket.AF_INET6, addr), "big"), 6, 128
-        else:
-            n, version, width = int.from_bytes(socket.inet_pton(socket.AF_INET, addr), "big"), 4, 32
-        bits = int(plen) if plen else width
-    except (OSError, ValueError):
-        return None
-    if not 0 <= bits <= width:
-        return None
-    host = (1 << (width - bits)) - 1
-    return (version, n & ~host, (n & ~host) | host)
-
-
-def port_number(text: str) -> int | None:
-    """A port as iptables-save prints it (decimal, 0-65535), or None: evidence is untrusted, and
-    ``int()`` would take ``-1``, ``٣`` or raise on 5,000 digits."""
-    if not text or len(text) > 5 or not (text.isascii() and text.isdigit()):
-        return None
-    n = int(text)
-    return n if n <= 65535 else None
 
 
 def _ports(text: str) -> tuple[tuple[int, int], ...] | None:
@@ -264,60 +233,6 @@ _FAST = re.compile(
     r"-(?P<jg>[jg]) (?P<t>[\w.-]+)"
     r"(?: --to-destination (?P<to>[0-9a-fA-F.:\[\]]+)| --set-xmark (?P<xm>0x[0-9a-fA-F]+/0x[0-9a-fA-F]+))?"
 )
-
-
-_SPANS: dict[str, Span | None] = {}
-
-
-def address_span(text: str) -> Span | None:
-    """:func:`parse_span`, memoised (a dump names the same networks and Pod addresses again and
-    again: ``! -s 10.0.0.0/8`` in every Service chain, each endpoint in ``-s`` and its DNAT)."""
-    span = _SPANS.get(text, False)
-    if span is False:
-        if len(_SPANS) > 100_000:
-            _SPANS.clear()
-        # an endpoint's "-s 10.1.2.3/32" and its "--to-destination 10.1.2.3:80" share one entry
-        if text.endswith("/32") and ":" not in text:
-            span = address_span(text[:-3])
-        elif text.endswith("/128") and ":" in text:
-            span = address_span(text[:-4])
-        else:
-            span = _SPANS[text] = parse_span(text)
-    return span  # type: ignore[return-value]
-
-
-_HOSTS: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address | None] = {}
-
-
-def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """A single address without a prefix length (a Service's or an endpoint's IP), or None;
-    memoised, and built from the integer (``ipaddress`` parsing is the slow part for a cluster's
-    tens of thousands of addresses)."""
-    got = _HOSTS.get(text, False)
-    if got is False:
-        if len(_HOSTS) > 200_000:
-            _HOSTS.clear()
-        span = address_span(text) if "/" not in text else None
-        if span is None or span[1] != span[2]:
-            got = None
-        else:
-            got = ipaddress.IPv4Address(span[1]) if span[0] == 4 else ipaddress.IPv6Address(span[1])
-        _HOSTS[text] = got
-    return got  # type: ignore[return-value]
-
-
-_TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
-
-
-def address_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """``str(addr)``, memoised: every traffic class of a Service names the same few clients and
-    its ClusterIP, and ``ipaddress`` formats in Python."""
-    got = _TEXTS.get(addr)
-    if got is None:
-        if len(_TEXTS) > 200_000:
-            _TEXTS.clear()
-        got = _TEXTS[addr] = str(addr)
-    return got
 
 
 def _compile_fast(rule: Rule) -> CompiledRule | None:

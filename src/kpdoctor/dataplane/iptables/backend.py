@@ -1,0 +1,304 @@
+"""The iptables backend: kube-proxy's iptables mode (and every other writer's iptables rules).
+
+Each address family is evaluated through its ``iptables-save`` rules. When kube-proxy's rules are
+in both iptables backends (legacy and nft), both are live in the kernel: each is a view of its
+own, and the verifier says where they disagree. Rules of the other backend that hold no Service
+rules (firewalls, CNI filters) still take part: a packet must pass them too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kpdoctor.dataplane.addresses import IPAddress
+from kpdoctor.dataplane.backend import Packet, TracedView, View
+from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
+from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
+from kpdoctor.dataplane.iptables.evaluate import Evaluator, Outcome, Step
+from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
+from kpdoctor.model import Cite
+from kpdoctor.parse.iptables import Ruleset
+
+_SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
+
+# Who writes a chain, by its name: the owner of the rule that decided a packet's fate.
+KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
+CHAIN_OWNERS = (
+    ("KUBE-ROUTER-", "kube-router"),
+    ("KUBE-NWPLCY-", "kube-router"),
+    ("KUBE-POD-FW-", "kube-router"),
+    ("KUBE-", "kube-proxy"),
+    ("cali-", "calico"),
+    ("CILIUM_", "cilium"),
+    ("DOCKER", "docker"),
+    ("CNI-", "a CNI plugin"),
+    ("FLANNEL", "flannel"),
+    ("WEAVE", "weave"),
+    ("ANTREA", "antrea"),
+    ("ufw-", "ufw"),
+    ("ts-", "tailscale"),
+    ("f2b-", "fail2ban"),
+)
+
+
+def chain_owner(chain: str | None) -> str | None:
+    """The component that writes ``chain`` (None for built-in chains and names nobody claims)."""
+    if not chain:
+        return None
+    if chain in KUBELET_CHAINS:
+        return "kubelet"
+    return next((who for prefix, who in CHAIN_OWNERS if chain.startswith(prefix)), None)
+
+
+def has_service_rules(rs: Ruleset) -> bool:
+    """Does this backend hold Service forwarding (any DNAT in nat)?"""
+    nat = rs.tables.get("nat")
+    return nat is not None and any("DNAT" in r.text for r in nat.rules)
+
+
+@dataclass(slots=True)
+class FamilyRules:
+    """The rules one address family is evaluated with."""
+
+    family: int
+    primary: list[tuple[Ruleset, Evaluator]]  # one, or two when Service rules are in both backends
+    missing: str | None = None  # why there is nothing to evaluate
+
+
+def family_rules(rulesets: list[Ruleset], family: int, local: Iterable[IPAddress], record: bool = True) -> FamilyRules:
+    mine = [rs for rs in rulesets if rs.family == family and rs.form in ("save", "S")]
+    seen: set[str | None] = set()
+    uniq = []
+    for rs in mine:  # one per backend (the same dump given twice is one)
+        if rs.backend in seen and rs.backend is not None:
+            continue
+        seen.add(rs.backend)
+        uniq.append(rs)
+    if not uniq:
+        return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
+    compiled = {id(rs): compile_tables(rs.tables) for rs in uniq}
+    kube = [rs for rs in uniq if has_service_rules(rs)]
+    local = list(local)
+    if len(kube) >= 2:
+        return FamilyRules(family, [(rs, Evaluator(compiled[id(rs)], local, record=record)) for rs in kube])
+    primary = kube[0] if kube else uniq[0]
+    layers: list[dict[str, CompiledTable]] = [compiled[id(rs)] for rs in uniq if rs is not primary]
+    return FamilyRules(family, [(primary, Evaluator(compiled[id(primary)], local, layers=layers, record=record))])
+
+
+def _cite(rs: Ruleset, step: Step | None) -> Cite | None:
+    if step is None:
+        return None
+    if step.line is None:
+        return Cite(rs.artifact, None, f"{step.table} {step.chain} {step.text}")
+    return rule_cite(rs.artifact, step.line, step.text)
+
+
+def _entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[list[Entry], list[Cite], list[str]]:
+    entries: list[Entry] = []
+    rules: dict[Cite, None] = {}
+    reasons: list[str] = []
+    for o in outcomes:
+        verdict = o.verdict
+        if verdict == "ACCEPT":
+            step = o.state.dnat_step if o.state.dnat is not None else None
+        else:
+            step = o.decided_by
+            if verdict == "UNCERTAIN":
+                reasons.append(o.reason)
+        cite = _cite(rs, step)
+        chain = step.chain if step else None
+        entries.append(Entry(o.backend, verdict, o.probability, cite, chain, tag, chain_owner(chain)))
+        if cite is not None:
+            rules[cite] = None
+    return entries, list(rules), reasons
+
+
+class IptablesBackend:
+    """kube-proxy's iptables mode: the node's ``iptables-save`` rules, per address family.
+
+    ``local``: the node's own addresses (``--dst-type LOCAL``); ``record``: keep every step
+    (``trace``; a verification needs only outcomes)."""
+
+    mode = "iptables"
+
+    def __init__(self, rulesets: list[Ruleset], local: Iterable[IPAddress], record: bool = False) -> None:
+        self.rulesets = rulesets
+        self.local = list(local)
+        self.record = record
+        self._families: dict[int, FamilyRules] = {}
+
+    def family(self, family: int) -> FamilyRules:
+        fr = self._families.get(family)
+        if fr is None:
+            fr = self._families[family] = family_rules(self.rulesets, family, self.local, record=self.record)
+        return fr
+
+    def families(self) -> list[int]:
+        """Families with rules in the evidence."""
+        return sorted({rs.family for rs in self.rulesets if rs.form in ("save", "S")})
+
+    def missing(self, family: int) -> str | None:
+        return self.family(family).missing
+
+    def split(self) -> dict[int, list[str]]:
+        out = {}
+        for f in self.families():
+            fr = self.family(f)
+            if len(fr.primary) > 1:
+                out[f] = [rs.artifact for rs, _ in fr.primary]
+        return out
+
+    def evaluate(self, case: Case) -> list[View]:
+        assert case.src is not None and case.dst is not None
+        fam = self.family(case.sp.family)
+        pkt = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
+        views = []
+        for rs, ev in fam.primary:
+            outcomes = ev.run(pkt, case.hook, postrouting=False)
+            notes = []
+            if ev.undecided:
+                notes.append(
+                    "could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(ev.undecided))
+                )
+            tag = rs.backend if len(fam.primary) > 1 else None
+            entries, rules, reasons = _entries(rs, outcomes, tag)
+            views.append(View(tag, entries, rules, reasons, notes))
+        return views
+
+    def explain_mismatch(self, case: Case, result: Result) -> list[str]:
+        """Name the rule after which part of the traffic went on un-DNATed while the rest reached
+        backends: a KUBE-SEP chain without its DNAT rule, as a node in the middle of a sync (or
+        with a rule deleted by hand) has. The verification walk keeps no steps, so this one case
+        is walked again with them (rare: only such mismatches pay for it)."""
+        assert case.src is not None and case.dst is not None
+        fam = self.family(case.sp.family)
+        pkt = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
+        notes: list[str] = []
+        for rs, ev in fam.primary:
+            tag = rs.backend if len(fam.primary) > 1 else None
+            mine = [e for e in result.actual if e.ruleset == tag]
+            lost = [e for e in mine if e.verdict == "ACCEPT" and not e.backend]
+            if not lost or len(lost) == len(mine):
+                continue  # all of it untranslated: "no-rules", which says so itself
+            outcomes = ev.recording().run(pkt, case.hook, postrouting=False)
+            walked = [o for o in outcomes if o.verdict == "ACCEPT" and not o.backend]
+            cites: list[Cite] = []
+            for o in walked:
+                step = next((x for x in reversed(o.state.steps) if x.table == "nat" and x.line is not None), None)
+                cite = _cite(rs, step)
+                if cite is not None:
+                    cites.append(cite)
+            if len(cites) == len(lost):
+                for e, c in zip(lost, cites, strict=True):
+                    e.rule, e.chain = c, None
+            for c in dict.fromkeys(cites):
+                if c not in result.rules:
+                    result.rules.append(c)
+            share = sum(e.probability for e in lost)
+            where = (
+                " after line " + ", ".join(str(c.line) for c in dict.fromkeys(cites)) + f" ({cites[0].text[:120]})"
+                if cites
+                else ""
+            )
+            notes.insert(
+                0,
+                f"{share:.0%} of this traffic is not translated to any backend{where}: a chain on its path has no "
+                "DNAT rule (a partial sync, or a rule deleted by hand)",
+            )
+        return notes
+
+    def stale(self, owned: Owned, node: NodeView) -> list[StaleRule]:
+        out: list[StaleRule] = []
+        for f in self.families():
+            fr = self.family(f)
+            if fr.primary:
+                ext = ipaddress.ip_address(EXTERNAL_CLIENTS[f][0])
+                out.extend(find_stale(fr, owned.ips, owned.ports, node, pod_client(node, f), ext, owned.unreadable))
+        return out
+
+    def trace(self, packet: Packet, hook: str) -> list[TracedView]:
+        fam = self.family(packet.dst.version)
+        views = []
+        for rs, ev in fam.primary:
+            outcomes = ev.run(packet, hook, postrouting=True)
+            label = rs.backend if len(fam.primary) > 1 else None
+            views.append(TracedView(label, rs.artifact, [_branch(rs, o) for o in outcomes]))
+        return views
+
+    def not_evaluated(self) -> list[str]:
+        if any(rs.form == "L" for rs in self.rulesets):
+            return ["iptables -L listings are not evaluated (they drop match details): give iptables-save"]
+        return []
+
+
+def _branch(rs: Ruleset, o: Outcome) -> TraceBranch:
+    steps = [TraceStep(rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability) for s in o.state.steps]
+    return TraceBranch(o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity))
+
+
+def find_stale(
+    fam: FamilyRules,
+    owned_ips: set[tuple[int, str, int]],
+    owned_ports: set[tuple[str, int]],
+    node: NodeView,
+    pod_src: IPAddress,
+    ext_src: IPAddress,
+    unreadable: frozenset[str] | set[str] = frozenset(),
+) -> list[StaleRule]:
+    """Destinations in the nat rules that still forward although no Service owns them."""
+    out: list[StaleRule] = []
+    node_ip = node.primary(fam.family)
+    for rs, ev in fam.primary:
+        nat = rs.tables.get("nat")
+        compiled = ev.tables.get("nat")
+        if nat is None or compiled is None:
+            continue
+        seen: set[tuple[int | None, str, int]] = set()
+        # only rules that match a destination port can name a Service's address (most of them
+        # compiled already, by the walks of the Services' own traffic)
+        for cr in compiled.compiled([r for r in nat.rules if "-dport" in r.text]):
+            rule = cr.rule
+            port, proto = cr.exact_dport, cr.proto
+            if port is None or proto is None or cr.proto_neg:
+                continue
+            dst = cr.exact_dst
+            if dst is not None and cr.dst is not None and cr.dst[0] == fam.family:
+                if (dst, proto, port) in owned_ips or (dst, proto, port) in seen or (dst, ANY_PORT, 0) in owned_ips:
+                    continue
+                if node_ip is not None and dst == int(node_ip) and (proto, port) in owned_ports:
+                    continue
+                seen.add((dst, proto, port))
+                addr = ipaddress.ip_address(dst) if fam.family == 4 else ipaddress.IPv6Address(dst)
+                pkt = Packet(pod_src, addr, proto, port)
+                nodeport = False
+            elif cr.dst is None or cr.dst_neg or (cr.dst[0] == 4 and cr.dst[1] >> 24 == 127):
+                if (proto, port) in owned_ports or (None, proto, port) in seen or node_ip is None:
+                    continue
+                seen.add((None, proto, port))
+                pkt = Packet(ext_src, node_ip, proto, port)
+                nodeport = True
+            else:
+                continue
+            outcomes = ev.run(pkt, "prerouting", postrouting=False)
+            backends = sorted({o.backend for o in outcomes if o.backend and o.verdict == "ACCEPT"})
+            if not backends:
+                continue
+            cites = [Cite(rs.artifact, rule.line, rule.text.strip())]
+            for o in outcomes:
+                for s in o.state.steps:
+                    if "DNAT" in s.text and s.line is not None:
+                        c = Cite(rs.artifact, s.line, s.text.strip())
+                        if c not in cites:
+                            cites.append(c)
+            m = _SVC_COMMENT.search(rule.text) or next(
+                (mm for o in outcomes for s in o.state.steps if (mm := _SVC_COMMENT.search(s.text))), None
+            )
+            if m and m.group(1).split(":")[0] in unreadable:
+                continue  # the rules of a Service whose object is broken (an input problem)
+            dest = f"{pkt.dst}:{port}" if fam.family == 4 else f"[{pkt.dst}]:{port}"
+            out.append(StaleRule(fam.family, dest, proto, m.group(1) if m else None, backends, cites[:4], nodeport))
+    return out

@@ -1,0 +1,50 @@
+"""IPVS virtual servers left on a node that no longer runs kube-proxy in IPVS mode.
+
+Switching from IPVS to iptables mode leaves kube-ipvs0 (every ClusterIP still a local address)
+and the virtual servers: for a Service that still exists iptables DNATs first and they never see
+a packet, but one whose Service is gone still forwards to its old real servers.
+"""
+
+from __future__ import annotations
+
+from kpdoctor.dataplane.addresses import host_address
+from kpdoctor.dataplane.expected import ANY_PORT, NodeView, Owned
+from kpdoctor.dataplane.results import StaleRule
+from kpdoctor.model import Cite
+from kpdoctor.parse.ipvsadm import VirtualServer
+
+MAX_CITED_REALS = 3
+
+
+def _split(address: str) -> tuple[str, int] | None:
+    """``10.96.0.10:53`` / ``[fd00::a]:53`` as (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def leftover_virtual_servers(servers: list[tuple[VirtualServer, str]], owned: Owned, node: NodeView) -> list[StaleRule]:
+    """Virtual servers with real servers that no Service (or hostPort) owns."""
+    local = {int(a) for addrs in node.addresses.values() for a in addrs}
+    out: list[StaleRule] = []
+    for vs, artifact in servers:
+        hp = _split(vs.address)
+        addr = host_address(hp[0]) if hp else None
+        if hp is None or addr is None or not vs.reals or vs.protocol == "FWM":
+            continue
+        proto, port = vs.protocol.lower(), hp[1]
+        nodeport = int(addr) in local
+        if (int(addr), proto, port) in owned.ips or (int(addr), ANY_PORT, 0) in owned.ips:
+            continue
+        if nodeport and (proto, port) in owned.ports:
+            continue
+        cites = [Cite(artifact, vs.line, vs.text)]
+        cites += [Cite(artifact, r.line, r.text) for r in vs.reals[:MAX_CITED_REALS] if r.text]
+        dest = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+        out.append(
+            StaleRule(
+                addr.version, dest, proto, None, [r.address for r in vs.reals], cites, nodeport, leftover_of="ipvs"
+            )
+        )
+    return out

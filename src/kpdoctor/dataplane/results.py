@@ -1,0 +1,340 @@
+"""The verification's result model, whatever the proxy mode: what each Service port x traffic
+class reached (:class:`Entry`), its verdict against the cluster (:class:`Result`, :func:`judge`),
+destinations no Service owns (:class:`StaleRule`), and the whole (:class:`Verification`),
+including when it could not be evaluated at all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kpdoctor.dataplane.expected import Case, Expectation
+from kpdoctor.model import Cite
+
+PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
+
+
+_ROUNDED: dict[float, float] = {}
+
+
+def rounded(p: float) -> float:
+    """A probability to 6 decimals for the report (memoised: a node has few distinct shares)."""
+    r = _ROUNDED.get(p)
+    if r is None:
+        if len(_ROUNDED) > 100_000:
+            _ROUNDED.clear()
+        r = _ROUNDED[p] = round(p, 6)
+    return r
+
+
+_CITES: dict[tuple[str, int], Cite] = {}
+
+
+def rule_cite(artifact: str, line: int, text: str) -> Cite:
+    """The citation of one rule line, shared (a DNAT rule is cited by every traffic class that
+    reaches it; building a frozen Cite each time is a measurable share of a 10,000-Service run)."""
+    key = (artifact, line)
+    c = _CITES.get(key)
+    if c is None:
+        if len(_CITES) > 1_000_000:
+            _CITES.clear()
+        c = _CITES[key] = Cite(artifact, line, text.strip())
+    return c
+
+
+@dataclass(slots=True)
+class Entry:
+    """One outcome of the evaluated rules: a backend with its probability, or a verdict."""
+
+    backend: str | None
+    verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
+    probability: float
+    rule: Cite | None = None  # the DNAT rule, or the rule/policy that refused
+    chain: str | None = None  # chain of that rule
+    ruleset: str | None = None  # iptables backend that produced it (when rules are split)
+    # who wrote the rule that decided: "kube-proxy", another component ("calico", "docker"...),
+    # or None when the evidence does not tell (a built-in chain's rule or policy)
+    owner: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "backend": self.backend,
+            "verdict": self.verdict,
+            "probability": rounded(self.probability),
+        }
+        if self.rule is not None:
+            out["rule"] = {"artifact": self.rule.artifact, "line": self.rule.line}
+        if self.ruleset:
+            out["iptables_backend"] = self.ruleset
+        if self.owner:
+            out["owner"] = self.owner
+        return out
+
+
+@dataclass(slots=True)
+class Result:
+    """One row of ``verification.results``."""
+
+    service: str
+    port: str
+    protocol: str
+    family: int
+    traffic: str
+    destination: str
+    source: str | None
+    status: str  # ok | mismatch | uncertain
+    expected: list[Expectation]
+    actual: list[Entry] = field(default_factory=list)
+    rules: list[Cite] = field(default_factory=list)
+    note: str = ""
+    # for findings: what kind of mismatch, and its details
+    kind: str = ""  # no-rules | refused | partly-refused | backends | not-refused | split
+    stale_backends: list[str] = field(default_factory=list)
+    missing_backends: list[str] = field(default_factory=list)
+    uneven: bool = False
+    local_policy: bool = False
+    local_endpoints: list[str] = field(default_factory=list)
+    service_cite: Cite | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.service}:{self.port}" if self.port else self.service
+
+    def refusals(self) -> list[Entry]:
+        return [e for e in self.actual if e.verdict in ("DROP", "REJECT")]
+
+    def to_json(self, shared: dict[int, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+        """``shared``: expected-outcome JSON already built, by list identity (the traffic classes of
+        one Service port share their expectations); valid for one rendering."""
+        exp = shared.get(id(self.expected)) if shared is not None else None
+        if exp is None:
+            exp = []
+            for alt in self.expected[:1]:
+                if alt.refused:
+                    exp.append({"backend": None, "verdict": "refused", "probability": 1.0})
+                else:
+                    share = rounded(1 / len(alt.backends))
+                    exp.extend({"backend": b, "probability": share} for b in sorted(alt.backends))
+            if shared is not None:
+                shared[id(self.expected)] = exp
+        out: dict[str, Any] = {
+            "service": self.service,
+            "port": self.port,
+            "protocol": self.protocol,
+            "family": f"IPv{self.family}",
+            "traffic": self.traffic,
+            "destination": self.destination,
+            "source": self.source,
+            "status": self.status,
+            "expected": exp,
+            "actual": [e.to_json() for e in self.actual],
+            "rules": [{"artifact": c.artifact, "line": c.line} for c in self.rules],
+            "note": self.note,
+        }
+        if len(self.expected) > 1:
+            out["accepted"] = [{"backends": sorted(a.backends), "why": a.why} for a in self.expected]
+        if self.kind:
+            out["mismatch"] = self.kind
+        if self.stale_backends:
+            out["stale_backends"] = self.stale_backends
+        if self.missing_backends:
+            out["missing_backends"] = self.missing_backends
+        return out
+
+
+@dataclass(slots=True)
+class StaleRule:
+    """A destination the rules still forward (or refuse) that no Service owns."""
+
+    family: int
+    destination: str
+    protocol: str
+    label: str | None  # the Service named in the rule comments, if any
+    backends: list[str]
+    rules: list[Cite]
+    nodeport: bool
+    # the proxy mode whose state this is, when it is not the mode kube-proxy runs in (what a mode
+    # switch left behind: iptables rules on an IPVS node, IPVS virtual servers on an iptables one)
+    leftover_of: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "destination": self.destination,
+            "protocol": self.protocol.upper(),
+            "named": self.label,
+            "backends": self.backends,
+            "rules": [c.to_json() for c in self.rules],
+        }
+        if self.leftover_of:
+            out["leftover_of"] = self.leftover_of
+        return out
+
+
+@dataclass(slots=True)
+class Verification:
+    """Every result of one node. ``evaluated`` is False when no backend could read the mode
+    kube-proxy runs in (or its rules are absent): then ``reason`` says why, there are no
+    results, and it is neither clean nor a mismatch."""
+
+    services_checked: int
+    results: list[Result] = field(default_factory=list)
+    stale: list[StaleRule] = field(default_factory=list)
+    split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
+    not_evaluated: list[str] = field(default_factory=list)
+    # Services in the evidence that give nothing to verify although they are not headless (no
+    # spec, clusterIP or ports): (NS/NAME, why). Not a verdict, and never clean.
+    unverified: list[tuple[str, str]] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list, repr=False, compare=False)  # every case, in order
+    # the parts of ``cases`` evaluated here, (start, end) in the order of ``results``
+    ranges: list[tuple[int, int]] = field(default_factory=list, repr=False, compare=False)
+    evaluated: bool = True
+    reason: str = ""  # why it was not evaluated
+    mode: str | None = None  # the proxy mode verified (or found, when it was not evaluated)
+    mode_why: str = ""  # how that mode was told
+
+    def only(self, service: str) -> Verification:
+        """The results (and stale rules) of one Service, ``NS/NAME`` or ``NS/NAME:PORT``."""
+        out = Verification(self.services_checked, split=self.split, not_evaluated=self.not_evaluated)
+        out.evaluated, out.reason, out.mode, out.mode_why = self.evaluated, self.reason, self.mode, self.mode_why
+        out.results = [r for r in self.results if service_matches(r.label, service)]
+        out.stale = [s for s in self.stale if service_matches(s.label, service)]
+        out.unverified = [u for u in self.unverified if service_matches(u[0], service)]
+        out.services_checked = len({r.service for r in out.results})
+        return out
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def clean(self) -> bool:
+        ok = self.evaluated and bool(self.results) and all(r.status == "ok" for r in self.results)
+        return ok and not self.stale and not self.unverified
+
+    def to_json(self) -> dict[str, Any]:
+        shared: dict[int, list[dict[str, Any]]] = {}
+        return {
+            "services_checked": self.services_checked,
+            "ok": self.count("ok"),
+            "mismatches": self.count("mismatch"),
+            "uncertain": self.count("uncertain"),
+            "results": [r.to_json(shared) for r in self.results],
+            "stale_rules": [s.to_json() for s in self.stale],
+            "not_evaluated": list(self.not_evaluated),
+            "unverified": [{"service": svc, "reason": why} for svc, why in self.unverified],
+            "evaluated": self.evaluated,
+            **({"reason": self.reason} if not self.evaluated else {}),
+            **({"proxy_mode": {"mode": self.mode, "how": self.mode_why}} if self.mode else {}),
+        }
+
+
+def service_matches(label: str | None, wanted: str) -> bool:
+    """``ns/name:port`` against a filter ``ns/name`` (every port) or ``ns/name:port``; a filter
+    may list several, comma-separated (what :func:`resolve_service` makes of ``ns/name:53`` when
+    port 53 is both the "dns" and the "dns-tcp" port)."""
+    if not label:
+        return False
+    if "," in wanted:
+        return any(service_matches(label, w) for w in wanted.split(","))
+    if ":" in wanted:
+        return label == wanted
+    return label == wanted or label.startswith(wanted + ":")
+
+
+def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | None]:
+    """Status and mismatch kind of one evaluated case, and the alternative it matched."""
+    if any(e.verdict == "UNCERTAIN" for e in entries):
+        return "uncertain", "", None
+    fwd: dict[str, float] = {}
+    refused = through = 0.0
+    for e in entries:
+        if e.verdict == "ACCEPT" and e.backend:
+            fwd[e.backend] = fwd.get(e.backend, 0.0) + e.probability
+        elif e.verdict in ("DROP", "REJECT"):
+            refused += e.probability
+        else:
+            through += e.probability
+    for alt in case.alternatives:
+        if alt.refused:
+            if refused >= 1 - PROB_TOLERANCE:
+                return "ok", "", alt
+            continue
+        n = len(alt.backends)
+        if set(fwd) == set(alt.backends) and all(abs(p - 1 / n) <= PROB_TOLERANCE for p in fwd.values()):
+            return "ok", "", alt
+    if through >= 1 - PROB_TOLERANCE:
+        kind = "no-rules"
+    elif refused >= 1 - PROB_TOLERANCE:
+        kind = "refused"
+    elif refused > PROB_TOLERANCE:
+        kind = "partly-refused"
+    elif all(a.refused for a in case.alternatives):
+        kind = "not-refused"
+    else:
+        kind = "backends"
+    return "mismatch", kind, None
+
+
+def outcome_signature(entries: list[Entry]) -> list[tuple[str, str, float]]:
+    """Comparable outcome of one backend's rules; un-DNATed branches have no backend ("")."""
+    return sorted((e.backend or "", e.verdict, round(e.probability, 3)) for e in entries)
+
+
+def describe_entries(entries: list[Entry]) -> str:
+    parts = []
+    for e in entries:
+        what = e.backend if e.backend else ("falls through" if e.verdict == "ACCEPT" else e.verdict)
+        parts.append(f"{what} ({e.probability:.0%})")
+    return ", ".join(parts) or "nothing"
+
+
+@dataclass(slots=True)
+class TraceStep:
+    artifact: str
+    table: str
+    chain: str
+    line: int | None
+    rule: str
+    probability: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "artifact": self.artifact,
+            "table": self.table,
+            "chain": self.chain,
+            "line": self.line,
+            "rule": self.rule,
+            "probability": round(self.probability, 6),
+        }
+
+
+@dataclass(slots=True)
+class TraceBranch:
+    probability: float
+    verdict: str
+    backend: str | None
+    steps: list[TraceStep]
+    reason: str = ""
+    masquerade: bool = False
+    affinity_lines: list[int] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        if self.verdict == "UNCERTAIN":
+            return f"uncertain: {self.reason}"
+        if self.verdict == "ACCEPT":
+            if self.backend:
+                return f"DNAT to {self.backend}" + (" (masqueraded)" if self.masquerade else "")
+            return "not translated: leaves for its original destination"
+        return self.verdict
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "probability": round(self.probability, 6),
+            "verdict": self.verdict,
+            "backend": self.backend,
+            "outcome": self.outcome,
+            "masquerade": self.masquerade,
+            "reason": self.reason or None,
+            "affinity_rules": self.affinity_lines,
+            "steps": [s.to_json() for s in self.steps],
+        }

@@ -1,0 +1,150 @@
+"""The proxy mode kube-proxy really runs in, and what each mode has left on the node.
+
+Configuration says what was asked for; it is not what runs. kube-proxy before 1.26 fell back from
+IPVS to iptables when IPVS's prerequisites were missing, a ConfigMap that is not mounted leaves
+the default, and a mode switch leaves the old mode's rules behind. So the mode is told, in this
+order, by: kube-proxy's own log ("Using ipvs Proxier"); the state only one mode writes (iptables
+Service chains jumped to from KUBE-SERVICES, IPVS's ipset matches, virtual servers and
+kube-ipvs0, the ``kube-proxy`` nftables table); the configuration (flags, config file); and the
+default (iptables) when kube-proxy's configuration is known or its iptables chains are there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kpdoctor.model import Cite
+from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.ipvsadm import VirtualServer
+from kpdoctor.parse.links import Link
+from kpdoctor.parse.nft import KUBE_PROXY_TABLE, NftTable
+
+# kube-proxy's iptables mode dispatches each Service from KUBE-SERVICES (or KUBE-NODEPORTS) to
+# one of these chains; IPVS mode writes KUBE-SERVICES too, but matches ipsets there instead.
+_IPTABLES_SERVICE_CHAINS = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-XLB-")
+_DISPATCH = frozenset({"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES"})
+# chains kube-proxy writes in iptables mode (and, for the first three, IPVS mode) even with no Service
+_KUBE_PROXY_CHAINS = frozenset({"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-NODEPORTS"})
+IPVS_INTERFACE = "kube-ipvs0"
+KNOWN_MODES = ("iptables", "ipvs", "nftables", "userspace", "kernelspace")
+
+
+@dataclass(frozen=True, slots=True)
+class ModeState:
+    """Evidence that one mode's Service state is on the node."""
+
+    mode: str
+    what: str  # "KUBE-SVC chains (node/iptables-save.txt)"
+    cite: Cite | None
+
+
+@dataclass(slots=True)
+class RunningMode:
+    mode: str | None  # None: the evidence does not tell
+    how: str  # how it was told, for the report ("kube-proxy's log says so", "the default")
+    cite: Cite | None = None
+    requested: str | None = None  # the configured mode, when one is configured
+    present: dict[str, ModeState] = field(default_factory=dict)  # the modes whose state is on the node
+
+    @property
+    def leftovers(self) -> list[ModeState]:
+        """The state of modes kube-proxy does not run in: what a mode switch left behind."""
+        return [s for m, s in self.present.items() if m != self.mode]
+
+
+def iptables_states(rulesets: Iterable[Ruleset]) -> list[ModeState]:
+    """iptables mode's Service dispatch, IPVS mode's ipset matches, and kube-proxy's chains of
+    either (``present`` without a Service: the mode is iptables or IPVS, not nftables)."""
+    out: dict[str, ModeState] = {}
+    for rs in rulesets:
+        if rs.form not in ("save", "S", "fragment"):
+            continue
+        for r in rs.all_rules():
+            if "iptables" not in out and r.chain in _DISPATCH and (r.target or "").startswith(_IPTABLES_SERVICE_CHAINS):
+                out["iptables"] = ModeState(
+                    "iptables",
+                    f"kube-proxy's iptables Service chains ({rs.artifact})",
+                    Cite(rs.artifact, r.line, r.text),
+                )
+            elif "ipvs" not in out and "--match-set KUBE-" in r.text:
+                out["ipvs"] = ModeState(
+                    "ipvs", f"IPVS mode's ipset rules in iptables ({rs.artifact})", Cite(rs.artifact, r.line, r.text)
+                )
+            if len(out) == 2:
+                break
+    return list(out.values())
+
+
+def kube_proxy_chains(rulesets: Iterable[Ruleset]) -> bool:
+    """Has kube-proxy (iptables or IPVS mode) written its iptables chains on this node?"""
+    return any(rs.chains() & _KUBE_PROXY_CHAINS for rs in rulesets)
+
+
+def ipvs_state(servers: list[tuple[VirtualServer, str]], links: list[tuple[str, Link]]) -> ModeState | None:
+    """IPVS virtual servers, or the dummy interface IPVS mode binds ClusterIPs to."""
+    if servers:
+        vs, artifact = servers[0]
+        return ModeState(
+            "ipvs", f"{len(servers)} IPVS virtual server(s) ({artifact})", Cite(artifact, vs.line, vs.text)
+        )
+    for artifact, link in links:
+        if link.name == IPVS_INTERFACE:
+            return ModeState(
+                "ipvs", f"the {IPVS_INTERFACE} interface ({artifact})", Cite(artifact, link.line, link.text)
+            )
+    return None
+
+
+def nftables_state(tables: list[tuple[NftTable, str]]) -> ModeState | None:
+    """kube-proxy's own nftables table, with chains in it."""
+    for t, artifact in tables:
+        if t.name == KUBE_PROXY_TABLE and (t.chains or t.rules):
+            return ModeState("nftables", f"the {t.label} nftables table ({artifact})", Cite(artifact, t.line, t.text))
+    return None
+
+
+def running_mode(
+    logged: tuple[str, Cite | None] | None,
+    configured: tuple[str, Cite | None] | None,
+    states: Iterable[ModeState],
+    default_known: bool,
+) -> RunningMode:
+    """Decide the mode (see the module docstring). ``default_known``: kube-proxy's configuration
+    or its iptables chains are in the evidence, so "nothing configured" means the default."""
+    present: dict[str, ModeState] = {}
+    for s in states:
+        present.setdefault(s.mode, s)
+    requested = configured[0].lower() if configured and configured[0] else None
+    if logged is not None:
+        return RunningMode(logged[0].lower(), "kube-proxy's log says so", logged[1], requested, present)
+    if len(present) == 1:
+        only = next(iter(present.values()))
+        return RunningMode(only.mode, f"only its state is on the node: {only.what}", only.cite, requested, present)
+    if len(present) > 1:
+        if requested in present:
+            return RunningMode(
+                requested,
+                "configured, and its state is on the node",
+                configured[1] if configured else None,
+                requested,
+                present,
+            )
+        if set(present) == {"iptables", "ipvs"} and "iptables" in present and "match-set" not in present["ipvs"].what:
+            # KUBE-SERVICES is rewritten whole by whichever mode synced last: it dispatches to
+            # iptables Service chains, so IPVS's virtual servers are what the switch left
+            it = present["iptables"]
+            return RunningMode(
+                "iptables", f"kube-proxy's iptables Service dispatch is live: {it.what}", it.cite, requested, present
+            )
+        names = "; ".join(f"{m}: {s.what}" for m, s in present.items())
+        why = (
+            f"the state of several modes is on the node ({names}) and neither kube-proxy's log nor its "
+            "configuration says which runs"
+        )
+        return RunningMode(None, why, None, requested, present)
+    if requested:
+        return RunningMode(requested, "configured", configured[1] if configured else None, requested, present)
+    if default_known:
+        return RunningMode("iptables", "the default (no other mode is configured)", None, None, present)
+    return RunningMode(None, "nothing in the evidence says which mode kube-proxy runs in", None, None, present)
