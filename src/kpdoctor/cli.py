@@ -704,6 +704,8 @@ def trace(
         if backend is None:
             _err(modes.not_evaluated_reason(str(running.mode), running.how).replace("evaluate", "trace", 1))
             raise Exit(3)
+        if running.mode is None and facts.rulesets:
+            _err(f"the proxy mode is not known ({running.how}): tracing the iptables rules")
         if not facts.rulesets:
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")

@@ -32,7 +32,7 @@ from kpdoctor.dataplane.verify import (
     run_verification,
 )
 from kpdoctor.facts import mode as modefacts
-from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
+from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
@@ -468,7 +468,7 @@ class Facts:
     def running_mode(self) -> modefacts.RunningMode:
         """The mode kube-proxy really runs in, from its log, the state each mode leaves on the
         node, its configuration, or the default (:mod:`kpdoctor.facts.mode`)."""
-        hits = self.log.hits(PROXY_MODE.id)
+        hits = self.log.hits(PROXY_MODE.id) or self.log.hits(SYNC_MODE.id)
         logged = (
             ((hits[-1].groups[0] or "iptables"), Cite(hits[-1].artifact, hits[-1].line, hits[-1].text))
             if hits
@@ -589,6 +589,9 @@ class Facts:
         n = parallel.default_workers()
         size = sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE))
         if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
+            return self._verification(Part())
+        n = parallel.idle_workers(n)  # a worker on a busy core costs more than it saves
+        if n <= 1:
             return self._verification(Part())
         tickets = parallel.Tickets(VERIFY_PIECES)
         try:

@@ -28,13 +28,14 @@ SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=Tr
 RESTORE_FAILED = signature(
     "restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True, variant=RESTORE_VARIANT
 )
-VERSION_GLOG = signature(
-    "version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)", generic=True
-)
+VERSION_GLOG = signature("version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)", generic=True)
 VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', r'"Version info" version="(v[^"]+)"')
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"', generic=True)
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
 PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")
+# The proxier of each mode says what it syncs (structured era): the mode, when the start-up line is
+# not in the evidence ("Syncing iptables rules", "Syncing nftables rules", "Syncing ipvs rules").
+SYNC_MODE = signature("sync-mode", "Syncing ", r'"Syncing (iptables|nftables|ipvs) rules"', generic=True)
 
 
 def restore_binary(hit: Hit) -> IptablesVersion | None:

@@ -18,7 +18,7 @@ XT_TABLES = frozenset({"filter", "nat", "mangle", "raw", "security"})
 KUBE_PROXY_TABLE = "kube-proxy"  # kube-proxy's nftables mode: "table ip kube-proxy", "table ip6 kube-proxy"
 
 _TABLE = re.compile(r"^\s*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
-_CHAIN = re.compile(r"^\s*chain\s+([\w.-]+)\s*\{")
+_CHAIN = re.compile(r"^\s*chain\s+(\S+)\s*\{")
 _HOOK = re.compile(r"^\s*type\s+(\w+)\s+hook\s+(\w+)(?:\s+device\s+\S+)?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+);)?")
 _RULE_HINT = re.compile(r"\b(jump|goto|dnat|snat|masquerade|accept|drop|reject|vmap|counter)\b")
 
@@ -45,7 +45,7 @@ class NftTable:
 
 def looks_like_nft_text(text: str) -> bool:
     """``nft list ruleset`` (or ``nft list table ...``) printed as text."""
-    return bool(_TABLE.search(text[:65536])) and bool(re.search(r"^\s*(chain|set|map)\s+[\w.-]+\s*\{", text, re.M))
+    return bool(_TABLE.search(text[:65536])) and bool(re.search(r"^\s*(chain|set|map)\s+\S+\s*\{", text, re.M))
 
 
 def parse_tables(text: str, first_line: int = 1) -> list[NftTable]:

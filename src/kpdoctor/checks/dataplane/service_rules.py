@@ -17,6 +17,7 @@ from kpdoctor.checks.dataplane.common import (
     not_evaluated,
 )
 from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.results import StaleRule
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 
@@ -115,29 +116,28 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
     ver = facts.verification
     if ver is None or not ver.stale:
         return
-    for s in ver.stale[:5]:
+    stale = [s for s in ver.stale if not s.leftover_of]
+    for mode in dict.fromkeys(s.leftover_of for s in ver.stale if s.leftover_of):
+        yield _leftovers(facts, [s for s in ver.stale if s.leftover_of == mode], mode, ver.mode)
+    for s in stale[:5]:
         named = f" (the rules still name {s.label})" if s.label else ""
         what = "NodePort " if s.nodeport else ""
-        summary = (
-            f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} "
-            f"although no Service owns it{named}."
+        f = start(
+            facts,
+            "KP201",
+            [],
+            confidence=Confidence.HIGH if s.label else Confidence.MEDIUM,
+            summary=f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} "
+            f"although no Service owns it{named}.",
         )
-        fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
-        if s.leftover_of:
-            summary = (
-                f"{what}{s.destination}/{s.protocol} is still forwarded to {', '.join(s.backends[:4])} by "
-                f"{s.leftover_of} state a mode switch left behind: kube-proxy runs in {ver.mode} mode{named}."
-            )
-            fix = [_LEFTOVER_FIX.get(s.leftover_of, "Remove the old mode's state (`kube-proxy --cleanup`).")]
-        f = start(facts, "KP201", [], confidence=Confidence.HIGH if s.label else Confidence.MEDIUM, summary=summary)
         f.subject = {"service": s.label, "workload": None}
         f.evidence = s.rules[:MAX_CITES]
-        f.fix = fix
+        f.fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
         f.ongoing = True
         f.explained_by = list(SYNC_CAUSES)
         yield f
-    if len(ver.stale) > 5:
-        rest = ver.stale[5:]
+    if len(stale) > 5:
+        rest = stale[5:]
         f = start(
             facts,
             "KP201",
@@ -149,3 +149,27 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
         f.ongoing = True
         f.explained_by = list(SYNC_CAUSES)
         yield f
+
+
+def _leftovers(facts: Facts, stale: list[StaleRule], mode: str, running: str | None) -> Finding:
+    """One finding for all that one old mode still forwards: its cause is one mode switch."""
+    shown = [
+        f"{'NodePort ' if s.nodeport else ''}{s.destination}/{s.protocol} -> {', '.join(s.backends[:2])}"
+        + (" ..." if len(s.backends) > 2 else "")
+        for s in stale[:6]
+    ]
+    more = f" and {len(stale) - 6} more" if len(stale) > 6 else ""
+    f = start(
+        facts,
+        "KP201",
+        [],
+        confidence=Confidence.HIGH,
+        summary=f"{mode} mode's state, left behind by a mode switch, still forwards {len(stale)} destination(s) "
+        f"on this node although kube-proxy runs in {running} mode: {'; '.join(shown)}{more}.",
+    )
+    named = list(dict.fromkeys(s.label for s in stale if s.label))
+    f.subject = {"service": named[0] if len(named) == 1 else None, "workload": None}
+    f.evidence = [c for s in stale[:2] for c in s.rules[:2]]
+    f.fix = [_LEFTOVER_FIX.get(mode, "Remove the old mode's state (`kube-proxy --cleanup`).")]
+    f.ongoing = True
+    return f

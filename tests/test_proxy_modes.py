@@ -1,0 +1,228 @@
+"""The mode kube-proxy really runs in decides how the node's rules are verified.
+
+A healthy IPVS or nftables node is not an iptables node with its Service rules missing: its
+verification is *not evaluated* (with the reason) and the checks on it abstain. After a mode
+switch, the old mode's state still forwarding is reported as stale rules, against the mode that
+runs. Inputs: upstream kube-proxy's own rule dumps (tests/data/upstream, loaded into real
+iptables and nft), real-format log lines, and ``ipvsadm -Ln`` in its printed format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import UPSTREAM, write
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.loader import load
+from kpdoctor.diagnose import diagnose_evidence
+from kpdoctor.facts import Facts
+from kpdoctor.facts.mode import ModeState, running_mode
+from kpdoctor.model import Cite, Report, Severity
+from kpdoctor.parse.nft import foreign_tables, parse_tables
+
+NFT = UPSTREAM / "nftables" / "TestOverallNFTablesRules"
+IPT = UPSTREAM / "iptables" / "TestOverallIPTablesRules"
+VERIFY_CHECKS = ("KP200", "KP202", "KP203", "KP204", "KP205")
+
+# `ipvsadm -Ln` as it prints (header, then virtual servers and their real servers)
+IPVSADM = """IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
+TCP  172.30.0.41:80 rr
+  -> 10.180.0.1:80                Masq    1      0          0
+TCP  172.30.0.99:8080 rr
+  -> 10.180.0.77:8080             Masq    1      0          3
+  -> 10.180.0.78:8080             Masq    1      0          2
+"""
+IPTABLES_LOG = "I0513 15:57:17.443803       1 server_others.go:185] Using iptables Proxier.\n"
+IPVS_LOG = "I0611 16:36:28.730111     216 server_others.go:183] Using ipvs Proxier.\n"
+
+
+def diagnose(paths: list[Path], command: str = "diagnose") -> tuple[Facts, Report]:
+    keep: list[object] = []
+    report = diagnose_evidence(load(paths), min_severity=Severity.INFO, command=command, keep=keep)
+    facts = keep[0]
+    assert isinstance(facts, Facts)
+    return facts, report
+
+
+def loud(report: Report) -> list[str]:
+    return [f"{f.code} {f.summary}" for f in report.findings if f.severity >= Severity.WARNING]
+
+
+def state(mode: str, what: str = "x") -> ModeState:
+    return ModeState(mode, what, Cite("a", 1, "t"))
+
+
+# -- deciding the mode --------------------------------------------------------------------------
+def test_the_log_says_which_mode_runs_whatever_is_configured() -> None:
+    cite = Cite("kube-proxy.log", 3, "Using iptables Proxier")
+    got = running_mode(("iptables", cite), ("ipvs", None), [state("ipvs")], True)
+    assert (got.mode, got.requested, got.cite) == ("iptables", "ipvs", cite)
+    assert [s.mode for s in got.leftovers] == ["ipvs"]
+
+
+def test_without_a_log_the_state_only_one_mode_writes_decides() -> None:
+    assert running_mode(None, None, [state("nftables")], False).mode == "nftables"
+    # configured for IPVS, but only iptables Service chains on the node: it fell back
+    got = running_mode(None, ("ipvs", None), [state("iptables")], True)
+    assert (got.mode, got.requested) == ("iptables", "ipvs")
+
+
+def test_iptables_dispatch_beside_ipvs_virtual_servers_is_iptables_running() -> None:
+    """KUBE-SERVICES is rewritten whole by the mode that synced last: when it dispatches to
+    iptables Service chains, the virtual servers are what the switch from IPVS left."""
+    got = running_mode(None, None, [state("iptables"), state("ipvs", "2 IPVS virtual server(s)")], True)
+    assert got.mode == "iptables" and [s.mode for s in got.leftovers] == ["ipvs"]
+
+
+def test_two_modes_state_and_nothing_else_is_not_a_guess() -> None:
+    got = running_mode(None, None, [state("iptables"), state("nftables")], True)
+    assert got.mode is None and "several modes" in got.how
+    assert running_mode(None, ("nftables", None), [state("iptables"), state("nftables")], True).mode == "nftables"
+
+
+def test_the_default_needs_kube_proxy_or_its_rules_in_the_evidence() -> None:
+    assert running_mode(None, None, [], True).mode == "iptables"
+    assert running_mode(None, None, [], False).mode is None
+
+
+# -- nftables listings ----------------------------------------------------------------------------
+def test_nft_list_ruleset_text_and_json_give_the_same_tables() -> None:
+    text = parse_tables(NFT.with_suffix(".ruleset.txt").read_text())
+    js = parse_tables(NFT.with_suffix(".ruleset.json").read_text())
+    assert [(t.family, t.name) for t in text] == [(t.family, t.name) for t in js] == [("ip", "kube-proxy")]
+    assert text[0].chains == js[0].chains > 10
+    assert sorted(text[0].base_chains) == sorted(js[0].base_chains)
+    assert any("nat prerouting" in c for c in text[0].base_chains)
+    assert text[0].line == 1 and text[0].text == "table ip kube-proxy {"
+    assert foreign_tables(NFT.with_suffix(".ruleset.txt").read_text()) == []
+
+
+def test_nft_list_ruleset_text_is_recognised_by_content() -> None:
+    ev = load([NFT.with_suffix(".ruleset.txt")])
+    assert [a.kind for a in ev.artifacts] == [Kind.NFT_RULESET_TEXT]
+
+
+# -- healthy nodes in modes kpdoctor does not evaluate ---------------------------------------------
+@pytest.mark.parametrize("listing", [".ruleset.txt", ".ruleset.json"])
+def test_a_healthy_nftables_node_is_not_evaluated_and_nothing_is_reported(listing: str) -> None:
+    facts, report = diagnose([NFT.with_suffix(listing), NFT.with_suffix(".cluster.json")])
+    ver = report.verification
+    assert ver is not None and not ver.evaluated and not ver.results and not ver.clean
+    assert "nftables mode" in ver.reason and "kube-proxy" in ver.reason
+    assert ver.to_json()["evaluated"] is False and ver.to_json()["reason"] == ver.reason
+    assert loud(report) == []
+    assert facts.running_mode.mode == "nftables"
+
+
+def test_verify_on_a_node_in_a_mode_it_does_not_read_is_inconclusive() -> None:
+    from click.testing import CliRunner
+
+    from kpdoctor.cli import app
+
+    res = CliRunner().invoke(
+        app, ["verify", str(NFT.with_suffix(".ruleset.txt")), str(NFT.with_suffix(".cluster.json"))]
+    )
+    assert res.exit_code == 3
+    assert "inconclusive: verification not evaluated: kube-proxy runs in nftables mode" in res.stderr
+    assert "Verification not evaluated" in res.stdout
+
+
+def test_trace_on_an_nftables_node_says_it_does_not_trace_that_mode(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kpdoctor.cli import app
+
+    res = CliRunner().invoke(app, ["trace", "--to", "172.30.0.41:80", str(NFT.with_suffix(".ruleset.txt"))])
+    assert res.exit_code == 3, res.output
+    assert "runs in nftables mode" in res.stderr and "does not trace" in res.stderr
+    # both modes' rules and nothing saying which runs: the iptables rules are traced, and it says so
+    both = [str(NFT.with_suffix(".ruleset.txt")), str(IPT.with_suffix(".nft.save"))]
+    res = CliRunner().invoke(app, ["trace", "--to", "172.30.0.41:80", *both])
+    assert res.exit_code == 0, res.output
+    assert "the proxy mode is not known" in res.stderr and "tracing the iptables rules" in res.stderr
+
+
+# -- leftovers of a mode switch ----------------------------------------------------------------
+def test_iptables_rules_still_live_on_an_ipvs_node_are_leftovers(tmp_path: Path) -> None:
+    """kube-proxy runs in IPVS mode, but the legacy backend still holds iptables mode's Service
+    rules (written before the switch, by a kube-proxy that used the other backend): they DNAT
+    before IPVS sees the packet."""
+    log = write(tmp_path, "kube-proxy.log", IPVS_LOG)
+    _, report = diagnose([log, IPT.with_suffix(".legacy.save"), IPT.with_suffix(".cluster.json")])
+    ver = report.verification
+    assert ver is not None and not ver.evaluated and "ipvs mode" in ver.reason
+    assert ver.stale and {s.leftover_of for s in ver.stale} == {"iptables"}
+    (f,) = [f for f in report.findings if f.code == "KP201"]  # one mode switch, one finding
+    assert f.summary.startswith(f"iptables mode's state, left behind by a mode switch, still forwards {len(ver.stale)}")
+    assert "although kube-proxy runs in ipvs mode: " in f.summary and "172.30.0.41:80/tcp -> 10.180.0.1:80" in f.summary
+    assert "kube-proxy --cleanup" in f.fix[0]
+    assert not [f for f in report.findings if f.code in VERIFY_CHECKS]
+    skipped = {s.code: s.reason for s in report.skipped}
+    assert skipped["KP200"].startswith("verification not evaluated: kube-proxy runs in ipvs mode")
+    js = ver.to_json()
+    assert js["stale_rules"][0]["leftover_of"] == "iptables"
+    assert js["proxy_mode"] == {"mode": "ipvs", "how": "kube-proxy's log says so"}
+
+
+def test_ipvs_virtual_servers_no_service_owns_on_an_iptables_node_are_leftovers(tmp_path: Path) -> None:
+    log = write(tmp_path, "kube-proxy.log", IPTABLES_LOG)
+    ipvs = write(tmp_path, "ipvsadm.txt", IPVSADM)
+    facts, report = diagnose([log, ipvs, IPT.with_suffix(".legacy.save"), IPT.with_suffix(".cluster.json")])
+    ver = report.verification
+    assert ver is not None and ver.evaluated and facts.running_mode.mode == "iptables"
+    # 172.30.0.41:80 is svc1's (iptables DNATs it first); 172.30.0.99:8080 is nobody's
+    assert [(s.destination, s.leftover_of, s.backends) for s in ver.stale] == [
+        ("172.30.0.99:8080", "ipvs", ["10.180.0.77:8080", "10.180.0.78:8080"])
+    ]
+    f = next(f for f in report.findings if f.code == "KP201")
+    assert f.summary == (
+        "ipvs mode's state, left behind by a mode switch, still forwards 1 destination(s) on this node although "
+        "kube-proxy runs in iptables mode: 172.30.0.99:8080/tcp -> 10.180.0.77:8080, 10.180.0.78:8080."
+    )
+    assert f.evidence[0].text == "TCP  172.30.0.99:8080 rr" and f.evidence[0].line == 6
+    assert "ipvsadm -C" in f.fix[0]
+
+
+def test_a_healthy_iptables_node_verifies_as_before() -> None:
+    facts, report = diagnose([IPT.with_suffix(".nft.save"), IPT.with_suffix(".cluster.json")], command="verify")
+    ver = report.verification
+    assert ver is not None and ver.evaluated and ver.mode == "iptables"
+    assert facts.running_mode.how.startswith("only its state is on the node: kube-proxy's iptables Service chains")
+    assert json.loads(json.dumps(ver.to_json()))["proxy_mode"]["mode"] == "iptables"
+
+
+def test_a_healthy_nftables_node_with_its_real_log() -> None:
+    """kube-proxy 1.36 in nftables mode, its posted start-up log (tests/data/logs/SOURCES.md)."""
+    log = UPSTREAM.parent / "logs" / "healthy-nftables.log"
+    facts, report = diagnose([log, NFT.with_suffix(".ruleset.txt"), NFT.with_suffix(".cluster.json")])
+    assert facts.running_mode.mode == "nftables" and facts.running_mode.how == "kube-proxy's log says so"
+    ver = report.verification
+    assert ver is not None and not ver.evaluated
+    assert loud(report) == []
+
+
+def test_ipvs_requested_iptables_running_keeps_the_kernel_regression_first(tmp_path: Path) -> None:
+    """Seed 003: IPVS was configured, kube-proxy fell back to iptables (no ipset binary), and the
+    kernel's MARK regression is what breaks the syncs. The fallback is reported under
+    ipvs-prerequisites-missing; it does not displace the kernel regression."""
+    from kpdoctor.demo import demo_path
+
+    bundle = demo_path("kernel-mark-regression")
+    fallback = UPSTREAM.parent / "logs" / "ipvs-prerequisites.log"
+    config = write(
+        tmp_path,
+        "kube-proxy.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n",
+    )
+    facts, report = diagnose([bundle, fallback, config])
+    assert facts.running_mode.mode == "iptables" and facts.running_mode.requested == "ipvs"
+    codes = [f.code for f in report.findings]
+    assert codes[0] == "KP114", codes
+    assert "KP113" in codes
+    kp113 = next(f for f in report.findings if f.code == "KP113")
+    assert "configured for ipvs but runs in iptables mode" in kp113.summary
