@@ -163,7 +163,7 @@ def test_iptables_rules_still_live_on_an_ipvs_node_are_leftovers(tmp_path: Path)
     assert "kube-proxy --cleanup" in f.fix[0]
     assert not [f for f in report.findings if f.code in VERIFY_CHECKS]
     skipped = {s.code: s.reason for s in report.skipped}
-    assert skipped["KP200"].startswith("verification not evaluated: kube-proxy runs in ipvs mode")
+    assert skipped["KP200"] == "verification not evaluated (kube-proxy runs in ipvs mode)"
     js = ver.to_json()
     assert js["stale_rules"][0]["leftover_of"] == "iptables"
     assert js["proxy_mode"] == {"mode": "ipvs", "how": "kube-proxy's log says so"}
@@ -226,3 +226,32 @@ def test_ipvs_requested_iptables_running_keeps_the_kernel_regression_first(tmp_p
     assert "KP113" in codes
     kp113 = next(f for f in report.findings if f.code == "KP113")
     assert "configured for ipvs but runs in iptables mode" in kp113.summary
+
+
+MODES = UPSTREAM.parent / "modes"  # real node output of healthy IPVS / nftables nodes (SOURCES.md there)
+
+
+@pytest.mark.parametrize("with_log", [True, False])
+def test_a_healthy_ipvs_node_is_not_evaluated_and_nothing_is_reported(with_log: bool) -> None:
+    """kube-proxy's IPVS-mode iptables rules (ipset matches, no DNAT), its virtual servers and
+    kube-ipvs0: once read as iptables mode with every Service's rules missing (KP200, critical)."""
+    node = MODES / "ipvs-healthy"
+    paths = [p for p in sorted(node.iterdir()) if with_log or not p.name.startswith("kube-proxy")]
+    facts, report = diagnose(paths)
+    assert facts.running_mode.mode == "ipvs"
+    if not with_log:  # the state only IPVS mode writes tells it
+        assert facts.running_mode.how.startswith("only its state is on the node: IPVS mode's ipset rules")
+    ver = report.verification
+    assert ver is not None and not ver.evaluated and "ipvs mode" in ver.reason and not ver.stale
+    assert loud(report) == []
+    skipped = {s.code: s.reason for s in report.skipped}
+    assert all(skipped[c] == "verification not evaluated (kube-proxy runs in ipvs mode)" for c in VERIFY_CHECKS)
+
+
+def test_a_healthy_nftables_node_with_kubelets_iptables_chains() -> None:
+    """An nftables-mode node also has kubelet's chains in iptables (no kube-proxy chain there)."""
+    facts, report = diagnose(sorted((MODES / "nftables-healthy").iterdir()))
+    assert facts.running_mode.mode == "nftables"
+    ver = report.verification
+    assert ver is not None and not ver.evaluated and not ver.stale
+    assert loud(report) == []

@@ -35,6 +35,8 @@ def not_evaluated(facts: Facts) -> str | None:
     verdict."""
     ver = facts.verification
     if ver is not None and not ver.evaluated:
+        if ver.mode:
+            return f"verification not evaluated (kube-proxy runs in {ver.mode} mode)"
         return f"verification not evaluated: {ver.reason}"
     return None
 
@@ -44,9 +46,10 @@ MAX_CITES = 4
 
 
 def kube_proxy_rule(e: Entry) -> bool:
-    """Did kube-proxy (or kubelet) write the rule that decided? Chain names are the tell:
-    both name every chain they own KUBE-*; a built-in chain's rule or policy is someone else's."""
-    return bool(e.chain and e.chain.startswith("KUBE-") and e.rule is not None and e.rule.line is not None)
+    """Did kube-proxy (or kubelet) write the rule that decided? The backend names the owner of
+    every rule by its chain (both name theirs KUBE-*, kube-router's KUBE-ROUTER-* and policy
+    chains are its own); a built-in chain's rule or policy is someone else's."""
+    return e.owner in ("kube-proxy", "kubelet") and e.rule is not None and e.rule.line is not None
 
 
 def by_service(results: Iterable[Result], pick: Callable[[Result], bool]) -> dict[str, list[Result]]:

@@ -60,13 +60,16 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
         share = max(sum(e.probability for e in r.refusals() if not kube_proxy_rule(e)) for r in rs)
         first = rules[0] if rules else None
         what = first.text if first is not None else "a rule outside kube-proxy"
+        owners = [e.owner for r in rs for e in r.refusals() if not kube_proxy_rule(e) and e.owner]
+        whose = f"{owners[0]}'s " if owners else ""
         where = f" (line {first.line} of {first.artifact})" if first is not None and first.line else ""
         part = "all" if share >= 0.999 else f"{share:.0%}"
-        summary = f"{label}: `{what}`{where} drops {part} of the traffic from {classes(rs)}."
+        summary = f"{label}: {whose}`{what}`{where} drops {part} of the traffic from {classes(rs)}."
         f = finding_for(facts, "KP204", label, rs, summary, severity=Severity.CRITICAL)
         f.evidence = [c for c in dict.fromkeys(rules)][:3] + [c for c in f.evidence if c not in rules][:2]
         f.explained_by = []
-        f.fix = [f"Allow this traffic in the component that owns `{what}`, or remove that rule."]
+        owner = owners[0] if owners else "the component that owns it"
+        f.fix = [f"Allow this traffic in {owner} (the rule `{what}`), or remove that rule."]
         out.append(f)
     yield from capped(facts, "KP204", out, "dropped by rules outside kube-proxy")
 
