@@ -14,7 +14,6 @@ import os
 import pickle
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,46 +29,6 @@ def default_workers() -> int:
         return int(env)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(cpus, 8)
-
-
-def _cpu_times(cpus: set[int]) -> dict[int, tuple[int, int]]:
-    """(idle, total) jiffies of each CPU in ``cpus``, from /proc/stat ({} when it cannot be read)."""
-    out: dict[int, tuple[int, int]] = {}
-    try:
-        with open("/proc/stat", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if not line.startswith("cpu") or line.startswith("cpu "):
-                    continue
-                name, *fields = line.split()
-                if not name[3:].isdigit() or int(name[3:]) not in cpus or len(fields) < 5:
-                    continue
-                ticks = [int(x) for x in fields[:8] if x.isdigit()]
-                out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))  # idle + iowait
-    except OSError:
-        return {}
-    return out
-
-
-def idle_workers(limit: int, sample: float = 0.05) -> int:
-    """How many processes a parallel job should start: ``limit`` at most, and only as many as
-    there are CPUs mostly idle right now. Each process repeats the job's fixed work (reading and
-    parsing its share of the evidence), so a worker on a core another program keeps busy makes
-    the whole run slower, not faster. Measured over ``sample`` seconds of /proc/stat; where
-    that cannot be read, ``limit``."""
-    if limit <= 1 or "KPDOCTOR_WORKERS" in os.environ:
-        return limit
-    cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    before = _cpu_times(cpus)
-    if not before:
-        return limit
-    time.sleep(sample)
-    after = _cpu_times(cpus)
-    idle = 0
-    for cpu, (i0, t0) in before.items():
-        i1, t1 = after.get(cpu, (i0, t0))
-        if t1 > t0 and (i1 - i0) / (t1 - t0) >= 0.6:
-            idle += 1
-    return max(1, min(limit, idle))
 
 
 def can_fork() -> bool:

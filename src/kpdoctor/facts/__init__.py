@@ -590,9 +590,6 @@ class Facts:
         size = sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE))
         if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
             return self._verification(Part())
-        n = parallel.idle_workers(n)  # a worker on a busy core costs more than it saves
-        if n <= 1:
-            return self._verification(Part())
         tickets = parallel.Tickets(VERIFY_PIECES)
         try:
             # the calling process also looks for stale rules, once the pieces are gone: while the

@@ -26,6 +26,8 @@ _IPTABLES_SERVICE_CHAINS = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "
 _DISPATCH = frozenset({"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES"})
 # chains kube-proxy writes in iptables mode (and, for the first three, IPVS mode) even with no Service
 _KUBE_PROXY_CHAINS = frozenset({"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-NODEPORTS"})
+# the chains whose rules tell the mode (a node's quarter of a million other rules are not read)
+_TELLING = _DISPATCH | {"KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-POSTROUTING", "KUBE-IPVS-FILTER", "KUBE-FORWARD"}
 IPVS_INTERFACE = "kube-ipvs0"
 KNOWN_MODES = ("iptables", "ipvs", "nftables", "userspace", "kernelspace")
 
@@ -61,6 +63,8 @@ def iptables_states(rulesets: Iterable[Ruleset]) -> list[ModeState]:
         if rs.form not in ("save", "S", "fragment"):
             continue
         for r in rs.all_rules():
+            if r.chain not in _TELLING:
+                continue
             if "iptables" not in out and r.chain in _DISPATCH and (r.target or "").startswith(_IPTABLES_SERVICE_CHAINS):
                 out["iptables"] = ModeState(
                     "iptables",

@@ -26,11 +26,8 @@ _SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]
 
 # Who writes a chain, by its name: the owner of the rule that decided a packet's fate.
 KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})
+KUBE_ROUTER_PREFIXES = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")  # KUBE-* too, but not kube-proxy's
 CHAIN_OWNERS = (
-    ("KUBE-ROUTER-", "kube-router"),
-    ("KUBE-NWPLCY-", "kube-router"),
-    ("KUBE-POD-FW-", "kube-router"),
-    ("KUBE-", "kube-proxy"),
     ("cali-", "calico"),
     ("CILIUM_", "cilium"),
     ("DOCKER", "docker"),
@@ -45,11 +42,14 @@ CHAIN_OWNERS = (
 
 
 def chain_owner(chain: str | None) -> str | None:
-    """The component that writes ``chain`` (None for built-in chains and names nobody claims)."""
+    """The component that writes ``chain`` (None for built-in chains and names nobody claims).
+    Called for every entry of a verification: KUBE-* (nearly all of them) is decided first."""
     if not chain:
         return None
-    if chain in KUBELET_CHAINS:
-        return "kubelet"
+    if chain.startswith("KUBE-"):
+        if chain in KUBELET_CHAINS:
+            return "kubelet"
+        return "kube-router" if chain.startswith(KUBE_ROUTER_PREFIXES) else "kube-proxy"
     return next((who for prefix, who in CHAIN_OWNERS if chain.startswith(prefix)), None)
 
 
