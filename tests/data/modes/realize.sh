@@ -40,7 +40,10 @@ cleanup() {
   # the unnamed namespace at the far end of eth0 lives as long as its one process
   if [ -n "$lanpid" ]; then kill "$lanpid" 2>/dev/null || true; wait "$lanpid" 2>/dev/null || true; fi
 }
-trap cleanup EXIT INT TERM HUP
+trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 mkdir -p "$out/ipvs-healthy" "$out/nftables-healthy"
 
