@@ -562,6 +562,17 @@ class Deviations:
 SHARED = Deviations()
 
 
+def local_addresses(node: NodeView, services: Iterable[K8sObject], deviations: Deviations) -> list[IPAddress]:
+    """The addresses the node holds as its own (what ``--dst-type LOCAL`` matches): its own,
+    and every ClusterIP where the mode binds them locally (IPVS's kube-ipvs0)."""
+    local = node.local()
+    if deviations.clusterips_local:
+        for svc in services:
+            cips = cluster_ips(as_dict(svc.body.get("spec")))
+            local += [a for a in (host_address(ip) for ip in cips if isinstance(ip, str)) if a is not None]
+    return local
+
+
 def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour, deviations: Deviations = SHARED) -> list[Case]:
     """The traffic classes the cluster defines for this node, per Service port."""
     out: list[Case] = []

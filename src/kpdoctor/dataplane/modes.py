@@ -23,19 +23,18 @@ class Mode:
     name: str
     forwards_with: str  # where kube-proxy forwards Services in this mode
     deviations: Deviations
-    evaluated: bool  # kpdoctor has a backend for it
 
 
 MODES = {
-    "iptables": Mode("iptables", "iptables nat chains (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*)", SHARED, True),
+    "iptables": Mode("iptables", "iptables nat chains (KUBE-SERVICES, KUBE-SVC-*, KUBE-SEP-*)", SHARED),
     "ipvs": Mode(
-        "ipvs", "IPVS virtual servers, ipsets and the kube-ipvs0 interface", Deviations(clusterips_local=True), False
+        "ipvs", "IPVS virtual servers, ipsets and the kube-ipvs0 interface", Deviations(clusterips_local=True)
     ),
     "nftables": Mode(
-        "nftables", "its own nftables table (table ip kube-proxy)", Deviations(undeclared_ports_refused=True), False
+        "nftables", "its own nftables table (table ip kube-proxy)", Deviations(undeclared_ports_refused=True)
     ),
-    "userspace": Mode("userspace", "a proxy process listening on the node (removed in 1.26)", SHARED, False),
-    "kernelspace": Mode("kernelspace", "Windows HNS load balancers", SHARED, False),
+    "userspace": Mode("userspace", "a proxy process listening on the node (removed in 1.26)", SHARED),
+    "kernelspace": Mode("kernelspace", "Windows HNS load balancers", SHARED),
 }
 
 

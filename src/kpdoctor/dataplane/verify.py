@@ -141,7 +141,7 @@ def run_verification(
     return ver
 
 
-def not_evaluated(
+def unevaluated(
     reason: str, services: list[K8sObject], slices: list[K8sObject], endpoints: list[K8sObject], mode: str | None
 ) -> Verification:
     """The verification of a node whose proxy mode no backend reads: no results, only why."""

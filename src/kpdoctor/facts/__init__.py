@@ -17,19 +17,19 @@ from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
-from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, host_address
-from kpdoctor.dataplane.expected import ZONE_LABEL, Behaviour, NodeView, owned_destinations
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork
+from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend
 from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
-from kpdoctor.dataplane.results import Verification
+from kpdoctor.dataplane.results import StaleRule, Verification
 from kpdoctor.dataplane.verify import (
     PackedShare,
     Part,
     leftovers,
     merge_shares,
-    not_evaluated,
     pack_share,
     run_verification,
+    unevaluated,
 )
 from kpdoctor.facts import mode as modefacts
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
@@ -445,15 +445,23 @@ class Facts:
     def proxy_mode(self) -> tuple[str, Cite | None] | None:
         """The proxy mode kube-proxy says it runs (log) or is configured with; see
         :attr:`running_mode` for the mode the node's state shows too."""
-        hits = self.log.hits(PROXY_MODE.id)
-        if hits:
-            h = hits[-1]
-            return (h.groups[0] or "iptables"), Cite(h.artifact, h.line, h.text)
+        logged = self._logged_mode(PROXY_MODE.id)
+        if logged is not None:
+            return logged
         configured = self._configured_mode
         if configured is not None:
             return configured
         if self.kp_config.setting("mode").origin == "default" and (self.kp_config.flags or self.kp_config.file):
             return "iptables", None
+        return None
+
+    def _logged_mode(self, *signatures: str) -> tuple[str, Cite] | None:
+        """The mode the last of these log lines names (the first signature that has lines)."""
+        for sig in signatures:
+            hits = self.log.hits(sig)
+            if hits:
+                h = hits[-1]
+                return (h.groups[0] or "iptables"), Cite(h.artifact, h.line, h.text)
         return None
 
     @cached_property
@@ -468,12 +476,7 @@ class Facts:
     def running_mode(self) -> modefacts.RunningMode:
         """The mode kube-proxy really runs in, from its log, the state each mode leaves on the
         node, its configuration, or the default (:mod:`kpdoctor.facts.mode`)."""
-        hits = self.log.hits(PROXY_MODE.id) or self.log.hits(SYNC_MODE.id)
-        logged = (
-            ((hits[-1].groups[0] or "iptables"), Cite(hits[-1].artifact, hits[-1].line, hits[-1].text))
-            if hits
-            else None
-        )
+        logged = self._logged_mode(PROXY_MODE.id, SYNC_MODE.id)
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
         states = modefacts.iptables_states(rulesets)
         ipvs = modefacts.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])
@@ -618,11 +621,8 @@ class Facts:
         slices, endpoints = self.objects.of("EndpointSlice"), self.objects.of("Endpoints")
         running = self.running_mode
         mode = modes.mode_named(running.mode)
-        local = self.node_view.local()
-        if mode is not None and mode.deviations.clusterips_local:
-            for svc in services:  # bound to kube-ipvs0: the node's own addresses
-                cips = k8s.cluster_ips(k8s.as_dict(svc.body.get("spec")))
-                local += [a for a in (host_address(ip) for ip in cips if isinstance(ip, str)) if a is not None]
+        deviations = mode.deviations if mode is not None else SHARED
+        local = local_addresses(self.node_view, services, deviations)
         backend = modes.backend_for(running.mode or "", rulesets, local) if rulesets else None
         if backend is None:
             if running.mode is None:
@@ -631,7 +631,7 @@ class Facts:
                 reason = "no iptables-save output to evaluate kube-proxy's iptables mode with"
             else:
                 reason = modes.not_evaluated_reason(running.mode, running.how)
-            ver = not_evaluated(reason, services, slices, endpoints, running.mode)
+            ver = unevaluated(reason, services, slices, endpoints, running.mode)
         else:
             kpv = self.kube_proxy_version
             beh = Behaviour.of(kpv.value if kpv else None, self.feature_gates)
@@ -651,7 +651,7 @@ class Facts:
                 beh,
                 endpoints_exported=exported,
                 part=part,
-                deviations=mode.deviations if mode else modes.MODES["iptables"].deviations,
+                deviations=deviations,
             )
         ver.mode_why = running.how
         if part.stale:
@@ -664,17 +664,19 @@ class Facts:
                 if t.name == nft.KUBE_PROXY_TABLE
                 else "its rules may also drop Service traffic"
             )
-            chains = f" ({'; '.join(t.base_chains)})" if t.base_chains else ""
-            ver.not_evaluated.append(f"nftables table {t.label}{chains} ({artifact}) is not evaluated: {what}")
+            ver.not_evaluated.append(f"nftables table {t.described} ({artifact}) is not evaluated: {what}")
         return ver
 
-    def _leftovers(self, running: modefacts.RunningMode, rulesets: list[Ruleset], local: list[IPAddress]) -> list[Any]:
+    def _leftovers(
+        self, running: modefacts.RunningMode, rulesets: list[Ruleset], local: list[IPAddress]
+    ) -> list[StaleRule]:
         """What modes kube-proxy does not run in still forward: iptables Service rules on a node
         in another mode; IPVS virtual servers no Service owns on an iptables node."""
-        out: list[Any] = []
+        out: list[StaleRule] = []
         if running.mode is None:
             return out
-        if running.mode != "iptables" and "iptables" in running.present:
+        left = {s.mode for s in running.leftovers}
+        if "iptables" in left:
             out += leftovers(IptablesBackend(rulesets, local), self.node_view, "iptables")
         if running.mode != "ipvs" and self.ipvs_virtual_servers:
             owned = owned_destinations(self.objects.of("Service"), self.objects.of("Pod"))

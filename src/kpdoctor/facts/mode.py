@@ -24,8 +24,6 @@ from kpdoctor.parse.nft import KUBE_PROXY_TABLE, NftTable
 # one of these chains; IPVS mode writes KUBE-SERVICES too, but matches ipsets there instead.
 _IPTABLES_SERVICE_CHAINS = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-XLB-")
 _DISPATCH = frozenset({"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES"})
-# chains kube-proxy writes in iptables mode (and, for the first three, IPVS mode) even with no Service
-_KUBE_PROXY_CHAINS = frozenset({"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-PROXY-CANARY", "KUBE-NODEPORTS"})
 # the chains whose rules tell the mode (a node's quarter of a million other rules are not read)
 _TELLING = _DISPATCH | {"KUBE-NODE-PORT", "KUBE-LOAD-BALANCER", "KUBE-POSTROUTING", "KUBE-IPVS-FILTER", "KUBE-FORWARD"}
 IPVS_INTERFACE = "kube-ipvs0"
@@ -56,8 +54,7 @@ class RunningMode:
 
 
 def iptables_states(rulesets: Iterable[Ruleset]) -> list[ModeState]:
-    """iptables mode's Service dispatch, IPVS mode's ipset matches, and kube-proxy's chains of
-    either (``present`` without a Service: the mode is iptables or IPVS, not nftables)."""
+    """iptables mode's Service dispatch and IPVS mode's ipset matches, each with its first rule."""
     out: dict[str, ModeState] = {}
     for rs in rulesets:
         if rs.form not in ("save", "S", "fragment"):
@@ -78,11 +75,6 @@ def iptables_states(rulesets: Iterable[Ruleset]) -> list[ModeState]:
             if len(out) == 2:
                 break
     return list(out.values())
-
-
-def kube_proxy_chains(rulesets: Iterable[Ruleset]) -> bool:
-    """Has kube-proxy (iptables or IPVS mode) written its iptables chains on this node?"""
-    return any(rs.chains() & _KUBE_PROXY_CHAINS for rs in rulesets)
 
 
 def ipvs_state(servers: list[tuple[VirtualServer, str]], links: list[tuple[str, Link]]) -> ModeState | None:

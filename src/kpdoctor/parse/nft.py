@@ -42,6 +42,11 @@ class NftTable:
     def label(self) -> str:
         return f"{self.family} {self.name}"
 
+    @property
+    def described(self) -> str:
+        """``inet firewalld (filter_INPUT: filter input policy accept)``"""
+        return self.label + (f" ({'; '.join(self.base_chains)})" if self.base_chains else "")
+
 
 def looks_like_nft_text(text: str) -> bool:
     """``nft list ruleset`` (or ``nft list table ...``) printed as text."""
@@ -115,8 +120,4 @@ def foreign_tables(text: str, first_line: int = 1) -> list[str]:
     """Tables that are not iptables-nft's and not kube-proxy's, with their base chains, e.g.
     ``inet firewalld (filter_INPUT: filter input policy accept)``: rules kpdoctor does not
     evaluate that may also drop Service traffic."""
-    return [
-        t.label + (f" ({'; '.join(t.base_chains)})" if t.base_chains else "")
-        for t in parse_tables(text, first_line)
-        if not t.iptables_nft and t.name != KUBE_PROXY_TABLE
-    ]
+    return [t.described for t in parse_tables(text, first_line) if not t.iptables_nft and t.name != KUBE_PROXY_TABLE]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.checks.common import start
-from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, not_evaluated
+from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -17,7 +17,7 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
     title="Service rules exist in both iptables backends",
     severity=Severity.CRITICAL,
     needs=RULES,
-    abstains=not_evaluated,
+    abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
 def backend_split(facts: Facts) -> Iterator[Finding]:

@@ -29,7 +29,7 @@ SYNC_CAUSES = [
 ]
 
 
-def not_evaluated(facts: Facts) -> str | None:
+def verification_not_evaluated(facts: Facts) -> str | None:
     """Why the checks on the verification abstain: it was not evaluated (the node runs a proxy
     mode kpdoctor does not read, or the mode is not known), so its absence of results is no
     verdict."""

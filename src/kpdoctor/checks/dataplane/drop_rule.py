@@ -14,7 +14,7 @@ from kpdoctor.checks.dataplane.common import (
     classes,
     finding_for,
     kube_proxy_rule,
-    not_evaluated,
+    verification_not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.results import Result
@@ -32,7 +32,7 @@ def _applies(r: Result) -> bool:
     title="A rule outside kube-proxy drops Service traffic",
     severity=Severity.CRITICAL,
     needs=RULES,
-    abstains=not_evaluated,
+    abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
 def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:

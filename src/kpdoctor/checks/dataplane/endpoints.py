@@ -14,7 +14,7 @@ from kpdoctor.checks.dataplane.common import (
     classes,
     finding_for,
     kube_proxy_rule,
-    not_evaluated,
+    verification_not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.results import Result
@@ -77,7 +77,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     title="The node's backends for a Service differ from its ready endpoints",
     severity=Severity.CRITICAL,
     needs=RULES,
-    abstains=not_evaluated,
+    abstains=verification_not_evaluated,
     needs_all=CLUSTER,
     partial=_rejected_without_objects,
 )

@@ -12,7 +12,7 @@ from kpdoctor.checks.dataplane.common import (
     classes,
     finding_for,
     kube_proxy_rule,
-    not_evaluated,
+    verification_not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import corroborated, no_local_drops, services_with_endpoint_objects
@@ -38,7 +38,7 @@ def _applies(r: Result) -> bool:
     title="Local-policy traffic is dropped although endpoints run on this node",
     severity=Severity.CRITICAL,
     needs=RULES,
-    abstains=not_evaluated,
+    abstains=verification_not_evaluated,
 )
 def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
     """externalTrafficPolicy=Local (or internalTrafficPolicy=Local) traffic is dropped as "has no

@@ -14,7 +14,7 @@ from kpdoctor.checks.dataplane.common import (
     capped,
     classes,
     finding_for,
-    not_evaluated,
+    verification_not_evaluated,
 )
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.results import StaleRule
@@ -28,7 +28,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     title="A Service port has no forwarding rules on this node",
     severity=Severity.CRITICAL,
     needs=RULES,
-    abstains=not_evaluated,
+    abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
 def service_rules_missing(facts: Facts) -> Iterator[Finding]:

@@ -10,7 +10,6 @@ from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KubeVersion
 
@@ -48,13 +47,6 @@ def deadlock_affected(v: KubeVersion) -> tuple[bool | None, str | None]:
     if v.vendor is not None:
         return (None if lo.upstream <= v.upstream <= hi.upstream else False), str(fixed)
     return lo.upstream <= v.upstream <= hi.upstream, str(fixed)
-
-
-def virtual_servers(facts: Facts) -> list[tuple[VirtualServer, str]]:
-    out: list[tuple[VirtualServer, str]] = []
-    for a in facts.of(Kind.IPVSADM):
-        out.extend((vs, a.name) for vs in parse_ipvsadm_list(a.text, a.first_line))
-    return out
 
 
 def _service_ips_with_endpoints(facts: Facts) -> set[str]:
@@ -107,7 +99,7 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/pull/72361
     """
     gt = facts.log.hits(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id)
-    vss = virtual_servers(facts)
+    vss = facts.ipvs_virtual_servers
     ready_ips = _service_ips_with_endpoints(facts)
     empty = [(vs, a) for vs, a in vss if not vs.reals and vs.protocol != "FWM"]
     empty_with_eps = [(vs, a) for vs, a in empty if vs.address.rsplit(":", 1)[0].strip("[]") in ready_ips]

@@ -153,9 +153,8 @@ class IptablesBackend:
         return out
 
     def evaluate(self, case: Case) -> list[View]:
-        assert case.src is not None and case.dst is not None
         fam = self.family(case.sp.family)
-        pkt = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
+        pkt = _packet(case)
         views = []
         for rs, ev in fam.primary:
             outcomes = ev.run(pkt, case.hook, postrouting=False)
@@ -174,9 +173,8 @@ class IptablesBackend:
         backends: a KUBE-SEP chain without its DNAT rule, as a node in the middle of a sync (or
         with a rule deleted by hand) has. The verification walk keeps no steps, so this one case
         is walked again with them (rare: only such mismatches pay for it)."""
-        assert case.src is not None and case.dst is not None
         fam = self.family(case.sp.family)
-        pkt = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
+        pkt = _packet(case)
         notes: list[str] = []
         for rs, ev in fam.primary:
             tag = rs.backend if len(fam.primary) > 1 else None
@@ -233,6 +231,12 @@ class IptablesBackend:
         if any(rs.form == "L" for rs in self.rulesets):
             return ["iptables -L listings are not evaluated (they drop match details): give iptables-save"]
         return []
+
+
+def _packet(case: Case) -> Packet:
+    """The first packet of a case's connection (the verifier evaluates only cases with both ends)."""
+    assert case.src is not None and case.dst is not None
+    return Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
 
 
 def _branch(rs: Ruleset, o: Outcome) -> TraceBranch:
