@@ -498,7 +498,8 @@ def collect(output: Path | None, node: str | None, **live: Any) -> None:
 @app.command()
 @_paths(
     "iptables-save output (both backends, both families) plus the cluster's Services and "
-    "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too."
+    "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too. kube-proxy's "
+    "log, config, `ipvsadm -Ln` or `nft list ruleset` tell the proxy mode."
 )
 @_SERVICE
 @click.option("--all", "show_all", is_flag=True, help="List Services that verified ok too.")
@@ -520,12 +521,15 @@ def verify(
     Every Service port and traffic class (pod and node to the ClusterIP, outside clients to the
     NodePort, external IPs and load-balancer IPs, with the Local traffic policies) is sent through
     the node's actual rules as the kernel would, and the backends reached (with their exact
-    probabilities) or the drop are compared with the ready endpoints.
+    probabilities) or the drop are compared with the ready endpoints. The rules of the mode
+    kube-proxy really runs in are evaluated (iptables today); on an IPVS or nftables node the
+    verification is not evaluated, and says why.
 
     Exit 0: clean (every result ok); 1: a mismatch or stale rules; 3: inconclusive, some results
     uncertain (their notes say why: a match kpdoctor cannot evaluate, a Node it cannot tell, a
-    Service object the API server would have refused) and none mismatched; 2: nothing usable
-    given, or --service names no Service (the closest names are suggested).
+    Service object the API server would have refused) and none mismatched, or nothing evaluated (a
+    proxy mode kpdoctor does not read yet); 2: nothing usable given, or --service names no Service
+    (the closest names are suggested).
     """
     from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
@@ -676,7 +680,8 @@ def trace(
 
     Exit 0: every branch delivered (DNAT to a backend, or passed on); 1: some or all of the
     connections are dropped or rejected (with --service, also: not translated to any backend);
-    3: a branch could not be evaluated (uncertain) and none is dropped; 2: usage error.
+    3: a branch could not be evaluated (uncertain) and none is dropped, or kube-proxy runs in a
+    mode kpdoctor does not trace yet (IPVS, nftables); 2: usage error.
     """
     from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane import modes
