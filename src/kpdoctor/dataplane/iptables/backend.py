@@ -17,8 +17,9 @@ from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
 from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
-from kpdoctor.dataplane.iptables.evaluate import Evaluator, Outcome, Step
+from kpdoctor.dataplane.iptables.evaluate import Evaluator
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
+from kpdoctor.dataplane.walk import Outcome, Step
 from kpdoctor.model import Cite
 from kpdoctor.parse.iptables import Ruleset
 

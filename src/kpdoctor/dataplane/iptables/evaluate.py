@@ -11,16 +11,25 @@ static analysis: a new connection is assumed, and ``--rcheck`` is reported as af
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import cast
 
 from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.iptables.compile import ChainIndex, CompiledRule, CompiledTable, Cond
+from kpdoctor.dataplane.walk import (
+    Branch,
+    IPAddress,
+    Outcome,
+    Result,
+    State,
+    Step,
+    TooManyBranches,
+    Uncertain,
+    Undecided,
+    merge_outcomes,
+    signature,
+)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_DEPTH = 64
 MAX_BRANCHES = 4096  # paths through one hook beyond one per rule: a rule set that multiplies them
 MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
@@ -29,125 +38,6 @@ TERMINAL = {"ACCEPT", "DROP", "REJECT"}
 _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verification cites
 
 
-@dataclass(slots=True)  # not frozen: built per rule and per step, frozen init is 5x slower
-class Step:
-    """A rule the packet took (or the policy it fell to)."""
-
-    table: str
-    chain: str
-    line: int | None
-    text: str
-    probability: float  # probability of the branch when it took this rule
-
-
-@dataclass(slots=True)
-class State:
-    """The packet as the walk has changed it (addresses as integers), and what happened to it."""
-
-    packet: Packet  # as it entered
-    version: int
-    src: int
-    dst: int
-    dport: int
-    mark: int
-    steps: list[Step] = field(default_factory=list)
-    dnat: tuple[str, int | None] | None = None
-    masquerade: bool = False
-    notrack: bool = False
-    affinity: list[int] = field(default_factory=list)  # lines of --rcheck rules seen
-    dnat_step: Step | None = None  # the rule that translated the destination
-    drop_mark_step: Step | None = None  # the rule that jumped to KUBE-MARK-DROP (the mark's cause)
-
-    @classmethod
-    def start(cls, packet: Packet) -> State:
-        return cls(packet, packet.dst.version, int(packet.src), int(packet.dst), packet.dport, packet.mark)
-
-    def copy(self) -> State:
-        return State(
-            self.packet,
-            self.version,
-            self.src,
-            self.dst,
-            self.dport,
-            self.mark,
-            list(self.steps),
-            self.dnat,
-            self.masquerade,
-            self.notrack,
-            list(self.affinity),
-            self.dnat_step,
-            self.drop_mark_step,
-        )
-
-    @property
-    def current(self) -> Packet:
-        """The packet with its rewritten destination and mark."""
-        mk = ipaddress.IPv4Address if self.version == 4 else ipaddress.IPv6Address
-        return dataclasses.replace(self.packet, dst=mk(self.dst), dport=self.dport, mark=self.mark)
-
-
-@dataclass(slots=True)
-class Outcome:
-    probability: float
-    verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
-    state: State
-    reason: str = ""  # for UNCERTAIN: what could not be evaluated, and where
-    by_mark: bool = False  # dropped for kube-proxy's drop mark, by a filter table not given
-    _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
-
-    @property
-    def backend(self) -> str | None:
-        """``ip:port`` the packet was DNATed to, if any (worked out once: sorting and reporting
-        ask for it again and again)."""
-        b = self._backend
-        if b is False:
-            dnat = self.state.dnat
-            if dnat is None:
-                b = None
-            else:
-                host, port = dnat
-                port = port if port is not None else self.state.packet.dport
-                b = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self._backend = b
-        return b  # type: ignore[return-value]
-
-    @property
-    def decided_by(self) -> Step | None:
-        """The rule (or policy) that gave the verdict: the last step taken (for a drop by mark,
-        the rule that sent the packet to KUBE-MARK-DROP)."""
-        if self.by_mark and self.state.drop_mark_step is not None:
-            return self.state.drop_mark_step
-        return self.state.steps[-1] if self.state.steps else None
-
-
-class _Undecided(Exception):
-    """A rule whose match cannot be decided: the run is redone with it matching and not."""
-
-    def __init__(self, key: int, line: int, reason: str, step: Step) -> None:
-        super().__init__(reason)
-        self.key, self.line, self.reason, self.step = key, line, reason, step
-
-
-def _signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
-    """What a run decided, comparable across the two ways of an undecidable rule. A branch that
-    fell through un-DNATed has no backend (a KUBE-SEP chain without its DNAT rule, on a node in
-    the middle of a sync): it sorts as "" next to the backends, never as None against a str."""
-    return sorted((o.verdict, o.backend or "", round(o.probability, 9)) for o in outcomes)
-
-
-class _TooManyBranches(Exception):
-    """The walk splits into more paths than the rules can account for (branches that multiply
-    across chains): the run is uncertain, never an error."""
-
-
-class Uncertain(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-Branch = tuple[float, State]
-Result = tuple[float, State, str, str]
 DROP_MARK = 0x8000  # what KUBE-MARK-DROP sets, and KUBE-FIREWALL (filter) drops
 
 
@@ -203,7 +93,7 @@ class Evaluator:
         self.undecided = []
         try:
             return self._run_forking(packet, hook, postrouting, 0)
-        except _TooManyBranches as exc:
+        except TooManyBranches as exc:
             return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
         finally:
             self._forced = {}
@@ -211,7 +101,7 @@ class Evaluator:
     def _run_forking(self, packet: Packet, hook: str, postrouting: bool, depth: int) -> list[Outcome]:
         try:
             return self._run_once(packet, hook, postrouting)
-        except _Undecided as und:
+        except Undecided as und:
             if depth >= MAX_FORKS:
                 return [self._uncertain_outcome(packet, und)]
             results = []
@@ -219,12 +109,12 @@ class Evaluator:
                 self._forced[und.key] = choice
                 results.append(self._run_forking(packet, hook, postrouting, depth + 1))
             del self._forced[und.key]
-            if _signature(results[0]) == _signature(results[1]):
+            if signature(results[0]) == signature(results[1]):
                 self.undecided.append(f"line {und.line} ({und.reason})")
                 return results[1]
             return [self._uncertain_outcome(packet, und)]
 
-    def _uncertain_outcome(self, packet: Packet, und: _Undecided) -> Outcome:
+    def _uncertain_outcome(self, packet: Packet, und: Undecided) -> Outcome:
         st = State.start(packet)
         st.steps.append(und.step)
         return Outcome(1.0, "UNCERTAIN", st, f"{und.reason} at line {und.line}, and it decides the outcome")
@@ -239,7 +129,7 @@ class Evaluator:
         for p, st in branches:
             self._after_nat(hook, postrouting, p, st, after, finals)
         finals.extend(self._passed(p, st) for p, st in after)
-        return _merge(finals)
+        return merge_outcomes(finals)
 
     def _passed(self, p: float, st: State) -> Outcome:
         """A packet no rule given stopped. Accepted, unless the filter table is missing from the
@@ -364,7 +254,7 @@ class Evaluator:
                     else:
                         finals.append(Outcome(q, verdict, s2, reason))
                 if len(out) > self.max_branches:
-                    raise _TooManyBranches(
+                    raise TooManyBranches(
                         f"more than {self.max_branches:,} paths through {table} {chain}: rules whose "
                         "probabilistic branches multiply are not evaluated"
                     )
@@ -528,7 +418,7 @@ class Evaluator:
             forced = self._forced.get(id(r))
             if forced is None:
                 step = Step(tab.name, chain, r.line, r.rule.text.strip(), p)
-                raise _Undecided(id(r), r.line, exc.reason, step) from None
+                raise Undecided(id(r), r.line, exc.reason, step) from None
             return self._match_rest(r, st) if forced else 0.0
 
     # -- matching ----------------------------------------------------------------------
@@ -677,9 +567,3 @@ def _apply_mark(mark: int, op: tuple[str, int, int]) -> int:
     if kind == "and-mark":
         return mark & v
     return mark
-
-
-def _merge(outcomes: list[Outcome]) -> list[Outcome]:
-    """Outcomes sorted by probability, most likely first; equal shares (kube-proxy prints
-    probabilities to 10 decimals, so 1/5,000 comes out a little different each time) by backend."""
-    return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))

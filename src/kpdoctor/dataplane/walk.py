@@ -1,0 +1,144 @@
+"""A packet's walk through netfilter, shared by the backends that evaluate rules: the packet as
+the rules change it (:class:`State`), each rule it took (:class:`Step`), how a walk ends
+(:class:`Outcome`), and how a rule that cannot be decided is tried both ways (:class:`Undecided`).
+
+iptables tables and nftables chains hook the same points of the same kernel: a node's packet can
+pass both, so both evaluators carry the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass, field
+
+from kpdoctor.dataplane.backend import Packet
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(slots=True)  # not frozen: built per rule and per step, frozen init is 5x slower
+class Step:
+    """A rule the packet took (or the policy it fell to)."""
+
+    table: str
+    chain: str
+    line: int | None
+    text: str
+    probability: float  # probability of the branch when it took this rule
+
+
+@dataclass(slots=True)
+class State:
+    """The packet as the walk has changed it (addresses as integers), and what happened to it."""
+
+    packet: Packet  # as it entered
+    version: int
+    src: int
+    dst: int
+    dport: int
+    mark: int
+    steps: list[Step] = field(default_factory=list)
+    dnat: tuple[str, int | None] | None = None
+    masquerade: bool = False
+    notrack: bool = False
+    affinity: list[int] = field(default_factory=list)  # lines of --rcheck rules seen
+    dnat_step: Step | None = None  # the rule that translated the destination
+    drop_mark_step: Step | None = None  # the rule that jumped to KUBE-MARK-DROP (the mark's cause)
+
+    @classmethod
+    def start(cls, packet: Packet) -> State:
+        return cls(packet, packet.dst.version, int(packet.src), int(packet.dst), packet.dport, packet.mark)
+
+    def copy(self) -> State:
+        return State(
+            self.packet,
+            self.version,
+            self.src,
+            self.dst,
+            self.dport,
+            self.mark,
+            list(self.steps),
+            self.dnat,
+            self.masquerade,
+            self.notrack,
+            list(self.affinity),
+            self.dnat_step,
+            self.drop_mark_step,
+        )
+
+    @property
+    def current(self) -> Packet:
+        """The packet with its rewritten destination and mark."""
+        mk = ipaddress.IPv4Address if self.version == 4 else ipaddress.IPv6Address
+        return dataclasses.replace(self.packet, dst=mk(self.dst), dport=self.dport, mark=self.mark)
+
+
+@dataclass(slots=True)
+class Outcome:
+    probability: float
+    verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
+    state: State
+    reason: str = ""  # for UNCERTAIN: what could not be evaluated, and where
+    by_mark: bool = False  # dropped for kube-proxy's drop mark, by a filter table not given
+    _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
+
+    @property
+    def backend(self) -> str | None:
+        """``ip:port`` the packet was DNATed to, if any (worked out once: sorting and reporting
+        ask for it again and again)."""
+        b = self._backend
+        if b is False:
+            dnat = self.state.dnat
+            if dnat is None:
+                b = None
+            else:
+                host, port = dnat
+                port = port if port is not None else self.state.packet.dport
+                b = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self._backend = b
+        return b  # type: ignore[return-value]
+
+    @property
+    def decided_by(self) -> Step | None:
+        """The rule (or policy) that gave the verdict: the last step taken (for a drop by mark,
+        the rule that sent the packet to KUBE-MARK-DROP)."""
+        if self.by_mark and self.state.drop_mark_step is not None:
+            return self.state.drop_mark_step
+        return self.state.steps[-1] if self.state.steps else None
+
+
+class Undecided(Exception):
+    """A rule whose match cannot be decided: the run is redone with it matching and not."""
+
+    def __init__(self, key: int, line: int, reason: str, step: Step) -> None:
+        super().__init__(reason)
+        self.key, self.line, self.reason, self.step = key, line, reason, step
+
+
+def signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
+    """What a run decided, comparable across the two ways of an undecidable rule. A branch that
+    fell through un-DNATed has no backend (a KUBE-SEP chain without its DNAT rule, on a node in
+    the middle of a sync): it sorts as "" next to the backends, never as None against a str."""
+    return sorted((o.verdict, o.backend or "", round(o.probability, 9)) for o in outcomes)
+
+
+class TooManyBranches(Exception):
+    """The walk splits into more paths than the rules can account for (branches that multiply
+    across chains): the run is uncertain, never an error."""
+
+
+class Uncertain(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+Branch = tuple[float, State]
+Result = tuple[float, State, str, str]
+
+
+def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
+    """Outcomes sorted by probability, most likely first; equal shares (kube-proxy prints
+    probabilities to 10 decimals, so 1/5,000 comes out a little different each time) by backend."""
+    return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))
