@@ -1,16 +1,35 @@
-"""Write a kube-proxy-shaped iptables-save dump plus the matching Services and EndpointSlices.
+"""Write a kube-proxy-shaped node dump plus the matching Services and EndpointSlices.
 
-N Services x E endpoints (default 5), in the modern (1.28+) layout kube-proxy writes: a
-KUBE-SERVICES rule per cluster IP, a KUBE-SVC chain with one `statistic` rule per endpoint, a
-KUBE-SEP chain per endpoint; every fifth Service is a NodePort (KUBE-NODEPORTS + KUBE-EXT).
-Chain names use kube-proxy's own hash (sha256 -> base32, 16 characters), so the dump looks like a
-real node's. Deterministic: the same N gives the same files.
+N Services x E endpoints (default 5). Every fifth Service is a NodePort. Deterministic: the same N
+and E give the same files, and both modes write the identical cluster.json.
 
-    python bench/gen_cluster.py OUTDIR --services 10000 [--endpoints 5]
+--mode iptables (the default): the modern (1.28+) layout kube-proxy writes: a KUBE-SERVICES rule
+per cluster IP, a KUBE-SVC chain with one `statistic` rule per endpoint, a KUBE-SEP chain per
+endpoint, KUBE-NODEPORTS + KUBE-EXT for the NodePorts. Chain names use kube-proxy's own hash
+(sha256 -> base32, 16 characters), so the dump looks like a real node's.
 
-writes OUTDIR/iptables-save.txt (nat + filter, as `iptables-save` prints it) and
-OUTDIR/cluster.json (a List of Services, EndpointSlices and the Node), plus the restore payload
-OUTDIR/restore.txt (the same rules, for `iptables-legacy-restore --test`).
+--mode nftables: the same cluster as kube-proxy's nftables mode programs it, in its "Gen A"
+layout with the newest base-chain names (tests/data/upstream/nftables/TestOverallNFTablesRules.nft):
+table `ip kube-proxy`, the sets cluster-ips and nodeport-ips, the verdict maps service-ips,
+service-nodeports, no-endpoint-services, no-endpoint-nodeports and firewall-ips, the base and
+helper chains, and per Service port a `service-H-ns/name/tcp/http` chain (masquerade off-cluster
+sources, then `numgen random mod E vmap`), one `endpoint-H-ns/name/tcp/http__IP/8080` chain per
+endpoint and, for the NodePorts, an `external-H-...` chain. H is kube-proxy's nftables hash: the
+first 8 characters of base32(sha256(readable part)). As in that fixture, the masquerade rule is
+`ip daddr IP ip saddr != 10.0.0.0/8 jump mark-for-masquerade` (releases with the older base-chain
+names also matched `tcp dport 80`), and cluster-ips-check drops unallocated ClusterIPs in
+172.16.0.0/12. Every Service has endpoints (E >= 1), so the no-endpoint and firewall maps are empty.
+
+    python bench/gen_cluster.py OUTDIR --services 10000 [--endpoints 5] [--mode iptables|nftables]
+
+iptables mode writes OUTDIR/iptables-save.txt (nat + filter, as `iptables-save` prints it), the
+restore payload OUTDIR/restore.txt (the same rules, for `iptables-legacy-restore --test`) and
+OUTDIR/cluster.json (a List of Services, EndpointSlices and the Node).
+
+nftables mode writes OUTDIR/nft-ruleset.json (what `nft -j list ruleset` prints on a node with
+these rules: nftables 1.0.6's key order, element order and handles, one line), OUTDIR/ruleset.nft
+(the same rules in `nft -f` syntax, kube-proxy's `add ...` commands with every set, map and chain
+declared first, so that it loads into a real kernel) and OUTDIR/cluster.json.
 """
 
 from __future__ import annotations
@@ -19,15 +38,36 @@ import argparse
 import base64
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple, TextIO
 
 NODE = "bench-node"
 NODE_IP = "192.168.0.2"
 POD_CIDR = "10.0.0.0/8"
+SERVICE_CIDR = "172.16.0.0/12"
+"""The service CIDR nftables mode drops unallocated ClusterIPs in; it holds every _svc_ip(i), i < 2**20."""
+MODES = ("iptables", "nftables")
+NFT_TABLE = "kube-proxy"
+NFT_METAINFO = {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}
+"""What nftables 1.0.6 (Debian 12) puts first in `nft -j list ruleset`."""
+
+
+class _Svc(NamedTuple):
+    ns: str
+    name: str
+    ip: str
+    nodeport: int | None
+    eps: list[str]
 
 
 def _hash(s: str) -> str:
     return base64.b32encode(hashlib.sha256(s.encode()).digest()).decode()[:16]
+
+
+def _nft_hash(s: str) -> str:
+    """kube-proxy's nftables chain hash: over the readable part itself, 8 characters."""
+    return base64.b32encode(hashlib.sha256(s.encode()).digest()).decode()[:8]
 
 
 def _svc_ip(i: int) -> str:
@@ -39,60 +79,38 @@ def _ep_ip(i: int, j: int, stride: int = 8) -> str:
     return f"10.{(k >> 16) & 255}.{(k >> 8) & 255}.{k & 255}"
 
 
-def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
-    decl_nat: list[str] = []
-    rules_nat: list[str] = []
-    svc_rules: list[str] = []
-    np_rules: list[str] = []
-    items: list[dict[str, object]] = []
+def _services(n: int, e: int) -> list[_Svc]:
+    out = []
     for i in range(n):
-        ns, name = f"ns{i % 50}", f"svc{i}"
-        spn = f"{ns}/{name}:http"
-        ip = _svc_ip(i)
         nodeport = 30000 + (i // 5) % 2768 if i % 5 == 0 and i // 5 < 2768 else None
-        svc_chain = f"KUBE-SVC-{_hash(spn + 'tcp')}"
-        decl_nat.append(f":{svc_chain} - [0:0]")
-        svc_rules.append(
-            f'-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment "{spn} cluster IP" -m tcp --dport 80 '
-            f"-j {svc_chain}"
-        )
-        rules_nat.append(
-            f'-A {svc_chain} ! -s {POD_CIDR} -d {ip}/32 -p tcp -m comment --comment "{spn} cluster IP" '
-            f"-m tcp --dport 80 -j KUBE-MARK-MASQ"
-        )
-        if nodeport is not None:
-            ext = f"KUBE-EXT-{_hash(spn + 'tcp')}"
-            decl_nat.append(f":{ext} - [0:0]")
-            np_rules.append(f'-A KUBE-NODEPORTS -p tcp -m comment --comment "{spn}" -m tcp --dport {nodeport} -j {ext}')
-            rules_nat.append(
-                f'-A {ext} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ'
-            )
-            rules_nat.append(f"-A {ext} -j {svc_chain}")
         eps = sorted((_ep_ip(i, j, max(8, e)) for j in range(e)), key=lambda a: f"{a}:8080")
-        for j, ep in enumerate(eps):
-            sep = f"KUBE-SEP-{_hash(spn + 'tcp' + ep + ':8080')}"
-            decl_nat.append(f":{sep} - [0:0]")
-            stat = f" -m statistic --mode random --probability {1 / (e - j):.11f}" if j < e - 1 else ""
-            rules_nat.append(f'-A {svc_chain} -m comment --comment "{spn} -> {ep}:8080"{stat} -j {sep}')
-            rules_nat.append(f'-A {sep} -s {ep}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
-            rules_nat.append(f'-A {sep} -p tcp -m comment --comment "{spn}" -m tcp -j DNAT --to-destination {ep}:8080')
+        out.append(_Svc(f"ns{i % 50}", f"svc{i}", _svc_ip(i), nodeport, eps))
+    return out
+
+
+def _cluster(svcs: list[_Svc]) -> dict[str, object]:
+    """The Services, EndpointSlices and the Node as a Kubernetes List (the same for every mode)."""
+    items: list[dict[str, object]] = []
+    for s in svcs:
         spec: dict[str, object] = {
-            "type": "NodePort" if nodeport else "ClusterIP",
-            "clusterIP": ip,
-            "clusterIPs": [ip],
+            "type": "NodePort" if s.nodeport else "ClusterIP",
+            "clusterIP": s.ip,
+            "clusterIPs": [s.ip],
             "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
         }
-        if nodeport:
-            spec["ports"] = [{**spec["ports"][0], "nodePort": nodeport}]  # type: ignore[index]
-        items.append({"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": ns, "name": name}, "spec": spec})
+        if s.nodeport:
+            spec["ports"] = [{**spec["ports"][0], "nodePort": s.nodeport}]  # type: ignore[index]
+        items.append(
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": s.ns, "name": s.name}, "spec": spec}
+        )
         items.append(
             {
                 "apiVersion": "discovery.k8s.io/v1",
                 "kind": "EndpointSlice",
                 "metadata": {
-                    "namespace": ns,
-                    "name": f"{name}-abcde",
-                    "labels": {"kubernetes.io/service-name": name},
+                    "namespace": s.ns,
+                    "name": f"{s.name}-abcde",
+                    "labels": {"kubernetes.io/service-name": s.name},
                 },
                 "addressType": "IPv4",
                 "endpoints": [
@@ -101,7 +119,7 @@ def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
                         "conditions": {"ready": True, "serving": True, "terminating": False},
                         "nodeName": f"node{j}",
                     }
-                    for j, ep in enumerate(eps)
+                    for j, ep in enumerate(s.eps)
                 ],
                 "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
             }
@@ -114,6 +132,46 @@ def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
             "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]},
         }
     )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
+    """The iptables-save text (nat + filter, without the header and footer comments) and the List."""
+    svcs = _services(n, e)
+    decl_nat: list[str] = []
+    rules_nat: list[str] = []
+    svc_rules: list[str] = []
+    np_rules: list[str] = []
+    for s in svcs:
+        spn = f"{s.ns}/{s.name}:http"
+        svc_chain = f"KUBE-SVC-{_hash(spn + 'tcp')}"
+        decl_nat.append(f":{svc_chain} - [0:0]")
+        svc_rules.append(
+            f'-A KUBE-SERVICES -d {s.ip}/32 -p tcp -m comment --comment "{spn} cluster IP" -m tcp --dport 80 '
+            f"-j {svc_chain}"
+        )
+        rules_nat.append(
+            f'-A {svc_chain} ! -s {POD_CIDR} -d {s.ip}/32 -p tcp -m comment --comment "{spn} cluster IP" '
+            f"-m tcp --dport 80 -j KUBE-MARK-MASQ"
+        )
+        if s.nodeport is not None:
+            ext = f"KUBE-EXT-{_hash(spn + 'tcp')}"
+            decl_nat.append(f":{ext} - [0:0]")
+            np_rules.append(
+                f'-A KUBE-NODEPORTS -p tcp -m comment --comment "{spn}" -m tcp --dport {s.nodeport} -j {ext}'
+            )
+            rules_nat.append(
+                f'-A {ext} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ'
+            )
+            rules_nat.append(f"-A {ext} -j {svc_chain}")
+        e_ = len(s.eps)
+        for j, ep in enumerate(s.eps):
+            sep = f"KUBE-SEP-{_hash(spn + 'tcp' + ep + ':8080')}"
+            decl_nat.append(f":{sep} - [0:0]")
+            stat = f" -m statistic --mode random --probability {1 / (e_ - j):.11f}" if j < e_ - 1 else ""
+            rules_nat.append(f'-A {svc_chain} -m comment --comment "{spn} -> {ep}:8080"{stat} -j {sep}')
+            rules_nat.append(f'-A {sep} -s {ep}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
+            rules_nat.append(f'-A {sep} -p tcp -m comment --comment "{spn}" -m tcp -j DNAT --to-destination {ep}:8080')
     head = [
         "*nat",
         ":PREROUTING ACCEPT [0:0]",
@@ -148,10 +206,380 @@ def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
         "COMMIT",
     ]
     lines = head + decl_nat + base + np_rules + rules_nat + svc_rules + tail
-    return "\n".join(lines) + "\n", {"apiVersion": "v1", "kind": "List", "items": items}
+    return "\n".join(lines) + "\n", _cluster(svcs)
 
 
-def write(out: Path, n: int, e: int) -> tuple[Path, Path]:
+# --- nftables mode --------------------------------------------------------------------------------
+#
+# The JSON is written as text, object by object, exactly as `nft -j list ruleset` (nftables 1.0.6)
+# prints it: one line, ", " and ": " separators, nft's key order. Listing order is nft's: the table,
+# its sets and maps, its chains, then each chain's rules, chains in creation order. Handles are the
+# ones the kernel gives when OUTDIR/ruleset.nft is loaded into an empty namespace: tables count on
+# their own; inside the table sets, chains, rules and the anonymous set of every `numgen ... vmap
+# { ... }` (created just before its rule) share one counter, in the order ruleset.nft adds them.
+# The single-prefix set `ip daddr { CIDR }` is folded into a prefix match by nft and gets no handle.
+
+_T = f'"family": "ip", "table": "{NFT_TABLE}"'
+# (name, type, comment); a map's type is its key's, its value type is always verdict.
+_NFT_SETS: list[tuple[str, tuple[str, ...], str]] = [
+    ("cluster-ips", ("ipv4_addr",), "Active ClusterIPs"),
+    ("nodeport-ips", ("ipv4_addr",), "IPs that accept NodePort traffic"),
+]
+_NFT_MAPS: list[tuple[str, tuple[str, ...], str]] = [
+    (
+        "firewall-ips",
+        ("ipv4_addr", "inet_proto", "inet_service"),
+        "destinations that are subject to LoadBalancerSourceRanges",
+    ),
+    (
+        "no-endpoint-nodeports",
+        ("inet_proto", "inet_service"),
+        "vmap to drop or reject packets to service nodeports with no endpoints",
+    ),
+    (
+        "no-endpoint-services",
+        ("ipv4_addr", "inet_proto", "inet_service"),
+        "vmap to drop or reject packets to services with no endpoints",
+    ),
+    ("service-ips", ("ipv4_addr", "inet_proto", "inet_service"), "ClusterIP, ExternalIP and LoadBalancer IP traffic"),
+    ("service-nodeports", ("inet_proto", "inet_service"), "NodePort traffic"),
+]
+# (name, (type, hook, priority) for a base chain, comment): kube-proxy's chains, in its order.
+_NFT_CHAINS: list[tuple[str, tuple[str, str, int] | None, str | None]] = [
+    ("cluster-ips-check", None, None),
+    ("filter-prerouting-pre-dnat", ("filter", "prerouting", -110), None),
+    ("filter-output-pre-dnat", ("filter", "output", -110), None),
+    ("filter-forward", ("filter", "forward", 0), None),
+    ("filter-input", ("filter", "input", 0), None),
+    ("filter-output", ("filter", "output", 0), None),
+    ("firewall-check", None, None),
+    ("mark-for-masquerade", None, None),
+    ("masquerading", None, None),
+    ("nat-output", ("nat", "output", -100), None),
+    ("nat-postrouting", ("nat", "postrouting", 100), None),
+    ("nat-prerouting", ("nat", "prerouting", -100), None),
+    ("nodeport-endpoints-check", None, None),
+    ("reject-chain", None, "helper for @no-endpoint-services / @no-endpoint-nodeports"),
+    ("services", None, None),
+    ("service-endpoints-check", None, None),
+]
+_DADDR = {"payload": {"protocol": "ip", "field": "daddr"}}
+_L4PROTO = {"meta": {"key": "l4proto"}}
+_DPORT = {"payload": {"protocol": "th", "field": "dport"}}
+_MARK = {"meta": {"key": "mark"}}
+_REJECT = {"reject": {"type": "icmp", "expr": "port-unreachable"}}
+
+
+def _ct_new_jump(target: str) -> list[object]:
+    return [{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "new"}}, {"jump": {"target": target}}]
+
+
+def _vmap(key: list[object], data: str) -> dict[str, object]:
+    return {"vmap": {"key": {"concat": key}, "data": data}}
+
+
+_CIDR_ADDR, _CIDR_LEN = SERVICE_CIDR.split("/")
+# (chain, nft -f text, comment, JSON expr), in chain order.
+_NFT_BASE_RULES: list[tuple[str, str, str | None, list[object]]] = [
+    (
+        "cluster-ips-check",
+        "ip daddr @cluster-ips reject",
+        "Reject traffic to invalid ports of ClusterIPs",
+        [{"match": {"op": "==", "left": _DADDR, "right": "@cluster-ips"}}, _REJECT],
+    ),
+    (
+        "cluster-ips-check",
+        f"ip daddr {{ {SERVICE_CIDR} }} drop",
+        "Drop traffic to unallocated ClusterIPs",
+        [
+            {
+                "match": {
+                    "op": "==",
+                    "left": _DADDR,
+                    "right": {"prefix": {"addr": _CIDR_ADDR, "len": int(_CIDR_LEN)}},
+                }
+            },
+            {"drop": None},
+        ],
+    ),
+    ("filter-prerouting-pre-dnat", "ct state new jump firewall-check", None, _ct_new_jump("firewall-check")),
+    ("filter-output-pre-dnat", "ct state new jump firewall-check", None, _ct_new_jump("firewall-check")),
+    ("filter-forward", "ct state new jump service-endpoints-check", None, _ct_new_jump("service-endpoints-check")),
+    ("filter-forward", "ct state new jump cluster-ips-check", None, _ct_new_jump("cluster-ips-check")),
+    ("filter-input", "ct state new jump nodeport-endpoints-check", None, _ct_new_jump("nodeport-endpoints-check")),
+    ("filter-input", "ct state new jump service-endpoints-check", None, _ct_new_jump("service-endpoints-check")),
+    ("filter-output", "ct state new jump service-endpoints-check", None, _ct_new_jump("service-endpoints-check")),
+    ("filter-output", "ct state new jump cluster-ips-check", None, _ct_new_jump("cluster-ips-check")),
+    (
+        "firewall-check",
+        "ip daddr . meta l4proto . th dport vmap @firewall-ips",
+        None,
+        [_vmap([_DADDR, _L4PROTO, _DPORT], "@firewall-ips")],
+    ),
+    (
+        "mark-for-masquerade",
+        "mark set mark or 0x4000",
+        None,
+        [{"mangle": {"key": _MARK, "value": {"|": [_MARK, 16384]}}}],
+    ),
+    (
+        "masquerading",
+        "mark and 0x4000 == 0 return",
+        None,
+        [{"match": {"op": "==", "left": {"&": [_MARK, 16384]}, "right": 0}}, {"return": None}],
+    ),
+    ("masquerading", "mark set mark xor 0x4000", None, [{"mangle": {"key": _MARK, "value": {"^": [_MARK, 16384]}}}]),
+    ("masquerading", "masquerade fully-random", None, [{"masquerade": {"flags": "fully-random"}}]),
+    ("nat-output", "jump services", None, [{"jump": {"target": "services"}}]),
+    ("nat-postrouting", "jump masquerading", None, [{"jump": {"target": "masquerading"}}]),
+    ("nat-prerouting", "jump services", None, [{"jump": {"target": "services"}}]),
+    (
+        "nodeport-endpoints-check",
+        "ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",
+        None,
+        [
+            {"match": {"op": "==", "left": _DADDR, "right": "@nodeport-ips"}},
+            _vmap([_L4PROTO, _DPORT], "@no-endpoint-nodeports"),
+        ],
+    ),
+    ("reject-chain", "reject", None, [_REJECT]),
+    (
+        "services",
+        "ip daddr . meta l4proto . th dport vmap @service-ips",
+        None,
+        [_vmap([_DADDR, _L4PROTO, _DPORT], "@service-ips")],
+    ),
+    (
+        "services",
+        "ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports",
+        None,
+        [
+            {"match": {"op": "==", "left": _DADDR, "right": "@nodeport-ips"}},
+            _vmap([_L4PROTO, _DPORT], "@service-nodeports"),
+        ],
+    ),
+    (
+        "service-endpoints-check",
+        "ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+        None,
+        [_vmap([_DADDR, _L4PROTO, _DPORT], "@no-endpoint-services")],
+    ),
+]
+
+
+class _NftSvc(NamedTuple):
+    svc: _Svc
+    service: str  # chain names
+    external: str | None
+    endpoints: list[str]
+
+
+def nft_service_chain(prefix: str, ns: str, name: str, port: str, proto: str = "tcp") -> str:
+    """kube-proxy's name for a per-service-port chain: ``prefix`` is service, external or firewall."""
+    base = f"{ns}/{name}/{proto}/{port}"
+    return f"{prefix}-{_nft_hash(base)}-{base}"
+
+
+def nft_endpoint_chain(ns: str, name: str, port: str, ip: str, target_port: int, proto: str = "tcp") -> str:
+    """kube-proxy's name for an (IPv4) endpoint chain."""
+    base = f"{ns}/{name}/{proto}/{port}__{ip}/{target_port}"
+    return f"endpoint-{_nft_hash(base)}-{base}"
+
+
+def _nft_chains(s: _Svc) -> _NftSvc:
+    return _NftSvc(
+        s,
+        nft_service_chain("service", s.ns, s.name, "http"),
+        nft_service_chain("external", s.ns, s.name, "http") if s.nodeport is not None else None,
+        [nft_endpoint_chain(s.ns, s.name, "http", ep, 8080) for ep in s.eps],
+    )
+
+
+def _ip_bytes(ip: str) -> bytes:
+    return bytes(int(x) for x in ip.split("."))
+
+
+# How nft orders the elements it lists (it sorts them; values as it holds them). A plain ipv4_addr
+# set: by address. A concatenation: the whole key, each field padded to 4 bytes, read as one
+# little-endian number, so the last field weighs most and inside a field the last byte does
+# (inet_service 80 is the bytes 00 50). Seen on x86-64; the upstream .ruleset.json agrees.
+def _concat_order(*fields: bytes) -> int:
+    return int.from_bytes(b"".join(f.ljust(4, b"\0") for f in fields), "little")
+
+
+_TCP = bytes([6])
+
+
+def _port(p: int) -> bytes:
+    return p.to_bytes(2, "big")
+
+
+def _goto(target: str) -> str:
+    return f'{{"goto": {{"target": "{target}"}}}}'
+
+
+def _nft_text(svcs: list[_NftSvc]) -> Iterator[str]:
+    """ruleset.nft, a block of lines at a time: kube-proxy's commands, declarations first (the
+    kernel resolves a `goto` when the rule is added, so every chain must exist before a rule or
+    element refers to it)."""
+    t = f"ip {NFT_TABLE}"
+    head = [f'add table {t} {{ comment "rules for kube-proxy" ; }}', ""]
+    head += [f'add set {t} {name} {{ type {" . ".join(ty)} ; comment "{c}" ; }}' for name, ty, c in _NFT_SETS]
+    head += [f'add map {t} {name} {{ type {" . ".join(ty)} : verdict ; comment "{c}" ; }}' for name, ty, c in _NFT_MAPS]
+    head.append("")
+    for name, hook, comment in _NFT_CHAINS:
+        spec = f"type {hook[0]} hook {hook[1]} priority {hook[2]} ; " if hook else ""
+        spec += f'comment "{comment}" ; ' if comment else ""
+        head.append(f"add chain {t} {name}" + (f" {{ {spec}}}" if spec else ""))
+    yield "\n".join(head) + "\n"
+    for v in svcs:
+        chains = [v.service] + ([v.external] if v.external is not None else []) + v.endpoints
+        yield "".join(f"add chain {t} {c}\n" for c in chains)
+    base = [""]
+    for chain, text, comment, _ in _NFT_BASE_RULES:
+        base.append(f"add rule {t} {chain} {text}" + (f' comment "{comment}"' if comment else ""))
+    base.append(f"add element {t} nodeport-ips {{ {NODE_IP} }}")
+    yield "\n".join(base) + "\n"
+    for v in svcs:
+        s = v.svc
+        vmap = " , ".join(f"{j} : goto {c}" for j, c in enumerate(v.endpoints))
+        out = [
+            "",
+            f"# {s.ns}/{s.name}:http",
+            f"add rule {t} {v.service} ip daddr {s.ip} ip saddr != {POD_CIDR} jump mark-for-masquerade",
+            f"add rule {t} {v.service} numgen random mod {len(v.endpoints)} vmap {{ {vmap} }}",
+        ]
+        if v.external is not None:
+            out += [
+                f"add rule {t} {v.external} jump mark-for-masquerade",
+                f"add rule {t} {v.external} goto {v.service}",
+            ]
+        for c, ep in zip(v.endpoints, s.eps, strict=True):
+            out += [
+                f"add rule {t} {c} ip saddr {ep} jump mark-for-masquerade",
+                f"add rule {t} {c} meta l4proto tcp dnat to {ep}:8080",
+            ]
+        out += [
+            f"add element {t} cluster-ips {{ {s.ip} }}",
+            f"add element {t} service-ips {{ {s.ip} . tcp . 80 : goto {v.service} }}",
+        ]
+        if v.external is not None:
+            out.append(f"add element {t} service-nodeports {{ tcp . {s.nodeport} : goto {v.external} }}")
+        yield "\n".join(out) + "\n"
+
+
+def _write_nft_json(f: TextIO, svcs: list[_NftSvc]) -> None:
+    """nft-ruleset.json, streamed: see the comment above _NFT_SETS for the order and the handles."""
+    w = f.write
+    w('{"nftables": [')
+    w(json.dumps({"metainfo": NFT_METAINFO}))
+    w(f', {{"table": {{"family": "ip", "name": "{NFT_TABLE}", "handle": 1}}}}')
+    h = 0  # the table's object handle counter
+    cluster_ips = sorted((v.svc.ip for v in svcs), key=_ip_bytes)
+    svc_ips = sorted(
+        ((_concat_order(_ip_bytes(v.svc.ip), _TCP, _port(80)), v.svc.ip, v.service) for v in svcs),
+    )
+    nodeports = sorted(
+        (_concat_order(_TCP, _port(v.svc.nodeport)), v.svc.nodeport, v.external)
+        for v in svcs
+        if v.external is not None and v.svc.nodeport is not None
+    )
+    elems: dict[str, list[str]] = {
+        "cluster-ips": [f'"{ip}"' for ip in cluster_ips],
+        "nodeport-ips": [f'"{NODE_IP}"'],
+        "service-ips": [f'[{{"concat": ["{ip}", "tcp", 80]}}, {_goto(c)}]' for _, ip, c in svc_ips],
+        "service-nodeports": [f'[{{"concat": ["tcp", {p}]}}, {_goto(str(c))}]' for _, p, c in nodeports],
+    }
+    for kind, table in (("set", _NFT_SETS), ("map", _NFT_MAPS)):
+        for name, ty, comment in table:
+            h += 1
+            tys = json.dumps(ty[0] if len(ty) == 1 else list(ty))
+            w(f', {{"{kind}": {{"family": "ip", "name": "{name}", "table": "{NFT_TABLE}", "type": {tys}, ')
+            w(f'"handle": {h}, "comment": "{comment}"' + (', "map": "verdict"' if kind == "map" else ""))
+            if elems.get(name):
+                w(', "elem": [')
+                w(", ".join(elems[name]))
+                w("]")
+            w("}}")
+    for name, hook, _ in _NFT_CHAINS:
+        h += 1
+        w(f', {{"chain": {{{_T}, "name": "{name}", "handle": {h}')
+        if hook:
+            w(f', "type": "{hook[0]}", "hook": "{hook[1]}", "prio": {hook[2]}, "policy": "accept"')
+        w("}}")
+    for v in svcs:
+        for c in [v.service] + ([v.external] if v.external is not None else []) + v.endpoints:
+            h += 1
+            w(f', {{"chain": {{{_T}, "name": "{c}", "handle": {h}}}}}')
+    for chain, _text, rule_comment, expr in _NFT_BASE_RULES:
+        h += 1
+        cm = f', "comment": "{rule_comment}"' if rule_comment else ""
+        w(f', {{"rule": {{{_T}, "chain": "{chain}", "handle": {h}{cm}, "expr": {json.dumps(expr)}}}}}')
+    masq = '{"jump": {"target": "mark-for-masquerade"}}'
+    pod_addr, pod_len = POD_CIDR.split("/")
+    not_pod = (
+        '{"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, '
+        f'"right": {{"prefix": {{"addr": "{pod_addr}", "len": {pod_len}}}}}}}}}'
+    )
+    for v in svcs:
+        s = v.svc
+        parts = []
+        h += 1
+        parts.append(
+            f', {{"rule": {{{_T}, "chain": "{v.service}", "handle": {h}, "expr": [{{"match": {{"op": "==", '
+            f'"left": {{"payload": {{"protocol": "ip", "field": "daddr"}}}}, "right": "{s.ip}"}}}}, '
+            f"{not_pod}, {masq}]}}}}"
+        )
+        h += 2  # the vmap's anonymous set, then the rule
+        vmap = ", ".join(f"[{j}, {_goto(c)}]" for j, c in enumerate(v.endpoints))
+        parts.append(
+            f', {{"rule": {{{_T}, "chain": "{v.service}", "handle": {h}, "expr": [{{"vmap": {{"key": {{"numgen": '
+            f'{{"mode": "random", "mod": {len(v.endpoints)}, "offset": 0}}}}, "data": {{"set": [{vmap}]}}}}}}]}}}}'
+        )
+        if v.external is not None:
+            parts.append(f', {{"rule": {{{_T}, "chain": "{v.external}", "handle": {h + 1}, "expr": [{masq}]}}}}')
+            parts.append(
+                f', {{"rule": {{{_T}, "chain": "{v.external}", "handle": {h + 2}, "expr": [{_goto(v.service)}]}}}}'
+            )
+            h += 2
+        for c, ep in zip(v.endpoints, s.eps, strict=True):
+            parts.append(
+                f', {{"rule": {{{_T}, "chain": "{c}", "handle": {h + 1}, "expr": [{{"match": {{"op": "==", '
+                f'"left": {{"payload": {{"protocol": "ip", "field": "saddr"}}}}, "right": "{ep}"}}}}, {masq}]}}}}'
+            )
+            parts.append(
+                f', {{"rule": {{{_T}, "chain": "{c}", "handle": {h + 2}, "expr": [{{"match": {{"op": "==", '
+                f'"left": {{"meta": {{"key": "l4proto"}}}}, "right": "tcp"}}}}, '
+                f'{{"dnat": {{"addr": "{ep}", "port": 8080}}}}]}}}}'
+            )
+            h += 2
+        w("".join(parts))
+    w("]}\n")
+
+
+def write_nftables(out: Path, n: int, e: int) -> tuple[Path, Path]:
+    """Write OUTDIR/nft-ruleset.json, OUTDIR/ruleset.nft and OUTDIR/cluster.json (nftables mode)."""
+    if e < 1:
+        raise ValueError("nftables mode needs at least one endpoint per Service")
+    out.mkdir(parents=True, exist_ok=True)
+    svcs = _services(n, e)
+    nsvcs = [_nft_chains(s) for s in svcs]
+    js = out / "nft-ruleset.json"
+    with js.open("w", encoding="utf-8") as f:
+        _write_nft_json(f, nsvcs)
+    with (out / "ruleset.nft").open("w", encoding="utf-8") as f:
+        f.writelines(_nft_text(nsvcs))
+    cl = out / "cluster.json"
+    cl.write_text(json.dumps(_cluster(svcs)))
+    return js, cl
+
+
+def write(out: Path, n: int, e: int, mode: str = "iptables") -> tuple[Path, Path]:
+    """Write the files of ``mode``; return (the node's rules as kpdoctor collects them, cluster.json)."""
+    if mode == "nftables":
+        return write_nftables(out, n, e)
+    if mode != "iptables":
+        raise ValueError(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
     out.mkdir(parents=True, exist_ok=True)
     dump, cluster = generate(n, e)
     save = out / "iptables-save.txt"
@@ -167,9 +595,13 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--services", type=int, default=10000)
     ap.add_argument("--endpoints", type=int, default=5)
+    ap.add_argument("--mode", choices=MODES, default="iptables")
     a = ap.parse_args()
-    save, cl = write(a.out, a.services, a.endpoints)
-    print(f"{save} ({save.stat().st_size / 1e6:.1f} MB), {cl} ({cl.stat().st_size / 1e6:.1f} MB)")
+    if a.mode == "nftables" and a.endpoints < 1:
+        ap.error("--mode nftables needs --endpoints >= 1")
+    rules, cl = write(a.out, a.services, a.endpoints, a.mode)
+    files = [rules, a.out / "ruleset.nft"] if a.mode == "nftables" else [rules]
+    print(", ".join(f"{p} ({p.stat().st_size / 1e6:.1f} MB)" for p in [*files, cl]))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from kpdoctor.model import Cite, Report, Severity
 from kpdoctor.parse.nft import foreign_tables, parse_tables
 
 NFT = UPSTREAM / "nftables" / "TestOverallNFTablesRules"
+MODES = UPSTREAM.parent / "modes"  # real node output of healthy IPVS / nftables nodes (SOURCES.md there)
 IPT = UPSTREAM / "iptables" / "TestOverallIPTablesRules"
 VERIFY_CHECKS = ("KP200", "KP202", "KP203", "KP204", "KP205")
 
@@ -107,16 +108,17 @@ def test_nft_list_ruleset_text_is_recognised_by_content() -> None:
     assert [a.kind for a in ev.artifacts] == [Kind.NFT_RULESET_TEXT]
 
 
-# -- healthy nodes in modes kpdoctor does not evaluate ---------------------------------------------
+# -- healthy nodes in other modes ---------------------------------------------------------------------
 @pytest.mark.parametrize("listing", [".ruleset.txt", ".ruleset.json"])
-def test_a_healthy_nftables_node_is_not_evaluated_and_nothing_is_reported(listing: str) -> None:
+def test_a_healthy_nftables_node_verifies_clean_in_nftables_mode(listing: str) -> None:
+    """Upstream's nftables expectation, as real nft lists it back: every Service evaluated in the
+    mode kube-proxy runs in, nothing reported."""
     facts, report = diagnose([NFT.with_suffix(listing), NFT.with_suffix(".cluster.json")])
     ver = report.verification
-    assert ver is not None and not ver.evaluated and not ver.results and not ver.clean
-    assert "nftables mode" in ver.reason and "kube-proxy" in ver.reason
-    assert ver.to_json()["evaluated"] is False and ver.to_json()["reason"] == ver.reason
-    assert loud(report) == []
     assert facts.running_mode.mode == "nftables"
+    assert ver is not None and ver.evaluated and ver.clean and ver.mode == "nftables", ver.reason
+    assert len(ver.results) == 26 and not ver.stale
+    assert loud(report) == []
 
 
 def test_verify_on_a_node_in_a_mode_it_does_not_read_is_inconclusive() -> None:
@@ -124,22 +126,20 @@ def test_verify_on_a_node_in_a_mode_it_does_not_read_is_inconclusive() -> None:
 
     from kpdoctor.cli import app
 
-    res = CliRunner().invoke(
-        app, ["verify", str(NFT.with_suffix(".ruleset.txt")), str(NFT.with_suffix(".cluster.json"))]
-    )
-    assert res.exit_code == 3
-    assert "inconclusive: verification not evaluated: kube-proxy runs in nftables mode" in res.stderr
+    res = CliRunner().invoke(app, ["verify", *map(str, sorted((MODES / "ipvs-healthy").iterdir()))])
+    assert res.exit_code == 3, res.output
+    assert "inconclusive: verification not evaluated: kube-proxy runs in ipvs mode" in res.stderr
     assert "Verification not evaluated" in res.stdout
 
 
-def test_trace_on_an_nftables_node_says_it_does_not_trace_that_mode(tmp_path: Path) -> None:
+def test_trace_on_an_nftables_node_follows_kube_proxys_table(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from kpdoctor.cli import app
 
     res = CliRunner().invoke(app, ["trace", "--to", "172.30.0.41:80", str(NFT.with_suffix(".ruleset.txt"))])
-    assert res.exit_code == 3, res.output
-    assert "runs in nftables mode" in res.stderr and "does not trace" in res.stderr
+    assert res.exit_code == 0, res.output
+    assert "DNAT to 10.180.0.1:80" in res.stdout and "ip kube-proxy/services" in res.stdout
     # both modes' rules and nothing saying which runs: the iptables rules are traced, and it says so
     both = [str(NFT.with_suffix(".ruleset.txt")), str(IPT.with_suffix(".nft.save"))]
     res = CliRunner().invoke(app, ["trace", "--to", "172.30.0.41:80", *both])
@@ -202,7 +202,7 @@ def test_a_healthy_nftables_node_with_its_real_log() -> None:
     facts, report = diagnose([log, NFT.with_suffix(".ruleset.txt"), NFT.with_suffix(".cluster.json")])
     assert facts.running_mode.mode == "nftables" and facts.running_mode.how == "kube-proxy's log says so"
     ver = report.verification
-    assert ver is not None and not ver.evaluated
+    assert ver is not None and ver.evaluated and ver.clean
     assert loud(report) == []
 
 
@@ -228,7 +228,6 @@ def test_ipvs_requested_iptables_running_keeps_the_kernel_regression_first(tmp_p
     assert "configured for ipvs but runs in iptables mode" in kp113.summary
 
 
-MODES = UPSTREAM.parent / "modes"  # real node output of healthy IPVS / nftables nodes (SOURCES.md there)
 
 
 @pytest.mark.parametrize("with_log", [True, False])
@@ -253,5 +252,5 @@ def test_a_healthy_nftables_node_with_kubelets_iptables_chains() -> None:
     facts, report = diagnose(sorted((MODES / "nftables-healthy").iterdir()))
     assert facts.running_mode.mode == "nftables"
     ver = report.verification
-    assert ver is not None and not ver.evaluated and not ver.stale
+    assert ver is not None and ver.evaluated and ver.clean and not ver.stale
     assert loud(report) == []

@@ -571,8 +571,9 @@ def verify(
             _err(f"{p.source}: {p.message}")
         if evidence.artifacts:
             _err(
-                "verify needs iptables-save output and the cluster's Services together (EndpointSlices and the "
-                "Node object too, for a complete check)"
+                "verify needs the node's rules (iptables-save output, or `nft -j list ruleset` in nftables "
+                "mode) and the cluster's Services together (EndpointSlices and the Node object too, for a "
+                "complete check)"
             )
         else:
             _err("nothing usable was given (see `kpdoctor verify --help`)")
@@ -705,13 +706,19 @@ def trace(
         facts = Facts(evidence, node=node)
         _kept().append(facts)
         running = facts.running_mode
-        backend = modes.backend_for(running.mode or "iptables", facts.rulesets, facts.node_view.local(), record=True)
+        mode = running.mode or "iptables"
+        nft_rules = facts.nft_rules if mode == "nftables" else []
+        backend = modes.backend_for(mode, facts.rulesets, facts.node_view.local(), record=True, nft=nft_rules)
+        if backend is None and mode == "nftables":
+            how = running.how
+            _err(f"kube-proxy runs in nftables mode ({how}): give `nft -j list ruleset` (or `nft list ruleset`)")
+            raise Exit(2)
         if backend is None:
             _err(modes.not_evaluated_reason(str(running.mode), running.how).replace("evaluate", "trace", 1))
             raise Exit(3)
         if running.mode is None and facts.rulesets:
             _err(f"the proxy mode is not known ({running.how}): tracing the iptables rules")
-        if not facts.rulesets:
+        if not facts.rulesets and mode == "iptables":
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
             _err("no iptables rules were given (iptables-save output is what trace follows)")

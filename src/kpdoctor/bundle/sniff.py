@@ -331,6 +331,8 @@ def _sniff_structured(text: str) -> Typed | None:
             doc = load_json(text)
         except StructuredError:
             # only the head was read (a big List): judge by what the head says
+            if len(text) >= HEAD_BYTES - 4096 and re.match(r'\s*\{\s*"nftables"\s*:\s*\[', text):
+                return Typed(Kind.NFT_RULESET, {})  # nft -j list ruleset of a large node
             if len(text) >= HEAD_BYTES - 4096 and re.search(r'"(kind|apiVersion)"\s*:', text[:65536]):
                 return Typed(Kind.K8S_OBJECTS, {})
             return None  # maybe truncated: the full parse reports it

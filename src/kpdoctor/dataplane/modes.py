@@ -15,6 +15,8 @@ from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Backend
 from kpdoctor.dataplane.expected import SHARED, Deviations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend
+from kpdoctor.dataplane.nftables.backend import NftablesBackend
+from kpdoctor.dataplane.nftables.compile import NftTableRules
 from kpdoctor.parse.iptables import Ruleset
 
 
@@ -42,10 +44,19 @@ def mode_named(name: str | None) -> Mode | None:
     return MODES.get((name or "").strip().lower())
 
 
-def backend_for(mode: str, rulesets: list[Ruleset], local: Iterable[IPAddress], record: bool = False) -> Backend | None:
-    """The backend that evaluates ``mode``'s rules, or None when kpdoctor has none for it."""
+def backend_for(
+    mode: str,
+    rulesets: list[Ruleset],
+    local: Iterable[IPAddress],
+    record: bool = False,
+    nft: list[NftTableRules] | None = None,
+) -> Backend | None:
+    """The backend that evaluates ``mode``'s rules, or None when kpdoctor has none for it (or
+    the evidence holds none of the rules it reads: no nftables listing in nftables mode)."""
     if mode == "iptables":
         return IptablesBackend(rulesets, local, record=record)
+    if mode == "nftables" and nft:
+        return NftablesBackend(nft, rulesets, local, record=record)
     return None
 
 

@@ -55,6 +55,10 @@ class Entry:
     # who wrote the rule that decided: "kube-proxy", another component ("calico", "docker"...),
     # or None when the evidence does not tell (a built-in chain's rule or policy)
     owner: str | None = None
+    # refused by the proxy's own rule for destinations it has no Service rule for (nftables mode
+    # rejects unknown ports of a ClusterIP and drops unallocated ClusterIPs): "no rules", not a
+    # refusal the Service's rules chose
+    no_service_rule: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -245,12 +249,13 @@ def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | Non
     if any(e.verdict == "UNCERTAIN" for e in entries):
         return "uncertain", "", None
     fwd: dict[str, float] = {}
-    refused = through = 0.0
+    refused = through = unowned = 0.0
     for e in entries:
         if e.verdict == "ACCEPT" and e.backend:
             fwd[e.backend] = fwd.get(e.backend, 0.0) + e.probability
         elif e.verdict in ("DROP", "REJECT"):
             refused += e.probability
+            unowned += e.probability if e.no_service_rule else 0.0
         else:
             through += e.probability
     for alt in case.alternatives:
@@ -261,7 +266,7 @@ def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | Non
         n = len(alt.backends)
         if set(fwd) == set(alt.backends) and all(abs(p - 1 / n) <= PROB_TOLERANCE for p in fwd.values()):
             return "ok", "", alt
-    if through >= 1 - PROB_TOLERANCE:
+    if through + unowned >= 1 - PROB_TOLERANCE:
         kind = "no-rules"
     elif refused >= 1 - PROB_TOLERANCE:
         kind = "refused"

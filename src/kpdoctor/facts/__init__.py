@@ -21,6 +21,7 @@ from kpdoctor.dataplane.addresses import IPAddress, IPNetwork
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend
 from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
+from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.results import StaleRule, Verification
 from kpdoctor.dataplane.verify import (
     PackedShare,
@@ -508,6 +509,19 @@ class Facts:
             for t in nft.parse_tables(a.read_text(), a.first_line)
         ]
 
+    @cached_property
+    def nft_rules(self) -> list[NftTableRules]:
+        """Every nftables table of the listings, compiled for evaluation (a table listed both as
+        JSON and as text is read from the JSON)."""
+        out: list[NftTableRules] = []
+        seen: set[tuple[str, str]] = set()
+        for a in self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT):
+            for t in compile_listing(a.name, a.read_text(), a.first_line):
+                if (t.family, t.name) not in seen:
+                    seen.add((t.family, t.name))
+                    out.append(t)
+        return out
+
     # -- the data plane -----------------------------------------------------------------
     @cached_property
     def node_object(self) -> K8sObject | None:
@@ -590,7 +604,8 @@ class Facts:
         the Service ports as it asks for them (parallel.Tickets); none has to copy another's
         quarter-million parsed rules."""
         n = parallel.default_workers()
-        size = sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE))
+        rules = self.of(Kind.IPTABLES_SAVE) + self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
+        size = sum(a.size or len(a.text) for a in rules)
         if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
             return self._verification(Part())
         tickets = parallel.Tickets(VERIFY_PIECES)
@@ -623,12 +638,20 @@ class Facts:
         mode = modes.mode_named(running.mode)
         deviations = mode.deviations if mode is not None else SHARED
         local = local_addresses(self.node_view, services, deviations)
-        backend = modes.backend_for(running.mode or "", rulesets, local) if rulesets else None
+        nft_rules = self.nft_rules if running.mode == "nftables" else []
+        backend = None
+        if rulesets or nft_rules:
+            backend = modes.backend_for(running.mode or "", rulesets, local, nft=nft_rules)
         if backend is None:
             if running.mode is None:
                 reason = f"the proxy mode is not known: {running.how}"
             elif running.mode == "iptables":
                 reason = "no iptables-save output to evaluate kube-proxy's iptables mode with"
+            elif running.mode == "nftables":
+                reason = (
+                    f"kube-proxy runs in nftables mode ({running.how}), and no nftables listing was given "
+                    "to evaluate it with: give `nft -j list ruleset` (or `nft list ruleset`)"
+                )
             else:
                 reason = modes.not_evaluated_reason(running.mode, running.how)
             ver = unevaluated(reason, services, slices, endpoints, running.mode)
@@ -657,7 +680,7 @@ class Facts:
         if part.stale:
             ver.stale += self._leftovers(running, rulesets, local)
         for t, artifact in self.nft_tables:
-            if t.iptables_nft or (t.name == nft.KUBE_PROXY_TABLE and running.mode == "nftables"):
+            if t.iptables_nft or running.mode == "nftables":  # nftables mode evaluates every table
                 continue
             what = (
                 "kube-proxy's table from nftables mode, which it does not run in"

@@ -8,10 +8,13 @@ iptables-nft's. Evaluating the rules themselves is the nftables backend's work.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from kpdoctor.parse.structured import load_json
+from kpdoctor.parse.structured import load_json, strip_bom
 
 # The tables iptables-nft keeps its rules in (``iptables-nft-save`` shows them as iptables rules).
 XT_TABLES = frozenset({"filter", "nat", "mangle", "raw", "security"})
@@ -83,36 +86,41 @@ def parse_tables(text: str, first_line: int = 1) -> list[NftTable]:
     return out
 
 
+_JSON_OBJECT = re.compile(r'\{\s*"(table|chain)"\s*:\s*\{')
+_JSON_RULE = re.compile(r'\{\s*"rule"\s*:\s*\{\s*"family"\s*:\s*"(\w+)"\s*,\s*"table"\s*:\s*"([^"]*)"')
+
+
 def _json_tables(text: str) -> list[NftTable]:
-    try:
-        doc = load_json(text)
-    except ValueError:
-        return []
-    items = doc.get("nftables") if isinstance(doc, dict) else None
+    """Tables and base chains of ``nft -j`` output, without decoding its rules: a 10,000-Service
+    node's listing is tens of megabytes, and this runs for every listing given."""
     tables: dict[tuple[str, str], NftTable] = {}
-    for it in items if isinstance(items, list) else []:
-        if not isinstance(it, dict):
+    text = strip_bom(text)
+    for m in _JSON_OBJECT.finditer(text):
+        try:
+            item = _DECODER.raw_decode(text, m.start())[0]
+        except (ValueError, RecursionError):
             continue
-        for what in ("table", "chain", "rule"):
-            obj = it.get(what)
-            if not isinstance(obj, dict):
-                continue
-            fam = str(obj.get("family"))
-            name = str(obj.get("name") if what == "table" else obj.get("table"))
-            if what == "table":
-                tables.setdefault((fam, name), NftTable(fam, name, 1, f"table {fam} {name}"))
-                continue
-            t = tables.get((fam, name))
-            if t is None:
-                continue
-            if what == "rule":
-                t.rules += 1
-                continue
-            t.chains += 1
-            if obj.get("hook"):
-                t.base_chains.append(
-                    f"{obj.get('name')}: {obj.get('type')} {obj.get('hook')} policy {obj.get('policy', 'accept')}"
-                )
+        what = m.group(1)
+        obj = item.get(what) if isinstance(item, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("family"), str):
+            continue  # (a "table" key inside something else)
+        fam = str(obj.get("family"))
+        name = str(obj.get("name") if what == "table" else obj.get("table"))
+        if what == "table":
+            tables.setdefault((fam, name), NftTable(fam, name, 1, f"table {fam} {name}"))
+            continue
+        t = tables.get((fam, name))
+        if t is None:
+            continue
+        t.chains += 1
+        if obj.get("hook"):
+            t.base_chains.append(
+                f"{obj.get('name')}: {obj.get('type')} {obj.get('hook')} policy {obj.get('policy', 'accept')}"
+            )
+    for m in _JSON_RULE.finditer(text):
+        t = tables.get((m.group(1), m.group(2)))
+        if t is not None:
+            t.rules += 1
     return list(tables.values())
 
 
@@ -121,3 +129,205 @@ def foreign_tables(text: str, first_line: int = 1) -> list[str]:
     ``inet firewalld (filter_INPUT: filter input policy accept)``: rules kpdoctor does not
     evaluate that may also drop Service traffic."""
     return [t.described for t in parse_tables(text, first_line) if not t.iptables_nft and t.name != KUBE_PROXY_TABLE]
+
+
+# -- the whole ruleset, object by object (for the nftables backend) -------------------------
+
+
+@dataclass(slots=True)
+class NftObject:
+    """One object of a listing (table, chain, set, map, rule...) in libnftables' JSON schema,
+    with where it is: its line in a text listing, or its index in the JSON's ``nftables`` array."""
+
+    kind: str  # "table" | "chain" | "set" | "map" | "rule" | ...
+    body: dict[str, Any]
+    line: int | None  # text listings only
+    index: int  # position among the listing's objects
+    text: str | None = None  # the rule as a text listing prints it (text listings only)
+    # where a JSON object is in its document, to decode it again when it is cited (a listing's
+    # parsed dicts are many times its text: they are not kept)
+    doc: str | None = None
+    span: tuple[int, int] = (0, 0)
+
+    def reread(self) -> dict[str, Any]:
+        """The object's body, decoded again from the document (JSON listings)."""
+        return reread(self.doc, self.span, self.kind)
+
+    @property
+    def where(self) -> str:
+        """How a citation points at it: the line, or the JSON path."""
+        return f"line {self.line}" if self.line is not None else f"nftables[{self.index}]"
+
+
+def iter_objects(text: str, first_line: int = 1) -> Iterator[NftObject]:
+    """The objects of ``nft -j list ruleset`` (read one at a time: a 10,000-Service node's listing
+    is tens of megabytes, and a rule's dicts are many times its text) or of a text listing
+    (converted by :mod:`kpdoctor.parse.nft_text`)."""
+    if not text.lstrip().startswith("{"):
+        from kpdoctor.parse.nft_text import text_to_objects
+
+        for i, obj in enumerate(text_to_objects(text, first_line)):
+            kind, body = next(iter(obj.items()))
+            if not isinstance(body, dict):
+                continue
+            line = body.pop("line", None)
+            rule_text = body.pop("text", None)
+            yield NftObject(kind, body, line if isinstance(line, int) else None, i, rule_text)
+        return
+    text = strip_bom(text)
+    for i, (item, span) in enumerate(_json_items(text)):
+        if not isinstance(item, dict) or len(item) != 1:
+            continue
+        kind, body = next(iter(item.items()))
+        if isinstance(body, dict):
+            yield NftObject(kind, body, None, i, None, text if span[1] else None, span)
+
+
+def reread(doc: str | None, span: tuple[int, int], kind: str) -> dict[str, Any]:
+    if doc is None or not span[1]:
+        return {}
+    try:
+        item = _DECODER.raw_decode(doc, span[0])[0]
+    except (ValueError, RecursionError):
+        return {}
+    body = item.get(kind) if isinstance(item, dict) else None
+    return body if isinstance(body, dict) else {}
+
+
+_DECODER = json.JSONDecoder()
+_ARRAY = re.compile(r'\A\s*\{\s*"nftables"\s*:\s*\[\s*')
+_SEP = re.compile(r"\s*(,|\])\s*")
+
+
+def _json_items(text: str) -> Iterator[tuple[Any, tuple[int, int]]]:
+    """The items of the ``nftables`` array, decoded one by one, each with where it is; a
+    document of another shape (pretty-printed with other keys first, say) is decoded whole."""
+    m = _ARRAY.match(text)
+    if m is None:
+        try:
+            doc = load_json(text)
+        except ValueError:
+            return
+        items = doc.get("nftables") if isinstance(doc, dict) else None
+        for it in items if isinstance(items, list) else []:
+            yield it, (0, 0)
+        return
+    pos = m.end()
+    while pos < len(text) and text[pos] != "]":
+        start = pos
+        try:
+            item, pos = _DECODER.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return  # truncated or damaged from here on: what was read stands
+        yield item, (start, pos)
+        sep = _SEP.match(text, pos)
+        if sep is None or sep.group(1) == "]":
+            return
+        pos = sep.end()
+
+
+# -- JSON expressions as nft prints them (for citations of rules read from JSON) -------------
+
+
+def render_rule(expr: list[Any]) -> str:
+    """A rule's statements in nft's text syntax, as far as kpdoctor knows them (a citation of a
+    rule read from ``nft -j`` output, which has no lines worth citing)."""
+    return " ".join(_stmt(s) for s in expr if isinstance(s, dict))
+
+
+def _stmt(s: dict[str, Any]) -> str:
+    if len(s) != 1:
+        return json.dumps(s, separators=(",", ":"))
+    key, v = next(iter(s.items()))
+    if key == "match" and isinstance(v, dict):
+        op = v.get("op", "==")
+        left, right = render_expr(v.get("left")), render_expr(v.get("right"))
+        if op == "in" or (op == "==" and not _is_binop(v.get("left"))):
+            return f"{left} {right}"
+        return f"{left} {op} {right}"
+    if key in ("accept", "drop", "return", "continue"):
+        return key
+    if key in ("jump", "goto") and isinstance(v, dict):
+        return f"{key} {v.get('target')}"
+    if key == "vmap" and isinstance(v, dict):
+        return f"{render_expr(v.get('key'))} vmap {render_expr(v.get('data'))}"
+    if key == "mangle" and isinstance(v, dict):
+        return f"{render_expr(v.get('key'))} set {render_expr(v.get('value'))}"
+    if key in ("dnat", "snat") and isinstance(v, dict):
+        fam = f" {v['family']}" if v.get("family") else ""
+        to = render_expr(v.get("addr")) if "addr" in v else ""
+        if "port" in v:
+            to = f"{to}:{render_expr(v.get('port'))}"
+        return f"{key}{fam} to {to}".rstrip()
+    if key in ("masquerade", "redirect"):
+        flags = v.get("flags") if isinstance(v, dict) else None
+        port = f" to :{render_expr(v['port'])}" if isinstance(v, dict) and "port" in v else ""
+        return key + port + (f" {','.join(flags) if isinstance(flags, list) else flags}" if flags else "")
+    if key == "reject":
+        if isinstance(v, dict) and v.get("type"):
+            return f"reject with {v.get('type')} {render_expr(v.get('expr'))}".rstrip()
+        return "reject"
+    if key == "counter":
+        return "counter"
+    if key == "set" and isinstance(v, dict):
+        return f"{v.get('op', 'add')} {v.get('set')} {{ {render_expr(v.get('elem'))} }}"
+    if key == "xt" and isinstance(v, dict):
+        return f"xt {v.get('type')} {v.get('name')}"
+    if key == "unknown":
+        return str(v)
+    return json.dumps(s, separators=(",", ":"))
+
+
+def _is_binop(e: Any) -> bool:
+    return isinstance(e, dict) and len(e) == 1 and next(iter(e)) in ("&", "|", "^")
+
+
+def render_expr(e: Any) -> str:
+    """One JSON expression in nft's text syntax."""
+    if isinstance(e, bool) or e is None:
+        return json.dumps(e)
+    if isinstance(e, str | int | float):
+        return str(e)
+    if isinstance(e, list):
+        return "{ " + ", ".join(render_expr(x) for x in e) + " }"
+    if not isinstance(e, dict) or len(e) != 1:
+        return json.dumps(e, separators=(",", ":"))
+    key, v = next(iter(e.items()))
+    if key == "payload" and isinstance(v, dict):
+        return f"{v.get('protocol')} {v.get('field')}"
+    if key in ("meta", "ct") and isinstance(v, dict):
+        return f"{key} {v.get('key')}"
+    if key == "fib" and isinstance(v, dict):
+        flags = v.get("flags")
+        fl = " . ".join(flags) if isinstance(flags, list) else str(flags)
+        return f"fib {fl} {v.get('result')}"
+    if key == "numgen" and isinstance(v, dict):
+        off = f" offset {v['offset']}" if v.get("offset") else ""
+        return f"numgen {v.get('mode', 'random')} mod {v.get('mod')}{off}"
+    if key == "concat" and isinstance(v, list):
+        return " . ".join(render_expr(x) for x in v)
+    if key == "prefix" and isinstance(v, dict):
+        return f"{render_expr(v.get('addr'))}/{v.get('len')}"
+    if key == "range" and isinstance(v, list) and len(v) == 2:
+        return f"{render_expr(v[0])}-{render_expr(v[1])}"
+    if key == "set" and isinstance(v, list):
+        return "{ " + ", ".join(_element(x) for x in v) + " }"
+    if key == "map" and isinstance(v, dict):
+        return f"{render_expr(v.get('key'))} map {render_expr(v.get('data'))}"
+    if key == "elem" and isinstance(v, dict):
+        return render_expr(v.get("val"))
+    if key in ("&", "|", "^", "<<", ">>") and isinstance(v, list) and len(v) == 2:
+        right = v[1]
+        r = f"0x{right:08x}" if isinstance(right, int) and key in ("&", "|", "^") else render_expr(right)
+        return f"{render_expr(v[0])} {key} {r}"
+    if key in ("goto", "jump") and isinstance(v, dict):
+        return f"{key} {v.get('target')}"
+    if key in ("accept", "drop", "return", "continue"):
+        return str(key)
+    return json.dumps(e, separators=(",", ":"))
+
+
+def _element(x: Any) -> str:
+    if isinstance(x, list) and len(x) == 2:
+        return f"{render_expr(x[0])} : {render_expr(x[1])}"
+    return render_expr(x)

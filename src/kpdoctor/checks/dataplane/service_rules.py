@@ -64,7 +64,10 @@ def service_rules_missing(facts: Facts) -> Iterator[Finding]:
             sev = Severity.WARNING
         else:
             scope = "any of its traffic" if len(rs) == total else f"{len(rs)} of {total} traffic classes"
-            summary = f"{label}: the node's rules do not forward {scope}: {classes(rs)}. The packets leave untouched."
+            fate = "The packets leave untouched."
+            if any(e.no_service_rule for r in rs for e in r.actual):
+                fate = "kube-proxy's own rule for addresses it has no Service rule for refuses them."
+            summary = f"{label}: the node's rules do not forward {scope}: {classes(rs)}. {fate}"
             sev = Severity.CRITICAL
         f = finding_for(facts, "KP200", label, rs, summary, severity=sev)
         f.fix = [

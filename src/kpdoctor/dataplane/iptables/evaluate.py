@@ -68,7 +68,7 @@ class Evaluator:
         self._stages_cache: dict[tuple[str, bool, bool], tuple[tuple[str, str], ...]] = {}
         self._forced: dict[int, bool] = {}  # undecidable rules (by identity) taken as matching or not
         self.undecided: list[str] = []  # of the last run: undecidable rules that did not matter
-        self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], _Mentions] = {}
+        self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], Mentions] = {}
 
     def recording(self) -> Evaluator:
         """The same rules and node, keeping every step: to explain one result of a verification
@@ -76,6 +76,22 @@ class Evaluator:
         ev = Evaluator(self.tables, (), self.ipsets, self.layers[1:], record=True)
         ev.local = self.local
         return ev
+
+    def share_forced(self, forced: dict[int, bool]) -> None:
+        """Take undecidable rules' forced choices from a walk that drives this evaluator chain by
+        chain (the nftables evaluator, where iptables tables hook among nftables chains)."""
+        self._forced = forced
+
+    def run_builtin(self, table: str, chain: str, p: float, st: State) -> list[Result]:
+        """One built-in chain of one table for one branch (its policy included): a base chain
+        among others on a hook, as the nftables evaluator walks them."""
+        tab = self.tables.get(table)
+        entry = tab.chain(chain) if tab is not None else None
+        if tab is None or entry is None:
+            return [(p, st, "ACCEPT", "")]
+        if table == "nat" and st.notrack:
+            return [(p, st, "ACCEPT", "")]
+        return self._chain(tab, chain, entry, p, st, 0)
 
     # -- public ------------------------------------------------------------------------
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
@@ -207,7 +223,7 @@ class Evaluator:
         mkey = (st.version, stages)
         m = self._mentions.get(mkey)
         if m is None:
-            m = self._mentions[mkey] = _Mentions.of(self.layers, st.version, stages)
+            m = self._mentions[mkey] = Mentions.of(self.layers, st.version, stages)
         if m.opaque:
             return None
         pkt = st.packet
@@ -494,7 +510,7 @@ class Evaluator:
         raise Uncertain(f"match {c.value} not evaluated" if k == "unknown" else f"{k} match not evaluated")
 
 
-class _Mentions:
+class Mentions:
     """The addresses and ports the filter/mangle/postrouting rules of one family look at: any two
     packets that no rule tells apart walk those tables the same way."""
 
@@ -506,7 +522,7 @@ class _Mentions:
         self.opaque = False
 
     @classmethod
-    def of(cls, layers: list[dict[str, CompiledTable]], version: int, roots: tuple[tuple[str, str], ...]) -> _Mentions:
+    def of(cls, layers: list[dict[str, CompiledTable]], version: int, roots: tuple[tuple[str, str], ...]) -> Mentions:
         """Addresses and ports of every rule reachable from ``roots`` (table, built-in chain)."""
         m = cls()
         full = (1 << (32 if version == 4 else 128)) - 1
