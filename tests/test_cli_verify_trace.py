@@ -52,7 +52,7 @@ def test_verify_service_filter() -> None:
 
 def test_verify_needs_rules_and_services() -> None:
     r = runner.invoke(app, ["verify", SAVE])
-    assert r.exit_code == 2 and "needs iptables-save output and the cluster's Services" in r.output
+    assert r.exit_code == 2 and "needs the node's rules (iptables-save output" in r.output and "the cluster's Services" in r.output
 
 
 def test_trace_to_address_text_and_json() -> None:

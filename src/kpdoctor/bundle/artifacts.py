@@ -32,6 +32,7 @@ class Kind(enum.StrEnum):
     IP_ADDR = "ip -j addr output"
     NFT_RULESET = "nft -j list ruleset output"
     NFT_RULESET_TEXT = "nft list ruleset output"
+    NFT_VERSION = "nft --version"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
     CONNTRACK_STATS = "conntrack -S output"

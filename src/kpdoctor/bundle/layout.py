@@ -22,6 +22,8 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/processes.txt": (Kind.PROCESSES, {}),
     "node/ip-addr.json": (Kind.IP_ADDR, {}),
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),
+    "node/nft-ruleset.txt": (Kind.NFT_RULESET_TEXT, {}),
+    "node/nft-version.txt": (Kind.NFT_VERSION, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
     "node/sysctl.txt": (Kind.SYSCTL, {}),

@@ -52,6 +52,7 @@ _SAVE_WARNING_SPLICED = re.compile(r"^-[AI] \S+ [^\n]*" + re.escape(LEGACY_WARNI
 _RULES_S = re.compile(r"^-P (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) (ACCEPT|DROP)\s*$", re.M)
 _LIST_HEADER = re.compile(r"^\s*(?:num\s+)?(?:pkts\s+bytes\s+)?target\s+prot", re.M)
 _LIST_CHAIN = re.compile(r"^Chain \S+ \((policy \w+|\d+ references)", re.M)
+_NFT_VERSION = re.compile(r"^\s*nftables v\d+\.\d+")  # nft --version: "nftables v1.0.6 (Lester Gooch #5)"
 _IPT_VERSION = re.compile(
     r"^\s*(ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?) v\d+\.\d+(?:\.\d+)*(?: \((legacy|nf_tables)\))?\s*$"
 )
@@ -159,6 +160,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.IPTABLES_VERSION, attrs)
     if _KP_VERSION.match(first) and len(stripped.splitlines()) <= 3:
         return Typed(Kind.KUBE_PROXY_VERSION, {})
+    if _NFT_VERSION.match(first) and len(stripped.splitlines()) <= 3:
+        return Typed(Kind.NFT_VERSION, {})
     if _UNAME_A.match(first) or (_UNAME_R.match(first.strip()) and len(stripped.splitlines()) == 1):
         return Typed(Kind.UNAME, {})
     if len(_OS_RELEASE.findall(head)) >= 2 or len(_LSB_RELEASE.findall(head)) >= 2:

@@ -168,8 +168,7 @@ def _rules(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollecti
         else:
             out.add(runner.command(nft_path, [nft], 30))
     if kernel.present("nf_tables"):
-        progress("node: nft list ruleset")
-        out.add(runner.command("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"], 30))
+        _nft_ruleset(runner, progress, out)
     else:
         out.add(NotCollected("node/nft-ruleset.json", "nf_tables is not loaded"))
     if kernel.present("ip_set"):
@@ -177,6 +176,23 @@ def _rules(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollecti
         out.add(runner.command("node/ipset-save.txt", ["ipset", "save"], 20))
     else:
         out.add(NotCollected("node/ipset-save.txt", "ip_set is not loaded"))
+
+
+def _nft_ruleset(runner: Runner, progress: Progress, out: NodeCollection) -> None:
+    """``nft -j list ruleset``, and the text listing when that fails: some nft builds have no
+    JSON support, and an older nft can crash listing sets a newer one wrote (the version, exit
+    code and stderr of each attempt are in the manifest)."""
+    progress("node: nft list ruleset")
+    version = runner.command("node/nft-version.txt", ["nft", "--version"], 5)
+    out.add(version)
+    if isinstance(version, NotCollected):
+        return
+    listing = runner.command("node/nft-ruleset.json", ["nft", "-j", "list", "ruleset"], 30)
+    out.add(listing)
+    if isinstance(listing, Collected) and listing.exit_code == 0 and listing.data.lstrip().startswith(b"{"):
+        return
+    progress("node: nft list ruleset (text)")
+    out.add(runner.command("node/nft-ruleset.txt", ["nft", "list", "ruleset"], 30))
 
 
 def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:

@@ -382,9 +382,12 @@ def _statement(s: Any, table: NftTableRules) -> Op:
         ref = str(v.get("set", ""))
         return ("affinity", ref.lstrip("@"))
     if key == "xt" and isinstance(v, dict):
-        if v.get("type") == "match" and v.get("name") == "comment":
-            return ("noop",)
-        return ("unknown", f"xt {v.get('type')} {v.get('name')} (an iptables-nft extension nft cannot show)")
+        what = f"xt {v.get('type')} {v.get('name')} (an iptables-nft extension nft cannot show)"
+        if v.get("type") == "match":
+            if v.get("name") == "comment":
+                return ("noop",)
+            return ("match", ("unknown", what), "==", ("value", True))  # tried both ways
+        return ("unknown", what)
     if key == "unknown":
         return ("unknown", str(v))
     return ("unknown", render_rule([s]))
