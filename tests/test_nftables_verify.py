@@ -59,7 +59,9 @@ def codes(report: Report) -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", ["TestOverallNFTablesRules", "TestSyncProxyRulesRepeated_svc3TwoEndpoints"])
 def test_upstream_listings_verify_clean(name: str, suffix: str) -> None:
     base = UPSTREAM / "nftables" / name
-    facts, report = run([base.with_suffix(suffix), base.with_suffix(".cluster.json"), base.with_suffix(".kube-proxy.yaml")])
+    _facts, report = run(
+        [base.with_suffix(suffix), base.with_suffix(".cluster.json"), base.with_suffix(".kube-proxy.yaml")]
+    )
     ver = report.verification
     assert ver is not None and ver.evaluated and ver.mode == "nftables"
     assert ver.clean, [(r.label, r.traffic, r.kind, r.note) for r in ver.results if r.status != "ok"]
@@ -85,7 +87,7 @@ def test_text_and_json_listings_give_the_same_outcomes() -> None:
 
 
 def test_a_missing_service_element_is_caught(tmp_path: Path) -> None:
-    facts, report = mutated(tmp_path, SVC1_ELEMENT, "")
+    _facts, report = mutated(tmp_path, SVC1_ELEMENT, "")
     ver = report.verification
     assert ver is not None and not ver.clean
     bad = {r.label for r in ver.results if r.status != "ok"}
@@ -96,7 +98,7 @@ def test_a_missing_service_element_is_caught(tmp_path: Path) -> None:
 
 def test_a_stale_service_element_is_caught(tmp_path: Path) -> None:
     stale = "172.30.0.99 . tcp . 80 : goto service-ULMVA6XW-ns1/svc1/tcp/p80,"
-    facts, report = mutated(tmp_path, SVC1_ELEMENT, SVC1_ELEMENT + "\n\t\t\t     " + stale)
+    _facts, report = mutated(tmp_path, SVC1_ELEMENT, SVC1_ELEMENT + "\n\t\t\t     " + stale)
     ver = report.verification
     assert ver is not None and [s.destination for s in ver.stale] == ["172.30.0.99:80"]
     assert ver.stale[0].label == "ns1/svc1:p80" and ver.stale[0].backends == ["10.180.0.1:80"]
@@ -109,18 +111,18 @@ def test_a_stale_backend_is_caught(tmp_path: Path) -> None:
         "numgen random mod 2 vmap { 0 : goto endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80, "
         "1 : goto endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80 }"
     )
-    facts, report = mutated(tmp_path, old, new)
+    _facts, report = mutated(tmp_path, old, new)
     assert any("ns1/svc1:p80" in s for s in codes(report)["KP202"])
 
 
 def test_a_missing_backend_is_caught(tmp_path: Path) -> None:
     new = "numgen random mod 1 vmap { 0 : goto endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80 }"
-    facts, report = mutated(tmp_path, SVC4_VMAP, new)
+    _facts, report = mutated(tmp_path, SVC4_VMAP, new)
     assert any("ns4/svc4:p80" in s for s in codes(report)["KP202"])
 
 
 def test_a_random_choice_whose_map_has_a_gap_is_caught_and_explained(tmp_path: Path) -> None:
-    facts, report = mutated(tmp_path, SVC4_VMAP, SVC4_VMAP.replace("mod 2", "mod 3"))
+    _facts, report = mutated(tmp_path, SVC4_VMAP, SVC4_VMAP.replace("mod 2", "mod 3"))
     ver = report.verification
     assert ver is not None
     bad = [r for r in ver.results if r.label == "ns4/svc4:p80" and r.status != "ok"]
@@ -135,7 +137,7 @@ def test_an_empty_service_chain_reached_from_a_live_element_is_a_fault(tmp_path:
         "\t\tip daddr 172.30.0.41 ip saddr != 10.0.0.0/8 jump mark-for-masquerade\n"
         "\t\tnumgen random mod 1 vmap { 0 : goto endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80 }\n"
     )
-    facts, report = mutated(tmp_path, old, "")
+    _facts, report = mutated(tmp_path, old, "")
     ver = report.verification
     assert ver is not None
     pod = next(r for r in ver.results if r.label == "ns1/svc1:p80" and r.traffic == "pod-to-clusterip")
@@ -144,7 +146,7 @@ def test_an_empty_service_chain_reached_from_a_live_element_is_a_fault(tmp_path:
 
 def test_an_empty_chain_no_element_reaches_is_kube_proxys_own_cleanup(tmp_path: Path) -> None:
     extra = "table ip kube-proxy {\n\tchain service-ZZZZZZZZ-ns9/gone/tcp/p80 {\n\t}\n}\n"
-    facts, report = mutated(tmp_path, "\tchain cluster-ips-check {", "\tchain cluster-ips-check {", extra)
+    _facts, report = mutated(tmp_path, "\tchain cluster-ips-check {", "\tchain cluster-ips-check {", extra)
     ver = report.verification
     assert ver is not None and ver.clean and not ver.stale
 
@@ -155,7 +157,7 @@ def test_a_drop_in_another_table_at_an_earlier_priority_is_caught(tmp_path: Path
         "\t\ttype filter hook prerouting priority dstnat - 50; policy accept;\n"
         "\t\tip daddr 172.30.0.44 tcp dport 80 drop\n\t}\n}\n"
     )
-    facts, report = mutated(tmp_path, SVC1_ELEMENT, SVC1_ELEMENT, extra)
+    _facts, report = mutated(tmp_path, SVC1_ELEMENT, SVC1_ELEMENT, extra)
     found = codes(report)
     assert any("ns4/svc4:p80" in s for s in found["KP204"]), found
     f = next(f for f in report.findings if f.code == "KP204")
@@ -190,7 +192,7 @@ def test_two_nat_chains_of_equal_priority_that_both_translate_are_uncertain(tmp_
         ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
         "-A PREROUTING -d 172.30.0.41/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.99.0.1:80\nCOMMIT\n",
     )
-    facts, report = run([NFT.with_suffix(".ruleset.json"), nat, CLUSTER, CONFIG])
+    _facts, report = run([NFT.with_suffix(".ruleset.json"), nat, CLUSTER, CONFIG])
     ver = report.verification
     assert ver is not None
     pod = next(r for r in ver.results if r.label == "ns1/svc1:p80" and r.traffic == "pod-to-clusterip")
