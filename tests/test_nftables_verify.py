@@ -200,3 +200,47 @@ def test_two_nat_chains_of_equal_priority_that_both_translate_are_uncertain(tmp_
     assert "same priority (-100)" in pod.note, pod.note
     other = next(r for r in ver.results if r.label == "ns4/svc4:p80" and r.traffic == "pod-to-clusterip")
     assert other.status == "ok"  # only one of them translates this one: the order does not matter
+
+
+LAYOUTS = Path(__file__).parent / "data" / "nftables" / "layouts"  # sourced from upstream: SOURCES.md there
+
+
+@pytest.mark.parametrize("suffix", ["ruleset.txt", "ruleset.json"])
+@pytest.mark.parametrize("layout", ["pre-1.34-base-chains", "gen-b-dnat-map", "ipv6-pre-1.34-nodeport"])
+def test_every_sourced_layout_verifies_clean(layout: str, suffix: str) -> None:
+    """Older base-chain names, the DNAT-map layout (endpoint chains squashed, hairpin set, inline
+    mark), an IPv6 table: the layout is read from the rules, never from a version."""
+    d = LAYOUTS / layout
+    _facts, report = run([d / suffix, d / "cluster.json", d / "kube-proxy.yaml"])
+    ver = report.verification
+    assert ver is not None and ver.evaluated and ver.mode == "nftables"
+    assert ver.clean, [(r.label, r.traffic, r.kind, r.note) for r in ver.results if r.status != "ok"]
+    assert ver.results and not ver.stale
+    assert {r.family for r in ver.results} == ({6} if "ipv6" in layout else {4})
+    assert [f.code for f in report.findings if f.severity >= Severity.WARNING] == []
+
+
+GEN_B = LAYOUTS / "gen-b-dnat-map"
+GEN_B_MAP = "meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.4 . 80, 1 : 10.180.0.5 . 80 }"
+
+
+@pytest.mark.parametrize(
+    ("new", "expect"),
+    [
+        (GEN_B_MAP.replace("10.180.0.5 . 80", "10.180.0.9 . 80"), "stale"),
+        (GEN_B_MAP.replace("mod 2", "mod 3"), "gap"),
+    ],
+)
+def test_dnat_map_layout_mutations_are_caught(tmp_path: Path, new: str, expect: str) -> None:
+    text = (GEN_B / "ruleset.txt").read_text()
+    assert GEN_B_MAP in text
+    listing = write(tmp_path, "ruleset.txt", text.replace(GEN_B_MAP, new))
+    _facts, report = run([listing, GEN_B / "cluster.json", GEN_B / "kube-proxy.yaml"])
+    ver = report.verification
+    assert ver is not None
+    pod = next(r for r in ver.results if r.label == "ns4/svc4:p80" and r.traffic == "pod-to-clusterip")
+    assert pod.status == "mismatch"
+    if expect == "stale":
+        assert pod.stale_backends == ["10.180.0.9:80"] and pod.missing_backends == ["10.180.0.5:80"]
+    else:
+        assert "no element for 2 (of numgen mod 3)" in pod.note, pod.note

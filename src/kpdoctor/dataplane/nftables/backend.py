@@ -244,6 +244,8 @@ class NftablesBackend:
                         if len(key) != 2 or node_ip is None or (key[0], key[1]) in owned.ports:
                             continue
                         proto, port = key
+                        if not isinstance(port, int):
+                            continue
                         pkt = Packet(ext, node_ip, str(proto), int(port))
                         dest = f"{node_ip}:{port}" if f == 4 else f"[{node_ip}]:{port}"
                     else:
@@ -252,7 +254,9 @@ class NftablesBackend:
                         ip, proto, port = key
                         if (ip, proto, port) in owned.ips or (ip, ANY_PORT, 0) in owned.ips:
                             continue
-                        addr = ipaddress.IPv4Address(ip) if f == 4 else ipaddress.IPv6Address(ip)
+                        addr = _address(ip, f)
+                        if addr is None or not isinstance(port, int):
+                            continue
                         pkt = Packet(pod_client(node, f), addr, str(proto), int(port))
                         dest = f"{addr}:{port}" if f == 4 else f"[{addr}]:{port}"
                     target = str(val[1]) if isinstance(val, tuple) and len(val) == 2 else ""
@@ -319,7 +323,13 @@ def _at(s: NftSet) -> str:
     return "" if s.line is not None else f" (nftables[{s.index}])"
 
 
+def _address(v: object, family: int) -> IPAddress | None:
+    """An element's address component (an integer of the family's width), or None."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v >= 1 << (32 if family == 4 else 128):
+        return None
+    return ipaddress.IPv4Address(v) if family == 4 else ipaddress.IPv6Address(v)
+
+
 def _shown(v: object, family: int) -> str:
-    if isinstance(v, int) and v > 65535:
-        return str(ipaddress.IPv4Address(v) if family == 4 else ipaddress.IPv6Address(v))
-    return str(v)
+    addr = _address(v, family) if isinstance(v, int) and v > 65535 else None
+    return str(addr) if addr is not None else str(v)
