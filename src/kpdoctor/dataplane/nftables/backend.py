@@ -87,6 +87,8 @@ class NftablesBackend:
         self.local = list(local)
         self.record = record
         self._families: dict[int, _Family] = {}
+        self._artifacts = {t.label: t.artifact for t in reversed(tables)}  # (the first listing wins)
+        self._decided: dict[tuple[str, str, int | None, str], tuple[Cite | None, str | None]] = {}
 
     def family(self, family: int) -> _Family:
         fam = self._families.get(family)
@@ -137,9 +139,14 @@ class NftablesBackend:
                 step = o.decided_by
                 if o.verdict == "UNCERTAIN":
                     reasons.append(o.reason)
-            cite = self._cite(fam, step)
-            chain = step.chain if step else None
-            owner = step_owner(step) if step else None
+            if step is None:
+                cite, chain, owner = None, None, None
+            else:
+                key = (step.table, step.chain, step.line, step.text)
+                known = self._decided.get(key)
+                if known is None:  # each rule once: a node's 50,000 DNAT rules are cited again and again
+                    known = self._decided[key] = (self._cite(fam, step), step_owner(step))
+                (cite, owner), chain = known, step.chain
             unowned = chain == NO_SERVICE_CHAIN and owner == "kube-proxy" and o.verdict in ("DROP", "REJECT")
             entries.append(Entry(o.backend, o.verdict, o.probability, cite, chain, None, owner, unowned))
             if cite is not None:
@@ -150,15 +157,13 @@ class NftablesBackend:
         if step is None:
             return None
         artifact = self._artifact(fam, step)
-        if step.line is None:
-            return Cite(artifact, None, f"{step.table} {step.chain}: {step.text}" if " " in step.table else step.text)
+        if step.line is None:  # JSON: the rule's text says its chain and where it is
+            return Cite(artifact, None, f"{step.table}: {step.text}" if " " in step.table else step.text)
         return rule_cite(artifact, step.line, step.text)
 
     def _artifact(self, fam: _Family, step: Step) -> str:
-        family, _, name = step.table.partition(" ")
-        if name:
-            t = next((t for t in self.tables if t.family == family and t.name == name), None)
-            return t.artifact if t is not None else "nftables listing"
+        if " " in step.table:  # "ip kube-proxy": an nftables table
+            return self._artifacts.get(step.table, "nftables listing")
         for rs in fam.xt:  # an iptables table: the dump whose rule is at that line
             tab = rs.tables.get(step.table)
             if tab is not None and any(r.line == step.line for r in tab.rules):

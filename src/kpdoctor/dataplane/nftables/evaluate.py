@@ -21,8 +21,9 @@ iptables evaluator; an unknown statement makes that branch uncertain at its rule
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,7 +153,7 @@ class Evaluator:
         self.max_branches = MAX_BRANCHES + size
         self._interacting: dict[int, bool] = {}
         self._cache: dict[tuple[Any, ...], list[tuple[float, str, str, State]]] = {}
-        self._mentions: dict[tuple[str, ...], tuple[set[int], list[tuple[int, int]]] | bool] = {}
+        self._mentions: dict[tuple[Any, ...], tuple[set[int], list[tuple[int, int]]] | bool] = {}
 
     # -- public ------------------------------------------------------------------------
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
@@ -212,52 +213,73 @@ class Evaluator:
         done: list[Branch],
         finals: list[Outcome],
     ) -> None:
-        """The hooks after the routing decision for one branch, memoised: they rarely tell one
-        backend address from another, so for a node's 50,000 endpoints they are walked a few
-        times (the key holds addresses and ports only as far as some rule there tells them apart)."""
-        key = None if self.record else self._after_key(stages, local, postrouting, st)
-        cached = self._cache.get(key) if key is not None else None
-        if cached is None:
-            probe = st.copy()
-            probe.steps, probe.affinity = [], []
+        """The hooks after the routing decision for one branch, memoised (see :meth:`_memo`)."""
+        units = [u for stage in stages for g in self.hooks.get(stage, ()) for u in g]
+
+        def walk(probe: State) -> tuple[list[Outcome], list[Branch]]:
             sub: list[Outcome] = []
             rest: list[Branch] = [(1.0, probe)]
             for stage in stages:
                 rest = self._hook(stage, rest, sub, postrouting)
+            return sub, rest
+
+        self._memo(("after", stages, local, postrouting), units, p, st, walk, done, finals)
+
+    def _memo(
+        self,
+        what: tuple[Any, ...],
+        units: list[Unit],
+        p: float,
+        st: State,
+        walk: Callable[[State], tuple[list[Outcome], list[Branch]]],
+        done: list[Branch],
+        finals: list[Outcome],
+    ) -> None:
+        """Walk ``units`` for one branch through a cache: chains that look at few addresses (a
+        firewall map of LoadBalancer IPs, the ClusterIP set) walk a node's 50,000 endpoints the same
+        way, so the key holds addresses and ports only as far as some rule there tells them apart.
+        Only what those chains can change is carried back: marks, masquerade, the steps taken."""
+        key = None if self.record else self._memo_key(what, units, st)
+        cached = self._cache.get(key) if key is not None else None
+        if cached is None:
+            probe = st.copy()
+            probe.steps, probe.affinity = [], []
+            sub, rest = walk(probe)
             cached = [(o.probability, o.verdict, o.reason, o.state) for o in sub]
             cached += [(q, "", "", s2) for q, s2 in rest]
             if key is not None:
                 self._cache[key] = cached
+        last = len(cached) - 1
         for i, (q, verdict, reason, s2) in enumerate(cached):
-            out = st if i == len(cached) - 1 else st.copy()
-            out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
-            out.affinity.extend(a for a in s2.affinity if a not in out.affinity)
+            out = st if i == last else st.copy()
+            if s2.steps:
+                out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
+            if s2.affinity:
+                out.affinity.extend(a for a in s2.affinity if a not in out.affinity)
             out.mark, out.masquerade, out.notrack = s2.mark, out.masquerade or s2.masquerade, s2.notrack
             if verdict:
                 finals.append(Outcome(p * q, verdict, out, reason))
             else:
                 done.append((p * q, out))
 
-    def _after_key(self, stages: tuple[str, ...], local: bool, postrouting: bool, st: State) -> tuple[Any, ...] | None:
-        m = self._mentions.get(stages)
+    def _memo_key(self, what: tuple[Any, ...], units: list[Unit], st: State) -> tuple[Any, ...] | None:
+        m = self._mentions.get(what)
         if m is None:
-            m = self._mentions[stages] = self._mentioned(stages)
+            m = self._mentions[what] = self._mentioned(units)
         if isinstance(m, bool):
             return None
         ints, spans = m
         pkt = st.packet
-
-        def known(v: int) -> tuple[int, tuple[int, ...]]:
-            return (v if v in ints else -1), tuple(i for i, (lo, hi) in enumerate(spans) if lo <= v <= hi)
-
+        src, dst, dport = st.src, st.dst, st.dport
         return (
-            tuple(self._forced.items()),
-            stages,
-            local,
-            postrouting,
-            known(st.src),
-            known(st.dst),
-            known(st.dport),
+            tuple(self._forced.items()) if self._forced else (),
+            what,
+            src if src in ints else -1,
+            dst if dst in ints else -1,
+            dport if dport in ints else -1,
+            tuple(i for i, (lo, hi) in enumerate(spans) if lo <= src <= hi or lo <= dst <= hi or lo <= dport <= hi)
+            if spans
+            else (),
             pkt.proto,
             pkt.sport,
             pkt.iif,
@@ -266,30 +288,29 @@ class Evaluator:
             st.dnat is not None,
             st.masquerade,
             st.notrack,
-            self._is_local(st.src),
+            self._is_local(src),
+            self._is_local(dst),
         )
 
-    def _mentioned(self, stages: tuple[str, ...]) -> tuple[set[int], list[tuple[int, int]]] | bool:
-        """Every number (address, port) and span the rules of these hooks compare anything with;
+    def _mentioned(self, units: list[Unit]) -> tuple[set[int], list[tuple[int, int]]] | bool:
+        """Every number (address, port) and span the rules of these chains compare anything with;
         False when some rule reads what that cannot capture (an ipset by address)."""
         ints: set[int] = set()
         spans: set[tuple[int, int]] = set()
-        for stage in stages:
-            for group in self.hooks.get(stage, ()):
-                for u in group:
-                    if u.xt is not None:
-                        xm = Mentions.of([u.xt.tables], self.family, ((u.xt_table, u.xt_chain),))
-                        if xm.opaque:
-                            return False
-                        ints |= xm.dsts | xm.ports
-                        spans.update(xm.dst_spans)
-                        spans.update(xm.port_ranges)
-                        continue
-                    assert u.table is not None and u.chain is not None
-                    for chain in _reachable(u.table, u.chain):
-                        for rule in chain.rules:
-                            for op in rule.ops:
-                                _numbers(op, u.table, ints, spans)
+        for u in units:
+            if u.xt is not None:
+                xm = Mentions.of([u.xt.tables], self.family, ((u.xt_table, u.xt_chain),))
+                if xm.opaque:
+                    return False
+                ints |= xm.dsts | xm.ports
+                spans.update(xm.dst_spans)
+                spans.update(xm.port_ranges)
+                continue
+            assert u.table is not None and u.chain is not None
+            for chain in _reachable(u.table, u.chain):
+                for rule in chain.rules:
+                    for op in rule.ops:
+                        _numbers(op, u.table, ints, spans)
         return ints, sorted(spans)
 
     def _hook(self, hook: str, branches: list[Branch], finals: list[Outcome], postrouting: bool) -> list[Branch]:
@@ -336,6 +357,11 @@ class Evaluator:
             if u.nat and (st.notrack or self._bound(u.hook, st) or (u.hook == "postrouting" and not postrouting)):
                 out.append((p, st))
                 continue
+            if not u.nat and not self.record and u.hook in ("prerouting", "output"):
+                # a filter chain before the routing decision (kube-proxy's firewall check): it
+                # cannot translate, so its outcome is memoised like the hooks after routing
+                self._memo(("unit", id(u)), [u], p, st, functools.partial(self._unit_alone, u), out, finals)
+                continue
             for q, s2, verdict, reason in self._run_unit(u, p, st):
                 if verdict in ("ACCEPT", "RETURN", "END"):
                     out.append((q, s2))
@@ -347,6 +373,16 @@ class Evaluator:
                     "branches multiply are not evaluated"
                 )
         return out
+
+    def _unit_alone(self, u: Unit, probe: State) -> tuple[list[Outcome], list[Branch]]:
+        sub: list[Outcome] = []
+        rest: list[Branch] = []
+        for q, s2, verdict, reason in self._run_unit(u, 1.0, probe):
+            if verdict in ("ACCEPT", "RETURN", "END"):
+                rest.append((q, s2))
+            else:
+                sub.append(Outcome(q, verdict, s2, reason))
+        return sub, rest
 
     @staticmethod
     def _bound(hook: str, st: State) -> bool:
