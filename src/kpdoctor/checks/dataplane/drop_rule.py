@@ -44,8 +44,10 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
         security agent, a hand-written `-j DROP`) or a DROP policy on FORWARD (Docker sets one)
         matches the Service's packets before or after kube-proxy's DNAT.
     How it is detected: the Service's traffic is evaluated through every table of both iptables
-        backends; the packet ends in a DROP/REJECT rule (or a chain's DROP policy) outside the
-        KUBE-* chains that kube-proxy and kubelet own. The finding cites that rule.
+        backends (in nftables mode, also every nftables table on the hook, by priority: a
+        firewalld or Docker chain that runs before kube-proxy's); the packet ends in a
+        DROP/REJECT rule (or a chain's DROP policy) outside the chains and tables that
+        kube-proxy and kubelet own. The finding cites that rule and names its writer.
     Fix: allow the traffic in the component that owns the rule (for a FORWARD policy of DROP,
         accept traffic to and from the pod network), or remove the rule; then run
         `kpdoctor verify` again.

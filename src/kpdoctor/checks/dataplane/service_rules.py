@@ -35,14 +35,17 @@ def service_rules_missing(facts: Facts) -> Iterator[Finding]:
     """The cluster has the Service, the node's rules do nothing with its traffic.
 
     Symptom: connections to the ClusterIP (or NodePort, LB IP) time out from this node while
-        the Service and its Pods look healthy; `iptables-save | grep <ClusterIP>` finds nothing.
+        the Service and its Pods look healthy; `iptables-save | grep <ClusterIP>` (in nftables
+        mode, `nft list map ip kube-proxy service-ips`) finds nothing.
     Cause: kube-proxy has not written the Service's rules: its syncs fail (see the sync findings
         folded with this one), it lost its watch on the apiserver and never saw the Service, it
-        runs in another mode (IPVS, nftables) than the rules collected, or someone flushed the
-        tables.
+        runs in another mode than the rules collected, or someone flushed the tables.
     How it is detected: kpdoctor sends the Service's traffic through the node's actual rules
-        (every table and chain, as the kernel would) and the packet leaves untouched: no DNAT,
-        no REJECT. For a Service without endpoints the REJECT kube-proxy writes is missing.
+        (every table and chain, as the kernel would, in the mode kube-proxy runs in) and the
+        packet leaves untouched: no DNAT, no REJECT. In nftables mode kube-proxy's own catch-all
+        (`cluster-ips-check`: reject unknown ports of a ClusterIP, drop unallocated ClusterIPs)
+        refuses a Service it has no element for: that is missing rules too. For a Service
+        without endpoints the REJECT kube-proxy writes is missing.
     Fix: fix what stops kube-proxy from syncing (folded findings), then restart kube-proxy so a
         full sync rewrites every rule; check `kubeproxy_sync_proxy_rules_last_timestamp_seconds`
         moves and run `kpdoctor verify` again.
@@ -104,9 +107,11 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
     Cause: kube-proxy stopped applying changes (sync failures, a broken apiserver watch) so the
         old Service's chains were never removed; or the rules come from a kube-proxy that no
         longer runs (another mode, another backend) and nobody cleaned them up.
-    How it is detected: every destination address and port the nat rules match on is sent
-        through the rules; those that are DNATed although no Service, NodePort or hostPort in
-        the cluster owns them are reported, with the Service the rule comments still name.
+    How it is detected: every destination address and port the nat rules match on (in
+        nftables mode, every element of kube-proxy's `service-ips` and `service-nodeports` maps)
+        is sent through the rules; those that are DNATed although no Service, NodePort or
+        hostPort in the cluster owns them are reported, with the Service the rule comments (or
+        chain names) still name.
         After a mode switch, the old mode's state is judged against the mode kube-proxy runs
         in: its iptables Service rules still live on an IPVS or nftables node (they DNAT before
         IPVS or nftables see the packet), IPVS virtual servers no Service owns on an iptables
