@@ -497,9 +497,10 @@ def collect(output: Path | None, node: str | None, **live: Any) -> None:
 
 @app.command()
 @_paths(
-    "iptables-save output (both backends, both families) plus the cluster's Services and "
-    "EndpointSlices (kubectl get svc,endpointslices,nodes -A -o json); bundles work too. kube-proxy's "
-    "log, config, `ipvsadm -Ln` or `nft list ruleset` tell the proxy mode."
+    "iptables-save output (both backends, both families), in nftables mode `nft -j list ruleset` (or "
+    "`nft list ruleset`) too, plus the cluster's Services and EndpointSlices (kubectl get "
+    "svc,endpointslices,nodes -A -o json); bundles work too. kube-proxy's log, config, `ipvsadm -Ln` "
+    "or the nftables listing tell the proxy mode."
 )
 @_SERVICE
 @click.option("--all", "show_all", is_flag=True, help="List Services that verified ok too.")
@@ -522,8 +523,8 @@ def verify(
     NodePort, external IPs and load-balancer IPs, with the Local traffic policies) is sent through
     the node's actual rules as the kernel would, and the backends reached (with their exact
     probabilities) or the drop are compared with the ready endpoints. The rules of the mode
-    kube-proxy really runs in are evaluated (iptables today); on an IPVS or nftables node the
-    verification is not evaluated, and says why.
+    kube-proxy really runs in are evaluated (iptables, or nftables with every table on the node's
+    hooks); on an IPVS node the verification is not evaluated, and says why.
 
     Exit 0: clean (every result ok); 1: a mismatch or stale rules; 3: inconclusive, some results
     uncertain (their notes say why: a match kpdoctor cannot evaluate, a Node it cannot tell, a
@@ -631,7 +632,7 @@ def _quiet_stdout() -> None:
 
 
 @app.command()
-@_paths("iptables-save output (and, for --service, the cluster's objects).")
+@_paths("iptables-save output, or in nftables mode `nft -j list ruleset` (and, for --service, the cluster's objects).")
 @click.option("--to", metavar="IP:PORT[/PROTO]", help="Destination, e.g. 10.96.0.10:53/udp.")
 @_SERVICE
 @click.option(
@@ -672,8 +673,9 @@ def trace(
 ) -> None:
     """Follow one new connection through the rules: every table, chain and rule it takes.
 
-    Branches of `-m statistic` rules are listed with their exact probabilities; the final DNAT,
-    drop or pass-through is named, with the line of each rule in its file.
+    Branches of `-m statistic` rules (`numgen random` in nftables mode) are listed with their
+    exact probabilities; the final DNAT, drop or pass-through is named, with the line of each rule
+    in its file (its place in the JSON, for `nft -j` listings).
 
     --service traces the packet verify sends for that Service port: Pods to the ClusterIP by
     default; --traffic nodeport (externalip, lb, node...) the other classes verify checks, so a
@@ -682,7 +684,7 @@ def trace(
     Exit 0: every branch delivered (DNAT to a backend, or passed on); 1: some or all of the
     connections are dropped or rejected (with --service, also: not translated to any backend);
     3: a branch could not be evaluated (uncertain) and none is dropped, or kube-proxy runs in a
-    mode kpdoctor does not trace yet (IPVS, nftables); 2: usage error.
+    mode kpdoctor does not trace yet (IPVS); 2: usage error.
     """
     from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane import modes
