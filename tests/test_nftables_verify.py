@@ -10,6 +10,7 @@ cause and the Service it concerns, and the healthy listing verifies clean.
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,16 @@ def test_dnat_map_layout_mutations_are_caught(tmp_path: Path, new: str, expect: 
         assert pod.stale_backends == ["10.180.0.9:80"] and pod.missing_backends == ["10.180.0.5:80"]
     else:
         assert "no element for 2 (of numgen mod 3)" in pod.note, pod.note
+
+
+def test_local_endpoints_the_rules_do_not_know_are_caught(tmp_path: Path) -> None:
+    """Seed 002 in nftables mode: the cluster says svc2's endpoint runs on this node, the node's
+    rules still drop its externalTrafficPolicy=Local traffic as having no local endpoint."""
+    doc = json.loads(CLUSTER.read_text())
+    for it in doc["items"]:
+        if it["kind"] == "EndpointSlice" and it["metadata"]["name"] == "svc2-1":
+            it["endpoints"][0]["nodeName"] = "test-node"
+    cluster = write(tmp_path, "cluster.json", json.dumps(doc))
+    _facts, report = run([NFT.with_suffix(".ruleset.json"), cluster, CONFIG])
+    found = codes(report)
+    assert any("ns2/svc2:p80" in s for s in found["KP203"]), found

@@ -48,8 +48,9 @@ MAX_CITES = 4
 def kube_proxy_rule(e: Entry) -> bool:
     """Did kube-proxy (or kubelet) write the rule that decided? The backend names the owner of
     every rule by its chain (both name theirs KUBE-*, kube-router's KUBE-ROUTER-* and policy
-    chains are its own); a built-in chain's rule or policy is someone else's."""
-    return e.owner in ("kube-proxy", "kubelet") and e.rule is not None and e.rule.line is not None
+    chains are its own, and nftables tables by name); a built-in chain's rule or policy is
+    someone else's (the backends name no owner for a policy)."""
+    return e.owner in ("kube-proxy", "kubelet") and e.rule is not None
 
 
 def by_service(results: Iterable[Result], pick: Callable[[Result], bool]) -> dict[str, list[Result]]:

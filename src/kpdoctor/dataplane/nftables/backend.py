@@ -145,7 +145,8 @@ class NftablesBackend:
                 key = (step.table, step.chain, step.line, step.text)
                 known = self._decided.get(key)
                 if known is None:  # each rule once: a node's 50,000 DNAT rules are cited again and again
-                    known = self._decided[key] = (self._cite(fam, step), step_owner(step))
+                    owner = None if step.line is None and step.text.startswith("policy ") else step_owner(step)
+                    known = self._decided[key] = (self._cite(fam, step), owner)
                 (cite, owner), chain = known, step.chain
             unowned = chain == NO_SERVICE_CHAIN and owner == "kube-proxy" and o.verdict in ("DROP", "REJECT")
             entries.append(Entry(o.backend, o.verdict, o.probability, cite, chain, None, owner, unowned))
