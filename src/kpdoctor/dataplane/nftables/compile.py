@@ -125,20 +125,38 @@ class NftRule:
 
 @dataclass(slots=True)
 class NftChain:
+    """A chain; its rules are compiled the first time it is walked (a verification split across
+    processes compiles in each only the chains its share of Services reaches)."""
+
     family: str
     table: str
     name: str
-    rules: list[NftRule] = field(default_factory=list)
     type: str | None = None
     hook: str | None = None
     prio: int = 0
     policy: str = "accept"
     line: int | None = None
     index: int = 0
+    pending: list[NftObject] = field(default_factory=list)  # rule objects not compiled yet
+    _rules: list[NftRule] = field(default_factory=list)
 
     @property
     def base(self) -> bool:
         return self.hook is not None
+
+    @property
+    def size(self) -> int:
+        return len(self._rules) + len(self.pending)
+
+    @property
+    def rules(self) -> list[NftRule]:
+        if self.pending:
+            for obj in self.pending:
+                body = obj.body if obj.body else obj.reread()
+                expr = body.get("expr")
+                self._rules.append(compile_rule(expr if isinstance(expr, list) else [], obj))
+            self.pending = []
+        return self._rules
 
 
 @dataclass(slots=True)
@@ -203,8 +221,9 @@ def compile_objects(artifact: str, objects: Iterable[NftObject]) -> list[NftTabl
             ch = t.chains.get(name)
             if ch is None:
                 ch = t.chains[name] = NftChain(fam, t.name, name)
-            expr = b.get("expr")
-            ch.rules.append(compile_rule(expr if isinstance(expr, list) else [], obj, t))
+            if obj.doc is not None:  # JSON: decoded again when the chain is first walked
+                obj.body = {}
+            ch.pending.append(obj)
     return list(tables.values())
 
 
@@ -291,12 +310,12 @@ def _value(x: Any) -> Any:
 # -- rules -------------------------------------------------------------------------------------
 
 
-def compile_rule(expr: list[Any], obj: NftObject, table: NftTableRules) -> NftRule:
+def compile_rule(expr: list[Any], obj: NftObject) -> NftRule:
     ops: list[Op] = []
     numgen: tuple[int, int] | None = None
     problem = None
     for stmt in expr:
-        op = _statement(stmt, table)
+        op = _statement(stmt)
         ops.append(op)
         ng = _numgen_of(stmt)
         if ng is not None:
@@ -344,18 +363,20 @@ def _numgen_gap(op: Op, ng: tuple[int, int]) -> str | None:
     return "; ".join(parts)
 
 
-def _statement(s: Any, table: NftTableRules) -> Op:
+def _statement(s: Any) -> Op:
     if not isinstance(s, dict) or len(s) != 1:
         return ("unknown", str(s))
     key, v = next(iter(s.items()))
     if key == "match" and isinstance(v, dict):
         left = _getter(v.get("left"))
-        return ("match", left, str(v.get("op", "==")), _matcher(v.get("right"), left, table))
+        how, right = str(v.get("op", "==")), _matcher(v.get("right"), left)
+        fast = _address_match(left, how, right)
+        return fast if fast is not None else ("match", left, how, right)
     if key in _VERDICTS:
         target = v.get("target") if isinstance(v, dict) else None
         return ("verdict", key, str(target) if target is not None else None)
     if key == "vmap" and isinstance(v, dict):
-        return ("vmap", _getter(v.get("key")), _mapref(v.get("data"), table))
+        return ("vmap", _getter(v.get("key")), _mapref(v.get("data")))
     if key == "mangle" and isinstance(v, dict):
         k = v.get("key")
         if isinstance(k, dict) and k.get("meta", {}).get("key") == "mark":
@@ -393,7 +414,20 @@ def _statement(s: Any, table: NftTableRules) -> Op:
     return ("unknown", render_rule([s]))
 
 
-def _mapref(x: Any, table: NftTableRules) -> tuple[Any, ...]:
+def _address_match(left: Getter, how: str, right: tuple[Any, ...]) -> Op | None:
+    """The most common match, an address against a value or prefix, in a form the evaluator
+    decides inline: ("addr", is_dst, version, negated, span)."""
+    if left[0] != "payload" or left[1] not in ("ip", "ip6") or left[2] not in ("saddr", "daddr"):
+        return None
+    if how not in ("==", "!=") or right[0] not in ("value", "span"):
+        return None
+    span = right[1] if right[0] == "span" else Span((right[1], right[1]))
+    if not isinstance(span[0], int) or not isinstance(span[1], int):
+        return None
+    return ("addr", left[2] == "daddr", 4 if left[1] == "ip" else 6, how == "!=", span)
+
+
+def _mapref(x: Any) -> tuple[Any, ...]:
     if isinstance(x, str) and x.startswith("@"):
         return ("ref", x[1:])
     if isinstance(x, dict) and isinstance(x.get("set"), list):
@@ -429,11 +463,11 @@ def _getter(x: Any) -> Getter:
     if key in ("&", "|", "^") and isinstance(v, list) and len(v) == 2:
         return ("binop", key, _getter(v[0]), _getter(v[1]))
     if key == "map" and isinstance(v, dict):
-        return ("map", _getter(v.get("key")), _mapref(v.get("data"), NftTableRules("", "", "")))
+        return ("map", _getter(v.get("key")), _mapref(v.get("data")))
     return ("const", _value(x))
 
 
-def _matcher(x: Any, left: Getter, table: NftTableRules) -> tuple[Any, ...]:
+def _matcher(x: Any, left: Getter) -> tuple[Any, ...]:
     if isinstance(x, str) and x.startswith("@"):
         return ("ref", x[1:])
     if isinstance(x, dict) and isinstance(x.get("set"), list):

@@ -124,7 +124,7 @@ class Evaluator:
         units: list[Unit] = []
         for t in self.tables:
             for ch in t.chains.values():
-                size += len(ch.rules)
+                size += ch.size
                 if ch.hook in HOOKS:
                     units.append(Unit(ch.hook or "", ch.prio, ch.type == "nat", f"{t.label} {ch.name}", t, ch))
         for backend, compiled in xt:
@@ -412,13 +412,20 @@ class Evaluator:
         results: list[Result] = []
         todo: list[tuple[int, float, State]] = [(0, p, st)]
         rules = chain.rules
+        n = len(rules)
+        ops = self._ops
         while todo:
             pos, p, st = todo.pop()
-            while pos < len(rules):
-                outs = self._rule(tab, chain, rules[pos], p, st)
-                if len(outs) == 1 and outs[0][2] in ("next", "pass"):
-                    pos += 1
-                    continue
+            while pos < n:
+                rule = rules[pos]
+                if rule.numgen is None:  # (most rules: no branches, the common outcome inline)
+                    action, arg = ops(tab, chain, rule, p, st, None)
+                    if action == "next" or action == "pass":
+                        pos += 1
+                        continue
+                    outs = [(p, st, action, arg)]
+                else:
+                    outs = self._rule(tab, chain, rule, p, st)
                 cont: list[tuple[int, float, State]] = []
                 for q, s2, action, arg in outs:
                     if action in ("next", "pass"):
@@ -473,6 +480,14 @@ class Evaluator:
         for op in rule.ops:
             kind = op[0]
             arg = None
+            if kind == "addr":  # ("addr", is_dst, version, negated, span): decided inline
+                if st.version != op[2]:
+                    return "next", None
+                v = st.dst if op[1] else st.src
+                lo, hi = op[4]
+                if (lo <= v <= hi) == op[3]:
+                    return "next", None
+                continue
             if kind == "match":
                 try:
                     ok = self._match(tab, op, st, ng)
