@@ -66,7 +66,11 @@ PODS = ["10.180.0.1", "10.180.0.2", "10.180.0.3", "10.180.0.4", "10.180.0.5"]
 IN_SOURCE_RANGES = "203.0.113.10"  # inside svc5's loadBalancerSourceRanges (203.0.113.0/25)
 MANY = 200
 SPLIT = 40  # connections per random split when sending verify's packets: (2/3)**40 < 1e-7
-WAIT = 1.5  # seconds a connection the rules drop is given (a delivered one takes milliseconds)
+# Seconds a connection is given. A delivered one takes milliseconds; a dropped SYN is resent after
+# TCP's initial retransmission timeout (1 s), and as the drop freed its unconfirmed conntrack entry
+# the resent SYN is a new connection to the rules (numgen draws again, and may pick a backend the
+# rules do not drop). Giving up before that keeps one connection = one trip through the rules.
+WAIT = 0.8
 
 SVC1 = "service-ULMVA6XW-ns1/svc1/tcp/p80"
 SVC4 = "service-LAUZTJTB-ns4/svc4/tcp/p80"
@@ -168,7 +172,9 @@ def bad(report: dict[str, Any]) -> set[str]:
     return {f"{r['service']}:{r['port']}" for r in report["verification"]["results"] if r["status"] != "ok"}
 
 
-def predict(files: list[Path], dst: str, port: int, src: str | None = CLIENT_IP, hook: str = "prerouting") -> dict[str, float]:
+def predict(
+    files: list[Path], dst: str, port: int, src: str | None = CLIENT_IP, hook: str = "prerouting"
+) -> dict[str, float]:
     """kpdoctor's trace of a new connection (Python API): backend address, or verdict -> probability."""
     evidence = load_evidence(files)
     try:
@@ -189,10 +195,10 @@ def predict(files: list[Path], dst: str, port: int, src: str | None = CLIENT_IP,
         )
     finally:
         evidence.close()
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for b in t.branches:
         key = b.backend.rsplit(":", 1)[0] if b.backend and b.verdict == "ACCEPT" else b.verdict
-        out[key] += b.probability
+        out[key] = out.get(key, 0.0) + b.probability
     return {k: round(v, 6) for k, v in out.items()}
 
 
@@ -270,8 +276,10 @@ def kernel_agrees_with_verify(node: Node, report: dict[str, Any]) -> None:
     for r, side, at, n, predicted in where:
         got = Counter(seen[side][at : at + n])
         if set(got) != predicted:
-            wrong.append(f"{r['service']}:{r['port']} {r['traffic']} {r['destination']} from {r['source']}: "
-                         f"verify says {sorted(predicted)}, the kernel did {dict(got)}")
+            wrong.append(
+                f"{r['service']}:{r['port']} {r['traffic']} {r['destination']} from {r['source']}: "
+                f"verify says {sorted(predicted)}, the kernel did {dict(got)}"
+            )
     assert not wrong, "\n".join(wrong)
 
 
@@ -354,7 +362,9 @@ def test_predicted_reject_and_drop_fail_for_real(node: Node) -> None:
 def test_the_healthy_node_verifies_clean_and_the_kernel_agrees(node: Node) -> None:
     code, report = verify(capture(node, "healthy"))
     ver = report["verification"]
-    assert code == 0, [(r["service"], r["traffic"], r["status"], r["note"]) for r in ver["results"] if r["status"] != "ok"]
+    assert code == 0, [
+        (r["service"], r["traffic"], r["status"], r["note"]) for r in ver["results"] if r["status"] != "ok"
+    ]
     assert ver["evaluated"] and ver["proxy_mode"]["mode"] == "nftables"
     assert ver["services_checked"] == 6 and ver["mismatches"] == 0 and ver["uncertain"] == 0
     assert ver["stale_rules"] == [] and ver["not_evaluated"] == []
@@ -392,7 +402,9 @@ def test_a_stale_service_element(node: Node) -> None:
 
 
 def test_a_backend_missing_from_the_numgen_map(node: Node) -> None:
-    rule = f"replace rule ip kube-proxy {SVC4} handle {numgen_rule(node, SVC4)} numgen random mod 1 vmap {{ 0 : {EP4} }}"
+    rule = (
+        f"replace rule ip kube-proxy {SVC4} handle {numgen_rule(node, SVC4)} numgen random mod 1 vmap {{ 0 : {EP4} }}"
+    )
     with mutated(node, rule):
         files = capture(node, "missing-backend")
         code, report = verify(files)
@@ -462,6 +474,39 @@ def test_a_drop_in_an_iptables_legacy_table(node: Node) -> None:
     assert "10.180.0.4" in node.lab.connect("172.30.0.44", 80, count=20)
 
 
+NATIVE_IP_FILTER = (  # as /etc/nftables.conf often writes it: a native table, not iptables-nft's
+    "add table ip filter\n"
+    "add chain ip filter forward { type filter hook forward priority 0 ; }\n"
+    "add rule ip filter forward ip daddr 10.180.0.4 drop\n"
+)
+
+
+def test_a_drop_in_a_native_nftables_table_named_filter(node: Node) -> None:
+    with mutated(node, NATIVE_IP_FILTER):
+        files = capture(node, "native-ip-filter")
+        code, report = verify(files)
+        assert code == 1 and bad(report) == {"ns4/svc4:p80"}
+        [f] = named(report, "KP204", "ns4/svc4:p80")
+        assert any("ip daddr 10.180.0.4 drop" in e["text"] for e in f["evidence"]), f["evidence"]
+        assert predict(files, "172.30.0.44", 80) == {"10.180.0.5": 0.5, "DROP": 0.5}
+        [seen] = probe([(node.lab.client, [(None, "172.30.0.44", 80)] * 20)])
+        assert set(seen) == {"10.180.0.5", "timeout"}, seen
+
+
+def test_live_verify_sees_a_drop_in_a_native_nftables_table_named_filter(node: Node) -> None:
+    """iptables-nft-save (which --live collects) shows a hand-written `table ip filter` only as
+    "incompatible": its rules are evaluated from the nftables listing, not left out."""
+    tmp = node.tmp / "live-native-ip-filter"
+    tmp.mkdir()
+    with mutated(node, NATIVE_IP_FILTER):
+        assert "incompatible" in node.lab.node.check(["iptables-nft-save"])  # iptables-nft cannot show it
+        [seen] = probe([(node.lab.client, [(None, "172.30.0.44", 80)] * 20)])
+        assert set(seen) == {"10.180.0.5", "timeout"}, seen  # the kernel drops half of ns4/svc4
+        code, report = verify_live(node.lab.node, tmp)
+    assert code == 1 and bad(report) == {"ns4/svc4:p80"}, report["verification"]["results"]
+    assert named(report, "KP204", "ns4/svc4:p80"), findings(report)
+
+
 def verify_live(ns: Netns, tmp: Path) -> tuple[int, dict[str, Any]]:
     """``kpdoctor verify --live`` in the node namespace, with the cluster and config as files."""
     argv = [sys.executable, "-m", "kpdoctor", "verify", "--live", "--no-cluster", "--interval", "1"]
@@ -476,7 +521,9 @@ def test_live_verify_in_the_node_namespace_is_clean_and_nftables(node: Node) -> 
     tmp.mkdir()
     code, report = verify_live(node.lab.node, tmp)
     ver = report["verification"]
-    assert code == 0, [(r["service"], r["traffic"], r["status"], r["note"]) for r in ver["results"] if r["status"] != "ok"]
+    assert code == 0, [
+        (r["service"], r["traffic"], r["status"], r["note"]) for r in ver["results"] if r["status"] != "ok"
+    ]
     assert ver["evaluated"] and ver["proxy_mode"]["mode"] == "nftables"
     assert "node/nft-ruleset.json" in ver["proxy_mode"]["how"], ver["proxy_mode"]  # read from the live node
     assert ver["services_checked"] == 6 and ver["ok"] == len(ver["results"]) and ver["stale_rules"] == []

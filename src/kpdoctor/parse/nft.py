@@ -18,6 +18,7 @@ from kpdoctor.parse.structured import load_json, strip_bom
 
 # The tables iptables-nft keeps its rules in (``iptables-nft-save`` shows them as iptables rules).
 XT_TABLES = frozenset({"filter", "nat", "mangle", "raw", "security"})
+XT_BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"})
 KUBE_PROXY_TABLE = "kube-proxy"  # kube-proxy's nftables mode: "table ip kube-proxy", "table ip6 kube-proxy"
 
 _TABLE = re.compile(r"^\s*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
@@ -39,7 +40,7 @@ class NftTable:
     @property
     def iptables_nft(self) -> bool:
         """One of the tables iptables-nft writes (its rules are read from iptables-nft-save)."""
-        return self.family in ("ip", "ip6") and self.name in XT_TABLES
+        return is_iptables_nft(self.family, self.name, [b.split(":", 1)[0] for b in self.base_chains])
 
     @property
     def label(self) -> str:
@@ -49,6 +50,13 @@ class NftTable:
     def described(self) -> str:
         """``inet firewalld (filter_INPUT: filter input policy accept)``"""
         return self.label + (f" ({'; '.join(self.base_chains)})" if self.base_chains else "")
+
+
+def is_iptables_nft(family: str, name: str, base_chains: list[str]) -> bool:
+    """Is this table iptables-nft's? Its name is an iptables table's and its base chains carry
+    iptables' built-in names: a hand-written ``table ip filter { chain forward { ... } }`` is
+    not (iptables-nft-save shows such a table only as "incompatible", never its rules)."""
+    return family in ("ip", "ip6") and name in XT_TABLES and all(c in XT_BUILTIN_CHAINS for c in base_chains)
 
 
 def looks_like_nft_text(text: str) -> bool:

@@ -32,6 +32,7 @@ POD_GRACE_DEFAULT = 30.0  # terminationGracePeriodSeconds when the Pod does not 
 _RUNTIMES = frozenset({"docker", "podman", "nerdctl"})
 _WRAPPERS = frozenset({"sudo", "time", "command", "env", "nice", "-p"})
 MAX_LINES = 400  # a timed stop is a few lines; a long text is not one
+MAX_LINE = 4096  # characters of a timing line (`time`'s output, with zsh's command)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,10 @@ def _clock(t: str) -> float | None:
 
 
 def _elapsed(line: str) -> tuple[float, str | None] | None:
-    """Seconds of a timing line, and the command zsh prints on it."""
+    """Seconds of a timing line, and the command zsh prints on it (a line of a few hundred
+    characters at most: zsh's pattern backtracks over a long run of blanks)."""
+    if len(line) > MAX_LINE:
+        return None
     m = _REAL.match(line)
     if m:
         return int(m.group(1) or 0) * 60 + float(m.group(2).replace(",", ".")), None

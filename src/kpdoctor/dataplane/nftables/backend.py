@@ -19,7 +19,7 @@ from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeVi
 from kpdoctor.dataplane.iptables.backend import chain_owner
 from kpdoctor.dataplane.iptables.compile import compile_tables
 from kpdoctor.dataplane.nftables.compile import NftSet, NftTableRules
-from kpdoctor.dataplane.nftables.evaluate import Evaluator, chain_targets
+from kpdoctor.dataplane.nftables.evaluate import HOOKS, Evaluator, chain_targets
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
 from kpdoctor.dataplane.walk import Outcome, Step
 from kpdoctor.model import Cite
@@ -105,7 +105,7 @@ class NftablesBackend:
         xt = _one_per_backend(rs for rs in self.rulesets if rs.family == family and rs.form in ("save", "S"))
         if any(rs.backend != "legacy" for rs in xt):
             # iptables-nft's tables are read from iptables-nft-save, which shows what nft -j cannot
-            mine = [t for t in mine if not (t.name in XT_TABLES and t.family in ("ip", "ip6"))]
+            mine = [t for t in mine if not t.iptables_nft]
         compiled = [(rs.backend or "save", compile_tables(rs.tables)) for rs in xt]
         return _Family(family, Evaluator(family, mine, compiled, self.local, record), None, xt)
 
@@ -305,7 +305,7 @@ class NftablesBackend:
         out = []
         for t in self.tables:
             for ch in t.chains.values():
-                if ch.hook is not None and ch.hook not in ("prerouting", "input", "forward", "output", "postrouting"):
+                if ch.hook is not None and ch.hook not in (*HOOKS, "ingress"):
                     out.append(f"nftables chain {t.label} {ch.name} (hook {ch.hook}) is not evaluated")
         return out
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.parse.nft import NftObject, iter_objects, render_rule, reread
+from kpdoctor.parse.nft import NftObject, is_iptables_nft, iter_objects, render_rule, reread
 
 # Well-known priorities of the iptables tables (legacy or nft) on each hook: their base chains
 # run among nftables' own by these numbers.
@@ -173,7 +173,12 @@ class NftTableRules:
         return f"{self.family} {self.name}"
 
     def families(self) -> tuple[int, ...]:
-        return {"ip": (4,), "ip6": (6,), "inet": (4, 6)}.get(self.family, ())
+        """Address families whose packets its chains see (a netdev table's ingress: both)."""
+        return {"ip": (4,), "ip6": (6,), "inet": (4, 6), "netdev": (4, 6)}.get(self.family, ())
+
+    @property
+    def iptables_nft(self) -> bool:
+        return is_iptables_nft(self.family, self.name, [c.name for c in self.chains.values() if c.base])
 
 
 def compile_listing(artifact: str, text: str, first_line: int = 1) -> list[NftTableRules]:

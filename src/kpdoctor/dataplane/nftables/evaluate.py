@@ -72,6 +72,7 @@ _XT_HOOKS = {
     "postrouting": (("mangle", "POSTROUTING"), ("nat", "POSTROUTING")),
 }
 _RECORDED = frozenset({"drop", "reject", "dnat", "redirect"})  # steps a verification cites
+INGRESS = -(10**6)  # ingress chains run before every prerouting chain, whatever their priority
 _STATE_NEW = frozenset({"new"})
 _NO_STATUS: frozenset[str] = frozenset()
 _DNAT_STATUS = frozenset({"dnat"})
@@ -95,6 +96,7 @@ class Unit:
     binds: bool = False
     writes_mark: bool = False
     reads_mark: bool = False
+    ingress: bool = False  # a netdev (or inet) ingress chain: only on its device
 
 
 class Evaluator:
@@ -127,6 +129,11 @@ class Evaluator:
                 size += ch.size
                 if ch.hook in HOOKS:
                     units.append(Unit(ch.hook or "", ch.prio, ch.type == "nat", f"{t.label} {ch.name}", t, ch))
+                elif ch.hook == "ingress" and t.family in ("netdev", "inet"):
+                    # before any prerouting chain, on the device it is bound to (which nft -j
+                    # does not print): whether the packet meets it is tried both ways
+                    label = f"{t.label} {ch.name}"
+                    units.append(Unit("prerouting", INGRESS + ch.prio, False, label, t, ch, ingress=True))
         for backend, compiled in xt:
             ev = XtEvaluator(compiled, local, record=record)
             ev.share_forced(self._forced)  # one set of forced choices for the whole walk
@@ -395,6 +402,13 @@ class Evaluator:
         if u.xt is not None:
             return u.xt.run_builtin(u.xt_table, u.xt_chain, p, st)
         assert u.table is not None and u.chain is not None
+        if u.ingress and st.packet.iif is None:
+            on_device = self._forced.get(id(u))
+            if on_device is None:
+                why = f"ingress chain {u.label}, bound to a device the listing does not show"
+                raise Undecided(id(u), u.chain.line or 0, why, Step(u.table.label, u.chain.name, u.chain.line, why, p))
+            if not on_device:
+                return [(p, st, "ACCEPT", "")]
         out: list[Result] = []
         for q, s2, verdict, reason in self._chain(u.table, u.chain, p, st, 0):
             if verdict in ("RETURN", "END"):  # fell off the base chain: its policy
