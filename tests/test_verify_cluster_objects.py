@@ -285,7 +285,7 @@ def test_a_cluster_file_with_no_usable_object_says_so(tmp_path: Path, doc: Doc, 
     r = runner.invoke(app, ["verify", SAVE, path])
     assert r.exit_code == 2
     assert f"{path}: the file held no usable Kubernetes object: {why}" in r.output
-    assert "needs iptables-save output and the cluster's Services" in r.output
+    assert "needs the node's rules" in r.output and "the cluster's Services together" in r.output
 
 
 def test_yaml_nested_deeply_is_one_line_and_quick(tmp_path: Path) -> None:
