@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kpdoctor.dataplane.backend import Packet
@@ -109,11 +110,17 @@ class Outcome:
 
 
 class Undecided(Exception):
-    """A rule whose match cannot be decided: the run is redone with it matching and not."""
+    """A rule whose match cannot be decided: the run is redone with it matching and not.
+    ``where`` names the rule in the uncertain verdict ("line 12", "chain filter_INPUT")."""
 
-    def __init__(self, key: int, line: int, reason: str, step: Step) -> None:
+    def __init__(self, key: int, line: int, reason: str, step: Step, where: str | None = None) -> None:
         super().__init__(reason)
         self.key, self.line, self.reason, self.step = key, line, reason, step
+        self.where = where if where is not None else f"line {line}"
+
+    @property
+    def verdict_reason(self) -> str:
+        return f"{self.reason} at {self.where}, and it decides the outcome"
 
 
 def signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
@@ -142,3 +149,40 @@ def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
     """Outcomes sorted by probability, most likely first; equal shares (kube-proxy prints
     probabilities to 10 decimals, so 1/5,000 comes out a little different each time) by backend."""
     return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))
+
+
+MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
+
+
+def run_forked(
+    once: Callable[[], list[Outcome]],
+    packet: Packet,
+    forced: dict[int, bool],
+    undecided: list[str],
+    describe: Callable[[Undecided], str],
+    depth: int = 0,
+) -> list[Outcome]:
+    """Run a walk; a rule it cannot decide (raised as :class:`Undecided`) is forced one way,
+    then the other, in ``forced`` (which the walk consults). When both give the same outcomes,
+    the result is certain and ``undecided`` says which rule did not matter (``describe``);
+    otherwise the walk is *uncertain* at that rule."""
+    try:
+        return once()
+    except Undecided as und:
+        if depth >= MAX_FORKS:
+            return [_uncertain_at(packet, und)]
+        results = []
+        for choice in (True, False):
+            forced[und.key] = choice
+            results.append(run_forked(once, packet, forced, undecided, describe, depth + 1))
+        del forced[und.key]
+        if signature(results[0]) == signature(results[1]):
+            undecided.append(describe(und))
+            return results[1]
+        return [_uncertain_at(packet, und)]
+
+
+def _uncertain_at(packet: Packet, und: Undecided) -> Outcome:
+    st = State.start(packet)
+    st.steps.append(und.step)
+    return Outcome(1.0, "UNCERTAIN", st, und.verdict_reason)

@@ -27,12 +27,11 @@ from kpdoctor.dataplane.walk import (
     Uncertain,
     Undecided,
     merge_outcomes,
-    signature,
+    run_forked,
 )
 
 MAX_DEPTH = 64
 MAX_BRANCHES = 4096  # paths through one hook beyond one per rule: a rule set that multiplies them
-MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
 BUILTIN = {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 TERMINAL = {"ACCEPT", "DROP", "REJECT"}
 _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verification cites
@@ -108,32 +107,17 @@ class Evaluator:
         self._forced = {}
         self.undecided = []
         try:
-            return self._run_forking(packet, hook, postrouting, 0)
+            return run_forked(
+                lambda: self._run_once(packet, hook, postrouting),
+                packet,
+                self._forced,
+                self.undecided,
+                lambda und: f"line {und.line} ({und.reason})",
+            )
         except TooManyBranches as exc:
             return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
         finally:
             self._forced = {}
-
-    def _run_forking(self, packet: Packet, hook: str, postrouting: bool, depth: int) -> list[Outcome]:
-        try:
-            return self._run_once(packet, hook, postrouting)
-        except Undecided as und:
-            if depth >= MAX_FORKS:
-                return [self._uncertain_outcome(packet, und)]
-            results = []
-            for choice in (True, False):
-                self._forced[und.key] = choice
-                results.append(self._run_forking(packet, hook, postrouting, depth + 1))
-            del self._forced[und.key]
-            if signature(results[0]) == signature(results[1]):
-                self.undecided.append(f"line {und.line} ({und.reason})")
-                return results[1]
-            return [self._uncertain_outcome(packet, und)]
-
-    def _uncertain_outcome(self, packet: Packet, und: Undecided) -> Outcome:
-        st = State.start(packet)
-        st.steps.append(und.step)
-        return Outcome(1.0, "UNCERTAIN", st, f"{und.reason} at line {und.line}, and it decides the outcome")
 
     def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         chain = "PREROUTING" if hook == "prerouting" else "OUTPUT"

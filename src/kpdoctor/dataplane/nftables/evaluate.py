@@ -29,7 +29,7 @@ from typing import Any
 
 from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.iptables.compile import CompiledTable
-from kpdoctor.dataplane.iptables.evaluate import MAX_BRANCHES, MAX_DEPTH, MAX_FORKS, Mentions
+from kpdoctor.dataplane.iptables.evaluate import MAX_BRANCHES, MAX_DEPTH, Mentions
 from kpdoctor.dataplane.iptables.evaluate import Evaluator as XtEvaluator
 from kpdoctor.dataplane.nftables.compile import (
     NAT_SOURCE_PRIORITY,
@@ -53,6 +53,7 @@ from kpdoctor.dataplane.walk import (
     Uncertain,
     Undecided,
     merge_outcomes,
+    run_forked,
     signature,
 )
 
@@ -169,7 +170,13 @@ class Evaluator:
         self._forced.clear()
         self.undecided = []
         try:
-            return self._run_forking(packet, hook, postrouting, 0)
+            return run_forked(
+                lambda: self._run_once(packet, hook, postrouting),
+                packet,
+                self._forced,
+                self.undecided,
+                lambda und: f"{und.step.chain}: {und.reason}",
+            )
         except TooManyBranches as exc:
             return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
         finally:
@@ -180,22 +187,6 @@ class Evaluator:
         return [u for hook in HOOKS for g in self.hooks.get(hook, ()) for u in g]
 
     # -- the walk ------------------------------------------------------------------------
-    def _run_forking(self, packet: Packet, hook: str, postrouting: bool, depth: int) -> list[Outcome]:
-        try:
-            return self._run_once(packet, hook, postrouting)
-        except Undecided as und:
-            if depth >= MAX_FORKS:
-                return [_uncertain(packet, und)]
-            results = []
-            for choice in (True, False):
-                self._forced[und.key] = choice
-                results.append(self._run_forking(packet, hook, postrouting, depth + 1))
-            del self._forced[und.key]
-            if signature(results[0]) == signature(results[1]):
-                self.undecided.append(f"{und.step.chain}: {und.reason}")
-                return results[1]
-            return [_uncertain(packet, und)]
-
     def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         finals: list[Outcome] = []
         branches = self._hook(hook, [(1.0, State.start(packet))], finals, postrouting)
@@ -406,7 +397,8 @@ class Evaluator:
             on_device = self._forced.get(id(u))
             if on_device is None:
                 why = f"ingress chain {u.label}, bound to a device the listing does not show"
-                raise Undecided(id(u), u.chain.line or 0, why, Step(u.table.label, u.chain.name, u.chain.line, why, p))
+                step = Step(u.table.label, u.chain.name, u.chain.line, why, p)
+                raise Undecided(id(u), u.chain.line or 0, why, step, f"chain {u.chain.name}")
             if not on_device:
                 return [(p, st, "ACCEPT", "")]
         out: list[Result] = []
@@ -508,7 +500,8 @@ class Evaluator:
                 except Uncertain as exc:
                     forced = self._forced.get(id(op))
                     if forced is None:
-                        raise Undecided(id(op), rule.line or 0, exc.reason, self._step(tab, chain, rule, p)) from None
+                        step, where = self._step(tab, chain, rule, p), f"{_where(rule)} in {chain.name}"
+                        raise Undecided(id(op), rule.line or 0, exc.reason, step, where) from None
                     ok = forced
                 if not ok:
                     return "next", None
@@ -778,12 +771,6 @@ _VERDICT_OF = {
 
 def _where(rule: NftRule) -> str:
     return f"line {rule.line}" if rule.line is not None else f"nftables[{rule.index}]"
-
-
-def _uncertain(packet: Packet, und: Undecided) -> Outcome:
-    st = State.start(packet)
-    st.steps.append(und.step)
-    return Outcome(1.0, "UNCERTAIN", st, f"{und.reason} in {und.step.chain}, and it decides the outcome")
 
 
 def _effects(u: Unit) -> None:
