@@ -5,19 +5,15 @@ names are kube-proxy's, and the base objects are those of the upstream fixture."
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import UPSTREAM
-from lab.netns import Netns, cleanup_stale, list_netns
+from lab.netns import Netns, list_netns, nft_unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import gen_cluster  # type: ignore[import-not-found]
@@ -26,26 +22,7 @@ PREFIX = "kpdgen-"  # namespaces are kpdgen-<pid>-<8 hex digits> (lab.netns.Netn
 FIXTURE = UPSTREAM / "nftables" / "TestOverallNFTablesRules"
 
 
-@functools.lru_cache(maxsize=1)
-def nft_unavailable() -> str | None:
-    """None when nft can be run in a network namespace here, else why not (as lab.netns.lab_available)."""
-    if os.geteuid() != 0:
-        return "needs root (ip netns add)"
-    missing = [b for b in ("ip", "nft") if shutil.which(b) is None]
-    if missing:
-        return f"missing binaries: {', '.join(missing)}"
-    cleanup_stale(PREFIX)
-    try:
-        with Netns(prefix=PREFIX) as ns:
-            res = ns.run(["nft", "list", "ruleset"], timeout=10)
-            if res.returncode != 0:
-                return f"nft does not work in a network namespace: {res.stderr.strip()}"
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        return f"ip netns is not usable: {e}"
-    return None
-
-
-needs_nft = pytest.mark.skipif(nft_unavailable() is not None, reason=str(nft_unavailable()))
+needs_nft = pytest.mark.skipif(nft_unavailable(PREFIX) is not None, reason=str(nft_unavailable(PREFIX)))
 
 
 def _strip(node: Any) -> Any:

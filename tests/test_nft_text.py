@@ -9,13 +9,9 @@ must turn the text into exactly the JSON objects, in nft -j's order.
 from __future__ import annotations
 
 import copy
-import functools
 import json
-import os
 import random
 import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lab.netns import Netns, cleanup_stale, list_netns
+from lab.netns import Netns, list_netns, nft_unavailable
 
 from kpdoctor.parse.nft_text import text_to_objects
 
@@ -647,24 +643,7 @@ def test_large_kube_proxy_listing_converts_in_seconds() -> None:
 NS_PREFIX = "kpdtxt-"  # kpdtxt-<pid>-<8 hex digits>, deleted after each test
 
 
-@functools.lru_cache(maxsize=1)
-def nft_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (ip netns add)"
-    missing = [b for b in ("ip", "nft") if shutil.which(b) is None]
-    if missing:
-        return f"missing binaries: {', '.join(missing)}"
-    cleanup_stale(NS_PREFIX)
-    try:
-        with Netns(prefix=NS_PREFIX) as ns:
-            if ns.run(["nft", "-j", "list", "ruleset"], timeout=10).returncode != 0:
-                return "nft -j does not work in a network namespace"
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        return f"ip netns is not usable: {e}"
-    return None
-
-
-needs_nft = pytest.mark.skipif(nft_unavailable() is not None, reason=str(nft_unavailable()))
+needs_nft = pytest.mark.skipif(nft_unavailable(NS_PREFIX) is not None, reason=str(nft_unavailable(NS_PREFIX)))
 
 
 def live_pair(ns: Netns) -> tuple[str, list[dict[str, Any]]]:

@@ -226,6 +226,26 @@ def lab_available() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def nft_unavailable(prefix: str) -> str | None:
+    """None when ``nft -j`` can be run in a network namespace here (named ``prefix``...), else why
+    not: the tests that load rulesets into a real kernel skip with this reason."""
+    if os.geteuid() != 0:
+        return "needs root (ip netns add)"
+    missing = [b for b in ("ip", "nft") if shutil.which(b) is None]
+    if missing:
+        return f"missing binaries: {', '.join(missing)}"
+    cleanup_stale(prefix)
+    try:
+        with Netns(prefix=prefix) as ns:
+            res = ns.run(["nft", "-j", "list", "ruleset"], timeout=10)
+            if res.returncode != 0:
+                return f"nft -j does not work in a network namespace: {res.stderr.strip()}"
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        return f"ip netns is not usable: {e}"
+    return None
+
+
 def require_lab() -> None:
     """Skip the calling test module when the lab cannot run here, with the reason; in CI (``$CI``
     set) fail instead, because there the lab must run. Call it at module level."""
