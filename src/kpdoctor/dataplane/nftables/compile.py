@@ -278,6 +278,25 @@ def _address(x: str) -> int | str:
     return v
 
 
+_PREFIXES: dict[str, Any] = {}
+
+
+def _prefix(text: str) -> Any:
+    """A prefix as the span of addresses it covers (remembered: every Service chain of a node
+    names the pod network)."""
+    span = _PREFIXES.get(text)
+    if span is None:
+        if len(_PREFIXES) > 100_000:
+            _PREFIXES.clear()
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+            span = Span((int(net.network_address), int(net.broadcast_address)))
+        except ValueError:
+            span = ("unknown", text)
+        _PREFIXES[text] = span
+    return span
+
+
 def _value(x: Any) -> Any:
     """A constant as the evaluator compares it: addresses as integers, prefixes and ranges as
     spans, concatenations as tuples, verdicts as ("goto", chain) and the like."""
@@ -294,11 +313,7 @@ def _value(x: Any) -> Any:
     if isinstance(x, dict) and len(x) == 1:
         key, v = next(iter(x.items()))
         if key == "prefix" and isinstance(v, dict):
-            try:
-                net = ipaddress.ip_network(f"{v.get('addr')}/{v.get('len')}", strict=False)
-            except ValueError:
-                return ("unknown", str(x))
-            return Span((int(net.network_address), int(net.broadcast_address)))
+            return _prefix(f"{v.get('addr')}/{v.get('len')}")
         if key == "range" and isinstance(v, list) and len(v) == 2:
             return Span((_value(v[0]), _value(v[1])))
         if key == "concat" and isinstance(v, list):
