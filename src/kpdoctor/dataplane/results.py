@@ -30,6 +30,14 @@ def rounded(p: float) -> float:
 _CITES: dict[tuple[str, int], Cite] = {}
 
 
+def rule_ref(c: Cite) -> dict[str, Any]:
+    """A rule in the JSON report: its file and line; a rule with no line (read from ``nft -j``
+    output, one line for the whole ruleset) carries its text, which says its chain and place."""
+    if c.line is None:
+        return {"artifact": c.artifact, "line": None, "text": c.text}
+    return {"artifact": c.artifact, "line": c.line}
+
+
 def rule_cite(artifact: str, line: int, text: str) -> Cite:
     """The citation of one rule line, shared (a DNAT rule is cited by every traffic class that
     reaches it; building a frozen Cite each time is a measurable share of a 10,000-Service run)."""
@@ -67,7 +75,7 @@ class Entry:
             "probability": rounded(self.probability),
         }
         if self.rule is not None:
-            out["rule"] = {"artifact": self.rule.artifact, "line": self.rule.line}
+            out["rule"] = rule_ref(self.rule)
         if self.ruleset:
             out["iptables_backend"] = self.ruleset
         if self.owner:
@@ -132,7 +140,7 @@ class Result:
             "status": self.status,
             "expected": exp,
             "actual": [e.to_json() for e in self.actual],
-            "rules": [{"artifact": c.artifact, "line": c.line} for c in self.rules],
+            "rules": [rule_ref(c) for c in self.rules],
             "note": self.note,
         }
         if len(self.expected) > 1:
