@@ -502,12 +502,17 @@ class Facts:
 
     @cached_property
     def nft_tables(self) -> list[tuple[nft.NftTable, str]]:
-        """nftables tables (``nft list ruleset``, text or JSON), each with the artifact it is in."""
-        return [
-            (t, a.name)
-            for a in self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
-            for t in nft.parse_tables(a.read_text(), a.first_line)
-        ]
+        """nftables tables (``nft list ruleset``, text or JSON), each with the artifact it is in.
+        A JSON listing is summed up from its compiled tables (a large node's is read once, for
+        this and for the verification); a text listing by its lines."""
+        out = [(t.summary(), a.name) for a, tables in self._nft_json for t in tables]
+        for a in self.of(Kind.NFT_RULESET_TEXT):
+            out += [(t, a.name) for t in nft.parse_tables(a.read_text(), a.first_line)]
+        return out
+
+    @cached_property
+    def _nft_json(self) -> list[tuple[Artifact, list[NftTableRules]]]:
+        return [(a, compile_listing(a.name, a.read_text(), a.first_line)) for a in self.of(Kind.NFT_RULESET)]
 
     @cached_property
     def nft_rules(self) -> list[NftTableRules]:
@@ -515,8 +520,10 @@ class Facts:
         JSON and as text is read from the JSON)."""
         out: list[NftTableRules] = []
         seen: set[tuple[str, str]] = set()
-        for a in self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT):
-            for t in compile_listing(a.name, a.read_text(), a.first_line):
+        listings = [tables for _, tables in self._nft_json]
+        listings += [compile_listing(a.name, a.read_text(), a.first_line) for a in self.of(Kind.NFT_RULESET_TEXT)]
+        for tables in listings:
+            for t in tables:
                 if (t.family, t.name) not in seen:
                     seen.add((t.family, t.name))
                     out.append(t)

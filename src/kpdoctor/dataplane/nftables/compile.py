@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.parse.nft import NftObject, is_iptables_nft, iter_objects, render_rule, reread
+from kpdoctor.parse.nft import NftObject, NftTable, is_iptables_nft, iter_objects, render_rule, reread
 
 # Well-known priorities of the iptables tables (legacy or nft) on each hook: their base chains
 # run among nftables' own by these numbers.
@@ -179,6 +179,13 @@ class NftTableRules:
     @property
     def iptables_nft(self) -> bool:
         return is_iptables_nft(self.family, self.name, [c.name for c in self.chains.values() if c.base])
+
+    def summary(self) -> NftTable:
+        """What :func:`kpdoctor.parse.nft.parse_tables` says of the table (its name, base chains and
+        size), from the compiled listing: read once for both."""
+        base = [f"{c.name}: {c.type} {c.hook} policy {c.policy}" for c in self.chains.values() if c.base]
+        size = sum(c.size for c in self.chains.values())
+        return NftTable(self.family, self.name, self.line or 1, f"table {self.label}", base, len(self.chains), size)
 
 
 def compile_listing(artifact: str, text: str, first_line: int = 1) -> list[NftTableRules]:
