@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -104,9 +105,7 @@ def test_logs_keep_their_newest_part(tmp_path: Path) -> None:
 
 def test_host_root_runs_the_nodes_binaries_chrooted() -> None:
     host = Host("/host", enter_netns=True)
-    assert host.argv(["iptables-save"]) == [
-        "chroot", "/host", "nsenter", "--net=/proc/1/ns/net", "--", "iptables-save"
-    ]
+    assert host.argv(["iptables-save"]) == ["chroot", "/host", "nsenter", "--net=/proc/1/ns/net", "--", "iptables-save"]
     assert host.path("/proc/locks") == "/host/proc/locks"
     assert host.net_proc("net/ip_tables_names") == "/host/proc/1/net/ip_tables_names"
     assert Host().net_proc("net/ip_tables_names") == "/proc/self/net/ip_tables_names"
@@ -216,3 +215,50 @@ def test_collect_refuses_a_busy_output_before_collecting(tmp_path: Path) -> None
     assert res.exit_code == 2 and "not an empty folder" in res.output and time.monotonic() - t0 < 2
     res = cli.invoke(app, ["collect", "-o", str(tmp_path / "no" / "such" / "b.tar.gz")])
     assert res.exit_code == 2 and "no folder" in res.output
+
+
+# An nft built without JSON support (kube-proxy's image once shipped one: "JSON support not
+# compiled-in"), as a small static program in a node root: the collector keeps its version and
+# its failed `-j` attempt, then takes the text listing, which kpdoctor reads the same.
+NO_JSON_NFT = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--version") == 0) { puts("nftables v1.0.6 (Lester Gooch #5)"); return 0; }
+    if (argc > 1 && strcmp(argv[1], "-j") == 0) { fputs("Error: JSON support not compiled-in\n", stderr); return 1; }
+    puts("table ip kube-proxy {");
+    puts("\tchain nat-prerouting {");
+    puts("\t\ttype nat hook prerouting priority dstnat; policy accept;");
+    puts("\t}");
+    puts("}");
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot into the node root needs root")
+def test_nft_without_json_support_falls_back_to_the_text_listing(tmp_path: Path) -> None:
+    from kpdoctor.bundle.layout import BUNDLE_PATHS
+    from kpdoctor.collect.node import NodeCollection, _nft_ruleset
+    from kpdoctor.collect.record import Budget
+    from kpdoctor.collect.runner import Runner
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler is needed (scripts/test installs gcc)")
+    root = tmp_path / "node"
+    (root / "usr/sbin").mkdir(parents=True)
+    src = tmp_path / "nft.c"
+    src.write_text(NO_JSON_NFT)
+    res = subprocess.run(
+        [cc, "-static", "-O1", "-o", str(root / "usr/sbin/nft"), str(src)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    out = NodeCollection()
+    _nft_ruleset(Runner(Host(str(root)), Budget(30)), lambda _: None, out)
+    version, js, text = (out.get(p) for p in ("node/nft-version.txt", "node/nft-ruleset.json", "node/nft-ruleset.txt"))
+    assert version is not None and version.data.startswith(b"nftables v1.0.6")
+    assert js is not None and js.exit_code == 1 and "JSON support not compiled-in" in js.stderr
+    assert text is not None and text.exit_code == 0 and text.data.startswith(b"table ip kube-proxy {")
+    kinds = {p: BUNDLE_PATHS[p][0].value for p in ("node/nft-version.txt", "node/nft-ruleset.txt")}
+    assert kinds == {"node/nft-version.txt": "nft --version", "node/nft-ruleset.txt": "nft list ruleset output"}
