@@ -154,6 +154,27 @@ def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
 MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
 
 
+def walk_packet(
+    once: Callable[[], list[Outcome]],
+    packet: Packet,
+    forced: dict[int, bool],
+    undecided: list[str],
+    describe: Callable[[Undecided], str],
+) -> list[Outcome]:
+    """One packet's walk, from a clean slate: undecidable rules tried both ways
+    (:func:`run_forked`), and a walk whose branches multiply beyond bounds uncertain, never an
+    error. ``forced`` and ``undecided`` are emptied first (``undecided`` then says, for this
+    packet, which rules did not matter)."""
+    forced.clear()
+    undecided.clear()
+    try:
+        return run_forked(once, packet, forced, undecided, describe)
+    except TooManyBranches as exc:
+        return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
+    finally:
+        forced.clear()
+
+
 def run_forked(
     once: Callable[[], list[Outcome]],
     packet: Packet,

@@ -27,7 +27,7 @@ from kpdoctor.dataplane.walk import (
     Uncertain,
     Undecided,
     merge_outcomes,
-    run_forked,
+    walk_packet,
 )
 
 MAX_DEPTH = 64
@@ -104,20 +104,13 @@ class Evaluator:
         probabilities; AWS's ``-i eth0 ... -j CONNMARK`` rules, for example), the result is
         certain and says which rules did not matter; otherwise it is *uncertain at rule N*.
         """
-        self._forced = {}
-        self.undecided = []
-        try:
-            return run_forked(
-                lambda: self._run_once(packet, hook, postrouting),
-                packet,
-                self._forced,
-                self.undecided,
-                lambda und: f"line {und.line} ({und.reason})",
-            )
-        except TooManyBranches as exc:
-            return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
-        finally:
-            self._forced = {}
+        return walk_packet(
+            lambda: self._run_once(packet, hook, postrouting),
+            packet,
+            self._forced,
+            self.undecided,
+            lambda und: f"line {und.line} ({und.reason})",
+        )
 
     def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         chain = "PREROUTING" if hook == "prerouting" else "OUTPUT"

@@ -53,8 +53,8 @@ from kpdoctor.dataplane.walk import (
     Uncertain,
     Undecided,
     merge_outcomes,
-    run_forked,
     signature,
+    walk_packet,
 )
 
 HOOKS = ("prerouting", "input", "forward", "output", "postrouting")
@@ -167,20 +167,13 @@ class Evaluator:
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
         """All outcomes of a new connection entering at ``hook`` (prerouting or output);
         ``postrouting=False`` leaves out the source NAT chains (they cannot drop)."""
-        self._forced.clear()
-        self.undecided = []
-        try:
-            return run_forked(
-                lambda: self._run_once(packet, hook, postrouting),
-                packet,
-                self._forced,
-                self.undecided,
-                lambda und: f"{und.step.chain}: {und.reason}",
-            )
-        except TooManyBranches as exc:
-            return [Outcome(1.0, "UNCERTAIN", State.start(packet), str(exc))]
-        finally:
-            self._forced.clear()
+        return walk_packet(
+            lambda: self._run_once(packet, hook, postrouting),
+            packet,
+            self._forced,
+            self.undecided,
+            lambda und: f"{und.step.chain}: {und.reason}",
+        )
 
     def units(self) -> list[Unit]:
         """Every base chain, hook by hook, in priority order."""
