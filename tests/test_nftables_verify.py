@@ -294,3 +294,17 @@ def test_an_ingress_chain_on_an_unknown_device_makes_what_it_decides_uncertain(t
     assert pod.status == "uncertain" and "ingress chain netdev guard ingress_eth0" in pod.note, pod.note
     other = next(r for r in ver.results if r.label == "ns1/svc1:p80" and r.traffic == "pod-to-clusterip")
     assert other.status == "ok"
+
+
+def test_trace_names_the_map_element_each_branch_took() -> None:
+    """Element by element: the service-ips element that chose the Service chain, and the numgen
+    element that chose each backend (the DNAT-map layout)."""
+    from click.testing import CliRunner
+
+    from kpdoctor.cli import app
+
+    res = CliRunner().invoke(app, ["trace", "--to", "172.30.0.44:80", str(GEN_B / "ruleset.txt")])
+    assert res.exit_code == 0, res.output
+    assert "[element 172.30.0.44 . tcp . 80 : goto service-LAUZTJTB-ns4/svc4/tcp/p80]" in res.stdout
+    assert "[element 0 : 10.180.0.4 . 80]" in res.stdout and "[element 1 : 10.180.0.5 . 80]" in res.stdout
+    assert res.stdout.count("50.0% DNAT to") == 2

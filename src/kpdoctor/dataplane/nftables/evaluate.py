@@ -476,6 +476,7 @@ class Evaluator:
         when all ran without a verdict, else the verdict and its argument (chain, or reason)."""
         action: str
         arg: str | None
+        chosen: str | None = None  # the map element taken, for a trace
         for op in rule.ops:
             kind = op[0]
             arg = None
@@ -516,6 +517,8 @@ class Evaluator:
                     if val[0] == "continue":
                         continue
                     action, arg = val[0], val[1]
+                    if self.record:  # a trace names the element the packet took
+                        chosen = f"element {_shown(key, st.version)} : {val[0]}" + (f" {val[1]}" if val[1] else "")
                 elif kind == "mark":
                     v = self._get(op[1], st, ng, tab)
                     if not isinstance(v, int):
@@ -526,6 +529,8 @@ class Evaluator:
                     if not self._dnat(tab, op, st, ng):
                         return "next", None
                     action = "dnat"
+                    if self.record and ng is not None and op[2][0] == "map":
+                        chosen = f"element {ng} : {st.dnat[0] if st.dnat else '?'} . {st.dport}"
                 elif kind == "masq":
                     st.masquerade = True
                     action = "masq"
@@ -547,7 +552,7 @@ class Evaluator:
             except Uncertain as exc:
                 action, arg = "uncertain", f"{exc.reason} at {_where(rule)}"
             if self.record or action in _RECORDED or action == "uncertain":
-                step = self._step(tab, chain, rule, p)
+                step = self._step(tab, chain, rule, p, chosen)
                 st.steps.append(step)
                 if action in ("dnat", "redirect"):
                     st.dnat_step = step
@@ -578,9 +583,9 @@ class Evaluator:
         st.dnat = (text, port if isinstance(port, int) else None)
         return True
 
-    def _step(self, tab: NftTableRules, chain: NftChain, rule: NftRule, p: float) -> Step:
+    def _step(self, tab: NftTableRules, chain: NftChain, rule: NftRule, p: float, chosen: str | None = None) -> Step:
         text = rule.text if rule.line is not None else f"{rule.text} (chain {chain.name}, nftables[{rule.index}])"
-        return Step(tab.label, chain.name, rule.line, text, p)
+        return Step(tab.label, chain.name, rule.line, f"{text} [{chosen}]" if chosen else text, p)
 
     @staticmethod
     def _affinity(rule: NftRule, st: State) -> None:
@@ -865,3 +870,15 @@ def _numbers(x: Any, tab: NftTableRules, ints: set[int], spans: set[tuple[int, i
             stack.extend(v.exact.keys())
             for sp, _ in v.spans:
                 stack.extend(sp)
+
+
+def _shown(key: Any, version: int) -> str:
+    """A map key as nft prints it: ``172.30.0.41 . tcp . 80``."""
+    parts = key if isinstance(key, tuple) else (key,)
+    out = []
+    for v in parts:
+        if isinstance(v, int) and not isinstance(v, bool) and v > 65535 and v < (1 << (32 if version == 4 else 128)):
+            out.append(str(ipaddress.IPv4Address(v) if version == 4 else ipaddress.IPv6Address(v)))
+        else:
+            out.append(str(v))
+    return " . ".join(out)
