@@ -121,14 +121,17 @@ def test_a_healthy_nftables_node_verifies_clean_in_nftables_mode(listing: str) -
     assert loud(report) == []
 
 
-def test_verify_on_a_node_in_a_mode_it_does_not_read_is_inconclusive() -> None:
+def test_verify_without_the_state_of_the_mode_that_runs_is_inconclusive() -> None:
+    """IPVS mode told by kube-proxy's log, and no `ipvsadm -Ln` output: nothing to evaluate it with."""
     from click.testing import CliRunner
 
     from kpdoctor.cli import app
 
-    res = CliRunner().invoke(app, ["verify", *map(str, sorted((MODES / "ipvs-healthy").iterdir()))])
+    paths = [str(p) for p in sorted((MODES / "ipvs-healthy").iterdir()) if p.name != "ipvsadm.txt"]
+    res = CliRunner().invoke(app, ["verify", *paths])
     assert res.exit_code == 3, res.output
     assert "inconclusive: verification not evaluated: kube-proxy runs in ipvs mode" in res.stderr
+    assert "no `ipvsadm -Ln` output" in res.stderr
     assert "Verification not evaluated" in res.stdout
 
 
@@ -231,9 +234,10 @@ def test_ipvs_requested_iptables_running_keeps_the_kernel_regression_first(tmp_p
 
 
 @pytest.mark.parametrize("with_log", [True, False])
-def test_a_healthy_ipvs_node_is_not_evaluated_and_nothing_is_reported(with_log: bool) -> None:
+def test_a_healthy_ipvs_node_verifies_clean_in_ipvs_mode(with_log: bool) -> None:
     """kube-proxy's IPVS-mode iptables rules (ipset matches, no DNAT), its virtual servers and
-    kube-ipvs0: once read as iptables mode with every Service's rules missing (KP200, critical)."""
+    kube-ipvs0: once read as iptables mode with every Service's rules missing (KP200, critical);
+    now verified as IPVS mode, through the ipsets and the virtual servers."""
     node = MODES / "ipvs-healthy"
     paths = [p for p in sorted(node.iterdir()) if with_log or not p.name.startswith("kube-proxy")]
     facts, report = diagnose(paths)
@@ -241,10 +245,9 @@ def test_a_healthy_ipvs_node_is_not_evaluated_and_nothing_is_reported(with_log: 
     if not with_log:  # the state only IPVS mode writes tells it
         assert facts.running_mode.how.startswith("only its state is on the node: IPVS mode's ipset rules")
     ver = report.verification
-    assert ver is not None and not ver.evaluated and "ipvs mode" in ver.reason and not ver.stale
+    assert ver is not None and ver.evaluated and ver.mode == "ipvs" and ver.clean, ver.reason
+    assert len(ver.results) == 11 and not ver.stale
     assert loud(report) == []
-    skipped = {s.code: s.reason for s in report.skipped}
-    assert all(skipped[c] == "verification not evaluated (kube-proxy runs in ipvs mode)" for c in VERIFY_CHECKS)
 
 
 def test_a_healthy_nftables_node_with_kubelets_iptables_chains() -> None:

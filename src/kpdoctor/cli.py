@@ -710,7 +710,11 @@ def trace(
         running = facts.running_mode
         mode = running.mode or "iptables"
         nft_rules = facts.nft_rules if mode == "nftables" else []
-        backend = modes.backend_for(mode, facts.rulesets, facts.node_view.local(), record=True, nft=nft_rules)
+        ipvs = facts.ipvs_virtual_servers if mode == "ipvs" else []
+        local = facts.local_addresses(mode)
+        backend = modes.backend_for(
+            mode, facts.rulesets, local, record=True, nft=nft_rules, ipvs=ipvs, ipsets=facts.ipsets
+        )
         if backend is None and mode == "nftables":
             how = running.how
             _err(f"kube-proxy runs in nftables mode ({how}): give `nft -j list ruleset` (or `nft list ruleset`)")
@@ -720,7 +724,7 @@ def trace(
             raise Exit(3)
         if running.mode is None and facts.rulesets:
             _err(f"the proxy mode is not known ({running.how}): tracing the iptables rules")
-        if not facts.rulesets and mode == "iptables":
+        if not facts.rulesets and mode in ("iptables", "ipvs") and backend is None:
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
             _err("no iptables rules were given (iptables-save output is what trace follows)")

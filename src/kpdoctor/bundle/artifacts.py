@@ -33,6 +33,7 @@ class Kind(enum.StrEnum):
     NFT_RULESET = "nft -j list ruleset output"
     NFT_RULESET_TEXT = "nft list ruleset output"
     NFT_VERSION = "nft --version"
+    IPSET = "ipset output"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
     CONNTRACK_STATS = "conntrack -S output"

@@ -24,6 +24,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),
     "node/nft-ruleset.txt": (Kind.NFT_RULESET_TEXT, {}),
     "node/nft-version.txt": (Kind.NFT_VERSION, {}),
+    "node/ipset-save.txt": (Kind.IPSET, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
     "node/sysctl.txt": (Kind.SYSCTL, {}),
@@ -65,5 +66,4 @@ for _snap in SNAPSHOTS:
 KNOWN_UNUSED_PREFIXES = (
     "node/ip-route.json",
     "node/ipvsadm-save.txt",
-    "node/ipset-save.txt",
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse import kubectl_table, timing
 from kpdoctor.parse.firewall import looks_like_ufw
+from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import REGISTRY
@@ -178,6 +179,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.HOST_FIREWALL, {"firewall": "ufw"})
     if looks_like_nft_text(stripped):
         return Typed(Kind.NFT_RULESET_TEXT, {})
+    if looks_like_ipset(stripped):
+        return Typed(Kind.IPSET, {})
     node = _sniff_node(stripped, first)
     if node is not None:
         return node
@@ -249,7 +252,6 @@ _LOOKS_LIKE: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"^NAME\s+(?:READY|TYPE|STATUS|CLUSTER-IP|ENDPOINTS|DESIRED)\b", re.M),
         "a kubectl table: kpdoctor reads the objects themselves (`kubectl get ... -o yaml`)",
     ),
-    (re.compile(r"^Name: \S+\nType: hash:", re.M), "ipset list output: not read yet"),
     (
         re.compile(r"^Usage: ip6?tables", re.M),
         "an iptables usage text: give `iptables --version` (and the error the program printed)",

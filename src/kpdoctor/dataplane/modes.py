@@ -15,9 +15,12 @@ from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Backend
 from kpdoctor.dataplane.expected import SHARED, Deviations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend
+from kpdoctor.dataplane.ipvs.backend import IpvsBackend
 from kpdoctor.dataplane.nftables.backend import NftablesBackend
 from kpdoctor.dataplane.nftables.compile import NftTableRules
+from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.ipvsadm import VirtualServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +53,18 @@ def backend_for(
     local: Iterable[IPAddress],
     record: bool = False,
     nft: list[NftTableRules] | None = None,
+    ipvs: list[tuple[VirtualServer, str]] | None = None,
+    ipsets: dict[str, IpSet] | None = None,
 ) -> Backend | None:
     """The backend that evaluates ``mode``'s rules, or None when kpdoctor has none for it (or
-    the evidence holds none of the rules it reads: no nftables listing in nftables mode)."""
+    the evidence holds none of the state it reads: no nftables listing in nftables mode, no
+    ``ipvsadm`` output in IPVS mode)."""
     if mode == "iptables":
         return IptablesBackend(rulesets, local, record=record)
     if mode == "nftables" and nft:
         return NftablesBackend(nft, rulesets, local, record=record)
+    if mode == "ipvs" and ipvs:
+        return IpvsBackend(ipvs, rulesets, ipsets or {}, local, record=record)
     return None
 
 

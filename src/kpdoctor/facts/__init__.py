@@ -38,6 +38,7 @@ from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.ipset import IpSet, parse_ipsets
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
 from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
@@ -501,6 +502,35 @@ class Facts:
         return [(vs, a.name) for a in self.of(Kind.IPVSADM) for vs in parse_ipvsadm_list(a.text, a.first_line)]
 
     @cached_property
+    def ipsets(self) -> dict[str, IpSet]:
+        """Every ipset of ``ipset save`` / ``ipset list`` output (the first listing of a name wins)."""
+        out: dict[str, IpSet] = {}
+        for a in self.of(Kind.IPSET):
+            for name, s in parse_ipsets(a.read_text(), a.first_line).items():
+                out.setdefault(name, s)
+        return out
+
+    def local_addresses(self, mode: str | None) -> list[IPAddress]:
+        """The addresses the node takes as its own in ``mode`` (``--dst-type LOCAL``, ``fib daddr
+        type local``): its own, and in IPVS mode what kube-ipvs0 holds (every ClusterIP when the
+        evidence does not show kube-ipvs0)."""
+        m = modes.mode_named(mode)
+        if m is not None and m.name == "ipvs" and self.kube_ipvs0 is not None:
+            # what kube-ipvs0 really holds: an address missing there is one IPVS never sees
+            return self.node_view.local() + self.kube_ipvs0
+        return local_addresses(self.node_view, self.objects.of("Service"), m.deviations if m else SHARED)
+
+    @cached_property
+    def kube_ipvs0(self) -> list[IPAddress] | None:
+        """Addresses bound on kube-ipvs0 (``ip addr``), or None when no output shows it."""
+        found: list[IPAddress] | None = None
+        for a in self.of(Kind.IP_ADDR) + self.of(Kind.IP_LINK):
+            got = system.interface_addresses(a.read_text(), modefacts.IPVS_INTERFACE)
+            if got is not None:
+                found = (found or []) + [x for x in got if x not in (found or [])]
+        return found
+
+    @cached_property
     def nft_tables(self) -> list[tuple[nft.NftTable, str]]:
         """nftables tables (``nft list ruleset``, text or JSON), each with the artifact it is in.
         A JSON listing is summed up from its compiled tables (a large node's is read once, for
@@ -644,16 +674,24 @@ class Facts:
         running = self.running_mode
         mode = modes.mode_named(running.mode)
         deviations = mode.deviations if mode is not None else SHARED
-        local = local_addresses(self.node_view, services, deviations)
+        local = self.local_addresses(running.mode)
         nft_rules = self.nft_rules if running.mode == "nftables" else []
+        ipvs = self.ipvs_virtual_servers if running.mode == "ipvs" else []
         backend = None
-        if rulesets or nft_rules:
-            backend = modes.backend_for(running.mode or "", rulesets, local, nft=nft_rules)
+        if rulesets or nft_rules or ipvs:
+            backend = modes.backend_for(
+                running.mode or "", rulesets, local, nft=nft_rules, ipvs=ipvs, ipsets=self.ipsets
+            )
         if backend is None:
             if running.mode is None:
                 reason = f"the proxy mode is not known: {running.how}"
             elif running.mode == "iptables":
                 reason = "no iptables-save output to evaluate kube-proxy's iptables mode with"
+            elif running.mode == "ipvs":
+                reason = (
+                    f"kube-proxy runs in ipvs mode ({running.how}), and no `ipvsadm -Ln` output was given "
+                    "to evaluate it with"
+                )
             elif running.mode == "nftables":
                 reason = (
                     f"kube-proxy runs in nftables mode ({running.how}), and no nftables listing was given "

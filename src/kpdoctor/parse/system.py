@@ -206,3 +206,42 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
                 continue
             ranked.append((0 if info.get("scope") == "global" else 1, ip))
     return [ip for _, ip in sorted(ranked, key=lambda x: x[0])]
+
+
+_IF_HEADER = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
+_IF_INET = re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
+
+
+def interface_addresses(text: str, name: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address] | None:
+    """The addresses of interface ``name`` in ``ip addr`` output (text or ``-j``); None when the
+    output does not show that interface at all (IPVS mode binds every Service address to
+    kube-ipvs0: an address missing there is one IPVS never sees)."""
+    try:
+        doc = load_json(text) if text.lstrip().startswith("[") else None
+    except ValueError:
+        doc = None
+    found = False
+    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    if isinstance(doc, list):
+        for link in doc:
+            if not isinstance(link, dict) or link.get("ifname") != name:
+                continue
+            found = True
+            for info in link.get("addr_info") or []:
+                try:
+                    out.append(ipaddress.ip_address(str(info.get("local"))))
+                except (ValueError, AttributeError):
+                    continue
+        return out if found else None
+    current = None
+    for line in text.splitlines():
+        if m := _IF_HEADER.match(line.strip() if line[:1].isdigit() else line):
+            current = m.group(1)
+            found = found or current == name
+            continue
+        if current == name and (m := _IF_INET.match(line)):
+            try:
+                out.append(ipaddress.ip_address(m.group(1)))
+            except ValueError:
+                continue
+    return out if found else None

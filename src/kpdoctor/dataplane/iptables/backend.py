@@ -21,6 +21,7 @@ from kpdoctor.dataplane.iptables.evaluate import Evaluator
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
 from kpdoctor.dataplane.walk import Outcome, Step
 from kpdoctor.model import Cite
+from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Ruleset
 
 _SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
@@ -69,7 +70,15 @@ class FamilyRules:
     missing: str | None = None  # why there is nothing to evaluate
 
 
-def family_rules(rulesets: list[Ruleset], family: int, local: Iterable[IPAddress], record: bool = True) -> FamilyRules:
+def family_rules(
+    rulesets: list[Ruleset],
+    family: int,
+    local: Iterable[IPAddress],
+    record: bool = True,
+    ipsets: dict[str, IpSet] | None = None,
+) -> FamilyRules:
+    """The rules of one family, ready to walk (``ipsets``: the sets ``-m set`` rules read, as
+    IPVS mode's rules do)."""
     mine = [rs for rs in rulesets if rs.family == family and rs.form in ("save", "S")]
     seen: set[str | None] = set()
     uniq = []
@@ -84,13 +93,14 @@ def family_rules(rulesets: list[Ruleset], family: int, local: Iterable[IPAddress
     kube = [rs for rs in uniq if has_service_rules(rs)]
     local = list(local)
     if len(kube) >= 2:
-        return FamilyRules(family, [(rs, Evaluator(compiled[id(rs)], local, record=record)) for rs in kube])
+        return FamilyRules(family, [(rs, Evaluator(compiled[id(rs)], local, ipsets, record=record)) for rs in kube])
     primary = kube[0] if kube else uniq[0]
     layers: list[dict[str, CompiledTable]] = [compiled[id(rs)] for rs in uniq if rs is not primary]
-    return FamilyRules(family, [(primary, Evaluator(compiled[id(primary)], local, layers=layers, record=record))])
+    ev = Evaluator(compiled[id(primary)], local, ipsets, layers=layers, record=record)
+    return FamilyRules(family, [(primary, ev)])
 
 
-def _cite(rs: Ruleset, step: Step | None) -> Cite | None:
+def step_cite(rs: Ruleset, step: Step | None) -> Cite | None:
     if step is None:
         return None
     if step.line is None:
@@ -98,7 +108,7 @@ def _cite(rs: Ruleset, step: Step | None) -> Cite | None:
     return rule_cite(rs.artifact, step.line, step.text)
 
 
-def _entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[list[Entry], list[Cite], list[str]]:
+def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[list[Entry], list[Cite], list[str]]:
     entries: list[Entry] = []
     rules: dict[Cite, None] = {}
     reasons: list[str] = []
@@ -110,7 +120,7 @@ def _entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[lis
             step = o.decided_by
             if verdict == "UNCERTAIN":
                 reasons.append(o.reason)
-        cite = _cite(rs, step)
+        cite = step_cite(rs, step)
         chain = step.chain if step else None
         entries.append(Entry(o.backend, verdict, o.probability, cite, chain, tag, chain_owner(chain)))
         if cite is not None:
@@ -165,7 +175,7 @@ class IptablesBackend:
                     "could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(ev.undecided))
                 )
             tag = rs.backend if len(fam.primary) > 1 else None
-            entries, rules, reasons = _entries(rs, outcomes, tag)
+            entries, rules, reasons = outcome_entries(rs, outcomes, tag)
             views.append(View(tag, entries, rules, reasons, notes))
         return views
 
@@ -188,7 +198,7 @@ class IptablesBackend:
             cites: list[Cite] = []
             for o in walked:
                 step = next((x for x in reversed(o.state.steps) if x.table == "nat" and x.line is not None), None)
-                cite = _cite(rs, step)
+                cite = step_cite(rs, step)
                 if cite is not None:
                     cites.append(cite)
             if len(cites) == len(lost):
@@ -225,7 +235,7 @@ class IptablesBackend:
         for rs, ev in fam.primary:
             outcomes = ev.run(packet, hook, postrouting=True)
             label = rs.backend if len(fam.primary) > 1 else None
-            views.append(TracedView(label, rs.artifact, [_branch(rs, o) for o in outcomes]))
+            views.append(TracedView(label, rs.artifact, [trace_branch(rs, o) for o in outcomes]))
         return views
 
     def not_evaluated(self) -> list[str]:
@@ -240,7 +250,7 @@ def _packet(case: Case) -> Packet:
     return Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
 
 
-def _branch(rs: Ruleset, o: Outcome) -> TraceBranch:
+def trace_branch(rs: Ruleset, o: Outcome) -> TraceBranch:
     steps = [TraceStep(rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability) for s in o.state.steps]
     return TraceBranch(o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity))
 

@@ -29,6 +29,7 @@ from kpdoctor.dataplane.walk import (
     merge_outcomes,
     walk_packet,
 )
+from kpdoctor.parse.ipset import IpSet
 
 MAX_DEPTH = 64
 MAX_BRANCHES = 4096  # paths through one hook beyond one per rule: a rule set that multiplies them
@@ -51,7 +52,7 @@ class Evaluator:
         self,
         tables: dict[str, CompiledTable],
         local_addresses: Iterable[IPAddress] = (),
-        ipsets: dict[str, set[str]] | None = None,
+        ipsets: dict[str, IpSet] | None = None,
         layers: Iterable[dict[str, CompiledTable]] = (),
         record: bool = True,
     ) -> None:
@@ -479,11 +480,14 @@ class Evaluator:
             pat = str(c.value)
             return 1.0 if (name.startswith(pat[:-1]) if pat.endswith("+") else name == pat) else 0.0
         if k == "set":
-            name, _dirs = cast(tuple[str, str], c.value)
-            if self.ipsets is None or name not in self.ipsets:
+            name, dirs = cast(tuple[str, str], c.value)
+            s = self.ipsets.get(name) if self.ipsets is not None else None
+            if s is None:
                 raise Uncertain(f"ipset {name} not given")
-            cur = st.current
-            return 1.0 if str(cur.dst) in self.ipsets[name] or str(cur.src) in self.ipsets[name] else 0.0
+            key = _set_key(s, dirs, st)
+            if key is None:
+                raise Uncertain(f"ipset {name} of type {s.type} not evaluated")
+            return 1.0 if s.family in (0, st.version) and s.holds(key) else 0.0
         raise Uncertain(f"match {c.value} not evaluated" if k == "unknown" else f"{k} match not evaluated")
 
 
@@ -539,6 +543,23 @@ class Mentions:
     def port_key(self, port: int) -> tuple[int, tuple[int, ...]]:
         exact = port if port in self.ports else -1
         return exact, tuple(i for i, (lo, hi) in enumerate(self.port_ranges) if lo <= port <= hi)
+
+
+def _set_key(s: IpSet, dirs: str, st: State) -> tuple[object, ...] | None:
+    """The key a packet presents to set ``s`` (``--match-set NAME dst,dst``): per dimension of the
+    set's type, the address or the protocol and port of the side the match names."""
+    sides = dirs.split(",") if dirs else ["dst"]
+    key: list[object] = []
+    for i, dim in enumerate(s.dims):
+        side = sides[i] if i < len(sides) else sides[-1]
+        if dim in ("ip", "net"):
+            key.append(st.dst if side == "dst" else st.src)
+        elif dim == "port":
+            port = st.dport if side == "dst" else st.packet.sport
+            key.append((None if s.type.startswith("bitmap") else st.packet.proto, port))
+        else:
+            return None
+    return tuple(key)
 
 
 def _in_ranges(port: int, ranges: tuple[tuple[int, int], ...]) -> bool:

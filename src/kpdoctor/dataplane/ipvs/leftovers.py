@@ -24,8 +24,11 @@ def _split(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def leftover_virtual_servers(servers: list[tuple[VirtualServer, str]], owned: Owned, node: NodeView) -> list[StaleRule]:
-    """Virtual servers with real servers that no Service (or hostPort) owns."""
+def leftover_virtual_servers(
+    servers: list[tuple[VirtualServer, str]], owned: Owned, node: NodeView, leftover_of: str | None = "ipvs"
+) -> list[StaleRule]:
+    """Virtual servers with real servers that no Service (or hostPort) owns: what a switch away
+    from IPVS mode left (``leftover_of``), or, in IPVS mode itself (None), stale state."""
     local = {int(a) for addrs in node.addresses.values() for a in addrs}
     out: list[StaleRule] = []
     for vs, artifact in servers:
@@ -44,7 +47,7 @@ def leftover_virtual_servers(servers: list[tuple[VirtualServer, str]], owned: Ow
         dest = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
         out.append(
             StaleRule(
-                addr.version, dest, proto, None, [r.address for r in vs.reals], cites, nodeport, leftover_of="ipvs"
+                addr.version, dest, proto, None, [r.address for r in vs.reals], cites, nodeport, leftover_of
             )
         )
     return out

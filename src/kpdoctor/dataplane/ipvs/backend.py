@@ -1,0 +1,221 @@
+"""The IPVS backend: kube-proxy's IPVS mode, a packet through the node's iptables rules (which
+match IPVS mode's ipsets) and then into the virtual server for its destination.
+
+In IPVS mode every ClusterIP, external IP and LoadBalancer IP is an address of the dummy
+interface kube-ipvs0, so a Service's packet is for the node itself: it passes PREROUTING and the
+filter table's INPUT (where ``KUBE-IPVS-FILTER`` rejects addresses on kube-ipvs0 that no Service
+port uses) and IPVS takes it at LOCAL_IN. The virtual server for (protocol, address, port) picks a
+real server: round robin and its weighted variants send new connections to real servers of weight
+above 0, each its share of the weights. A real server at weight 0 takes no new connection: kube-
+proxy leaves a removed TCP endpoint there until its connections end (draining, never stale). A
+virtual server without a real server of weight above 0 has "no destination available": the
+connection is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kpdoctor.dataplane.addresses import IPAddress, host_address
+from kpdoctor.dataplane.backend import Packet, TracedView, View
+from kpdoctor.dataplane.expected import Case, NodeView, Owned
+from kpdoctor.dataplane.iptables.backend import FamilyRules, family_rules, outcome_entries, trace_branch
+from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
+from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep
+from kpdoctor.dataplane.walk import Outcome, State
+from kpdoctor.model import Cite
+from kpdoctor.parse.ipset import IpSet
+from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.ipvsadm import RealServer, VirtualServer
+
+IPVS_TABLE = "ipvs"  # how steps and entries name IPVS itself (not an iptables table)
+# kube-proxy's filter chain that rejects new connections to an address on kube-ipvs0 that no
+# Service port (in its ipsets) uses: a Service missing from the ipsets is refused there
+NO_SERVICE_CHAIN = "KUBE-IPVS-FILTER"
+
+
+def split_address(address: str) -> tuple[IPAddress, int] | None:
+    """``10.96.0.10:53`` / ``[fd00::a]:53`` as (address, port)."""
+    host, sep, port = address.rpartition(":")
+    addr = host_address(host.strip("[]")) if sep else None
+    if addr is None or not port.isdigit():
+        return None
+    return addr, int(port)
+
+
+@dataclass(slots=True)
+class _Server:
+    vs: VirtualServer
+    artifact: str
+
+    @property
+    def cite(self) -> Cite:
+        return Cite(self.artifact, self.vs.line, self.vs.text)
+
+    def live(self) -> list[RealServer]:
+        """Real servers that take new connections (weight above 0)."""
+        return [r for r in self.vs.reals if r.weight > 0]
+
+
+def _backend_text(address: str) -> str:
+    """A real server's ``ip:port`` as kpdoctor names backends (IPv6 in brackets, compressed)."""
+    hp = split_address(address)
+    if hp is None:
+        return address
+    addr, port = hp
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
+class IpvsBackend:
+    """kube-proxy's IPVS mode: ``ipvsadm -Ln`` virtual servers, the ipsets, and the iptables
+    rules around them, per address family."""
+
+    mode = "ipvs"
+
+    def __init__(
+        self,
+        servers: list[tuple[VirtualServer, str]],
+        rulesets: list[Ruleset],
+        ipsets: dict[str, IpSet],
+        local: Iterable[IPAddress],
+        record: bool = False,
+    ) -> None:
+        self.rulesets = rulesets
+        self.ipsets = ipsets
+        self.local = list(local)
+        self.record = record
+        self.servers = servers
+        self.index: dict[tuple[str, int, int, int], _Server] = {}
+        for vs, artifact in servers:
+            hp = split_address(vs.address)
+            if hp is not None and vs.protocol != "FWM":
+                self.index.setdefault((vs.protocol.lower(), hp[0].version, int(hp[0]), hp[1]), _Server(vs, artifact))
+        self._families: dict[int, FamilyRules] = {}
+
+    def family(self, family: int) -> FamilyRules:
+        fr = self._families.get(family)
+        if fr is None:
+            fr = self._families[family] = family_rules(self.rulesets, family, self.local, self.record, self.ipsets)
+        return fr
+
+    def missing(self, family: int) -> str | None:
+        if not any(k[1] == family for k in self.index):
+            return f"no IPVS virtual server of IPv{family} in the ipvsadm output"
+        return None
+
+    def split(self) -> dict[int, list[str]]:
+        return {}
+
+    def server(self, proto: str, dst: IPAddress, port: int) -> _Server | None:
+        return self.index.get((proto, dst.version, int(dst), port))
+
+    def evaluate(self, case: Case) -> list[View]:
+        assert case.src is not None and case.dst is not None
+        packet = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
+        fam = self.family(case.sp.family)
+        entries, rules, reasons, notes = self._walk(fam, packet, case.hook, record=False)[:4]
+        return [View(None, entries, rules, reasons, notes)]
+
+    def _walk(
+        self, fam: FamilyRules, packet: Packet, hook: str, record: bool
+    ) -> tuple[list[Entry], list[Cite], list[str], list[str], list[TraceBranch]]:
+        """The iptables walk, then IPVS for what reaches the node itself untranslated."""
+        notes: list[str] = []
+        if fam.primary:
+            rs, ev = fam.primary[0]
+            if record and not ev.record:
+                ev = ev.recording()
+            outcomes = ev.run(packet, hook, postrouting=record)
+            if ev.undecided:
+                notes.append("could not evaluate, but both ways give the same outcome: " + ", ".join(ev.undecided))
+        else:
+            rs, ev = None, None
+            outcomes = [Outcome(1.0, "ACCEPT", State.start(packet))]
+            notes.append(fam.missing or "no iptables rules given: the packet is taken to reach IPVS")
+        entries: list[Entry] = []
+        rules: dict[Cite, None] = {}
+        reasons: list[str] = []
+        branches: list[TraceBranch] = []
+        for o in outcomes:
+            st = o.state
+            cur = st.current.dst
+            srv = self.server(packet.proto, cur, st.dport) if o.verdict == "ACCEPT" and st.dnat is None else None
+            if srv is None:
+                if rs is not None:
+                    es, cs, rr = outcome_entries(rs, [o], None)
+                    for e in es:  # IPVS mode's catch-all: kube-ipvs0 addresses no Service port uses
+                        e.no_service_rule = e.chain == NO_SERVICE_CHAIN and e.verdict == "REJECT"
+                    entries += es
+                    rules.update(dict.fromkeys(cs))
+                    reasons += rr
+                    if record:
+                        branches.append(trace_branch(rs, o))
+                else:
+                    entries.append(Entry(None, o.verdict, o.probability))
+                    if record:
+                        branches.append(TraceBranch(o.probability, o.verdict, None, [], o.reason))
+                continue
+            rules[srv.cite] = None
+            live = srv.live()
+            total = sum(r.weight for r in live)
+            if not live or total <= 0:
+                why = f"IPVS virtual server {srv.vs.address} has no real server taking new connections"
+                entries.append(Entry(None, "REJECT", o.probability, srv.cite, None, None, "kube-proxy"))
+                if record:
+                    branches.append(self._branch(rs, o, srv, None, o.probability, why))
+                continue
+            for r in live:
+                share = o.probability * r.weight / total
+                cite = Cite(srv.artifact, r.line, r.text) if r.text else srv.cite
+                entries.append(Entry(_backend_text(r.address), "ACCEPT", share, cite, None, None, "kube-proxy"))
+                rules[cite] = None
+                if record:
+                    branches.append(self._branch(rs, o, srv, r, share, ""))
+        return entries, list(rules), reasons, notes, branches
+
+    def _branch(
+        self, rs: Ruleset | None, o: Outcome, srv: _Server, r: RealServer | None, p: float, why: str
+    ) -> TraceBranch:
+        base = trace_branch(rs, o) if rs is not None else TraceBranch(o.probability, o.verdict, None, [])
+        steps = list(base.steps)
+        steps.append(TraceStep(srv.artifact, IPVS_TABLE, "virtual server", srv.vs.line, srv.vs.text, o.probability))
+        if r is None:
+            return TraceBranch(p, "REJECT", None, steps, why, base.masquerade, base.affinity_lines)
+        steps.append(TraceStep(srv.artifact, IPVS_TABLE, "real server", r.line, r.text, p))
+        return TraceBranch(p, "ACCEPT", _backend_text(r.address), steps, "", base.masquerade, base.affinity_lines)
+
+    def explain_mismatch(self, case: Case, result: Result) -> list[str]:
+        """The virtual server behind the mismatch: missing, empty, or with real servers that take
+        no new connection (weight 0: draining, or set by hand)."""
+        if case.dst is None:
+            return []
+        srv = self.server(case.sp.protocol.lower(), case.dst, case.dport)
+        if srv is None:
+            return [f"no IPVS virtual server for {case.sp.protocol} {case.destination}"]
+        notes = []
+        idle = [r for r in srv.vs.reals if r.weight <= 0]
+        if idle:
+            notes.append(
+                f"{len(idle)} real server(s) of {srv.vs.address} at weight 0 take no new connection "
+                f"({', '.join(r.address for r in idle[:4])})"
+            )
+        if not srv.vs.reals:
+            notes.insert(0, f"IPVS virtual server {srv.vs.address} has no real server (line {srv.vs.line})")
+        return notes
+
+    def stale(self, owned: Owned, node: NodeView) -> list[StaleRule]:
+        return leftover_virtual_servers(self.servers, owned, node, leftover_of=None)
+
+    def trace(self, packet: Packet, hook: str) -> list[TracedView]:
+        fam = self.family(packet.dst.version)
+        branches = self._walk(fam, packet, hook, record=True)[4]
+        artifact = fam.primary[0][0].artifact if fam.primary else (self.servers[0][1] if self.servers else "ipvsadm")
+        return [TracedView(None, artifact, branches)]
+
+    def not_evaluated(self) -> list[str]:
+        fwm = [vs for vs, _ in self.servers if vs.protocol == "FWM"]
+        if fwm:
+            return [f"{len(fwm)} firewall-mark IPVS virtual server(s) are not evaluated"]
+        return []
+
