@@ -3,7 +3,14 @@
 Importing this package registers every check (and every log signature they use).
 """
 
-from kpdoctor.checks.dataplane import backend_split, drop_rule, endpoints, local_endpoints, service_rules
+from kpdoctor.checks.dataplane import (
+    backend_split,
+    drop_rule,
+    endpoints,
+    ipvs_empty,
+    local_endpoints,
+    service_rules,
+)
 from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
 from kpdoctor.checks.sync import (
@@ -34,6 +41,7 @@ __all__ = [
     "find",
     "forwarding",
     "ipvs",
+    "ipvs_empty",
     "ipvs_reuse",
     "kernel_mark",
     "local_endpoints",

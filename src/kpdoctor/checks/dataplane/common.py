@@ -13,7 +13,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 # What verification needs: rules, and the cluster's Services to hold them against.
-RULES = [Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT]
+RULES = [Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM]
 CLUSTER = [Kind.K8S_OBJECTS]
 
 # Rules that do not follow the cluster are what a broken sync leaves behind: these causes explain
@@ -26,6 +26,7 @@ SYNC_CAUSES = [
     "kube-proxy-panic",
     "multiple-kube-proxy",
     "node-ip-unresolved",
+    "ipvs-sync-deadlock",
 ]
 
 

@@ -17,6 +17,7 @@ from kpdoctor.checks.dataplane.common import (
     verification_not_evaluated,
 )
 from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -28,6 +29,8 @@ def _applies(r: Result) -> bool:
     if r.kind in ("refused", "partly-refused"):
         # kube-proxy's own "has no endpoints" while the cluster has some (not a local-policy case,
         # and not someone else's DROP: those are KP203 and KP204)
+        if any(e.chain == EMPTY_VIRTUAL_SERVER for e in r.refusals()):
+            return False  # an IPVS virtual server without real servers: KP208 says so
         return all(kube_proxy_rule(e) for e in r.refusals()) and not (r.local_policy and r.local_endpoints)
     return False
 

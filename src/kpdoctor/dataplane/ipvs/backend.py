@@ -33,6 +33,9 @@ IPVS_TABLE = "ipvs"  # how steps and entries name IPVS itself (not an iptables t
 # kube-proxy's filter chain that rejects new connections to an address on kube-ipvs0 that no
 # Service port (in its ipsets) uses: a Service missing from the ipsets is refused there
 NO_SERVICE_CHAIN = "KUBE-IPVS-FILTER"
+# what an entry refused by a virtual server without a real server taking new connections names as
+# its chain ("no destination available", the kernel logs)
+EMPTY_VIRTUAL_SERVER = "IPVS virtual server without real servers"
 
 
 def split_address(address: str) -> tuple[IPAddress, int] | None:
@@ -84,6 +87,7 @@ class IpvsBackend:
         self.rulesets = rulesets
         self.ipsets = ipsets
         self.local = list(local)
+        self._own = {(a.version, int(a)) for a in self.local}
         self.record = record
         self.servers = servers
         self.index: dict[tuple[str, int, int, int], _Server] = {}
@@ -140,7 +144,9 @@ class IpvsBackend:
         for o in outcomes:
             st = o.state
             cur = st.current.dst
-            srv = self.server(packet.proto, cur, st.dport) if o.verdict == "ACCEPT" and st.dnat is None else None
+            # IPVS takes a packet at LOCAL_IN: only one for an address of the node (kube-ipvs0's)
+            ipvs_sees = o.verdict == "ACCEPT" and st.dnat is None and (cur.version, int(cur)) in self._own
+            srv = self.server(packet.proto, cur, st.dport) if ipvs_sees else None
             if srv is None:
                 if rs is not None:
                     es, cs, rr = outcome_entries(rs, [o], None)
@@ -161,7 +167,7 @@ class IpvsBackend:
             total = sum(r.weight for r in live)
             if not live or total <= 0:
                 why = f"IPVS virtual server {srv.vs.address} has no real server taking new connections"
-                entries.append(Entry(None, "REJECT", o.probability, srv.cite, None, None, "kube-proxy"))
+                entries.append(Entry(None, "REJECT", o.probability, srv.cite, EMPTY_VIRTUAL_SERVER, None, "kube-proxy"))
                 if record:
                     branches.append(self._branch(rs, o, srv, None, o.probability, why))
                 continue
@@ -194,6 +200,11 @@ class IpvsBackend:
         if srv is None:
             return [f"no IPVS virtual server for {case.sp.protocol} {case.destination}"]
         notes = []
+        if (case.dst.version, int(case.dst)) not in self._own:
+            notes.append(
+                f"{case.dst} is not an address of the node (not on kube-ipvs0): IPVS, which takes packets for "
+                f"the node only, never sees this traffic, although virtual server {srv.vs.address} exists"
+            )
         idle = [r for r in srv.vs.reals if r.weight <= 0]
         if idle:
             notes.append(

@@ -1,0 +1,73 @@
+"""KP208: an IPVS virtual server has no real server although its Service has ready endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.checks.dataplane.common import (
+    CLUSTER,
+    RULES,
+    by_service,
+    capped,
+    classes,
+    finding_for,
+    verification_not_evaluated,
+)
+from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
+from kpdoctor.dataplane.results import Result
+from kpdoctor.facts import Facts
+from kpdoctor.model import Finding, Severity
+
+
+def _applies(r: Result) -> bool:
+    """Refused by a virtual server without real servers, while ready endpoints were expected."""
+    wanted = any(not a.refused for a in r.expected)
+    return wanted and any(e.chain == EMPTY_VIRTUAL_SERVER for e in r.refusals())
+
+
+@check(
+    "KP208",
+    cause="ipvs-virtual-server-empty",
+    title="An IPVS virtual server has no real server although its Service has ready endpoints",
+    severity=Severity.CRITICAL,
+    needs=RULES,
+    abstains=verification_not_evaluated,
+    needs_all=CLUSTER,
+)
+def ipvs_virtual_server_empty(facts: Facts) -> Iterator[Finding]:
+    """IPVS mode: the Service's virtual server exists but holds no real server that takes new
+    connections, while the Service's EndpointSlices list ready endpoints.
+
+    Symptom: connections to the Service fail from this node (refused, or they hang); `ipvsadm -Ln`
+        shows the virtual server (`TCP 10.108.62.55:5473 rr`) with nothing under it, or only real
+        servers at weight 0; the kernel logs `IPVS: rr: TCP 10.108.62.55:5473 - no destination
+        available`.
+    Cause: kube-proxy has not added the endpoints: its sync is deadlocked (the graceful-termination
+        deadlock of 1.11-1.13, folded with this finding), failing, or its watch on the apiserver is
+        broken; or real servers were deleted by hand.
+    How it is detected: the Service's traffic is evaluated through the node's iptables rules and
+        into the virtual server for its address (IPVS mode's own path: ipsets, kube-ipvs0, then
+        IPVS at LOCAL_IN); the virtual server has no real server of weight above 0 while the
+        EndpointSlices have ready endpoints. A weight-0 real server beside others is a draining
+        endpoint, not this.
+    Fix: fix what stops kube-proxy from syncing (folded findings) and restart it: a full sync adds
+        the real servers again; check with `ipvsadm -Ln -t VIP:PORT`.
+    References: seed 001; https://github.com/kubernetes/kubernetes/issues/71071
+    """
+    ver = facts.verification
+    if ver is None:
+        return
+    out: list[Finding] = []
+    for label, rs in sorted(by_service(ver.results, _applies).items()):
+        servers = sorted({e.rule.text for r in rs for e in r.refusals() if e.rule is not None})
+        ready = sorted({b for r in rs for a in r.expected[:1] for b in a.backends})
+        summary = (
+            f"{label}: its IPVS virtual server ({'; '.join(s.split(' rr')[0] for s in servers[:2])}) has no "
+            f"real server taking new connections although {len(ready)} endpoint(s) are ready "
+            f"({', '.join(ready[:4])}): {classes(rs)} refused."
+        )
+        f = finding_for(facts, "KP208", label, rs, summary)
+        f.fix = ["Restart kube-proxy after fixing its sync (folded findings); then `kpdoctor verify` again."]
+        out.append(f)
+    yield from capped(facts, "KP208", out, "whose IPVS virtual servers are empty")
