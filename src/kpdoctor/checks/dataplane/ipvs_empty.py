@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
+from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
     CLUSTER,
     RULES,
@@ -17,13 +19,56 @@ from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
-from kpdoctor.model import Finding, Severity
+from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 
 def _applies(r: Result) -> bool:
     """Refused by a virtual server without real servers, while ready endpoints were expected."""
     wanted = any(not a.refused for a in r.expected)
     return wanted and any(e.chain == EMPTY_VIRTUAL_SERVER for e in r.refusals())
+
+
+# the kernel, when a connection reaches a virtual server without a usable real server
+NO_DESTINATION = re.compile(r"IPVS: \w+: (TCP|UDP|SCTP) (\S+) - no destination available")
+
+
+def _empty_without_objects(facts: Facts) -> Iterator[Finding]:
+    """No cluster objects: virtual servers without real servers that the kernel log shows
+    connections reaching ("no destination available"). A Service without ready endpoints has
+    such a virtual server too, so it is said with what would tell."""
+    empty = {
+        (vs.protocol, vs.address): (vs, a)
+        for vs, a in facts.ipvs_virtual_servers
+        if vs.protocol != "FWM" and not any(r.weight > 0 for r in vs.reals)
+    }
+    if not empty:
+        return
+    hits: dict[tuple[str, str], list[Cite]] = {}
+    for log, k in facts.node_state.kernel_log:
+        m = NO_DESTINATION.search(k.message)
+        if m and (m.group(1), m.group(2)) in empty:
+            hits.setdefault((m.group(1), m.group(2)), []).append(Cite(log.name, k.line, k.text))
+    if not hits:
+        return
+    keys = sorted(hits)
+    f = start(facts, "KP208", [], confidence=Confidence.MEDIUM, severity=Severity.WARNING)
+    names = ", ".join(f"{p} {addr}" for p, addr in keys[:4])
+    count = sum(len(v) for v in hits.values())
+    f.summary = (
+        f"IPVS virtual server(s) {names} have no real server, and the kernel turns connections to them away "
+        f'("no destination available", {count} line(s)). kube-proxy left them empty unless their Services have '
+        "no ready endpoint: give the Services and EndpointSlices (`kubectl get svc,endpointslices -A -o yaml`) "
+        "to tell."
+    )
+    for key in keys[:4]:
+        vs, artifact = empty[key]
+        f.evidence.append(Cite(artifact, vs.line, vs.text))
+        f.evidence.append(hits[key][-1])
+    f.fix = [
+        "If the Service's Pods are ready, restart kube-proxy on this node (a full sync adds the real servers "
+        "again) and look at its log for sync errors."
+    ]
+    yield f
 
 
 @check(
@@ -34,6 +79,7 @@ def _applies(r: Result) -> bool:
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    partial=_empty_without_objects,
 )
 def ipvs_virtual_server_empty(facts: Facts) -> Iterator[Finding]:
     """IPVS mode: the Service's virtual server exists but holds no real server that takes new
@@ -43,6 +89,9 @@ def ipvs_virtual_server_empty(facts: Facts) -> Iterator[Finding]:
         shows the virtual server (`TCP 10.108.62.55:5473 rr`) with nothing under it, or only real
         servers at weight 0; the kernel logs `IPVS: rr: TCP 10.108.62.55:5473 - no destination
         available`.
+    Without the cluster's objects, a virtual server without real servers that the kernel log
+        shows connections reaching is reported as a warning asking for the EndpointSlices (a
+        Service without ready endpoints has such a virtual server too).
     Cause: kube-proxy has not added the endpoints: its sync is deadlocked (the graceful-termination
         deadlock of 1.11-1.13, folded with this finding), failing, or its watch on the apiserver is
         broken; or real servers were deleted by hand.

@@ -107,8 +107,8 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
     syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
     stalled = facts.log.count(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id) >= 3 and not syncs_after
-    if not gt and not empty:
-        return
+    if not gt and not affected:
+        return  # an empty virtual server alone is no deadlock evidence (KP208 reads it)
     if affected is False and not empty_with_eps:
         return
     if not (stalled or empty or affected):
