@@ -217,6 +217,7 @@ def test_json_is_written_when_nothing_could_be_read(tmp_path: Path) -> None:
         ("k8s-77265", "kube-proxy.log", Kind.KUBE_PROXY_LOG),  # IPVS mode's ipset util
         ("k8s-93682", "iptables-L.txt", Kind.IPTABLES_LIST),  # -L rows grep'd without their headers
         ("k8s-80034", "ipvsadm.txt", Kind.IPVSADM),  # "\# ipvsadm -Ln | less", no column headers
+        ("k3s-7183", "ipset-KUBE-IPVS-IPS.txt", Kind.IPSET),  # one set of `ipset list`
     ],
 )
 def test_more_real_shapes_are_read(case: str, file: str, kind: Kind) -> None:
@@ -236,7 +237,6 @@ def test_rows_without_a_chain_header_keep_their_targets_and_comments() -> None:
     [
         ("k8s-104679", "kubectl-get-svc.txt", "a kubectl table"),
         ("k8s-71751", "iptables-restore-help.txt", "usage text"),
-        ("k3s-7183", "ipset-KUBE-IPVS-IPS.txt", "ipset list output"),
         ("coredns-4211", "coredns.log", "content not recognised"),  # "[ERROR] ..." is not broken JSON
     ],
 )

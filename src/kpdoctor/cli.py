@@ -724,7 +724,7 @@ def trace(
             raise Exit(3)
         if running.mode is None and facts.rulesets:
             _err(f"the proxy mode is not known ({running.how}): tracing the iptables rules")
-        if not facts.rulesets and mode in ("iptables", "ipvs") and backend is None:
+        if not facts.rulesets and mode == "iptables":
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
             _err("no iptables rules were given (iptables-save output is what trace follows)")
