@@ -523,8 +523,10 @@ def verify(
     NodePort, external IPs and load-balancer IPs, with the Local traffic policies) is sent through
     the node's actual rules as the kernel would, and the backends reached (with their exact
     probabilities) or the drop are compared with the ready endpoints. The rules of the mode
-    kube-proxy really runs in are evaluated (iptables, or nftables with every table on the node's
-    hooks); on an IPVS node the verification is not evaluated, and says why.
+    kube-proxy really runs in are evaluated (iptables; nftables with every table on the node's
+    hooks; IPVS through its ipsets and virtual servers); without that mode's state (no `ipvsadm
+    -Ln` in IPVS mode, no nft listing in nftables mode) the verification is not evaluated, and
+    says why.
 
     Exit 0: clean (every result ok); 1: a mismatch or stale rules; 3: inconclusive, some results
     uncertain (their notes say why: a match kpdoctor cannot evaluate, a Node it cannot tell, a
@@ -684,7 +686,7 @@ def trace(
     Exit 0: every branch delivered (DNAT to a backend, or passed on); 1: some or all of the
     connections are dropped or rejected (with --service, also: not translated to any backend);
     3: a branch could not be evaluated (uncertain) and none is dropped, or kube-proxy runs in a
-    mode kpdoctor does not trace yet (IPVS); 2: usage error.
+    mode whose state was not given (IPVS without `ipvsadm -Ln`); 2: usage error.
     """
     from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane import modes
