@@ -711,12 +711,7 @@ def trace(
         _kept().append(facts)
         running = facts.running_mode
         mode = running.mode or "iptables"
-        nft_rules = facts.nft_rules if mode == "nftables" else []
-        ipvs = facts.ipvs_virtual_servers if mode == "ipvs" else []
-        local = facts.local_addresses(mode)
-        backend = modes.backend_for(
-            mode, facts.rulesets, local, record=True, nft=nft_rules, ipvs=ipvs, ipsets=facts.ipsets
-        )
+        backend = facts.mode_backend(mode, facts.rulesets, record=True)
         if backend is None and mode == "nftables":
             how = running.how
             _err(f"kube-proxy runs in nftables mode ({how}): give `nft -j list ruleset` (or `nft list ruleset`)")

@@ -86,6 +86,11 @@ def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
 _TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
 
 
+def endpoint_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    """``10.96.0.10:53`` / ``[fd00::a]:53``: an address and port as kube-proxy's rules name them."""
+    return f"[{address_text(addr)}]:{port}" if addr.version == 6 else f"{address_text(addr)}:{port}"
+
+
 def address_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """``str(addr)``, memoised: every traffic class of a Service names the same few clients and
     its ClusterIP, and ``ipaddress`` formats in Python."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, host_address
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, endpoint_text, host_address
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import (
     K8sObject,
@@ -151,8 +151,7 @@ class Case:
     def destination(self) -> str:
         if self.dst is None:
             return f"?:{self.dport}"
-        dst = address_text(self.dst)
-        return f"[{dst}]:{self.dport}" if self.dst.version == 6 else f"{dst}:{self.dport}"
+        return endpoint_text(self.dst, self.dport)
 
     @property
     def source(self) -> str | None:

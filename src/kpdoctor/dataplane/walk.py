@@ -151,6 +151,13 @@ def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
     return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))
 
 
+def undecided_note(undecided: list[str]) -> list[str]:
+    """The note a walk's undecidable rules that did not matter give (none, or one line)."""
+    if not undecided:
+        return []
+    return ["could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(undecided))]
+
+
 MAX_FORKS = 6  # undecidable rules tried both ways per packet (2**6 runs at most)
 
 

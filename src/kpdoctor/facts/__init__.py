@@ -18,6 +18,7 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork
+from kpdoctor.dataplane.backend import Backend
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend
 from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
@@ -510,6 +511,19 @@ class Facts:
                 out.setdefault(name, s)
         return out
 
+    def mode_backend(self, mode: str, rulesets: list[Ruleset], record: bool = False) -> Backend | None:
+        """The backend that evaluates ``mode`` over this evidence: its rules, listings or virtual
+        servers (None when kpdoctor has none for the mode, or the mode's state is not given)."""
+        return modes.backend_for(
+            mode,
+            rulesets,
+            self.local_addresses(mode),
+            record=record,
+            nft=self.nft_rules if mode == "nftables" else None,
+            ipvs=self.ipvs_virtual_servers if mode == "ipvs" else None,
+            ipsets=self.ipsets if mode == "ipvs" else None,
+        )
+
     def local_addresses(self, mode: str | None) -> list[IPAddress]:
         """The addresses the node takes as its own in ``mode`` (``--dst-type LOCAL``, ``fib daddr
         type local``): its own, and in IPVS mode what kube-ipvs0 holds (every ClusterIP when the
@@ -675,13 +689,9 @@ class Facts:
         mode = modes.mode_named(running.mode)
         deviations = mode.deviations if mode is not None else SHARED
         local = self.local_addresses(running.mode)
-        nft_rules = self.nft_rules if running.mode == "nftables" else []
-        ipvs = self.ipvs_virtual_servers if running.mode == "ipvs" else []
         backend = None
-        if rulesets or nft_rules or ipvs:
-            backend = modes.backend_for(
-                running.mode or "", rulesets, local, nft=nft_rules, ipvs=ipvs, ipsets=self.ipsets
-            )
+        if rulesets or running.mode in ("nftables", "ipvs"):
+            backend = self.mode_backend(running.mode or "", rulesets)
         if backend is None:
             if running.mode is None:
                 reason = f"the proxy mode is not known: {running.how}"

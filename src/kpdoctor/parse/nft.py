@@ -94,24 +94,16 @@ def parse_tables(text: str, first_line: int = 1) -> list[NftTable]:
     return out
 
 
-_JSON_OBJECT = re.compile(r'\{\s*"(table|chain)"\s*:\s*\{')
-_JSON_RULE = re.compile(r'\{\s*"rule"\s*:\s*\{\s*"family"\s*:\s*"(\w+)"\s*,\s*"table"\s*:\s*"([^"]*)"')
-
-
 def _json_tables(text: str) -> list[NftTable]:
-    """Tables and base chains of ``nft -j`` output, without decoding its rules: a 10,000-Service
-    node's listing is tens of megabytes, and this runs for every listing given."""
+    """Tables and base chains of ``nft -j`` output (the verification sums a listing up from its
+    compiled tables instead: :meth:`kpdoctor.dataplane.nftables.compile.NftTableRules.summary`)."""
     tables: dict[tuple[str, str], NftTable] = {}
-    text = strip_bom(text)
-    for m in _JSON_OBJECT.finditer(text):
-        try:
-            item = _DECODER.raw_decode(text, m.start())[0]
-        except (ValueError, RecursionError):
+    for item, _ in _json_items(strip_bom(text)):
+        if not isinstance(item, dict) or len(item) != 1:
             continue
-        what = m.group(1)
-        obj = item.get(what) if isinstance(item, dict) else None
-        if not isinstance(obj, dict) or not isinstance(obj.get("family"), str):
-            continue  # (a "table" key inside something else)
+        what, obj = next(iter(item.items()))
+        if what not in ("table", "chain", "rule") or not isinstance(obj, dict):
+            continue
         fam = str(obj.get("family"))
         name = str(obj.get("name") if what == "table" else obj.get("table"))
         if what == "table":
@@ -120,15 +112,14 @@ def _json_tables(text: str) -> list[NftTable]:
         t = tables.get((fam, name))
         if t is None:
             continue
+        if what == "rule":
+            t.rules += 1
+            continue
         t.chains += 1
         if obj.get("hook"):
             t.base_chains.append(
                 f"{obj.get('name')}: {obj.get('type')} {obj.get('hook')} policy {obj.get('policy', 'accept')}"
             )
-    for m in _JSON_RULE.finditer(text):
-        t = tables.get((m.group(1), m.group(2)))
-        if t is not None:
-            t.rules += 1
     return list(tables.values())
 
 

@@ -13,13 +13,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.dataplane.addresses import IPAddress
+from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
 from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
 from kpdoctor.dataplane.iptables.evaluate import Evaluator
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
-from kpdoctor.dataplane.walk import Outcome, Step
+from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
 from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Ruleset
@@ -61,6 +61,18 @@ def has_service_rules(rs: Ruleset) -> bool:
     return nat is not None and any("DNAT" in r.text for r in nat.rules)
 
 
+def one_per_backend(rulesets: Iterable[Ruleset]) -> list[Ruleset]:
+    """One dump per iptables backend: the same backend's dump given twice is one."""
+    seen: set[str | None] = set()
+    out = []
+    for rs in rulesets:
+        if rs.backend in seen and rs.backend is not None:
+            continue
+        seen.add(rs.backend)
+        out.append(rs)
+    return out
+
+
 @dataclass(slots=True)
 class FamilyRules:
     """The rules one address family is evaluated with."""
@@ -79,14 +91,7 @@ def family_rules(
 ) -> FamilyRules:
     """The rules of one family, ready to walk (``ipsets``: the sets ``-m set`` rules read, as
     IPVS mode's rules do)."""
-    mine = [rs for rs in rulesets if rs.family == family and rs.form in ("save", "S")]
-    seen: set[str | None] = set()
-    uniq = []
-    for rs in mine:  # one per backend (the same dump given twice is one)
-        if rs.backend in seen and rs.backend is not None:
-            continue
-        seen.add(rs.backend)
-        uniq.append(rs)
+    uniq = one_per_backend(rs for rs in rulesets if rs.family == family and rs.form in ("save", "S"))
     if not uniq:
         return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
     compiled = {id(rs): compile_tables(rs.tables) for rs in uniq}
@@ -169,11 +174,7 @@ class IptablesBackend:
         views = []
         for rs, ev in fam.primary:
             outcomes = ev.run(pkt, case.hook, postrouting=False)
-            notes = []
-            if ev.undecided:
-                notes.append(
-                    "could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(ev.undecided))
-                )
+            notes = undecided_note(ev.undecided)
             tag = rs.backend if len(fam.primary) > 1 else None
             entries, rules, reasons = outcome_entries(rs, outcomes, tag)
             views.append(View(tag, entries, rules, reasons, notes))
@@ -314,6 +315,6 @@ def find_stale(
             )
             if m and m.group(1).split(":")[0] in unreadable:
                 continue  # the rules of a Service whose object is broken (an input problem)
-            dest = f"{pkt.dst}:{port}" if fam.family == 4 else f"[{pkt.dst}]:{port}"
+            dest = endpoint_text(pkt.dst, port)
             out.append(StaleRule(fam.family, dest, proto, m.group(1) if m else None, backends, cites[:4], nodeport))
     return out

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.dataplane.addresses import IPAddress, host_address
+from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import Case, NodeView, Owned
 from kpdoctor.dataplane.iptables.backend import FamilyRules, family_rules, outcome_entries, trace_branch
-from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
+from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers, split_address
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep
-from kpdoctor.dataplane.walk import Outcome, State
+from kpdoctor.dataplane.walk import Outcome, State, undecided_note
 from kpdoctor.model import Cite
 from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Ruleset
@@ -36,15 +36,6 @@ NO_SERVICE_CHAIN = "KUBE-IPVS-FILTER"
 # what an entry refused by a virtual server without a real server taking new connections names as
 # its chain ("no destination available", the kernel logs)
 EMPTY_VIRTUAL_SERVER = "IPVS virtual server without real servers"
-
-
-def split_address(address: str) -> tuple[IPAddress, int] | None:
-    """``10.96.0.10:53`` / ``[fd00::a]:53`` as (address, port)."""
-    host, sep, port = address.rpartition(":")
-    addr = host_address(host.strip("[]")) if sep else None
-    if addr is None or not port.isdigit():
-        return None
-    return addr, int(port)
 
 
 @dataclass(slots=True)
@@ -64,10 +55,7 @@ class _Server:
 def _backend_text(address: str) -> str:
     """A real server's ``ip:port`` as kpdoctor names backends (IPv6 in brackets, compressed)."""
     hp = split_address(address)
-    if hp is None:
-        return address
-    addr, port = hp
-    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+    return endpoint_text(*hp) if hp is not None else address
 
 
 class IpvsBackend:
@@ -131,8 +119,7 @@ class IpvsBackend:
             if record and not ev.record:
                 ev = ev.recording()
             outcomes = ev.run(packet, hook, postrouting=record)
-            if ev.undecided:
-                notes.append("could not evaluate, but both ways give the same outcome: " + ", ".join(ev.undecided))
+            notes += undecided_note(ev.undecided)
         else:
             rs, ev = None, None
             outcomes = [Outcome(1.0, "ACCEPT", State.start(packet))]

@@ -7,7 +7,7 @@ a packet, but one whose Service is gone still forwards to its old real servers.
 
 from __future__ import annotations
 
-from kpdoctor.dataplane.addresses import host_address
+from kpdoctor.dataplane.addresses import IPAddress, endpoint_text, host_address
 from kpdoctor.dataplane.expected import ANY_PORT, NodeView, Owned
 from kpdoctor.dataplane.results import StaleRule
 from kpdoctor.model import Cite
@@ -16,12 +16,13 @@ from kpdoctor.parse.ipvsadm import VirtualServer
 MAX_CITED_REALS = 3
 
 
-def _split(address: str) -> tuple[str, int] | None:
-    """``10.96.0.10:53`` / ``[fd00::a]:53`` as (host, port)."""
+def split_address(address: str) -> tuple[IPAddress, int] | None:
+    """A virtual or real server's ``10.96.0.10:53`` / ``[fd00::a]:53`` as (address, port)."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    addr = host_address(host.strip("[]")) if sep else None
+    if addr is None or not port.isdigit():
         return None
-    return host.strip("[]"), int(port)
+    return addr, int(port)
 
 
 def leftover_virtual_servers(
@@ -32,11 +33,11 @@ def leftover_virtual_servers(
     local = {int(a) for addrs in node.addresses.values() for a in addrs}
     out: list[StaleRule] = []
     for vs, artifact in servers:
-        hp = _split(vs.address)
-        addr = host_address(hp[0]) if hp else None
-        if hp is None or addr is None or not vs.reals or vs.protocol == "FWM":
+        hp = split_address(vs.address)
+        if hp is None or not vs.reals or vs.protocol == "FWM":
             continue
-        proto, port = vs.protocol.lower(), hp[1]
+        addr, port = hp
+        proto = vs.protocol.lower()
         nodeport = int(addr) in local
         if (int(addr), proto, port) in owned.ips or (int(addr), ANY_PORT, 0) in owned.ips:
             continue
@@ -44,7 +45,7 @@ def leftover_virtual_servers(
             continue
         cites = [Cite(artifact, vs.line, vs.text)]
         cites += [Cite(artifact, r.line, r.text) for r in vs.reals[:MAX_CITED_REALS] if r.text]
-        dest = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+        dest = endpoint_text(addr, port)
         out.append(
             StaleRule(
                 addr.version, dest, proto, None, [r.address for r in vs.reals], cites, nodeport, leftover_of

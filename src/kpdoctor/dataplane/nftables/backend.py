@@ -13,15 +13,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.dataplane.addresses import IPAddress
+from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
-from kpdoctor.dataplane.iptables.backend import chain_owner
+from kpdoctor.dataplane.iptables.backend import chain_owner, one_per_backend
 from kpdoctor.dataplane.iptables.compile import compile_tables
-from kpdoctor.dataplane.nftables.compile import NftSet, NftTableRules
-from kpdoctor.dataplane.nftables.evaluate import HOOKS, Evaluator, chain_targets
+from kpdoctor.dataplane.nftables.compile import NftTableRules, element_address, element_text
+from kpdoctor.dataplane.nftables.evaluate import HOOKS, Evaluator, reachable_chains
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
-from kpdoctor.dataplane.walk import Outcome, Step
+from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
 from kpdoctor.parse.iptables import Ruleset
 from kpdoctor.parse.nft import KUBE_PROXY_TABLE, XT_TABLES
@@ -102,7 +102,7 @@ class NftablesBackend:
             fam_name = "ip6" if family == 6 else "ip"
             why = f"the nftables listing holds no IPv{family} table (no table {fam_name} kube-proxy)"
             return _Family(family, None, why, [])
-        xt = _one_per_backend(rs for rs in self.rulesets if rs.family == family and rs.form in ("save", "S"))
+        xt = one_per_backend(rs for rs in self.rulesets if rs.family == family and rs.form in ("save", "S"))
         if any(rs.backend != "legacy" for rs in xt):
             # iptables-nft's tables are read from iptables-nft-save, which shows what nft -j cannot
             mine = [t for t in mine if not t.iptables_nft]
@@ -120,13 +120,8 @@ class NftablesBackend:
         assert fam.evaluator is not None and case.src is not None and case.dst is not None
         ev = fam.evaluator
         outcomes = ev.run(Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport), case.hook, False)
-        notes = []
-        if ev.undecided:
-            notes.append(
-                "could not evaluate, but both ways give the same outcome: " + ", ".join(dict.fromkeys(ev.undecided))
-            )
         entries, rules, reasons = self._entries(fam, outcomes)
-        return [View(None, entries, rules, reasons, notes)]
+        return [View(None, entries, rules, reasons, undecided_note(ev.undecided))]
 
     def _entries(self, fam: _Family, outcomes: list[Outcome]) -> tuple[list[Entry], list[Cite], list[str]]:
         entries: list[Entry] = []
@@ -190,18 +185,8 @@ class NftablesBackend:
                 f"{via} sends this traffic to chain {chain_name}, which has no rules (kube-proxy empties a chain "
                 "it no longer uses and deletes it about a second later; a live element pointing at it is a fault)"
             )
-        seen = {chain_name}
-        todo = [chain]
-        while todo:
-            ch = todo.pop()
-            for rule in ch.rules:
-                if rule.problem:
-                    notes.append(f"chain {ch.name}: {rule.problem} ({rule.text[:160]})")
-                for op in rule.ops:
-                    for nxt in chain_targets(op, tab):
-                        if nxt not in seen and nxt in tab.chains:
-                            seen.add(nxt)
-                            todo.append(tab.chains[nxt])
+        for ch in reachable_chains(tab, chain):
+            notes += [f"chain {ch.name}: {r.problem} ({r.text[:160]})" for r in ch.rules if r.problem]
         return notes
 
     def _kube_proxy_chain(self, case: Case) -> tuple[NftTableRules, str, str] | None:
@@ -223,7 +208,7 @@ class NftablesBackend:
                 continue
             found, val = s.lookup(key)
             if found and isinstance(val, tuple) and len(val) == 2 and val[0] in ("goto", "jump"):
-                return tab, f"map {name} ({_where(s)})", str(val[1])
+                return tab, f"map {name} ({s.where})", str(val[1])
         return None
 
     def stale(self, owned: Owned, node: NodeView) -> list[StaleRule]:
@@ -253,18 +238,18 @@ class NftablesBackend:
                         if not isinstance(port, int):
                             continue
                         pkt = Packet(ext, node_ip, str(proto), int(port))
-                        dest = f"{node_ip}:{port}" if f == 4 else f"[{node_ip}]:{port}"
+                        dest = endpoint_text(node_ip, port)
                     else:
                         if len(key) != 3 or not isinstance(key[0], int):
                             continue
                         ip, proto, port = key
                         if (ip, proto, port) in owned.ips or (ip, ANY_PORT, 0) in owned.ips:
                             continue
-                        addr = _address(ip, f)
+                        addr = element_address(ip, f)
                         if addr is None or not isinstance(port, int):
                             continue
                         pkt = Packet(pod_client(node, f), addr, str(proto), int(port))
-                        dest = f"{addr}:{port}" if f == 4 else f"[{addr}]:{port}"
+                        dest = endpoint_text(addr, port)
                     target = str(val[1]) if isinstance(val, tuple) and len(val) == 2 else ""
                     label = service_of_chain(target)
                     if label and label.split(":")[0] in owned.unreadable:
@@ -273,8 +258,9 @@ class NftablesBackend:
                     backends = sorted({o.backend for o in outcomes if o.backend and o.verdict == "ACCEPT"})
                     if not backends:
                         continue
-                    elem = " . ".join(_shown(k, f) for k in key) + (f" : goto {target}" if target else "")
-                    cites = [Cite(tab.artifact, s.line, f"map {name} element {elem}" + _at(s))]
+                    elem = element_text(key, f) + (f" : goto {target}" if target else "")
+                    at = "" if s.line is not None else f" ({s.where})"
+                    cites = [Cite(tab.artifact, s.line, f"map {name} element {elem}{at}")]
                     cites += [c for o in outcomes if (c := self._cite(fam, o.state.dnat_step)) is not None][:3]
                     out.append(StaleRule(f, dest, str(proto), label, backends, cites[:4], nodeport))
         return out
@@ -298,8 +284,7 @@ class NftablesBackend:
                     o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity)
                 )
             )
-        notes = [f"could not evaluate, but both ways give the same outcome: {u}" for u in dict.fromkeys(ev.undecided)]
-        return [TracedView(None, artifact, branches, notes)]
+        return [TracedView(None, artifact, branches, undecided_note(ev.undecided))]
 
     def not_evaluated(self) -> list[str]:
         out = []
@@ -309,33 +294,3 @@ class NftablesBackend:
                     out.append(f"nftables chain {t.label} {ch.name} (hook {ch.hook}) is not evaluated")
         return out
 
-
-def _one_per_backend(rulesets: Iterable[Ruleset]) -> list[Ruleset]:
-    seen: set[str | None] = set()
-    out = []
-    for rs in rulesets:
-        if rs.backend in seen:
-            continue
-        seen.add(rs.backend)
-        out.append(rs)
-    return out
-
-
-def _where(s: NftSet) -> str:
-    return f"line {s.line}" if s.line is not None else f"nftables[{s.index}]"
-
-
-def _at(s: NftSet) -> str:
-    return "" if s.line is not None else f" (nftables[{s.index}])"
-
-
-def _address(v: object, family: int) -> IPAddress | None:
-    """An element's address component (an integer of the family's width), or None."""
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v >= 1 << (32 if family == 4 else 128):
-        return None
-    return ipaddress.IPv4Address(v) if family == 4 else ipaddress.IPv6Address(v)
-
-
-def _shown(v: object, family: int) -> str:
-    addr = _address(v, family) if isinstance(v, int) and v > 65535 else None
-    return str(addr) if addr is not None else str(v)

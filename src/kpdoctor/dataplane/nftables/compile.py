@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.parse.nft import NftObject, NftTable, is_iptables_nft, iter_objects, render_rule, reread
 
 # Well-known priorities of the iptables tables (legacy or nft) on each hook: their base chains
@@ -74,6 +75,11 @@ class NftSet:
     def keys(self) -> list[Any]:
         return list(self.exact)
 
+    @property
+    def where(self) -> str:
+        """Its line in a text listing, or its place in the JSON."""
+        return f"line {self.line}" if self.line is not None else f"nftables[{self.index}]"
+
 
 def _within(x: Any, span: tuple[Any, Any]) -> bool:
     lo, hi = span
@@ -111,6 +117,11 @@ class NftRule:
     numgen: tuple[int, int] | None = None  # (mod, offset) of a numgen the rule splits on
     problem: str | None = None  # a structural fault of the rule itself (a numgen map with gaps)
     _text: str | None = None
+
+    @property
+    def where(self) -> str:
+        """Its line in a text listing, or its place in the JSON."""
+        return f"line {self.line}" if self.line is not None else f"nftables[{self.index}]"
 
     @property
     def text(self) -> str:
@@ -424,8 +435,10 @@ def _statement(s: Any) -> Op:
         return ("redirect", port if isinstance(port, int) else None)
     if key == "reject":
         return ("reject",)
-    if key in ("counter", "log", "comment", "notrack", "xt_target_noop"):
-        return ("notrack",) if key == "notrack" else ("noop",)
+    if key == "notrack":
+        return ("notrack",)
+    if key in ("counter", "log", "comment"):
+        return ("noop",)
     if key == "set" and isinstance(v, dict):
         ref = str(v.get("set", ""))
         return ("affinity", ref.lstrip("@"))
@@ -519,3 +532,20 @@ def _is_proto(g: Getter) -> bool:
 
 def _proto_name(v: Any) -> Any:
     return PROTOCOLS.get(v, v) if isinstance(v, int) else v
+
+
+def element_address(v: object, family: int) -> IPAddress | None:
+    """An element's address component (an integer of the family's width), or None."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v >= 1 << (32 if family == 4 else 128):
+        return None
+    return ipaddress.IPv4Address(v) if family == 4 else ipaddress.IPv6Address(v)
+
+
+def element_text(key: Any, family: int) -> str:
+    """A set or map key as nft prints it: ``172.30.0.41 . tcp . 80``."""
+    parts = key if isinstance(key, tuple) else (key,)
+    shown = []
+    for v in parts:
+        addr = element_address(v, family) if isinstance(v, int) and v > 65535 else None
+        shown.append(str(addr) if addr is not None else str(v))
+    return " . ".join(shown)

@@ -41,6 +41,7 @@ from kpdoctor.dataplane.nftables.compile import (
     NftTableRules,
     Op,
     Span,
+    element_text,
 )
 from kpdoctor.dataplane.walk import (
     Branch,
@@ -175,10 +176,6 @@ class Evaluator:
             lambda und: f"{und.step.chain}: {und.reason}",
         )
 
-    def units(self) -> list[Unit]:
-        """Every base chain, hook by hook, in priority order."""
-        return [u for hook in HOOKS for g in self.hooks.get(hook, ()) for u in g]
-
     # -- the walk ------------------------------------------------------------------------
     def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         finals: list[Outcome] = []
@@ -298,7 +295,7 @@ class Evaluator:
                 spans.update(xm.port_ranges)
                 continue
             assert u.table is not None and u.chain is not None
-            for chain in _reachable(u.table, u.chain):
+            for chain in reachable_chains(u.table, u.chain):
                 for rule in chain.rules:
                     for op in rule.ops:
                         _numbers(op, u.table, ints, spans)
@@ -461,7 +458,7 @@ class Evaluator:
             return [(p, st, action, arg)]
         mod, off = ng
         if mod <= 0:
-            return [(p, st, "uncertain", f"numgen mod {mod} at {_where(rule)}")]
+            return [(p, st, "uncertain", f"numgen mod {mod} at {rule.where}")]
         out = []
         for i, k in enumerate(range(off, off + mod)):
             s = st if i == mod - 1 else st.copy()
@@ -494,7 +491,7 @@ class Evaluator:
                 except Uncertain as exc:
                     forced = self._forced.get(id(op))
                     if forced is None:
-                        step, where = self._step(tab, chain, rule, p), f"{_where(rule)} in {chain.name}"
+                        step, where = self._step(tab, chain, rule, p), f"{rule.where} in {chain.name}"
                         raise Undecided(id(op), rule.line or 0, exc.reason, step, where) from None
                     ok = forced
                 if not ok:
@@ -518,7 +515,8 @@ class Evaluator:
                         continue
                     action, arg = val[0], val[1]
                     if self.record:  # a trace names the element the packet took
-                        chosen = f"element {_shown(key, st.version)} : {val[0]}" + (f" {val[1]}" if val[1] else "")
+                        verdict = f"{val[0]} {val[1]}" if val[1] else val[0]
+                        chosen = f"element {element_text(key, st.version)} : {verdict}"
                 elif kind == "mark":
                     v = self._get(op[1], st, ng, tab)
                     if not isinstance(v, int):
@@ -550,7 +548,7 @@ class Evaluator:
                 else:
                     raise Uncertain(f"cannot evaluate {op[1]}")
             except Uncertain as exc:
-                action, arg = "uncertain", f"{exc.reason} at {_where(rule)}"
+                action, arg = "uncertain", f"{exc.reason} at {rule.where}"
             if self.record or action in _RECORDED or action == "uncertain":
                 step = self._step(tab, chain, rule, p, chosen)
                 st.steps.append(step)
@@ -767,10 +765,6 @@ _VERDICT_OF = {
 }
 
 
-def _where(rule: NftRule) -> str:
-    return f"line {rule.line}" if rule.line is not None else f"nftables[{rule.index}]"
-
-
 def _effects(u: Unit) -> None:
     """Fill in what the chain (and every chain it reaches) can do: translate, set a mark, read one."""
     if u.xt is not None:
@@ -791,21 +785,13 @@ def _effects(u: Unit) -> None:
                     todo.append(name)
         return
     assert u.table is not None and u.chain is not None
-    tab = u.table
-    seen_n = {u.chain.name}
-    todo_n = [u.chain]
-    while todo_n:
-        for rule in todo_n.pop().rules:
+    for chain in reachable_chains(u.table, u.chain):
+        for rule in chain.rules:
             for op in rule.ops:
                 kind = op[0]
                 u.binds |= kind in ("dnat", "masq", "redirect")
                 u.writes_mark |= kind == "mark"
                 u.reads_mark |= kind == "match" and _reads_mark(op[1])
-                for target in chain_targets(op, tab):
-                    sub = tab.chains.get(target)
-                    if sub is not None and target not in seen_n:
-                        seen_n.add(target)
-                        todo_n.append(sub)
 
 
 def _reads_mark(g: Getter) -> bool:
@@ -831,7 +817,8 @@ def chain_targets(op: Op, tab: NftTableRules) -> list[str]:
     return []
 
 
-def _reachable(tab: NftTableRules, start: NftChain) -> list[NftChain]:
+def reachable_chains(tab: NftTableRules, start: NftChain) -> list[NftChain]:
+    """``start`` and every chain its rules jump or go to (directly, or through verdict maps)."""
     seen = {start.name}
     out = [start]
     todo = [start]
@@ -871,14 +858,3 @@ def _numbers(x: Any, tab: NftTableRules, ints: set[int], spans: set[tuple[int, i
             for sp, _ in v.spans:
                 stack.extend(sp)
 
-
-def _shown(key: Any, version: int) -> str:
-    """A map key as nft prints it: ``172.30.0.41 . tcp . 80``."""
-    parts = key if isinstance(key, tuple) else (key,)
-    out = []
-    for v in parts:
-        if isinstance(v, int) and not isinstance(v, bool) and v > 65535 and v < (1 << (32 if version == 4 else 128)):
-            out.append(str(ipaddress.IPv4Address(v) if version == 4 else ipaddress.IPv6Address(v)))
-        else:
-            out.append(str(v))
-    return " . ".join(out)
