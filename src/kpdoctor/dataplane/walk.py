@@ -151,6 +151,23 @@ def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
     return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))
 
 
+def settle(
+    results: list[Result], out: list[Branch], finals: list[Outcome], limit: int | None = None, where: str = ""
+) -> None:
+    """Sort a chain's branches: those that go on (accepted, returned, fallen off the end) into
+    ``out``, those that ended into ``finals``; more than ``limit`` going on is a rule set whose
+    probabilistic branches multiply: uncertain (:class:`TooManyBranches`), never an error."""
+    for q, st, verdict, reason in results:
+        if verdict in ("ACCEPT", "RETURN", "END"):
+            out.append((q, st))
+        else:
+            finals.append(Outcome(q, verdict, st, reason))
+    if limit is not None and len(out) > limit:
+        raise TooManyBranches(
+            f"more than {limit:,} paths through {where}: rules whose probabilistic branches multiply are not evaluated"
+        )
+
+
 def undecided_note(undecided: list[str]) -> list[str]:
     """The note a walk's undecidable rules that did not matter give (none, or one line)."""
     if not undecided:

@@ -23,10 +23,10 @@ from kpdoctor.dataplane.walk import (
     Result,
     State,
     Step,
-    TooManyBranches,
     Uncertain,
     Undecided,
     merge_outcomes,
+    settle,
     walk_packet,
 )
 from kpdoctor.parse.ipset import IpSet
@@ -242,16 +242,7 @@ class Evaluator:
                 if table == "nat" and st.notrack:
                     out.append((p, st))
                     continue
-                for q, s2, verdict, reason in self._chain(tab, chain, entry, p, st, 0):
-                    if verdict in ("ACCEPT", "RETURN", "END"):
-                        out.append((q, s2))
-                    else:
-                        finals.append(Outcome(q, verdict, s2, reason))
-                if len(out) > self.max_branches:
-                    raise TooManyBranches(
-                        f"more than {self.max_branches:,} paths through {table} {chain}: rules whose "
-                        "probabilistic branches multiply are not evaluated"
-                    )
+                settle(self._chain(tab, chain, entry, p, st, 0), out, finals, self.max_branches, f"{table} {chain}")
             branches = out
         return branches
 

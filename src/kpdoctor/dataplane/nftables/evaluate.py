@@ -50,10 +50,10 @@ from kpdoctor.dataplane.walk import (
     Result,
     State,
     Step,
-    TooManyBranches,
     Uncertain,
     Undecided,
     merge_outcomes,
+    settle,
     signature,
     walk_packet,
 )
@@ -350,26 +350,13 @@ class Evaluator:
                 # cannot translate, so its outcome is memoised like the hooks after routing
                 self._memo(("unit", id(u)), [u], p, st, functools.partial(self._unit_alone, u), out, finals)
                 continue
-            for q, s2, verdict, reason in self._run_unit(u, p, st):
-                if verdict in ("ACCEPT", "RETURN", "END"):
-                    out.append((q, s2))
-                else:
-                    finals.append(Outcome(q, verdict, s2, reason))
-            if len(out) > self.max_branches:
-                raise TooManyBranches(
-                    f"more than {self.max_branches:,} paths through {u.label}: rules whose probabilistic "
-                    "branches multiply are not evaluated"
-                )
+            settle(self._run_unit(u, p, st), out, finals, self.max_branches, u.label)
         return out
 
     def _unit_alone(self, u: Unit, probe: State) -> tuple[list[Outcome], list[Branch]]:
         sub: list[Outcome] = []
         rest: list[Branch] = []
-        for q, s2, verdict, reason in self._run_unit(u, 1.0, probe):
-            if verdict in ("ACCEPT", "RETURN", "END"):
-                rest.append((q, s2))
-            else:
-                sub.append(Outcome(q, verdict, s2, reason))
+        settle(self._run_unit(u, 1.0, probe), rest, sub)
         return sub, rest
 
     @staticmethod
