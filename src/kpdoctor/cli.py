@@ -573,10 +573,14 @@ def verify(
         for p in report.problems:  # with the objects' own ("the file held no usable object")
             _err(f"{p.source}: {p.message}")
         if evidence.artifacts:
+            from kpdoctor.checks.dataplane.common import RULES
+
+            has_rules = any(evidence.of(k) for k in RULES)
+            missing = "the cluster's Services" if has_rules else "the node's rules"
             _err(
-                "verify needs the node's rules (iptables-save output, or `nft -j list ruleset` in nftables "
-                "mode) and the cluster's Services together (EndpointSlices and the Node object too, for a "
-                "complete check)"
+                "verify needs the node's rules (iptables-save output; `nft -j list ruleset` in nftables mode; "
+                "`ipvsadm -Ln` in IPVS mode) and the cluster's Services together (EndpointSlices and the Node "
+                f"object too, for a complete check): {missing} were not given"
             )
         else:
             _err("nothing usable was given (see `kpdoctor verify --help`)")
