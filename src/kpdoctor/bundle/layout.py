@@ -19,6 +19,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ip6tables-legacy-save.txt": (Kind.IPTABLES_SAVE, {"backend": "legacy", "family": "6"}),
     "node/ip6tables-nft-save.txt": (Kind.IPTABLES_SAVE, {"backend": "nft", "family": "6"}),
     "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
+    "node/ipvsadm-save.txt": (Kind.IPVSADM, {"format": "save"}),
     "node/processes.txt": (Kind.PROCESSES, {}),
     "node/ip-addr.json": (Kind.IP_ADDR, {}),
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),
@@ -65,5 +66,4 @@ for _snap in SNAPSHOTS:
 # Paths a bundle may hold that this version does not analyse yet (not "unrecognised").
 KNOWN_UNUSED_PREFIXES = (
     "node/ip-route.json",
-    "node/ipvsadm-save.txt",
 )

@@ -66,11 +66,17 @@ _PS_EF = re.compile(r"^\s*UID\s+PID\s+PPID\s+C\s+STIME\s+TTY\s+TIME\s+CMD", re.M
 _PS_AUX = re.compile(r"^\s*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+START\s+TIME\s+COMMAND", re.M)
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
 _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
-_IPVSADM = re.compile(r"^IP Virtual Server version|^-A -[tuf] ", re.M)
+_IPVSADM = re.compile(
+    r"^\s*(?:IP Virtual Server version|-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)", re.M
+)
 # ipvsadm -Ln without its headers (grep'd, or the header left out of a paste): virtual servers
-# with a scheduler, and "->" real servers
-_IPVS_VS = re.compile(r"^(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf)\b")
-_IPVS_RS = re.compile(r"^\s+->\s+\S+:\d+\s+\w+\s+\d+")
+# with what follows them (the scheduler, or --stats/--rate counters), and "->" real servers (indented or not: pastes
+# collapse whitespace)
+_IPVS_VS = re.compile(
+    r"^\s*(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf|twos)\b|\d+[KMGT]?\s+\d)",
+    re.M,
+)
+_IPVS_RS = re.compile(r"^\s*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 _CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
@@ -185,7 +191,8 @@ def sniff(head: str) -> Typed:
     if node is not None:
         return node
     if _IPVSADM.search(head) or _mostly(lines, _IPVS_VS, _IPVS_RS, at_least=_IPVS_VS):
-        return Typed(Kind.IPVSADM, {})
+        saved = "IP Virtual Server version" not in head and not _IPVS_VS.search(head)
+        return Typed(Kind.IPVSADM, {"format": "save"} if saved else {})
     if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     workload = _sniff_workload(head, stripped, lines)
@@ -211,7 +218,8 @@ def sniff(head: str) -> Typed:
 
 
 _FRAGMENT_LINE = re.compile(
-    r"^\s*(?:\[\d+:\d+\]\s+)?-[AIN] [\w-]+|^:[\w-]+ (?:-|ACCEPT|DROP)(?: \[\d+:\d+\])?\s*$|"
+    # a chain name never starts with "-" (ipvsadm -Sn's "-A -t VIP:PORT" is not a rule)
+    r"^\s*(?:\[\d+:\d+\]\s+)?-[AIN] (?!-)[\w-]+|^:[\w-]+ (?:-|ACCEPT|DROP)(?: \[\d+:\d+\])?\s*$|"
     r"^\*(?:nat|filter|mangle|raw|security)\s*$|^COMMIT\s*$|^# (?:Generated|Completed|Warning)"
 )
 

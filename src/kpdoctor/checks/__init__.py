@@ -10,6 +10,7 @@ from kpdoctor.checks.dataplane import (
     ipvs_empty,
     local_endpoints,
     service_rules,
+    vip_node_address,
 )
 from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
@@ -56,5 +57,6 @@ __all__ = [
     "shutdown",
     "sockets",
     "sync_health",
+    "vip_node_address",
     "xtables_lock",
 ]

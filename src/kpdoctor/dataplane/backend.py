@@ -45,6 +45,9 @@ class View:
     rules: list[Cite]  # the rules that decided, each once
     uncertain: list[str] = field(default_factory=list)  # why an entry could not be decided
     notes: list[str] = field(default_factory=list)
+    # how long the rules keep a client on its backend (session affinity), in seconds, 0 for not
+    # at all; None when this backend does not say (the verifier then does not compare it)
+    affinity: int | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from kpdoctor.versions import KubeVersion
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds; the API server's default for ClientIP affinity
 
 # The traffic classes verified per Service port: (short label for tables, who sends to what).
 TRAFFIC_CLASSES = {
@@ -103,6 +104,8 @@ class ServicePort:
     etp_local: bool = False
     itp_local: bool = False
     affinity: bool = False
+    # sessionAffinityConfig.clientIP.timeoutSeconds (kube-proxy's default: 10800 s, 3 hours)
+    affinity_timeout: int = DEFAULT_AFFINITY_TIMEOUT
     topology: str | None = None  # "hints" | "PreferClose" when the Service asks for topology routing
     endpoints: list[Endpoint] = field(default_factory=list)
     endpoints_known: bool = True
@@ -327,6 +330,14 @@ def _family(ip: str) -> int | None:
     return a.version if a is not None else None
 
 
+def _affinity_timeout(spec: dict[str, Any]) -> int:
+    """How long ClientIP affinity keeps a client on its backend (the API's default when unset)."""
+    cfg = spec.get("sessionAffinityConfig")
+    client = cfg.get("clientIP") if isinstance(cfg, dict) else None
+    value = client.get("timeoutSeconds") if isinstance(client, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_AFFINITY_TIMEOUT
+
+
 def service_ports(
     services: Iterable[K8sObject],
     slices: list[K8sObject],
@@ -391,6 +402,7 @@ def service_ports(
         if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
             topo = str(spec["trafficDistribution"])
         cite = Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}")
+        timeout = _affinity_timeout(spec)
         for port in as_list(spec.get("ports")):
             if not isinstance(port, dict):
                 continue  # reported by parse/k8s; no port to verify
@@ -422,6 +434,7 @@ def service_ports(
                     etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
                     itp_local=spec.get("internalTrafficPolicy") == "Local",
                     affinity=spec.get("sessionAffinity") == "ClientIP",
+                    affinity_timeout=timeout,
                     topology=topo,
                     cite=cite,
                 )

@@ -100,13 +100,15 @@ class Result:
     rules: list[Cite] = field(default_factory=list)
     note: str = ""
     # for findings: what kind of mismatch, and its details
-    kind: str = ""  # no-rules | refused | partly-refused | backends | not-refused | split
+    kind: str = ""  # no-rules | refused | partly-refused | backends | not-refused | split | affinity
     stale_backends: list[str] = field(default_factory=list)
     missing_backends: list[str] = field(default_factory=list)
     uneven: bool = False
     local_policy: bool = False
     local_endpoints: list[str] = field(default_factory=list)
     service_cite: Cite | None = None
+    # kind "affinity": (seconds the rules keep a client on its backend, seconds the Service asks)
+    affinity: tuple[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -151,6 +153,8 @@ class Result:
             out["stale_backends"] = self.stale_backends
         if self.missing_backends:
             out["missing_backends"] = self.missing_backends
+        if self.affinity is not None:
+            out["affinity_seconds"] = {"rules": self.affinity[0], "service": self.affinity[1]}
         return out
 
 

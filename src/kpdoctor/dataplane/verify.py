@@ -58,6 +58,15 @@ def _result(case: Case, status: str) -> Result:
     )
 
 
+def affinity_note(rules: int, service: int) -> str:
+    """What differs when the rules' session affinity is not the Service's."""
+    if not service:
+        return f"session affinity: the rules keep each client on one backend for {rules} s, the Service asks for none"
+    if not rules:
+        return f"session affinity: the Service asks for ClientIP ({service} s), the rules apply none"
+    return f"session affinity: the rules keep each client on one backend for {rules} s, the Service asks {service} s"
+
+
 def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     sp = case.sp
     res = _result(case, "uncertain")
@@ -90,6 +99,12 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     res.status, res.kind = status, kind
     if status == "uncertain":
         notes.insert(0, "; ".join(dict.fromkeys(first.uncertain)))
+    if status == "ok" and first.affinity is not None:
+        asked = sp.affinity_timeout if sp.affinity else 0
+        if first.affinity != asked:
+            status, kind = res.status, res.kind = "mismatch", "affinity"
+            res.affinity = (first.affinity, asked)
+            notes.insert(0, affinity_note(first.affinity, asked))
     if status == "ok" and alt is not None and len(case.alternatives) > 1:
         notes.append(f"matches: {alt.why}")
     if status == "mismatch" and kind in ("backends", "not-refused", "partly-refused"):
@@ -216,6 +231,7 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
         r.uneven,
         r.local_policy,
         r.local_endpoints,
+        r.affinity,
     )
 
 
@@ -231,7 +247,7 @@ def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     if rules is None:
         rules = built[id(p[4])] = [c for c in map(_unpack_cite, p[4]) if c is not None]
     res.actual, res.rules = actual, rules
-    res.stale_backends, res.missing_backends, res.uneven, res.local_policy, res.local_endpoints = p[5:10]
+    res.stale_backends, res.missing_backends, res.uneven, res.local_policy, res.local_endpoints, res.affinity = p[5:11]
     return res
 
 

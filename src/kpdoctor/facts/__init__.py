@@ -499,8 +499,15 @@ class Facts:
 
     @cached_property
     def ipvs_virtual_servers(self) -> list[tuple[VirtualServer, str]]:
-        """``ipvsadm -Ln`` virtual servers, each with the artifact it is in."""
-        return [(vs, a.name) for a in self.of(Kind.IPVSADM) for vs in parse_ipvsadm_list(a.text, a.first_line)]
+        """``ipvsadm -Ln``/``-Sn`` virtual servers, each with the artifact it is in. A virtual server
+        in several listings (a bundle has both) is taken from the first, ``-Ln`` before ``-Sn``
+        (it also shows the connection counts)."""
+        out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
+        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
+        for a in listings:
+            for vs in parse_ipvsadm_list(a.text, a.first_line):
+                out.setdefault((vs.protocol, vs.address), (vs, a.name))
+        return list(out.values())
 
     @cached_property
     def ipsets(self) -> dict[str, IpSet]:
@@ -508,6 +515,7 @@ class Facts:
         out: dict[str, IpSet] = {}
         for a in self.of(Kind.IPSET):
             for name, s in parse_ipsets(a.read_text(), a.first_line).items():
+                s.artifact = a.name
                 out.setdefault(name, s)
         return out
 

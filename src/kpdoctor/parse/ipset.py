@@ -34,6 +34,7 @@ class IpSet:
     spans: list[tuple[tuple[object, ...], int]] = field(default_factory=list)  # keys with a net or range
     unreadable: list[str] = field(default_factory=list)
     size: int = 0
+    artifact: str = ""  # the evidence file it was read from (set by the reader of the files)
 
     def add(self, member: str) -> None:
         key = self._key(member)

@@ -212,36 +212,55 @@ _IF_HEADER = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
 _IF_INET = re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
 
 
-def interface_addresses(text: str, name: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address] | None:
-    """The addresses of interface ``name`` in ``ip addr`` output (text or ``-j``); None when the
-    output does not show that interface at all (IPVS mode binds every Service address to
-    kube-ipvs0: an address missing there is one IPVS never sees)."""
+@dataclass(frozen=True, slots=True)
+class BoundAddress:
+    """An address ``ip addr`` shows on an interface, with its line (0 in one-line ``-j`` output)."""
+
+    interface: str
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    line: int  # 0-based within the output; -1 when the output is JSON
+    text: str
+
+
+def bound_addresses(text: str) -> tuple[list[str], list[BoundAddress]]:
+    """Every interface (in order) and every address on one, from ``ip addr`` (text or ``-j``)."""
     try:
         doc = load_json(text) if text.lstrip().startswith("[") else None
     except ValueError:
         doc = None
-    found = False
-    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    names: list[str] = []
+    out: list[BoundAddress] = []
     if isinstance(doc, list):
         for link in doc:
-            if not isinstance(link, dict) or link.get("ifname") != name:
+            if not isinstance(link, dict) or not isinstance(link.get("ifname"), str):
                 continue
-            found = True
+            names.append(link["ifname"])
             for info in link.get("addr_info") or []:
                 try:
-                    out.append(ipaddress.ip_address(str(info.get("local"))))
+                    ip = ipaddress.ip_address(str(info.get("local")))
                 except (ValueError, AttributeError):
                     continue
-        return out if found else None
+                out.append(BoundAddress(link["ifname"], ip, -1, f"{link['ifname']}: {ip}"))
+        return names, out
     current = None
-    for line in text.splitlines():
+    for i, line in enumerate(text.splitlines()):
         if m := _IF_HEADER.match(line.strip() if line[:1].isdigit() else line):
             current = m.group(1)
-            found = found or current == name
+            names.append(current)
             continue
-        if current == name and (m := _IF_INET.match(line)):
+        if current is not None and (m := _IF_INET.match(line)):
             try:
-                out.append(ipaddress.ip_address(m.group(1)))
+                out.append(BoundAddress(current, ipaddress.ip_address(m.group(1)), i, line.strip()))
             except ValueError:
                 continue
-    return out if found else None
+    return names, out
+
+
+def interface_addresses(text: str, name: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address] | None:
+    """The addresses of interface ``name`` in ``ip addr`` output (text or ``-j``); None when the
+    output does not show that interface at all (IPVS mode binds every Service address to
+    kube-ipvs0: an address missing there is one IPVS never sees)."""
+    names, bound = bound_addresses(text)
+    if name not in names:
+        return None
+    return [b.address for b in bound if b.interface == name]

@@ -19,12 +19,13 @@ from kpdoctor.checks.dataplane.common import (
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.verify import affinity_note
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 
 def _applies(r: Result) -> bool:
-    if r.kind in ("backends", "not-refused"):
+    if r.kind in ("backends", "not-refused", "affinity"):
         return True
     if r.kind in ("refused", "partly-refused"):
         # kube-proxy's own "has no endpoints" while the cluster has some (not a local-policy case,
@@ -89,14 +90,17 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
 
     Symptom: a share of connections to a Service fails (connection refused or timeout) from this
         node only; after a rollout, old Pod IPs still receive traffic; new Pods get none; or the
-        node rejects a Service as "has no endpoints" while its Pods are ready.
+        node rejects a Service as "has no endpoints" while its Pods are ready; or clients stick
+        to one Pod although the Service has no session affinity (or do not although it has).
     Cause: kube-proxy has not applied the latest EndpointSlices: its syncs fail, its watch on
         the apiserver is broken (it never hears of the change), or it is wedged. Uneven
         probabilities mean the chain was edited by hand or half-written.
     How it is detected: the Service's traffic is evaluated through the node's rules, with the
         exact probability of each `-m statistic` branch, and the backends reached are compared
         with the ready (or, per the kube-proxy release, serving-terminating) endpoints of its
-        EndpointSlices. Stale backends, missing backends and uneven shares are named. Without
+        EndpointSlices. Stale backends, missing backends and uneven shares are named. In IPVS
+        mode the virtual server's persistence (`persistent N` in `ipvsadm -Ln`, `-p N` in
+        `-Sn`) is compared with the Service's sessionAffinity and its timeout. Without
         the cluster's objects, the Services kube-proxy rejects as "has no endpoints" are listed
         in a note (the cluster DNS first: every lookup fails then), asking for their
         EndpointSlices: right when no Pod is ready, stale when some are.
@@ -126,6 +130,9 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
             parts.append("splits traffic unevenly between its backends")
         if any(r.kind == "not-refused" for r in rs) and not stale:
             parts.append("still forwards it although it has no usable endpoints")
+        affinity = next((r.affinity for r in rs if r.affinity is not None), None)
+        if affinity is not None:
+            parts.append(affinity_note(*affinity))
         summary = f"{label}: the node " + "; ".join(parts) + f" ({classes(rs)})."
         sev = Severity.WARNING if all(r.uneven for r in rs) else Severity.CRITICAL
         f = finding_for(facts, "KP202", label, rs, summary, severity=sev)

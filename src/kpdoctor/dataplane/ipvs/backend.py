@@ -49,7 +49,12 @@ class _Server:
 
     def live(self) -> list[RealServer]:
         """Real servers that take new connections (weight above 0)."""
-        return [r for r in self.vs.reals if r.weight > 0]
+        return self.vs.takes_new
+
+
+def _weight(r: RealServer) -> int:
+    """A real server's share of new connections (a listing without weights: equal shares)."""
+    return 1 if r.weight is None else r.weight
 
 
 def _backend_text(address: str) -> str:
@@ -106,13 +111,16 @@ class IpvsBackend:
         assert case.src is not None and case.dst is not None
         packet = Packet(case.src, case.dst, case.sp.protocol.lower(), case.dport)
         fam = self.family(case.sp.family)
-        entries, rules, reasons, notes = self._walk(fam, packet, case.hook, record=False)[:4]
-        return [View(None, entries, rules, reasons, notes)]
+        entries, rules, reasons, notes, _, persistence = self._walk(fam, packet, case.hook, record=False)
+        # persistence is kube-proxy's ClientIP affinity: -p <timeoutSeconds> on the virtual server
+        affinity = next(iter(persistence)) if len(persistence) == 1 else None
+        return [View(None, entries, rules, reasons, notes, affinity)]
 
     def _walk(
         self, fam: FamilyRules, packet: Packet, hook: str, record: bool
-    ) -> tuple[list[Entry], list[Cite], list[str], list[str], list[TraceBranch]]:
-        """The iptables walk, then IPVS for what reaches the node itself untranslated."""
+    ) -> tuple[list[Entry], list[Cite], list[str], list[str], list[TraceBranch], set[int]]:
+        """The iptables walk, then IPVS for what reaches the node itself untranslated; with the
+        persistence timeouts of the virtual servers reached (those whose listing shows it)."""
         notes: list[str] = []
         if fam.primary:
             rs, ev = fam.primary[0]
@@ -128,6 +136,7 @@ class IpvsBackend:
         rules: dict[Cite, None] = {}
         reasons: list[str] = []
         branches: list[TraceBranch] = []
+        persistence: set[int] = set()
         for o in outcomes:
             st = o.state
             cur = st.current.dst
@@ -150,8 +159,10 @@ class IpvsBackend:
                         branches.append(TraceBranch(o.probability, o.verdict, None, [], o.reason))
                 continue
             rules[srv.cite] = None
+            if srv.vs.shown:
+                persistence.add(srv.vs.persistent)
             live = srv.live()
-            total = sum(r.weight for r in live)
+            total = sum(_weight(r) for r in live)
             if not live or total <= 0:
                 why = f"IPVS virtual server {srv.vs.address} has no real server taking new connections"
                 entries.append(Entry(None, "REJECT", o.probability, srv.cite, EMPTY_VIRTUAL_SERVER, None, "kube-proxy"))
@@ -159,13 +170,13 @@ class IpvsBackend:
                     branches.append(self._branch(rs, o, srv, None, o.probability, why))
                 continue
             for r in live:
-                share = o.probability * r.weight / total
+                share = o.probability * _weight(r) / total
                 cite = Cite(srv.artifact, r.line, r.text) if r.text else srv.cite
                 entries.append(Entry(_backend_text(r.address), "ACCEPT", share, cite, None, None, "kube-proxy"))
                 rules[cite] = None
                 if record:
                     branches.append(self._branch(rs, o, srv, r, share, ""))
-        return entries, list(rules), reasons, notes, branches
+        return entries, list(rules), reasons, notes, branches, persistence
 
     def _branch(
         self, rs: Ruleset | None, o: Outcome, srv: _Server, r: RealServer | None, p: float, why: str
@@ -192,7 +203,7 @@ class IpvsBackend:
                 f"{case.dst} is not an address of the node (not on kube-ipvs0): IPVS, which takes packets for "
                 f"the node only, never sees this traffic, although virtual server {srv.vs.address} exists"
             )
-        idle = [r for r in srv.vs.reals if r.weight <= 0]
+        idle = [r for r in srv.vs.reals if not r.takes_new]
         if idle:
             notes.append(
                 f"{len(idle)} real server(s) of {srv.vs.address} at weight 0 take no new connection "
@@ -212,8 +223,15 @@ class IpvsBackend:
         return [TracedView(None, artifact, branches)]
 
     def not_evaluated(self) -> list[str]:
+        out = []
         fwm = [vs for vs, _ in self.servers if vs.protocol == "FWM"]
         if fwm:
-            return [f"{len(fwm)} firewall-mark IPVS virtual server(s) are not evaluated"]
-        return []
+            out.append(f"{len(fwm)} firewall-mark IPVS virtual server(s) are not evaluated")
+        named = [vs for vs, _ in self.servers if vs.protocol != "FWM" and split_address(vs.address) is None]
+        if named:
+            out.append(
+                f"{len(named)} IPVS virtual server(s) are listed by name, not address ({named[0].address}): "
+                "`ipvsadm -L` without -n; give `ipvsadm -Ln`"
+            )
+        return out
 

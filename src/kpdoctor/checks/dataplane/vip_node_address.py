@@ -1,0 +1,227 @@
+"""KP209: a Service address (externalIP, load-balancer IP) is also a node's own address.
+
+kube-proxy treats a Service's externalIPs and load-balancer ingress IPs as addresses it owns. In
+IPVS mode it binds each one on the dummy interface kube-ipvs0 of every node and adds it to the
+ipset KUBE-IPVS-IPS: the address becomes local on every node (so no node routes to the real host
+any more), and KUBE-IPVS-FILTER rejects new connections to it on every port no Service uses (ssh,
+the kubelet, the apiserver). The node that owns the address goes NotReady or unreachable
+(kubernetes#104679, #127410, #93175, #75290; k3s#7183). In iptables and nftables mode the Service's
+ports on that address are DNATed for every client, so the node's own service on such a port
+(443 to an apiserver, 22) is taken over. A load-balancer pool that hands out node addresses
+(MetalLB layer 2, ServiceLB) does the same, and in L2 mode another node may answer ARP for it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.facts.mode import IPVS_INTERFACE
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import k8s, system
+
+MAX_FINDINGS = 5
+IP_ADDR_KINDS = (Kind.IP_ADDR, Kind.IP_LINK)
+# the ipset IPVS mode keeps every kube-ipvs0 address in (KUBE-6-IPVS-IPS for IPv6)
+IPVS_ADDRESS_SETS = ("KUBE-IPVS-IPS", "KUBE-6-IPVS-IPS")
+# interfaces whose addresses are not the node's own (loopback, IPVS mode's dummy interface)
+NOT_HOST = ("lo", IPVS_INTERFACE)
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    """Whose address it is: a node (named, when its Node object or its own ``ip addr`` says)."""
+
+    node: str
+    cite: Cite
+    here: bool  # read from this node's own interfaces (not a Node object)
+
+
+def _ip_addr_outputs(facts: Facts) -> list[Artifact]:
+    """``ip addr`` output, JSON or text (text with addresses is typed with ``ip link``'s)."""
+    return [a for k in IP_ADDR_KINDS for a in facts.of(k)]
+
+
+def _ip(value: object) -> Address | None:
+    try:
+        return ipaddress.ip_address(str(value).strip()) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _node_addresses(facts: Facts) -> dict[Address, _Owner]:
+    """Every node address the evidence shows: the Node objects' InternalIP/ExternalIP, and the
+    addresses on this node's own interfaces (not loopback, not kube-ipvs0)."""
+    out: dict[Address, _Owner] = {}
+    for node in facts.objects.of("Node"):
+        status = k8s.as_dict(node.body.get("status"))
+        for a in k8s.as_list(status.get("addresses")):
+            if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP"):
+                ip = _ip(a.get("address"))
+                if ip is not None:
+                    cite = Cite(node.artifact, node.line, f"Node {node.name}: {a.get('type')} {ip}")
+                    out.setdefault(ip, _Owner(node.name, cite, False))
+    here = facts.node.name if facts.node else "this node"
+    for art in _ip_addr_outputs(facts):
+        _, bound = system.bound_addresses(art.read_text())
+        for b in bound:
+            if b.interface not in NOT_HOST and not b.address.is_loopback and not b.address.is_link_local:
+                line = art.first_line + b.line if b.line >= 0 else None
+                out.setdefault(b.address, _Owner(here, Cite(art.name, line, b.text), True))
+    return out
+
+
+def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, Address, Cite]]:
+    """(Service, which field, address, citation) for every externalIP and load-balancer IP."""
+    for svc in facts.objects.of("Service"):
+        spec = k8s.as_dict(svc.body.get("spec"))
+        status = k8s.as_dict(svc.body.get("status"))
+        label = f"{svc.namespace}/{svc.name}" if svc.namespace else svc.name
+        for value in k8s.as_list(spec.get("externalIPs")):
+            ip = _ip(value)
+            if ip is not None:
+                yield label, "externalIPs", ip, Cite(svc.artifact, svc.line, f"Service {label}: externalIPs {ip}")
+        if spec.get("type") == "LoadBalancer":
+            lb = k8s.as_dict(status.get("loadBalancer"))
+            for ing in k8s.as_list(lb.get("ingress")):
+                ip = _ip(k8s.as_dict(ing).get("ip"))
+                if ip is not None:
+                    text = f"Service {label}: load-balancer ingress {ip}"
+                    yield label, "load-balancer IP", ip, Cite(svc.artifact, svc.line, text)
+
+
+def _ipvs_bound(facts: Facts) -> dict[Address, Cite]:
+    """Addresses kube-proxy's IPVS mode took over on this node: on kube-ipvs0, or in KUBE-IPVS-IPS."""
+    out: dict[Address, Cite] = {}
+    for art in _ip_addr_outputs(facts):
+        _, bound = system.bound_addresses(art.read_text())
+        for b in bound:
+            if b.interface == IPVS_INTERFACE:
+                line = art.first_line + b.line if b.line >= 0 else None
+                out.setdefault(b.address, Cite(art.name, line, f"{IPVS_INTERFACE}: {b.text}"))
+    for name in IPVS_ADDRESS_SETS:
+        s = facts.ipsets.get(name)
+        if s is None:
+            continue
+        for key in s.members:
+            ip = _ip(str(key[0])) if key else None
+            if ip is not None:
+                out.setdefault(ip, Cite(s.artifact, s.line, f"{name} holds {ip}"))
+    return out
+
+
+def _ipvs(facts: Facts, bound: dict[Address, Cite]) -> bool:
+    return facts.running_mode.mode == "ipvs" or bool(bound)
+
+
+def _consequence(ipvs: bool, where: str, owner: _Owner) -> str:
+    if ipvs:
+        return (
+            f"In IPVS mode kube-proxy binds it on {IPVS_INTERFACE} of every node{where}: the address is local on "
+            f"every node, so traffic to {owner.node} never leaves them, and new connections to it on any port no "
+            "Service uses (ssh, the kubelet, the apiserver) are rejected: the node goes NotReady or unreachable."
+        )
+    return (
+        "kube-proxy forwards the Service's ports on that address to the Service's Pods for every client, so "
+        f"connections to {owner.node} on those ports (443 to an apiserver, 22 to ssh) reach the Pods instead; with a "
+        "layer-2 load balancer, another node may answer ARP for the address."
+    )
+
+
+@check(
+    "KP209",
+    cause="service-vip-is-node-address",
+    title="A Service address is also a node's own address",
+    severity=Severity.CRITICAL,
+    needs=[Kind.K8S_OBJECTS, *IP_ADDR_KINDS],
+)
+def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
+    """A Service's externalIP or load-balancer IP equals an address of a node, and kube-proxy captures it.
+
+    Symptom: right after a Service gets externalIPs or a load-balancer address, one node goes
+        NotReady or cannot be reached from the others (ssh hangs or is refused, `ping` says
+        "Destination Host Unreachable", "no route to host"), while the same Service works in
+        iptables mode; or connections to the node on the Service's port reach the Service.
+    Cause: the address given to the Service (by hand in `externalIPs`, or from a load-balancer
+        pool such as MetalLB's or k3s ServiceLB's that contains node addresses) is a node's own.
+        kube-proxy takes every externalIP and load-balancer IP as its own: in IPVS mode it binds
+        it on kube-ipvs0 of every node and adds it to KUBE-IPVS-IPS, whose KUBE-IPVS-FILTER
+        rejects new connections on every port no Service uses; in iptables/nftables mode it
+        DNATs the Service's ports on that address.
+    How it is detected: the externalIPs and load-balancer ingress IPs of the Services are
+        compared with the Node objects' InternalIP/ExternalIP and with this node's own
+        interface addresses (`ip addr`, loopback and kube-ipvs0 left out). Without the
+        Services, an address on kube-ipvs0 (or in KUBE-IPVS-IPS) that another interface of
+        the node also holds is the same capture seen on the node. IPVS mode (kube-proxy's
+        mode, or kube-ipvs0 holding the address) makes it critical; otherwise a warning.
+    Fix: give the Service an address no node uses (remove the node address from `externalIPs`,
+        or from the load-balancer address pool) and let kube-proxy sync (it unbinds the address
+        from kube-ipvs0); the node is reachable again at once.
+    References: https://github.com/kubernetes/kubernetes/issues/104679;
+        https://github.com/kubernetes/kubernetes/issues/127410;
+        https://github.com/kubernetes/kubernetes/issues/93175;
+        https://github.com/k3s-io/k3s/issues/7183;
+        https://github.com/metallb/metallb/issues/1397
+    """
+    nodes = _node_addresses(facts)
+    if not nodes:
+        return
+    bound = _ipvs_bound(facts)
+    ipvs = _ipvs(facts, bound)
+    out: list[Finding] = []
+    seen: set[Address] = set()
+    pairs: set[tuple[str, Address]] = set()
+    for label, field, ip, cite in _service_addresses(facts):
+        owner = nodes.get(ip)
+        if owner is None or (label, ip) in pairs:
+            continue
+        pairs.add((label, ip))
+        seen.add(ip)
+        on_ipvs = bound.get(ip)
+        where = f" (this node has it there: {on_ipvs.text})" if on_ipvs else ""
+        f = start(facts, "KP209", [], confidence=Confidence.HIGH, severity=None if ipvs else Severity.WARNING)
+        f.summary = f"Service {label}'s {field} {ip} is the address of node {owner.node}. " + _consequence(
+            ipvs, where, owner
+        )
+        f.evidence = [cite, owner.cite] + ([on_ipvs] if on_ipvs else [])
+        f.subject = {"service": label, "workload": None}
+        f.ongoing = True
+        f.fix = [f"Give {label} an address no node uses instead of {ip} (its {field}), then let kube-proxy sync."]
+        out.append(f)
+    for ip, on_ipvs in sorted(bound.items(), key=lambda kv: (kv[0].version, int(kv[0]))):
+        owner = nodes.get(ip)
+        if owner is None or ip in seen or not owner.here:
+            continue  # a Node object's address bound here is named above, with its Service
+        seen.add(ip)
+        f = start(facts, "KP209", [], confidence=Confidence.MEDIUM)
+        f.summary = (
+            f"{ip} is an address of this node and kube-proxy's IPVS mode has bound it too ({on_ipvs.text}): a "
+            "Service's externalIP or load-balancer IP is set to it. "
+            + _consequence(True, "", owner)
+            + " Give the Services (`kubectl get svc -A -o wide`) to name which one."
+        )
+        f.evidence = [owner.cite, on_ipvs]
+        f.ongoing = True
+        f.fix = [
+            "Find the Service with this address (`kubectl get svc -A -o wide | grep " + str(ip) + "`) and give "
+            "it an address no node uses."
+        ]
+        out.append(f)
+    if len(out) > MAX_FINDINGS:
+        rest = out[MAX_FINDINGS - 1 :]
+        more = start(facts, "KP209", [], confidence=Confidence.HIGH, severity=max(x.severity for x in rest))
+        more.summary = f"{len(rest)} more Service addresses are node addresses: " + ", ".join(
+            str(x.subject.get("service") or x.evidence[0].text) for x in rest[:10]
+        )
+        more.evidence = [x.evidence[0] for x in rest[:3]]
+        more.fix = rest[0].fix
+        more.occurrences = len(rest)
+        out = [*out[: MAX_FINDINGS - 1], more]
+    yield from out
