@@ -1,7 +1,7 @@
 """Write a kube-proxy-shaped node dump plus the matching Services and EndpointSlices.
 
 N Services x E endpoints (default 5). Every fifth Service is a NodePort. Deterministic: the same N
-and E give the same files, and both modes write the identical cluster.json.
+and E give the same files, and every mode writes the identical cluster.json.
 
 --mode iptables (the default): the modern (1.28+) layout kube-proxy writes: a KUBE-SERVICES rule
 per cluster IP, a KUBE-SVC chain with one `statistic` rule per endpoint, a KUBE-SEP chain per
@@ -20,7 +20,15 @@ first 8 characters of base32(sha256(readable part)). As in that fixture, the mas
 names also matched `tcp dport 80`), and cluster-ips-check drops unallocated ClusterIPs in
 172.16.0.0/12. Every Service has endpoints (E >= 1), so the no-endpoint and firewall maps are empty.
 
-    python bench/gen_cluster.py OUTDIR --services 10000 [--endpoints 5] [--mode iptables|nftables]
+--mode ipvs: the same cluster as kube-proxy 1.28's IPVS proxier leaves it on a single-stack IPv4
+node (tests/data/modes/ipvs-healthy is a small real one; its SOURCES.md names the upstream code): a
+virtual server per ClusterIP:port and, for the NodePorts, per node address (NODE_IP; kube-proxy
+skips loopback and kube-ipvs0's addresses):nodePort, the endpoints as masqueraded real servers of
+weight 1, scheduler rr; every ClusterIP bound to kube-ipvs0; kube-proxy's 17 IPv4 ipsets
+(KUBE-CLUSTER-IP, KUBE-NODE-PORT-TCP and KUBE-IPVS-IPS filled; KUBE-LOOP-BACK empty, no endpoint
+being on this node) and its constant-size iptables rules matching them.
+
+    python bench/gen_cluster.py OUTDIR --services 10000 [--endpoints 5] [--mode iptables|nftables|ipvs]
 
 iptables mode writes OUTDIR/iptables-save.txt (nat + filter, as `iptables-save` prints it), the
 restore payload OUTDIR/restore.txt (the same rules, for `iptables-legacy-restore --test`) and
@@ -30,6 +38,20 @@ nftables mode writes OUTDIR/nft-ruleset.json (what `nft -j list ruleset` prints 
 these rules: nftables 1.0.6's key order, element order and handles, one line), OUTDIR/ruleset.nft
 (the same rules in `nft -f` syntax, kube-proxy's `add ...` commands with every set, map and chain
 declared first, so that it loads into a real kernel) and OUTDIR/cluster.json.
+
+ipvs mode writes, as the node's tools print them:
+OUTDIR/ipvsadm-save.txt (`ipvsadm -Sn`: `-A -t VIP:PORT -s rr`, then `-a -t VIP:PORT -r EP:8080 -m
+-w 1` per real server; virtual servers in libipvs's order: protocol, address as a number, port; real
+servers by address, port), OUTDIR/ipset-save.txt (`ipset save`, ipset 7.17: the sets in kube-proxy's
+creation order, hash sets created as kube-proxy creates them, `family inet hashsize 1024 maxelem
+65536`, and listed after filling as the kernel lists them: the hashsize they have grown to (8192 at
+30,000 Services), members in hash-bucket order; the seed (initval), random on a real node, is fixed
+per set name. maxelem is kube-proxy's 65,536 up to N = 65,536 (10,000 and 30,000 Services fit);
+past that it is raised to the member count, where kube-proxy itself would fail to add the rest),
+OUTDIR/iptables-save.txt (`iptables-legacy-save`: nat and filter),
+OUTDIR/ip-addr.txt (`ip addr`: lo, eth0 with NODE_IP/24, kube-ipvs0 with every ClusterIP as a /32)
+and OUTDIR/cluster.json. The test (tests/test_bench_gen_ipvs.py) loads the ipsets and the rules into
+a real kernel and checks they save back to the same bytes.
 """
 
 from __future__ import annotations
@@ -47,7 +69,7 @@ NODE_IP = "192.168.0.2"
 POD_CIDR = "10.0.0.0/8"
 SERVICE_CIDR = "172.16.0.0/12"
 """The service CIDR nftables mode drops unallocated ClusterIPs in; it holds every _svc_ip(i), i < 2**20."""
-MODES = ("iptables", "nftables")
+MODES = ("iptables", "nftables", "ipvs")
 NFT_TABLE = "kube-proxy"
 NFT_METAINFO = {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}
 """What nftables 1.0.6 (Debian 12) puts first in `nft -j list ruleset`."""
@@ -574,10 +596,348 @@ def write_nftables(out: Path, n: int, e: int) -> tuple[Path, Path]:
     return js, cl
 
 
+# --- IPVS mode -------------------------------------------------------------------------------------
+#
+# What kube-proxy 1.28's IPVS proxier leaves on a single-stack IPv4 node (tests/data/modes/SOURCES.md
+# and realize.sh build the same node for real, small): a virtual server per ClusterIP:port and per
+# node address:NodePort (real servers: the endpoints, masquerading, weight 1), every ClusterIP bound
+# to kube-ipvs0 as a /32, the 17 ipsets of `ipsetInfo` and a constant set of iptables rules matching
+# them. No endpoint is on this node (their nodeName is node0, node1, ...), so KUBE-LOOP-BACK is empty
+# and its hairpin MASQUERADE rule is not written.
+
+IPVS_FILES = ("ipvsadm-save.txt", "ipset-save.txt", "iptables-save.txt", "ip-addr.txt")
+"""The node's files in ipvs mode (OUTDIR/...), as kpdoctor is given them, before cluster.json."""
+IPVS_SCHEDULER = "rr"
+IPSET_HASHSIZE = 1024
+"""kube-proxy creates every hash set with ``hashsize 1024 maxelem 65536`` (pkg/proxy/ipvs/ipset)."""
+IPSET_MAXELEM = 65536
+IPSET_BUCKETSIZE = 12
+"""The kernel's default bucket size (AHASH_MAX_SIZE); a bucket that would hold more grows the table."""
+SAVE_DATE = "Sat Nov 21 10:00:00 2026"
+# kube-proxy's ipsetInfo, in its order (IPv4 names; the node is single-stack, so no KUBE-6-* sets).
+_IPVS_SETS: list[tuple[str, str]] = [
+    ("KUBE-LOOP-BACK", "hash:ip,port,ip"),
+    ("KUBE-CLUSTER-IP", "hash:ip,port"),
+    ("KUBE-EXTERNAL-IP", "hash:ip,port"),
+    ("KUBE-EXTERNAL-IP-LOCAL", "hash:ip,port"),
+    ("KUBE-LOAD-BALANCER", "hash:ip,port"),
+    ("KUBE-LOAD-BALANCER-FW", "hash:ip,port"),
+    ("KUBE-LOAD-BALANCER-LOCAL", "hash:ip,port"),
+    ("KUBE-LOAD-BALANCER-SOURCE-IP", "hash:ip,port,ip"),
+    ("KUBE-LOAD-BALANCER-SOURCE-CIDR", "hash:ip,port,net"),
+    ("KUBE-NODE-PORT-TCP", "bitmap:port"),
+    ("KUBE-NODE-PORT-LOCAL-TCP", "bitmap:port"),
+    ("KUBE-NODE-PORT-UDP", "bitmap:port"),
+    ("KUBE-NODE-PORT-LOCAL-UDP", "bitmap:port"),
+    ("KUBE-NODE-PORT-SCTP-HASH", "hash:ip,port"),
+    ("KUBE-NODE-PORT-LOCAL-SCTP-HASH", "hash:ip,port"),
+    ("KUBE-HEALTH-CHECK-NODE-PORT", "bitmap:port"),
+    ("KUBE-IPVS-IPS", "hash:ip"),
+]
+_IPPROTO_TCP = 6
+_M32 = 0xFFFFFFFF
+
+
+def _ip_int(ip: str) -> int:
+    return int.from_bytes(_ip_bytes(ip), "big")
+
+
+def _rol32(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _M32
+
+
+def _jhash2(words: tuple[int, ...], initval: int) -> int:
+    """The kernel's jhash2() (include/linux/jhash.h) of one to three 32-bit words."""
+    a = b = c = (0xDEADBEEF + (len(words) << 2) + initval) & _M32
+    if len(words) == 3:
+        c = (c + words[2]) & _M32
+    if len(words) >= 2:
+        b = (b + words[1]) & _M32
+    a = (a + words[0]) & _M32
+    # __jhash_final(a, b, c)
+    c ^= b
+    c = (c - _rol32(b, 14)) & _M32
+    a ^= c
+    a = (a - _rol32(c, 11)) & _M32
+    b ^= a
+    b = (b - _rol32(a, 25)) & _M32
+    c ^= b
+    c = (c - _rol32(b, 16)) & _M32
+    a ^= c
+    a = (a - _rol32(c, 4)) & _M32
+    b ^= a
+    b = (b - _rol32(a, 14)) & _M32
+    c ^= b
+    c = (c - _rol32(b, 24)) & _M32
+    return c
+
+
+def _ipset_initval(name: str) -> int:
+    """The set's hash seed. The kernel draws it at random when kube-proxy creates the set (it gives
+    none); here it is fixed per name so that the same N and E give the same bytes."""
+    return int.from_bytes(hashlib.sha256(f"kpdoctor bench ipset {name}".encode()).digest()[:4], "big")
+
+
+def _ipset_key(set_type: str, member: str) -> tuple[int, ...]:
+    """The words the kernel hashes for an IPv4 member: its element struct read as host (little-endian,
+    x86-64 and arm64) 32-bit words. hash:ip is ``{__be32 ip}``; hash:ip,port is ``{__be32 ip; __be16
+    port; u8 proto; u8 padding}`` (net/netfilter/ipset/ip_set_hash_ip.c, ip_set_hash_ipport.c)."""
+    if set_type == "hash:ip":
+        return (int.from_bytes(_ip_bytes(member), "little"),)
+    if set_type == "hash:ip,port":
+        ip, _, rest = member.partition(",")
+        proto, _, port = rest.partition(":")
+        if proto != "tcp":
+            raise ValueError(f"only TCP members are generated, not {member!r}")
+        tail = int(port).to_bytes(2, "big") + bytes([_IPPROTO_TCP, 0])
+        return (int.from_bytes(_ip_bytes(ip), "little"), int.from_bytes(tail, "little"))
+    raise ValueError(f"no members of {set_type} are generated")
+
+
+def _hash_set_listing(set_type: str, initval: int, members: list[str]) -> tuple[list[str], int]:
+    """The members in the order `ipset save` lists them, and the hashsize it prints, after adding
+    ``members`` one by one to a set created with hashsize 1024 (net/netfilter/ipset/ip_set_hash_gen.h):
+
+    * an element goes to bucket ``jhash2(element, initval) & (2**bits - 1)``, after the bucket's
+      elements (buckets grow by 2 slots up to the bucket size, 12);
+    * adding a 13th element to a bucket first resizes: the table doubles and every element is
+      moved, old bucket by old bucket and in their order, into the new table (doubling again if a
+      bucket overflows while moving), then the add is retried;
+    * listing walks the buckets in order, each bucket's elements in order.
+
+    Checked against the kernel (tests/test_bench_gen_ipvs.py), resizes included."""
+    bits = IPSET_HASHSIZE.bit_length() - 1
+    table: dict[int, list[tuple[int, str]]] = {}
+    for member in members:
+        h = _jhash2(_ipset_key(set_type, member), initval)
+        while True:
+            bucket = table.setdefault(h & ((1 << bits) - 1), [])
+            if len(bucket) < IPSET_BUCKETSIZE:
+                bucket.append((h, member))
+                break
+            table, bits = _hash_set_resize(table, bits)
+    return [m for b in sorted(table) for _, m in table[b]], 1 << bits
+
+
+def _hash_set_resize(
+    table: dict[int, list[tuple[int, str]]], bits: int
+) -> tuple[dict[int, list[tuple[int, str]]], int]:
+    while True:
+        bits += 1
+        mask = (1 << bits) - 1
+        new: dict[int, list[tuple[int, str]]] = {}
+        fits = True
+        for b in sorted(table):
+            for h, member in table[b]:
+                bucket = new.setdefault(h & mask, [])
+                if len(bucket) >= IPSET_BUCKETSIZE:
+                    fits = False
+                    break
+                bucket.append((h, member))
+            if not fits:
+                break
+        if fits:
+            return new, bits
+
+
+def _ipvs_set_members(svcs: list[_Svc]) -> dict[str, list[str]]:
+    """Each non-empty set's members, in the order they are added (the Services' order)."""
+    return {
+        "KUBE-CLUSTER-IP": [f"{s.ip},tcp:80" for s in svcs],
+        "KUBE-NODE-PORT-TCP": [str(s.nodeport) for s in svcs if s.nodeport is not None],
+        "KUBE-IPVS-IPS": [s.ip for s in svcs],
+    }
+
+
+def _ipset_save(svcs: list[_Svc]) -> Iterator[str]:
+    """ipset-save.txt, a set at a time: `ipset save` (ipset 7.17) of the node's sets, in creation order.
+
+    kube-proxy creates the hash sets with ``family inet hashsize 1024 maxelem 65536`` and the bitmaps
+    with ``range 0-65535``; `ipset save` adds the bucket size and the seed, and prints the hashsize
+    the set has grown to. maxelem is raised to the member count for a set that would hold more than
+    65,536 (N > 65,536 Services; kube-proxy would fail to add the rest: "set is full")."""
+    members = _ipvs_set_members(svcs)
+    for name, set_type in _IPVS_SETS:
+        got = members.get(name, [])
+        if set_type.startswith("bitmap:"):
+            lines = [f"create {name} {set_type} range 0-65535"]
+            lines += [f"add {name} {p}" for p in sorted(got, key=int)]
+        else:
+            initval = _ipset_initval(name)
+            order, hashsize = _hash_set_listing(set_type, initval, got) if got else ([], IPSET_HASHSIZE)
+            maxelem = max(IPSET_MAXELEM, len(got))
+            lines = [
+                f"create {name} {set_type} family inet hashsize {hashsize} maxelem {maxelem} "
+                f"bucketsize {IPSET_BUCKETSIZE} initval 0x{initval:08x}"
+            ]
+            lines += [f"add {name} {m}" for m in order]
+        yield "\n".join(lines) + "\n"
+
+
+def _ipvsadm_save(svcs: list[_Svc]) -> Iterator[str]:
+    """ipvsadm-save.txt, a virtual server at a time: `ipvsadm -Sn`.
+
+    ipvsadm.c print_service_entry() with FMT_RULE: ``-A -t ADDR:PORT -s SCHED`` (``-u`` for UDP,
+    `` -p TIMEOUT`` with ClientIP affinity, which no generated Service has), then per real server
+    ``-a -t ADDR:PORT -r ADDR:PORT -m -w WEIGHT`` (``-m``: masquerading). Virtual servers are sorted
+    by libipvs ipvs_cmp_services (fwmark, family, protocol, ``ntohl(a) - ntohl(b)`` as an int, port),
+    real servers by ipvs_cmp_dests (address the same way, port). The address difference wraps at
+    2**31; every address here lies in a window narrower than that, where the comparison is the
+    plain numeric order, so a sort by (address, port) is ipvsadm's."""
+    vss: list[tuple[int, int, str, list[str]]] = []
+    for s in svcs:
+        reals = [f"{ep}:8080" for ep in sorted(s.eps, key=_ip_int)]
+        vss.append((_ip_int(s.ip), 80, s.ip, reals))
+        if s.nodeport is not None:
+            vss.append((_ip_int(NODE_IP), s.nodeport, NODE_IP, reals))
+    # virtual servers are compared with each other, real servers with each other
+    for addrs in ([v[0] for v in vss], [_ip_int(ep) for s in svcs for ep in s.eps]):
+        if addrs and max(addrs) - min(addrs) >= 1 << 31:
+            raise ValueError("addresses too far apart for ipvsadm's wrapping comparison")
+    vss.sort(key=lambda v: (v[0], v[1]))
+    for _, port, addr, reals in vss:
+        vs = f"-t {addr}:{port}"
+        out = [f"-A {vs} -s {IPVS_SCHEDULER}"]
+        out += [f"-a {vs} -r {r} -m -w 1" for r in reals]
+        yield "\n".join(out) + "\n"
+
+
+def _ipvs_iptables_save(nodeports: bool) -> str:
+    """iptables-save.txt: the nat and filter tables as `iptables-legacy-save` (v1.8.9) prints what
+    kube-proxy 1.28's IPVS proxier restores (the layout of tests/data/modes/ipvs-healthy, without
+    kubelet's chains: the iptables form has none either). Constant size: the rules match
+    the sets. The KUBE-NODE-PORT-TCP rule is written when the set has members; KUBE-LOOP-BACK's
+    hairpin rule is not, its set being empty."""
+    gen = f"# Generated by iptables-save v1.8.9 on {SAVE_DATE}"
+    done = f"# Completed on {SAVE_DATE}"
+    nat = [
+        gen,
+        "*nat",
+        ":PREROUTING ACCEPT [0:0]",
+        ":INPUT ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":POSTROUTING ACCEPT [0:0]",
+        ":KUBE-LOAD-BALANCER - [0:0]",
+        ":KUBE-MARK-MASQ - [0:0]",
+        ":KUBE-NODE-PORT - [0:0]",
+        ":KUBE-POSTROUTING - [0:0]",
+        ":KUBE-SERVICES - [0:0]",
+        '-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES',
+        '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
+        "-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ",
+        "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+    ]
+    if nodeports:
+        nat.append(
+            '-A KUBE-NODE-PORT -p tcp -m comment --comment "Kubernetes nodeport TCP port for masquerade purpose" '
+            "-m set --match-set KUBE-NODE-PORT-TCP dst -j KUBE-MARK-MASQ"
+        )
+    nat += [
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+        "-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0",
+        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE '
+        "--random-fully",
+        "-A KUBE-SERVICES -s 127.0.0.0/8 -j RETURN",
+        f'-A KUBE-SERVICES ! -s {POD_CIDR} -m comment --comment "Kubernetes service cluster ip + port for '
+        'masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ',
+        "-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT",
+        "-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT",
+        "COMMIT",
+        done,
+    ]
+    filt = [
+        gen,
+        "*filter",
+        ":INPUT ACCEPT [0:0]",
+        ":FORWARD ACCEPT [0:0]",
+        ":OUTPUT ACCEPT [0:0]",
+        ":KUBE-FORWARD - [0:0]",
+        ":KUBE-IPVS-FILTER - [0:0]",
+        ":KUBE-NODE-PORT - [0:0]",
+        ":KUBE-PROXY-FIREWALL - [0:0]",
+        ":KUBE-SOURCE-RANGES-FIREWALL - [0:0]",
+        '-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER',
+        '-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+        '-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT',
+        '-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL',
+        '-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate '
+        "RELATED,ESTABLISHED -j ACCEPT",
+        "-A KUBE-IPVS-FILTER -m set --match-set KUBE-LOAD-BALANCER dst,dst -j RETURN",
+        "-A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN",
+        "-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP dst,dst -j RETURN",
+        "-A KUBE-IPVS-FILTER -m set --match-set KUBE-HEALTH-CHECK-NODE-PORT dst -j RETURN",
+        "-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT "
+        "--reject-with icmp-port-unreachable",
+        '-A KUBE-NODE-PORT -m comment --comment "Kubernetes health check node port" -m set --match-set '
+        "KUBE-HEALTH-CHECK-NODE-PORT dst -j ACCEPT",
+        "-A KUBE-SOURCE-RANGES-FIREWALL -j DROP",
+        "COMMIT",
+        done,
+    ]
+    return "\n".join(nat + filt) + "\n"
+
+
+# `ip addr` of the node (iproute2 6.1), lo and eth0 as in tests/data/modes/ipvs-healthy/ip-addr.txt
+# (there too NODE_IP/24 on a veth eth0); kube-ipvs0 is the dummy device kube-proxy creates and never
+# sets up, each bound ClusterIP a /32 in the order kube-proxy binds them.
+_NODE_NET = NODE_IP.rsplit(".", 1)[0]
+_IP_ADDR_HEAD = [
+    "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN group default qlen 1000",
+    "    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00",
+    "    inet 127.0.0.1/8 scope host lo",
+    "       valid_lft forever preferred_lft forever",
+    "    inet6 ::1/128 scope host ",  # iproute2 ends the line with a space
+    "       valid_lft forever preferred_lft forever",
+    "3: eth0@if2: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP group default qlen 1000",
+    "    link/ether 72:6d:18:92:98:3c brd ff:ff:ff:ff:ff:ff link-netnsid 0",
+    f"    inet {NODE_IP}/24 brd {_NODE_NET}.255 scope global eth0",
+    "       valid_lft forever preferred_lft forever",
+    "    inet6 fe80::706d:18ff:fe92:983c/64 scope link ",
+    "       valid_lft forever preferred_lft forever",
+    "4: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN group default ",
+    "    link/ether 42:a5:4a:e2:3c:ec brd ff:ff:ff:ff:ff:ff",
+]
+
+
+def _ip_addr(svcs: list[_Svc], chunk: int = 4096) -> Iterator[str]:
+    yield "\n".join(_IP_ADDR_HEAD) + "\n"
+    for k in range(0, len(svcs), chunk):
+        yield "".join(
+            f"    inet {s.ip}/32 scope global kube-ipvs0\n       valid_lft forever preferred_lft forever\n"
+            for s in svcs[k : k + chunk]
+        )
+
+
+def write_ipvs(out: Path, n: int, e: int) -> tuple[Path, Path]:
+    """Write OUTDIR/ipvsadm-save.txt, ipset-save.txt, iptables-save.txt, ip-addr.txt and cluster.json
+    (ipvs mode); return (ipvsadm-save.txt, cluster.json)."""
+    out.mkdir(parents=True, exist_ok=True)
+    svcs = _services(n, e)
+    ipvsadm = out / IPVS_FILES[0]
+    with ipvsadm.open("w", encoding="utf-8") as f:
+        f.writelines(_ipvsadm_save(svcs))
+    with (out / IPVS_FILES[1]).open("w", encoding="utf-8") as f:
+        f.writelines(_ipset_save(svcs))
+    (out / IPVS_FILES[2]).write_text(_ipvs_iptables_save(any(s.nodeport is not None for s in svcs)))
+    with (out / IPVS_FILES[3]).open("w", encoding="utf-8") as f:
+        f.writelines(_ip_addr(svcs))
+    cl = out / "cluster.json"
+    cl.write_text(json.dumps(_cluster(svcs)))
+    return ipvsadm, cl
+
+
 def write(out: Path, n: int, e: int, mode: str = "iptables") -> tuple[Path, Path]:
-    """Write the files of ``mode``; return (the node's rules as kpdoctor collects them, cluster.json)."""
+    """Write the files of ``mode``; return (the node's rules as kpdoctor collects them, cluster.json).
+
+    In ipvs mode that is OUTDIR/ipvsadm-save.txt; the node's other files are :data:`IPVS_FILES`,
+    next to it."""
     if mode == "nftables":
         return write_nftables(out, n, e)
+    if mode == "ipvs":
+        return write_ipvs(out, n, e)
     if mode != "iptables":
         raise ValueError(f"unknown mode {mode!r}: one of {', '.join(MODES)}")
     out.mkdir(parents=True, exist_ok=True)
@@ -601,6 +961,8 @@ def main() -> None:
         ap.error("--mode nftables needs --endpoints >= 1")
     rules, cl = write(a.out, a.services, a.endpoints, a.mode)
     files = [rules, a.out / "ruleset.nft"] if a.mode == "nftables" else [rules]
+    if a.mode == "ipvs":
+        files = [a.out / name for name in IPVS_FILES]
     print(", ".join(f"{p} ({p.stat().st_size / 1e6:.1f} MB)" for p in [*files, cl]))
 
 

@@ -20,7 +20,6 @@ costs nft itself. It takes minutes at 10,000 Services, so it is run once per siz
 from __future__ import annotations
 
 import argparse
-import compileall
 import os
 import secrets
 import shutil
@@ -34,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gen_cluster import write  # noqa: E402
-from verify import _timed  # noqa: E402
+from mode_pairs import Row, measure, targets  # noqa: E402
 
 
 def _nft_check(rules: Path) -> float | None:
@@ -56,8 +55,9 @@ def _nft_check(rules: Path) -> float | None:
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=10)
 
 
-def _spread(xs: list[float]) -> str:
-    return f"{min(xs):.2f}/{statistics.median(xs):.2f}/{max(xs):.2f}"
+def _nft_node(out: Path, n: int) -> list[Path]:
+    listing, cluster = write(out, n, 5, mode="nftables")
+    return [listing, cluster]
 
 
 def main() -> int:
@@ -67,56 +67,17 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--nft-baseline", action="store_true", help="also time `nft -c -f` on the rules (slow)")
     a = ap.parse_args()
-    kpdoctor = [sys.executable, "-m", "kpdoctor"]
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    compileall.compile_dir(str(HERE.parent / "src" / "kpdoctor"), quiet=1)
-    rows = []
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="kpd-bench-nft-") as tmp:
         for n in a.sizes:
-            ipt_dir, nft_dir = Path(tmp) / f"ipt{n}", Path(tmp) / f"nft{n}"
-            save, cluster = write(ipt_dir, n, 5)
-            listing, _ = write(nft_dir, n, 5, mode="nftables")
-            times: dict[str, list[float]] = {"iptables": [], "nftables": []}
-            peak = {"iptables": 0, "nftables": 0}
-            for _ in range(a.pairs):
-                for mode, rules in (("iptables", save), ("nftables", listing)):
-                    wall, code, rss = _timed([*kpdoctor, "verify", str(rules), str(cluster)], env)
-                    if code != 0:
-                        raise SystemExit(f"kpdoctor verify: the generated {mode} node is not clean (exit {code})")
-                    times[mode].append(wall)
-                    peak[mode] = max(peak[mode], rss)
-            ratios = [b / t for t, b in zip(times["iptables"], times["nftables"], strict=True)]
+            row = measure("nftables", n, a.pairs, Path(tmp), _nft_node)
+            rows.append(row)
             if a.nft_baseline:
-                check = _nft_check(nft_dir / "ruleset.nft")
+                check = _nft_check(Path(tmp) / f"nftables{n}" / "ruleset.nft")
                 if check is not None:
-                    med = statistics.median(times["nftables"])
+                    med = statistics.median(row.times["nftables"])
                     print(f"N={n:,}: nft -c -f {check:.1f} s; kpdoctor verify (nftables) / nft -c: {med / check:.3f}")
-            rows.append((n, listing.stat().st_size, times, peak, ratios))
-            print(
-                f"N={n:,} ({listing.stat().st_size / 1e6:.0f} MB nft -j): seconds min/median/max "
-                f"iptables {_spread(times['iptables'])}, nftables {_spread(times['nftables'])}; "
-                f"nftables/iptables per pair {_spread(ratios)}; peak RSS iptables {peak['iptables'] / 1024:.0f} MB, "
-                f"nftables {peak['nftables'] / 1024:.0f} MB",
-                flush=True,
-            )
-    failed = []
-    by = {r[0]: r for r in rows}
-    if 10000 in by:
-        r = statistics.median(by[10000][4])
-        print(f"nftables / iptables at N=10,000 (median of {a.pairs} pairs): {r:.2f} (target <= 1.0)")
-        if r > 1.0:
-            failed.append("time vs iptables")
-        mem = by[10000][3]["nftables"] / 1024
-        print(f"peak memory at N=10,000 (nftables): {mem:.0f} MB (< 1024 MB)")
-        if mem >= 1024:
-            failed.append("memory")
-    if 10000 in by and 30000 in by:
-        g = statistics.median(by[30000][2]["nftables"]) / statistics.median(by[10000][2]["nftables"])
-        print(f"nftables time(30,000) / time(10,000): {g:.2f} (linear: <= 3.3)")
-        if g > 3.3:
-            failed.append("growth")
-    if failed:
-        print("missed: " + ", ".join(failed))
+    failed = targets("nftables", rows, a.pairs)
     return 1 if failed and a.check else 0
 
 

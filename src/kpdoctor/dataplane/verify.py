@@ -58,13 +58,14 @@ def _result(case: Case, status: str) -> Result:
     )
 
 
-def affinity_note(rules: int, service: int) -> str:
-    """What differs when the rules' session affinity is not the Service's."""
+def affinity_difference(rules: int, service: int) -> str:
+    """What the node does when the rules' session affinity is not the Service's (a verb phrase:
+    "the node ..." in a result's note, and in findings)."""
     if not service:
-        return f"session affinity: the rules keep each client on one backend for {rules} s, the Service asks for none"
+        return f"keeps each client on one backend for {rules} s although the Service has no session affinity"
     if not rules:
-        return f"session affinity: the Service asks for ClientIP ({service} s), the rules apply none"
-    return f"session affinity: the rules keep each client on one backend for {rules} s, the Service asks {service} s"
+        return f"applies no session affinity although the Service asks for ClientIP ({service} s)"
+    return f"keeps each client on one backend for {rules} s although the Service asks for {service} s"
 
 
 def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
@@ -104,7 +105,7 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
         if first.affinity != asked:
             status, kind = res.status, res.kind = "mismatch", "affinity"
             res.affinity = (first.affinity, asked)
-            notes.insert(0, affinity_note(first.affinity, asked))
+            notes.insert(0, "the node " + affinity_difference(first.affinity, asked))
     if status == "ok" and alt is not None and len(case.alternatives) > 1:
         notes.append(f"matches: {alt.why}")
     if status == "mismatch" and kind in ("backends", "not-refused", "partly-refused"):

@@ -19,7 +19,7 @@ from kpdoctor.checks.dataplane.common import (
 from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
-from kpdoctor.dataplane.verify import affinity_note
+from kpdoctor.dataplane.verify import affinity_difference
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
@@ -132,7 +132,7 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
             parts.append("still forwards it although it has no usable endpoints")
         affinity = next((r.affinity for r in rs if r.affinity is not None), None)
         if affinity is not None:
-            parts.append(affinity_note(*affinity))
+            parts.append(affinity_difference(*affinity))
         summary = f"{label}: the node " + "; ".join(parts) + f" ({classes(rs)})."
         sev = Severity.WARNING if all(r.uneven for r in rs) else Severity.CRITICAL
         f = finding_for(facts, "KP202", label, rs, summary, severity=sev)
