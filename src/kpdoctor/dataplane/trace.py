@@ -32,8 +32,8 @@ from kpdoctor.parse.k8s import K8sObject
 
 STATE_NOTE = (
     "A new connection from a new client is traced: established connections follow their conntrack "
-    "entry, and a client seen before by session affinity (`-m recent`, or an nftables affinity set) returns "
-    "to its earlier backend."
+    "entry, and a client seen before by session affinity (`-m recent`, an nftables affinity set, or an IPVS "
+    "persistent virtual server) returns to its earlier backend."
 )
 _TO = re.compile(r"^\[?(?P<ip>[0-9a-fA-F.:]+?)\]?:(?P<port>\d{1,5})(?:/(?P<proto>tcp|udp|sctp))?$", re.I)
 

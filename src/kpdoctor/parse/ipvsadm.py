@@ -153,8 +153,25 @@ def _options(words: list[str]) -> dict[str, str]:
     return opts
 
 
+# the two shapes kube-proxy's state prints as (read without taking the options apart)
+_SAVED_RS = re.compile(r"^-a -([tu]) (\S+) -r (\S+) -m -w (\d+)$")
+_SAVED_VS = re.compile(r"^-A -([tu]) (\S+) -s ([a-z]+)$")
+
+
 def _saved(s: str, ln: int, out: list[VirtualServer], index: dict[tuple[str, str], VirtualServer]) -> None:
     """One ``ipvsadm -Sn`` line: ``-A`` adds a virtual server, ``-a`` a real server to one."""
+    m = _SAVED_RS.match(s)
+    if m:
+        owner = index.get((_SAVE_SERVICE["-" + m.group(1)], m.group(2)))
+        if owner is not None:
+            owner.reals.append(RealServer(m.group(3), "Masq", int(m.group(4)), None, None, ln, s))
+        return
+    m = _SAVED_VS.match(s)
+    if m:
+        vs = VirtualServer(_SAVE_SERVICE["-" + m.group(1)], m.group(2), m.group(3), "", ln, s)
+        out.append(vs)
+        index.setdefault((vs.protocol, vs.address), vs)
+        return
     words = s.split()
     opts = _options(words[1:])
     service = next(((p, opts[o]) for o, p in _SAVE_SERVICE.items() if opts.get(o)), None)

@@ -44,9 +44,14 @@ class _Owner:
     here: bool  # read from this node's own interfaces (not a Node object)
 
 
-def _ip_addr_outputs(facts: Facts) -> list[Artifact]:
-    """``ip addr`` output, JSON or text (text with addresses is typed with ``ip link``'s)."""
-    return [a for k in IP_ADDR_KINDS for a in facts.of(k)]
+def _bound(facts: Facts) -> list[tuple[Artifact, system.BoundAddress]]:
+    """Every address on an interface in ``ip addr`` output, JSON or text (text with addresses
+    is typed with ``ip link``'s), with the output it is in."""
+    return [(a, b) for k in IP_ADDR_KINDS for a in facts.of(k) for b in system.bound_addresses(a.read_text())[1]]
+
+
+def _cite(art: Artifact, b: system.BoundAddress, prefix: str = "") -> Cite:
+    return Cite(art.name, art.first_line + b.line if b.line >= 0 else None, prefix + b.text)
 
 
 def _ip(value: object) -> Address | None:
@@ -56,7 +61,7 @@ def _ip(value: object) -> Address | None:
         return None
 
 
-def _node_addresses(facts: Facts) -> dict[Address, _Owner]:
+def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]]) -> dict[Address, _Owner]:
     """Every node address the evidence shows: the Node objects' InternalIP/ExternalIP, and the
     addresses on this node's own interfaces (not loopback, not kube-ipvs0)."""
     out: dict[Address, _Owner] = {}
@@ -69,12 +74,9 @@ def _node_addresses(facts: Facts) -> dict[Address, _Owner]:
                     cite = Cite(node.artifact, node.line, f"Node {node.name}: {a.get('type')} {ip}")
                     out.setdefault(ip, _Owner(node.name, cite, False))
     here = facts.node.name if facts.node else "this node"
-    for art in _ip_addr_outputs(facts):
-        _, bound = system.bound_addresses(art.read_text())
-        for b in bound:
-            if b.interface not in NOT_HOST and not b.address.is_loopback and not b.address.is_link_local:
-                line = art.first_line + b.line if b.line >= 0 else None
-                out.setdefault(b.address, _Owner(here, Cite(art.name, line, b.text), True))
+    for art, b in bound:
+        if b.interface not in NOT_HOST and not b.address.is_loopback and not b.address.is_link_local:
+            out.setdefault(b.address, _Owner(here, _cite(art, b), True))
     return out
 
 
@@ -97,27 +99,27 @@ def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, Address, Cite]]
                     yield label, "load-balancer IP", ip, Cite(svc.artifact, svc.line, text)
 
 
-def _ipvs_bound(facts: Facts) -> dict[Address, Cite]:
-    """Addresses kube-proxy's IPVS mode took over on this node: on kube-ipvs0, or in KUBE-IPVS-IPS."""
+def _ipvs_bound(
+    facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]], wanted: dict[Address, _Owner]
+) -> dict[Address, Cite]:
+    """Which of the node addresses ``wanted`` kube-proxy's IPVS mode took over on this node (on
+    kube-ipvs0, or in KUBE-IPVS-IPS)."""
     out: dict[Address, Cite] = {}
-    for art in _ip_addr_outputs(facts):
-        _, bound = system.bound_addresses(art.read_text())
-        for b in bound:
-            if b.interface == IPVS_INTERFACE:
-                line = art.first_line + b.line if b.line >= 0 else None
-                out.setdefault(b.address, Cite(art.name, line, f"{IPVS_INTERFACE}: {b.text}"))
+    for art, b in bound:
+        if b.interface == IPVS_INTERFACE and b.address in wanted:
+            out.setdefault(b.address, _cite(art, b, f"{IPVS_INTERFACE}: "))
     for name in IPVS_ADDRESS_SETS:
         s = facts.ipsets.get(name)
         if s is None:
             continue
-        for key in s.members:
-            ip = _ip(str(key[0])) if key else None
-            if ip is not None:
+        for ip in wanted:
+            if s.family == ip.version and s.holds((int(ip),)):
                 out.setdefault(ip, Cite(s.artifact, s.line, f"{name} holds {ip}"))
     return out
 
 
 def _ipvs(facts: Facts, bound: dict[Address, Cite]) -> bool:
+    """Does kube-proxy run in IPVS mode (or has it bound one of the node's addresses)?"""
     return facts.running_mode.mode == "ipvs" or bool(bound)
 
 
@@ -170,10 +172,11 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         https://github.com/k3s-io/k3s/issues/7183;
         https://github.com/metallb/metallb/issues/1397
     """
-    nodes = _node_addresses(facts)
+    interfaces = _bound(facts)
+    nodes = _node_addresses(facts, interfaces)
     if not nodes:
         return
-    bound = _ipvs_bound(facts)
+    bound = _ipvs_bound(facts, interfaces, nodes)
     ipvs = _ipvs(facts, bound)
     out: list[Finding] = []
     seen: set[Address] = set()

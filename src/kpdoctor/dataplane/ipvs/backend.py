@@ -14,6 +14,7 @@ connection is refused.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -57,8 +58,12 @@ def _weight(r: RealServer) -> int:
     return 1 if r.weight is None else r.weight
 
 
+@functools.lru_cache(maxsize=65536)
 def _backend_text(address: str) -> str:
-    """A real server's ``ip:port`` as kpdoctor names backends (IPv6 in brackets, compressed)."""
+    """A real server's ``ip:port`` as kpdoctor names backends (IPv6 in brackets, compressed);
+    cached: every traffic class of a Service reaches the same real servers."""
+    if "[" not in address and address.count(":") == 1:
+        return address  # ipvsadm -n prints IPv4 as kpdoctor names it: a.b.c.d:port
     hp = split_address(address)
     return endpoint_text(*hp) if hp is not None else address
 
