@@ -28,13 +28,20 @@ _SAVE_SERVICE = {
     "-f": "FWM",
     "--fwmark-service": "FWM",
 }
-_SAVE_FORWARD = {"-m": "Masq", "--masquerading": "Masq", "-g": "Route", "--gatewaying": "Route", "-i": "Tunnel"}
-_SAVE_FORWARD["--ipip"] = "Tunnel"
+_SAVE_FORWARD = {
+    "-m": "Masq",
+    "--masquerading": "Masq",
+    "-g": "Route",
+    "--gatewaying": "Route",
+    "-i": "Tunnel",
+    "--ipip": "Tunnel",
+}
 _VS_START = re.compile(r"^(TCP|UDP|SCTP|FWM)\s+(\S+)(?:\s+(.*))?$")
 _RS_START = re.compile(r"^->\s*(\S+)(?:\s+(.*))?$")
 _HEADER = re.compile(r"^(?:Prot LocalAddress:Port|->\s*RemoteAddress:Port|IP Virtual Server version)")
 # "1234", or --stats/--rate's shortened "1234K"/"12M"/"3G"/"1T"
 _COUNT = re.compile(r"^\d+[KMGT]?$")
+_SCHEDULER = re.compile(r"[a-z]+")
 
 
 @dataclass(slots=True)
@@ -66,7 +73,7 @@ class VirtualServer:
     shown: bool = True  # the listing shows the scheduler and persistence (not --stats/--rate)
 
     @property
-    def takes_new(self) -> list[RealServer]:
+    def live(self) -> list[RealServer]:
         """The real servers new connections go to."""
         return [r for r in self.reals if r.takes_new]
 
@@ -127,7 +134,7 @@ def _listed(raw: str, ln: int, out: list[VirtualServer], columns: str) -> str:
             rest = rest[1:]
         if _counts_only(rest):  # --stats / --rate: counters instead of the scheduler
             out.append(VirtualServer(proto, address, "", "", ln, s, shown=False))
-        elif rest and re.fullmatch(r"[a-z]+", rest[0]):
+        elif rest and _SCHEDULER.fullmatch(rest[0]):
             out.append(VirtualServer(proto, address, rest[0], " ".join(rest[1:]), ln, s, persistent=_flags(rest[1:])))
         return columns
     r = _RS_START.match(s)

@@ -111,6 +111,6 @@ def capped(facts: Facts, code: str, findings: list[Finding], what: str) -> list[
     f.evidence = [c for x in rest[:3] for c in x.evidence[:1]]
     f.fix = rest[0].fix
     f.ongoing = True
-    f.explained_by = list(SYNC_CAUSES)
+    f.explained_by = list(rest[0].explained_by)  # what explains the findings it sums up
     f.occurrences = len(rest)
     return [*findings[: MAX_FINDINGS - 1], f]

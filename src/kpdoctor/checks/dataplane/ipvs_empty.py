@@ -39,7 +39,7 @@ def _empty_without_objects(facts: Facts) -> Iterator[Finding]:
     empty = {
         (vs.protocol, vs.address): (vs, a)
         for vs, a in facts.ipvs_virtual_servers
-        if vs.protocol != "FWM" and not vs.takes_new
+        if vs.protocol != "FWM" and not vs.live
     }
     if not empty:
         return

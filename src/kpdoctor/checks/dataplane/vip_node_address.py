@@ -13,26 +13,24 @@ ports on that address are DNATed for every client, so the node's own service on 
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
+from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.facts import Facts
 from kpdoctor.facts.mode import IPVS_INTERFACE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import k8s, system
 
-MAX_FINDINGS = 5
 IP_ADDR_KINDS = (Kind.IP_ADDR, Kind.IP_LINK)
 # the ipset IPVS mode keeps every kube-ipvs0 address in (KUBE-6-IPVS-IPS for IPv6)
 IPVS_ADDRESS_SETS = ("KUBE-IPVS-IPS", "KUBE-6-IPVS-IPS")
 # interfaces whose addresses are not the node's own (loopback, IPVS mode's dummy interface)
 NOT_HOST = ("lo", IPVS_INTERFACE)
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +52,14 @@ def _cite(art: Artifact, b: system.BoundAddress, prefix: str = "") -> Cite:
     return Cite(art.name, art.first_line + b.line if b.line >= 0 else None, prefix + b.text)
 
 
-def _ip(value: object) -> Address | None:
-    try:
-        return ipaddress.ip_address(str(value).strip()) if isinstance(value, str) else None
-    except ValueError:
-        return None
+def _ip(value: object) -> IPAddress | None:
+    return host_address(value.strip()) if isinstance(value, str) else None
 
 
-def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]]) -> dict[Address, _Owner]:
+def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]]) -> dict[IPAddress, _Owner]:
     """Every node address the evidence shows: the Node objects' InternalIP/ExternalIP, and the
     addresses on this node's own interfaces (not loopback, not kube-ipvs0)."""
-    out: dict[Address, _Owner] = {}
+    out: dict[IPAddress, _Owner] = {}
     for node in facts.objects.of("Node"):
         status = k8s.as_dict(node.body.get("status"))
         for a in k8s.as_list(status.get("addresses")):
@@ -80,7 +75,7 @@ def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddres
     return out
 
 
-def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, Address, Cite]]:
+def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, IPAddress, Cite]]:
     """(Service, which field, address, citation) for every externalIP and load-balancer IP."""
     for svc in facts.objects.of("Service"):
         spec = k8s.as_dict(svc.body.get("spec"))
@@ -100,11 +95,11 @@ def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, Address, Cite]]
 
 
 def _ipvs_bound(
-    facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]], wanted: dict[Address, _Owner]
-) -> dict[Address, Cite]:
+    facts: Facts, bound: list[tuple[Artifact, system.BoundAddress]], wanted: dict[IPAddress, _Owner]
+) -> dict[IPAddress, Cite]:
     """Which of the node addresses ``wanted`` kube-proxy's IPVS mode took over on this node (on
     kube-ipvs0, or in KUBE-IPVS-IPS)."""
-    out: dict[Address, Cite] = {}
+    out: dict[IPAddress, Cite] = {}
     for art, b in bound:
         if b.interface == IPVS_INTERFACE and b.address in wanted:
             out.setdefault(b.address, _cite(art, b, f"{IPVS_INTERFACE}: "))
@@ -118,7 +113,7 @@ def _ipvs_bound(
     return out
 
 
-def _ipvs(facts: Facts, bound: dict[Address, Cite]) -> bool:
+def _ipvs(facts: Facts, bound: dict[IPAddress, Cite]) -> bool:
     """Does kube-proxy run in IPVS mode (or has it bound one of the node's addresses)?"""
     return facts.running_mode.mode == "ipvs" or bool(bound)
 
@@ -179,8 +174,8 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
     bound = _ipvs_bound(facts, interfaces, nodes)
     ipvs = _ipvs(facts, bound)
     out: list[Finding] = []
-    seen: set[Address] = set()
-    pairs: set[tuple[str, Address]] = set()
+    seen: set[IPAddress] = set()
+    pairs: set[tuple[str, IPAddress]] = set()
     for label, field, ip, cite in _service_addresses(facts):
         owner = nodes.get(ip)
         if owner is None or (label, ip) in pairs:
@@ -217,14 +212,4 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
             "it an address no node uses."
         ]
         out.append(f)
-    if len(out) > MAX_FINDINGS:
-        rest = out[MAX_FINDINGS - 1 :]
-        more = start(facts, "KP209", [], confidence=Confidence.HIGH, severity=max(x.severity for x in rest))
-        more.summary = f"{len(rest)} more Service addresses are node addresses: " + ", ".join(
-            str(x.subject.get("service") or x.evidence[0].text) for x in rest[:10]
-        )
-        more.evidence = [x.evidence[0] for x in rest[:3]]
-        more.fix = rest[0].fix
-        more.occurrences = len(rest)
-        out = [*out[: MAX_FINDINGS - 1], more]
-    yield from out
+    yield from capped(facts, "KP209", out, "whose address is a node's")

@@ -48,10 +48,6 @@ class _Server:
     def cite(self) -> Cite:
         return Cite(self.artifact, self.vs.line, self.vs.text)
 
-    def live(self) -> list[RealServer]:
-        """Real servers that take new connections (weight above 0)."""
-        return self.vs.takes_new
-
 
 def _weight(r: RealServer) -> int:
     """A real server's share of new connections (a listing without weights: equal shares)."""
@@ -166,7 +162,7 @@ class IpvsBackend:
             rules[srv.cite] = None
             if srv.vs.shown:
                 persistence.add(srv.vs.persistent)
-            live = srv.live()
+            live = srv.vs.live
             total = sum(_weight(r) for r in live)
             if not live or total <= 0:
                 why = f"IPVS virtual server {srv.vs.address} has no real server taking new connections"
@@ -239,4 +235,3 @@ class IpvsBackend:
                 "`ipvsadm -L` without -n; give `ipvsadm -Ln`"
             )
         return out
-
