@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kpdoctor.checks.registry import explained_by
 from kpdoctor.model import Finding
 
 _ONGOING = {True: 2, None: 1, False: 0}
@@ -20,6 +21,8 @@ def rank(findings: list[Finding]) -> list[Finding]:
     by_cause: dict[str, list[Finding]] = {}
     for f in findings:
         by_cause.setdefault(f.cause, []).append(f)
+        # the graph the root causes declare (CheckSpec.explains), after the finding's own reasons
+        f.explained_by.extend(c for c in explained_by(f.cause) if c not in f.explained_by and c != f.cause)
     top: list[Finding] = []
     for f in findings:
         parent = next(

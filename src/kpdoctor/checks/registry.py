@@ -37,6 +37,9 @@ class CheckSpec:
     # Why the check must not judge this evidence although it is present (the verification it
     # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None.
     abstains: Callable[[Facts], str | None] | None = None
+    # The causes this root cause explains when both are found: their findings are folded under
+    # this one (declared here, on the root cause, and read by ranking through ``explained_by``).
+    explains: tuple[str, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -87,6 +90,7 @@ def check(
     needs_all: Iterable[Kind] = (),
     partial: CheckFunc | None = None,
     abstains: Callable[[Facts], str | None] | None = None,
+    explains: Iterable[str] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -96,10 +100,21 @@ def check(
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
-        CHECKS[code] = CheckSpec(code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial, abstains)
+        CHECKS[code] = CheckSpec(
+            code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial, abstains, tuple(explains)
+        )
         return func
 
     return deco
+
+
+def explained_by(cause: str) -> list[str]:
+    """The root causes whose checks declare that they explain ``cause`` (the causality graph)."""
+    out: list[str] = []
+    for spec in CHECKS.values():
+        if cause in spec.explains and spec.cause not in out:
+            out.append(spec.cause)
+    return out
 
 
 def find(key: str) -> list[CheckSpec]:

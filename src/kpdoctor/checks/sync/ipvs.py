@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
+from kpdoctor.checks.sync.missing_binaries import CONNTRACK_MISSING
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -171,9 +172,6 @@ IPVS_ADD_ENOENT = signature(
 IPVS_SCHEDULER_MISSING = signature(
     "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_[A-Za-z0-9_]+) not found"
 )
-CONNTRACK_MISSING = signature(
-    "conntrack-binary-missing", "path of conntrack", r"path of conntrack: exec: .conntrack.: executable file not found"
-)
 IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
 
 
@@ -218,7 +216,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     missing_mods = (
         [m for m in IPVS_MODULES_BASE if mods is not None and m not in mods] if (requested_ipvs or hits) else []
     )
-    if not hits and not fell_back and not (requested_ipvs and (missing_mods or conntrack)):
+    if not hits and not fell_back and not (requested_ipvs and missing_mods):
         return
     if not requested_ipvs and not hits and running and running[0] == "iptables":
         return

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.panics import Panic, panics
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import FixRow
 
 # A nil-pointer panic in each form it is logged: Go's own crash (`panic: runtime error: ...`) and
@@ -24,14 +24,6 @@ NIL_POINTER = signature(
     r'(panic: |Observed a panic: "?|"Observed a panic" panic=")(runtime error: )?'
     r"invalid memory address or nil pointer dereference",
 )
-# A stack frame in kube-proxy's own code (vendored copies too: k3s, rke2), the function captured:
-# `k8s.io/kubernetes/pkg/proxy/ipvs.(*Proxier).syncService(0xc00e8845a0, ...)`. Kept per function
-# (a variant each), so the frames under the first and last panic of each start-up are at hand.
-KUBE_PROXY_FRAME = signature(
-    "stack-frame-kube-proxy",
-    "k8s.io/kubernetes/",
-    r"k8s\.io/kubernetes/((pkg/proxy|cmd/kube-proxy|pkg/util/ipvs)[A-Za-z0-9_/]*\.[A-Za-z0-9_().*]+)\(",
-)
 # The frames of the 1.18 bug: kube-proxy's IPVS proxier using the IPVS interface that the module
 # probe left uninitialised (k/k#89729: the first sync, in syncService/syncProxyRules), or the probe
 # itself (kernel-module handler, CanUseIPVSProxier, the ipvs util). Not the dual-stack
@@ -40,8 +32,6 @@ IPVS_PROBE_FRAME = re.compile(
     r"^pkg/proxy/ipvs\.(\(\*Proxier\)\.|\(\*linuxKernelHandler\)\.|CanUseIPVSProxier|NewProxier|NewDualStackProxier)"
     r"|^pkg/util/ipvs\."
 )
-FRAME_WINDOW = 40  # lines after a panic in which its stack's first frames are
-TOP_FRAMES = 3
 SLICE_BOUNDS = signature(
     "panic-slice-bounds",
     "slice bounds out of range",
@@ -77,44 +67,10 @@ STARTUP_FIXES = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Panic:
-    """One nil-pointer panic: where, the first kube-proxy frames of its stack, and whether a
-    sync had succeeded in that container before it."""
-
-    hit: Hit
-    frames: tuple[Hit, ...]
-    after_sync: bool
-
-    @property
-    def top(self) -> str | None:
-        return (self.frames[0].groups[0] or None) if self.frames else None
-
-    @property
-    def ipvs_probe(self) -> bool:
-        """The 1.18 IPVS-probe bug's stack: an IPVS-proxier/probe top frame, before any sync
-        (an uninitialised IPVS interface fails the very first sync; one that synced worked)."""
-        top = self.top
-        return top is not None and bool(IPVS_PROBE_FRAME.search(top)) and not self.after_sync
-
-
-def panics(facts: Facts) -> list[Panic]:
-    """Each kept nil-pointer panic with the kube-proxy frames just below it (its stack)."""
-    hits = facts.log.hits(NIL_POINTER.id)
-    frames = facts.log.hits(KUBE_PROXY_FRAME.id)
-    out: list[Panic] = []
-    for i, p in enumerate(hits):
-        nxt = next((q for q in hits[i + 1 :] if q.header_line != p.header_line), None)
-        mine = [
-            fr
-            for fr in frames
-            if fr.order[0] == p.order[0]
-            and fr.order > p.order
-            and 0 < fr.line - p.line <= FRAME_WINDOW
-            and (nxt is None or fr.order < nxt.order)
-        ]
-        out.append(Panic(p, tuple(mine[:TOP_FRAMES]), _sync_before(facts, p)))
-    return out
+def is_ipvs_probe(p: Panic) -> bool:
+    """The 1.18 IPVS-probe bug's stack: an IPVS-proxier/probe top frame, before any sync (an
+    uninitialised IPVS interface fails the very first sync; one that synced worked)."""
+    return p.top is not None and bool(IPVS_PROBE_FRAME.search(p.top)) and not p.after_sync
 
 
 @check(
@@ -149,13 +105,13 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/pull/89823;
         https://github.com/kubernetes/kubernetes/pull/89785
     """
-    found = panics(facts)
+    found = panics(facts, NIL_POINTER.id)
     early = [p for p in found if not p.after_sync]
     if not early:
         return  # a run-time panic is another cause (kube-proxy-panic)
-    probe = [p for p in early if p.ipvs_probe]
+    probe = [p for p in early if is_ipvs_probe(p)]
     unknown = [p for p in early if p.top is None]
-    other = [p for p in early if p.top is not None and not p.ipvs_probe]
+    other = [p for p in early if p.top is not None and not is_ipvs_probe(p)]
     mode = facts.proxy_mode
     ipvs_mode = mode is not None and mode[0] == "ipvs"
     kpv = facts.kube_proxy_version
@@ -241,13 +197,6 @@ def _cite_frames(f: Finding, p: Panic) -> None:
         c = Cite(fr.artifact, fr.line, fr.text)
         if c not in f.evidence:
             f.evidence.append(c)
-
-
-def _sync_before(facts: Facts, hit: Any) -> bool:
-    from kpdoctor.facts.log import SYNC_COMPLETE
-
-    same = [h for h in facts.log.hits(SYNC_COMPLETE.id) if h.order[0] == hit.order[0] and h.order < hit.order]
-    return bool(same)
 
 
 SAVE_PANIC_FIXES = [

@@ -1,0 +1,189 @@
+"""KP123: kube-proxy itself writes a wrong rule (a known bug of its release)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
+from kpdoctor.facts import Facts
+from kpdoctor.facts.log import cite_line
+from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.versions import KubeVersion
+
+# nft aborting on the input it was given: `nft: netlink_linearize.c:804: netlink_gen_expr:
+# Assertion `dreg < ctx->reg_low' failed.` (the function is captured).
+NFT_ASSERTION = signature(
+    "nft-assertion-failed", "Assertion", r"nft: [a-z_]+\.c:[0-9]+: ([a-z_]+): Assertion .* failed", failure=True
+)
+
+
+IIF_OPERAND = re.compile(r"\biif\s*(!=|==)?\s*$")  # `iif != ` before a wildcard: an index match on a prefix
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationBug:
+    """A release's wrong rule: what it wrote, which releases, where it was fixed."""
+
+    name: str
+    what: str
+    releases: str
+    fixed: tuple[str, ...]
+    fix: str
+    reference: str
+
+
+IIF_PREFIX = GenerationBug(
+    "nft-iif-interface-prefix",
+    "with `detectLocalMode: InterfaceNamePrefix` the nftables proxier writes `iif != PREFIX*` (an interface "
+    "index match) where `iifname` is needed, so nft rejects the whole transaction (`Interface does not exist`)",
+    "nftables mode before 1.33.6, 1.34.2 and 1.35.0",
+    ("v1.33.6", "v1.34.2", "v1.35.0"),
+    "Upgrade kube-proxy to 1.33.6, 1.34.2, 1.35.0 or later, or use another detectLocalMode until then.",
+    "https://github.com/kubernetes/kubernetes/pull/134024",
+)
+SCTP_SET_TYPE = GenerationBug(
+    "ipvs-sctp-set-type",
+    "a 1.15 pre-release changed KUBE-NODE-PORT-SCTP and KUBE-NODE-PORT-LOCAL-SCTP from bitmap:port to "
+    "hash:ip,port under the same names; the sets an older kube-proxy left keep their type, so creating them fails",
+    "1.15 pre-releases (k/k#74341), fixed before 1.15.0 by new set names",
+    ("v1.15.0",),
+    "Use kube-proxy 1.15.0 or later (its sets are named KUBE-NODE-PORT-SCTP-HASH), or destroy the old sets "
+    "(`ipset destroy KUBE-NODE-PORT-SCTP`) after stopping kube-proxy.",
+    "https://github.com/kubernetes/kubernetes/issues/77265",
+)
+IPV6_SINGLE_DNAT = GenerationBug(
+    "nft-ipv6-single-endpoint-dnat",
+    "the simplified single-endpoint DNAT rule (k/k#140723) makes nft abort compiling it for IPv6",
+    "1.37 development builds",
+    (),
+    "Use a released kube-proxy, or a development build with the follow-up fix (k/k#140951).",
+    "https://github.com/kubernetes/kubernetes/issues/140951",
+)
+REUSED_POD_IP = GenerationBug(
+    "endpointslice-reused-pod-ip",
+    "when a new Pod gets the IP of a Pod that is terminating but not yet deleted, the EndpointSlice holds that "
+    "address twice and kube-proxy writes no rules for the ready endpoint",
+    "kube-proxy before 1.36.0",
+    ("v1.36.0",),
+    "Upgrade kube-proxy to 1.36.0 or later; until then, deleting the terminating Pod for good restores the rules.",
+    "https://github.com/kubernetes/kubernetes/pull/135593",
+)
+BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP)
+
+
+def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
+    """(address, slice, citation) for an address held by a terminating and a ready endpoint."""
+    out = []
+    for sl in facts.objects.of("EndpointSlice"):
+        states: dict[str, set[str]] = {}
+        for ep in sl.body.get("endpoints") or []:
+            if not isinstance(ep, dict):
+                continue
+            cond = ep.get("conditions")
+            cond = cond if isinstance(cond, dict) else {}
+            state = "terminating" if cond.get("terminating") else ("ready" if cond.get("ready", True) else "other")
+            for addr in ep.get("addresses") or []:
+                states.setdefault(str(addr), set()).add(state)
+        for addr, st in states.items():
+            if {"terminating", "ready"} <= st:
+                out.append((addr, f"{sl.namespace}/{sl.name}", Cite(sl.artifact, sl.line, f"EndpointSlice {sl.name}")))
+    return out
+
+
+@check(
+    "KP123",
+    cause="kube-proxy-rule-generation-bug",
+    title="kube-proxy writes a wrong rule (a known bug of its release)",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
+    explains=(
+        "rule-sync-stale",
+        "ipset-incompatible",
+        "nft-binary-known-bug",
+        "service-rules-missing",
+        "endpoints-out-of-sync",
+    ),
+)
+def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy's own release generates an invalid or wrong rule.
+
+    Symptom: every sync fails on a rule kube-proxy wrote (`/dev/stdin:72:109-112: Error:
+        Interface does not exist` under `iif != azv*`; nft aborting with `netlink_gen_expr:
+        Assertion ... failed` for IPv6; `Failed to make sure ip set: &{{KUBE-NODE-PORT-LOCAL-SCTP
+        hash:ip,port ...` after an upgrade), or a Service silently gets no rules (its
+        EndpointSlice holds one address twice: a terminating Pod and the new Pod that reused
+        its IP).
+    Cause: bugs of kube-proxy releases (table BUGS): the nftables `iif`/`iifname` mix-up for
+        interface-prefix local detection (fixed 1.33.6, 1.34.2, 1.35.0); the 1.15 pre-release
+        SCTP set type change (k/k#77265); the IPv6 single-endpoint DNAT of 1.37 development
+        builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593).
+    How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
+        with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
+        address for a terminating and a ready endpoint; the kube-proxy version when given.
+    Fix: the release that fixed it (each row), or the row's workaround.
+    References: https://github.com/kubernetes/kubernetes/pull/134024;
+        https://github.com/kubernetes/kubernetes/issues/77265; https://github.com/kubernetes/kubernetes/issues/140951;
+        https://github.com/kubernetes/kubernetes/issues/135266
+    """
+    found: list[tuple[GenerationBug, list[Hit], list[Cite], str]] = []
+    iif = [
+        (h, got)
+        for h in facts.log.hits(NFT_RULE_ERROR.id)
+        if (got := failing_part(facts, h)) is not None
+        and got[0] == "Interface does not exist"
+        and IIF_OPERAND.search(got[3])
+        and got[1].endswith("*")
+    ]
+    if iif:
+        found.append((IIF_PREFIX, [h for h, _ in iif], [], f"the refused rule: `{iif[0][1][2]}`"))
+    sctp = [
+        h
+        for h in facts.log.hits(ENSURE_SET_FAILED.id)
+        if h.groups
+        and h.groups[0] in ("KUBE-NODE-PORT-SCTP", "KUBE-NODE-PORT-LOCAL-SCTP")
+        and h.groups[1] != "bitmap:port"
+    ]
+    if sctp:
+        found.append((SCTP_SET_TYPE, sctp, [], f"kube-proxy cannot create {sctp[0].groups[0]} as {sctp[0].groups[1]}"))
+    asserts = [h for h in facts.log.hits(NFT_ASSERTION.id) if "IPv6" in h.record or 'ipFamily="IPv6"' in h.header]
+    if asserts and (facts.proxy_mode is None or facts.proxy_mode[0] == "nftables"):
+        found.append((IPV6_SINGLE_DNAT, asserts, [], "nft aborts on the IPv6 rules kube-proxy gives it"))
+    reused = _reused_ips(facts)
+    if reused:
+        kpv = facts.kube_proxy_version
+        if kpv is None or not kpv.value.at_least(KubeVersion(1, 36, 0)):
+            addr, sl, c = reused[0]
+            found.append((REUSED_POD_IP, [], [c], f"EndpointSlice {sl} holds {addr} for a terminating and a ready Pod"))
+    if not found:
+        return
+    bug, hits, cites, detail = found[0]
+    kpv = facts.kube_proxy_version
+    f = start(facts, "KP123", hits, confidence=Confidence.HIGH if hits else Confidence.MEDIUM)
+    f.summary = f"{detail[0].upper() + detail[1:]}: a kube-proxy bug: {bug.what} ({bug.releases})."
+    f.evidence.extend(c for c in cites if c not in f.evidence)
+    if hits:
+        c = cite_line(hits[0])
+        if c not in f.evidence:
+            f.evidence.append(c)
+    if kpv is not None:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+        f.evidence.append(kpv.cite)
+        fixed_here = [KubeVersion.parse(x) for x in bug.fixed]
+        if any(fx is not None and fx.line == kpv.value.line and kpv.value.at_least(fx) for fx in fixed_here):
+            f.confidence = Confidence.LOW
+            f.summary += f" kube-proxy {kpv.value} already has the fix: look for another cause."
+    elif not hits:
+        f.confidence = Confidence.LOW
+        f.summary += " kube-proxy's version is not in the evidence (send `kube-proxy --version`)."
+    f.fix = [bug.fix]
+    f.fixed_in = list(bug.fixed)
+    if bug.reference not in f.references:
+        f.references.append(bug.reference)
+    yield f
