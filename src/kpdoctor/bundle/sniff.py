@@ -16,7 +16,7 @@ from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import REGISTRY
-from kpdoctor.parse.logwrap import KLOG_HEADER_ANYWHERE
+from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.structured import StructuredError, load_json
 
@@ -39,6 +39,8 @@ _KP_LOG_MARKERS = re.compile(
 )
 # A klog message copied without its header ("proxier.go:1907] Adding new service ..."): the
 # source file and line are still there.
+# kube-proxy logs the payload of a restore that failed after the error: `Rules:` then `*nat`...
+_RESTORE_ECHO = re.compile(r"^Rules:\s*\n\*(nat|filter|mangle|raw)\b", re.M)
 _KLOG_FRAGMENT = re.compile(r"^\s*[\w-]+\.go:\d+\] \S", re.M)
 _PANIC = re.compile(r"^(?:panic: |goroutine \d+ \[)", re.M)
 _LOGRUS = re.compile(r'^time="[^"\n]{8,40}" level=[a-z]+ msg=', re.M)
@@ -147,6 +149,9 @@ def sniff(head: str) -> Typed:
     structured = _sniff_structured(stripped)
     if structured is not None:
         return structured
+    if KLOG_HEADER.match(first) and _RESTORE_ECHO.search(head):
+        # kube-proxy's own failed restore, the payload it echoes after "Rules:": its log
+        return Typed(Kind.KUBE_PROXY_LOG, {})
     if _SAVE_TABLE.search(head):  # a whole dump (its COMMIT may lie past the head of a big one)
         return Typed(Kind.IPTABLES_SAVE, save_attrs(head))
     if _LIST_CHAIN.search(head) and _LIST_HEADER.search(head):

@@ -1,0 +1,162 @@
+"""KP122: the iptables binary in use has a known bug that breaks kube-proxy's (or kubelet's) rules."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.iptables import Rule
+from kpdoctor.versions import IptablesVersion
+
+FIREWALL_COMMENT = "kubernetes firewall for dropping marked packets"
+DUPLICATES = 3  # copies of one rule in one chain that no writer makes on purpose
+CHECK_BROKEN = ((1, 8, 0), (1, 8, 2))  # iptables-nft whose -C never finds the rule it added
+# Distributions whose default iptables is one of them, in nf_tables mode (kb-facts; k/k#82361).
+OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8.2 in nf_tables mode"}
+
+
+def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
+    """(rule, copies, artifact) for a rule repeated DUPLICATES times or more in its chain."""
+    out = []
+    for rs in facts.rulesets:
+        counts: Counter[tuple[str, str, str]] = Counter()
+        first: dict[tuple[str, str, str], Rule] = {}
+        for r in rs.all_rules():
+            key = (r.table, r.chain, " ".join(r.args))
+            counts[key] += 1
+            first.setdefault(key, r)
+        for key, n in counts.most_common(3):
+            if n >= DUPLICATES:
+                out.append((first[key], n, rs.artifact))
+    return out
+
+
+def _unconditional_firewall(facts: Facts) -> list[tuple[Rule, str]]:
+    """kubelet's/kube-proxy's KUBE-FIREWALL drop rule without its mark match: it drops everything."""
+    out = []
+    for rs in facts.rulesets:
+        for r in rs.all_rules():
+            marked = "mark" in r.args or "--mark" in r.args or "mark match" in r.text
+            if r.chain == "KUBE-FIREWALL" and FIREWALL_COMMENT in r.text and "DROP" in r.args and not marked:
+                out.append((r, rs.artifact))
+    return out
+
+
+def _versions(facts: Facts) -> list[tuple[IptablesVersion, Cite]]:
+    """Every iptables version the evidence shows: `--version` of any scope, dump banners."""
+    out = [(v.value, v.cite) for v, _a in facts.iptables_versions("host", "kube-proxy", "other")]
+    for rs in facts.rulesets:
+        if rs.generator:
+            v = IptablesVersion.parse(rs.generator)
+            if v is not None:
+                out.append((v, Cite(rs.artifact, None, rs.generator)))
+    return out
+
+
+def _check_broken(v: IptablesVersion) -> bool:
+    return v.effective_backend == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]
+
+
+@check(
+    "KP122",
+    cause="iptables-known-bug",
+    title="the iptables binary in use has a known bug",
+    severity=Severity.CRITICAL,
+    needs=[Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.IPTABLES_VERSION, Kind.OS_RELEASE],
+    explains=("iptables-drop-rule", "iptables-backend-mismatch"),
+)
+def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
+    """An iptables release with a known bug rewrites or duplicates Kubernetes' rules.
+
+    Symptom: KUBE-FIREWALL holds thousands of copies of `-m comment --comment "kubernetes
+        firewall for dropping marked packets" -m mark --mark 0x8000/0x8000 -j DROP`; or that
+        rule has lost its mark match (`... --comment "kubernetes firewall for dropping marked
+        packets" -j DROP`) and the node drops all traffic.
+    Cause: iptables 1.8.0-1.8.2 in nf_tables mode (Debian 10's 1.8.2-4) cannot `-C` check the
+        rule it has just added, so kubelet and kube-proxy append it again on every sync (fixed
+        in 1.8.3). An older iptables-nft (1.8.7, in kube-proxy/kube-router images of that era)
+        saving and restoring rules that a newer host iptables-nft (1.8.8) wrote loses their
+        mark match, turning the drop rule unconditional.
+    How it is detected: a rule repeated three times or more in one chain of a dump; the
+        KUBE-FIREWALL drop rule without a mark match; iptables versions from `--version`, dump
+        banners, the OS release (Debian 10). A version alone says only that the bug is there.
+    Fix: duplicates: iptables 1.8.3 or later (Debian 10: buster-backports), or switch the node
+        to iptables-legacy. Lost mark: align the image's iptables with the host's (kube-proxy
+        1.29+ images carry Debian 12's), then restore the rule (restart kubelet/kube-proxy).
+    References: https://github.com/kubernetes/kubernetes/issues/82361;
+        https://github.com/kubernetes/kubernetes/issues/112477; https://github.com/cloudnativelabs/kube-router/issues/1370
+    """
+    dups = _duplicated(facts)
+    open_drop = _unconditional_firewall(facts)
+    versions = _versions(facts)
+    broken = [(v, c) for v, c in versions if _check_broken(v)]
+    osr = facts.os_release
+    os_broken = None
+    if osr is not None:
+        d, c = osr
+        note = OS_WITH_BROKEN_CHECK.get((d.get("ID", "").lower(), d.get("VERSION_ID", "").strip('"')))
+        if note and not any(v.effective_backend == "legacy" or v.at_least(1, 8, 3) for v, _c in versions):
+            os_broken = (note, c)
+    if not (dups or open_drop or broken or os_broken):
+        return
+    if open_drop:
+        r, art = open_drop[0]
+        f = start(facts, "KP122", [], confidence=Confidence.MEDIUM)
+        f.evidence.append(Cite(art, r.line, r.text.strip()))
+        f.summary = (
+            "KUBE-FIREWALL's drop rule has lost its mark match: it drops every packet, not only kube-proxy's marked "
+            "ones. An older iptables-nft (a container image's 1.8.7) saved and restored rules a newer host "
+            "iptables-nft (1.8.8) wrote."
+        )
+        nft = sorted({str(v) for v, _c in versions})
+        if len(nft) > 1:
+            f.confidence = Confidence.HIGH
+            f.summary += f" Versions seen: {', '.join(nft)}."
+        f.fix = [
+            "Give every container that saves and restores iptables rules (kube-proxy, kube-router, CNI agents) the "
+            "host's iptables version (kube-proxy 1.29+ images carry Debian 12's), then restart kubelet and "
+            "kube-proxy to restore the rule with its `-m mark --mark 0x8000/0x8000`."
+        ]
+    elif dups or broken:
+        f = start(
+            facts, "KP122", [], confidence=Confidence.HIGH if dups and (broken or os_broken) else Confidence.MEDIUM
+        )
+        if dups:
+            r, n, art = dups[0]
+            f.evidence.append(Cite(art, r.line, r.text.strip()))
+            f.summary = f"{n} copies of one rule in {r.chain}: a writer's `iptables -C` never finds the rule it added."
+            f.severity = Severity.WARNING
+        else:
+            f.summary = "This iptables cannot `-C` check rules in nf_tables mode."
+            f.severity = Severity.WARNING
+        for v, c in broken[:1]:
+            f.evidence.append(c)
+            f.summary += f" {v} is one of iptables-nft 1.8.0-1.8.2, which fail -C and duplicate rules (fixed in 1.8.3)."
+        if os_broken and not broken:
+            f.evidence.append(os_broken[1])
+            f.summary += f" {os_broken[0]}, which fails -C and duplicates rules (fixed in 1.8.3)."
+        f.fix = [
+            "Use iptables 1.8.3 or later (Debian 10: buster-backports), or switch the node to iptables-legacy "
+            "(`update-alternatives --set iptables /usr/sbin/iptables-legacy`) and reboot; then remove the copies."
+        ]
+        f.fixed_in = ["iptables 1.8.3"]
+    else:
+        assert os_broken is not None
+        f = start(facts, "KP122", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+        f.evidence.append(os_broken[1])
+        f.summary = (
+            f"{os_broken[0]}: its `iptables -C` fails for rules it just added, so kubelet and kube-proxy append "
+            "KUBE-FIREWALL's drop rule again on every sync (thousands of copies). Count them: "
+            f"`iptables -S KUBE-FIREWALL | grep -c '{FIREWALL_COMMENT}'`."
+        )
+        f.fix = [
+            "Use iptables 1.8.3 or later (buster-backports) or switch to iptables-legacy "
+            "(`update-alternatives --set iptables /usr/sbin/iptables-legacy`)."
+        ]
+        f.fixed_in = ["iptables 1.8.3"]
+    yield f
