@@ -342,6 +342,10 @@ def save_attrs(text: str) -> dict[str, str]:
     return attrs
 
 
+# `kubectl get --watch -o json` / the API's watch: {"type":"MODIFIED","object":{"kind":...}} per line
+_WATCH_EVENT = re.compile(r'\{\s*"type"\s*:\s*"(ADDED|MODIFIED|DELETED|BOOKMARK)"\s*,\s*"object"\s*:\s*\{')
+
+
 def _sniff_structured(text: str) -> Typed | None:
     """Kubernetes objects and KubeProxyConfiguration, as JSON or YAML."""
     if text.startswith(("{", "[")):
@@ -353,6 +357,8 @@ def _sniff_structured(text: str) -> Typed | None:
                 return Typed(Kind.NFT_RULESET, {})  # nft -j list ruleset of a large node
             if len(text) >= HEAD_BYTES - 4096 and re.search(r'"(kind|apiVersion)"\s*:', text[:65536]):
                 return Typed(Kind.K8S_OBJECTS, {})
+            if _WATCH_EVENT.match(text):
+                return Typed(Kind.K8S_OBJECTS, {})  # a watch stream: one event object per line
             return None  # maybe truncated: the full parse reports it
         return _type_doc(doc)
     if re.search(r"^(apiVersion|kind):\s*\S", text, re.M) and re.search(r"^kind:\s*\S", text, re.M):
@@ -432,4 +438,22 @@ def sniff_command(command: str, text: str) -> Typed | None:
     ``test`` and ``real 0m10.4s`` after ``time docker stop test``; ``cat .../prestop.sh``."""
     if timing.timed_stops(text, command):
         return Typed(Kind.STOP_TIMING, {})
+    m = _KUBECTL_GET_OBJECT.search(command)
+    if m and _OBJECT_YAML.search(text):
+        kind = _RESOURCE_KINDS.get(m.group(1).lower().split(".")[0])
+        if kind is not None:  # its `kind:` line cut off the paste: the command says what it is
+            return Typed(Kind.K8S_OBJECTS, {"kind": kind})
     return sniff_named(command, text)
+
+
+_KUBECTL_GET_OBJECT = re.compile(r"\bkubectl\s+(?:-n\s+\S+\s+)?get\s+([A-Za-z.]+)\b.*-o\s*=?\s*(?:yaml|json)\b")
+_OBJECT_YAML = re.compile(r'^\s*"?apiVersion"?\s*:\s*"?[a-z0-9./]+', re.M)
+_RESOURCE_KINDS = {
+    **dict.fromkeys(("endpointslices", "endpointslice", "eps"), "EndpointSlice"),
+    **dict.fromkeys(("services", "service", "svc"), "Service"),
+    **dict.fromkeys(("endpoints", "ep"), "Endpoints"),
+    **dict.fromkeys(("nodes", "node", "no"), "Node"),
+    **dict.fromkeys(("pods", "pod", "po"), "Pod"),
+    **dict.fromkeys(("daemonsets", "daemonset", "ds"), "DaemonSet"),
+    **dict.fromkeys(("configmaps", "configmap", "cm"), "ConfigMap"),
+}

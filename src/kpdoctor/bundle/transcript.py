@@ -100,7 +100,7 @@ KNOWN_COMMANDS = frozenset(
 MAX_COMMAND = 4096
 
 _PROMPT = re.compile(
-    r"^[ \t]*(?:"
+    r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
     r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
     r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
     r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$

@@ -12,7 +12,7 @@ from kpdoctor.checks.dataplane import (
     service_rules,
     vip_node_address,
 )
-from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets
+from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets, stale_udp
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
@@ -20,6 +20,7 @@ from kpdoctor.checks.sync import (
     cluster_cidr,
     config_checks,
     conntrack_sysctl,
+    endpoints_churn,
     ipset_compat,
     iptables_bugs,
     ipvs,
@@ -53,6 +54,7 @@ __all__ = [
     "conntrack_sysctl",
     "drop_rule",
     "endpoints",
+    "endpoints_churn",
     "find",
     "forwarding",
     "ipset_compat",
@@ -80,6 +82,7 @@ __all__ = [
     "service_rules",
     "shutdown",
     "sockets",
+    "stale_udp",
     "sync_health",
     "vip_node_address",
     "xtables_lock",

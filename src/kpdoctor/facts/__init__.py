@@ -199,7 +199,8 @@ class Facts:
         """Every file's objects, each object once (a bundle's file and a ``kubectl get`` of the
         same cluster overlap); when the Nodes given do not say which is this node, a diagnostic
         tells the user how to say it."""
-        merged = k8s.merge(k8s.parse_objects(a.read_text(), a.name, a.first_line) for a in self.of(Kind.K8S_OBJECTS))
+        merged = k8s.merge(k8s.parse_objects(a.read_text(), a.name, a.first_line, a.attrs.get("kind"))
+            for a in self.of(Kind.K8S_OBJECTS))
         problem = self._pick_node(merged.of("Node"))[2]
         if problem:
             merged.diagnostics.append(Diagnostic(None, problem))

@@ -207,6 +207,9 @@ def _partial_pod(spec: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "Pod", "metadata": metadata, "spec": spec}
 
 
+WATCH_EVENTS = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+
+
 def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped, fragments: dict[int, str] | None = None) -> None:
     if isinstance(doc, list):
         frag = fragment_of(doc) if fragments is not None else None
@@ -220,6 +223,9 @@ def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped, fragments: 
     if not isinstance(doc, dict):
         if doc is not None:
             skipped.not_objects += 1
+        return
+    if doc.get("type") in WATCH_EVENTS and isinstance(doc.get("object"), dict) and "kind" not in doc:
+        _flatten(doc["object"], out, skipped)  # a watch event: the object as it was then
         return
     items = doc.get("items")
     kind = doc.get("kind")
@@ -315,8 +321,12 @@ def _well_formed(body: dict[str, Any], shape: _Shape, where: str, problems: list
                 _well_formed(item, want[0], f"{where}{key}[].", problems)
 
 
-def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
+def parse_objects(text: str, artifact: str, first_line: int = 1, kind: str | None = None) -> Objects:
     """Parse every Kubernetes object in a JSON or YAML text; never raises.
+
+    ``kind``: what the command that printed the text asked for (`kubectl get endpointslices X -o
+    yaml`), given to a top-level object whose `kind` was cut off the paste (kubectl prints keys in
+    alphabetical order: an excerpt often ends before `kind:`).
 
     Each object kpdoctor judges the node by (Service, EndpointSlice, Endpoints, Node) is checked
     for what the API server would have refused, one diagnostic per problem; an identical copy of
@@ -348,6 +358,8 @@ def parse_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
     skipped = _Skipped()
     fragments: dict[int, str] = {}  # id(body) -> what the fragment was (top-level documents only)
     for d in docs:
+        if kind and isinstance(d, dict) and "kind" not in d and "apiVersion" in d:
+            d = {**d, "kind": kind}
         _flatten(d, flat, skipped, fragments)
     lines = _NameLines(text, json_like)
     items: list[K8sObject] = []

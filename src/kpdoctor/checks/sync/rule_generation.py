@@ -93,7 +93,8 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
                 states.setdefault(str(addr), set()).add(state)
         for addr, st in states.items():
             if {"terminating", "ready"} <= st:
-                out.append((addr, f"{sl.namespace}/{sl.name}", Cite(sl.artifact, sl.line, f"EndpointSlice {sl.name}")))
+                name = "/".join(p for p in (sl.namespace, sl.name) if p) or "(its name is not in the paste)"
+                out.append((addr, name, Cite(sl.artifact, sl.line, f"EndpointSlice {name}: {addr} twice")))
     return out
 
 

@@ -1,0 +1,112 @@
+"""KP312: UDP conntrack entries that keep a Service's clients on no backend or a dead one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.conntrack import ConntrackEntry
+
+MAX_SHOWN = 3
+
+
+def _service_backends(facts: Facts) -> dict[str, set[str] | None]:
+    """Each Service ClusterIP -> the addresses of its endpoints (None: its endpoints are not given)."""
+    by_service: dict[str, set[str]] = {}
+    for sl in facts.objects.of("EndpointSlice"):
+        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
+        if not svc:
+            continue
+        addrs = by_service.setdefault(f"{sl.namespace}/{svc}", set())
+        for ep in sl.body.get("endpoints") or []:
+            if isinstance(ep, dict):
+                addrs.update(str(a) for a in ep.get("addresses") or [])
+    out: dict[str, set[str] | None] = {}
+    for s in facts.objects.of("Service"):
+        spec = s.body.get("spec") or {}
+        for ip in [spec.get("clusterIP"), *(spec.get("clusterIPs") or [])]:
+            if ip and ip != "None":
+                out[str(ip)] = by_service.get(f"{s.namespace}/{s.name}")
+    return out
+
+
+def _translated(e: ConntrackEntry) -> bool:
+    return e.reply_src != e.dst
+
+
+@check(
+    "KP312",
+    cause="stale-udp-conntrack",
+    title="UDP conntrack entries hold a Service's clients on no backend or a dead one",
+    severity=Severity.WARNING,
+    needs=[Kind.CONNTRACK_ENTRIES],
+)
+def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
+    """A UDP flow to a Service address keeps a conntrack entry that points nowhere useful.
+
+    Symptom: DNS (or another UDP Service) keeps timing out for some clients after its Pods
+        were replaced or the Service got endpoints again, while other clients work;
+        `conntrack -L -p udp` shows `dst=10.96.0.10 ... dport=53 [UNREPLIED] src=10.96.0.10`
+        (never translated) or a reply source that is no longer an endpoint.
+    Cause: conntrack keeps a UDP flow's translation while packets keep coming (30 s refreshed
+        by each one); kube-proxy must delete the entries when endpoints change. A flow that
+        began while the Service had no endpoints was never DNATed, and an entry whose
+        clean-up failed (no conntrack binary, a missed event) keeps the dead backend.
+    How it is detected: UDP entries whose original destination is a Service address (from the
+        Services given, or proved virtual by another entry that was translated) and whose
+        reply comes from that same address (never DNATed), or from an address that is not one
+        of the Service's endpoints (when the EndpointSlices are given).
+    Fix: delete the entries (`conntrack -D -p udp --orig-dst SERVICE_IP`), then find why
+        kube-proxy did not: its log (conntrack binary missing, netlink errors) and version
+        (k/k#48370 fixed the empty-to-non-empty case in 1.7; k/k#125467 event-based clean-up).
+    References: https://github.com/kubernetes/kubernetes/issues/48370;
+        https://github.com/kubernetes/kubernetes/issues/125467
+    """
+    entries = [(a, e) for a, e in facts.node_state.conntrack_entries if e.proto == "udp"]
+    if not entries:
+        return
+    services = _service_backends(facts)
+    # a destination another flow was DNATed from is virtual for that port (a host port forward is
+    # virtual only for its own port)
+    virtual = {(e.dst, e.dport) for _a, e in entries if _translated(e)}
+    never = [(a, e) for a, e in entries if not _translated(e) and (e.dst in services or (e.dst, e.dport) in virtual)]
+    dead = [
+        (a, e)
+        for a, e in entries
+        if _translated(e) and (eps := services.get(e.dst)) is not None and e.reply_src not in eps
+    ]
+    if not never and not dead:
+        return
+    f = start(facts, "KP312", [], confidence=Confidence.MEDIUM)
+    parts = []
+    if never:
+        a, e = never[0]
+        parts.append(
+            f"{len(never)} UDP flow(s) to Service address {e.dst}:{e.dport} were never translated to a backend "
+            f"(the reply comes from {e.reply_src} itself): they began while the Service had no endpoints and "
+            "stay so while the client keeps sending"
+        )
+        if e.dst in services:
+            f.confidence = Confidence.HIGH
+    if dead:
+        a, e = dead[0]
+        parts.append(
+            f"{len(dead)} UDP flow(s) to {e.dst}:{e.dport} still go to {e.reply_src}, which is not one of the "
+            "Service's endpoints"
+        )
+        f.confidence = Confidence.HIGH
+    f.summary = "; ".join(parts) + "."
+    for a, e in (never + dead)[:MAX_SHOWN]:
+        f.evidence.append(Cite(a.name, e.line, e.text.strip()))
+    if any(e.dport == 53 for _a, e in never + dead):
+        f.severity = Severity.CRITICAL
+        f.summary += " These are DNS flows: those clients cannot resolve names."
+    f.fix = [
+        "Delete them: `conntrack -D -p udp --orig-dst SERVICE_IP` (the client's next packet is translated anew).",
+        "Then find why kube-proxy did not: its log (conntrack binary missing, netlink errors) and its version.",
+    ]
+    yield f

@@ -1,0 +1,72 @@
+"""KP128: Endpoints rewritten every few seconds by leader election, each write a kube-proxy sync."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.registry import check
+from kpdoctor.facts import Facts
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.versions import KubeVersion
+
+LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"
+# From 1.19 kube-proxy reads EndpointSlices, and the mirroring controller skips Endpoints that
+# carry the leader annotation: their renewals no longer reach kube-proxy.
+SLICES_SINCE = KubeVersion(1, 19, 0)
+
+
+@check(
+    "KP128",
+    cause="endpoints-churn",
+    title="Endpoints rewritten every few seconds drive kube-proxy's syncs",
+    severity=Severity.WARNING,
+    needs=[Kind.K8S_OBJECTS],
+    explains=("sync-too-frequent",),
+)
+def endpoints_churn(facts: Facts) -> Iterator[Finding]:
+    """Leader election renews an annotation on Endpoints objects every few seconds.
+
+    Symptom: kube-proxy syncs back to back and burns CPU on a quiet cluster; a watch on
+        Endpoints shows `MODIFIED` for kube-scheduler and kube-controller-manager every two
+        seconds, with only `control-plane.alpha.kubernetes.io/leader`'s renewTime changing.
+    Cause: components that elect their leader through an Endpoints object (the control plane
+        before Leases, and operators that still do) write it on every renewal; kube-proxy
+        before 1.19 watched Endpoints and queued a sync for every change.
+    How it is detected: Endpoints objects carrying the leader annotation (each a write every
+        renewal period); how many such objects or events the evidence holds; kube-proxy's
+        version (1.19+ reads EndpointSlices, which skip those Endpoints).
+    Fix: move those components to Lease-based leader election
+        (`--leader-elect-resource-lock=leases`), or kube-proxy to 1.19+ (EndpointSlices);
+        raise `iptables.minSyncPeriod` to batch syncs meanwhile.
+    References: https://github.com/kubernetes/kubernetes/issues/23812
+    """
+    held = [
+        e
+        for e in facts.objects.of("Endpoints")
+        if LEADER_ANNOTATION in (((e.body.get("metadata") or {}).get("annotations")) or {})
+    ]
+    if not held:
+        return
+    kpv = facts.kube_proxy_version
+    if kpv is not None and kpv.value.at_least(SLICES_SINCE):
+        return  # EndpointSlices: these renewals do not reach kube-proxy
+    names = list(dict.fromkeys(f"{e.namespace}/{e.name}" for e in held))
+    f = start(facts, "KP128", [], confidence=Confidence.MEDIUM)
+    f.summary = (
+        f"{len(names)} Endpoints object(s) ({', '.join(names[:3])}) carry a leader-election annotation that is "
+        "renewed every few seconds: each renewal is an Endpoints update every kube-proxy before 1.19 syncs for."
+    )
+    if len(held) > len(names):
+        f.summary += f" The evidence holds {len(held)} versions of them."
+    for e in held[:3]:
+        f.evidence.append(Cite(e.artifact, e.line, f"Endpoints {e.namespace}/{e.name}: {LEADER_ANNOTATION}"))
+    if kpv is not None:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+        f.evidence.append(kpv.cite)
+    f.fix = [
+        "Move those components to Lease-based leader election (`--leader-elect-resource-lock=leases`), or "
+        "kube-proxy to 1.19+ (EndpointSlices skip these Endpoints); meanwhile raise `iptables.minSyncPeriod`.",
+    ]
+    yield f
