@@ -57,7 +57,7 @@ EXPECTED = {
     "healthy-structured-era-3.log": set(),
     "k3s-combined.log": set(),
     "ipvs-startup-no-panic-89729.log": set(),
-    "ipvs-startup-panic-2.log": set(),  # a run-time panic (k/k#109052), not the start-up one
+    "ipvs-startup-panic-2.log": {"kube-proxy-panic"},  # a run-time panic (k/k#109052), not the start-up one
     "iptables-backend-mismatch.log": {"iptables-backend-mismatch"},
     "iptables-backend-mismatch-2.log": {"iptables-backend-mismatch"},
     "ipvs-graceful-termination.log": {"ipvs-sync-deadlock"},

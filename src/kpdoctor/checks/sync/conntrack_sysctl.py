@@ -44,7 +44,7 @@ def readonly_kernel(release: tuple[int, int, int]) -> bool | None:
     title="kube-proxy cannot write the conntrack limits in its network namespace",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync", "kube-proxy-startup-panic"),
+    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
 )
 def conntrack_sysctl_readonly(facts: Facts) -> Iterator[Finding]:
     """kube-proxy exits at start: the conntrack sysctls are read-only where it runs.

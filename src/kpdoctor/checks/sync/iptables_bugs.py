@@ -21,12 +21,19 @@ OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8
 
 
 def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
-    """(rule, copies, artifact) for a rule repeated DUPLICATES times or more in its chain."""
+    """(rule, copies, artifact) for a Kubernetes rule repeated DUPLICATES times or more in its chain.
+
+    Only dumps that print a rule whole (iptables-save, -S): `iptables -L` prints different rules
+    alike (it hides matches), and other writers' (Docker's) repeats are theirs."""
     out = []
     for rs in facts.rulesets:
+        if rs.form == "L":
+            continue
         counts: Counter[tuple[str, str, str]] = Counter()
         first: dict[tuple[str, str, str], Rule] = {}
         for r in rs.all_rules():
+            if not (r.chain.startswith("KUBE-") or "kubernetes" in r.text):
+                continue
             key = (r.table, r.chain, " ".join(r.args))
             counts[key] += 1
             first.setdefault(key, r)

@@ -18,7 +18,8 @@ from kpdoctor.parse.logscan import signature
 INCOMPATIBLE = signature(
     "iptables-nft-incompatible",
     "is incompatible, use",
-    r"(chain .?([A-Za-z0-9_-]+).? in table .?([a-z]+).?|[Tt]able .([a-z]+).) is incompatible, use .nft. tool",
+    r"(chain [`'\"]?([A-Za-z0-9_-]+)[`'\"]? in table [`'\"]?([a-z]+)[`'\"]?|[Tt]able [`'\"]([a-z]+)[`'\"])"
+    r" is incompatible, use .nft. tool",
     failure=True,
 )
 _SAVE_LINE = re.compile(r"^# Table .([a-z]+). is incompatible, use .nft. tool", re.M)

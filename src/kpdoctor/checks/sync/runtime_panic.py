@@ -24,7 +24,7 @@ class KnownPanic:
 
     name: str
     message: re.Pattern[str]
-    frames: re.Pattern[str] | None  # one of the top kube-proxy frames must match (None: any)
+    frames: re.Pattern[str] | None  # the top kube-proxy frame must match (None: any)
     affected: tuple[str, str]  # first and last affected upstream release
     releases: str  # the affected releases as people name them
     fixed: tuple[str, ...]  # first fixed release per line
@@ -82,7 +82,7 @@ def classify(p: Panic, mode: str | None) -> KnownPanic | None:
     for k in KNOWN_PANICS:
         if not k.message.search(p.message):
             continue
-        if k.frames is not None and not any(k.frames.search(fr) for fr in p.frame_names):
+        if k.frames is not None and (p.top is None or not k.frames.search(p.top)):
             continue
         if k.mode is not None and mode is not None and mode != k.mode:
             continue

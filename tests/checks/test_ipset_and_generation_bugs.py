@@ -1,0 +1,86 @@
+"""KP120 ipset-incompatible and KP123 kube-proxy-rule-generation-bug, from posted lines
+(k/k#65461, k/k#79400, k/k#77265, k/k#134024, k/k#135266)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from conftest import all_findings, none_of, one
+from kpdoctor.model import Confidence, Report
+
+Diagnose = Callable[..., Report]
+
+ENSURE = (
+    "E0625 20:50:00.312569    3828 ipset.go:156] Failed to make sure ip set: &{{KUBE-LOOP-BACK hash:ip,port,ip inet "
+    "1024 65536 0-65535 Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose} map[] "
+    "0xc42073e1d0} exist, error: error creating ipset KUBE-LOOP-BACK, error: exit status 2\n"
+)
+
+
+def test_comment_extension_missing(diagnose: Diagnose) -> None:
+    ipset = "[root@vm ~]# ipset create foo hash:ip comment\nipset v6.29: Unknown argument: `comment'\n"
+    f = one(diagnose({"kube-proxy.log": ENSURE, "ipset.txt": ipset}), "KP120")
+    assert "comment" in f.summary and f.confidence == Confidence.HIGH and "KUBE-LOOP-BACK" in f.summary
+
+
+def test_protocol_names_without_etc_protocols(diagnose: Diagnose) -> None:
+    out = "ipset v6.34: Syntax error: 'tcp' is invalid as number\nSyntax error: cannot parse 'tcp' as a protocol\n"
+    f = one(diagnose({"ipset.txt": out}), "KP120")
+    assert "/etc/protocols" in f.summary
+
+
+def test_reason_unknown_is_medium(diagnose: Diagnose) -> None:
+    f = one(diagnose({"kube-proxy.log": ENSURE}), "KP120")
+    assert f.confidence == Confidence.MEDIUM and "ipset create" in " ".join(f.fix)
+
+
+def test_sctp_set_left_with_the_old_type_is_the_release_bug(diagnose: Diagnose) -> None:
+    log = (
+        "E0430 10:05:53.783443       1 ipset.go:162] Failed to make sure ip set: &{{KUBE-NODE-PORT-LOCAL-SCTP "
+        "hash:ip,port inet 1024 65536 0-65535 Kubernetes nodeport SCTP port with externalTrafficPolicy=local} map[] "
+        "0xc00032e830} exist, error: error creating ipset KUBE-NODE-PORT-LOCAL-SCTP, error: exit status 1\n"
+    )
+    report = diagnose({"kube-proxy.log": log})
+    assert report.findings[0].code == "KP123"
+    assert "KP120" in [f.code for f in report.findings[0].folded]
+
+
+def test_nft_iif_for_an_interface_prefix(diagnose: Diagnose) -> None:
+    log = (
+        'E0911 16:35:49.547707       1 proxier.go:1851] "nftables sync failed" err=<\n'
+        "\t/dev/stdin:72:109-112: Error: Interface does not exist\n"
+        "\tadd rule ip kube-proxy service-2QRHZV4L-default/kubernetes/tcp/https ip daddr 10.0.0.1 tcp dport 443 "
+        "iif != azv* jump mark-for-masquerade\n"
+        "\t                                                                                                         "
+        "   ^^^^\n"
+        " >\n"
+    )
+    f = one(diagnose({"kube-proxy.log": log}), "KP123")
+    assert "iifname" in f.summary and "v1.34.2" in f.fixed_in
+    none_of(diagnose({"kube-proxy.log": log}), "KP116")
+
+
+def test_reused_pod_ip_in_an_endpointslice(diagnose: Diagnose) -> None:
+    pasted = (
+        "**[root@xxx:/k8s]$ kubectl get endpointslices svc-x-v6hns -o yaml \n"
+        "addressType: IPv4\n"
+        "apiVersion: discovery.k8s.io/v1\n"
+        "endpoints:\n"
+        "- addresses:\n"
+        "  - 172.30.4.119\n"
+        "  conditions:\n"
+        "    ready: false\n"
+        "    serving: false\n"
+        "    terminating: true\n"
+        "- addresses:\n"
+        "  - 172.30.4.119\n"
+        "  conditions:\n"
+        "    ready: true\n"
+        "    serving: true\n"
+        "    terminating: false\n"
+    )
+    f = one(diagnose({"endpointslice.yaml": pasted}), "KP123")
+    assert "172.30.4.119" in f.summary and "v1.36.0" in f.fixed_in
+    # with a fixed kube-proxy it is not this bug
+    fixed = diagnose({"endpointslice.yaml": pasted, "version.txt": "Kubernetes v1.36.1\n"})
+    assert not [x for x in all_findings(fixed) if x.code == "KP123"]
