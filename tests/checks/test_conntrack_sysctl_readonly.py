@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
 from conftest import none_of, one
+
 from kpdoctor.model import Confidence, Report
 
 Diagnose = Callable[..., Report]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conftest import all_findings, none_of, one
+
 from kpdoctor.model import Confidence, Report
 
 Diagnose = Callable[..., Report]

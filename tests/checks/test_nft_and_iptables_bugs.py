@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conftest import none_of, one
+
 from kpdoctor.model import Confidence, Report, Severity
 
 Diagnose = Callable[..., Report]
