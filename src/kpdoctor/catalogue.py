@@ -27,6 +27,9 @@ def render() -> str:
         for name in ("Symptom", "Cause", "How it is detected", "Fix", "References"):
             if name in sec:
                 out += ["", f"**{name}.** " + " ".join(sec[name].split())]
+        if s.versions:
+            out += ["", "| component | affected | fixed in | reference |", "|---|---|---|---|"]
+            out += [f"| {r.component} | {r.affected} | {r.fixed or 'none known'} | {r.reference} |" for r in s.versions]
     return "\n".join(out) + "\n"
 
 

@@ -797,6 +797,13 @@ def explain(key: str) -> None:
                 con.print(f"[bold]{name}[/]")
                 for line in sec[name].splitlines():
                     con.print("  " + escape(line))
+        if spec.versions:
+            con.print()
+            con.print("[bold]Versions[/]")
+            for row in spec.versions:
+                fixed = f"fixed in {row.fixed}" if row.fixed else "no fixed release known"
+                row_text = f"{row.component} {row.affected}: {fixed} ({row.reference})"
+                con.print("  " + escape(row_text))
         con.print()
     raise Exit(0)
 

@@ -23,6 +23,17 @@ SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
 
 
 @dataclass(frozen=True, slots=True)
+class VersionRow:
+    """One row of a cause's version table: who is affected, what fixes it, and where that is said.
+    ``fixed`` is "" when no fixed release is known (the row says so, never guesses)."""
+
+    component: str  # "kube-proxy", "kernel", "iptables", "nft", "k3s" ...
+    affected: str
+    fixed: str
+    reference: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckSpec:
     code: str
     cause: str
@@ -40,6 +51,8 @@ class CheckSpec:
     # The causes this root cause explains when both are found: their findings are folded under
     # this one (declared here, on the root cause, and read by ranking through ``explained_by``).
     explains: tuple[str, ...] = ()
+    # The releases the cause affects and the ones that fix it (``kpdoctor explain`` prints them).
+    versions: tuple[VersionRow, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -91,6 +104,7 @@ def check(
     partial: CheckFunc | None = None,
     abstains: Callable[[Facts], str | None] | None = None,
     explains: Iterable[str] = (),
+    versions: Iterable[VersionRow] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -101,7 +115,17 @@ def check(
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
         CHECKS[code] = CheckSpec(
-            code, cause, title, severity, tuple(needs), func, tuple(needs_all), partial, abstains, tuple(explains)
+            code,
+            cause,
+            title,
+            severity,
+            tuple(needs),
+            func,
+            tuple(needs_all),
+            partial,
+            abstains,
+            tuple(explains),
+            tuple(versions),
         )
         return func
 

@@ -315,6 +315,22 @@ class Facts:
             return None
         return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
 
+    @property
+    def node_kernel(self) -> Versioned[KernelVersion] | None:
+        """The node's kernel: ``uname``, else the Node object's ``status.nodeInfo.kernelVersion``
+        (what `kubectl get node -o yaml` shows when nobody ran uname)."""
+        return self.kernel or self.node_info_kernel
+
+    def chain_rule(self, chain: str, family: int) -> Cite | None:
+        """The first rule of ``chain`` in the rules given for one IP family (is the chain there?)."""
+        for rs in self.rulesets:
+            if rs.family != family:
+                continue
+            for r in rs.all_rules():
+                if r.chain == chain:
+                    return Cite(rs.artifact, r.line, r.text.strip())
+        return None
+
     @cached_property
     def node_info_kernel(self) -> Versioned[KernelVersion] | None:
         """The kernel release the Node object reports (the kubelet read it on the node)."""

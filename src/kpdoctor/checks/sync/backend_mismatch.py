@@ -474,7 +474,7 @@ def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
             f"{chain} in ip6tables (it makes its chains for its own node-IP family), else the node's ip6tables "
             f"uses the {_name(other)} backend."
         )
-        v4 = _chain_in_family(facts, chain, 4)
+        v4 = facts.chain_rule(chain, 4)
         if v4 is not None:
             f.evidence.append(v4)
             f.summary += f" The IPv4 rules given do have {chain}."
@@ -488,16 +488,6 @@ def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
             + ": add the host's `iptables --version` to tell which."
         )
     return f
-
-
-def _chain_in_family(facts: Facts, chain: str, family: int) -> Cite | None:
-    for rs in facts.rulesets:
-        if rs.family != family:
-            continue
-        for r in rs.all_rules():
-            if r.chain == chain:
-                return Cite(rs.artifact, r.line, r.text.strip())
-    return None
 
 
 def _table_missing(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
-from kpdoctor.checks.sync.kernel_mark import node_kernel
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
@@ -45,6 +44,21 @@ def readonly_kernel(release: tuple[int, int, int]) -> bool | None:
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    versions=(
+        VersionRow(
+            "kernel",
+            "5.10.35+, 5.12.2+, 5.13 and later (5.11: unknown)",
+            "",
+            "https://github.com/kubernetes-sigs/kind/issues/2240",
+        ),
+        VersionRow("kind", "before 0.11.0", "0.11.0", "https://github.com/kubernetes-sigs/kind/pull/2241"),
+        VersionRow(
+            "k3s",
+            "before the supervisor sets nf_conntrack_max",
+            "k3s#3337 (May 2021 releases)",
+            "https://github.com/k3s-io/k3s/pull/3337",
+        ),
+    ),
 )
 def conntrack_sysctl_readonly(facts: Facts) -> Iterator[Finding]:
     """kube-proxy exits at start: the conntrack sysctls are read-only where it runs.
@@ -78,7 +92,7 @@ def conntrack_sysctl_readonly(facts: Facts) -> Iterator[Finding]:
         f"kube-proxy could not write {what} ({hits[0].groups[2]}) and stopped: the conntrack limits are read-only "
         "in the network namespace it runs in (a node that is a container: kind, minikube, k3d, LXC)."
     )
-    k = node_kernel(facts)
+    k = facts.node_kernel
     if k is not None:
         f.versions_found["kernel"] = str(k.value)
         f.evidence.append(k.cite)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule
@@ -76,6 +76,20 @@ def _check_broken(v: IptablesVersion) -> bool:
     severity=Severity.CRITICAL,
     needs=[Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.IPTABLES_VERSION, Kind.OS_RELEASE],
     explains=("iptables-drop-rule", "iptables-backend-mismatch"),
+    versions=(
+        VersionRow(
+            "iptables",
+            "1.8.0-1.8.2 (nf_tables): -C fails, rules duplicated",
+            "1.8.3",
+            "https://github.com/kubernetes/kubernetes/issues/82361",
+        ),
+        VersionRow(
+            "iptables",
+            "image 1.8.7 with host 1.8.8 (nf_tables): mark match lost",
+            "same version on both sides",
+            "https://github.com/kubernetes/kubernetes/issues/112477",
+        ),
+    ),
 )
 def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
     """An iptables release with a known bug rewrites or duplicates Kubernetes' rules.

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
-from kpdoctor.checks.registry import check
-from kpdoctor.checks.sync.kernel_mark import node_kernel
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
@@ -30,6 +29,14 @@ FAMILY_ATTR_SINCE = (3, 18, 0)  # kernels before this send no address family per
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=("rule-sync-stale", "endpoints-out-of-sync", "ipvs-virtual-server-empty"),
+    versions=(
+        VersionRow(
+            "kube-proxy",
+            "1.18.0-1.18.2 on kernels before 3.18",
+            "1.18.3",
+            "https://github.com/kubernetes/kubernetes/pull/90678",
+        ),
+    ),
 )
 def ipvs_kernel_incompatible(facts: Facts) -> Iterator[Finding]:
     """kube-proxy's IPVS library misreads what an older kernel sends, so endpoints never sync.
@@ -52,7 +59,7 @@ def ipvs_kernel_incompatible(facts: Facts) -> Iterator[Finding]:
         "kube-proxy cannot parse the IPVS destinations the kernel lists (parseIP Error), so it never syncs "
         "real servers: kube-proxy 1.18.0-1.18.2 on kernels older than 3.18."
     )
-    k = node_kernel(facts)
+    k = facts.node_kernel
     if k is not None:
         f.versions_found["kernel"] = str(k.value)
         f.evidence.append(k.cite)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
-from kpdoctor.facts import Facts, Versioned
+from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_VARIANT
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
@@ -84,12 +84,6 @@ def kernel_status(k: KernelVersion) -> tuple[bool | None, str | None]:
     if up in BROKEN_UPSTREAM:
         return True, GOOD_UPSTREAM.get(up[:2])
     return None, GOOD_UPSTREAM.get(up[:2])
-
-
-def node_kernel(facts: Facts) -> Versioned[KernelVersion] | None:
-    """The node's kernel: ``uname``, else the Node object's ``status.nodeInfo.kernelVersion``
-    (what `kubectl get node -o yaml` shows when nobody ran uname)."""
-    return facts.kernel or facts.node_info_kernel
 
 
 # Who ran the failing binary, when its caller says so: kube-proxy's own sync, or another agent's
@@ -195,7 +189,7 @@ def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
     hits = facts.log.hits(*(sig.id for sig in MARK_SIGNATURES))
     if not hits:
         return
-    kernel = node_kernel(facts)
+    kernel = facts.node_kernel
     failed = writers(hits)
     what = next((h for h in hits if h.sig != MARK_REVISION.id), hits[0])
     err = _WHAT[what.sig].format(*(g for g in what.groups if g)) if what.groups else _WHAT[what.sig].format("")

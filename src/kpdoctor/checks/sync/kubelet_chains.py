@@ -9,7 +9,7 @@ from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST, banner, host_backend
 from kpdoctor.facts import Facts
-from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
@@ -17,16 +17,6 @@ from kpdoctor.versions import KubeVersion
 # and the runtime's hostport code (CNI portmap) jump to them.
 KUBELET_CHAINS = frozenset({"KUBE-MARK-DROP", "KUBE-MARK-MASQ", "KUBE-FIREWALL", "KUBE-KUBELET-CANARY"})
 KUBELET_STOPPED = KubeVersion(1, 27, 0)
-
-
-def _in_family(facts: Facts, chain: str, family: int) -> Cite | None:
-    for rs in facts.rulesets:
-        if rs.family != family:
-            continue
-        for r in rs.all_rules():
-            if r.chain == chain:
-                return Cite(rs.artifact, r.line, r.text.strip())
-    return None
 
 
 def _ipv6(h: Hit) -> bool:
@@ -80,7 +70,7 @@ def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
     hostport = [h for h in hits if "hostport" in h.record.lower()]
     v6 = all(_ipv6(h) for h in hits)
     v4 = not any(_ipv6(h) for h in hits)
-    other_family = _in_family(facts, chain, 4 if v6 else 6) if (v6 or v4) else None
+    other_family = facts.chain_rule(chain, 4 if v6 else 6) if (v6 or v4) else None
     if other_family is None and not hostport:
         return  # the same error as a backend mismatch, and nothing tells them apart: KP101 says both
     f = start(facts, "KP121", hits, confidence=Confidence.HIGH)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
@@ -40,6 +40,14 @@ IPTABLES_MISSING = signature(
     severity=Severity.WARNING,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=("stale-udp-conntrack",),
+    versions=(
+        VersionRow(
+            "kube-proxy",
+            "before 1.32 (runs the conntrack binary)",
+            "1.32.0 (netlink)",
+            "https://github.com/kubernetes/kubernetes/pull/126847",
+        ),
+    ),
 )
 def conntrack_binary_missing(facts: Facts) -> Iterator[Finding]:
     """kube-proxy cannot find `conntrack`, so stale UDP entries to removed Pods stay.

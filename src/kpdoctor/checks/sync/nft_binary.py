@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
@@ -29,6 +29,23 @@ NFT_NO_JSON = signature(
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    versions=(
+        VersionRow(
+            "kube-proxy",
+            "nftables mode, image nft older than 1.1.2 with host nft 1.1.3+",
+            "1.33.11, 1.34.7, 1.35.4",
+            "https://github.com/kubernetes/kubernetes/pull/137501",
+        ),
+        VersionRow(
+            "k3s",
+            "1.33.4 and others with k3s-root nft 1.0.8 (no JSON)",
+            "1.34.1, 1.33.5, 1.31.13",
+            "https://github.com/k3s-io/k3s/issues/12852",
+        ),
+        VersionRow(
+            "rke2", "1.33.4+rke2r1 (bundled nft without JSON)", "", "https://github.com/rancher/rke2/issues/8840"
+        ),
+    ),
 )
 def nft_binary_known_bug(facts: Facts) -> Iterator[Finding]:
     """nftables mode fails because the nft binary in use crashes or lacks JSON output.

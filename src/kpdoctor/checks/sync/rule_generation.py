@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line
@@ -43,7 +43,7 @@ IIF_PREFIX = GenerationBug(
     "nft-iif-interface-prefix",
     "with `detectLocalMode: InterfaceNamePrefix` the nftables proxier writes `iif != PREFIX*` (an interface "
     "index match) where `iifname` is needed, so nft rejects the whole transaction (`Interface does not exist`)",
-    "nftables mode before 1.33.6, 1.34.2 and 1.35.0",
+    "nftables mode, before 1.33.6, 1.34.2 and 1.35.0",
     ("v1.33.6", "v1.34.2", "v1.35.0"),
     "Upgrade kube-proxy to 1.33.6, 1.34.2, 1.35.0 or later, or use another detectLocalMode until then.",
     "https://github.com/kubernetes/kubernetes/pull/134024",
@@ -52,7 +52,7 @@ SCTP_SET_TYPE = GenerationBug(
     "ipvs-sctp-set-type",
     "a 1.15 pre-release changed KUBE-NODE-PORT-SCTP and KUBE-NODE-PORT-LOCAL-SCTP from bitmap:port to "
     "hash:ip,port under the same names; the sets an older kube-proxy left keep their type, so creating them fails",
-    "1.15 pre-releases (k/k#74341), fixed before 1.15.0 by new set names",
+    "1.15 pre-releases (k/k#74341)",
     ("v1.15.0",),
     "Use kube-proxy 1.15.0 or later (its sets are named KUBE-NODE-PORT-SCTP-HASH), or destroy the old sets "
     "(`ipset destroy KUBE-NODE-PORT-SCTP`) after stopping kube-proxy.",
@@ -70,7 +70,7 @@ REUSED_POD_IP = GenerationBug(
     "endpointslice-reused-pod-ip",
     "when a new Pod gets the IP of a Pod that is terminating but not yet deleted, the EndpointSlice holds that "
     "address twice and kube-proxy writes no rules for the ready endpoint",
-    "kube-proxy before 1.36.0",
+    "before 1.36.0",
     ("v1.36.0",),
     "Upgrade kube-proxy to 1.36.0 or later; until then, deleting the terminating Pod for good restores the rules.",
     "https://github.com/kubernetes/kubernetes/pull/135593",
@@ -111,6 +111,7 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
         "service-rules-missing",
         "endpoints-out-of-sync",
     ),
+    versions=tuple(VersionRow("kube-proxy", b.releases, ", ".join(b.fixed), b.reference) for b in BUGS),
 )
 def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     """kube-proxy's own release generates an invalid or wrong rule.

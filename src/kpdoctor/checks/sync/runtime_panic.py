@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.panics import IPVS_PROBE_FRAME, restart_info
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import is_other_writer
@@ -106,6 +106,7 @@ def _affected(k: KnownPanic, v: KubeVersion | None) -> bool | None:
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=("kube-proxy-startup-panic", "rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    versions=tuple(VersionRow("kube-proxy", k.releases, ", ".join(k.fixed), k.reference) for k in KNOWN_PANICS),
 )
 def runtime_panic(facts: Facts) -> Iterator[Finding]:
     """kube-proxy panics in a way an upstream bug explains, and restarts or stops syncing.
