@@ -35,7 +35,10 @@ _KP_LOG_MARKERS = re.compile(
     r"FLAG: --(?:proxy-mode|iptables-|ipvs-|masquerade-all|conntrack-|proxy-port-range|nodeport-addresses)|"
     r"servicechangetracker|endpointschangetracker|service_health\.go|"
     # older eras: the ProxyServer, the ipset util of IPVS mode, v0.x "watch channel" messages
-    r"ProxyServer|Unable to create prox(?:i?er)|ipset\.go:\d+\]|Watch(?:Services|Endpoints) channel"
+    r"ProxyServer|Unable to create prox(?:i?er)|ipset\.go:\d+\]|Watch(?:Services|Endpoints) channel|"
+    # pkg/proxy/topology.go; client-go listing what only a proxy watches (kubelet lists Services too)
+    r"topology\.go:\d+\] \"?(?:Skipping topology aware|Ignoring same-zone)|"
+    r"(?:list|watch) \*v1(?:beta1)?\.(?:EndpointSlice|Endpoints)\b"
 )
 # A klog message copied without its header ("proxier.go:1907] Adding new service ..."): the
 # source file and line are still there.

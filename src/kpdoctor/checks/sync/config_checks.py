@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
+from kpdoctor.facts.log import SYNC_MODE, cite_line
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import (
     FLAG_DEFAULTS,
@@ -70,13 +72,15 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         --config is given), compared to upstream defaults for the version found. In a config
         file a zero period (`0s`, as `--write-config-to` style dumps print every unset field) is
         "unset": kube-proxy's defaulting replaces it (30s / 1s), so it is never reported; a
-        flag's `0s` is a value.
+        flag's `0s` is a value. Without settings that explain it, the log's own cadence: full
+        syncs starting closer together than minSyncPeriod (a release that syncs on some events
+        at once, k/k#111219).
     Fix: IPVS: `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (the defaults: event-driven
         with a 30 s safety resync). iptables/nftables: syncPeriod 30s and minSyncPeriod 1s (the
         default since 1.19). Set them where they take effect: in the config file when kube-proxy
         runs with --config.
     References: seed 000; https://github.com/kubernetes/kubernetes/pull/92836;
-        https://github.com/kubernetes/kubernetes/issues/82065
+        https://github.com/kubernetes/kubernetes/issues/82065; https://github.com/kubernetes/kubernetes/issues/111219
     """
     cfg = facts.kp_config
     mode = _mode(facts)
@@ -109,6 +113,7 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
             evidence.append(c)
         severity = Severity.WARNING if problems[0].startswith(section + " syncPeriod") else Severity.INFO
     if not problems:
+        yield from _back_to_back(facts, section, min_s if min_s is not None else default_min_sync(section, cfg.version))
         return
     rec = (
         "Set `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (ipvs.minSyncPeriod: 0s, ipvs.syncPeriod: 30s)."
@@ -126,6 +131,51 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
     f.fix = [rec + f" Change it {where}."]
     if cfg.version:
         f.versions_found["kube-proxy"] = str(cfg.version)
+    yield f
+
+
+_STAMP = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+
+
+def _seconds(stamp: str | None) -> float | None:
+    """A hit's timestamp as seconds (within a year: enough for the gap between two syncs)."""
+    m = _STAMP.match(stamp or "")
+    if m is None:
+        return None
+    mo, d, h, mi, sec = m.groups()
+    return (((int(mo) * 31 + int(d)) * 24 + int(h)) * 60 + int(mi)) * 60 + float(sec)
+
+
+def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Finding]:
+    """Full syncs that start closer together than minSyncPeriod allows: kube-proxy's log says
+    it syncs more often than its settings should let it (minSyncPeriod 0, or a code path that
+    syncs at once instead of queueing, k/k#111219)."""
+    if min_sync <= 0:
+        return
+    starts = [h for h in facts.log.hits(SYNC_MODE.id) if h.groups and h.groups[0] == section]
+    close = []
+    for a, b in itertools.pairwise(starts):
+        ta, tb = _seconds(a.timestamp), _seconds(b.timestamp)
+        if ta is not None and tb is not None and a.artifact == b.artifact and 0 <= tb - ta < min_sync:
+            close.append((a, b, tb - ta))
+    if not close:
+        return
+    a, b, gap = min(close, key=lambda x: x[2])
+    f = start(facts, "KP108", [], confidence=Confidence.MEDIUM, severity=Severity.WARNING)
+    f.summary = (
+        f"kube-proxy starts full {section} syncs {gap * 1000:.0f} ms apart, closer than its minSyncPeriod "
+        f"({min_sync:g}s) allows: every event triggers a whole rewrite (a minSyncPeriod of 0, or a release "
+        "that syncs on some events at once instead of queueing them)."
+    )
+    f.evidence = [cite_line(a), cite_line(b)]
+    kpv = facts.kube_proxy_version
+    if kpv is not None:
+        f.versions_found["kube-proxy"] = str(kpv.value)
+        f.evidence.append(kpv.cite)
+    f.fix = [
+        f"Check {section}.minSyncPeriod (1s by default) where it takes effect; if it is set, upgrade kube-proxy: "
+        "Node events synced at once in releases before k/k#111219's fix."
+    ]
     yield f
 
 
