@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conftest import none_of, one
+
 from kpdoctor.model import Report
 
 Diagnose = Callable[..., Report]
