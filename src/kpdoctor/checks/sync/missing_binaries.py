@@ -26,9 +26,14 @@ NO_CONNTRACK_BINARY_SINCE = KubeVersion(1, 32, 0)  # k/k#126847: stale entries c
 # a configured absolute path that is not there (`fork/exec /usr/sbin/iptables-save: no such file`).
 IPTABLES_MISSING = signature(
     "iptables-binary-missing",
-    "tables",
-    r"exec: .(ip6?tables(-save|-restore)?(-legacy|-nft)?).: executable file not found"
-    r"|fork/exec [^ :]*/(ip6?tables(-save|-restore)?(-legacy|-nft)?): no such file or directory",
+    "executable file not found",  # not "tables": in most of kube-proxy's lines
+    r"exec: .(ip6?tables(-save|-restore)?(-legacy|-nft)?).: executable file not found",
+    failure=True,
+)
+IPTABLES_PATH_MISSING = signature(
+    "iptables-binary-path-missing",
+    "fork/exec",
+    r"fork/exec [^ :]*/(ip6?tables(-save|-restore)?(-legacy|-nft)?): no such file or directory",
     failure=True,
 )
 
@@ -118,10 +123,10 @@ def iptables_binary_missing(facts: Facts) -> Iterator[Finding]:
     References: https://github.com/kubernetes-retired/kubernetes-mesos/issues/249;
         https://github.com/kubernetes-retired/kubernetes-mesos/issues/454
     """
-    hits = facts.log.hits(IPTABLES_MISSING.id)
+    hits = facts.log.hits(IPTABLES_MISSING.id, IPTABLES_PATH_MISSING.id)
     if not hits:
         return
-    names = sorted({g for h in hits for g in (h.groups[0], h.groups[3]) if g})
+    names = sorted({h.groups[0] for h in hits if h.groups and h.groups[0]})
     f = start(facts, "KP119", hits, confidence=Confidence.HIGH)
     f.summary = (
         f"kube-proxy cannot run {', '.join(names) or 'iptables'}: not on its PATH or not installed, so it "
