@@ -136,3 +136,83 @@ def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
             ]
             yield f
             return
+
+
+# Options a rule may carry and still match every packet: its verdict's own and a comment.
+_VERDICT_ONLY = frozenset({"-j", "--jump", "--reject-with", "-m", "comment", "--comment"})
+
+
+def _catch_all(args: tuple[str, ...]) -> bool:
+    """A rule with no match at all: `-A FORWARD -j REJECT --reject-with icmp-host-prohibited`."""
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a not in _VERDICT_ONLY:
+            return False
+        skip = a in ("-j", "--jump", "--reject-with", "-m", "--comment")
+    return True
+
+
+@check(
+    "KP210",
+    cause="iptables-drop-rule",
+    title="A catch-all REJECT or DROP rule ends the FORWARD or INPUT chain",
+    severity=Severity.WARNING,
+    needs=[*RULES, Kind.IPTABLES_LIST],
+)
+def catch_all_reject(facts: Facts) -> Iterator[Finding]:
+    """A rule that rejects or drops every packet sits in the filter FORWARD or INPUT chain.
+
+    Symptom: Services answer only from the node that runs their Pod; Pods on other nodes, the
+        overlay (VXLAN 8472/udp), NodePorts or the API server through the `kubernetes` Service
+        time out or get "host prohibited"; kube-proxy's rules look right.
+    Cause: a host firewall's final rule (`-A FORWARD -j REJECT --reject-with
+        icmp-host-prohibited`, the default of CentOS/RHEL's iptables-services and of firewalld's
+        older direct rules) rejects whatever the rules before it did not accept: forwarded
+        Pod and Service traffic, and overlay or kubelet traffic to the node.
+    How it is detected: a REJECT or DROP rule with no match in FORWARD or INPUT of the filter
+        table (any dump form; a grep'd fragment counts as filter), without the cluster's
+        objects (with them, KP204 evaluates every Service's packets through it instead).
+    Fix: accept the cluster's traffic before it (the Pod and Service CIDRs in FORWARD; 8472/udp,
+        10250/tcp, 6443/tcp and NodePorts 30000-32767 in INPUT), or remove the rule / disable
+        the iptables-services firewall; persist the change where the firewall is configured.
+    References: https://kubernetes.io/docs/reference/networking/ports-and-protocols/
+    """
+    ver = facts.verification
+    if ver is not None and ver.evaluated:
+        return  # KP204 judges the evaluated packets themselves
+    found: list[tuple[str, str, Cite]] = []
+    for rs in facts.rulesets:
+        if rs.family != 4:
+            continue
+        for table in rs.tables.values():
+            if table.name not in ("filter", "unknown"):
+                continue
+            for r in table.rules:
+                if r.chain in ("FORWARD", "INPUT") and r.target in ("REJECT", "DROP") and _catch_all(r.args):
+                    found.append((r.chain, r.target, Cite(rs.artifact, r.line, r.text.strip())))
+    if not found:
+        return
+    chains = list(dict.fromkeys(c for c, _t, _c in found))
+    forward = "FORWARD" in chains
+    f = start(facts, "KP210", [], confidence=Confidence.MEDIUM if forward else Confidence.LOW)
+    f.summary = (
+        f"A rule that {found[0][1].lower()}s every packet ends {' and '.join(chains)}: "
+        + (
+            "forwarded traffic no rule before it accepts (Service traffic DNATed to a Pod on another node, Pod to "
+            "Pod across nodes) is refused"
+            if forward
+            else "traffic to the node itself that no rule before it accepts (the overlay's 8472/udp, kubelet's "
+            "10250, the API server) is refused"
+        )
+        + ". If Services answer only from the node running their Pod, this is why."
+    )
+    f.evidence = [c for _ch, _t, c in found[:3]]
+    f.fix = [
+        "Accept the cluster's traffic before it (Pod and Service CIDRs in FORWARD; 8472/udp, 10250/tcp, 6443/tcp "
+        "and 30000-32767 in INPUT), or remove the rule (CentOS/RHEL: disable the iptables-services firewall); "
+        "persist the change where the firewall is configured."
+    ]
+    yield f
