@@ -11,6 +11,18 @@ from kpdoctor.versions import FixRow, Remedy, remedy
 
 MAX_EVIDENCE_HITS = 3
 
+# What rules that are not kept in sync look like on the data-plane side: the symptoms a cause that
+# stops kube-proxy's syncs explains (each root cause says so with ``explains=``).
+SYNC_SYMPTOMS = (
+    "service-rules-missing",
+    "stale-service-rules",
+    "endpoints-out-of-sync",
+    "ipvs-virtual-server-empty",
+    "local-endpoints-not-recognised",
+)
+# ... and with the sync-failure finding itself, for causes that make kube-proxy's syncs fail.
+RESTORE_SYMPTOMS = ("rule-sync-stale", *SYNC_SYMPTOMS)
+
 
 def start(
     facts: Facts,

@@ -135,7 +135,7 @@ def check(
 def explained_by(cause: str) -> list[str]:
     """The root causes whose checks declare that they explain ``cause`` (the causality graph)."""
     out: list[str] = []
-    for spec in CHECKS.values():
+    for spec in sorted(CHECKS.values(), key=lambda c: c.code):
         if cause in spec.explains and spec.cause not in out:
             out.append(spec.cause)
     return out

@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterable
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.sync.restore_failing import RESTORE_ROOT_CAUSES
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
 from kpdoctor.dataplane.results import Entry, Result
 from kpdoctor.facts import Facts
@@ -16,20 +15,9 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 RULES = [Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM]
 CLUSTER = [Kind.K8S_OBJECTS]
 
+
 # Rules that do not follow the cluster are what a broken sync leaves behind: these causes explain
 # them (ranking folds the verification finding under whichever is present).
-SYNC_CAUSES = [
-    "rule-sync-stale",
-    *RESTORE_ROOT_CAUSES,
-    "apiserver-connection-stale",
-    "iptables-save-parse-panic",
-    "kube-proxy-panic",
-    "multiple-kube-proxy",
-    "node-ip-unresolved",
-    "ipvs-sync-deadlock",
-]
-
-
 def verification_not_evaluated(facts: Facts) -> str | None:
     """Why the checks on the verification abstain: it was not evaluated (the node runs a proxy
     mode kpdoctor does not read, or the mode is not known), so its absence of results is no
@@ -88,7 +76,6 @@ def finding_for(
     if svc is not None:
         f.evidence.append(svc)
     f.ongoing = True
-    f.explained_by = list(SYNC_CAUSES)
     return f
 
 

@@ -69,7 +69,6 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
         summary = f"{label}: {whose}`{what}`{where} drops {part} of the traffic from {classes(rs)}."
         f = finding_for(facts, "KP204", label, rs, summary, severity=Severity.CRITICAL)
         f.evidence = [c for c in dict.fromkeys(rules)][:3] + [c for c in f.evidence if c not in rules][:2]
-        f.explained_by = []
         owner = owners[0] if owners else "the component that owns it"
         f.fix = [f"Allow this traffic in {owner} (the rule `{what}`), or remove that rule."]
         out.append(f)

@@ -78,7 +78,6 @@ def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
             f"{len(local)} endpoint(s) run on {where}: {', '.join(local[:4])}."
         )
         f = finding_for(facts, "KP203", label, rs, summary, severity=Severity.CRITICAL)
-        f.explained_by = ["node-ip-unresolved", "config-overrides-flags", *f.explained_by]
         f.fix = [
             "Make kube-proxy use this Node's exact name (hostnameOverride per node from spec.nodeName) and restart it."
         ]
@@ -121,7 +120,6 @@ def _undecided_note(facts: Facts) -> Finding | None:
     f.subject = {"service": undecided[0], "workload": None}
     if node:
         f.subject["node"] = node.name
-    f.explained_by = ["node-ip-unresolved", "config-overrides-flags"]
     f.fix = [
         "Check with `kubectl get endpointslices -A -o wide` whether an endpoint of these Services has this "
         "node's nodeName; if so, give kube-proxy the Node's exact name (hostnameOverride per node from "

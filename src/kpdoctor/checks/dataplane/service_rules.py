@@ -9,7 +9,6 @@ from kpdoctor.checks.dataplane.common import (
     CLUSTER,
     MAX_CITES,
     RULES,
-    SYNC_CAUSES,
     by_service,
     capped,
     classes,
@@ -142,7 +141,6 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
         f.evidence = s.rules[:MAX_CITES]
         f.fix = ["Restart kube-proxy after fixing its sync (a full sync removes chains no Service owns)."]
         f.ongoing = True
-        f.explained_by = list(SYNC_CAUSES)
         yield f
     if len(stale) > 5:
         rest = stale[5:]
@@ -155,7 +153,6 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
         )
         f.evidence = [s.rules[0] for s in rest[:3] if s.rules]
         f.ongoing = True
-        f.explained_by = list(SYNC_CAUSES)
         yield f
 
 

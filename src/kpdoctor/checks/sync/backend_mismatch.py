@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
@@ -238,6 +238,7 @@ def _name(backend: str) -> str:
     title="kube-proxy and the node use different iptables backends",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE, Kind.IPTABLES_VERSION],
+    explains=RESTORE_SYMPTOMS,
 )
 def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     """kube-proxy writes rules through a different iptables backend than the node.

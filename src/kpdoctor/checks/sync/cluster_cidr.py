@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -32,7 +32,7 @@ CIDR_WRONG_FAMILY = signature(
     title="kube-proxy's cluster CIDR is missing or wrong",
     severity=Severity.WARNING,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing"),
+    explains=RESTORE_SYMPTOMS,
 )
 def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
     """kube-proxy has no usable cluster CIDR, so it writes invalid rules or mis-judges locality.

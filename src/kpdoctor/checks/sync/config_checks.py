@@ -23,6 +23,8 @@ from kpdoctor.parse.kpconfig import (
     parse_duration,
     unset_in_file,
 )
+from kpdoctor.parse.logscan import Hit
+from kpdoctor.parse.logwrap import KLOG_HEADER
 from kpdoctor.versions import KubeVersion
 
 CONFIG_EVIDENCE = [
@@ -137,12 +139,18 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
 _STAMP = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d(?:\.\d+)?)")
 
 
-def _seconds(stamp: str | None) -> float | None:
-    """A hit's timestamp as seconds (within a year: enough for the gap between two syncs)."""
-    m = _STAMP.match(stamp or "")
-    if m is None:
-        return None
-    mo, d, h, mi, sec = m.groups()
+def _seconds(hit: Hit) -> float | None:
+    """When a line was logged, in seconds within a year (enough for the gap between two syncs):
+    kube-proxy's own klog time first, else its wrapper's (a runtime's or journal's timestamp)."""
+    k = KLOG_HEADER.match(hit.header)
+    if k is not None:
+        mo, d, clock = k.group("mm"), k.group("dd"), k.group("time")
+        h, mi, sec = clock.split(":")
+    else:
+        m = _STAMP.match(hit.timestamp or "")
+        if m is None:
+            return None
+        mo, d, h, mi, sec = m.groups()
     return (((int(mo) * 31 + int(d)) * 24 + int(h)) * 60 + int(mi)) * 60 + float(sec)
 
 
@@ -155,7 +163,7 @@ def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Findi
     starts = [h for h in facts.log.hits(SYNC_MODE.id) if h.groups and h.groups[0] == section]
     close = []
     for a, b in itertools.pairwise(starts):
-        ta, tb = _seconds(a.timestamp), _seconds(b.timestamp)
+        ta, tb = _seconds(a), _seconds(b)
         if ta is not None and tb is not None and a.artifact == b.artifact and 0 <= tb - ta < min_sync:
             close.append((a, b, tb - ta))
     if not close:
@@ -305,6 +313,7 @@ def _file_without_flags(facts: Facts) -> Finding | None:
     title="kube-proxy ignores command-line flags because --config is set",
     severity=Severity.WARNING,
     needs=CONFIG_EVIDENCE,
+    explains=("local-endpoints-not-recognised",),
 )
 def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     """kube-proxy was started with --config and other flags; the flags are silently ignored.

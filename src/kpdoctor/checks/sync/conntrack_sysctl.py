@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -43,7 +43,7 @@ def readonly_kernel(release: tuple[int, int, int]) -> bool | None:
     title="kube-proxy cannot write the conntrack limits in its network namespace",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    explains=RESTORE_SYMPTOMS,
     versions=(
         VersionRow(
             "kernel",

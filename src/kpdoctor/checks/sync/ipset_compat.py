@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line
@@ -67,7 +67,7 @@ def _reason(h: Hit) -> tuple[str, str] | None:
     title="ipset cannot create IPVS mode's sets",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    explains=RESTORE_SYMPTOMS,
 )
 def ipset_incompatible(facts: Facts) -> Iterator[Finding]:
     """kube-proxy (IPVS mode) cannot create its ipsets: ipset or ip_set lacks a feature.

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -75,7 +75,7 @@ def _check_broken(v: IptablesVersion) -> bool:
     title="the iptables binary in use has a known bug",
     severity=Severity.CRITICAL,
     needs=[Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.IPTABLES_VERSION, Kind.OS_RELEASE],
-    explains=("iptables-drop-rule", "iptables-backend-mismatch"),
+    explains=("iptables-drop-rule", "iptables-backend-mismatch", *RESTORE_SYMPTOMS),
     versions=(
         VersionRow(
             "iptables",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.missing_binaries import CONNTRACK_MISSING
 from kpdoctor.facts import Facts
@@ -80,6 +80,7 @@ def _service_ips_with_endpoints(facts: Facts) -> set[str]:
     title="kube-proxy's IPVS sync is deadlocked",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPVSADM],
+    explains=RESTORE_SYMPTOMS,
 )
 def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     """kube-proxy (IPVS) stops updating virtual servers: the graceful-termination deadlock.

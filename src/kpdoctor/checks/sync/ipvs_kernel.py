@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -28,7 +28,7 @@ FAMILY_ATTR_SINCE = (3, 18, 0)  # kernels before this send no address family per
     title="kube-proxy cannot read the kernel's IPVS destinations",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "endpoints-out-of-sync", "ipvs-virtual-server-empty"),
+    explains=RESTORE_SYMPTOMS,
     versions=(
         VersionRow(
             "kube-proxy",

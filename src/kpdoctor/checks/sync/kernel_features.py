@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import TABLE_INIT_FAILED, host_backend
 from kpdoctor.facts import Facts
@@ -193,13 +193,7 @@ def missing_parts(facts: Facts) -> list[Missing]:
     title="the kernel lacks a netfilter part kube-proxy needs",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=(
-        "rule-sync-stale",
-        "iptables-backend-mismatch",
-        "service-rules-missing",
-        "endpoints-out-of-sync",
-        "stale-udp-conntrack",
-    ),
+    explains=("iptables-backend-mismatch", "stale-udp-conntrack", *RESTORE_SYMPTOMS),
 )
 def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
     """The node's kernel was built or booted without a netfilter part kube-proxy uses.

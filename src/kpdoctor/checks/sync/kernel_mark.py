@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_VARIANT
@@ -152,6 +152,7 @@ def writers(hits: list[Hit]) -> list[Writer]:
     title="The kernel cannot load the MARK target (netfilter regression)",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
+    explains=RESTORE_SYMPTOMS,
 )
 def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
     """The node's kernel rejects the MARK target (IPv6): a netfilter regression.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST, banner, host_backend
 from kpdoctor.facts import Facts
@@ -29,7 +29,7 @@ def _ipv6(h: Hit) -> bool:
     title="a chain kubelet should create is missing",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("iptables-backend-mismatch", "rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    explains=("iptables-backend-mismatch", *RESTORE_SYMPTOMS),
 )
 def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
     """A restore fails on KUBE-MARK-DROP/KUBE-MARK-MASQ because nothing created it here.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -105,7 +105,7 @@ def conntrack_binary_missing(facts: Facts) -> Iterator[Finding]:
     title="an iptables binary kube-proxy runs is missing",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync", "iptables-restore-no-wait"),
+    explains=("iptables-restore-no-wait", *RESTORE_SYMPTOMS),
 )
 def iptables_binary_missing(facts: Facts) -> Iterator[Finding]:
     """kube-proxy cannot find iptables, ip6tables, or their -save/-restore tools.

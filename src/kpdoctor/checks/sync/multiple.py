@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -29,6 +29,7 @@ SHIM = ("containerd-shim", "containerd-shim-runc-v2", "docker-containerd-shim", 
     title="More than one kube-proxy runs on this node",
     severity=Severity.WARNING,
     needs=[Kind.PROCESSES, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.KUBECTL_PODS],
+    explains=SYNC_SYMPTOMS,
 )
 def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     """Two kube-proxies program the node; the one that wins is not the one the DaemonSet manages.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -28,7 +28,7 @@ NFT_NO_JSON = signature(
     title="the nft binary kube-proxy runs has a known bug",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    explains=RESTORE_SYMPTOMS,
     versions=(
         VersionRow(
             "kube-proxy",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import is_other_writer
@@ -31,7 +31,7 @@ _SAVE_LINE = re.compile(r"^# Table .([a-z]+). is incompatible, use .nft. tool", 
     title="iptables-nft cannot read rules written with nft into its tables",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE],
-    explains=("rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync", "iptables-backend-mismatch"),
+    explains=("iptables-backend-mismatch", *RESTORE_SYMPTOMS),
 )
 def nft_rules_incompatible(facts: Facts) -> Iterator[Finding]:
     """Native nft rules in the tables iptables-nft owns break every iptables call on them.

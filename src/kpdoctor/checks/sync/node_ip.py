@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -161,6 +161,7 @@ def corroborated(facts: Facts) -> bool:
         Kind.KUBE_PROXY_CONFIG,
         Kind.PROCESSES,
     ],
+    explains=SYNC_SYMPTOMS,
 )
 def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
     """kube-proxy did not find its Node, used 127.0.0.1, and now treats local Pods as remote.

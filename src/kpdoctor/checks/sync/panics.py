@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.panics import Panic, panics
@@ -216,6 +216,7 @@ SAVE_PANIC_FIXES = [
     title="kube-proxy panics parsing iptables-save output",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE],
+    explains=SYNC_SYMPTOMS,
 )
 def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     """kube-proxy panics again and again while parsing iptables-save output.

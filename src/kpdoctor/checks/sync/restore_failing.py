@@ -5,28 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_FAILED, SYNC_FAILED
 from kpdoctor.model import Confidence, Finding, Severity
 
+
 # Root causes that make iptables-restore fail; when one is found this symptom folds under it.
-RESTORE_ROOT_CAUSES = [
-    "kernel-mark-target-regression",
-    "iptables-backend-mismatch",
-    "xtables-lock-not-shared",
-    "iptables-restore-no-wait",
-    "xtables-lock-held-too-long",
-]
-
-
 @check(
     "KP100",
     cause="rule-sync-stale",
     title="kube-proxy's rule sync is failing",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
+    explains=SYNC_SYMPTOMS,
 )
 def restore_failing(facts: Facts) -> Iterator[Finding]:
     """kube-proxy cannot apply its rules: every sync ends in a failed iptables-restore.
@@ -72,5 +65,4 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
         f.summary += f" The log has no sync outcome lines (kube-proxy logs them at --v={level})."
     if f.ongoing is False:
         f.severity = Severity.WARNING if (f.occurrences or 0) > 3 else Severity.INFO
-    f.explained_by = list(RESTORE_ROOT_CAUSES)
     yield f

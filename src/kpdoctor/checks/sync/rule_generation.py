@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
@@ -104,13 +104,7 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
     title="kube-proxy writes a wrong rule (a known bug of its release)",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
-    explains=(
-        "rule-sync-stale",
-        "ipset-incompatible",
-        "nft-binary-known-bug",
-        "service-rules-missing",
-        "endpoints-out-of-sync",
-    ),
+    explains=("ipset-incompatible", "nft-binary-known-bug", *RESTORE_SYMPTOMS),
     versions=tuple(VersionRow("kube-proxy", b.releases, ", ".join(b.fixed), b.reference) for b in BUGS),
 )
 def rule_generation_bug(facts: Facts) -> Iterator[Finding]:

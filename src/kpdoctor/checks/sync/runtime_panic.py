@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.panics import IPVS_PROBE_FRAME, restart_info
 from kpdoctor.facts import Facts
@@ -105,7 +105,7 @@ def _affected(k: KnownPanic, v: KubeVersion | None) -> bool | None:
     title="kube-proxy crashes with a known panic",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=("kube-proxy-startup-panic", "rule-sync-stale", "service-rules-missing", "endpoints-out-of-sync"),
+    explains=("kube-proxy-startup-panic", *RESTORE_SYMPTOMS),
     versions=tuple(VersionRow("kube-proxy", k.releases, ", ".join(k.fixed), k.reference) for k in KNOWN_PANICS),
 )
 def runtime_panic(facts: Facts) -> Iterator[Finding]:

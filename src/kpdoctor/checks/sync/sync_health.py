@@ -6,9 +6,8 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.checks.registry import check
-from kpdoctor.checks.sync.restore_failing import RESTORE_ROOT_CAUSES
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.health import parse_healthz, parse_metrics
@@ -45,6 +44,7 @@ def _ago(seconds: float) -> str:
     title="kube-proxy has not synced its rules for too long",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_HEALTHZ, Kind.KUBE_PROXY_METRICS],
+    explains=SYNC_SYMPTOMS,
 )
 def sync_health(facts: Facts) -> Iterator[Finding]:
     """kube-proxy's own health endpoint and metrics say its last successful sync is old.
@@ -108,7 +108,7 @@ def sync_health(facts: Facts) -> Iterator[Finding]:
         f.summary += f" iptables-restore has failed {failures:g} time(s) since kube-proxy started."
     f.evidence = evidence[:5]
     f.ongoing = True
-    f.explained_by = [*RESTORE_ROOT_CAUSES, "apiserver-connection-stale", "ipvs-sync-deadlock", "rule-sync-stale"]
+    f.explained_by = ["rule-sync-stale"]  # the log's sync-failure finding, when there is one
     f.fix = [
         "Fix the sync failure kube-proxy logs (known causes are reported with this finding), restart "
         "kube-proxy if it is wedged, and confirm kubeproxy_sync_proxy_rules_last_timestamp_seconds advances."

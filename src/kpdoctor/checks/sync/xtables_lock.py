@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.facts.log import RESTORE_VARIANT, cite_line, iptables_call, is_other_writer, restore_binary
@@ -167,6 +167,7 @@ def node_backend(facts: Facts) -> tuple[str | None, Cite | None]:
     title="An iptables writer does not share the host's xtables lock",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
+    explains=RESTORE_SYMPTOMS,
 )
 def lock_not_shared(facts: Facts) -> Iterator[Finding]:
     """A Pod that runs iptables does not lock the host's /run/xtables.lock.
@@ -324,6 +325,7 @@ NO_WAIT_FIXES = [
     title="iptables-restore cannot wait for the xtables lock",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_VERSION],
+    explains=RESTORE_SYMPTOMS,
 )
 def restore_no_wait(facts: Facts) -> Iterator[Finding]:
     """The iptables-restore in use has no working --wait, so any contention fails the sync.
@@ -561,6 +563,7 @@ def kube_router_version(facts: Facts) -> tuple[KubeVersion, Cite] | None:
     title="Another component holds the xtables lock too long",
     severity=Severity.WARNING,
     needs=[Kind.KUBE_PROXY_LOG, Kind.LOCKS],
+    explains=RESTORE_SYMPTOMS,
 )
 def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
     """Another process holds the xtables lock longer than kube-proxy waits (5 s).
