@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import none_of, one
 
-from kpdoctor.checks.sync import backend_mismatch as bm
+from kpdoctor.facts import backend as bm
 from kpdoctor.checks.sync import kernel_mark as km
 from kpdoctor.checks.sync import panics
 from kpdoctor.diagnose import diagnose_paths

@@ -4,7 +4,6 @@ Importing this package registers every check (and every log signature they use).
 """
 
 from kpdoctor.checks.dataplane import (
-    backend_split,
     drop_rule,
     endpoints,
     ipvs_empty,
@@ -47,7 +46,6 @@ __all__ = [
     "CheckSpec",
     "apiserver_stale",
     "backend_mismatch",
-    "backend_split",
     "cluster_cidr",
     "config_checks",
     "conntrack",

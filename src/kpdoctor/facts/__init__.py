@@ -33,7 +33,9 @@ from kpdoctor.dataplane.verify import (
     run_verification,
     unevaluated,
 )
+from kpdoctor.facts import backend
 from kpdoctor.facts import mode as modefacts
+from kpdoctor.facts.backend import HostBackend
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
@@ -314,6 +316,11 @@ class Facts:
         if not value:
             return None
         return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
+
+    @cached_property
+    def host_backend(self) -> HostBackend | None:
+        """The iptables backend the node's own iptables (kubelet's) uses, and how that is known."""
+        return backend.host_backend(self)
 
     @property
     def node_kernel(self) -> Versioned[KernelVersion] | None:

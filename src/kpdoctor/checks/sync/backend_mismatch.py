@@ -1,19 +1,20 @@
-"""KP101: kube-proxy and the node use different iptables backends (legacy vs nf_tables)."""
+"""KP101 and KP205: kube-proxy and the node use different iptables backends (legacy vs nf_tables):
+the failures it causes in kube-proxy's log (KP101), and Service rules live in both backends (KP205)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
+from kpdoctor.facts.backend import HostBackend, banner
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
-from kpdoctor.versions import FixRow, IptablesVersion, KernelVersion
+from kpdoctor.versions import FixRow, IptablesVersion
 
 CANNOT_LOAD_TARGET = signature(
     "restore-cannot-load-kube-target",
@@ -75,53 +76,6 @@ FIXES = [
         note="the image detects the backend; a wrong pick comes from rules other components left in the other backend",
     ),
 ]
-# OSes whose iptables defaults to nf_tables, where old legacy-only images break. (The seed names
-# Ubuntu 20.04 too, but its iptables 1.8.4 points every ip*tables link at xtables-legacy-multi:
-# canonical/snapd#8544; Ubuntu switched to nf_tables by default later, 22.04 is nft.)
-NFT_DEFAULT_OS = re.compile(
-    r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[2-9])\.|debian.*\b(1[0-9])\b|fedora",
-    re.I,
-)
-# The backend a node's own iptables (and so kubelet's) uses, from its OS release when nobody ran
-# `iptables --version` there: what each distribution ships. First match wins.
-_RHEL_LIKE = r"\b(centos|red hat enterprise linux|rhel|rocky|almalinux|oracle linux)\b\D{0,40}?"
-OS_BACKENDS: list[tuple[re.Pattern[str], str, str]] = [
-    (
-        re.compile(r"red hat enterprise linux coreos|\brhcos\b", re.I),
-        "nft",
-        "RHEL CoreOS is RHEL 8+: iptables-nft only",
-    ),
-    (re.compile(_RHEL_LIKE + r"\b[4-7](\.\d+)*\b", re.I), "legacy", "RHEL/CentOS 7 ships iptables 1.4.21, legacy only"),
-    (re.compile(_RHEL_LIKE + r"\b([89]|1\d)(\.\d+)*\b", re.I), "nft", "RHEL 8 and later ship only iptables-nft"),
-    (
-        re.compile(r"\bubuntu\b\D{0,20}?\b(1[0-8])\.", re.I),
-        "legacy",
-        "Ubuntu 18.04 and older ship iptables 1.6, legacy only",
-    ),
-    (
-        re.compile(r"\bubuntu\b\D{0,20}?\b(19|20)\.", re.I),
-        "legacy",
-        "Ubuntu 20.04's iptables 1.8.4 uses the legacy backend by default",
-    ),
-    (re.compile(r"\bdebian\b\D{0,40}?\b[5-9]\b", re.I), "legacy", "Debian 9 and older ship iptables 1.6, legacy only"),
-    (
-        re.compile(r"\bamazon linux 2023\b|\bamzn\b\D{0,5}2023\b", re.I),
-        "nft",
-        "Amazon Linux 2023's iptables is iptables-nft",
-    ),
-    (
-        re.compile(r"\bamazon linux 2\b|\bamzn\b\D{0,5}2\b", re.I),
-        "legacy",
-        "Amazon Linux 2's iptables uses the legacy backend",
-    ),
-    # iptables 1.8 (the first with nf_tables) came with Fedora 29: older releases are legacy-only.
-    (
-        re.compile(r"\bfedora\b\D{0,30}?\b([1-9]|1\d|2[0-8])\b", re.I),
-        "legacy",
-        "Fedora 28 and older ship iptables 1.6 or older, legacy only",
-    ),
-    (NFT_DEFAULT_OS, "nft", "it defaults to the nf_tables backend"),
-]
 # Chains kube-proxy declares in its own restore payload (`:KUBE-MARK-MASQ - [0:0]`: see the
 # upstream expectations in tests/data/upstream), so its own sync never misses them: a restore that
 # cannot find one is another writer's (a CNI portmap or the runtime's hostport code) that expects
@@ -129,101 +83,6 @@ OS_BACKENDS: list[tuple[re.Pattern[str], str, str]] = [
 KUBE_PROXY_OWN_CHAINS = frozenset(
     {"KUBE-MARK-MASQ", "KUBE-POSTROUTING", "KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"}
 )
-NFT_SINCE_KERNEL = (3, 13, 0)  # nf_tables was merged in Linux 3.13: older kernels are legacy-only
-
-
-@dataclass(frozen=True, slots=True)
-class HostBackend:
-    """The backend the node's own iptables (kubelet's) uses, and how that is known: from its
-    `iptables --version` (``version``), or inferred from its OS or kernel release."""
-
-    backends: frozenset[str]  # one, or both when host-side versions of both backends were given
-    source: str  # "version" | "OS release" | "kernel release"
-    text: str  # "iptables v1.8.4 (nf_tables)" or "CentOS Linux 7 (Core): RHEL/CentOS 7 ships ..."
-    cites: tuple[Cite, ...]
-
-    def says(self, backend: str) -> bool | None:
-        """Does the node use ``backend``? None when the evidence holds both."""
-        if len(self.backends) > 1:
-            return None if backend in self.backends else False
-        return backend in self.backends
-
-    @property
-    def confidence(self) -> Confidence:
-        return Confidence.HIGH if self.source == "version" and len(self.backends) == 1 else Confidence.MEDIUM
-
-    @property
-    def inferred(self) -> bool:
-        return self.source != "version"
-
-    def describe(self) -> str:
-        if len(self.backends) > 1:
-            return f"host-side iptables of both backends were given ({self.text}: several nodes, or both installed)"
-        if self.inferred:
-            return f"inferred from the {self.source}: {self.text}"
-        return self.text
-
-
-def os_backend(text: str) -> tuple[str, str] | None:
-    """(backend, why) for an OS release text (PRETTY_NAME, ID, VERSION_ID or a Node's osImage)."""
-    for rx, backend, why in OS_BACKENDS:
-        if rx.search(text):
-            return backend, why
-    return None
-
-
-def kernel_backend(k: KernelVersion) -> tuple[str, str] | None:
-    """(backend, why) from a kernel release whose distribution fixes the host's iptables."""
-    major = int((k.distro_version or "0").split(".")[0] or 0)
-    if k.distro == "rhel" and major:
-        if major <= 7:
-            return "legacy", f"a RHEL/CentOS {major} kernel: that OS ships iptables 1.4.21, legacy only"
-        return "nft", f"a RHEL {major} kernel: RHEL 8 and later ship only iptables-nft"
-    if k.distro == "amazon" and k.distro_version == "2023":
-        return "nft", "an Amazon Linux 2023 kernel: its iptables is iptables-nft"
-    if k.distro == "amazon" and k.distro_version == "2":
-        return "legacy", "an Amazon Linux 2 kernel: its iptables uses the legacy backend"
-    if k.base < NFT_SINCE_KERNEL:
-        return "legacy", "a kernel older than 3.13, which has no nf_tables"
-    return None
-
-
-def host_backend(facts: Facts) -> HostBackend | None:
-    """The node's backend: its `iptables --version` (every host-side one given), else inferred
-    from /etc/os-release, the Node's osImage, `uname -r` or the Node's kernelVersion."""
-    hosts = [(v, a) for v, a in facts.iptables_versions("host") if v.value.effective_backend]
-    if hosts:
-        backends = frozenset(str(v.value.effective_backend) for v, _ in hosts)
-        text = ", ".join(dict.fromkeys(str(v.value) for v, _ in hosts))
-        return HostBackend(backends, "version", text, tuple(v.cite for v, _ in hosts))
-    osr = facts.os_release
-    if osr:
-        d, c = osr
-        text = " ".join(d.get(k, "") for k in ("PRETTY_NAME", "ID", "VERSION_ID"))
-        hit = os_backend(text)
-        if hit:
-            return HostBackend(
-                frozenset([hit[0]]), "OS release", f"{d.get('PRETTY_NAME') or text.strip()}: {hit[1]}", (c,)
-            )
-    image = facts.node_info("osImage")
-    if image is not None and (hit := os_backend(image[0])):
-        return HostBackend(frozenset([hit[0]]), "OS release", f"{image[0]}: {hit[1]}", (image[1],))
-    kernels = [k for k in (facts.kernel, facts.node_info_kernel) if k is not None]
-    for k in kernels:
-        hit = kernel_backend(k.value)
-        if hit:
-            return HostBackend(frozenset([hit[0]]), "kernel release", f"{k.value} is {hit[1]}", (k.cite,))
-    return None
-
-
-def banner(hit: Hit) -> IptablesVersion | None:
-    """The iptables binary that failed, from the banner in its error (``iptables-restore v1.8.4
-    (legacy)``, ``ip6tables-restore v1.6.0``, ``iptables v1.6.0``)."""
-    rec = hit.record or hit.text
-    found = IptablesVersion.banners(rec)
-    return found[0] if found else None
-
-
 def _other(backend: str) -> str:
     return "nf_tables" if backend == "legacy" else "legacy"
 
@@ -286,7 +145,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     table_init = [h for h in facts.log.hits(TABLE_INIT_FAILED.id) if _legacy(banner(h))]
     busy = facts.log.hits(CHAIN_BUSY.id)
     failed = facts.log.hits(RESTORE_FAILED.id)
-    host = host_backend(facts)
+    host = facts.host_backend
     image = facts.iptables_version("kube-proxy")
     split, split_cites = _split(facts)
 
@@ -677,3 +536,59 @@ def _one_side_known(facts: Facts, host: HostBackend | None, image: Versioned[Ipt
     if kpv is not None:
         f.evidence.append(kpv.cite)
     return f
+
+
+@check(
+    "KP205",
+    cause="iptables-backend-mismatch",
+    title="Service rules exist in both iptables backends",
+    severity=Severity.CRITICAL,
+    needs=RULES,
+    abstains=verification_not_evaluated,
+    needs_all=CLUSTER,
+)
+def backend_split(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy's rules are in the legacy and the nf_tables backend at once.
+
+    Symptom: `iptables-legacy-save` and `iptables-nft-save` both list KUBE-SERVICES; Services
+        behave differently from what either listing suggests; `iptables-nft-save` warns
+        "iptables-legacy tables present".
+    Cause: the kernel runs both backends' tables. When kube-proxy (or an earlier kube-proxy
+        image) wrote its rules with one backend and the current one writes with the other, the
+        old set stays live and is never updated: packets can be DNATed by stale rules first.
+    How it is detected: both backends' dumps hold DNAT rules; every Service port is evaluated
+        through each backend separately and the outcomes are compared; this finding names the
+        Service ports they disagree on (the split itself, and identical sets, are KP101's).
+    Fix: find which backend the running kube-proxy uses (`kube-proxy` logs, or `iptables
+        --version` inside its container), then remove the other backend's KUBE-* rules (for
+        example `iptables-legacy-save | grep -v KUBE- | iptables-legacy-restore`, during a
+        maintenance window) and make every component use the node's backend (iptables-wrappers).
+    References: seed 000; https://github.com/kubernetes/kubernetes/issues/71305;
+        https://github.com/kubernetes-sigs/iptables-wrappers
+    """
+    ver = facts.verification
+    if ver is None or not ver.split:
+        return
+    split = [r for r in ver.results if r.kind == "split"]
+    for fam, artifacts in sorted(ver.split.items()):
+        mine = [r for r in split if r.family == fam]
+        if not mine:
+            continue  # identical sets: KP101 reports the split itself
+        labels = sorted({r.label for r in mine})
+        summary = (
+            f"IPv{fam} Service rules are in both iptables backends and they disagree for "
+            f"{len(labels)} Service port(s): {', '.join(labels[:5])}. First: {mine[0].note.split(';')[0]} "
+            f"({classes(mine[:1])})."
+        )
+        f = start(facts, "KP205", [], confidence=Confidence.HIGH, summary=summary, severity=Severity.CRITICAL)
+        f.evidence = [Cite(a, None, "holds Service DNAT rules") for a in artifacts]
+        for r in mine[:2]:
+            f.evidence.extend(r.rules[:2])
+        f.subject = {"service": mine[0].label, "workload": None}
+        f.ongoing = True
+        f.explained_by = ["iptables-backend-mismatch"]  # folds under KP101 (the split, its versions and fix)
+        f.fix = [
+            "Remove the KUBE-* rules of the backend the running kube-proxy does not use, and run every "
+            "iptables user with the node's backend (iptables-wrappers)."
+        ]
+        yield f

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
-from kpdoctor.checks.sync.backend_mismatch import TABLE_INIT_FAILED, host_backend
+from kpdoctor.checks.sync.backend_mismatch import TABLE_INIT_FAILED
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
@@ -166,7 +166,7 @@ def missing_parts(facts: Facts) -> list[Missing]:
         table = next((g for g in h.groups if g in TABLES), "nat")
         ipv6 = "ip6tables" in h.record or "ip6tables" in h.text
         if not ipv6:
-            host = host or host_backend(facts)
+            host = host or facts.host_backend
             if host is None or host.says("legacy") is not True:
                 continue  # a legacy binary on an nf_tables node: a backend mismatch (KP101)
         out.append(Missing(f"table {table}" + (" (IPv6)" if ipv6 else ""), _table_part(table, ipv6), h, False))

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
-from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST, banner, host_backend
+from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST
 from kpdoctor.facts import Facts
+from kpdoctor.facts.backend import banner
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
@@ -63,7 +64,7 @@ def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
     if not hits:
         return
     chain = str(hits[0].groups[-1])
-    host = host_backend(facts)
+    host = facts.host_backend
     failing = next((b.effective_backend for h in hits if (b := banner(h)) is not None and b.effective_backend), None)
     if host is not None and failing is not None and host.says(failing) is False:
         return  # the node's chains are in the other backend: a backend mismatch (KP101)
