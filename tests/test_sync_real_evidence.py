@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import none_of, one
 
-from kpdoctor.facts import backend as bm
 from kpdoctor.checks.sync import kernel_mark as km
 from kpdoctor.checks.sync import panics
 from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.facts import backend as bm
 from kpdoctor.model import Confidence, Report, Severity
 from kpdoctor.versions import IptablesVersion, KernelVersion
 

@@ -35,7 +35,7 @@ TICKER = (
 
 def test_dual_stack_metaproxier_panic(diagnose: Diagnose) -> None:
     f = one(diagnose({"kube-proxy.log": METAPROXIER}), "KP115")
-    assert "86773" in f.summary and "v1.18.3" in f.fixed_in and f.confidence == Confidence.HIGH
+    assert "86773" in f.summary and "v1.19.0" in f.fixed_in and f.confidence == Confidence.HIGH
 
 
 def test_zero_ipvs_sync_period(diagnose: Diagnose) -> None:

@@ -252,8 +252,9 @@ def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
         f.summary += " The lines are another component's: kube-proxy needs the same parts."
     not_built = [m for m in found if m.hit.sig == MODPROBE_MISSING.id]
     f.fix = [
-        "Load " + ", ".join(f"`modprobe {mod.split('/')[0]}`" for mod in parts) + " and persist it in "
-        "/etc/modules-load.d/ (a container cannot load modules: do it on the host)."
+        "Load the module on the host (a container cannot): "
+        + ", ".join(f"`modprobe {mod.split('/')[0]}`" for mod in parts)
+        + ", and list it in /etc/modules-load.d/ so it is loaded at boot."
     ]
     if not_built:
         f.fix.append(

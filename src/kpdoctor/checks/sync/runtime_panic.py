@@ -53,8 +53,8 @@ KNOWN_PANICS: tuple[KnownPanic, ...] = (
         re.compile(r"non-positive interval for NewTicker"),
         None,
         ("v1.8.0", "v1.8.99"),
-        "1.8.x",
-        ("v1.9.0",),
+        "1.8.x with a config file written by --write-config-to (k/k#55886 is still open)",
+        (),
         "in IPVS mode kube-proxy hands ipvs.syncPeriod to time.NewTicker; a config file written by "
         "--write-config-to carries `syncPeriod: 0s`, and a zero interval panics",
         "Set `ipvs.syncPeriod` (for example 30s) and `ipvs.minSyncPeriod` in the KubeProxyConfiguration.",
@@ -65,13 +65,13 @@ KNOWN_PANICS: tuple[KnownPanic, ...] = (
         "dual-stack-service-family",
         NIL,
         re.compile(r"\.\(\*metaProxier\)\.On(Service|Endpoints?|EndpointSlice)"),  # pkg/proxy/ipvs in 1.17
-        ("v1.17.0", "v1.18.2"),
-        "1.17.0 to 1.18.2",
-        ("v1.18.3",),
+        ("v1.17.0", "v1.18.99"),
+        "1.17 and 1.18",
+        ("v1.19.0",),
         "with the IPv6DualStack gate on in kube-proxy but not in the apiserver, Services carry no "
         "spec.ipFamily and the dual-stack meta-proxier dereferences it in its handler",
         "Turn the IPv6DualStack feature gate on (or off) in the apiserver and kube-proxy alike, or "
-        "take a kube-proxy release that infers the family from the ClusterIP.",
+        "take kube-proxy 1.19 or later, which infers the family from the ClusterIP (k/k#91357).",
         "https://github.com/kubernetes/kubernetes/issues/86773",
     ),
 )
@@ -118,7 +118,7 @@ def runtime_panic(facts: Facts) -> Iterator[Finding]:
     Cause: a kube-proxy bug. Known ones (table KNOWN_PANICS, each with its releases): the
         clean-up run that does not exit (1.7.0 pre-releases, k/k#48177); IPVS mode with a
         zero `ipvs.syncPeriod` from a generated config file (1.8, k/k#55864); the dual-stack
-        meta-proxier with Services that have no IP family (1.17-1.18.2, k/k#86773).
+        meta-proxier with Services that have no IP family (1.17-1.18, k/k#86773).
     How it is detected: every panic in the log (each form: Go's crash, the crash handler's old
         and structured lines) with the first kube-proxy frames below it, matched against the
         table by message, frames and proxy mode; the kube-proxy version says whether the
