@@ -31,7 +31,9 @@ def test_the_corpus_is_large_enough_and_follows_its_rules(cases: list[accuracy.C
     assert len(cases) >= MIN_CASES
     assert sum(c.negative for c in cases) >= MIN_NEGATIVES
     # Evidence is machine output, never the thread's markdown: no code fence survives.
-    fenced = [f"{c.id}/{f.name}" for c in cases for f in c.files if f.read_text(errors="replace").lstrip().startswith("```")]
+    fenced = [
+        f"{c.id}/{f.name}" for c in cases for f in c.files if f.read_text(errors="replace").lstrip().startswith("```")
+    ]
     assert not fenced, fenced
 
 
@@ -40,6 +42,17 @@ def test_the_held_out_cases_follow_the_same_rules() -> None:
     assert len(fresh) >= 33
     main = {str(c.meta["source"]).rstrip("/") for c in accuracy.load_cases()}
     assert not [c.id for c in fresh if str(c.meta["source"]).rstrip("/") in main]  # never a thread seen
+
+
+def test_the_third_held_out_round_follows_the_same_rules() -> None:
+    """fresh-3: collected after the catalogue work (issue 16), never a thread of an earlier round."""
+    third = accuracy.load_cases(accuracy.CORPUS / "fresh-3")
+    assert len(third) >= 9
+    seen = {
+        str(c.meta["source"]).rstrip("/")
+        for c in accuracy.load_cases() + accuracy.load_cases(accuracy.CORPUS / "fresh")
+    }
+    assert not [c.id for c in third if str(c.meta["source"]).rstrip("/") in seen]
 
 
 def test_a_case_with_a_slug_outside_the_taxonomy_is_refused(tmp_path: Path) -> None:

@@ -92,6 +92,9 @@ class Finding:
     explained_by: list[str] = field(default_factory=list)
     # Findings folded under this one (kept so renderers can show them nested).
     folded: list[Finding] = field(default_factory=list)
+    # Why the confidence is what it is: which kinds of evidence agree (a lone log line; the
+    # signature and a matching version; and the node's state). Set by the check, or derived.
+    confidence_reason: str = ""
 
     def explained_by_any(self, by_cause: dict[str, list[Finding]]) -> bool:
         """True when another present finding explains this one (so it cannot be a parent)."""
@@ -103,6 +106,7 @@ class Finding:
             "cause": self.cause,
             "severity": self.severity.label,
             "confidence": self.confidence.label,
+            "confidence_reason": self.confidence_reason,
             "title": self.title,
             "summary": self.summary,
             "subject": self.subject or {"service": None, "workload": None},

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kpdoctor import deadline
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.model import Finding, InternalError, Severity, Skipped
+from kpdoctor.model import Confidence, Finding, InternalError, Severity, Skipped
 
 if False:  # pragma: no cover - typing only
     from kpdoctor.facts import Facts
@@ -132,6 +132,27 @@ def check(
     return deco
 
 
+def confidence_reason(f: Finding) -> str:
+    """What the finding's confidence rests on, from the kinds of evidence it cites: the log's
+    lines, the versions found, the node's state and the cluster's objects (a check that weighs
+    them otherwise says so itself)."""
+    logged = bool(f.occurrences) or any(c.writer for c in f.evidence)
+    other = sorted({c.artifact for c in f.evidence if not c.writer and c.artifact})
+    parts = []
+    if logged:
+        parts.append(f"{f.occurrences} matching log line(s)" if f.occurrences else "the log lines cited")
+    if f.versions_found:
+        parts.append("the versions found")
+    if len(other) == 1:
+        parts.append(other[0].rsplit("/", 1)[-1])
+    elif other:
+        parts.append(f"{len(other)} other inputs")
+    if not parts:
+        return "the finding's own reasoning (see the summary)"
+    said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return ("only " if f.confidence == Confidence.LOW and len(parts) == 1 else "") + said
+
+
 def explained_by(cause: str) -> list[str]:
     """The root causes whose checks declare that they explain ``cause`` (the causality graph)."""
     out: list[str] = []
@@ -192,5 +213,6 @@ def run_all(
             continue
         for f in produced:
             f.code = f.code or spec.code
+            f.confidence_reason = f.confidence_reason or confidence_reason(f)
             findings.append(f)
     return findings, skipped, ran, errors

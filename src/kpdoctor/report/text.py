@@ -19,7 +19,7 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
     sev = f.severity.label.upper()
     con.print(f"{indent}[{STYLE[f.severity]}]{n} {sev}[/] [bold]{f.code}[/] {escape(f.cause)}: {escape(f.title)}")
     con.print(f"{indent}   {escape(f.summary)}", highlight=False, soft_wrap=True)
-    meta = [f"confidence {f.confidence.label}"]
+    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
     if f.occurrences:
         meta.append(f"{f.occurrences}x")
     if f.first_seen:

@@ -100,6 +100,11 @@ def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
         )
         f.confidence = Confidence.HIGH
     f.summary = "; ".join(parts) + "."
+    f.confidence_reason = (
+        "the Services given name the address"
+        if f.confidence == Confidence.HIGH
+        else "another flow to the same address and port was translated (the address is virtual)"
+    )
     for a, e in (never + dead)[:MAX_SHOWN]:
         f.evidence.append(Cite(a.name, e.line, e.text.strip()))
     if any(e.dport == 53 for _a, e in never + dead):

@@ -92,8 +92,10 @@ def conntrack_sysctl_readonly(facts: Facts) -> Iterator[Finding]:
         f"kube-proxy could not write {what} ({hits[0].groups[2]}) and stopped: the conntrack limits are read-only "
         "in the network namespace it runs in (a node that is a container: kind, minikube, k3d, LXC)."
     )
+    f.confidence_reason = "the refused write (the kernel release is not in the evidence)"
     k = facts.node_kernel
     if k is not None:
+        f.confidence_reason = f"the refused write and kernel {k.value}"
         f.versions_found["kernel"] = str(k.value)
         f.evidence.append(k.cite)
         # a distribution's frozen base (RHEL 4.18, Ubuntu 5.4) may carry the change as a backport

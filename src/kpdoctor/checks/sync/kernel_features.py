@@ -246,6 +246,11 @@ def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
             if c not in f.evidence:
                 f.evidence.append(c)
     f.summary = "The kernel lacks " + "; ".join(names) + "."
+    f.confidence_reason = (
+        "the kernel itself says so (modprobe, a revision probe or an absent sysctl)"
+        if certain
+        else "the error alone: an iptables without the extension's library would say the same"
+    )
     if own:
         f.summary += " kube-proxy's syncs or start-up fail on it."
     else:

@@ -75,6 +75,9 @@ def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
     if other_family is None and not hostport:
         return  # the same error as a backend mismatch, and nothing tells them apart: KP101 says both
     f = start(facts, "KP121", hits, confidence=Confidence.HIGH)
+    f.confidence_reason = (
+        "the other family's rules have the chain" if other_family is not None else "the hostport code's own error"
+    )
     if other_family is not None:
         f.evidence.append(other_family)
         fam, other = ("IPv6", "IPv4") if v6 else ("IPv4", "IPv6")
