@@ -85,3 +85,24 @@ def test_reused_pod_ip_in_an_endpointslice(diagnose: Diagnose) -> None:
     # with a fixed kube-proxy it is not this bug
     fixed = diagnose({"endpointslice.yaml": pasted, "version.txt": "Kubernetes v1.36.1\n"})
     assert not [x for x in all_findings(fixed) if x.code == "KP123"]
+
+
+def test_a_rule_iptables_refuses_for_its_content_is_an_unlisted_generation_bug(diagnose: Diagnose) -> None:
+    """k/k#88316's shape: an IPv6 load-balancer address in IPv4 rules; no table row names it."""
+    log = (
+        "E0301 10:00:00.000000       1 proxier.go:1600] Failed to execute iptables-restore: exit status 2 "
+        "(iptables-restore v1.4.21: invalid mask `128' specified\n"
+        "Error occurred at line: 56\n"
+    )
+    report = diagnose({"kube-proxy.log": log})
+    f = one(report, "KP123")
+    assert f.confidence == Confidence.MEDIUM and "invalid mask `128' specified" in f.summary
+    assert report.findings[0].code == "KP123"  # the generic sync failure folds under it
+
+
+def test_a_missing_chain_is_not_a_generation_bug(diagnose: Diagnose) -> None:
+    log = (
+        "E0625 18:23:05.161594       1 proxier.go:1350] Failed to execute iptables-restore: exit status 2 "
+        "(iptables-restore v1.4.21: Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+    )
+    none_of(diagnose({"kube-proxy.log": log}), "KP123")

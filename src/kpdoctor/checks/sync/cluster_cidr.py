@@ -32,7 +32,7 @@ CIDR_WRONG_FAMILY = signature(
     title="kube-proxy's cluster CIDR is missing or wrong",
     severity=Severity.WARNING,
     needs=[Kind.KUBE_PROXY_LOG],
-    explains=RESTORE_SYMPTOMS,
+    explains=("kube-proxy-rule-generation-bug", *RESTORE_SYMPTOMS),
 )
 def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
     """kube-proxy has no usable cluster CIDR, so it writes invalid rules or mis-judges locality.

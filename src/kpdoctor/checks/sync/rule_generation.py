@@ -11,12 +11,22 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import cite_line
+from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import KubeVersion
 
+# iptables refusing a rule's *content* (not the node: no missing chain, extension, table or lock):
+# `Bad argument `KUBE-SVC-X'`, `invalid mask `128' specified`, `host/network `fd00::1' not found`,
+# `Port `x' not valid`, `Invalid port:port syntax`. In kube-proxy's own restore this is a rule it
+# generated wrong for some input (an address of the other family, an empty value).
+RULE_REFUSED = (
+    signature("restore-rule-bad-argument", "Bad argument", r"Bad argument .([^']{1,80}).", failure=True),
+    signature("restore-rule-bad-mask", "invalid mask", r"invalid mask .([0-9]+). specified", failure=True),
+    signature("restore-rule-bad-host", "host/network", r"host/network .([^']{1,80}). not found", failure=True),
+    signature("restore-rule-bad-port", "not valid", r"Port .([^']{1,40}). not valid", failure=True),
+)
 # nft aborting on the input it was given: `nft: netlink_linearize.c:804: netlink_gen_expr:
 # Assertion `dreg < ctx->reg_low' failed.` (the function is captured).
 NFT_ASSERTION = signature(
@@ -76,6 +86,18 @@ REUSED_POD_IP = GenerationBug(
     "https://github.com/kubernetes/kubernetes/pull/135593",
 )
 BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP)
+UNLISTED = GenerationBug(
+    "restore-rule-refused",
+    "iptables rejects the whole restore for what one generated rule says, not for anything missing on the "
+    "node: kube-proxy mishandles some input (an address of the other IP family, an empty value), a bug not in "
+    "kpdoctor's table",
+    "not in kpdoctor's table",
+    (),
+    "Find the Service or endpoint behind the refused line (the restore payload kube-proxy logs at high "
+    "verbosity), check it against kube-proxy's upstream issues for this release, and upgrade; removing or "
+    "fixing that object restores the other Services' rules meanwhile.",
+    "",
+)
 
 
 def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
@@ -101,7 +123,7 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
 @check(
     "KP123",
     cause="kube-proxy-rule-generation-bug",
-    title="kube-proxy writes a wrong rule (a known bug of its release)",
+    title="kube-proxy writes a wrong rule (a bug of its release)",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
     explains=("ipset-incompatible", "nft-binary-known-bug", *RESTORE_SYMPTOMS),
@@ -122,7 +144,10 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
-        address for a terminating and a ready endpoint; the kube-proxy version when given.
+        address for a terminating and a ready endpoint; the kube-proxy version when given. A
+        restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
+        specified`, `host/network ... not found`) that no table row names is reported as an
+        unlisted generation bug, at medium confidence.
     Fix: the release that fixed it (each row), or the row's workaround.
     References: https://github.com/kubernetes/kubernetes/pull/134024;
         https://github.com/kubernetes/kubernetes/issues/77265; https://github.com/kubernetes/kubernetes/issues/140951;
@@ -157,12 +182,31 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         if kpv is None or not kpv.value.at_least(KubeVersion(1, 36, 0)):
             addr, sl, c = reused[0]
             found.append((REUSED_POD_IP, [], [c], f"EndpointSlice {sl} holds {addr} for a terminating and a ready Pod"))
+    refused = [
+        h
+        for h in facts.log.hits(*(sig.id for sig in RULE_REFUSED))
+        # kube-proxy's own restore (its message, or a line known to be its): another writer's
+        # refused rule (a CNI's, the runtime's) is that writer's bug
+        if not is_other_writer(h) and (h.writer == "kube-proxy" or "Failed to execute ip" in (h.record or h.text))
+    ]
+    if refused and not found:
+        sig = next(x for x in RULE_REFUSED if x.id == refused[0].sig)
+        m = sig.compiled().search(refused[0].text)
+        said = m.group(0) if m else refused[0].text.strip()
+        found.append((UNLISTED, refused, [], f"iptables refuses a rule kube-proxy wrote ({said})"))
     if not found:
         return
     bug, hits, cites, detail = found[0]
     kpv = facts.kube_proxy_version
     f = start(facts, "KP123", hits, confidence=Confidence.HIGH if hits else Confidence.MEDIUM)
-    f.summary = f"{detail[0].upper() + detail[1:]}: a kube-proxy bug: {bug.what} ({bug.releases})."
+    if bug is UNLISTED:
+        f.confidence = Confidence.MEDIUM
+        f.confidence_reason = "the refusal names the rule's content, and no missing part of the node explains it"
+    f.summary = (
+        f"{detail}: {bug.what}."
+        if bug is UNLISTED
+        else f"{detail[0].upper() + detail[1:]}: a kube-proxy bug: {bug.what} ({bug.releases})."
+    )
     f.evidence.extend(c for c in cites if c not in f.evidence)
     if hits:
         c = cite_line(hits[0])
@@ -180,6 +224,6 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         f.summary += " kube-proxy's version is not in the evidence (send `kube-proxy --version`)."
     f.fix = [bug.fix]
     f.fixed_in = list(bug.fixed)
-    if bug.reference not in f.references:
+    if bug.reference and bug.reference not in f.references:
         f.references.append(bug.reference)
     yield f
