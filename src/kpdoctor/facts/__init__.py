@@ -36,6 +36,7 @@ from kpdoctor.dataplane.verify import (
 from kpdoctor.facts import backend
 from kpdoctor.facts import mode as modefacts
 from kpdoctor.facts.backend import HostBackend
+from kpdoctor.facts.cluster import ClusterFacts
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
@@ -207,6 +208,11 @@ class Facts:
         if problem:
             merged.diagnostics.append(Diagnostic(None, problem))
         return merged
+
+    @cached_property
+    def cluster(self) -> ClusterFacts:
+        """Typed views of the cluster's objects (Services, EndpointSlices, Endpoints, Nodes, Pods)."""
+        return ClusterFacts(self.objects)
 
     @cached_property
     def kube_proxy_pods(self) -> list[K8sObject]:

@@ -24,7 +24,7 @@ from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.facts import Facts
 from kpdoctor.facts.mode import IPVS_INTERFACE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse import k8s, system
+from kpdoctor.parse import system
 
 IP_ADDR_KINDS = (Kind.IP_ADDR, Kind.IP_LINK)
 # the ipset IPVS mode keeps every kube-ipvs0 address in (KUBE-6-IPVS-IPS for IPv6)
@@ -60,14 +60,10 @@ def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddres
     """Every node address the evidence shows: the Node objects' InternalIP/ExternalIP, and the
     addresses on this node's own interfaces (not loopback, not kube-ipvs0)."""
     out: dict[IPAddress, _Owner] = {}
-    for node in facts.objects.of("Node"):
-        status = k8s.as_dict(node.body.get("status"))
-        for a in k8s.as_list(status.get("addresses")):
-            if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP"):
-                ip = _ip(a.get("address"))
-                if ip is not None:
-                    cite = Cite(node.artifact, node.line, f"Node {node.name}: {a.get('type')} {ip}")
-                    out.setdefault(ip, _Owner(node.name, cite, False))
+    for node, a in facts.cluster.node_addresses():
+        if a.type in ("InternalIP", "ExternalIP") and (ip := _ip(a.address)) is not None:
+            cite = Cite(node.artifact, node.line, f"Node {node.name}: {a.type} {ip}")
+            out.setdefault(ip, _Owner(node.name, cite, False))
     here = facts.node.name if facts.node else "this node"
     for art, b in bound:
         if b.interface not in NOT_HOST and not b.address.is_loopback and not b.address.is_link_local:
@@ -77,21 +73,15 @@ def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddres
 
 def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, IPAddress, Cite]]:
     """(Service, which field, address, citation) for every externalIP and load-balancer IP."""
-    for svc in facts.objects.of("Service"):
-        spec = k8s.as_dict(svc.body.get("spec"))
-        status = k8s.as_dict(svc.body.get("status"))
-        label = f"{svc.namespace}/{svc.name}" if svc.namespace else svc.name
-        for value in k8s.as_list(spec.get("externalIPs")):
-            ip = _ip(value)
-            if ip is not None:
+    for view in facts.cluster.services:
+        svc, label = view.obj, view.key
+        for value in view.external_ips:
+            if (ip := _ip(value)) is not None:
                 yield label, "externalIPs", ip, Cite(svc.artifact, svc.line, f"Service {label}: externalIPs {ip}")
-        if spec.get("type") == "LoadBalancer":
-            lb = k8s.as_dict(status.get("loadBalancer"))
-            for ing in k8s.as_list(lb.get("ingress")):
-                ip = _ip(k8s.as_dict(ing).get("ip"))
-                if ip is not None:
-                    text = f"Service {label}: load-balancer ingress {ip}"
-                    yield label, "load-balancer IP", ip, Cite(svc.artifact, svc.line, text)
+        for value in view.lb_ingress_ips:
+            if (ip := _ip(value)) is not None:
+                text = f"Service {label}: load-balancer ingress {ip}"
+                yield label, "load-balancer IP", ip, Cite(svc.artifact, svc.line, text)
 
 
 def _ipvs_bound(

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
@@ -20,11 +19,8 @@ LOCALNET_RULE = "block incoming localnet connections"  # kube-proxy's guard when
 def _families_in_use(facts: Facts) -> set[int]:
     """IP families the cluster's Services (or kube-proxy's rules) use; IPv4 when nothing says."""
     fams: set[int] = set()
-    for svc in facts.objects.of("Service"):
-        spec = as_dict(svc.body.get("spec"))
-        for ip in as_list(spec.get("clusterIPs")) or [spec.get("clusterIP")]:
-            if isinstance(ip, str) and ip not in ("", "None"):
-                fams.add(6 if ":" in ip else 4)
+    for svc in facts.cluster.services:
+        fams.update(6 if ":" in ip else 4 for ip in svc.cluster_ips)
     fams |= {rs.family for rs in facts.rulesets if rs.kube_rule_count()}
     return fams or {4}
 
@@ -283,11 +279,7 @@ def route_localnet(facts: Facts) -> Iterator[Finding]:
         npa = facts.kp_config.setting("nodePortAddresses")
         addrs = str(npa.value or "").strip("[] ")
         npa_ok = not addrs or "127." in addrs or "0.0.0.0/0" in addrs
-        nodeports = any(
-            isinstance(p, dict) and p.get("nodePort")
-            for svc in facts.objects.of("Service")
-            for p in as_list(as_dict(svc.body.get("spec")).get("ports"))
-        )
+        nodeports = any(svc.node_ports for svc in facts.cluster.services)
         if mode is not None and mode[0] == "iptables" and str(lhnp.value).lower() != "false" and npa_ok and nodeports:
             why = "kube-proxy runs in iptables mode with localhost NodePorts enabled and NodePort Services exist"
     if not why:

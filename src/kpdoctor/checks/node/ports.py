@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.node.common import as_dict, as_list
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.facts.node import Setting
@@ -190,12 +189,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     def risky(port: int) -> bool:
         return lo <= port <= hi and not _in(port, reserved)
 
-    owners = {
-        np: svc.ref
-        for svc in facts.objects.of("Service")
-        for p in as_list(as_dict(svc.body.get("spec")).get("ports"))
-        if isinstance(p, dict) and isinstance(np := p.get("nodePort"), int)
-    }
+    owners = {np: svc.obj.ref for svc in facts.cluster.services for np in svc.node_ports}
     failures = _bind_failures(facts, risky, owners)
     for a, ls in node.listeners:
         if not risky(ls.port) or ls.address.startswith("127.") or ls.address == "::1" or (ls.proto, ls.port) in seen:
@@ -206,16 +200,15 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         who = f" by {ls.process}" + (f" (pid {ls.pid})" if ls.pid else "") if ls.process else ""
         (strong if widened else weak).append((f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text)))
     failed = {p for p, _, _ in failures}
-    for svc in facts.objects.of("Service"):
-        for p in as_list(as_dict(svc.body.get("spec")).get("ports")):
-            np = p.get("nodePort") if isinstance(p, dict) else None
-            if isinstance(np, int) and risky(np) and np not in failed:
-                strong.append(
-                    (f"NodePort {np} of Service {svc.ref}", Cite(svc.artifact, svc.line, f"{svc.ref} nodePort {np}"))
-                )
+    for svc in facts.cluster.services:
+        for np in svc.node_ports:
+            if risky(np) and np not in failed:
+                ref, o = svc.obj.ref, svc.obj
+                strong.append((f"NodePort {np} of Service {ref}", Cite(o.artifact, o.line, f"{ref} nodePort {np}")))
     node_name = facts.node_view.name
-    for pod in facts.objects.of("Pod"):
-        if node_name and as_dict(pod.body.get("spec")).get("nodeName") not in (None, node_name):
+    for view in facts.cluster.pods():
+        pod = view.obj
+        if node_name and view.node_name not in (None, node_name):
             continue
         for c in containers_of(pod):
             cports = c.get("ports")

@@ -16,21 +16,12 @@ MAX_SHOWN = 3
 
 def _service_backends(facts: Facts) -> dict[str, set[str] | None]:
     """Each Service ClusterIP -> the addresses of its endpoints (None: its endpoints are not given)."""
-    by_service: dict[str, set[str]] = {}
-    for sl in facts.objects.of("EndpointSlice"):
-        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
-        if not svc:
-            continue
-        addrs = by_service.setdefault(f"{sl.namespace}/{svc}", set())
-        for ep in sl.body.get("endpoints") or []:
-            if isinstance(ep, dict):
-                addrs.update(str(a) for a in ep.get("addresses") or [])
+    eps = facts.cluster.endpoints_of()
     out: dict[str, set[str] | None] = {}
-    for s in facts.objects.of("Service"):
-        spec = s.body.get("spec") or {}
-        for ip in [spec.get("clusterIP"), *(spec.get("clusterIPs") or [])]:
-            if ip and ip != "None":
-                out[str(ip)] = by_service.get(f"{s.namespace}/{s.name}")
+    for svc in facts.cluster.services:
+        mine = eps.get(svc.key)
+        for ip in svc.cluster_ips:
+            out[ip] = None if mine is None else {a for e in mine for a in e.addresses}
     return out
 
 

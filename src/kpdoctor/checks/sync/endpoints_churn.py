@@ -42,11 +42,7 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
         raise `iptables.minSyncPeriod` to batch syncs meanwhile.
     References: https://github.com/kubernetes/kubernetes/issues/23812
     """
-    held = [
-        e
-        for e in facts.objects.of("Endpoints")
-        if LEADER_ANNOTATION in (((e.body.get("metadata") or {}).get("annotations")) or {})
-    ]
+    held = [e.obj for e in facts.cluster.endpoints if LEADER_ANNOTATION in e.annotations]
     if not held:
         return
     kpv = facts.kube_proxy_version

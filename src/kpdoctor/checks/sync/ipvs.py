@@ -52,26 +52,9 @@ def deadlock_affected(v: KubeVersion) -> tuple[bool | None, str | None]:
 
 def _service_ips_with_endpoints(facts: Facts) -> set[str]:
     """ClusterIPs of Services that have at least one ready endpoint in the evidence."""
-    ready: set[str] = set()
-    for sl in facts.objects.of("EndpointSlice"):
-        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
-        if svc and any(
-            (ep.get("conditions") or {}).get("ready", True)
-            for ep in sl.body.get("endpoints") or []
-            if isinstance(ep, dict)
-        ):
-            ready.add(f"{sl.namespace}/{svc}")
-    for e in facts.objects.of("Endpoints"):
-        if any((ss or {}).get("addresses") for ss in e.body.get("subsets") or []):
-            ready.add(f"{e.namespace}/{e.name}")
-    ips: set[str] = set()
-    for s in facts.objects.of("Service"):
-        if f"{s.namespace}/{s.name}" in ready:
-            spec = s.body.get("spec") or {}
-            for ip in [spec.get("clusterIP"), *(spec.get("clusterIPs") or [])]:
-                if ip and ip != "None":
-                    ips.add(str(ip))
-    return ips
+    cl = facts.cluster
+    ready = {s.service for s in cl.slices + cl.endpoints if s.service and any(e.ready for e in s.endpoints)}
+    return {ip for svc in cl.services if svc.key in ready for ip in svc.cluster_ips}
 
 
 @check(

@@ -66,11 +66,9 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     port_hits = facts.log.hits(PORT_IN_USE.id)
     node = facts.node.name if facts.node else None
     pods = [
-        p
-        for p in facts.kube_proxy_pods
-        if node
-        and (p.body.get("spec") or {}).get("nodeName") == node
-        and ((p.body.get("status") or {}).get("phase") in (None, "Running"))
+        p.obj
+        for p in facts.cluster.pods(facts.kube_proxy_pods)
+        if node and p.node_name == node and p.phase in (None, "Running")
     ]
     rows = _table_duplicates(facts, node)
     if len(procs) < 2 and not port_hits and len(pods) < 2 and not rows:

@@ -61,28 +61,18 @@ def lookup_name(facts: Facts) -> tuple[str, Hit] | None:
 def local_endpoint_services(facts: Facts, node: str) -> dict[str, list[str]]:
     """namespace/name -> endpoint IPs the cluster places on ``node`` (EndpointSlices or Endpoints)."""
     out: dict[str, list[str]] = {}
-    for sl in facts.objects.of("EndpointSlice"):
-        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
-        for ep in sl.body.get("endpoints") or []:
-            if isinstance(ep, dict) and ep.get("nodeName") == node and svc:
-                out.setdefault(f"{sl.namespace}/{svc}", []).extend(ep.get("addresses") or [])
-    for e in facts.objects.of("Endpoints"):
-        for ss in e.body.get("subsets") or []:
-            for a in (ss or {}).get("addresses") or []:
-                if isinstance(a, dict) and a.get("nodeName") == node:
-                    out.setdefault(f"{e.namespace}/{e.name}", []).append(str(a.get("ip")))
+    cl = facts.cluster
+    for s in cl.slices + cl.endpoints:
+        for ep in s.endpoints:
+            if s.service and ep.node_name == node and (ep.ready or not s.legacy):
+                out.setdefault(s.service, []).extend(ep.addresses)
     return out
 
 
 def services_with_endpoint_objects(facts: Facts) -> set[str]:
     """namespace/name of every Service whose EndpointSlices or Endpoints are in the evidence."""
-    out: set[str] = set()
-    for sl in facts.objects.of("EndpointSlice"):
-        svc = ((sl.body.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/service-name")
-        if svc:
-            out.add(f"{sl.namespace}/{svc}")
-    out.update(f"{e.namespace}/{e.name}" for e in facts.objects.of("Endpoints"))
-    return out
+    cl = facts.cluster
+    return {s.service for s in cl.slices + cl.endpoints if s.service}
 
 
 def no_local_drops(facts: Facts) -> list[tuple[str, Cite]]:

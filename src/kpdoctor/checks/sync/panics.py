@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
@@ -43,20 +42,19 @@ def restart_info(facts: Facts) -> list[tuple[int, str, Cite]]:
     """(restart count, last termination, citation) for kube-proxy containers on this node."""
     out = []
     node = facts.node.name if facts.node else None
-    for pod in facts.kube_proxy_pods:
-        spec_node = (pod.body.get("spec") or {}).get("nodeName")
-        if node and spec_node and spec_node != node:
+    for pod in facts.cluster.pods(facts.kube_proxy_pods):
+        if node and pod.node_name and pod.node_name != node:
             continue
-        for cs in (pod.body.get("status") or {}).get("containerStatuses") or []:
-            if not isinstance(cs, dict) or "kube-proxy" not in str(cs.get("name", "")):
+        for cs in pod.container_statuses:
+            if "kube-proxy" not in cs.name:
                 continue
-            count = int(cs.get("restartCount") or 0)
-            term: dict[str, Any] = ((cs.get("lastState") or {}).get("terminated")) or {}
+            term = cs.last_terminated
             desc = ""
             if term:
                 reason = term.get("reason") or "terminated"
                 desc = f"last exit {term.get('exitCode')} ({reason}) at {term.get('finishedAt')}"
-            out.append((count, desc, Cite(pod.artifact, pod.line, f"{pod.ref}: restartCount={count} {desc}".strip())))
+            text = f"{pod.obj.ref}: restartCount={cs.restart_count} {desc}".strip()
+            out.append((cs.restart_count, desc, Cite(pod.obj.artifact, pod.obj.line, text)))
     return out
 
 

@@ -103,20 +103,16 @@ UNLISTED = GenerationBug(
 def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
     """(address, slice, citation) for an address held by a terminating and a ready endpoint."""
     out = []
-    for sl in facts.objects.of("EndpointSlice"):
+    for sl in facts.cluster.slices:
         states: dict[str, set[str]] = {}
-        for ep in sl.body.get("endpoints") or []:
-            if not isinstance(ep, dict):
-                continue
-            cond = ep.get("conditions")
-            cond = cond if isinstance(cond, dict) else {}
-            state = "terminating" if cond.get("terminating") else ("ready" if cond.get("ready", True) else "other")
-            for addr in ep.get("addresses") or []:
-                states.setdefault(str(addr), set()).add(state)
+        for ep in sl.endpoints:
+            state = "terminating" if ep.terminating else ("ready" if ep.ready else "other")
+            for addr in ep.addresses:
+                states.setdefault(addr, set()).add(state)
         for addr, st in states.items():
             if {"terminating", "ready"} <= st:
-                name = "/".join(p for p in (sl.namespace, sl.name) if p) or "(its name is not in the paste)"
-                out.append((addr, name, Cite(sl.artifact, sl.line, f"EndpointSlice {name}: {addr} twice")))
+                name = "/".join(p for p in (sl.obj.namespace, sl.obj.name) if p) or "(its name is not in the paste)"
+                out.append((addr, name, Cite(sl.obj.artifact, sl.obj.line, f"EndpointSlice {name}: {addr} twice")))
     return out
 
 

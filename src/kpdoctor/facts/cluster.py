@@ -1,0 +1,214 @@
+"""Typed views of the cluster's objects that checks reason about.
+
+Objects arrive as parsed JSON/YAML: any field may be missing or of the wrong type. Each view reads
+its object once, defensively (a field of the wrong shape reads as absent), so no check walks a raw
+dict and no two checks disagree on what a Service's addresses or an endpoint's state are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def _strings(v: object) -> tuple[str, ...]:
+    return tuple(x.strip() for x in as_list(v) if isinstance(x, str) and x.strip())
+
+
+def _ref(obj: K8sObject) -> str:
+    return f"{obj.namespace}/{obj.name}" if obj.namespace else obj.name
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePortView:
+    protocol: str
+    port: int | None
+    node_port: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceView:
+    """A Service: its addresses and ports."""
+
+    obj: K8sObject
+    key: str  # namespace/name
+    type: str
+    cluster_ips: tuple[str, ...]  # without "None" (headless)
+    external_ips: tuple[str, ...]
+    lb_ingress_ips: tuple[str, ...]  # status.loadBalancer.ingress[].ip, for type LoadBalancer
+    ports: tuple[ServicePortView, ...]
+
+    @classmethod
+    def of(cls, obj: K8sObject) -> ServiceView:
+        spec, status = as_dict(obj.body.get("spec")), as_dict(obj.body.get("status"))
+        ips = [spec.get("clusterIP"), *as_list(spec.get("clusterIPs"))]
+        cluster = tuple(dict.fromkeys(ip for ip in ips if isinstance(ip, str) and ip not in ("", "None")))
+        kind = str(spec.get("type") or "ClusterIP")
+        lb: tuple[str, ...] = ()
+        if kind == "LoadBalancer":
+            ingress = as_list(as_dict(status.get("loadBalancer")).get("ingress"))
+            lb = tuple(ip for i in ingress if isinstance(ip := as_dict(i).get("ip"), str) and ip)
+        ports = tuple(
+            ServicePortView(
+                str(p.get("protocol") or "TCP"),
+                p.get("port") if isinstance(p.get("port"), int) else None,
+                p.get("nodePort") if isinstance(p.get("nodePort"), int) else None,
+            )
+            for p in as_list(spec.get("ports"))
+            if isinstance(p, dict)
+        )
+        return cls(obj, _ref(obj), kind, cluster, _strings(spec.get("externalIPs")), lb, ports)
+
+    @property
+    def node_ports(self) -> tuple[int, ...]:
+        return tuple(p.node_port for p in self.ports if p.node_port is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    """One endpoint of an EndpointSlice (or an address of a v1 Endpoints subset)."""
+
+    addresses: tuple[str, ...]
+    ready: bool
+    terminating: bool
+    node_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SliceView:
+    """An EndpointSlice, or a v1 Endpoints object read the same way (``legacy``)."""
+
+    obj: K8sObject
+    service: str | None  # namespace/name of the Service it belongs to
+    endpoints: tuple[EndpointView, ...]
+    legacy: bool = False
+
+    @classmethod
+    def of_slice(cls, obj: K8sObject) -> SliceView:
+        labels = as_dict(as_dict(obj.body.get("metadata")).get("labels"))
+        svc = labels.get(SERVICE_NAME_LABEL)
+        eps = []
+        for ep in as_list(obj.body.get("endpoints")):
+            if not isinstance(ep, dict):
+                continue
+            cond = as_dict(ep.get("conditions"))
+            node = ep.get("nodeName")
+            eps.append(
+                EndpointView(
+                    _strings(ep.get("addresses")),
+                    cond.get("ready", True) is not False,
+                    cond.get("terminating") is True,
+                    node if isinstance(node, str) else None,
+                )
+            )
+        key = f"{obj.namespace}/{svc}" if isinstance(svc, str) and svc else None
+        return cls(obj, key, tuple(eps))
+
+    @classmethod
+    def of_endpoints(cls, obj: K8sObject) -> SliceView:
+        eps = []
+        for ss in as_list(obj.body.get("subsets")):
+            for field, ready in (("addresses", True), ("notReadyAddresses", False)):
+                for a in as_list(as_dict(ss).get(field)):
+                    a = as_dict(a)
+                    ip, node = a.get("ip"), a.get("nodeName")
+                    if isinstance(ip, str) and ip:
+                        eps.append(EndpointView((ip,), ready, False, node if isinstance(node, str) else None))
+        return cls(obj, _ref(obj), tuple(eps), legacy=True)
+
+    @property
+    def annotations(self) -> dict[str, object]:
+        return as_dict(as_dict(self.obj.body.get("metadata")).get("annotations"))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddressView:
+    type: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStatusView:
+    name: str
+    restart_count: int
+    last_terminated: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    obj: K8sObject
+    node_name: str | None
+    phase: str | None
+    container_statuses: tuple[ContainerStatusView, ...]
+
+    @classmethod
+    def of(cls, obj: K8sObject) -> PodView:
+        spec, status = as_dict(obj.body.get("spec")), as_dict(obj.body.get("status"))
+        node, phase = spec.get("nodeName"), status.get("phase")
+        statuses = []
+        for cs in as_list(status.get("containerStatuses")):
+            if not isinstance(cs, dict):
+                continue
+            count = cs.get("restartCount")
+            statuses.append(
+                ContainerStatusView(
+                    str(cs.get("name") or ""),
+                    count if isinstance(count, int) else 0,
+                    as_dict(as_dict(cs.get("lastState")).get("terminated")),
+                )
+            )
+        return cls(
+            obj,
+            node if isinstance(node, str) and node else None,
+            phase if isinstance(phase, str) else None,
+            tuple(statuses),
+        )
+
+
+class ClusterFacts:
+    """The typed views of one run's objects, each built on first use."""
+
+    def __init__(self, objects: Objects) -> None:
+        self.objects = objects
+
+    @cached_property
+    def services(self) -> list[ServiceView]:
+        return [ServiceView.of(o) for o in self.objects.of("Service")]
+
+    @cached_property
+    def slices(self) -> list[SliceView]:
+        return [SliceView.of_slice(o) for o in self.objects.of("EndpointSlice")]
+
+    @cached_property
+    def endpoints(self) -> list[SliceView]:
+        """v1 Endpoints objects, read like slices."""
+        return [SliceView.of_endpoints(o) for o in self.objects.of("Endpoints")]
+
+    def endpoints_of(self) -> dict[str, list[EndpointView]]:
+        """Each Service's endpoints: from its EndpointSlices, else from its v1 Endpoints."""
+        out: dict[str, list[EndpointView]] = {}
+        for s in self.slices:
+            if s.service:
+                out.setdefault(s.service, []).extend(s.endpoints)
+        for e in self.endpoints:
+            if e.service and e.service not in out:
+                out[e.service] = list(e.endpoints)
+        return out
+
+    def node_addresses(self) -> Iterator[tuple[K8sObject, NodeAddressView]]:
+        """Every Node's addresses (InternalIP, ExternalIP, Hostname...)."""
+        for node in self.objects.of("Node"):
+            for a in as_list(as_dict(node.body.get("status")).get("addresses")):
+                a = as_dict(a)
+                kind, addr = a.get("type"), a.get("address")
+                if isinstance(kind, str) and isinstance(addr, str) and addr:
+                    yield node, NodeAddressView(kind, addr.strip())
+
+    def pods(self, objs: list[K8sObject] | None = None) -> list[PodView]:
+        """Pods (all, or the given ones) as views."""
+        return [PodView.of(o) for o in (self.objects.of("Pod") if objs is None else objs)]
