@@ -801,7 +801,11 @@ def explain(key: str) -> None:
             con.print()
             con.print("[bold]Versions[/]")
             for row in spec.versions:
-                fixed = f"fixed in {row.fixed}" if row.fixed else "no fixed release known"
+                fixed = (
+                    f"fixed in {row.fixed}"
+                    if row.fixed[:1].isdigit() or row.fixed.startswith("v")
+                    else row.fixed or "no fixed release known"
+                )
                 row_text = f"{row.component} {row.affected}: {fixed} ({row.reference})"
                 con.print("  " + escape(row_text))
         con.print()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kpdoctor.checks.registry import CHECKS
+from kpdoctor.checks.registry import CHECKS, VersionRow
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -61,6 +61,27 @@ def start(
         f.occurrences = occ.count  # hs is a sample: the count is the scan's
         f.first_seen, f.last_seen, f.ongoing = occ.first.timestamp, occ.last.timestamp, occ.ongoing
     return f
+
+
+def version_rows(rows: list[FixRow], reference: str, component: str = "kube-proxy") -> tuple[VersionRow, ...]:
+    """A remediation table (the rows a finding's advice is picked from) as the cause's version
+    table for `kpdoctor explain`: the same data, said once."""
+    out = []
+    for r in rows:
+        who = f"{component} ({r.vendor})" if r.vendor else component
+        if r.line is None:
+            line = "other release lines"
+        else:
+            line = f"{r.line[0]}.{r.line[1]}"
+            line = f"after {line}" if r.above else f"before {line}" if r.below else line
+        if r.status == "unaffected":
+            fixed = "not affected" + (f" ({r.note})" if r.note else "")
+        elif r.status == "no-fix":
+            fixed = "no fix in this line: upgrade to a newer one" + (f" ({r.note})" if r.note else "")
+        else:
+            fixed = str(r.fixed or "")
+        out.append(VersionRow(who, line, fixed, reference))
+    return tuple(out)
 
 
 def kube_proxy_remedy(facts: Facts, rows: list[FixRow]) -> tuple[Remedy, dict[str, str], Cite | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -52,6 +52,7 @@ FIXES = [
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=RESTORE_SYMPTOMS,
+    versions=version_rows(FIXES, "seed 000; https://github.com/kubernetes/kubernetes/pull/95981"),
 )
 def apiserver_stale(facts: Facts) -> Iterator[Finding]:
     """kube-proxy keeps using a dead HTTP/2 connection to the apiserver and stops seeing changes.

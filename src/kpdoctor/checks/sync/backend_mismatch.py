@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
 from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
@@ -83,6 +83,8 @@ FIXES = [
 KUBE_PROXY_OWN_CHAINS = frozenset(
     {"KUBE-MARK-MASQ", "KUBE-POSTROUTING", "KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-FORWARD"}
 )
+
+
 def _other(backend: str) -> str:
     return "nf_tables" if backend == "legacy" else "legacy"
 
@@ -98,6 +100,7 @@ def _name(backend: str) -> str:
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE, Kind.IPTABLES_VERSION],
     explains=RESTORE_SYMPTOMS,
+    versions=version_rows(FIXES, "seed 000; https://github.com/kubernetes/kubernetes/pull/82966"),
 )
 def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     """kube-proxy writes rules through a different iptables backend than the node.

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.missing_binaries import CONNTRACK_MISSING
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_COMPLETE
@@ -64,6 +64,10 @@ def _service_ips_with_endpoints(facts: Facts) -> set[str]:
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPVSADM],
     explains=RESTORE_SYMPTOMS,
+    versions=tuple(
+        VersionRow("kube-proxy", f"{lo} to {hi}", fixed, "https://github.com/kubernetes/kubernetes/issues/71071")
+        for lo, hi, fixed in DEADLOCK_RANGES.values()
+    ),
 )
 def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     """kube-proxy (IPVS) stops updating virtual servers: the graceful-termination deadlock.

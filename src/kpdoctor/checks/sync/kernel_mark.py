@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
+from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_VARIANT
 from kpdoctor.model import Confidence, Finding, Severity
@@ -153,6 +153,26 @@ def writers(hits: list[Hit]) -> list[Writer]:
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     explains=RESTORE_SYMPTOMS,
+    versions=(
+        *(
+            VersionRow(
+                f"kernel (Ubuntu {flavour})",
+                f"{'.'.join(map(str, base))}-{sorted(abis)}",
+                "use " + GOOD_UBUNTU[(base, flavour)] if (base, flavour) in GOOD_UBUNTU else "",
+                "seed 003",
+            )
+            for (base, flavour), abis in BROKEN_UBUNTU.items()
+        ),
+        *(
+            VersionRow(
+                "kernel (upstream stable)",
+                ".".join(map(str, v)),
+                "use " + GOOD_UPSTREAM[v[:2]] if v[:2] in GOOD_UPSTREAM else "",
+                "seed 003",
+            )
+            for v in sorted(BROKEN_UPSTREAM)
+        ),
+    ),
 )
 def kernel_mark_regression(facts: Facts) -> Iterator[Finding]:
     """The node's kernel rejects the MARK target (IPv6): a netfilter regression.

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
+from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.panics import Panic, panics
@@ -77,6 +77,7 @@ def is_ipvs_probe(p: Panic) -> bool:
     title="kube-proxy panics at start-up (IPVS module probe)",
     severity=Severity.WARNING,
     needs=[Kind.KUBE_PROXY_LOG],
+    versions=version_rows(STARTUP_FIXES, "https://github.com/kubernetes/kubernetes/issues/89729"),
 )
 def startup_panic(facts: Facts) -> Iterator[Finding]:
     """kube-proxy crashes with a nil pointer on its first start in IPVS mode, then runs.
@@ -215,6 +216,7 @@ SAVE_PANIC_FIXES = [
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE],
     explains=SYNC_SYMPTOMS,
+    versions=version_rows(SAVE_PANIC_FIXES, "https://github.com/kubernetes/kubernetes/pull/78428"),
 )
 def save_parse_panic(facts: Facts) -> Iterator[Finding]:
     """kube-proxy panics again and again while parsing iptables-save output.

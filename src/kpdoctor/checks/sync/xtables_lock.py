@@ -6,7 +6,14 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, quiet_if_recovered, start
+from kpdoctor.checks.common import (
+    RESTORE_SYMPTOMS,
+    apply_remedy,
+    kube_proxy_remedy,
+    quiet_if_recovered,
+    start,
+    version_rows,
+)
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.facts.log import RESTORE_VARIANT, cite_line, iptables_call, is_other_writer, restore_binary
@@ -326,6 +333,7 @@ NO_WAIT_FIXES = [
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_VERSION],
     explains=RESTORE_SYMPTOMS,
+    versions=version_rows(NO_WAIT_FIXES, "seed 000"),
 )
 def restore_no_wait(facts: Facts) -> Iterator[Finding]:
     """The iptables-restore in use has no working --wait, so any contention fails the sync.
