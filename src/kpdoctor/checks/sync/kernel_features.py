@@ -254,7 +254,8 @@ def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
     if own:
         f.summary += " kube-proxy's syncs or start-up fail on it."
     else:
-        f.summary += " The lines are another component's: kube-proxy needs the same parts."
+        whose = next((m.hit.writer for m in found if m.hit.writer), "another component")
+        f.summary += f" The lines are {whose}'s: the node's kernel fails it, and kube-proxy's rules use the same parts."
     not_built = [m for m in found if m.hit.sig == MODPROBE_MISSING.id]
     f.fix = [
         "Load the module on the host (a container cannot): "
