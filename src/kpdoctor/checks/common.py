@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kpdoctor.checks.registry import CHECKS, VersionRow
-from kpdoctor.facts import Facts
+from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import cite
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
@@ -82,6 +84,15 @@ def version_rows(rows: list[FixRow], reference: str, component: str = "kube-prox
             fixed = str(r.fixed or "")
         out.append(VersionRow(who, line, fixed, reference))
     return tuple(out)
+
+
+def note_version(f: Finding, found: Versioned[Any] | None, component: str) -> None:
+    """Record a version the finding rests on: in its versions, with the line that shows it."""
+    if found is None:
+        return
+    f.versions_found[component] = str(found.value)
+    if found.cite not in f.evidence:
+        f.evidence.append(found.cite)
 
 
 def kube_proxy_remedy(facts: Facts, rows: list[FixRow]) -> tuple[Remedy, dict[str, str], Cite | None]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
@@ -177,9 +177,7 @@ def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Findi
     )
     f.evidence = [cite_line(a), cite_line(b)]
     kpv = facts.kube_proxy_version
-    if kpv is not None:
-        f.versions_found["kube-proxy"] = str(kpv.value)
-        f.evidence.append(kpv.cite)
+    note_version(f, kpv, "kube-proxy")
     f.fix = [
         f"Check {section}.minSyncPeriod (1s by default) where it takes effect; if it is set, upgrade kube-proxy: "
         "Node events synced at once in releases before k/k#111219's fix."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -58,9 +58,7 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
         f.summary += f" The evidence holds {len(held)} versions of them."
     for e in held[:3]:
         f.evidence.append(Cite(e.artifact, e.line, f"Endpoints {e.namespace}/{e.name}: {LEADER_ANNOTATION}"))
-    if kpv is not None:
-        f.versions_found["kube-proxy"] = str(kpv.value)
-        f.evidence.append(kpv.cite)
+    note_version(f, kpv, "kube-proxy")
     f.fix = [
         "Move those components to Lease-based leader election (`--leader-elect-resource-lock=leases`), or "
         "kube-proxy to 1.19+ (EndpointSlices skip these Endpoints); meanwhile raise `iptables.minSyncPeriod`.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Confidence, Finding, Severity
@@ -87,9 +87,7 @@ def conntrack_binary_missing(facts: Facts) -> Iterator[Finding]:
         f.severity = Severity.CRITICAL
         f.summary += " The failed clean-ups are for UDP Services."
     kpv = facts.kube_proxy_version
-    if kpv is not None:
-        f.versions_found["kube-proxy"] = str(kpv.value)
-        f.evidence.append(kpv.cite)
+    note_version(f, kpv, "kube-proxy")
     f.fix = [
         "Install conntrack-tools where kube-proxy runs (its image, or the node for a binary kube-proxy), or "
         "upgrade to kube-proxy 1.32 or later, which clears entries over netlink.",

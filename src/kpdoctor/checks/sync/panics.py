@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
+from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, note_version, start, version_rows
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.panics import Panic, panics
@@ -178,10 +178,7 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
             "Make sure the IPVS modules are loaded on the node: ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack."
         )
     else:
-        if kpv:
-            f.versions_found["kube-proxy"] = str(kpv.value)
-            if kpv.cite not in f.evidence:
-                f.evidence.append(kpv.cite)
+        note_version(f, kpv, "kube-proxy")
         frame = f" ({chosen[0].top})" if chosen[0].top else ""
         f.fix = [
             f"Look up the top kube-proxy frame{frame} in kube-proxy's upstream issues for "

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.panics import IPVS_PROBE_FRAME, restart_info
 from kpdoctor.facts import Facts
@@ -185,10 +185,7 @@ def runtime_panic(facts: Facts) -> Iterator[Finding]:
             f.evidence.append(c)
     if mode_seen and mode_seen[1] and mode_seen[1] not in f.evidence:
         f.evidence.append(mode_seen[1])
-    if kpv:
-        f.versions_found["kube-proxy"] = str(kpv.value)
-        if kpv.cite not in f.evidence:
-            f.evidence.append(kpv.cite)
+    note_version(f, kpv, "kube-proxy")
     for count, _desc, c in restart_info(facts):
         f.evidence.append(c)
         if count:
