@@ -21,11 +21,12 @@ from rich.table import Table
 from kpdoctor import __version__, deadline
 from kpdoctor.checks import CHECKS, find
 from kpdoctor.demo import DEMOS, demo_path
-from kpdoctor.diagnose import context_only, diagnose_paths, exit_code
+from kpdoctor.diagnose import context_only, diagnose_evidence, exit_code
 from kpdoctor.model import Severity
 from kpdoctor.report import FORMATS
 
 if TYPE_CHECKING:  # the collector is imported only when a command collects (startup time)
+    from kpdoctor.bundle.loader import Evidence
     from kpdoctor.bundle.writer import Bundle
     from kpdoctor.collect.live import LiveOptions
 
@@ -248,7 +249,7 @@ def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
 
 
 class Live:
-    """The --live options of one command, and the temporary bundle they produce."""
+    """The --live options of one command, and the evidence they produce."""
 
     def __init__(
         self,
@@ -266,7 +267,6 @@ class Live:
         self.enabled = enabled
         self.save_bundle = save_bundle
         self._args = (host_root, kubeconfig, context, node, not no_cluster, interval, timeout, redact_ips)
-        self._tmp: str | None = None
 
     @classmethod
     def of(cls, options: dict[str, Any], node: str | None, enabled: bool | None = None) -> Live:
@@ -292,8 +292,11 @@ class Live:
 
         return LiveOptions(*self._args)
 
-    def paths(self, paths: list[str]) -> list[str]:
-        """``paths`` plus the folder of a fresh live bundle (exits 2 if collection cannot start)."""
+    def evidence(self, paths: list[str]) -> Evidence:
+        """The evidence of ``paths`` plus, with --live, a fresh collection read in memory (exits 2
+        if collection cannot start, or when neither is given)."""
+        from kpdoctor.bundle.loader import add_collected, load
+
         if not self.enabled:
             if self.save_bundle is not None:
                 _err("--save-bundle only goes with --live")
@@ -301,23 +304,14 @@ class Live:
             if not paths:
                 _err("give the evidence files (PATH...) or --live to collect from this node")
                 raise Exit(2)
-            return paths
-        import tempfile
-
-        from kpdoctor.bundle.writer import write_dir
-
+            return load(paths)
         bundle = _collect(self.opts)
-        self._tmp = tempfile.mkdtemp(prefix="kpdoctor-live-")
-        write_dir(bundle, Path(self._tmp))
         if self.save_bundle is not None:
             _save(bundle, self.save_bundle)
-        return [self._tmp, *paths]
+        return add_collected(load(paths), bundle.artifacts, bundle.skipped, bundle.node, bundle.collected_at)
 
     def close(self) -> None:
-        if self._tmp:
-            import shutil
-
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        """Nothing is left behind: the collection was read in memory."""
 
 
 def _collect(opts: LiveOptions) -> Bundle:
@@ -370,7 +364,11 @@ def _run(
     live = live or Live(False)
     keep = _kept()
     try:
-        report, evidence = diagnose_paths(live.paths(paths), node=node, min_severity=sev, keep=keep)
+        evidence = live.evidence(paths)
+        try:
+            report = diagnose_evidence(evidence, node=node, min_severity=sev, keep=keep)
+        finally:
+            evidence.close()
     finally:
         live.close()
         deadline.disarm()
@@ -534,7 +532,6 @@ def verify(
     proxy mode kpdoctor does not read yet); 2: nothing usable given, or --service names no Service
     (the closest names are suggested).
     """
-    from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
     from kpdoctor.diagnose import diagnose_evidence
     from kpdoctor.facts import Facts
@@ -544,7 +541,7 @@ def verify(
     deadline.arm(live["timeout"])
     keep = _kept()
     try:
-        evidence = load(lv.paths(list(paths)))
+        evidence = lv.evidence(list(paths))
         try:
             wanted = service
             if service:  # as users write it (a port number, a bare name) -> kube-proxy's labels
@@ -692,7 +689,6 @@ def trace(
     3: a branch could not be evaluated (uncertain) and none is dropped, or kube-proxy runs in a
     mode whose state was not given (IPVS without `ipvsadm -Ln`); 2: usage error.
     """
-    from kpdoctor.bundle.loader import load
     from kpdoctor.dataplane import modes
     from kpdoctor.dataplane.trace import TraceError, exit_status, parse_destination, service_target
     from kpdoctor.dataplane.trace import trace as run_trace
@@ -708,7 +704,7 @@ def trace(
     hook_given = click.get_current_context().get_parameter_source("hook") == click.core.ParameterSource.COMMANDLINE
     lv = Live.of(live, node)
     deadline.arm(live["timeout"])
-    evidence = load(lv.paths(list(paths)))
+    evidence = lv.evidence(list(paths))
     target = None
     try:
         facts = Facts(evidence, node=node)

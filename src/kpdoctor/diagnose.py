@@ -1,13 +1,18 @@
-"""The pipeline: evidence -> facts -> checks -> ranked findings -> report."""
+"""The pipeline: evidence -> facts -> verification -> checks -> ranking -> report.
+
+Each stage runs once per run and in this order; a stage's bug is an internal error of that
+stage (exit 4) and the stages after it still run on what is known. The memo tables a run fills
+are emptied when it ends (:mod:`kpdoctor.memo`), so the pipeline can run again and again in one
+process (the node agent, a library user: :func:`kpdoctor.run`). The one-shot tricks of the
+command line (the cyclic collector off, objects kept until exit) are the CLI's, not the run's.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
-from kpdoctor import __version__, deadline
+from kpdoctor import __version__, deadline, memo
 from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
@@ -19,21 +24,6 @@ from kpdoctor.rank import rank
 VERIFY_CODES = ("KP2",)
 
 
-@contextlib.contextmanager
-def allocation_heavy() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsing and compiling a quarter of a million rules
-    allocates millions of objects that live until the end, and without this Python re-scans them
-    over and over (half the run time at 10,000 Services). Nothing here builds reference cycles
-    that need collecting meanwhile."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()  # the checks `kpdoctor verify` runs: those reading the verification
-
-
 def diagnose_evidence(
     evidence: Evidence,
     *,
@@ -43,14 +33,30 @@ def diagnose_evidence(
     service: str | None = None,
     keep: list[object] | None = None,
 ) -> Report:
-    """``keep``: gets the facts worked out (a caller about to exit need not free them)."""
+    """One run on loaded evidence. ``keep``: gets the facts worked out (a caller about to exit
+    need not free them)."""
+    try:
+        return _run(evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep)
+    finally:
+        memo.clear()
+
+
+def _run(
+    evidence: Evidence,
+    *,
+    node: str | None,
+    min_severity: Severity,
+    command: str,
+    service: str | None,
+    keep: list[object] | None,
+) -> Report:
     facts = Facts(evidence, node=node)
     if keep is not None:
         keep.append(facts)
+    stage_errors = verify_stage(facts)
     only = VERIFY_CODES if command == "verify" else None
-    with allocation_heavy():
-        findings, skipped, ran, check_errors = run_all(facts, only=only)
-    errors = evidence.errors + check_errors
+    findings, skipped, ran, check_errors = run_all(facts, only=only)
+    errors = evidence.errors + stage_errors + check_errors
     problems = list(evidence.problems)
     # After --timeout, only what was already worked out: nothing may start a parse now.
     partial = deadline.expired()
@@ -95,6 +101,25 @@ def diagnose_evidence(
         timed_out=deadline.message(),
         inputs=inputs_read(evidence),
     )
+
+
+def verify_stage(facts: Facts) -> list[InternalError]:
+    """The data-plane verification, as its own stage before the checks that read it: run once,
+    and a bug in it is the verification's internal error (its checks then abstain, saying so),
+    not an escape from whichever check asked first."""
+    if deadline.expired():
+        return []
+    deadline.stage("verification")
+    try:
+        facts.verification  # noqa: B018 - worked out here, read by the checks
+    except deadline.TimedOut:
+        facts.verification_failed = "not finished: the run's --timeout was reached"
+        vars(facts)["verification"] = None
+    except Exception as exc:  # contained: the rest of the report is still produced
+        facts.verification_failed = "not evaluated: the verification failed (an internal error, reported)"
+        vars(facts)["verification"] = None
+        return [InternalError.of("verification", exc)]
+    return []
 
 
 # What of an artifact's attributes tells the user how it was read (the rest is bookkeeping).

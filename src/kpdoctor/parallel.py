@@ -35,6 +35,16 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and hasattr(os, "waitpid")
 
 
+def workers_for(size: int, min_bytes: int, workers: int | None = None) -> int:
+    """How many processes a job over ``size`` bytes of input should use: forking pays only for
+    inputs of ``min_bytes`` and more (below, the fork and the results sent back cost more than
+    the second core gives), where the machine has more than one core and can fork."""
+    n = default_workers() if workers is None else workers
+    if n <= 1 or size < min_bytes or not can_fork():
+        return 1
+    return n
+
+
 def run_parts(parts: list[Callable[[], Any]]) -> list[Any]:
     """``[p() for p in parts]``, with parts[1:] in forked children (their results pickled back).
 

@@ -24,6 +24,7 @@ from typing import BinaryIO
 from kpdoctor import deadline
 from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
@@ -324,6 +325,37 @@ def _compare_manifest(ev: Evidence, root: Path, manifest: dict[str, dict[str, ob
 
 def _is_cluster_info_dump(root: Path) -> bool:
     return (root / "nodes.json").is_file() and any(root.glob("*/pods.json"))
+
+
+def add_collected(
+    ev: Evidence,
+    artifacts: Iterable[Collected],
+    absent: Iterable[NotCollected] = (),
+    node: str | None = None,
+    collected_at: str | None = None,
+) -> Evidence:
+    """A live collection as evidence, in memory (no bundle written and read back): each artifact
+    typed by its bundle path, as a bundle folder's would be, and each absent one a problem. The
+    collected artifacts come first, as a bundle given before the other paths does."""
+    got = Evidence(node=node, collected_at=collected_at)
+    for a in artifacts:
+        rel = a.path
+        if rel not in BUNDLE_PATHS:
+            continue  # collected for a person reading the bundle (KNOWN_UNUSED_PREFIXES)
+        kind, attrs = BUNDLE_PATHS[rel]
+        if a.exit_code not in (0, None) and not a.data:
+            why = a.stderr.strip().splitlines()[0] if a.stderr.strip() else ""
+            got.problems.append(InputProblem(rel, f"not collected (exit {a.exit_code}{': ' + why if why else ''})"))
+            continue
+        attrs = {**attrs, **({"time": a.started_at} if a.started_at else {})}
+        _add_inline(got, rel, Typed(kind, attrs), a.data.decode("utf-8-sig", errors="replace"))
+    for n in absent:
+        got.problems.append(InputProblem(n.path, f"not collected: {n.reason}"))
+    ev.artifacts[:0] = got.artifacts
+    ev.problems[:0] = got.problems
+    ev.node = ev.node or got.node
+    ev.collected_at = ev.collected_at or got.collected_at
+    return ev
 
 
 def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, object]]:

@@ -15,7 +15,7 @@ from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.k8s import fragment_in
-from kpdoctor.parse.logscan import REGISTRY
+from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -254,10 +254,8 @@ def has_signal(text: str) -> bool:
 
     Its regular expression, not its needle: "Using " or "MARK" alone say nothing. The catalogue
     is loaded here, so typing never depends on which modules the caller happened to import."""
-    import kpdoctor.checks  # noqa: F401  (registers every signature)
-
     return any(
-        sig.needle in text and sig.compiled().search(text) is not None for sig in REGISTRY.values() if not sig.generic
+        sig.needle in text and sig.compiled().search(text) is not None for sig in catalogue() if not sig.generic
     )
 
 

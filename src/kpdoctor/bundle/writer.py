@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kpdoctor import __version__
-from kpdoctor.collect.record import Collected, NotCollected
+from kpdoctor.bundle.contents import Collected, NotCollected
 
 
 @dataclass

@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from kpdoctor.bundle.contents import Collected, NotCollected
+
+__all__ = ["Budget", "Collected", "Gathered", "NotCollected", "Progress", "quiet", "utc_now"]
+
 Progress = Callable[[str], None]
 """Told a short description of each step as it starts (``"iptables-legacy-save"``)."""
 
@@ -23,45 +27,6 @@ def quiet(_: str) -> None:
 def utc_now() -> str:
     """Now, as the manifest writes times: ISO-8601 UTC with milliseconds."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass
-class Collected:
-    """One artifact at its bundle path (DESIGN.md layout), with its manifest entry."""
-
-    path: str
-    data: bytes = b""
-    source: str = ""  # the argv (shlex-joined), "read /proc/locks", "GET /api/v1/services?limit=500"
-    exit_code: int | None = 0  # None: it never completed (timed out, binary missing)
-    stderr: str = ""
-    started_at: str = ""
-    duration_ms: int = 0
-    note: str = ""  # why it is partial (403 on a page, truncated, time budget), shown in the report
-
-    def manifest_entry(self) -> dict[str, object]:
-        entry: dict[str, object] = {
-            "path": self.path,
-            "command": self.source,
-            "exit_code": self.exit_code,
-            "stderr": self.stderr,
-            "collected_at": self.started_at,
-            "duration_ms": self.duration_ms,
-            "bytes": len(self.data),
-        }
-        if self.note:
-            entry["note"] = self.note
-        return entry
-
-
-@dataclass
-class NotCollected:
-    """An artifact that is absent, and why (``ip_vs is not loaded``, ``forbidden (403)``)."""
-
-    path: str
-    reason: str
-
-    def manifest_entry(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
 
 
 @dataclass

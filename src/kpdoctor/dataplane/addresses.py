@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+from kpdoctor import memo
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -43,7 +45,7 @@ def port_number(text: str) -> int | None:
     return n if n <= 65535 else None
 
 
-_SPANS: dict[str, Span | None] = {}
+_SPANS: dict[str, Span | None] = memo.table()
 
 
 def address_span(text: str) -> Span | None:
@@ -63,7 +65,7 @@ def address_span(text: str) -> Span | None:
     return span  # type: ignore[return-value]
 
 
-_HOSTS: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address | None] = {}
+_HOSTS: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address | None] = memo.table()
 
 
 def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -83,7 +85,7 @@ def host_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | N
     return got  # type: ignore[return-value]
 
 
-_TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
+_TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = memo.table()
 
 
 def endpoint_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import memo
 from kpdoctor.dataplane.expected import Case, Expectation
 from kpdoctor.model import Cite
 
 PROB_TOLERANCE = 1e-3  # kube-proxy prints 10 decimals; equal shares are within this
 
 
-_ROUNDED: dict[float, float] = {}
+_ROUNDED: dict[float, float] = memo.table()
 
 
 def rounded(p: float) -> float:
@@ -27,7 +28,7 @@ def rounded(p: float) -> float:
     return r
 
 
-_CITES: dict[tuple[str, int], Cite] = {}
+_CITES: dict[tuple[str, int], Cite] = memo.table()
 
 
 def rule_ref(c: Cite) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_sa
 from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
-from kpdoctor.parse.logscan import REGISTRY, Scanner
+from kpdoctor.parse.logscan import Scanner, Signature, catalogue
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
@@ -125,12 +125,18 @@ def _node_of_host(nodes: list[K8sObject], host: str) -> K8sObject | None:
 class Facts:
     """Lazily parsed, cached view of one run's evidence."""
 
-    def __init__(self, evidence: Evidence, node: str | None = None) -> None:
+    def __init__(
+        self, evidence: Evidence, node: str | None = None, signatures: tuple[Signature, ...] | None = None
+    ) -> None:
         self.evidence = evidence
+        # the signatures the log scan looks for (every one kpdoctor knows, unless a caller narrows it)
+        self.signatures = signatures if signatures is not None else catalogue()
         self._node_flag = node
         self._nothing: dict[Kind, str | None] = {}
         # what parsing found wrong in an artifact, outside the parsers that keep their own
         self.diagnostics: list[tuple[str, Diagnostic]] = []
+        # why the verification stage gave nothing although it was asked (a bug, the timeout)
+        self.verification_failed: str | None = None
 
     def has(self, kind: Kind) -> bool:
         """Whether the evidence holds ``kind`` *and* it parsed to something: an empty List or an
@@ -162,9 +168,8 @@ class Facts:
 
     @cached_property
     def log(self) -> LogFacts:
-        sigs = list(REGISTRY.values())
-        scan = Scanner(sigs).scan(self.log_artifacts)
-        return LogFacts(scan, {s.id for s in sigs if s.failure})
+        scan = Scanner(self.signatures).scan(self.log_artifacts)
+        return LogFacts(scan, {s.id for s in self.signatures if s.failure})
 
     # -- rules --------------------------------------------------------------------------
     @cached_property
@@ -692,10 +697,9 @@ class Facts:
         itself (on its own core, while the others would otherwise wait), then evaluates pieces of
         the Service ports as it asks for them (parallel.Tickets); none has to copy another's
         quarter-million parsed rules."""
-        n = parallel.default_workers()
         rules = self.of(Kind.IPTABLES_SAVE) + self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
-        size = sum(a.size or len(a.text) for a in rules)
-        if n <= 1 or size < PARALLEL_MIN_BYTES or not parallel.can_fork():
+        n = parallel.workers_for(sum(a.size or len(a.text) for a in rules), PARALLEL_MIN_BYTES)
+        if n <= 1:
             return self._verification(Part())
         tickets = parallel.Tickets(VERIFY_PIECES)
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import os
 import re
@@ -38,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised by the pure_python tests
     ahocorasick_rs = None  # type: ignore[assignment]
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.parallel import default_workers
+from kpdoctor.parallel import default_workers, run_parts, workers_for
 from kpdoctor.parse.logwrap import FELIX, KLOG_HEADER, LOGRUS, is_continuation, unwrap, writer_of
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -98,6 +99,15 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 REGISTRY: dict[str, Signature] = {}
+
+
+def catalogue() -> tuple[Signature, ...]:
+    """Every signature kpdoctor knows. The checks declare them next to their logic; this loads
+    them, so what a run scans for (and how the sniffer types a text) never depends on which
+    modules its caller happened to import."""
+    import kpdoctor.checks  # noqa: F401  (declaring the checks registers their signatures)
+
+    return tuple(REGISTRY.values())
 
 
 def signature(
@@ -782,36 +792,28 @@ class Scanner:
     def scan(self, artifacts: list[Artifact]) -> ScanResult:
         result = ScanResult()
         for idx, art in enumerate(artifacts):
-            if art.path is not None and self.workers > 1 and os.path.getsize(art.path) >= PARALLEL_MIN_BYTES:
-                import concurrent.futures.process  # here: a process pool costs start-up time to import
-
-                try:
-                    self._scan_parallel(idx, art, result)
-                    continue
-                except (OSError, RuntimeError, concurrent.futures.process.BrokenProcessPool):
-                    pass  # no processes available here: fall back to one core
+            n = workers_for(os.path.getsize(art.path), PARALLEL_MIN_BYTES, self.workers) if art.path else 1
+            if n > 1:
+                self._scan_parallel(idx, art, result, n)
+                continue
             self._scan_artifact(idx, art, result)
         return result
 
-    def _scan_parallel(self, idx: int, art: Artifact, result: ScanResult) -> None:
-        """Scan a large file on every core: record-aligned byte ranges, line numbers and the
-        sync timeline stitched in order."""
+    def _scan_parallel(self, idx: int, art: Artifact, result: ScanResult, n: int) -> None:
+        """Scan a large file on ``n`` cores (parallel.run_parts: this process takes the first
+        range): record-aligned byte ranges, line numbers and the sync timeline stitched in order."""
         assert art.path is not None
         size = os.path.getsize(art.path)
-        n = self.workers * 2
         with open(art.path, "rb") as fh:
             bounds = sorted({_align(fh, size * i // n) for i in range(n)} | {size})
-        import concurrent.futures
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("fork")
-        with concurrent.futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
-            futures = [
-                pool.submit(_scan_range, self.signatures, idx, art.name, art.path, art.previous, a, b, self.pure_python)
-                for a, b in itertools.pairwise(bounds)
-                if b > a
-            ]
-            outcomes = [f.result() for f in futures]
+        parts: list[Callable[[], tuple[ScanResult, int]]] = [
+            functools.partial(
+                _scan_range, self.signatures, idx, art.name, art.path, art.previous, a, b, self.pure_python
+            )
+            for a, b in itertools.pairwise(bounds)
+            if b > a
+        ]
+        outcomes = run_parts(parts)
         line_base = art.first_line - 1
         for part, lines in outcomes:
             result.absorb(part, idx, line_base)

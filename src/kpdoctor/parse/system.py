@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kpdoctor import memo
 from kpdoctor.parse.numbers import is_int, to_int
 from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import load_json
@@ -72,7 +72,7 @@ def parse_kube_proxy_version(text: str) -> KubeVersion | None:
     return _version(KubeVersion.parse, (m.group(1) if m else head.strip())[:_VERSION_CHARS])
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _split_command(command: str) -> tuple[str, ...]:
     """A command line as the shell would split it (checks ask for it more than once per process)."""
     try:

@@ -22,6 +22,8 @@ def verification_not_evaluated(facts: Facts) -> str | None:
     """Why the checks on the verification abstain: it was not evaluated (the node runs a proxy
     mode kpdoctor does not read, or the mode is not known), so its absence of results is no
     verdict."""
+    if facts.verification_failed:
+        return f"verification {facts.verification_failed}"
     ver = facts.verification
     if ver is not None and not ver.evaluated:
         if ver.mode:

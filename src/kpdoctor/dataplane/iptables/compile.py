@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import memo
 from kpdoctor.dataplane.addresses import Span, address_span, parse_span, port_number
 from kpdoctor.parse.iptables import Rule, Table
 
@@ -296,8 +297,8 @@ def _compile_fast(rule: Rule) -> CompiledRule | None:
 
 
 _OPTIONED = frozenset({"DNAT", "MARK", "REDIRECT", "SNAT", "REJECT", "CT", "LOG"})
-_PORTS: dict[str, tuple[tuple[int, int], ...]] = {}
-_PROBS: dict[str, float | None] = {}
+_PORTS: dict[str, tuple[tuple[int, int], ...]] = memo.table()
+_PROBS: dict[str, float | None] = memo.table()
 
 
 def _probability(text: str) -> float | None:
@@ -483,7 +484,7 @@ def _target(toks: tuple[str, ...], i: int) -> tuple[Target, int]:
     return Target(name, goto, dest, to_span, to_ports, mark, notrack, problem), j
 
 
-_PLAIN: dict[tuple[str, bool] | tuple[str, str], Target] = {}
+_PLAIN: dict[tuple[str, bool] | tuple[str, str], Target] = memo.table()
 
 
 def _plain_target(name: str, goto: bool) -> Target:

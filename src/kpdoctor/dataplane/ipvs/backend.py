@@ -14,10 +14,10 @@ connection is refused.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kpdoctor import memo
 from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import Case, NodeView, Owned
@@ -54,7 +54,7 @@ def _weight(r: RealServer) -> int:
     return 1 if r.weight is None else r.weight
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _backend_text(address: str) -> str:
     """A real server's ``ip:port`` as kpdoctor names backends (IPv6 in brackets, compressed);
     cached: every traffic class of a Service reaches the same real servers."""

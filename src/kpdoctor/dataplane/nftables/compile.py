@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import memo
 from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.parse.nft import NftObject, NftTable, is_iptables_nft, iter_objects, render_rule, reread
 
@@ -276,7 +277,7 @@ def _element_key(el: Any) -> tuple[Any, str | None]:
     return _value(el), None
 
 
-_ADDRESSES: dict[str, int | str] = {}
+_ADDRESSES: dict[str, int | str] = memo.table()
 
 
 def _address(x: str) -> int | str:
@@ -296,7 +297,7 @@ def _address(x: str) -> int | str:
     return v
 
 
-_PREFIXES: dict[str, Any] = {}
+_PREFIXES: dict[str, Any] = memo.table()
 
 
 def _prefix(text: str) -> Any:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor import memo
 from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.iptables.compile import CompiledTable
 from kpdoctor.dataplane.iptables.evaluate import MAX_BRANCHES, MAX_DEPTH, Mentions
@@ -78,7 +79,7 @@ INGRESS = -(10**6)  # ingress chains run before every prerouting chain, whatever
 _STATE_NEW = frozenset({"new"})
 _NO_STATUS: frozenset[str] = frozenset()
 _DNAT_STATUS = frozenset({"dnat"})
-_ADDRESS_TEXT: dict[tuple[int, int], str] = {}  # a backend's address as text, once per address
+_ADDRESS_TEXT: dict[tuple[int, int], str] = memo.table()  # a backend's address as text, once per address
 
 
 @dataclass(slots=True)

@@ -1,0 +1,45 @@
+"""What a bundle holds: each collected artifact with its manifest entry, and each absent one with
+why. The collectors produce these; the bundle writer and the in-memory loader read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Collected:
+    """One artifact at its bundle path (DESIGN.md layout), with its manifest entry."""
+
+    path: str
+    data: bytes = b""
+    source: str = ""  # the argv (shlex-joined), "read /proc/locks", "GET /api/v1/services?limit=500"
+    exit_code: int | None = 0  # None: it never completed (timed out, binary missing)
+    stderr: str = ""
+    started_at: str = ""
+    duration_ms: int = 0
+    note: str = ""  # why it is partial (403 on a page, truncated, time budget), shown in the report
+
+    def manifest_entry(self) -> dict[str, object]:
+        entry: dict[str, object] = {
+            "path": self.path,
+            "command": self.source,
+            "exit_code": self.exit_code,
+            "stderr": self.stderr,
+            "collected_at": self.started_at,
+            "duration_ms": self.duration_ms,
+            "bytes": len(self.data),
+        }
+        if self.note:
+            entry["note"] = self.note
+        return entry
+
+
+@dataclass
+class NotCollected:
+    """An artifact that is absent, and why (``ip_vs is not loaded``, ``forbidden (403)``)."""
+
+    path: str
+    reason: str
+
+    def manifest_entry(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
