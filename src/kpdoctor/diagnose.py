@@ -33,12 +33,13 @@ def diagnose_evidence(
     service: str | None = None,
     keep: list[object] | None = None,
 ) -> Report:
-    """One run on loaded evidence. ``keep``: gets the facts worked out (a caller about to exit
-    need not free them)."""
+    """One run on loaded evidence. ``keep``: gets the facts worked out, and the run's memo tables
+    are left as they are: a caller about to exit (the command line) need not free them."""
     try:
         return _run(evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep)
     finally:
-        memo.clear()
+        if keep is None:
+            memo.clear()
 
 
 def _run(
