@@ -310,9 +310,6 @@ class Live:
             _save(bundle, self.save_bundle)
         return add_collected(load(paths), bundle.artifacts, bundle.skipped, bundle.node, bundle.collected_at)
 
-    def close(self) -> None:
-        """Nothing is left behind: the collection was read in memory."""
-
 
 def _collect(opts: LiveOptions) -> Bundle:
     """Run a live collection with progress on a terminal; exit 2 when it cannot start."""
@@ -370,7 +367,6 @@ def _run(
         finally:
             evidence.close()
     finally:
-        live.close()
         deadline.disarm()
     keep += [report, evidence]
     code = exit_code(report, evidence)
@@ -561,7 +557,6 @@ def verify(
         finally:
             evidence.close()
     finally:
-        lv.close()
         deadline.disarm()
     keep += [report, evidence]
     report.show_all = show_all
@@ -750,7 +745,6 @@ def trace(
             raise Exit(2) from None
     finally:
         evidence.close()
-        lv.close()
         deadline.disarm()
     if target is not None:
         for t in traces:

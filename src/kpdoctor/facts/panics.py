@@ -52,10 +52,6 @@ class Panic:
     def top(self) -> str | None:
         return (self.frames[0].groups[0] or None) if self.frames else None
 
-    @property
-    def frame_names(self) -> tuple[str, ...]:
-        return tuple(fr.groups[0] or "" for fr in self.frames)
-
 
 def message_of(hit: Hit) -> str:
     """The panic's message without Go's decorations (``runtime error:``, ``[recovered]``)."""

@@ -10,7 +10,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.iptables import Rule
+from kpdoctor.parse.iptables import COUNTERS, Rule
 from kpdoctor.versions import IptablesVersion
 
 FIREWALL_COMMENT = "kubernetes firewall for dropping marked packets"
@@ -34,7 +34,7 @@ def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
         for r in rs.all_rules():
             if not (r.chain.startswith("KUBE-") or "kubernetes" in r.text):
                 continue
-            key = (r.table, r.chain, " ".join(r.args))
+            key = (r.table, r.chain, COUNTERS.sub("", r.text.strip()))  # the text: no rule is tokenised
             counts[key] += 1
             first.setdefault(key, r)
         for key, n in counts.most_common(3):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
-from kpdoctor.checks.sync.missing_binaries import CONNTRACK_MISSING
+from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
@@ -22,7 +21,6 @@ INCOMPATIBLE = signature(
     r" is incompatible, use .nft. tool",
     failure=True,
 )
-_SAVE_LINE = re.compile(r"^# Table .([a-z]+). is incompatible, use .nft. tool", re.M)
 
 
 @check(
@@ -48,23 +46,17 @@ def nft_rules_incompatible(facts: Facts) -> Iterator[Finding]:
     References: https://github.com/ubicloud/ubicloud/pull/2966; https://github.com/k3s-io/k3s/issues/11415
     """
     hits = facts.log.hits(INCOMPATIBLE.id)
-    saved: list[Cite] = []
-    for a in facts.of(Kind.IPTABLES_SAVE):
-        text = a.read_text()
-        if "is incompatible, use" not in text:
-            continue
-        for m in _SAVE_LINE.finditer(text):
-            saved.append(Cite(a.name, a.first_line + text.count("\n", 0, m.start()), m.group(0)))
+    saved = [(table, Cite(rs.artifact, ln, text)) for rs in facts.rulesets for ln, table, text in rs.incompatible]
     if not hits and not saved:
         return
     f = start(facts, "KP125", hits, confidence=Confidence.HIGH)
     where = [f"chain {h.groups[1]} in table {h.groups[2]}" if h.groups[1] else f"table {h.groups[3]}" for h in hits]
-    where += [c.text.split("`")[1].split("'")[0].join(("table ", "")) for c in saved]
+    where += [f"table {table}" for table, _c in saved]
     f.summary = (
         f"iptables-nft cannot read {', '.join(dict.fromkeys(where))}: rules written there with the nft tool use "
         "expressions it cannot translate, so every iptables call on it fails."
     )
-    f.evidence.extend(c for c in saved[:2] if c not in f.evidence)
+    f.evidence.extend(c for _t, c in saved[:2] if c not in f.evidence)
     if hits and all(is_other_writer(h) for h in hits):
         f.summary += " The failing call cited is another component's; kube-proxy's calls on that chain fail alike."
     f.fix = [
