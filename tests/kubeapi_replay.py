@@ -16,14 +16,40 @@ the recording expected and that nothing else was asked for.
 :func:`cluster_exchanges` builds (repeatable) exchanges that serve a whole static cluster from its
 objects, with real chunked lists (``limit``/``continue``), for tests that do not care about the
 order of requests (the network-namespace lab).
+
+:class:`LiveCluster` is a mutable cluster served like kube-apiserver serves one, for tests of code
+that watches and writes (``ReplayServer(exchanges, cluster=live)``; exchanges still answer first):
+
+* one global resourceVersion, bumped and stamped on every change, and a change log;
+* lists (namespaced or not, ``labelSelector``, ``fieldSelector``, chunked by ``limit``/``continue``
+  with etcd-shaped tokens and consistent pages) and gets of one object;
+* watches (``?watch=true``): a chunked ``200`` with one ``{"type", "object"}`` JSON event a line,
+  replayed from the log after ``resourceVersion`` (or ADDED for every object without one), then live;
+  ``ERROR`` 410 Expired from before :meth:`LiveCluster.compact`; ``BOOKMARK`` at ``timeoutSeconds``
+  with ``allowWatchBookmarks``; an object moving out of a selector is DELETED, into it ADDED;
+* writes: ``POST .../namespaces/NS/events`` (``generateName``, 409 AlreadyExists),
+  ``PATCH .../namespaces/NS/events/NAME`` and ``PATCH /api/v1/nodes/NAME/status`` (strategic merge
+  with merge keys, so conditions merge by ``type``; JSON merge patch; JSON Patch, 422 if it does not
+  apply; 409 on a stale ``metadata.resourceVersion``; a no-op patch writes nothing); any other write
+  to a served resource is 405. Every write lands in :attr:`ReplayServer.writes`;
+* failures: :meth:`LiveCluster.deny` (403 by default, any Status) and :attr:`LiveCluster.down`.
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
+import copy
 import json
+import random
+import re
+import socket
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -108,19 +134,101 @@ def unauthorized() -> Obj:
     return status(401, "Unauthorized", "Unauthorized")
 
 
+# -- more Status bodies, for the live cluster ---------------------------------------------------------
+
+
+def already_exists(resource: str, name: str, group: str = "") -> Obj:
+    """``apierrors.NewAlreadyExists``: ``events "x" already exists`` (409)."""
+    qualified = f"{resource}.{group}" if group else resource
+    details: Obj = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return status(409, "AlreadyExists", f'{qualified} "{name}" already exists', details)
+
+
+def conflict(resource: str, name: str, group: str = "") -> Obj:
+    """``apierrors.NewConflict`` of an update whose ``metadata.resourceVersion`` is not the stored one (409)."""
+    qualified = f"{resource}.{group}" if group else resource
+    details: Obj = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    msg = (f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; please apply your '
+           "changes to the latest version and try again")
+    return status(409, "Conflict", msg, details)
+
+
+def invalid(kind: str, name: str, field: str, cause_reason: str, detail: str) -> Obj:
+    """``apierrors.NewInvalid`` with one field error: ``Event "x" is invalid: field: detail`` (422)."""
+    cause = {"reason": cause_reason, "message": detail, "field": field}
+    return status(422, "Invalid", f'{kind} "{name}" is invalid: {field}: {detail}',
+                  {"name": name, "kind": kind, "causes": [cause]})
+
+
+def patch_failed() -> Obj:
+    """A JSON Patch that does not apply (a failing ``test``, a missing path): the apiserver answers
+    ``NewGenericServerResponse(422, ...)``, which drops the json-patch error text."""
+    return status(422, "Invalid", "the server rejected our request due to an error in our request", {})
+
+
+def bad_request(message: str) -> Obj:
+    return status(400, "BadRequest", message)
+
+
+def method_not_allowed() -> Obj:
+    return status(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+
+
+def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> Obj:
+    msg = (f"the body of the request was in an unknown format - accepted media types include: {', '.join(accepted)}"
+           if content_type else "the body of the request was in an unknown format")
+    return status(415, "UnsupportedMediaType", msg)
+
+
+def service_unavailable() -> Obj:
+    """What an apiserver that cannot serve (etcd gone, shutting down) or its load balancer answers."""
+    return status(503, "ServiceUnavailable", "the server is currently unable to handle the request", {})
+
+
+def internal_error(message: str) -> Obj:
+    return status(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
+
+
+def resource_expired(message: str) -> Obj:
+    """``apierrors.NewResourceExpired`` (410 Gone, reason ``Expired``), e.g. a watch from a compacted version."""
+    return status(410, "Expired", message)
+
+
+def too_large_resource_version(wanted: int, current: int) -> Obj:
+    """``storage.NewTooLargeResourceVersionError``: a resourceVersion the watch cache did not reach within 3 s."""
+    details = {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+               "retryAfterSeconds": 1}
+    return status(504, "Timeout", f"Timeout: Too large resource version: {wanted}, current: {current}", details)
+
+
 # -- the server --------------------------------------------------------------------------------------
 
 
 class ReplayServer:
-    """Serve ``exchanges`` on ``http://127.0.0.1:<port>`` from a background thread (a context manager)."""
+    """Serve ``exchanges`` on ``http://127.0.0.1:<port>`` from a background thread (a context manager).
 
-    def __init__(self, exchanges: Iterable[Exchange]) -> None:
+    With ``cluster`` (a :class:`LiveCluster`), a request that no exchange matches is answered by the
+    live cluster (lists, gets, watches, the few writes it implements); ``cluster.down`` and
+    ``cluster.deny(...)`` apply to every request, exchanges included. Every write (POST, PUT, PATCH,
+    DELETE), whoever answered it, lands in :attr:`writes`.
+    """
+
+    def __init__(self, exchanges: Iterable[Exchange] = (), cluster: LiveCluster | None = None) -> None:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self.cluster = cluster
         self.remaining: list[Exchange] = [dict(e) for e in exchanges]
         self.served: list[Exchange] = []  # exchanges used, in order (a repeat one once per use)
         self.requests: list[dict[str, Any]] = []  # every request: method, path, query, authorization
         self.unexpected: list[dict[str, Any]] = []
+        # every write: method, path, query, content_type, body (parsed JSON; the text if not JSON), status
+        self.writes: list[dict[str, Any]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -140,6 +248,8 @@ class ReplayServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stopping.set()
+        if self.cluster is not None:
+            self.cluster.wake()  # open watches end their streams now
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -156,9 +266,12 @@ class ReplayServer:
             out.append(f"{r['method']} {r['path']}" + (f"?{q}" if q else ""))
         return out
 
-    def _answer(self, method: str, path: str, query: dict[str, str], authorization: str) -> Exchange | None:
+    def _record(self, method: str, path: str, query: dict[str, str], authorization: str) -> None:
         with self._lock:
             self.requests.append({"method": method, "path": path, "query": query, "authorization": authorization})
+
+    def _match(self, method: str, path: str, query: dict[str, str]) -> Exchange | None:
+        with self._lock:
             for i, ex in enumerate(self.remaining):
                 req = ex["request"]
                 if (
@@ -170,8 +283,31 @@ class ReplayServer:
                         del self.remaining[i]
                     self.served.append(ex)
                     return ex
-            self.unexpected.append({"method": method, "path": path, "query": query})
             return None
+
+    def _unexpected(self, method: str, path: str, query: dict[str, str]) -> None:
+        with self._lock:
+            self.unexpected.append({"method": method, "path": path, "query": query})
+
+    def _answer(self, method: str, path: str, query: dict[str, str], authorization: str) -> Exchange | None:
+        self._record(method, path, query, authorization)
+        ex = self._match(method, path, query)
+        if ex is None:
+            self._unexpected(method, path, query)
+        return ex
+
+    def _record_write(self, method: str, path: str, query: dict[str, str], content_type: str | None, raw: bytes,
+                      code: int) -> None:
+        if method not in ("POST", "PUT", "PATCH", "DELETE"):
+            return
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            body: Any = json.loads(text) if text else None
+        except ValueError:
+            body = text
+        with self._lock:
+            self.writes.append({"method": method, "path": path, "query": query, "content_type": content_type,
+                                "body": body, "status": code})
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -184,18 +320,7 @@ class ReplayServer:
             def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                parts = urlsplit(self.path)
-                query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-                ex = server._answer(self.command, parts.path, query, self.headers.get("Authorization", ""))
-                response = ex["response"] if ex is not None else {"status": 404, "body": not_found_path()}
-                delay = float(response.get("delay", 0))
-                if delay and server._stopping.wait(delay):
-                    return
-                body = response.get("body", "")
+            def _send(self, code: int, body: Obj | str, headers: Mapping[str, str] | None = None) -> None:
                 if isinstance(body, str):
                     data = body.encode("utf-8")
                     ctype = "text/plain"
@@ -203,15 +328,85 @@ class ReplayServer:
                     data = json.dumps(body).encode("utf-8")
                     ctype = "application/json"
                 try:
-                    self.send_response(int(response["status"]))
+                    self.send_response(code)
                     self.send_header("Content-Type", ctype)
                     self.send_header("Content-Length", str(len(data)))
-                    for k, v in (response.get("headers") or {}).items():
+                    for k, v in (headers or {}).items():
                         self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _stream(self, watch: LiveWatch) -> None:
+                """A watch: ``200`` with a chunked body, one JSON event a line, each flushed as it happens."""
+                events = watch.events(server._stopping)
+                threading.Thread(target=self._notice_hangup, args=(watch,), daemon=True,
+                                 name="kubeapi-replay-watch-hangup").start()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Cache-Control", "no-cache, private")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.flush()
+                    for event in events:
+                        data = json.dumps(event, separators=(",", ":")).encode("utf-8") + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    if watch.cut:  # an outage: the connection drops, no terminating chunk
+                        self.close_connection = True
+                        return
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                finally:
+                    events.close()
+
+            def _notice_hangup(self, watch: LiveWatch) -> None:
+                """End the watch when the client closes the connection (it sends nothing while it watches)."""
+                try:
+                    data = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    data = b""
+                if not data:
+                    watch.client_gone()
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+                method, path = self.command, parts.path
+                ctype = self.headers.get("Content-Type")
+                server._record(method, path, query, self.headers.get("Authorization", ""))
+                cluster = server.cluster
+                reply: Reply | None = cluster.intercept(method, path, query) if cluster is not None else None
+                if reply is None:
+                    ex = server._match(method, path, query)
+                    if ex is not None:
+                        response = ex["response"]
+                        server._record_write(method, path, query, ctype, raw, int(response["status"]))
+                        delay = float(response.get("delay", 0))
+                        if delay and server._stopping.wait(delay):
+                            return
+                        self._send(int(response["status"]), response.get("body", ""), response.get("headers"))
+                        return
+                    if cluster is not None:
+                        reply = cluster.respond(method, path, query, ctype, raw)
+                    if reply is None:
+                        server._unexpected(method, path, query)
+                        reply = (404, not_found_path())
+                if isinstance(reply, LiveWatch):
+                    self._stream(reply)
+                elif reply == "close":  # an apiserver that is gone: no answer at all
+                    server._record_write(method, path, query, ctype, raw, 0)
+                    self.close_connection = True
+                else:
+                    code, body = reply
+                    server._record_write(method, path, query, ctype, raw, code)
+                    self._send(code, body)
 
             do_GET = _handle
             do_POST = _handle
@@ -227,8 +422,26 @@ class ReplayServer:
 
 def continue_token(resource_version: int, start_key: str) -> str:
     """A continue token shaped like the etcd3 store's: base64url of ``{"v","rv","start"}``."""
-    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "start": start_key + "\x00"}, separators=(",", ":"))
+    return _encode_continue(resource_version, start_key + "\x00")
+
+
+def _encode_continue(resource_version: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "start": start}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str] | None:
+    """``(rv, start key)`` of a continue token, ``None`` if it is not one."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
+        return None
+    rv, start = data.get("rv"), data.get("start")
+    if not isinstance(rv, int) or not isinstance(start, str) or rv == 0:
+        return None
+    return rv, start
 
 
 def _key(obj: Obj) -> str:
@@ -309,6 +522,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "StatefulSet": ("/apis/apps/v1", "statefulsets"),
     "Job": ("/apis/batch/v1", "jobs"),
     "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "Event": ("/api/v1", "events"),  # core v1 events (not events.k8s.io)
 }
 
 
@@ -383,18 +597,944 @@ def cluster_exchanges(
     return out
 
 
+# -- a live cluster ---------------------------------------------------------------------------------
+
+Key = tuple[str, str]  # (namespace, name); namespace "" for a cluster-scoped object
+Reply = tuple[int, Obj] | str  # (status, body), or "close": drop the connection without an answer
+
+CLUSTER_SCOPED = frozenset({"Node"})
+_KINDS = {(prefix, resource): kind for kind, (prefix, resource) in RESOURCES.items()}
+GENERATE_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # utilrand.String: lowercase alnum without vowels, 0, 1, 3
+GENERATE_NAME_LENGTH = 5
+# field selectors the apiserver accepts besides metadata.name and metadata.namespace (AddFieldLabelConversionFunc)
+FIELD_LABELS: dict[str, frozenset[str]] = {
+    "Pod": frozenset({"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+                      "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"}),
+    "Node": frozenset({"spec.unschedulable"}),
+    "Service": frozenset({"spec.clusterIP", "spec.type"}),
+    "Event": frozenset({"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                        "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                        "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"}),
+}
+PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def api_version(kind: str) -> str:
+    prefix = RESOURCES[kind][0]
+    return "v1" if prefix == "/api/v1" else prefix.removeprefix("/apis/")
+
+
+def _group(kind: str) -> str:
+    prefix = RESOURCES[kind][0]
+    return "" if prefix == "/api/v1" else prefix.split("/")[2]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One write, as the change log (and a watch) sees it. ``obj`` is the object after the write (for
+    ``DELETED``: its last state, stamped with the deletion's resourceVersion); ``prev`` the one before."""
+
+    rv: int
+    type: str  # ADDED | MODIFIED | DELETED
+    kind: str
+    obj: Obj
+    prev: Obj | None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a request path names: ``/api/v1/namespaces/NS/pods/NAME/status``."""
+
+    kind: str
+    namespace: str | None  # None: every namespace (or a cluster-scoped kind)
+    name: str | None
+    subresource: str | None
+
+    @property
+    def resource(self) -> str:
+        return RESOURCES[self.kind][1]
+
+    @property
+    def group(self) -> str:
+        return _group(self.kind)
+
+
+def _parse_path(path: str) -> _Target | None:
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        prefix, rest = "/api/v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        prefix, rest = "/" + "/".join(parts[:3]), parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not 1 <= len(rest) <= 3:
+        return None
+    kind = _KINDS.get((prefix, rest[0]))
+    if kind is None or (namespace is not None and kind in CLUSTER_SCOPED):
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if sub is not None and sub != "status":
+        return None
+    if name is not None and namespace is None and kind not in CLUSTER_SCOPED:
+        return None
+    return _Target(kind, namespace, name, sub)
+
+
+class _SelectorError(ValueError):
+    pass
+
+
+def _split_selector(text: str) -> list[str]:
+    """The requirements of a selector: split at commas outside ``(...)``."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [p.strip() for p in out if p.strip()]
+
+
+_LABEL_REQUIREMENT = re.compile(
+    r"^(?P<key>[A-Za-z0-9][A-Za-z0-9_./-]*)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[A-Za-z0-9_.-]*)"
+    r"|\s+(?P<setop>in|notin)\s*\((?P<values>[^()]*)\))?$"
+)
+
+
+def _label_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)`` (ANDed)."""
+    tests: list[Callable[[Mapping[str, str]], bool]] = []
+    for req in _split_selector(text):
+        if req.startswith("!"):
+            key = req[1:].strip()
+            tests.append(lambda labels, k=key: k not in labels)
+            continue
+        m = _LABEL_REQUIREMENT.match(req)
+        if m is None:
+            raise _SelectorError(f"unable to parse requirement: found '{req}', expected: identifier")
+        key, op, value, setop = m["key"], m["op"], m["value"], m["setop"]
+        if op in ("=", "=="):
+            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif op == "!=":
+            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        elif setop:
+            values = frozenset(v.strip() for v in m["values"].split(",") if v.strip())
+            if setop == "in":
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+        else:
+            tests.append(lambda labels, k=key: k in labels)
+    return lambda labels: all(t(labels) for t in tests)
+
+
+def _field_value(obj: Obj, field: str) -> str:
+    if field == "source":
+        value: Any = (obj.get("source") or {}).get("component")
+    elif field == "reportingComponent":
+        value = obj.get("reportingComponent")
+    else:
+        value = obj
+        for part in field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "false" if field in ("spec.hostNetwork", "spec.unschedulable") else ""
+    return str(value)
+
+
+def _field_selector(kind: str, text: str, label_text: str) -> Callable[[Obj], bool]:
+    """``f=v``, ``f==v``, ``f!=v`` (ANDed) over the fields the apiserver supports for ``kind``."""
+    tests: list[Callable[[Obj], bool]] = []
+    supported = {"metadata.name", "metadata.namespace"} | FIELD_LABELS.get(kind, frozenset())
+    for req in _split_selector(text):
+        m = re.match(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$", req)
+        if m is None:
+            raise _SelectorError(f"invalid selector: '{text}'; can't understand '{req}'")
+        field, op, value = m.groups()
+        if field not in supported:
+            gvr = f"{_group(kind)}/{api_version(kind).split('/')[-1]}, Resource={RESOURCES[kind][1]}"
+            raise _SelectorError(f'Unable to find "{gvr}" that match label selector "{label_text}", field selector '
+                                 f'"{text}": field label not supported: {field}')
+        if op == "!=":
+            tests.append(lambda o, f=field, v=value: _field_value(o, f) != v)
+        else:
+            tests.append(lambda o, f=field, v=value: _field_value(o, f) == v)
+    return lambda o: all(t(o) for t in tests)
+
+
+def _filter(t: _Target, query: Mapping[str, str]) -> Callable[[Obj], bool]:
+    """What a list or watch of ``t`` selects (namespace, labelSelector, fieldSelector); raises _SelectorError."""
+    labels_text, fields_text = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    by_label = _label_selector(labels_text)
+    by_field = _field_selector(t.kind, fields_text, labels_text)
+
+    def selects(obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        if t.namespace is not None and meta.get("namespace") != t.namespace:
+            return False
+        return by_label(meta.get("labels") or {}) and by_field(obj)
+
+    return selects
+
+
+# -- patches: strategic merge, JSON merge (RFC 7386), JSON Patch (RFC 6902) ------------------------------
+
+
+def _merge_key(kind: str, path: tuple[str, ...]) -> str | None:
+    """The ``patchMergeKey`` of a list field of the built-in types (the ones a node agent may touch)."""
+    last = path[-1]
+    parent = path[-2] if len(path) > 1 else ""
+    if last == "conditions":  # NodeStatus, PodStatus, DaemonSetStatus, ...
+        return "type"
+    if path == ("status", "addresses") and kind == "Node":
+        return "type"
+    if last in ("podIPs", "hostIPs"):
+        return "ip"
+    if path == ("metadata", "ownerReferences"):
+        return "uid"
+    if last in ("containers", "initContainers", "ephemeralContainers", "volumes", "imagePullSecrets"):
+        return "name"
+    if parent in ("containers", "initContainers", "ephemeralContainers"):
+        return {"ports": "containerPort", "env": "name", "volumeMounts": "mountPath",
+                "volumeDevices": "devicePath"}.get(last)
+    if kind == "Service" and path == ("spec", "ports"):
+        return "port"
+    return None
+
+
+_PRIMITIVE_MERGE = {("metadata", "finalizers"), ("spec", "podCIDRs")}
+
+
+def _strategic_merge(kind: str, original: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
+    """A strategic merge patch: maps merge (``null`` deletes a key), lists with a merge key merge by it
+    (``"$patch": "delete"`` on an element removes it), other lists are replaced. ``$setElementOrder``
+    is ignored: merged elements keep their place, new ones are appended (what the apiserver does)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    directive = patch.get("$patch")
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    out = copy.deepcopy(original) if isinstance(original, dict) else {}
+    for key, value in patch.items():
+        if key in ("$patch", "$retainKeys") or key.startswith("$setElementOrder/"):
+            continue
+        if key.startswith("$deleteFromPrimitiveList/"):
+            field = key.split("/", 1)[1]
+            out[field] = [x for x in out.get(field) or [] if x not in value]
+            continue
+        sub = (*path, key)
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            if value.get("$patch") == "delete":
+                out.pop(key, None)
+            else:
+                out[key] = _strategic_merge(kind, out.get(key), value, sub)
+        elif isinstance(value, list):
+            out[key] = _merge_list(kind, out.get(key), value, sub)
+        else:
+            out[key] = copy.deepcopy(value)
+    if "$retainKeys" in patch:
+        keep = set(patch["$retainKeys"])
+        out = {k: v for k, v in out.items() if k in keep}
+    return out
+
+
+def _merge_list(kind: str, original: Any, patch: list[Any], path: tuple[str, ...]) -> list[Any]:
+    if path in _PRIMITIVE_MERGE:
+        merged = list(original or [])
+        return merged + [x for x in patch if x not in merged]
+    key = _merge_key(kind, path)
+    if key is None or not isinstance(original, list):
+        return [x for x in copy.deepcopy(patch) if not (isinstance(x, dict) and "$patch" in x)]
+    if any(isinstance(x, dict) and x.get("$patch") == "replace" for x in patch):
+        return [copy.deepcopy(x) for x in patch if not (isinstance(x, dict) and "$patch" in x)]
+    out = copy.deepcopy(original)
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            out.append(copy.deepcopy(item))
+            continue
+        at = next((i for i, x in enumerate(out) if isinstance(x, dict) and x.get(key) == item[key]), None)
+        if item.get("$patch") == "delete":
+            out = [x for x in out if not (isinstance(x, dict) and x.get(key) == item[key])]
+        elif at is None:
+            out.append(_strategic_merge(kind, {}, item, path))
+        else:
+            out[at] = _strategic_merge(kind, out[at], item, path)
+    return out
+
+
+def _merge_patch(original: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge, ``null`` deletes, anything else (lists included) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(original) if isinstance(original, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
+class JSONPatchError(Exception):
+    """A JSON Patch that does not apply (the text is evanphx/json-patch's, for messages; the apiserver drops it)."""
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise JSONPatchError(f"JSON pointer must be empty or start with a \"/\": {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]] if path else []
+
+
+def _index(container: list[Any], token: str, path: str, op: str, *, end_ok: bool) -> int:
+    if token == "-" and end_ok:
+        return len(container)
+    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
+        raise JSONPatchError(f"error in {op} for path: '{path}': Unable to access invalid index: {token}")
+    i = int(token)
+    if i > len(container) or (i == len(container) and not end_ok):
+        raise JSONPatchError(f"error in {op} for path: '{path}': Unable to access invalid index: {i}: "
+                             "invalid index referenced")
+    return i
+
+
+def _walk(doc: Any, tokens: list[str], path: str, op: str) -> Any:
+    """The container of the last token of ``path``."""
+    node = doc
+    for token in tokens[:-1]:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            raise JSONPatchError(f'{op} operation does not apply: doc is missing path: "{path}": missing value')
+    if not isinstance(node, dict | list):
+        raise JSONPatchError(f'{op} operation does not apply: doc is missing path: "{path}": missing value')
+    return node
+
+
+def _get(doc: Any, path: str, op: str) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        return doc
+    node = _walk(doc, tokens, path, op)
+    last = tokens[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise JSONPatchError(f"{op} operation does not apply: doc is missing key: {path}: missing value")
+        return node[last]
+    return node[_index(node, last, path, op, end_ok=False)]
+
+
+def _add(doc: Any, path: str, value: Any, op: str = "add") -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        return copy.deepcopy(value)
+    node = _walk(doc, tokens, path, op)
+    if isinstance(node, dict):
+        node[tokens[-1]] = copy.deepcopy(value)
+    else:
+        node.insert(_index(node, tokens[-1], path, op, end_ok=True), copy.deepcopy(value))
+    return doc
+
+
+def _remove(doc: Any, path: str, op: str = "remove") -> Any:
+    tokens = _pointer(path)
+    node = _walk(doc, tokens, path, op) if tokens else None
+    if node is None:
+        raise JSONPatchError(f"error in {op} for path: '{path}': cannot remove the whole document")
+    last = tokens[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise JSONPatchError(f"error in {op} for path: '{path}': Unable to remove nonexistent key: {last}: "
+                                 "missing value")
+        del node[last]
+    else:
+        del node[_index(node, last, path, op, end_ok=False)]
+    return doc
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def apply_json_patch(doc: Any, ops: list[Any]) -> Any:
+    """RFC 6902 (add, remove, replace, move, copy, test) on a copy of ``doc``; raises JSONPatchError."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if not isinstance(op, dict):
+            raise JSONPatchError("invalid operation")
+        kind, path = op.get("op"), op.get("path")
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise JSONPatchError(f"{kind} operation has no value: missing value")
+        if kind == "add":
+            doc = _add(doc, path, op["value"])
+        elif kind == "remove":
+            doc = _remove(doc, path)
+        elif kind == "replace":
+            _get(doc, path, "replace")
+            doc = _add(_remove(doc, path, "replace"), path, op["value"], "replace") if _pointer(path) else op["value"]
+        elif kind in ("move", "copy"):
+            value = copy.deepcopy(_get(doc, op.get("from"), kind))
+            if kind == "move":
+                doc = _remove(doc, op.get("from"), kind)
+            doc = _add(doc, path, value, kind)
+        elif kind == "test":
+            try:
+                current = _get(doc, path, "test")
+            except JSONPatchError as e:
+                raise JSONPatchError(f"test operation does not apply: is missing path: {path}: missing value") from e
+            if not _json_equal(current, op["value"]):
+                raise JSONPatchError(f"testing value {path} failed: test failed")
+        else:
+            raise JSONPatchError(f"Unexpected kind: {kind}")
+    return doc
+
+
+# -- the live cluster ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Denial:
+    method: str
+    path_prefix: str
+    body: Obj | None
+    times: int | None
+
+
+class LiveWatch:
+    """One open watch (what :meth:`LiveCluster.respond` answers a ``?watch=true`` with); the server
+    writes :meth:`events` to the client as they come. ``cut`` tells the stream ended by an outage."""
+
+    def __init__(self, cluster: LiveCluster, target: _Target, selects: Callable[[Obj], bool], rv: int | None,
+                 timeout: float | None, bookmarks: bool) -> None:
+        self.cluster = cluster
+        self.target = target
+        self.selects = selects
+        self.rv = rv
+        self.timeout = timeout
+        self.bookmarks = bookmarks
+        self.cut = False
+        self.gone = False  # the client hung up
+
+    def client_gone(self) -> None:
+        self.gone = True
+        self.cluster.wake()
+
+    def events(self, stopping: threading.Event) -> Iterator[Obj]:
+        return self.cluster._watch(self, stopping)
+
+
+class LiveCluster:
+    """A mutable cluster a :class:`ReplayServer` serves like kube-apiserver does (lists, gets, watches,
+    event and node-status writes), with one global resourceVersion and a change log.
+
+    Tests change it with :meth:`apply` and :meth:`delete` (from any thread; open watches see the change
+    at once), break it with :meth:`deny`, :attr:`down` and :meth:`compact`, and read it back with
+    :meth:`get` and :meth:`objects`. Objects are given as a GET returns them (with ``kind``).
+    """
+
+    def __init__(self, objects: Iterable[Obj] = (), *, resource_version: int = 1000, seed: int = 0,
+                 user: str = "system:serviceaccount:kube-system:kpdoctor", too_large_wait: float = 3.0) -> None:
+        self._cond = threading.Condition(threading.RLock())
+        self._store: dict[str, dict[Key, Obj]] = {}  # kind -> key -> object (never mutated once stored)
+        self._log: list[Change] = []
+        self._log_rvs: list[int] = []
+        self._rv = resource_version
+        self._compacted = 0  # watches from before this version get 410 Expired
+        self._random = random.Random(seed)
+        self._denials: list[_Denial] = []
+        self._down = False
+        self._watchers = 0
+        self.down_mode = "503"  # or "close": drop every connection without an answer
+        self.user = user
+        self.too_large_wait = too_large_wait  # the watch cache's wait for a resourceVersion it has not seen
+        for obj in objects:
+            self.apply(obj)
+
+    # -- test-side API
+
+    @property
+    def resource_version(self) -> int:
+        """The current (last written) resourceVersion."""
+        with self._cond:
+            return self._rv
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        """An outage: every request gets 503 (or no answer with ``down_mode = "close"``); open watches drop."""
+        with self._cond:
+            self._down = bool(value)
+            self._cond.notify_all()
+
+    @property
+    def watchers(self) -> int:
+        """How many watch streams are open."""
+        with self._cond:
+            return self._watchers
+
+    def wait_for_watchers(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until exactly ``count`` watch streams are open (a test's cue to start changing things, or
+        to see that a client's hang-up ended its watch); False if that did not happen within ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._watchers == count, timeout)
+
+    def wake(self) -> None:
+        """Wake every open watch (the server does it when it stops)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def apply(self, obj: Obj) -> Obj:
+        """Create or replace ``obj``; returns the stored copy (uid, creationTimestamp, resourceVersion set)."""
+        kind = obj["kind"]
+        if kind not in RESOURCES:
+            raise ValueError(f"unknown kind {kind!r}")
+        new = copy.deepcopy(obj)
+        new.setdefault("apiVersion", api_version(kind))
+        meta = new.setdefault("metadata", {})
+        if kind in CLUSTER_SCOPED:
+            meta.pop("namespace", None)
+        else:
+            meta["namespace"] = meta.get("namespace") or "default"
+        key = (meta.get("namespace", ""), meta["name"])
+        with self._cond:
+            prev = self._store.get(kind, {}).get(key)
+            if prev is not None:
+                meta.setdefault("uid", prev["metadata"]["uid"])
+                meta.setdefault("creationTimestamp", prev["metadata"]["creationTimestamp"])
+            else:
+                meta.setdefault("uid", str(uuid.UUID(int=self._random.getrandbits(128), version=4)))
+                meta.setdefault("creationTimestamp", _now())
+            self._commit(kind, key, new)
+            return copy.deepcopy(new)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """Delete an object; returns its last state (``None`` if there was none)."""
+        key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
+        with self._cond:
+            if key not in self._store.get(kind, {}):
+                return None
+            return copy.deepcopy(self._commit(kind, key, None))
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
+        with self._cond:
+            obj = self._store.get(kind, {}).get(key)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, kind: str) -> list[Obj]:
+        """Every object of ``kind``, by namespace and name."""
+        with self._cond:
+            return [copy.deepcopy(o) for _, o in sorted(self._store.get(kind, {}).items())]
+
+    def changes(self, since: int = 0) -> list[Change]:
+        """The change log after resourceVersion ``since``."""
+        with self._cond:
+            return copy.deepcopy(self._log[bisect.bisect_right(self._log_rvs, since):])
+
+    def compact(self) -> int:
+        """Compact like etcd: a watch (or a continued list) from any older resourceVersion gets 410."""
+        with self._cond:
+            self._compacted = self._rv
+            return self._rv
+
+    def deny(self, method: str, path_prefix: str, status_body: Obj | None = None, times: int | None = None) -> None:
+        """Answer requests of ``method`` (``"*"``: any) whose path starts with ``path_prefix`` with
+        ``status_body`` (default: the authorizer's 403 for :attr:`user`), the next ``times`` ones
+        (``None``: until :meth:`allow`)."""
+        with self._cond:
+            self._denials.append(_Denial(method.upper(), path_prefix, status_body, times))
+
+    def allow(self) -> None:
+        """Forget every :meth:`deny`."""
+        with self._cond:
+            self._denials.clear()
+
+    # -- the store
+
+    def _commit(self, kind: str, key: Key, new: Obj | None) -> Obj:
+        """Store ``new`` (``None``: delete) at the next resourceVersion, log it, wake the watches."""
+        bucket = self._store.setdefault(kind, {})
+        prev = bucket.get(key)
+        self._rv += 1
+        if new is None:
+            assert prev is not None
+            obj = copy.deepcopy(prev)
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            del bucket[key]
+            change = Change(self._rv, "DELETED", kind, obj, prev)
+        else:
+            obj = new
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            bucket[key] = obj
+            change = Change(self._rv, "MODIFIED" if prev is not None else "ADDED", kind, obj, prev)
+        self._log.append(change)
+        self._log_rvs.append(self._rv)
+        self._cond.notify_all()
+        return obj
+
+    def _state_at(self, kind: str, rv: int) -> dict[Key, Obj]:
+        """The objects of ``kind`` as they were at resourceVersion ``rv`` (undoing the later changes)."""
+        state = dict(self._store.get(kind, {}))
+        for change in reversed(self._log[bisect.bisect_right(self._log_rvs, rv):]):
+            if change.kind != kind:
+                continue
+            meta = change.obj["metadata"]
+            key = (meta.get("namespace", ""), meta["name"])
+            if change.prev is None:
+                state.pop(key, None)
+            else:
+                state[key] = change.prev
+        return state
+
+    # -- requests
+
+    def intercept(self, method: str, path: str, query: Mapping[str, str]) -> Reply | None:
+        """The answer of an outage or a denial, before anything else looks at the request."""
+        with self._cond:
+            if self._down:
+                return "close" if self.down_mode == "close" else (503, service_unavailable())
+            for d in self._denials:
+                if d.method in ("*", method) and path.startswith(d.path_prefix):
+                    if d.times is not None:
+                        d.times -= 1
+                        if d.times <= 0:
+                            self._denials.remove(d)
+                    body = d.body if d.body is not None else self._forbidden(method, path, query)
+                    return int(body.get("code", 403)), body
+        return None
+
+    def _forbidden(self, method: str, path: str, query: Mapping[str, str]) -> Obj:
+        t = _parse_path(path)
+        if t is None:
+            return forbidden(self.user, method.lower(), path)
+        watching = query.get("watch") in ("true", "1")
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete" if t.name else
+                "deletecollection"}.get(method, "get" if t.name else "watch" if watching else "list")
+        body = forbidden(self.user, verb, t.resource, t.group, t.namespace or "", t.name or "")
+        if t.subresource:
+            body["message"] = body["message"].replace(f'resource "{t.resource}"', f'resource "{t.resource}/'
+                                                      f'{t.subresource}"')
+        return body
+
+    def respond(self, method: str, path: str, query: Mapping[str, str], content_type: str | None,
+                raw: bytes) -> Reply | LiveWatch | None:
+        """The apiserver's answer to a request (``None``: a path it does not serve)."""
+        t = _parse_path(path)
+        if t is None:
+            return None
+        if method == "GET":
+            if t.name is not None:
+                return self._get(t)
+            if query.get("watch") in ("true", "1"):
+                return self._open_watch(t, query)
+            return self._list(t, query)
+        dry_run = query.get("dryRun") == "All"
+        if method == "POST" and t.kind == "Event" and t.namespace is not None and t.name is None:
+            return self._create_event(t, content_type, raw, dry_run)
+        if method == "PATCH" and t.name is not None and (
+            (t.kind == "Event" and t.subresource is None) or (t.kind == "Node" and t.subresource == "status")
+        ):
+            return self._patch(t, content_type, raw, dry_run)
+        return 405, method_not_allowed()
+
+    def _get(self, t: _Target) -> Reply:
+        assert t.name is not None
+        with self._cond:
+            obj = self._store.get(t.kind, {}).get((t.namespace or "", t.name))
+            if obj is None:
+                return 404, not_found(t.resource, t.name, t.group)
+            return 200, copy.deepcopy(obj)
+
+    def _wait_until(self, rv: int, stopping: threading.Event | None = None) -> bool:
+        """Wait (a while) for the store to reach ``rv``, as the watch cache does; under the lock."""
+        def over() -> bool:
+            return self._rv >= rv or self._down or (stopping is not None and stopping.is_set())
+
+        return self._cond.wait_for(over, self.too_large_wait) and self._rv >= rv
+
+    def _list(self, t: _Target, query: Mapping[str, str]) -> Reply:
+        try:
+            selects = _filter(t, query)
+        except _SelectorError as e:
+            return 400, bad_request(str(e))
+        try:
+            limit = int(query.get("limit") or 0)
+            rv_asked = int(query.get("resourceVersion") or 0)
+        except ValueError as e:
+            return 400, bad_request(str(e))
+        token = query.get("continue") or ""
+        namespaced = t.namespace is not None
+        with self._cond:
+            start = ""
+            if token:
+                decoded = _decode_continue(token)
+                if decoded is None:
+                    return 400, bad_request(f"continue key is not valid: {token}")
+                rv, start = decoded
+                if rv == -1:
+                    rv = self._rv
+                elif rv < self._compacted:
+                    return 410, expired(_encode_continue(-1, start))
+                state = self._state_at(t.kind, rv)
+            elif rv_asked and query.get("resourceVersionMatch") == "Exact":
+                if rv_asked < self._compacted:
+                    return 410, resource_expired("The resourceVersion for the provided list is too old.")
+                if rv_asked > self._rv:
+                    return 504, too_large_resource_version(rv_asked, self._rv)
+                rv, state = rv_asked, self._state_at(t.kind, rv_asked)
+            else:
+                if rv_asked > self._rv and not self._wait_until(rv_asked):
+                    return 504, too_large_resource_version(rv_asked, self._rv)
+                rv, state = self._rv, self._store.get(t.kind, {})
+
+            def storage_key(key: Key) -> str:
+                return key[1] if namespaced or not key[0] else f"{key[0]}/{key[1]}"
+
+            items = sorted((storage_key(k), o) for k, o in state.items() if selects(o))
+            items = [(k, o) for k, o in items if k >= start]
+            page = items[:limit] if limit else items
+            meta: Obj = {"resourceVersion": str(rv)}
+            if len(page) < len(items):
+                meta["continue"] = continue_token(rv, page[-1][0])
+                if not query.get("labelSelector") and not query.get("fieldSelector"):
+                    meta["remainingItemCount"] = len(items) - len(page)
+            body = {
+                "kind": f"{t.kind}List",
+                "apiVersion": api_version(t.kind),
+                "metadata": meta,
+                "items": [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for _, o in page],
+            }
+            return 200, copy.deepcopy(body)
+
+    def _open_watch(self, t: _Target, query: Mapping[str, str]) -> Reply | LiveWatch:
+        try:
+            selects = _filter(t, query)
+        except _SelectorError as e:
+            return 400, bad_request(str(e))
+        try:
+            rv = int(query["resourceVersion"]) if query.get("resourceVersion") else None
+            timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        except ValueError as e:
+            return 400, bad_request(str(e))
+        return LiveWatch(self, t, selects, rv or None, timeout, query.get("allowWatchBookmarks") in ("true", "1"))
+
+    def _event(self, change: Change, selects: Callable[[Obj], bool]) -> Obj | None:
+        """The watch event a change makes for a watcher (cacheWatcher.convertToWatchEvent): an object
+        moving into the selection is ADDED, out of it DELETED (its previous state, at the change's version)."""
+        now = change.type != "DELETED" and selects(change.obj)
+        before = change.prev is not None and selects(change.prev)
+        if now and not before:
+            return {"type": "ADDED", "object": copy.deepcopy(change.obj)}
+        if now and before:
+            return {"type": "MODIFIED", "object": copy.deepcopy(change.obj)}
+        if before:
+            obj = copy.deepcopy(change.obj if change.type == "DELETED" else change.prev)
+            obj["metadata"]["resourceVersion"] = str(change.rv)
+            return {"type": "DELETED", "object": obj}
+        return None
+
+    def _pending(self, watch: LiveWatch, after: int) -> list[Obj]:
+        out = []
+        for change in self._log[bisect.bisect_right(self._log_rvs, after):]:
+            if change.kind == watch.target.kind:
+                event = self._event(change, watch.selects)
+                if event is not None:
+                    out.append(event)
+        return out
+
+    def _watch(self, watch: LiveWatch, stopping: threading.Event) -> Iterator[Obj]:
+        deadline = time.monotonic() + watch.timeout if watch.timeout else None
+        with self._cond:
+            self._watchers += 1
+            self._cond.notify_all()
+        try:
+            with self._cond:
+                if watch.rv is not None and watch.rv < self._compacted:
+                    msg = f"too old resource version: {watch.rv} ({self._compacted})"
+                    pending, done = [{"type": "ERROR", "object": resource_expired(msg)}], True
+                elif watch.rv is not None and watch.rv > self._rv and not self._wait_until(watch.rv, stopping):
+                    error = too_large_resource_version(watch.rv, self._rv)
+                    pending, done = [{"type": "ERROR", "object": error}], True
+                elif watch.rv is None:  # the current state as ADDED events, then what happens
+                    current = sorted(self._store.get(watch.target.kind, {}).items())
+                    pending = [{"type": "ADDED", "object": copy.deepcopy(o)} for _, o in current if watch.selects(o)]
+                    done = False
+                else:
+                    pending, done = self._pending(watch, watch.rv), False
+                cursor = self._rv
+            while True:
+                yield from pending
+                if done:
+                    return
+                with self._cond:
+                    while True:
+                        if stopping.is_set() or watch.gone:
+                            return
+                        if self._down:
+                            watch.cut = True
+                            return
+                        if self._rv > cursor:
+                            pending, cursor = self._pending(watch, cursor), self._rv
+                            break
+                        left = deadline - time.monotonic() if deadline is not None else None
+                        if left is not None and left <= 0:  # timeoutSeconds: end the stream cleanly
+                            pending, done = [], True
+                            if watch.bookmarks:
+                                kind = watch.target.kind
+                                mark = {"kind": kind, "apiVersion": api_version(kind),
+                                        "metadata": {"resourceVersion": str(cursor)}}
+                                pending = [{"type": "BOOKMARK", "object": mark}]
+                            break
+                        self._cond.wait(left)
+        finally:
+            with self._cond:
+                self._watchers -= 1
+                self._cond.notify_all()
+
+    # -- writes
+
+    def _decode_body(self, content_type: str | None, raw: bytes, accepted: Sequence[str]) -> tuple[Any, Reply | None]:
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media and media not in accepted:
+            return None, (415, unsupported_media_type(media, accepted))
+        try:
+            return json.loads(raw.decode("utf-8") or "null"), None
+        except ValueError as e:
+            return None, (400, bad_request(f"error decoding body: {e}"))
+
+    def _create_event(self, t: _Target, content_type: str | None, raw: bytes, dry_run: bool) -> Reply:
+        body, error = self._decode_body(content_type, raw, ("application/json",))
+        if error is not None:
+            return error
+        if not isinstance(body, dict):
+            return 400, bad_request("the body of the request is not an Event")
+        ns = t.namespace or ""
+        obj = copy.deepcopy(body)
+        obj["kind"], obj["apiVersion"] = "Event", "v1"
+        meta = obj.setdefault("metadata", {})
+        if meta.get("namespace") not in (None, "", ns):
+            return 400, bad_request("the namespace of the provided object does not match the namespace sent on "
+                                    "the request")
+        meta["namespace"] = ns
+        for field in ("uid", "creationTimestamp"):
+            meta.pop(field, None)
+        if meta.get("resourceVersion"):
+            return 500, internal_error("resourceVersion should not be set on objects to be created")
+        involved_ns = (obj.get("involvedObject") or {}).get("namespace") or ""
+        if not obj.get("eventTime") and (ns != involved_ns if involved_ns else ns not in ("", "default")):
+            return 422, invalid("Event", meta.get("name") or meta.get("generateName") or "",
+                                "involvedObject.namespace", "FieldValueInvalid",
+                                f'Invalid value: "{involved_ns}": does not match event.namespace')
+        with self._cond:
+            bucket = self._store.setdefault("Event", {})
+            if not meta.get("name"):
+                prefix = meta.get("generateName") or ""
+                if not prefix:
+                    return 422, invalid("Event", "", "metadata.name", "FieldValueRequired",
+                                        "Required value: name or generateName is required")
+                for _ in range(8):  # the apiserver retries a generated name that is taken
+                    meta["name"] = prefix + "".join(self._random.choice(GENERATE_NAME_CHARS)
+                                                    for _ in range(GENERATE_NAME_LENGTH))
+                    if (ns, meta["name"]) not in bucket:
+                        break
+            if (ns, meta["name"]) in bucket:
+                return 409, already_exists("events", meta["name"])
+            meta["uid"] = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+            meta["creationTimestamp"] = _now()
+            if dry_run:
+                return 201, obj
+            return 201, copy.deepcopy(self._commit("Event", (ns, meta["name"]), obj))
+
+    def _patch(self, t: _Target, content_type: str | None, raw: bytes, dry_run: bool) -> Reply:
+        assert t.name is not None
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media not in PATCH_TYPES:
+            return 415, unsupported_media_type(media, (*PATCH_TYPES, "application/apply-patch+yaml"))
+        try:
+            patch = json.loads(raw.decode("utf-8"))
+        except ValueError as e:
+            return 400, bad_request(f"error decoding patch: {e}")
+        if media == "application/json-patch+json" and not isinstance(patch, list):
+            return 400, bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+        if media != "application/json-patch+json" and not isinstance(patch, dict):
+            return 400, bad_request("json: cannot unmarshal array into Go value of type map[string]interface {}")
+        key = (t.namespace or "", t.name)
+        with self._cond:
+            current = self._store.get(t.kind, {}).get(key)
+            if current is None:
+                return 404, not_found(t.resource, t.name, t.group)
+            if media == "application/json-patch+json":
+                try:
+                    new = apply_json_patch(current, patch)
+                except JSONPatchError:
+                    return 422, patch_failed()
+            elif media == "application/merge-patch+json":
+                new = _merge_patch(copy.deepcopy(current), patch)
+            else:
+                new = _strategic_merge(t.kind, current, patch)
+            if not isinstance(new, dict):
+                return 400, bad_request("the patched object is not an object")
+            meta = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
+            if meta.get("name", t.name) != t.name:
+                return 400, bad_request(f"the name of the object ({meta.get('name')}) does not match the name on "
+                                        f"the URL ({t.name})")
+            sent_rv = meta.get("resourceVersion")
+            if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+                return 409, conflict(t.resource, t.name, t.group)
+            new["kind"], new["apiVersion"] = current["kind"], current["apiVersion"]
+            new["metadata"] = meta = dict(meta)
+            for field in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+                if field in current["metadata"]:
+                    meta[field] = current["metadata"][field]
+            if t.subresource == "status":  # the status strategy keeps the spec
+                if "spec" in current:
+                    new["spec"] = copy.deepcopy(current["spec"])
+                else:
+                    new.pop("spec", None)
+            if new == current or dry_run:  # a no-op update is not written: same resourceVersion, no event
+                return 200, copy.deepcopy(new)
+            return 200, copy.deepcopy(self._commit(t.kind, key, new))
+
+
+def load_live_cluster(path: Path) -> LiveCluster:
+    """A :class:`LiveCluster` from a JSON file: a list of objects, or ``{"items": [...]}``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return LiveCluster(data["items"] if isinstance(data, dict) else data)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m tests.kubeapi_replay EXCHANGES.json PORTFILE``: serve until killed, from whatever
-    network namespace this process runs in (the lab starts it inside its node namespace), writing
-    the chosen port to PORTFILE once listening."""
+    """``python -m tests.kubeapi_replay EXCHANGES.json PORTFILE [--live CLUSTER.json]``: serve until
+    killed, from whatever network namespace this process runs in (the lab starts it inside its node
+    namespace), writing the chosen port to PORTFILE once listening. With ``--live``, requests no
+    exchange matches are answered by a :class:`LiveCluster` holding the objects of CLUSTER.json."""
     import argparse
-    import time
 
     p = argparse.ArgumentParser(prog="python -m tests.kubeapi_replay")
     p.add_argument("exchanges", type=Path)
     p.add_argument("portfile", type=Path)
+    p.add_argument("--live", type=Path, default=None, help="a JSON list of objects served as a live cluster")
     a = p.parse_args(argv)
-    with ReplayServer(json.loads(a.exchanges.read_text(encoding="utf-8"))) as server:
+    cluster = load_live_cluster(a.live) if a.live is not None else None
+    with ReplayServer(json.loads(a.exchanges.read_text(encoding="utf-8")), cluster=cluster) as server:
         tmp = a.portfile.with_suffix(".tmp")
         tmp.write_text(str(server.port))
         tmp.replace(a.portfile)

@@ -878,6 +878,150 @@ def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> 
     raise Exit(_run([str(demo_path(name))], Format(fmt), output, Level(min_severity), None, header=header))
 
 
+@app.command()
+@_paths("Evidence files to judge instead of collecting from this node (as `diagnose` reads them).")
+@_SEVERITY
+@_NODE
+@_live(flag=False, save=False)
+@click.option(
+    "--max-output",
+    type=click.IntRange(20, 4096),
+    default=80,
+    show_default=True,
+    help="Longest line printed (NPD's max_output_length).",
+)
+def npd(paths: tuple[str, ...], min_severity: str, node: str | None, max_output: int, **live: Any) -> None:
+    """A node-problem-detector custom plugin: one line, exit 0 OK, 1 problem, 2 unknown.
+
+    Without PATHs it collects from this node (read-only, as `diagnose --live`); NPD's
+    custom-plugin monitor turns exit 1 into a Node condition or an Event. An example
+    configuration is deploy/npd/kpdoctor-plugin-monitor.json.
+    """
+    from kpdoctor.report.npd import UNKNOWN, clip, npd_status
+
+    lv = Live.of(live, node, enabled=not paths)
+    deadline.arm(live["timeout"])
+    try:
+        evidence = lv.evidence(list(paths))
+    except Exit:
+        click.echo("kpdoctor: nothing to diagnose (see stderr)")
+        raise Exit(UNKNOWN) from None
+    try:
+        report = diagnose_evidence(evidence, node=node, min_severity=Severity.parse(min_severity), keep=_kept())
+        code, line = npd_status(report, exit_code(report, evidence))
+    finally:
+        deadline.disarm()
+        evidence.close()
+    click.echo(clip(line, max_output))
+    raise Exit(code)
+
+
+@app.command()
+@_NODE
+@_SEVERITY
+@_live(flag=False, save=False)
+@click.option(
+    "--every",
+    "every",
+    type=click.FloatRange(min=1.0),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between cycles (each jittered by up to 10%).",
+)
+@click.option(
+    "--full-every",
+    type=click.IntRange(min=1),
+    default=12,
+    show_default=True,
+    metavar="N",
+    help="Verify every Service again every N cycles; between them, only what changed.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:9847",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where /metrics, /healthz and /readyz are served (/run and /report: loopback clients only).",
+)
+@click.option(
+    "--condition-type",
+    default="KubeProxyProblem",
+    show_default=True,
+    metavar="TYPE",
+    help="The Node condition set (True while a problem is found).",
+)
+@click.option("--no-events", is_flag=True, help="Write no Events.")
+@click.option("--no-condition", is_flag=True, help="Do not set the Node condition.")
+@click.option("--once", is_flag=True, help="Run one cycle, print its summary (JSON) and exit (1: findings).")
+def agent(
+    node: str | None,
+    min_severity: str,
+    every: float,
+    full_every: int,
+    listen: str,
+    condition_type: str,
+    no_events: bool,
+    no_condition: bool,
+    once: bool,
+    **live: Any,
+) -> None:
+    """Diagnose this node continuously (a DaemonSet): metrics, Events, a Node condition.
+
+    Every cycle collects the node read-only with the node's own binaries (--host-root),
+    verifies only what changed since the last cycle against the cluster (kept current by
+    list-and-watch), and reports new and resolved findings as Events on the Node and as the
+    Node condition (the agent's only writes). Needs root on the node (or a privileged Pod with
+    the node's / at --host-root) and, for the cluster, RBAC to list/watch Services,
+    EndpointSlices, Nodes and Pods, create/patch Events and patch nodes/status.
+    """
+    import logging
+
+    from kpdoctor.agent.loop import AgentOptions
+    from kpdoctor.agent.service import build, node_name, serve
+    from kpdoctor.collect.live import CollectError, LiveOptions, preflight
+
+    gc.enable()  # a long-running process (the one-shot commands keep it off)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        _err(f"--listen {listen}: give HOST:PORT (127.0.0.1:9847)")
+        raise Exit(2)
+    try:
+        preflight(LiveOptions(host_root=live["host_root"], interval=0.0, timeout=live["timeout"]))
+    except CollectError as e:
+        _err(str(e))
+        raise Exit(2) from None
+    name = node_name(node, live["host_root"])
+    if not name:
+        _err("which node is this? give --node NAME (or set NODE_NAME)")
+        raise Exit(2)
+    opts = AgentOptions(
+        node=name,
+        host_root=live["host_root"],
+        interval=every,
+        full_every=full_every,
+        timeout=live["timeout"],
+        min_severity=Severity.parse(min_severity),
+    )
+    runner, cache, how = build(
+        opts,
+        kubeconfig=live["kubeconfig"],
+        context=live["context"],
+        cluster=not live["no_cluster"],
+        events=not no_events,
+        condition=not no_condition,
+        condition_type=condition_type,
+    )
+    logging.getLogger("kpdoctor.agent").info("node %s; cluster: %s", name, how)
+    try:
+        code = serve(runner, cache, (host.strip("[]"), int(port)), once=once)
+    except OSError as e:
+        _err(f"--listen {listen}: {e.strerror or e}")
+        raise Exit(2) from None
+    raise Exit(code)
+
+
 def main() -> None:
     """Console entry point."""
     # One command, then exit: the cyclic collector would only re-scan the millions of parsed

@@ -17,6 +17,7 @@ from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
 from kpdoctor.dataplane.results import service_matches
+from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.facts import Facts
 from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank
@@ -32,11 +33,16 @@ def diagnose_evidence(
     command: str = "diagnose",
     service: str | None = None,
     keep: list[object] | None = None,
+    reuse: Reuse | None = None,
 ) -> Report:
     """One run on loaded evidence. ``keep``: gets the facts worked out, and the run's memo tables
-    are left as they are: a caller about to exit (the command line) need not free them."""
+    are left as they are: a caller about to exit (the command line) need not free them.
+    ``reuse``: the previous run's verification results to carry over where nothing changed (the
+    node agent's cycles; dataplane/reuse.py)."""
     try:
-        return _run(evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep)
+        return _run(
+            evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep, reuse=reuse
+        )
     finally:
         if keep is None:
             memo.clear()
@@ -50,8 +56,9 @@ def _run(
     command: str,
     service: str | None,
     keep: list[object] | None,
+    reuse: Reuse | None = None,
 ) -> Report:
-    facts = Facts(evidence, node=node)
+    facts = Facts(evidence, node=node, reuse=reuse)
     if keep is not None:
         keep.append(facts)
     stage_errors = verify_stage(facts)

@@ -18,6 +18,10 @@ class Collected:
     started_at: str = ""
     duration_ms: int = 0
     note: str = ""  # why it is partial (403 on a page, truncated, time budget), shown in the report
+    # the program that printed it, as found on the node (``/usr/sbin/xtables-legacy-multi``), and
+    # what it says its version is: an image's older iptables misreads a newer one's rules
+    binary: str = ""
+    binary_version: str = ""
 
     def manifest_entry(self) -> dict[str, object]:
         entry: dict[str, object] = {
@@ -31,6 +35,10 @@ class Collected:
         }
         if self.note:
             entry["note"] = self.note
+        if self.binary:
+            entry["binary"] = self.binary
+        if self.binary_version:
+            entry["binary_version"] = self.binary_version
         return entry
 
 

@@ -53,6 +53,9 @@ class CheckSpec:
     explains: tuple[str, ...] = ()
     # The releases the cause affects and the ones that fix it (``kpdoctor explain`` prints them).
     versions: tuple[VersionRow, ...] = ()
+    # The packet-loss counters a finding rests on: growing between two snapshots confirms it.
+    # A node agent reads them every cycle and reports the finding only while one of them spikes.
+    counters: tuple[str, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -105,6 +108,7 @@ def check(
     abstains: Callable[[Facts], str | None] | None = None,
     explains: Iterable[str] = (),
     versions: Iterable[VersionRow] = (),
+    counters: Iterable[str] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -126,6 +130,7 @@ def check(
             abstains,
             tuple(explains),
             tuple(versions),
+            tuple(counters),
         )
         return func
 

@@ -653,6 +653,16 @@ def _load_config(kubeconfig: str | None, context: str | None) -> Any:
     return cfg
 
 
+def api_client(kubeconfig: str | None, context: str | None) -> Any:
+    """A client of the cluster's API (kubeconfig, or the Pod's service account), for a caller that
+    keeps it (the node agent); raises ``ValueError`` with one line saying why there is none."""
+    try:
+        cfg = _load_config(kubeconfig, context)
+    except _Fatal as e:
+        raise ValueError(str(e).removesuffix(": cluster objects not collected")) from None
+    return k8s.ApiClient(cfg)
+
+
 def _config_error(e: Exception) -> str:
     """One line about a kubeconfig that would not load, without quoting the file (it holds credentials)."""
     if isinstance(e, yaml.MarkedYAMLError):

@@ -88,7 +88,9 @@ def distrust(proc_root: str, pid: int) -> str | None:
     return None
 
 
-def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: bool) -> KubeProxyCollection:
+def collect_kube_proxy(
+    runner: Runner, progress: Progress, *, in_node_netns: bool, log_tail: int = LOG_TAIL
+) -> KubeProxyCollection:
     host = runner.host
     out = KubeProxyCollection()
     progress("kube-proxy: process")
@@ -105,7 +107,7 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
             )
     if not trusted:
         out.skipped.append(NotCollected("kube-proxy/", "no kube-proxy process runs on this node"))
-        _logs(runner, out, None)
+        _logs(runner, out, None, log_tail)
         return out
     pid, argv = trusted[0]
     out.pid = pid
@@ -133,7 +135,7 @@ def collect_kube_proxy(runner: Runner, progress: Progress, *, in_node_netns: boo
     out.add(_version(runner, host.path(f"/proc/{pid}/exe"), croot))
     if not same_file(croot, host.path("/")):
         out.add(runner.command("kube-proxy/iptables-version.txt", ["iptables", "--version"], 5, root=croot))
-    _logs(runner, out, pid)
+    _logs(runner, out, pid, log_tail)
     if in_node_netns:
         progress("kube-proxy: healthz and metrics")
         _http(out, "kube-proxy/healthz.json", _port(flags, "healthz-bind-address", HEALTHZ_PORT), "/healthz")
@@ -224,19 +226,20 @@ def _http(out: KubeProxyCollection, path: str, port: int, url: str) -> None:
         conn.close()
 
 
-def _logs(runner: Runner, out: KubeProxyCollection, pid: int | None) -> None:
+def _logs(runner: Runner, out: KubeProxyCollection, pid: int | None, tail: int = LOG_TAIL) -> None:
     host = runner.host
     logs = _cri_logs(host.path("/var/log/pods"))
     if logs:
         current, previous = logs
-        out.add(runner.read("kube-proxy/log.txt", current, limit=LOG_TAIL, tail=True))
+        out.add(runner.read("kube-proxy/log.txt", current, limit=tail, tail=True))
         if previous:
-            out.add(runner.read("kube-proxy/log-previous.txt", previous, limit=LOG_TAIL, tail=True))
+            out.add(runner.read("kube-proxy/log-previous.txt", previous, limit=tail, tail=True))
         out.logs_found = True
         return
     unit = _systemd_unit(host.path(f"/proc/{pid}/cgroup")) if pid is not None else None
     if unit:
-        cmd = ["journalctl", "-u", unit, "--no-pager", "-q", "-o", "short-precise", "-n", "200000"]
+        lines = "200000" if tail >= LOG_TAIL else str(max(1000, tail // 200))  # about 200 bytes a line
+        cmd = ["journalctl", "-u", unit, "--no-pager", "-q", "-o", "short-precise", "-n", lines]
         got = out.add(runner.command("kube-proxy/log.txt", cmd, 20))
         out.logs_found = isinstance(got, Collected) and bool(got.data)
 

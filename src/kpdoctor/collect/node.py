@@ -66,8 +66,17 @@ class Kernel:
         return module in self.loaded or module in self.builtin or os.path.isdir(self._path(f"/sys/module/{module}"))
 
 
-def collect_node(runner: Runner, progress: Progress, *, interval: float = 5.0) -> NodeCollection:
-    """Everything of the DESIGN.md ``node/`` layout this node has."""
+def collect_node(
+    runner: Runner,
+    progress: Progress,
+    *,
+    interval: float = 5.0,
+    second_snapshot: bool = True,
+    conntrack_entries: bool = True,
+) -> NodeCollection:
+    """Everything of the DESIGN.md ``node/`` layout this node has. A caller that compares
+    counters across its own readings (the node agent) takes one snapshot (``second_snapshot``
+    False: T0 only) and may leave out the conntrack table's entries (large, and costly to read)."""
     host = runner.host
     out = NodeCollection()
     kernel = Kernel(host.path)
@@ -107,7 +116,12 @@ def collect_node(runner: Runner, progress: Progress, *, interval: float = 5.0) -
     if isinstance(dmesg, Collected) and dmesg.exit_code != 0 and not dmesg.data:
         dmesg = runner.command("node/dmesg.txt", ["dmesg"], 10)
     out.add(dmesg)
-    _conntrack_entries(runner, kernel, progress, out)
+    if conntrack_entries:
+        _conntrack_entries(runner, kernel, progress, out)
+    else:
+        out.skipped.append(NotCollected("node/conntrack-list.txt", "not asked for"))
+    if not second_snapshot:
+        return out
 
     wait = t0 + interval - time.monotonic()
     if wait > 0 and runner.budget.left() > wait + 2:

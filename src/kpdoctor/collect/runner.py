@@ -38,6 +38,23 @@ PASSED_ENV = ("XTABLES_LOCKFILE",)
 MAX_OUTPUT = 512 * 1024**2  # one command's stdout; rule dumps at 10,000 Services are ~100 MB
 MAX_STDERR = 64 * 1024
 NOBODY = 65534  # the overflow uid/gid: owns nothing, so a program run as it can change nothing
+# The programs whose version decides how they read the kernel's rules, and how each says it.
+VERSION_ARGV = {
+    "iptables": ["--version"],
+    "iptables-save": ["--version"],
+    "iptables-legacy-save": ["--version"],
+    "iptables-nft-save": ["--version"],
+    "ip6tables-save": ["--version"],
+    "ip6tables-legacy-save": ["--version"],
+    "ip6tables-nft-save": ["--version"],
+    "nft": ["--version"],
+    "ipset": ["--version"],
+    "ipvsadm": ["--version"],
+    "conntrack": ["--version"],
+}
+# (root, path inside it, size, mtime) -> first line of its version output; a node agent asks
+# again only when the binary is replaced (a node upgrade)
+_VERSIONS: dict[tuple[str, str, int, int], str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +246,40 @@ class Runner:
         if limit <= 0.05:
             return NotCollected(path, f"`{shlex.join(argv)}` not run: the collection's time bound was reached")
         if root is None:
-            return run_argv(path, self.host.argv(argv), limit, shown=shlex.join(argv))
+            got = run_argv(path, self.host.argv(argv), limit, shown=shlex.join(argv))
+            got.binary = found  # links already followed inside the node's root
+            got.binary_version = self.version_of(program, found)
+            return got
         if find_program("/", "setpriv") is None:
             why = "setpriv (util-linux) is needed to run it unprivileged"
             return NotCollected(path, f"`{shlex.join(argv)}` not run: {why}")
         ids = f"--userspec={NOBODY}:{NOBODY}"
         full = ["setpriv", "--no-new-privs", "chroot", ids, f"--groups={NOBODY}", root, *argv]
         return run_argv(path, full, limit, shown=f"{shlex.join(argv)} (as nobody, in {root})")
+
+    def version_of(self, program: str, found: str) -> str:
+        """What the node's ``program`` (at ``found`` in the node's root) says its version is, for
+        the programs whose version matters (VERSION_ARGV); asked once per binary file."""
+        args = VERSION_ARGV.get(os.path.basename(program))
+        if args is None:
+            return ""
+        try:
+            st = os.stat(self.host.path(found))
+        except OSError:
+            return ""
+        key = (self.host.root, found, st.st_size, st.st_mtime_ns)
+        got = _VERSIONS.get(key)
+        if got is None:
+            limit = self.budget.timeout(5.0)
+            if limit <= 0.05:
+                return ""
+            out = run_argv("version", self.host.argv([program, *args]), limit)
+            text = (out.data or out.stderr.encode()).decode("utf-8", "replace").strip()
+            got = text.splitlines()[0][:200] if text and out.exit_code == 0 else ""
+            if len(_VERSIONS) > 256:
+                _VERSIONS.clear()
+            _VERSIONS[key] = got
+        return got
 
     def read_as(self, path: str, root: str, inside: str, who: Identity, limit: int) -> Collected | NotCollected:
         """Read ``inside`` (a path as seen in ``root``) with the identity ``who``, as the process

@@ -10,7 +10,7 @@ for destinations that still forward although no Service owns them (stale rules, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kpdoctor.dataplane.backend import Backend
@@ -36,6 +36,7 @@ from kpdoctor.dataplane.results import (
     outcome_signature,
     rule_cite,
 )
+from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.model import Cite
 from kpdoctor.parallel import Tickets
 from kpdoctor.parse.k8s import K8sObject
@@ -136,6 +137,7 @@ def run_verification(
     endpoints_exported: bool = False,
     part: Part | None = None,
     deviations: Deviations = SHARED,
+    reuse: Reuse | None = None,
 ) -> Verification:
     """Evaluate every Service port x traffic class, then look for stale destinations.
 
@@ -148,13 +150,35 @@ def run_verification(
     ver = Verification(count, unverified=unverified, mode=backend.mode)
     ver.split = backend.split()
     ver.cases = todo
-    for start, end in part.ranges(len(todo)):
-        ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
-        ver.ranges.append((start, end))
+    if reuse is not None:
+        track, fingerprint = _tracking(backend)
+        for c in todo:
+            ver.results.append(reuse.result(c, lambda c: evaluate_case(c, backend, node), track, fingerprint))
+        ver.ranges.append((0, len(todo)))
+        if track is not None:
+            backend.deps = None  # type: ignore[attr-defined]
+    else:
+        for start, end in part.ranges(len(todo)):
+            ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
+            ver.ranges.append((start, end))
     if part.stale:
         ver.stale = backend.stale(owned_destinations(services, pods), node)
     ver.not_evaluated.extend(backend.not_evaluated())
     return ver
+
+
+def _tracking(backend: Backend) -> tuple[Callable[[], set[Any]] | None, Callable[[Any], object] | None]:
+    """How to learn what one evaluation looks at, for a backend that records it (iptables)."""
+    fingerprint = getattr(backend, "fingerprint", None)
+    if fingerprint is None:
+        return None, None
+
+    def track() -> set[Any]:
+        seen: set[Any] = set()
+        backend.deps = seen  # type: ignore[attr-defined]
+        return seen
+
+    return track, fingerprint
 
 
 def unevaluated(

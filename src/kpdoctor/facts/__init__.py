@@ -20,10 +20,12 @@ from kpdoctor.dataplane import modes
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork
 from kpdoctor.dataplane.backend import Backend
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
-from kpdoctor.dataplane.iptables.backend import IptablesBackend
+from kpdoctor.dataplane.iptables.backend import IptablesBackend, has_service_rules
 from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
 from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.results import StaleRule, Verification
+from kpdoctor.dataplane.reuse import Reuse
+from kpdoctor.dataplane.reuse import setting as reuse_setting
 from kpdoctor.dataplane.verify import (
     PackedShare,
     Part,
@@ -126,9 +128,15 @@ class Facts:
     """Lazily parsed, cached view of one run's evidence."""
 
     def __init__(
-        self, evidence: Evidence, node: str | None = None, signatures: tuple[Signature, ...] | None = None
+        self,
+        evidence: Evidence,
+        node: str | None = None,
+        signatures: tuple[Signature, ...] | None = None,
+        reuse: Reuse | None = None,
     ) -> None:
         self.evidence = evidence
+        # the previous verification's results, carried over where nothing changed (the agent)
+        self.reuse = reuse
         # the signatures the log scan looks for (every one kpdoctor knows, unless a caller narrows it)
         self.signatures = signatures if signatures is not None else catalogue()
         self._node_flag = node
@@ -699,7 +707,7 @@ class Facts:
         quarter-million parsed rules."""
         rules = self.of(Kind.IPTABLES_SAVE) + self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
         n = parallel.workers_for(sum(a.size or len(a.text) for a in rules), PARALLEL_MIN_BYTES)
-        if n <= 1:
+        if n <= 1 or self.reuse is not None:
             return self._verification(Part())
         tickets = parallel.Tickets(VERIFY_PIECES)
         try:
@@ -761,6 +769,8 @@ class Facts:
                 a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS)
             )
             exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
+            if self.reuse is not None:
+                self.reuse.begin(self._reuse_setting(backend, running.mode, rulesets, local), self._line_of())
             ver = run_verification(
                 backend,
                 services,
@@ -772,6 +782,7 @@ class Facts:
                 endpoints_exported=exported,
                 part=part,
                 deviations=deviations,
+                reuse=self.reuse,
             )
         ver.mode_why = running.how
         if part.stale:
@@ -786,6 +797,39 @@ class Facts:
             )
             ver.not_evaluated.append(f"nftables table {t.described} ({artifact}) is not evaluated: {what}")
         return ver
+
+    def _reuse_setting(
+        self, backend: Backend, mode: str | None, rulesets: list[Ruleset], local: list[IPAddress]
+    ) -> object:
+        """What every carried-over result shares (dataplane/reuse.py): a backend that records what
+        each case looked at depends on its rules through those records, any other on all of them."""
+        roles = [
+            (rs.artifact, rs.backend, rs.family, rs.form, tuple(sorted(rs.tables)), has_service_rules(rs))
+            for rs in rulesets
+        ]
+        texts = None
+        if not hasattr(backend, "fingerprint"):
+            kinds = (Kind.IPTABLES_SAVE, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM, Kind.IPSET)
+            texts = [f"{a.name}\n{a.read_text()}" for kind in kinds for a in self.of(kind)]
+        return reuse_setting(self.node_view.name, local, mode, roles, texts)
+
+    def _line_of(self) -> Callable[[str, str], int | None]:
+        """``line_of(artifact, text)``: the line of the rules evidence that reads ``text`` now."""
+        found: dict[str, dict[str, int | None]] = {}
+
+        def line_of(name: str, text: str) -> int | None:
+            lines = found.get(name)
+            if lines is None:
+                lines = found[name] = {}
+                for a in self.evidence.artifacts:
+                    if a.name != name:
+                        continue
+                    for i, raw in enumerate(a.read_text().splitlines(), a.first_line):
+                        t = raw.strip()
+                        lines[t] = None if t in lines else i  # a text on two lines: not one rule
+            return lines.get(text)
+
+        return line_of
 
     def _leftovers(
         self, running: modefacts.RunningMode, rulesets: list[Ruleset], local: list[IPAddress]

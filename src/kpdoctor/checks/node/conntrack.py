@@ -32,6 +32,7 @@ KUBE_PROXY_MIN = 131072
     title="Concurrent NAT makes conntrack inserts collide (insert_failed grows)",
     severity=Severity.WARNING,
     needs=[Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT],
+    counters=[CONNTRACK + "insert_failed", CONNTRACK + "drop"],
 )
 def insert_race(facts: Facts) -> Iterator[Finding]:
     """Packets of new connections are dropped when two of them race to create the same conntrack entry.
@@ -158,6 +159,7 @@ def _masquerade_without_random_fully(facts: Facts) -> list[Cite]:
     title="The conntrack table is full: the kernel drops new connections",
     severity=Severity.CRITICAL,
     needs=[Kind.KERNEL_LOG, Kind.SYSCTL, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT],
+    counters=[CONNTRACK + "early_drop"],
 )
 def table_full(facts: Facts) -> Iterator[Finding]:
     """New connections are dropped because nf_conntrack_max entries are in use.

@@ -34,6 +34,7 @@ QUEUE_SYSCTLS = {"net.core.somaxconn": 32768, "net.ipv4.tcp_max_syn_backlog": 80
     title="Socket buffers overflow: the kernel drops packets it has already received",
     severity=Severity.WARNING,
     needs=[Kind.NETSTAT, Kind.NSTAT],
+    counters=BUFFER_COUNTERS,
 )
 def buffer_overflow(facts: Facts) -> Iterator[Finding]:
     """Packets are dropped because a socket's receive (or send) buffer is full.
@@ -83,6 +84,7 @@ def buffer_overflow(facts: Facts) -> Iterator[Finding]:
     title="SYN or accept queues overflow: connection attempts are dropped",
     severity=Severity.WARNING,
     needs=[Kind.NETSTAT, Kind.NSTAT, Kind.LISTENERS],
+    counters=QUEUE_COUNTERS,
 )
 def listen_queue(facts: Facts) -> Iterator[Finding]:
     """A listening socket's queue is full, so the kernel drops new connection attempts.

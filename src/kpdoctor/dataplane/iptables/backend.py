@@ -17,7 +17,7 @@ from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
 from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
-from kpdoctor.dataplane.iptables.evaluate import Evaluator
+from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
 from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
@@ -94,7 +94,7 @@ def family_rules(
     uniq = one_per_backend(rs for rs in rulesets if rs.family == family and rs.form in ("save", "S"))
     if not uniq:
         return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
-    compiled = {id(rs): compile_tables(rs.tables) for rs in uniq}
+    compiled = {id(rs): compile_tables(rs.tables, rs.artifact) for rs in uniq}
     kube = [rs for rs in uniq if has_service_rules(rs)]
     local = list(local)
     if len(kube) >= 2:
@@ -146,6 +146,9 @@ class IptablesBackend:
         self.local = list(local)
         self.record = record
         self._families: dict[int, FamilyRules] = {}
+        # set around one evaluation to learn what it looked at (dataplane/reuse.py)
+        self.deps: set[Dep] | None = None
+        self._fingerprints: dict[Dep, object] = {}
 
     def family(self, family: int) -> FamilyRules:
         fr = self._families.get(family)
@@ -173,12 +176,28 @@ class IptablesBackend:
         pkt = _packet(case)
         views = []
         for rs, ev in fam.primary:
-            outcomes = ev.run(pkt, case.hook, postrouting=False)
+            ev.deps = self.deps
+            try:
+                outcomes = ev.run(pkt, case.hook, postrouting=False)
+            finally:
+                ev.deps = None
             notes = undecided_note(ev.undecided)
             tag = rs.backend if len(fam.primary) > 1 else None
             entries, rules, reasons = outcome_entries(rs, outcomes, tag)
             views.append(View(tag, entries, rules, reasons, notes))
         return views
+
+    def fingerprint(self, dep: Dep) -> object:
+        """What the rules at ``dep`` (a chain, or the part of an indexed chain one packet sees)
+        hold now; a result whose every dependency has the fingerprint it had is still right."""
+        got = self._fingerprints.get(dep, self)
+        if got is self:
+            origin, table, chain, key = dep
+            layers = [layer for f in self.families() for _, ev in self.family(f).primary for layer in ev.layers]
+            tab = next((layer[table] for layer in layers if _origin(layer) == origin and table in layer), None)
+            got = None if tab is None else True if chain is None else tab.fingerprint(chain, key)
+            self._fingerprints[dep] = got
+        return got
 
     def explain_mismatch(self, case: Case, result: Result) -> list[str]:
         """Name the rule after which part of the traffic went on un-DNATed while the rest reached
@@ -243,6 +262,10 @@ class IptablesBackend:
         if any(rs.form == "L" for rs in self.rulesets):
             return ["iptables -L listings are not evaluated (they drop match details): give iptables-save"]
         return []
+
+
+def _origin(layer: dict[str, CompiledTable]) -> str:
+    return next(iter(layer.values())).origin if layer else ""
 
 
 def _packet(case: Case) -> Packet:

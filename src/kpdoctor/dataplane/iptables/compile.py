@@ -499,8 +499,9 @@ def _plain_target(name: str, goto: bool) -> Target:
 class CompiledTable:
     """One table's chains, compiled on first use, with an index for long chains."""
 
-    def __init__(self, name: str, table: Table | None = None) -> None:
+    def __init__(self, name: str, table: Table | None = None, origin: str = "") -> None:
         self.name = name
+        self.origin = origin  # the artifact the table was read from (a dependency's address)
         self.policies: dict[str, str] = {}
         self._source: dict[str, list[Rule]] = {}
         self._compiled: dict[str, list[CompiledRule]] = {}
@@ -560,6 +561,21 @@ class CompiledTable:
         return got
 
 
+    def fingerprint(self, chain: str, key: tuple[str, int] | None) -> object:
+        """What a walk through ``chain`` can see: its policy and rule texts, in order; with
+        ``key`` (``("dst", address)`` or ``("dport", port)``), only the rules the chain's index
+        gives a packet with that key. Equal fingerprints mean the same walk (dataplane/reuse.py)."""
+        if not self.has_chain(chain):
+            return None
+        policy = self.policies.get(chain)
+        if key is not None:
+            idx = self.index(chain)
+            if idx is not None and idx.by == key[0]:
+                rules = self.rules(chain)
+                return (policy, key, tuple(rules[i].rule.body for i in idx.positions(key[1])))
+        return (policy, tuple(r.body for r in self._source.get(chain, ())))
+
+
 class ChainIndex:
     """Positions of a long chain's rules by exact destination address (or port): a packet only
     visits the rules that can match it, in their original order."""
@@ -597,6 +613,7 @@ class ChainIndex:
         return sorted(hit + self.rest)
 
 
-def compile_tables(tables: dict[str, Table]) -> dict[str, CompiledTable]:
-    """Prepare every table of a parsed :class:`~kpdoctor.parse.iptables.Ruleset` (lazily)."""
-    return {name: CompiledTable(name, t) for name, t in tables.items()}
+def compile_tables(tables: dict[str, Table], origin: str = "") -> dict[str, CompiledTable]:
+    """Prepare every table of a parsed :class:`~kpdoctor.parse.iptables.Ruleset` (lazily);
+    ``origin``: the artifact it was read from."""
+    return {name: CompiledTable(name, t, origin) for name, t in tables.items()}

@@ -40,6 +40,9 @@ _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verificatio
 
 DROP_MARK = 0x8000  # what KUBE-MARK-DROP sets, and KUBE-FIREWALL (filter) drops
 
+# What a walk looked at: (artifact, table, chain, index key); chain None: whether the table exists
+Dep = tuple[str, str, str | None, tuple[str, int] | None]
+
 
 class Evaluator:
     """Walks packets through one backend's compiled tables (one address family).
@@ -65,10 +68,14 @@ class Evaluator:
         self.ipsets = ipsets
         self.record = record  # keep the steps (a trace); verification only needs the outcome
         self._cache: dict[tuple[object, ...], list[tuple[float, str, str, State]]] = {}
+        self._cache_deps: dict[tuple[object, ...], set[Dep]] = {}  # what each cached walk looked at
         self._stages_cache: dict[tuple[str, bool, bool], tuple[tuple[str, str], ...]] = {}
         self._forced: dict[int, bool] = {}  # undecidable rules (by identity) taken as matching or not
         self.undecided: list[str] = []  # of the last run: undecidable rules that did not matter
         self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], Mentions] = {}
+        # when set: every (artifact, table, chain, index key) a walk looked at is added, so that a
+        # result can be carried to the next verification while those are unchanged (reuse.py)
+        self.deps: set[Dep] | None = None
 
     def recording(self) -> Evaluator:
         """The same rules and node, keeping every step: to explain one result of a verification
@@ -168,18 +175,32 @@ class Evaluator:
         if stages is None:
             stages = self._stages_cache[skey] = tuple(self._stages(hook, local, postrouting))
         key = self._stage_key(st, local, stages)
+        deps = self.deps
         cached = self._cache.get(key) if key is not None else None
+        if deps is not None and key not in self._cache_deps:
+            cached = None  # worked out without recording what it looked at: once more, recording
         if cached is None:
             probe = st.copy()
             probe.steps, probe.affinity = [], []
             sub_finals: list[Outcome] = []
             branches: list[Branch] = [(1.0, probe)]
-            for table, chain in stages:
-                branches = self._hook(table, chain, branches, sub_finals)
+            if deps is not None:
+                self.deps = set()
+            try:
+                for table, chain in stages:
+                    branches = self._hook(table, chain, branches, sub_finals)
+            finally:
+                sub_deps, self.deps = self.deps, deps
             cached = [(o.probability, o.verdict, o.reason, o.state) for o in sub_finals]
             cached += [(q, "", "", s2) for q, s2 in branches]
             if key is not None:
                 self._cache[key] = cached
+                if sub_deps is not None:
+                    self._cache_deps[key] = sub_deps
+            if deps is not None and sub_deps is not None:
+                deps |= sub_deps
+        elif deps is not None and key is not None:
+            deps |= self._cache_deps[key]
         if len(cached) == 1:
             q, verdict, _reason, s2 = cached[0]
             if not verdict and not s2.steps and not s2.affinity and s2.mark == st.mark and not s2.masquerade:
@@ -232,9 +253,13 @@ class Evaluator:
     # -- walking -----------------------------------------------------------------------
     def _hook(self, table: str, chain: str, branches: list[Branch], finals: list[Outcome]) -> list[Branch]:
         """Run a built-in chain of one table (in every layer); return the branches that continue."""
+        deps = self.deps
         for layer in self.layers:
             tab = layer.get(table)
             entry = tab.chain(chain) if tab is not None else None
+            if deps is not None:
+                origin = next(iter(layer.values())).origin if layer else ""
+                deps.add((origin, table, None, None) if tab is None else (origin, table, chain, None))
             if tab is None or entry is None:
                 continue
             out: list[Branch] = []
@@ -258,7 +283,13 @@ class Evaluator:
         if depth > MAX_DEPTH:
             return [(p, st, "UNCERTAIN", f"chain nesting deeper than {MAX_DEPTH} at {tab.name}/{chain}")]
         rules, idx = entry
-        order = None if idx is None else idx.positions(st.dst if idx.by == "dst" else st.dport)
+        order: list[int] | None = None
+        key: tuple[str, int] | None = None
+        if idx is not None:
+            key = (idx.by, st.dst if idx.by == "dst" else st.dport)
+            order = idx.positions(key[1])
+        if self.deps is not None:
+            self.deps.add((tab.origin, tab.name, chain, key))
         return self._rules(tab, chain, rules, order, 0, p, st, depth)
 
     def _rules(
@@ -371,6 +402,8 @@ class Evaluator:
                     continue
                 entry = tab.chain(name)
                 if entry is None:
+                    if self.deps is not None:
+                        self.deps.add((tab.origin, tab.name, name, None))
                     results.append((p, st, "UNCERTAIN", f"unknown target {name} at line {r.line}"))
                     break
                 back: list[tuple[int, float, State, bool]] = []

@@ -1,0 +1,197 @@
+"""The agent's Prometheus metrics, named as kube-state-metrics names things: a ``kpdoctor_``
+prefix, ``_info`` gauges of 1 for static facts, ``_total`` only for counters, timestamps as
+``_timestamp_seconds``, and no free text in labels.
+
+Findings carry a Service label only for the :data:`SERVICE_LABELS` worst per check code (by
+severity, then as ranked); the rest are one number per code, so a node with 10,000 broken
+Services does not make 10,000 series. Everything is read from the last finished cycle when
+Prometheus scrapes (a custom collector): a scrape never waits for a cycle.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kpdoctor import __version__
+
+if TYPE_CHECKING:
+    from kpdoctor.agent.loop import Agent
+
+SERVICE_LABELS = 20
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class AgentCollector(Collector):
+    """Metrics of one :class:`~kpdoctor.agent.loop.Agent`, read at scrape time."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterator[Metric]:
+        a = self.agent
+        st = a.status()
+        info = GaugeMetricFamily("kpdoctor_build_info", "kpdoctor's version.", labels=["version", "python"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+        mode = GaugeMetricFamily(
+            "kpdoctor_proxy_mode_info", "The proxy mode kube-proxy runs in, as found.", labels=["node", "mode"]
+        )
+        if st.mode:
+            mode.add_metric([a.node, st.mode], 1)
+        yield mode
+
+        cycles = CounterMetricFamily("kpdoctor_cycles", "Diagnosis cycles run, by how they ended.", labels=["result"])
+        for result, n in sorted(st.cycles.items()):
+            cycles.add_metric([result], n)
+        yield cycles
+        hist = HistogramMetricFamily("kpdoctor_cycle_duration_seconds", "Wall time of each cycle.")
+        buckets, total = st.durations.snapshot()
+        hist.add_metric([], [(str(b), c) for b, c in buckets], total)
+        yield hist
+        cpu = GaugeMetricFamily(
+            "kpdoctor_cycle_cpu_seconds", "CPU time of the last cycle: the agent and the commands it ran."
+        )
+        if st.last_cpu is not None:
+            cpu.add_metric([], st.last_cpu)
+        yield cpu
+        last = GaugeMetricFamily(
+            "kpdoctor_last_successful_cycle_timestamp_seconds", "When the last cycle that produced a report ended."
+        )
+        if st.last_success is not None:
+            last.add_metric([], st.last_success)
+        yield last
+
+        report = st.report
+        findings = GaugeMetricFamily(
+            "kpdoctor_findings", "Findings of the last cycle, by check code.", labels=["code", "cause", "severity"]
+        )
+        per_service = GaugeMetricFamily(
+            "kpdoctor_finding_service",
+            f"A Service a finding names (the {SERVICE_LABELS} worst per code; the rest are counted apart).",
+            labels=["code", "cause", "severity", "namespace", "service"],
+        )
+        omitted = GaugeMetricFamily(
+            "kpdoctor_finding_services_omitted",
+            f"Services a finding names beyond the {SERVICE_LABELS} given a label, per code.",
+            labels=["code"],
+        )
+        if report is not None:
+            counts: Counter[tuple[str, str, str]] = Counter()
+            named: defaultdict[str, list[tuple[int, int, str, str, str, str]]] = defaultdict(list)
+            for i, f in enumerate(st.findings):
+                sev = f.severity.label
+                counts[(f.code, f.cause, sev)] += 1
+                svc = f.subject.get("service")
+                if svc and "/" in svc:
+                    ns, name = svc.split("/", 1)
+                    named[f.code].append((-int(f.severity), i, f.cause, sev, ns, name.split(":", 1)[0]))
+            for (code, cause, sev), n in sorted(counts.items()):
+                findings.add_metric([code, cause, sev], n)
+            for code, rows in sorted(named.items()):
+                rows.sort()
+                seen: set[tuple[str, str]] = set()
+                kept = 0
+                for _, _, cause, sev, ns, name in rows:
+                    if (ns, name) in seen:
+                        continue
+                    seen.add((ns, name))
+                    if kept < SERVICE_LABELS:
+                        per_service.add_metric([code, cause, sev, ns, name], 1)
+                        kept += 1
+                if len(seen) > kept:
+                    omitted.add_metric([code], len(seen) - kept)
+        yield findings
+        yield per_service
+        yield omitted
+
+        verified = GaugeMetricFamily(
+            "kpdoctor_services_verified",
+            "Services of the last verification, by their worst result (ok, mismatch, uncertain).",
+            labels=["result"],
+        )
+        cases = GaugeMetricFamily(
+            "kpdoctor_verification_cases",
+            "Service port x traffic class cases of the last verification, by how they were obtained.",
+            labels=["how"],
+        )
+        ver = report.verification if report is not None else None
+        if ver is not None and ver.evaluated:
+            worst: dict[str, str] = {}
+            order = {"ok": 0, "uncertain": 1, "mismatch": 2}
+            for r in ver.results:
+                if order.get(r.status, 0) >= order.get(worst.get(r.service, "ok"), 0):
+                    worst[r.service] = r.status
+            by = Counter(worst.values())
+            for result in ("ok", "mismatch", "uncertain"):
+                verified.add_metric([result], by.get(result, 0))
+            cases.add_metric(["evaluated"], st.evaluated)
+            cases.add_metric(["carried_over"], st.reused)
+        yield verified
+        yield cases
+        stale = GaugeMetricFamily("kpdoctor_stale_rules", "Destinations the rules forward that no Service owns.")
+        if ver is not None and ver.evaluated:
+            stale.add_metric([], len(ver.stale))
+        yield stale
+
+        errors = CounterMetricFamily(
+            "kpdoctor_collection_errors", "Artifacts a cycle could not collect, by artifact.", labels=["artifact"]
+        )
+        for artifact, n in sorted(st.collection_errors.items()):
+            errors.add_metric([artifact], n)
+        yield errors
+        up = GaugeMetricFamily(
+            "kpdoctor_cluster_source_up",
+            "Whether the watch of a cluster resource is current (1) or serving what it last saw (0).",
+            labels=["resource"],
+        )
+        for path, ok in sorted(st.sources.items()):
+            up.add_metric([path.removeprefix("cluster/").removesuffix(".json")], 1 if ok else 0)
+        yield up
+
+        spiking = GaugeMetricFamily(
+            "kpdoctor_counter_spiking",
+            "Packet-loss counters growing beyond their budget (1) or not (0); absent before the baseline.",
+            labels=["counter"],
+        )
+        delta = GaugeMetricFamily(
+            "kpdoctor_counter_delta", "Growth of a packet-loss counter in the last cycle.", labels=["counter"]
+        )
+        for name, cs in sorted(a.gate.counters.items()):
+            if cs.delta is not None:
+                delta.add_metric([name], cs.delta)
+                spiking.add_metric([name], 1 if a.gate.spiking(name) else 0)
+        yield delta
+        yield spiking
+
+        if a.reporter is not None:
+            w = a.reporter.stats
+            events = CounterMetricFamily(
+                "kpdoctor_events",
+                "Events written on the Node, by type (aggregated: a repeat counted).",
+                labels=["type"],
+            )
+            for kind, n in sorted(w.events.items()):
+                events.add_metric([kind], n)
+            yield events
+            yield CounterMetricFamily("kpdoctor_events_dropped", "Events held back by the rate limit.", value=w.dropped)
+            werr = CounterMetricFamily(
+                "kpdoctor_cluster_write_errors", "Failed writes to the cluster, by what.", labels=["what"]
+            )
+            for what, n in sorted(w.errors.items()):
+                werr.add_metric([what], n)
+            yield werr
+        cond = GaugeMetricFamily(
+            "kpdoctor_node_condition",
+            "The Node condition the agent sets, by status (1 for the current one).",
+            labels=["condition", "status"],
+        )
+        if st.condition is not None:
+            for status in ("True", "False", "Unknown"):
+                cond.add_metric([a.condition_type, status], 1 if st.condition.status == status else 0)
+        yield cond

@@ -1,0 +1,181 @@
+"""Carrying a verification's results to the next one, for what did not change.
+
+The node agent verifies the same node every few minutes; between two cycles a few Services and
+their rules change, the rest do not. A result is carried over only when everything it was worked
+out from is provably the same:
+
+* its case: the Service port, its endpoints and their conditions, the traffic class, source,
+  destination and the outcomes allowed (:func:`case_signature`, compared whole, never hashed);
+* the node around it (:func:`setting`): node name, the addresses taken as local, the proxy mode,
+  and each set of rules' role (which backend, family, tables, whether it holds Service rules);
+* the rules it looked at: in iptables mode the walk records every chain it entered (and, in an
+  indexed dispatch chain, the rules its destination selects: ``KUBE-SERVICES`` holds every
+  Service, but a packet only ever sees its own few), and each must hold the same rule texts. A
+  mode whose backend records nothing (nftables, IPVS) depends on the whole of its rules: any
+  change there evaluates every case again.
+
+A carried result keeps its verdict but takes the new evidence's line numbers (a rule added above
+it moves it down); one whose notes cite lines that moved is evaluated again instead. Every
+``full_every`` cycles the caller asks for a full pass, and the tests compare an incremental
+verification with a full one after each kind of change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kpdoctor.dataplane.expected import Case
+from kpdoctor.dataplane.results import Result
+from kpdoctor.model import Cite
+
+_LINE_REF = re.compile(r"\bline \d")
+
+CaseKey = tuple[str, str, int, str, str, str | None, str]
+Deps = frozenset[tuple[Hashable, object]] | None  # (dependency, its fingerprint); None: all rules
+
+
+def case_key(case: Case) -> CaseKey:
+    sp = case.sp
+    return (sp.label, sp.protocol, sp.family, case.traffic, case.destination, case.source, case.hook)
+
+
+def case_signature(case: Case) -> tuple[object, ...]:
+    """Everything of a case its evaluation reads, as plain values (its Service's citation aside:
+    that moves with the objects' file, and is taken from the new case)."""
+    sp = case.sp
+    eps = tuple((e.ip, e.port, e.node, e.ready, e.serving, e.terminating, e.zones) for e in sp.endpoints)
+    return (
+        sp.namespace, sp.name, sp.port_name, sp.protocol, sp.port, sp.family, sp.node_port, sp.cluster_ip,
+        tuple(sp.external_ips), tuple(sp.lb_ips), tuple(str(r) for r in sp.source_ranges), sp.etp_local,
+        sp.itp_local, sp.affinity, sp.affinity_timeout, sp.topology, eps, sp.endpoints_known, tuple(sp.problems),
+        sp.node_port_problem, tuple(sp.notes),
+        case.traffic, case.src, case.dst, case.dport, case.hook,
+        tuple((tuple(sorted(a.backends)), a.why) for a in case.alternatives), tuple(case.notes), case.unknown,
+    )  # fmt: skip
+
+
+def setting(
+    node: str | None,
+    local: Iterable[object],
+    mode: str | None,
+    roles: Iterable[object],
+    rules_text: Iterable[str] | None,
+) -> object:
+    """The part of a verification every case shares: the node's name, the addresses taken as
+    local, the mode, each set of rules' place (see the module docstring), and the whole rules
+    (``rules_text``) for a backend that records no dependencies."""
+    digest = None
+    if rules_text is not None:
+        h = hashlib.sha256()
+        for t in rules_text:
+            h.update(t.encode("utf-8", "surrogatepass"))
+            h.update(b"\0")
+        digest = h.hexdigest()
+    return (node, tuple(str(a) for a in local), mode, tuple(roles), digest)
+
+
+@dataclass
+class _Kept:
+    signature: tuple[object, ...]
+    deps: Deps
+    result: Result
+
+
+@dataclass
+class Carried:
+    """What one verification leaves for the next: each case's result with what it depended on."""
+
+    setting: object = None
+    kept: dict[CaseKey, _Kept] = field(default_factory=dict)
+
+
+class Reuse:
+    """One verification's use of the previous one's results (``previous`` None, or ``full``:
+    every case is evaluated, and what it depended on is recorded for the next)."""
+
+    def __init__(self, previous: Carried | None = None, full: bool = False) -> None:
+        self.previous = previous
+        self.full = full
+        self.next = Carried()
+        self.reused = 0
+        self.evaluated = 0
+        self.changed_services: set[str] = set()  # Services with a case evaluated although it was known
+
+    def begin(self, now: object, line_of: Callable[[str, str], int | None]) -> None:
+        """The verification's shared part (:func:`setting`) and how to find a rule's line now:
+        ``line_of(artifact, text)`` (None when that text is not one line of the artifact)."""
+        self.next.setting = now
+        self._line_of = line_of
+        if self.previous is not None and self.previous.setting != now:
+            self.full = True
+
+    def result(
+        self,
+        case: Case,
+        evaluate: Callable[[Case], Result],
+        track: Callable[[], set[Any]] | None,
+        fingerprint: Callable[[Any], object] | None,
+    ) -> Result:
+        """The case's result: carried over when nothing it depends on changed, else evaluated.
+        ``track()`` starts recording what an evaluation looks at (returns the set it fills);
+        ``fingerprint(dep)`` says what a dependency holds now. Both None: the backend records
+        nothing, and a case depends on all of its rules (part of :func:`setting`)."""
+        key = case_key(case)
+        sig = case_signature(case)
+        old = None if self.full or self.previous is None else self.previous.kept.get(key)
+        if old is not None and old.signature == sig and self._unchanged(old.deps, fingerprint):
+            carried = self._carry(old.result, case)
+            if carried is not None:
+                self.reused += 1
+                self.next.kept[key] = _Kept(sig, old.deps, carried)
+                return carried
+        if old is not None:
+            self.changed_services.add(case.sp.service)
+        seen = track() if track is not None else None
+        res = evaluate(case)
+        deps: Deps = None
+        if seen is not None and fingerprint is not None:
+            deps = frozenset((d, fingerprint(d)) for d in seen)
+        self.evaluated += 1
+        self.next.kept[key] = _Kept(sig, deps, res)
+        return res
+
+    @staticmethod
+    def _unchanged(deps: Deps, fingerprint: Callable[[Any], object] | None) -> bool:
+        if deps is None:
+            return fingerprint is None  # all rules: the setting's digest said they are the same
+        if fingerprint is None:
+            return False
+        return all(fingerprint(d) == fp for d, fp in deps)
+
+    def _carry(self, res: Result, case: Case) -> Result | None:
+        """``res`` with the lines its rules have now (and the new case's Service citation); None
+        when a note cites a line that moved, or a rule is no longer one line."""
+        moved: dict[Cite, Cite] = {}
+        for c in [*res.rules, *(e.rule for e in res.actual if e.rule is not None)]:
+            if c.line is None or c in moved:
+                continue
+            line = self._line_of(c.artifact, c.text)
+            if line is None:
+                return None
+            if line != c.line:
+                moved[c] = Cite(c.artifact, line, c.text, c.writer)
+        if moved and _LINE_REF.search(res.note):
+            return None
+        cite = case.sp.cite
+        if not moved and cite == res.service_cite:
+            return res
+        actual = [
+            dataclasses.replace(e, rule=moved.get(e.rule, e.rule)) if e.rule is not None else e for e in res.actual
+        ]
+        return dataclasses.replace(
+            res,
+            actual=actual,
+            rules=[moved.get(c, c) for c in res.rules],
+            service_cite=cite,
+        )
