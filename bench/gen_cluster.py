@@ -125,27 +125,7 @@ def _cluster(svcs: list[_Svc]) -> dict[str, object]:
         items.append(
             {"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": s.ns, "name": s.name}, "spec": spec}
         )
-        items.append(
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "namespace": s.ns,
-                    "name": f"{s.name}-abcde",
-                    "labels": {"kubernetes.io/service-name": s.name},
-                },
-                "addressType": "IPv4",
-                "endpoints": [
-                    {
-                        "addresses": [ep],
-                        "conditions": {"ready": True, "serving": True, "terminating": False},
-                        "nodeName": f"node{j}",
-                    }
-                    for j, ep in enumerate(s.eps)
-                ],
-                "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
-            }
-        )
+        items.append(slice_of(s, s.eps))
     items.append(
         {
             "apiVersion": "v1",
@@ -155,6 +135,72 @@ def _cluster(svcs: list[_Svc]) -> dict[str, object]:
         }
     )
     return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def service_chain(s: _Svc) -> str:
+    return f"KUBE-SVC-{_hash(f'{s.ns}/{s.name}:http' + 'tcp')}"
+
+
+def endpoint_rules(s: _Svc, eps: list[str]) -> tuple[list[str], list[str]]:
+    """Service ``s``'s KUBE-SEP chain declarations, and its KUBE-SVC rules to the endpoints ``eps``
+    followed by each KUBE-SEP chain's rules, as kube-proxy writes them (the KUBE-SVC chain's first
+    rule, the masquerade of off-cluster sources, is not among them)."""
+    spn = f"{s.ns}/{s.name}:http"
+    svc_chain = service_chain(s)
+    decl: list[str] = []
+    rules: list[str] = []
+    e_ = len(eps)
+    for j, ep in enumerate(eps):
+        sep = f"KUBE-SEP-{_hash(spn + 'tcp' + ep + ':8080')}"
+        decl.append(f":{sep} - [0:0]")
+        stat = f" -m statistic --mode random --probability {1 / (e_ - j):.11f}" if j < e_ - 1 else ""
+        rules.append(f'-A {svc_chain} -m comment --comment "{spn} -> {ep}:8080"{stat} -j {sep}')
+        rules.append(f'-A {sep} -s {ep}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
+        rules.append(f'-A {sep} -p tcp -m comment --comment "{spn}" -m tcp -j DNAT --to-destination {ep}:8080')
+    return decl, rules
+
+
+def resync(svcs: list[_Svc], eps: list[list[str]], before: list[list[str]]) -> str:
+    """An ``iptables-restore --noflush`` payload that moves Services ``svcs`` from the endpoints
+    ``before`` to ``eps``, as kube-proxy's partial sync does: each KUBE-SVC chain is declared
+    again (which flushes it) and rewritten, new KUBE-SEP chains are created, and the ones no
+    longer used are flushed and deleted."""
+    decl: list[str] = []
+    rules: list[str] = []
+    gone: list[str] = []
+    for s, now, was in zip(svcs, eps, before, strict=True):
+        spn = f"{s.ns}/{s.name}:http"
+        decl.append(f":{service_chain(s)} - [0:0]")
+        rules.append(
+            f'-A {service_chain(s)} ! -s {POD_CIDR} -d {s.ip}/32 -p tcp -m comment --comment "{spn} cluster IP" '
+            f"-m tcp --dport 80 -j KUBE-MARK-MASQ"
+        )
+        d, r = endpoint_rules(s, now)
+        decl += d
+        rules += r
+        old = set(endpoint_rules(s, was)[0]) - set(d)
+        decl += sorted(old)
+        gone += [f"-X {x[1:].split()[0]}" for x in sorted(old)]
+    return "\n".join(["*nat", *decl, *rules, *gone, "COMMIT", ""])
+
+
+def slice_of(s: _Svc, eps: list[str]) -> dict[str, object]:
+    """Service ``s``'s EndpointSlice with the endpoints ``eps`` (as in cluster.json)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"namespace": s.ns, "name": f"{s.name}-abcde", "labels": {"kubernetes.io/service-name": s.name}},
+        "addressType": "IPv4",
+        "endpoints": [
+            {
+                "addresses": [ep],
+                "conditions": {"ready": True, "serving": True, "terminating": False},
+                "nodeName": f"node{s.eps.index(ep) if ep in s.eps else j}",
+            }
+            for j, ep in enumerate(eps)
+        ],
+        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+    }
 
 
 def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
@@ -186,14 +232,9 @@ def generate(n: int, e: int) -> tuple[str, dict[str, object]]:
                 f'-A {ext} -m comment --comment "masquerade traffic for {spn} external destinations" -j KUBE-MARK-MASQ'
             )
             rules_nat.append(f"-A {ext} -j {svc_chain}")
-        e_ = len(s.eps)
-        for j, ep in enumerate(s.eps):
-            sep = f"KUBE-SEP-{_hash(spn + 'tcp' + ep + ':8080')}"
-            decl_nat.append(f":{sep} - [0:0]")
-            stat = f" -m statistic --mode random --probability {1 / (e_ - j):.11f}" if j < e_ - 1 else ""
-            rules_nat.append(f'-A {svc_chain} -m comment --comment "{spn} -> {ep}:8080"{stat} -j {sep}')
-            rules_nat.append(f'-A {sep} -s {ep}/32 -m comment --comment "{spn}" -j KUBE-MARK-MASQ')
-            rules_nat.append(f'-A {sep} -p tcp -m comment --comment "{spn}" -m tcp -j DNAT --to-destination {ep}:8080')
+        sep_decl, sep_rules = endpoint_rules(s, s.eps)
+        decl_nat += sep_decl
+        rules_nat += sep_rules
     head = [
         "*nat",
         ":PREROUTING ACCEPT [0:0]",

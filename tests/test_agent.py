@@ -1,0 +1,318 @@
+"""The node agent's parts, each against real evidence: the verification carried over between
+cycles (equal to a full one after every kind of change), the counter gate, the NPD plugin, and
+the Events and Node condition written to the live replay API server."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import UPSTREAM
+from kubeapi_replay import LiveCluster, ReplayServer
+from kubernetes import client as k8s
+
+from kpdoctor import memo
+from kpdoctor.agent.counters import CounterGate, TokenBucket
+from kpdoctor.agent.node_status import NodeReporter, camel, condition_for
+from kpdoctor.bundle.loader import load
+from kpdoctor.dataplane.reuse import Carried, Reuse
+from kpdoctor.diagnose import diagnose_evidence
+
+FIX = UPSTREAM / "iptables"
+NAME = "TestOverallIPTablesRules"
+RULES = (FIX / f"{NAME}.legacy.save").read_text()
+CLUSTER = json.loads((FIX / f"{NAME}.cluster.json").read_text())
+
+
+# -- the verification carried over -------------------------------------------------------------------
+
+
+def verify(tmp: Path, rules: str, cluster: dict[str, Any], reuse: Reuse | None) -> dict[str, Any]:
+    """One cycle's verification of these rules and objects (always the same file names, as the
+    agent's artifacts have)."""
+    (tmp / "iptables-save.txt").write_text(rules)
+    (tmp / "cluster.json").write_text(json.dumps(cluster))
+    ev = load([tmp / "iptables-save.txt", tmp / "cluster.json"])
+    try:
+        report = diagnose_evidence(ev, node="test-node", command="verify", reuse=reuse)
+    finally:
+        ev.close()
+        memo.clear()
+    assert report.verification is not None
+    doc: dict[str, Any] = report.verification.to_json()
+    return doc
+
+
+def _items(doc: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    return next(i for i in doc["items"] if i["kind"] == kind and i["metadata"]["name"] == name)
+
+
+def _drop_line(pattern: str) -> Callable[[str], str]:
+    def change(rules: str) -> str:
+        lines = rules.splitlines(keepends=True)
+        i = next(i for i, ln in enumerate(lines) if re.search(pattern, ln))
+        return "".join(lines[:i] + lines[i + 1 :])
+
+    return change
+
+
+def _insert_before(pattern: str, line: str) -> Callable[[str], str]:
+    def change(rules: str) -> str:
+        lines = rules.splitlines(keepends=True)
+        i = next(i for i, ln in enumerate(lines) if re.search(pattern, ln))
+        return "".join([*lines[:i], line + "\n", *lines[i:]])
+
+    return change
+
+
+def _same(rules: str) -> str:
+    return rules
+
+
+def _slice_without_first_endpoint(doc: dict[str, Any]) -> None:
+    _items(doc, "EndpointSlice", "svc4-1")["endpoints"].pop(0)
+
+
+def _new_service(doc: dict[str, Any]) -> None:
+    svc = copy.deepcopy(_items(doc, "Service", "svc1"))
+    svc["metadata"].update(name="svc9", namespace="ns9")
+    svc["spec"]["clusterIP"] = svc["spec"]["clusterIPs"][0] = "172.30.0.99"
+    doc["items"].append(svc)
+
+
+def _session_affinity(doc: dict[str, Any]) -> None:
+    _items(doc, "Service", "svc2")["spec"]["sessionAffinity"] = "ClientIP"
+
+
+def _node_address(doc: dict[str, Any]) -> None:
+    _items(doc, "Node", "test-node")["status"]["addresses"] = [{"type": "InternalIP", "address": "192.168.0.9"}]
+
+
+CHANGES: dict[str, tuple[Callable[[str], str], Callable[[dict[str, Any]], None] | None]] = {
+    "nothing": (_same, None),
+    "a DNAT rule deleted": (_drop_line(r"-A KUBE-SEP-\S+ .*DNAT"), None),
+    "a DROP inserted at the top of KUBE-SERVICES": (
+        _insert_before(r"^-A KUBE-SERVICES ", "-A KUBE-SERVICES -d 172.30.0.41/32 -p tcp -j DROP"),
+        None,
+    ),
+    "a catch-all DROP in FORWARD": (_insert_before(r"^-A FORWARD ", "-A FORWARD -j DROP"), None),
+    "a rule above every Service (lines move)": (
+        _insert_before(r"^-A KUBE-SERVICES ", "-A KUBE-SERVICES -d 10.255.255.1/32 -j RETURN"),
+        None,
+    ),
+    "an endpoint removed from a slice": (_same, _slice_without_first_endpoint),
+    "a Service added without rules": (_same, _new_service),
+    "session affinity asked for": (_same, _session_affinity),
+    "the node's address changed": (_same, _node_address),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_carried_over_verification_equals_a_full_one(tmp_path: Path, change: str) -> None:
+    change_rules, change_cluster = CHANGES[change]
+    first = Reuse(None)
+    verify(tmp_path, RULES, CLUSTER, first)
+    cluster = copy.deepcopy(CLUSTER)
+    if change_cluster is not None:
+        change_cluster(cluster)
+    rules = change_rules(RULES)
+    again = Reuse(first.next)
+    incremental = verify(tmp_path, rules, cluster, again)
+    full = verify(tmp_path, rules, cluster, None)
+    assert incremental == full
+    if change == "nothing":
+        assert again.evaluated == 0 and again.reused == first.evaluated
+    elif change in ("an endpoint removed from a slice", "a DNAT rule deleted", "session affinity asked for"):
+        assert again.reused > 0 and again.evaluated > 0  # only the Service that changed is evaluated
+
+
+def test_a_change_of_setting_evaluates_everything(tmp_path: Path) -> None:
+    first = Reuse(None)
+    verify(tmp_path, RULES, CLUSTER, first)
+    cluster = copy.deepcopy(CLUSTER)
+    _node_address(cluster)
+    again = Reuse(first.next)
+    verify(tmp_path, RULES, cluster, again)
+    assert again.full and again.reused == 0
+
+
+def test_nftables_mode_carries_over_only_unchanged_rules(tmp_path: Path) -> None:
+    """A backend that records nothing (nftables) depends on all of its rules: unchanged, every
+    result is carried over; one rule changed, every case is evaluated again."""
+    nft = UPSTREAM / "nftables"
+    files = []
+    for x in ("ruleset.json", "cluster.json", "kube-proxy.yaml"):
+        files.append(tmp_path / f"TestOverallNFTablesRules.{x}")
+        files[-1].write_text((nft / files[-1].name).read_text())
+
+    def run(reuse: Reuse) -> dict[str, Any]:
+        ev = load(files)
+        try:
+            report = diagnose_evidence(ev, node="test-node", command="verify", reuse=reuse)
+        finally:
+            ev.close()
+            memo.clear()
+        return report.verification.to_json() if report.verification else {}
+
+    first = Reuse(None)
+    a = run(first)
+    assert a.get("proxy_mode", {}).get("mode") == "nftables" and first.evaluated > 0
+    again = Reuse(first.next)
+    assert run(again) == a
+    assert again.evaluated == 0 and again.reused == first.evaluated
+    # the same rules with one element more: a new setting, every case evaluated
+    text = files[0].read_text()
+    ruleset = json.loads(text)
+    ruleset["nftables"].append(ruleset["nftables"][-1])  # the last rule twice
+    files[0].write_text(json.dumps(ruleset))
+    third = Reuse(again.next)
+    run(third)
+    assert third.full and third.reused == 0
+
+
+def test_reuse_starts_empty() -> None:
+    r = Reuse(Carried())
+    assert r.reused == r.evaluated == 0 and not r.full
+
+
+# -- counters ------------------------------------------------------------------------------------------
+
+
+def test_first_reading_is_the_baseline_and_a_year_of_drops_is_not_a_spike() -> None:
+    gate = CounterGate()
+    gate.observe({"insert_failed": 1_000_000}, at=0.0)
+    assert not gate.seeded("insert_failed") and not gate.spiking("insert_failed")
+    gate.observe({"insert_failed": 1_000_000}, at=300.0)
+    assert gate.seeded("insert_failed") and not gate.spiking("insert_failed")
+
+
+def test_a_short_burst_is_absorbed_a_trickle_persists_a_flood_exceeds() -> None:
+    gate = CounterGate(rate=0.1, burst=100, persist=2)
+    gate.observe({"c": 0}, at=0)
+    gate.observe({"c": 50}, at=300)  # one burst within the budget
+    assert not gate.spiking("c")
+    gate.observe({"c": 50}, at=600)
+    gate.observe({"c": 51}, at=900)
+    assert not gate.spiking("c")
+    gate.observe({"c": 52}, at=1200)  # grew twice in a row
+    assert gate.spiking("c")
+    flood = CounterGate(rate=0.1, burst=100, persist=5)
+    flood.observe({"c": 0}, at=0)
+    flood.observe({"c": 10_000}, at=300)  # far beyond 100 + 30
+    assert flood.spiking("c")
+
+
+def test_a_counter_that_goes_down_is_seeded_again() -> None:
+    gate = CounterGate(persist=1)
+    gate.observe({"c": 500}, at=0)
+    gate.observe({"c": 600}, at=300)
+    assert gate.spiking("c")
+    gate.observe({"c": 3}, at=600)  # a reboot
+    assert not gate.seeded("c") and not gate.spiking("c")
+
+
+def test_token_bucket_refills_up_to_its_burst() -> None:
+    b = TokenBucket(rate=1.0, burst=10)
+    assert not b.spend(10, 0)
+    assert b.spend(1, 0)
+    assert not b.spend(5, 100)  # refilled to 10, not 100
+
+
+# -- Events and the Node condition ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def api() -> Iterator[tuple[LiveCluster, ReplayServer, Any]]:
+    node = _items(copy.deepcopy(CLUSTER), "Node", "test-node")
+    live = LiveCluster([node])
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        yield live, server, client
+
+
+def test_events_are_deduplicated_and_rate_limited(api: tuple[LiveCluster, ReplayServer, Any]) -> None:
+    live, server, client = api
+    rep = NodeReporter(client, "test-node", burst=2, refill_seconds=3600)
+    rep.event("Warning", "IptablesBackendMismatch", "KP101 rules in both backends", "uid-1")
+    rep.event("Warning", "IptablesBackendMismatch", "KP101 rules in both backends", "uid-1")  # a repeat
+    rep.event("Warning", "ConntrackTableFull", "KP301 table full", "uid-1")
+    rep.event("Warning", "XtablesLockContention", "KP102 lock", "uid-1")  # beyond the burst
+    created = [w for w in server.writes if w["method"] == "POST"]
+    patched = [w for w in server.writes if w["method"] == "PATCH"]
+    assert [w["body"]["reason"] for w in created] == ["IptablesBackendMismatch", "ConntrackTableFull"]
+    assert len(patched) == 1 and patched[0]["body"]["count"] == 2
+    assert rep.stats.dropped == 1 and rep.stats.events["aggregated"] == 1
+    ev = live.objects("Event")
+    assert {e["involvedObject"]["name"] for e in ev} == {"test-node"}
+    assert next(e for e in ev if e["reason"] == "IptablesBackendMismatch")["count"] == 2
+
+
+def test_condition_in_npd_polarity_moves_its_transition_only_on_a_flip(
+    api: tuple[LiveCluster, ReplayServer, Any],
+) -> None:
+    live, server, client = api
+    rep = NodeReporter(client, "test-node", heartbeat_seconds=3600)
+    others = [c["type"] for c in live.get("Node", "", "test-node")["status"].get("conditions", [])]  # type: ignore[index]
+    rep.condition(condition_for([]), None)
+    cond = _condition(live)
+    assert (cond["status"], cond["reason"]) == ("False", "KubeProxyHealthy")
+    first = cond["lastTransitionTime"]
+    rep.condition(condition_for([]), None)  # the same: nothing written before the heartbeat
+    assert rep.stats.condition_writes == 1
+    rep.condition(condition_for([], inconclusive="nothing could be checked"), None)
+    assert _condition(live)["status"] == "Unknown"
+    kept = [c["type"] for c in live.get("Node", "", "test-node")["status"]["conditions"]]  # type: ignore[index]
+    assert set(others) <= set(kept)  # other conditions untouched
+    assert first
+    assert camel("iptables-backend-mismatch") == "IptablesBackendMismatch"
+
+
+def _condition(live: LiveCluster) -> dict[str, Any]:
+    node = live.get("Node", "", "test-node")
+    assert node is not None
+    return next(c for c in node["status"]["conditions"] if c["type"] == "KubeProxyProblem")
+
+
+def test_writes_that_fail_are_counted_not_raised(api: tuple[LiveCluster, ReplayServer, Any]) -> None:
+    live, _, client = api
+    live.deny("*", "/api/v1/nodes/test-node/status")
+    live.deny("POST", "/api/v1/namespaces/default/events")
+    rep = NodeReporter(client, "test-node")
+    rep.condition(condition_for([]), None)
+    rep.event("Warning", "X", "y", None)
+    assert rep.stats.errors == {"patch node status": 1, "create event": 1}
+    assert "403" in rep.stats.last_error
+
+
+# -- the NPD plugin --------------------------------------------------------------------------------------
+
+
+def npd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kpdoctor", "npd", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_npd_plugin_says_problem_in_one_short_line() -> None:
+    from kpdoctor.demo import demo_path
+
+    res = npd(str(demo_path("tke-backend-mismatch")))
+    assert res.returncode == 1, res.stderr
+    line = res.stdout.rstrip("\n")
+    assert "\n" not in line and len(line) <= 80
+    assert line.startswith("KP1")
+
+
+def test_npd_plugin_ok_and_unknown(tmp_path: Path) -> None:
+    (tmp_path / "iptables-save.txt").write_text(RULES)
+    (tmp_path / "cluster.json").write_text(json.dumps(CLUSTER))
+    ok = npd(str(tmp_path / "iptables-save.txt"), str(tmp_path / "cluster.json"), "--max-output", "200")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.startswith("kube-proxy OK")
+    (tmp_path / "notes.txt").write_text("nothing a node printed\n")
+    unknown = npd(str(tmp_path / "notes.txt"))
+    assert unknown.returncode == 2 and len(unknown.stdout.strip().splitlines()) == 1
