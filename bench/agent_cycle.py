@@ -198,7 +198,9 @@ def measure(
                 _, m = _http(base + "/metrics")
                 key = 'kpdoctor_verification_cases{how="evaluated"}'
                 ev = next((ln for ln in m.splitlines() if ln.startswith(key)), "")
-                reuse.append(ev.rsplit(" ", 1)[-1] if ev else "?")
+                stages = [ln for ln in m.splitlines() if ln.startswith("kpdoctor_cycle_stage_cpu_seconds{")]
+                split = ", ".join(ln.split('"')[1] + f" {float(ln.rsplit(' ', 1)[-1]):.2f}" for ln in stages)
+                reuse.append((ev.rsplit(" ", 1)[-1] if ev else "?") + f" cases evaluated; {split}")
             elif what == "live" and not a.no_live_baseline:
                 c0 = _children_cpu()
                 argv = [sys.executable, "-m", "kpdoctor", "verify", "--live", "--kubeconfig", str(kubeconfig)]
@@ -213,7 +215,7 @@ def measure(
                                capture_output=True, timeout=900)  # fmt: skip
                 files_cpu.append(_children_cpu() - c0)
         print(
-            f"cycle {i + 1}: agent {agent_cpu[-1]:.3f} s CPU ({reuse[-1]} cases evaluated)"
+            f"cycle {i + 1}: agent {agent_cpu[-1]:.3f} s CPU ({reuse[-1]})"
             + (f", verify --live {live_cpu[-1]:.3f} s" if live_cpu else "")
             + f", verify (files) {files_cpu[-1]:.3f} s",
             flush=True,
@@ -286,7 +288,7 @@ def main() -> int:
         gen.write(work, a.services, a.endpoints)
         for argv in (
             ["ip", "link", "set", "lo", "up"],
-            ["ip", "link", "add", "eth0", "type", "dummy"],
+            ["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
             ["ip", "addr", "add", f"{gen.NODE_IP}/24", "dev", "eth0"],
             ["ip", "link", "set", "eth0", "up"],
         ):

@@ -60,6 +60,14 @@ class AgentCollector(Collector):
         if st.last_cpu is not None:
             cpu.add_metric([], st.last_cpu)
         yield cpu
+        stage = GaugeMetricFamily(
+            "kpdoctor_cycle_stage_cpu_seconds",
+            "CPU time of the last cycle's stages (collect: with the node's commands).",
+            labels=["stage"],
+        )
+        for name, seconds in sorted(st.stage_cpu.items()):
+            stage.add_metric([name], seconds)
+        yield stage
         last = GaugeMetricFamily(
             "kpdoctor_last_successful_cycle_timestamp_seconds", "When the last cycle that produced a report ended."
         )

@@ -110,6 +110,7 @@ def summary(agent: Agent) -> dict[str, Any]:
         "cycle": st.cycle,
         "seconds": round(st.last_wall or 0.0, 3),
         "cpu_seconds": round(st.last_cpu or 0.0, 3),
+        "cpu_by_stage": {k: round(v, 3) for k, v in st.stage_cpu.items()},
         "mode": st.mode,
         "cases": {"evaluated": st.evaluated, "carried_over": st.reused, "full": st.full},
         "findings": [{"code": f.code, "cause": f.cause, "summary": f.summary} for f in st.findings],

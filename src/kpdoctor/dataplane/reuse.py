@@ -22,7 +22,6 @@ verification with a full one after each kind of change.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Hashable, Iterable
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.dataplane.expected import Case
-from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.results import Entry, Result
 from kpdoctor.model import Cite
 
 _LINE_REF = re.compile(r"\bline \d")
@@ -79,19 +78,24 @@ def setting(
     return (node, tuple(str(a) for a in local), mode, tuple(roles), digest)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Kept:
     signature: tuple[object, ...]
-    deps: Deps
+    deps: frozenset[Hashable] | None  # the parts of the rules it read; None: all of them
     result: Result
 
 
 @dataclass
 class Carried:
-    """What one verification leaves for the next: each case's result with what it depended on."""
+    """What one verification leaves for the next: each case's result with what it depended on,
+    and what every part of the rules held (``rules``; None for a backend that records nothing)."""
 
     setting: object = None
     kept: dict[CaseKey, _Kept] = field(default_factory=dict)
+    rules: dict[Hashable, object] | None = None
+
+
+_MISSING = object()
 
 
 class Reuse:
@@ -104,78 +108,104 @@ class Reuse:
         self.next = Carried()
         self.reused = 0
         self.evaluated = 0
-        self.changed_services: set[str] = set()  # Services with a case evaluated although it was known
+        self.changed: set[Hashable] = set()  # the parts of the rules that changed since the previous
+        self._line_of: Callable[[str, str], int | None] = lambda _a, _t: None
+        self._moved: dict[Cite, Cite | None] = {}
+        self._deps: dict[Hashable, Hashable] = {}  # one copy of each dependency, shared by the cases
 
-    def begin(self, now: object, line_of: Callable[[str, str], int | None]) -> None:
-        """The verification's shared part (:func:`setting`) and how to find a rule's line now:
-        ``line_of(artifact, text)`` (None when that text is not one line of the artifact)."""
-        self.next.setting = now
+    def begin(
+        self, now: object, line_of: Callable[[str, str], int | None], rules: dict[Hashable, object] | None
+    ) -> None:
+        """The verification's shared part (:func:`setting`), how to find a rule's line now
+        (``line_of(artifact, text)``, None when that text is not one line of the artifact), and
+        what every part of the rules holds now (None: the backend records no dependencies)."""
+        self.next.setting, self.next.rules = now, rules
         self._line_of = line_of
-        if self.previous is not None and self.previous.setting != now:
+        prev = self.previous
+        if prev is None:
+            return
+        if prev.setting != now or (prev.rules is None) != (rules is None):
             self.full = True
+            return
+        if rules is not None and prev.rules is not None:
+            old = prev.rules
+            self.changed = {d for d, fp in rules.items() if old.get(d, _MISSING) != fp}
+            self.changed.update(d for d in old if d not in rules)
 
     def result(
         self,
         case: Case,
         evaluate: Callable[[Case], Result],
         track: Callable[[], set[Any]] | None,
-        fingerprint: Callable[[Any], object] | None,
     ) -> Result:
         """The case's result: carried over when nothing it depends on changed, else evaluated.
-        ``track()`` starts recording what an evaluation looks at (returns the set it fills);
-        ``fingerprint(dep)`` says what a dependency holds now. Both None: the backend records
-        nothing, and a case depends on all of its rules (part of :func:`setting`)."""
+        ``track()`` starts recording what an evaluation reads (returns the set it fills); None:
+        the backend records nothing, and a case depends on all of its rules (part of the setting)."""
         key = case_key(case)
         sig = case_signature(case)
         old = None if self.full or self.previous is None else self.previous.kept.get(key)
-        if old is not None and old.signature == sig and self._unchanged(old.deps, fingerprint):
-            carried = self._carry(old.result, case)
-            if carried is not None:
-                self.reused += 1
-                self.next.kept[key] = _Kept(sig, old.deps, carried)
-                return carried
-        if old is not None:
-            self.changed_services.add(case.sp.service)
+        if old is not None and old.signature == sig:
+            unchanged = self.next.rules is None if old.deps is None else old.deps.isdisjoint(self.changed)
+            if unchanged:
+                carried = self._carry(old.result, case)
+                if carried is not None:
+                    self.reused += 1
+                    self.next.kept[key] = _Kept(sig, old.deps, carried)
+                    return carried
         seen = track() if track is not None else None
         res = evaluate(case)
-        deps: Deps = None
-        if seen is not None and fingerprint is not None:
-            deps = frozenset((d, fingerprint(d)) for d in seen)
+        deps = None
+        if seen is not None:
+            share = self._deps.setdefault
+            deps = frozenset(share(d, d) for d in seen)
         self.evaluated += 1
         self.next.kept[key] = _Kept(sig, deps, res)
         return res
 
-    @staticmethod
-    def _unchanged(deps: Deps, fingerprint: Callable[[Any], object] | None) -> bool:
-        if deps is None:
-            return fingerprint is None  # all rules: the setting's digest said they are the same
-        if fingerprint is None:
-            return False
-        return all(fingerprint(d) == fp for d, fp in deps)
+    def _cite(self, c: Cite) -> Cite | None:
+        """``c`` at its line now (the same object when it did not move); None: not one line now."""
+        got = self._moved.get(c, _MISSING)
+        if got is _MISSING:
+            line = self._line_of(c.artifact, c.text)
+            got = None if line is None else c if line == c.line else Cite(c.artifact, line, c.text, c.writer)
+            self._moved[c] = got
+        return got  # type: ignore[return-value]
 
     def _carry(self, res: Result, case: Case) -> Result | None:
         """``res`` with the lines its rules have now (and the new case's Service citation); None
         when a note cites a line that moved, or a rule is no longer one line."""
-        moved: dict[Cite, Cite] = {}
-        for c in [*res.rules, *(e.rule for e in res.actual if e.rule is not None)]:
-            if c.line is None or c in moved:
-                continue
-            line = self._line_of(c.artifact, c.text)
-            if line is None:
+        moved = False
+        rules = []
+        for c in res.rules:
+            n = c if c.line is None else self._cite(c)
+            if n is None:
                 return None
-            if line != c.line:
-                moved[c] = Cite(c.artifact, line, c.text, c.writer)
+            moved = moved or n is not c
+            rules.append(n)
+        actual = []
+        for e in res.actual:
+            r = e.rule
+            n = r if r is None or r.line is None else self._cite(r)
+            if r is not None and n is None:
+                return None
+            if n is not r:
+                moved = True
+                e = Entry(e.backend, e.verdict, e.probability, n, e.chain, e.ruleset, e.owner, e.no_service_rule)
+            actual.append(e)
         if moved and _LINE_REF.search(res.note):
             return None
         cite = case.sp.cite
         if not moved and cite == res.service_cite:
             return res
-        actual = [
-            dataclasses.replace(e, rule=moved.get(e.rule, e.rule)) if e.rule is not None else e for e in res.actual
-        ]
-        return dataclasses.replace(
-            res,
-            actual=actual,
-            rules=[moved.get(c, c) for c in res.rules],
-            service_cite=cite,
-        )
+        out: Result = _copy(res)
+        out.rules, out.actual, out.service_cite = rules, actual, cite
+        return out
+
+
+def _copy(obj: Any) -> Any:
+    """A shallow copy of a slotted dataclass (``dataclasses.replace`` costs ten times more)."""
+    cls: Any = type(obj)
+    new = cls.__new__(cls)
+    for name in cls.__slots__:
+        setattr(new, name, getattr(obj, name))
+    return new

@@ -151,9 +151,9 @@ def run_verification(
     ver.split = backend.split()
     ver.cases = todo
     if reuse is not None:
-        track, fingerprint = _tracking(backend)
+        track = _tracking(backend)
         for c in todo:
-            ver.results.append(reuse.result(c, lambda c: evaluate_case(c, backend, node), track, fingerprint))
+            ver.results.append(reuse.result(c, lambda c: evaluate_case(c, backend, node), track))
         ver.ranges.append((0, len(todo)))
         if track is not None:
             backend.deps = None  # type: ignore[attr-defined]
@@ -167,18 +167,17 @@ def run_verification(
     return ver
 
 
-def _tracking(backend: Backend) -> tuple[Callable[[], set[Any]] | None, Callable[[Any], object] | None]:
-    """How to learn what one evaluation looks at, for a backend that records it (iptables)."""
-    fingerprint = getattr(backend, "fingerprint", None)
-    if fingerprint is None:
-        return None, None
+def _tracking(backend: Backend) -> Callable[[], set[Any]] | None:
+    """How to learn what one evaluation reads, for a backend that records it (iptables)."""
+    if not hasattr(backend, "rule_state"):
+        return None
 
     def track() -> set[Any]:
         seen: set[Any] = set()
         backend.deps = seen  # type: ignore[attr-defined]
         return seen
 
-    return track, fingerprint
+    return track
 
 
 def unevaluated(

@@ -770,7 +770,12 @@ class Facts:
             )
             exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
             if self.reuse is not None:
-                self.reuse.begin(self._reuse_setting(backend, running.mode, rulesets, local), self._line_of())
+                rule_state = getattr(backend, "rule_state", None)
+                self.reuse.begin(
+                    self._reuse_setting(backend, running.mode, rulesets, local),
+                    self._line_of(),
+                    rule_state() if rule_state is not None else None,
+                )
             ver = run_verification(
                 backend,
                 services,
@@ -808,7 +813,7 @@ class Facts:
             for rs in rulesets
         ]
         texts = None
-        if not hasattr(backend, "fingerprint"):
+        if not hasattr(backend, "rule_state"):
             kinds = (Kind.IPTABLES_SAVE, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM, Kind.IPSET)
             texts = [f"{a.name}\n{a.read_text()}" for kind in kinds for a in self.of(kind)]
         return reuse_setting(self.node_view.name, local, mode, roles, texts)

@@ -135,7 +135,7 @@ def _udp_dns_dnat(facts: Facts) -> list[Cite]:
     for rs in facts.rulesets:
         nat = rs.tables.get("nat")
         for r in nat.rules if nat is not None else []:
-            if r.target != "DNAT" or "udp" not in r.args:
+            if ":53" not in r.text or r.target != "DNAT" or "udp" not in r.args:  # the text first: no tokenising
                 continue
             dest = r.args[r.args.index("--to-destination") + 1] if "--to-destination" in r.args[:-1] else ""
             if dest.endswith(":53"):

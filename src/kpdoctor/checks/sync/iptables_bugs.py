@@ -10,7 +10,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.iptables import COUNTERS, Rule
+from kpdoctor.parse.iptables import Rule
 from kpdoctor.versions import IptablesVersion
 
 FIREWALL_COMMENT = "kubernetes firewall for dropping marked packets"
@@ -34,7 +34,7 @@ def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
         for r in rs.all_rules():
             if not (r.chain.startswith("KUBE-") or "kubernetes" in r.text):
                 continue
-            key = (r.table, r.chain, COUNTERS.sub("", r.text.strip()))  # the text: no rule is tokenised
+            key = (r.table, r.chain, r.body.strip())  # the text without counters: no rule is tokenised
             counts[key] += 1
             first.setdefault(key, r)
         for key, n in counts.most_common(3):
@@ -48,8 +48,10 @@ def _unconditional_firewall(facts: Facts) -> list[tuple[Rule, str]]:
     out = []
     for rs in facts.rulesets:
         for r in rs.all_rules():
+            if r.chain != "KUBE-FIREWALL" or FIREWALL_COMMENT not in r.text:
+                continue  # before tokenising: a large node has a quarter of a million other rules
             marked = "mark" in r.args or "--mark" in r.args or "mark match" in r.text
-            if r.chain == "KUBE-FIREWALL" and FIREWALL_COMMENT in r.text and "DROP" in r.args and not marked:
+            if "DROP" in r.args and not marked:
                 out.append((r, rs.artifact))
     return out
 

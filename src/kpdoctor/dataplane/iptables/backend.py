@@ -148,7 +148,6 @@ class IptablesBackend:
         self._families: dict[int, FamilyRules] = {}
         # set around one evaluation to learn what it looked at (dataplane/reuse.py)
         self.deps: set[Dep] | None = None
-        self._fingerprints: dict[Dep, object] = {}
 
     def family(self, family: int) -> FamilyRules:
         fr = self._families.get(family)
@@ -187,17 +186,21 @@ class IptablesBackend:
             views.append(View(tag, entries, rules, reasons, notes))
         return views
 
-    def fingerprint(self, dep: Dep) -> object:
-        """What the rules at ``dep`` (a chain, or the part of an indexed chain one packet sees)
-        hold now; a result whose every dependency has the fingerprint it had is still right."""
-        got = self._fingerprints.get(dep, self)
-        if got is self:
-            origin, table, chain, key = dep
-            layers = [layer for f in self.families() for _, ev in self.family(f).primary for layer in ev.layers]
-            tab = next((layer[table] for layer in layers if _origin(layer) == origin and table in layer), None)
-            got = None if tab is None else True if chain is None else tab.fingerprint(chain, key)
-            self._fingerprints[dep] = got
-        return got
+    def rule_state(self) -> dict[Dep, object]:
+        """What every part of the rules holds now (CompiledTable.state), for every set of rules
+        evaluated: a result whose recorded parts all hold the same is still right."""
+        out: dict[Dep, object] = {}
+        seen: set[int] = set()
+        for f in self.families():
+            for _, ev in self.family(f).primary:
+                for layer in ev.layers:
+                    if id(layer) in seen:
+                        continue
+                    seen.add(id(layer))
+                    for tname, tab in layer.items():
+                        for (chain, part), fp in tab.state():
+                            out[(tab.origin, tname, chain, part)] = fp
+        return out
 
     def explain_mismatch(self, case: Case, result: Result) -> list[str]:
         """Name the rule after which part of the traffic went on un-DNATed while the rest reached
@@ -262,10 +265,6 @@ class IptablesBackend:
         if any(rs.form == "L" for rs in self.rulesets):
             return ["iptables -L listings are not evaluated (they drop match details): give iptables-save"]
         return []
-
-
-def _origin(layer: dict[str, CompiledTable]) -> str:
-    return next(iter(layer.values())).origin if layer else ""
 
 
 def _packet(case: Case) -> Packet:

@@ -14,6 +14,7 @@ rules.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import re
 from collections.abc import Iterator
@@ -561,19 +562,27 @@ class CompiledTable:
         return got
 
 
-    def fingerprint(self, chain: str, key: tuple[str, int] | None) -> object:
-        """What a walk through ``chain`` can see: its policy and rule texts, in order; with
-        ``key`` (``("dst", address)`` or ``("dport", port)``), only the rules the chain's index
-        gives a packet with that key. Equal fingerprints mean the same walk (dataplane/reuse.py)."""
-        if not self.has_chain(chain):
-            return None
-        policy = self.policies.get(chain)
-        if key is not None:
+    def state(self) -> Iterator[tuple[tuple[str | None, tuple[str, int] | str | None], object]]:
+        """What each walk through this table can see, as ``((chain, part), fingerprint)``: ``(None,
+        None)`` the table itself; ``(chain, None)`` a chain's policy and rule texts in order; for a
+        chain long enough to be indexed, instead, ``(chain, "*")`` its index kind, policy and the
+        rules every packet sees, and ``(chain, (by, key))`` the rules the index gives a packet with
+        that key, each with how many of the others come before it. A walk records the same parts
+        it reads (evaluate.py), so equal fingerprints mean the same walk (dataplane/reuse.py)."""
+        yield (None, None), True
+        for chain, source in self._source.items():
+            policy = self.policies.get(chain)
+            if len(source) <= INDEX_THRESHOLD:
+                yield (chain, None), (policy, tuple(r.body for r in source))
+                continue
             idx = self.index(chain)
-            if idx is not None and idx.by == key[0]:
-                rules = self.rules(chain)
-                return (policy, key, tuple(rules[i].rule.body for i in idx.positions(key[1])))
-        return (policy, tuple(r.body for r in self._source.get(chain, ())))
+            if idx is None:
+                yield (chain, None), (policy, tuple(r.body for r in source))
+                continue
+            yield (chain, "*"), (idx.by, policy, tuple(source[i].body for i in idx.rest))
+            rest = idx.rest
+            for key, positions in idx.buckets.items():
+                yield (chain, (idx.by, key)), tuple((bisect.bisect(rest, i), source[i].body) for i in positions)
 
 
 class ChainIndex:

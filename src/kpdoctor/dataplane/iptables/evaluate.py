@@ -40,8 +40,10 @@ _ALWAYS_RECORDED = {"DROP", "REJECT", "DNAT", "REDIRECT"}  # steps a verificatio
 
 DROP_MARK = 0x8000  # what KUBE-MARK-DROP sets, and KUBE-FIREWALL (filter) drops
 
-# What a walk looked at: (artifact, table, chain, index key); chain None: whether the table exists
-Dep = tuple[str, str, str | None, tuple[str, int] | None]
+# What a walk looked at: (artifact, table, chain, part): part None for the whole chain, or, in an
+# indexed chain, "*" (what every packet sees) and (by, key) (what its key selects); chain None:
+# whether the table exists (CompiledTable.state gives the same parts)
+Dep = tuple[str, str, str | None, tuple[str, int] | str | None]
 
 
 class Evaluator:
@@ -290,6 +292,8 @@ class Evaluator:
             order = idx.positions(key[1])
         if self.deps is not None:
             self.deps.add((tab.origin, tab.name, chain, key))
+            if key is not None:  # what every packet sees in the chain, and its index kind
+                self.deps.add((tab.origin, tab.name, chain, "*"))
         return self._rules(tab, chain, rules, order, 0, p, st, depth)
 
     def _rules(
