@@ -11,6 +11,7 @@ object's version, so the verification can tell which Services changed (dataplane
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -23,6 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
+from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.k8s import K8sObject, ObjectDiagnostic, Objects, read_object
 
 log = logging.getLogger("kpdoctor.agent")
 
@@ -46,8 +49,20 @@ class Resource:
 
 
 @dataclass
+class _Parsed:
+    """One object as the last snapshot gave it: parsed again only when a watch event replaced it."""
+
+    body: Obj  # the watched object it was read from (a change replaces the dict)
+    line: int
+    text: str  # its JSON line in the artifact
+    obj: K8sObject
+    problems: list[str]
+
+
+@dataclass
 class ResourceState:
     objects: dict[str, Obj] = field(default_factory=dict)  # namespace/name -> object
+    parsed: dict[str, _Parsed] = field(default_factory=dict)  # the snapshot's, kept by the cycle thread
     resource_version: str = ""
     synced: bool = False  # listed at least once
     error: str = ""  # why it is not current ("" while the watch runs)
@@ -136,30 +151,51 @@ class ClusterCache:
         return objs[0] if objs else None
 
     def snapshot(self) -> tuple[list[Collected], list[NotCollected]]:
-        """Each resource as its bundle artifact (a ``List``), or why it is absent; a resource
-        known but no longer current is given with a note saying since when it is stale."""
+        """Each resource as its bundle artifact (a ``List``, one object per line), or why it is
+        absent; a resource known but no longer current is given with a note saying since when it
+        is stale. The artifact comes parsed: only the objects a watch event replaced since the
+        last snapshot are parsed again, the others keep their parse (and their identity, which
+        lets the verification carry their results over: dataplane/reuse.py)."""
         got: list[Collected] = []
         absent: list[NotCollected] = []
         now = utc_now()
         for r in self.resources:
             with self._lock:
                 st = self.state[r.path]
-                items = list(st.objects.values())
+                items = list(st.objects.items())
                 synced, error, since = st.synced, st.error, st.error_since
             if not synced:
                 absent.append(NotCollected(r.path, error or "not listed yet"))
                 continue
-            body = {
-                "kind": "List",
-                "apiVersion": "v1",
-                "items": [{"kind": r.kind, "apiVersion": r.api_version, **o} for o in items],
-            }
+            lines = ['{"kind":"List","apiVersion":"v1","items":[']
+            objs: list[K8sObject] = []
+            diags: list[Diagnostic] = []
+            last = len(items) - 1
+            for i, (key, body) in enumerate(items):
+                line = i + 2
+                p = st.parsed.get(key)
+                if p is None or p.body is not body:
+                    full = {"kind": r.kind, "apiVersion": r.api_version, **body}
+                    obj, problems = read_object(full, r.path, line)
+                    p = st.parsed[key] = _Parsed(body, line, json.dumps(full, separators=(",", ":")), obj, problems)
+                elif p.line != line:
+                    p.obj, p.line = dataclasses.replace(p.obj, line=line), line
+                lines.append(p.text if i == last else p.text + ",")
+                objs.append(p.obj)
+                ref = f"{p.obj.namespace}/{p.obj.name}" if p.obj.namespace else p.obj.name
+                diags.extend(ObjectDiagnostic(line, f"{p.obj.kind} {ref}: {x}", r.path) for x in p.problems)
+            if len(st.parsed) > len(items):
+                keep = {k for k, _ in items}
+                for k in [k for k in st.parsed if k not in keep]:
+                    del st.parsed[k]
+            lines.append("]}")
             note = ""
             if error:
                 age = f" for {time.monotonic() - since:.0f}s" if since is not None else ""
                 note = f"as last seen: not current{age} ({error})"
-            data = json.dumps(body, separators=(",", ":")).encode()
-            got.append(Collected(r.path, data, f"watch {r.kind} (list + watch)", 0, "", now, 0, note))
+            data = "\n".join(lines).encode()
+            source = f"watch {r.kind} (list + watch)"
+            got.append(Collected(r.path, data, source, 0, "", now, 0, note, parsed=Objects(objs, diags)))
         return got, absent
 
     def errors(self) -> dict[str, str]:

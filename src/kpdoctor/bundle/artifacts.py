@@ -74,6 +74,9 @@ class Artifact:
     first_line: int = 1
     attrs: dict[str, str] = field(default_factory=dict)
     size: int = 0
+    # what the text parses to, when its source keeps it parsed (the node agent's watched objects:
+    # a kpdoctor.parse.k8s.Objects); None: parsed from the text like any other
+    parsed: object | None = field(default=None, repr=False, compare=False)
 
     def read_text(self) -> str:
         if self.path is None:

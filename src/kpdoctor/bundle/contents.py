@@ -3,7 +3,7 @@ why. The collectors produce these; the bundle writer and the in-memory loader re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -22,6 +22,8 @@ class Collected:
     # what it says its version is: an image's older iptables misreads a newer one's rules
     binary: str = ""
     binary_version: str = ""
+    # what ``data`` parses to, when the source keeps it parsed (bundle/artifacts.py: Artifact.parsed)
+    parsed: object | None = field(default=None, repr=False, compare=False)
 
     def manifest_entry(self) -> dict[str, object]:
         entry: dict[str, object] = {

@@ -348,7 +348,7 @@ def add_collected(
             got.problems.append(InputProblem(rel, f"not collected (exit {a.exit_code}{': ' + why if why else ''})"))
             continue
         attrs = {**attrs, **({"time": a.started_at} if a.started_at else {})}
-        _add_inline(got, rel, Typed(kind, attrs), a.data.decode("utf-8-sig", errors="replace"))
+        _add_inline(got, rel, Typed(kind, attrs), a.data.decode("utf-8-sig", errors="replace"), parsed=a.parsed)
     for n in absent:
         got.problems.append(InputProblem(n.path, f"not collected: {n.reason}"))
     ev.artifacts[:0] = got.artifacts
@@ -485,14 +485,22 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
 
 
 def _add_inline(
-    ev: Evidence, label: str, typed: Typed, text: str, extra: dict[str, str] | None = None, first_line: int = 1
+    ev: Evidence,
+    label: str,
+    typed: Typed,
+    text: str,
+    extra: dict[str, str] | None = None,
+    first_line: int = 1,
+    parsed: object | None = None,
 ) -> None:
     kind = typed.kind
     assert kind is not None
     attrs = {**typed.attrs, **(extra or {})}
     if kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
         attrs.update({k: v for k, v in save_attrs(text).items() if k not in attrs})
-    ev.artifacts.append(Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text)))
+    ev.artifacts.append(
+        Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text), parsed=parsed)
+    )
 
 
 def _load_transcript(

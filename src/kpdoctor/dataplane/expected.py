@@ -344,6 +344,7 @@ def service_ports(
     endpoints: list[K8sObject],
     endpoints_exported: bool = False,
     unverified: list[tuple[str, str]] | None = None,
+    carry: tuple[dict[Any, Any], dict[Any, Any]] | None = None,
 ) -> tuple[list[ServicePort], int]:
     """Every Service port per family kube-proxy programs, and how many Services that covers.
 
@@ -351,7 +352,11 @@ def service_ports(
     EndpointSlices if there were any, so a Service without any has no endpoints (rather than
     unknown ones). ``unverified`` gets the Services that give no port to verify although they
     are not headless (no spec, no clusterIP, no ports), with why: such a verification is not
-    clean."""
+    clean.
+
+    ``carry``: (the previous run's, this run's) ports by the identity of the objects they come
+    from: a Service whose objects are the very same as in the previous run (the node agent keeps
+    them parsed) keeps its ports, never built again (dataplane/reuse.py)."""
     by_svc: dict[tuple[str, str], list[K8sObject]] = {}
     for sl in slices:
         svc = as_dict(as_dict(sl.body.get("metadata")).get("labels")).get(SERVICE_NAME_LABEL)
@@ -362,97 +367,122 @@ def service_ports(
     out: list[ServicePort] = []
     count = 0
     for svc in services:
-        spec = as_dict(svc.body.get("spec"))
-        if spec.get("type") == "ExternalName":
-            continue
-        if not svc.name:  # reported by parse/k8s; kube-proxy never saw it
-            if unverified is not None:
-                unverified.append((f"(a Service without a name, {svc.where})", "no metadata.name"))
-            continue
-        ips = cluster_ips(spec)
-        ref = f"{svc.namespace or 'default'}/{svc.name}"
-        if not spec or not ips:
-            if unverified is not None:
-                unverified.append((ref, f"{'no clusterIP' if spec else 'no spec'} ({svc.where})"))
-            continue
-        if ips[0] == "None":
-            continue  # headless
-        count += 1
-        meta = as_dict(svc.body.get("metadata"))
-        labels, annotations = as_dict(meta.get("labels")), as_dict(meta.get("annotations"))
-        if PROXY_NAME_LABEL in labels:
-            continue  # another proxy owns it; kube-proxy writes nothing
-        if unverified is not None and not any(isinstance(p, dict) for p in as_list(spec.get("ports"))):
-            unverified.append((ref, f"no ports ({svc.where})"))
-        ns = svc.namespace or "default"
-        stype = spec.get("type") or "ClusterIP"
-        ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
-        lb = [i["ip"] for i in ingress if isinstance(i, dict) and is_ip(i.get("ip")) and i.get("ipMode") != "Proxy"]
-        ranges: list[IPNetwork] = []
-        for r in as_list(spec.get("loadBalancerSourceRanges")):
-            try:
-                ranges.append(ipaddress.ip_network(str(r).strip(), strict=False))
-            except ValueError:
-                continue
-        topo = None
-        if str(annotations.get("service.kubernetes.io/topology-mode", "")).lower() == "auto" or str(
-            annotations.get("service.kubernetes.io/topology-aware-hints", "")
-        ).lower() in ("auto", "true"):
-            topo = "hints"
-        if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
-            topo = str(spec["trafficDistribution"])
-        cite = Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}")
-        timeout = _affinity_timeout(spec)
-        for port in as_list(spec.get("ports")):
-            if not isinstance(port, dict):
-                continue  # reported by parse/k8s; no port to verify
-            raw_proto = port.get("protocol")
-            proto = str(raw_proto or "TCP").upper()[:16]
-            pname = str(port.get("name") or "")
-            number = port_value(port.get("port"))
-            found = [p for p in (port_problem(port.get("port")), protocol_problem(raw_proto)) if p]
-            raw_np = port.get("nodePort") if stype in ("NodePort", "LoadBalancer") else None
-            np_problem = port_problem(raw_np, "nodePort") if raw_np not in (None, 0) else None
-            for ip in ips:
-                fam = _family(str(ip))
-                problems = list(found)
-                if fam is None:
-                    problems.append(f"clusterIP {shown(ip)} is not an IP address")
-                    fam = 6 if ":" in str(ip) else 4
-                sp = ServicePort(
-                    ns,
-                    svc.name,
-                    pname,
-                    proto,
-                    number if number is not None else _shown_port(port.get("port")),
-                    fam,
-                    node_port=port_value(raw_np),
-                    cluster_ip=str(ip),
-                    external_ips=[x for x in as_list(spec.get("externalIPs")) if is_ip(x, fam)],
-                    lb_ips=[x for x in lb if _family(x) == fam] if stype == "LoadBalancer" else [],
-                    source_ranges=[r for r in ranges if r.version == fam],
-                    etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
-                    itp_local=spec.get("internalTrafficPolicy") == "Local",
-                    affinity=spec.get("sessionAffinity") == "ClientIP",
-                    affinity_timeout=timeout,
-                    topology=topo,
-                    cite=cite,
-                )
-                slist = by_svc.get((ns, svc.name))
-                if slist:
-                    sp.endpoints = _endpoints_from_slices(slist, pname, proto, fam, problems, sp.notes)
-                elif (ns, svc.name) in v1:
-                    sp.endpoints = _endpoints_from_v1(v1[(ns, svc.name)], pname, proto, fam, problems)
-                sp.endpoints_known = known
-                if problems:
-                    where = f"Service {ns}/{svc.name} ({svc.where})"
-                    sp.problems = [
-                        p if p.startswith(("EndpointSlice ", "Endpoints ")) else f"{where}: {p}" for p in problems
-                    ]
-                if np_problem:
-                    sp.node_port_problem = f"Service {ns}/{svc.name} ({svc.where}): {np_problem}"
-                out.append(sp)
+        key = (svc.namespace or "default", svc.name)
+        slist, v1e = by_svc.get(key), v1.get(key)
+        made = None
+        ident = (id(svc), tuple(map(id, slist or ())), id(v1e), known)
+        if carry is not None:
+            hit = carry[0].get(ident)
+            if hit is not None and hit[0] is svc:  # the ids are the same objects: the entry keeps them alive
+                made = hit
+        if made is None:
+            made = (svc, slist, v1e, *_ports_of(svc, slist, v1e, known))
+        if carry is not None:
+            carry[1][ident] = made
+        sps, unv, counted = made[3], made[4], made[5]
+        out.extend(sps)
+        count += counted
+        if unverified is not None:
+            unverified.extend(unv)
     return out, count
+
+
+def _ports_of(
+    svc: K8sObject, slist: list[K8sObject] | None, v1e: K8sObject | None, known: bool
+) -> tuple[list[ServicePort], list[tuple[str, str]], int]:
+    """One Service's ports (see :func:`service_ports`), the reasons it gives none to verify, and
+    whether it counts as a Service kube-proxy programs (1) or not (0)."""
+    out: list[ServicePort] = []
+    unverified: list[tuple[str, str]] = []
+    count = 0
+    spec = as_dict(svc.body.get("spec"))
+    if spec.get("type") == "ExternalName":
+        return out, unverified, count
+    if not svc.name:  # reported by parse/k8s; kube-proxy never saw it
+        unverified.append((f"(a Service without a name, {svc.where})", "no metadata.name"))
+        return out, unverified, count
+    ips = cluster_ips(spec)
+    ref = f"{svc.namespace or 'default'}/{svc.name}"
+    if not spec or not ips:
+        unverified.append((ref, f"{'no clusterIP' if spec else 'no spec'} ({svc.where})"))
+        return out, unverified, count
+    if ips[0] == "None":
+        return out, unverified, count  # headless
+    count += 1
+    meta = as_dict(svc.body.get("metadata"))
+    labels, annotations = as_dict(meta.get("labels")), as_dict(meta.get("annotations"))
+    if PROXY_NAME_LABEL in labels:
+        return out, unverified, count  # another proxy owns it; kube-proxy writes nothing
+    if not any(isinstance(p, dict) for p in as_list(spec.get("ports"))):
+        unverified.append((ref, f"no ports ({svc.where})"))
+    ns = svc.namespace or "default"
+    stype = spec.get("type") or "ClusterIP"
+    ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
+    lb = [i["ip"] for i in ingress if isinstance(i, dict) and is_ip(i.get("ip")) and i.get("ipMode") != "Proxy"]
+    ranges: list[IPNetwork] = []
+    for r in as_list(spec.get("loadBalancerSourceRanges")):
+        try:
+            ranges.append(ipaddress.ip_network(str(r).strip(), strict=False))
+        except ValueError:
+            continue
+    topo = None
+    if str(annotations.get("service.kubernetes.io/topology-mode", "")).lower() == "auto" or str(
+        annotations.get("service.kubernetes.io/topology-aware-hints", "")
+    ).lower() in ("auto", "true"):
+        topo = "hints"
+    if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
+        topo = str(spec["trafficDistribution"])
+    cite = Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}")
+    timeout = _affinity_timeout(spec)
+    for port in as_list(spec.get("ports")):
+        if not isinstance(port, dict):
+            continue  # reported by parse/k8s; no port to verify
+        raw_proto = port.get("protocol")
+        proto = str(raw_proto or "TCP").upper()[:16]
+        pname = str(port.get("name") or "")
+        number = port_value(port.get("port"))
+        found = [p for p in (port_problem(port.get("port")), protocol_problem(raw_proto)) if p]
+        raw_np = port.get("nodePort") if stype in ("NodePort", "LoadBalancer") else None
+        np_problem = port_problem(raw_np, "nodePort") if raw_np not in (None, 0) else None
+        for ip in ips:
+            fam = _family(str(ip))
+            problems = list(found)
+            if fam is None:
+                problems.append(f"clusterIP {shown(ip)} is not an IP address")
+                fam = 6 if ":" in str(ip) else 4
+            sp = ServicePort(
+                ns,
+                svc.name,
+                pname,
+                proto,
+                number if number is not None else _shown_port(port.get("port")),
+                fam,
+                node_port=port_value(raw_np),
+                cluster_ip=str(ip),
+                external_ips=[x for x in as_list(spec.get("externalIPs")) if is_ip(x, fam)],
+                lb_ips=[x for x in lb if _family(x) == fam] if stype == "LoadBalancer" else [],
+                source_ranges=[r for r in ranges if r.version == fam],
+                etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
+                itp_local=spec.get("internalTrafficPolicy") == "Local",
+                affinity=spec.get("sessionAffinity") == "ClientIP",
+                affinity_timeout=timeout,
+                topology=topo,
+                cite=cite,
+            )
+            if slist:
+                sp.endpoints = _endpoints_from_slices(slist, pname, proto, fam, problems, sp.notes)
+            elif v1e is not None:
+                sp.endpoints = _endpoints_from_v1(v1e, pname, proto, fam, problems)
+            sp.endpoints_known = known
+            if problems:
+                where = f"Service {ns}/{svc.name} ({svc.where})"
+                sp.problems = [
+                    p if p.startswith(("EndpointSlice ", "Endpoints ")) else f"{where}: {p}" for p in problems
+                ]
+            if np_problem:
+                sp.node_port_problem = f"Service {ns}/{svc.name} ({svc.where}): {np_problem}"
+            out.append(sp)
+    return out, unverified, count
 
 
 def _shown_port(v: object) -> int:
@@ -585,12 +615,32 @@ def local_addresses(node: NodeView, services: Iterable[K8sObject], deviations: D
     return local
 
 
-def cases(sps: list[ServicePort], node: NodeView, beh: Behaviour, deviations: Deviations = SHARED) -> list[Case]:
-    """The traffic classes the cluster defines for this node, per Service port."""
+def cases(
+    sps: list[ServicePort],
+    node: NodeView,
+    beh: Behaviour,
+    deviations: Deviations = SHARED,
+    carry: tuple[dict[Any, Any], dict[Any, Any]] | None = None,
+) -> list[Case]:
+    """The traffic classes the cluster defines for this node, per Service port. ``carry``: (the
+    previous run's, this run's) cases by Service port object and node: a port kept from the
+    previous run (:func:`service_ports`) on the same node keeps its cases, the same objects."""
     out: list[Case] = []
     clients = {f: pod_client(node, f) for f in (4, 6)}
+    where = None
+    if carry is not None:
+        addrs = tuple((f, tuple(map(str, a))) for f, a in sorted(node.addresses.items()))
+        where = (node.name, addrs, node.zone, tuple(map(str, node.pod_cidrs)), node.unknown_why, beh)
     for sp in sps:
-        out.extend(_cases_for(sp, node, beh, clients[sp.family]))
+        if carry is None:
+            out.extend(_cases_for(sp, node, beh, clients[sp.family]))
+            continue
+        key = (id(sp), where)
+        hit = carry[0].get(key)
+        if hit is None or hit[0] is not sp:
+            hit = (sp, _cases_for(sp, node, beh, clients[sp.family]))
+        carry[1][key] = hit
+        out.extend(hit[1])
     if deviations.undeclared_ports_refused:
         out.extend(_undeclared_ports(sps, node, beh, clients))
     return out

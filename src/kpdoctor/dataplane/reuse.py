@@ -80,7 +80,8 @@ def setting(
 
 @dataclass(slots=True)
 class _Kept:
-    signature: tuple[object, ...]
+    case: Case
+    signature: tuple[object, ...] | None  # worked out when a case other than ``case`` asks
     deps: frozenset[Hashable] | None  # the parts of the rules it read; None: all of them
     result: Result
 
@@ -93,6 +94,11 @@ class Carried:
     setting: object = None
     kept: dict[CaseKey, _Kept] = field(default_factory=dict)
     rules: dict[Hashable, object] | None = None
+    # Service ports and their cases by the identity of what they were made from (expected.py)
+    ports: dict[Any, Any] = field(default_factory=dict)
+    cases: dict[Any, Any] = field(default_factory=dict)
+    # each iptables dump's rules by their line's text, for the next parse of it (parse_save)
+    rules_read: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 _MISSING = object()
@@ -112,6 +118,13 @@ class Reuse:
         self._line_of: Callable[[str, str], int | None] = lambda _a, _t: None
         self._moved: dict[Cite, Cite | None] = {}
         self._deps: dict[Hashable, Hashable] = {}  # one copy of each dependency, shared by the cases
+
+    def rules_of(self, artifact: str) -> dict[str, Any] | None:
+        """The previous parse's rules of ``artifact`` by their text (parse_save's ``reuse``)."""
+        return self.previous.rules_read.pop(artifact, None) if self.previous is not None else None
+
+    def keep_rules(self, artifact: str, rules: list[Any]) -> None:
+        self.next.rules_read[artifact] = {r.text: r for r in rules}
 
     def begin(
         self, now: object, line_of: Callable[[str, str], int | None], rules: dict[Hashable, object] | None
@@ -142,15 +155,19 @@ class Reuse:
         ``track()`` starts recording what an evaluation reads (returns the set it fills); None:
         the backend records nothing, and a case depends on all of its rules (part of the setting)."""
         key = case_key(case)
-        sig = case_signature(case)
         old = None if self.full or self.previous is None else self.previous.kept.get(key)
-        if old is not None and old.signature == sig:
+        sig = None
+        if old is not None and old.case is not case:  # the same object: made from the same objects
+            sig = case_signature(case)
+            if old.signature is None:
+                old.signature = case_signature(old.case)
+        if old is not None and (sig is None or old.signature == sig):
             unchanged = self.next.rules is None if old.deps is None else old.deps.isdisjoint(self.changed)
             if unchanged:
                 carried = self._carry(old.result, case)
                 if carried is not None:
                     self.reused += 1
-                    self.next.kept[key] = _Kept(sig, old.deps, carried)
+                    self.next.kept[key] = _Kept(case, sig if sig is not None else old.signature, old.deps, carried)
                     return carried
         seen = track() if track is not None else None
         res = evaluate(case)
@@ -159,7 +176,7 @@ class Reuse:
             share = self._deps.setdefault
             deps = frozenset(share(d, d) for d in seen)
         self.evaluated += 1
-        self.next.kept[key] = _Kept(sig, deps, res)
+        self.next.kept[key] = _Kept(case, sig, deps, res)
         return res
 
     def _cite(self, c: Cite) -> Cite | None:

@@ -145,8 +145,13 @@ def run_verification(
     :class:`Part`); :func:`merge_shares` puts them together."""
     part = part or Part()
     unverified: list[tuple[str, str]] = []
-    sps, count = service_ports(services, slices, endpoints, endpoints_exported, unverified)
-    todo = cases(sps, node, behaviour, deviations)
+    ports = cases_of = None
+    if reuse is not None:
+        before = reuse.previous
+        ports = (before.ports if before is not None else {}, reuse.next.ports)
+        cases_of = (before.cases if before is not None else {}, reuse.next.cases)
+    sps, count = service_ports(services, slices, endpoints, endpoints_exported, unverified, carry=ports)
+    todo = cases(sps, node, behaviour, deviations, carry=cases_of)
     ver = Verification(count, unverified=unverified, mode=backend.mode)
     ver.split = backend.split()
     ver.cases = todo

@@ -187,7 +187,11 @@ class Facts:
             fam = int(a.attrs.get("family", "4"))
             fragment = a.attrs.get("fragment") == "true"
             text, backend = a.read_text(), a.attrs.get("backend")
-            out.append(parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a)))
+            pool = self.reuse.rules_of(a.name) if self.reuse is not None else None
+            rs = parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a), reuse=pool)
+            if self.reuse is not None:
+                self.reuse.keep_rules(a.name, rs.all_rules())
+            out.append(rs)
         for a in self.of(Kind.IPTABLES_RULES_S):
             fam = int(a.attrs.get("family", "4"))
             out.append(parse_rules_s(a.text, a.name, fam, a.first_line, _table_named(a)))
@@ -215,8 +219,10 @@ class Facts:
         """Every file's objects, each object once (a bundle's file and a ``kubectl get`` of the
         same cluster overlap); when the Nodes given do not say which is this node, a diagnostic
         tells the user how to say it."""
-        merged = k8s.merge(k8s.parse_objects(a.read_text(), a.name, a.first_line, a.attrs.get("kind"))
-            for a in self.of(Kind.K8S_OBJECTS))
+        merged = k8s.merge(
+            a.parsed if isinstance(a.parsed, Objects) else k8s.parse_objects(
+                a.read_text(), a.name, a.first_line, a.attrs.get("kind"))
+            for a in self.of(Kind.K8S_OBJECTS))  # fmt: skip
         problem = self._pick_node(merged.of("Node"))[2]
         if problem:
             merged.diagnostics.append(Diagnostic(None, problem))

@@ -26,7 +26,7 @@ class Rule:
     """One ``-A CHAIN ...`` line. Its tokens are split on first use: a node with 10,000
     Services has a quarter of a million rules, and most checks only need chain and target."""
 
-    __slots__ = ("_args", "_body", "bytes", "chain", "line", "packets", "table", "text")
+    __slots__ = ("_args", "_body", "bytes", "chain", "compiled", "line", "packets", "table", "text")
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class Rule:
         self.text = text  # the raw line
         self.packets = packets
         self.bytes = bytes
+        self.compiled: object | None = None  # the evaluator's form of it (dataplane/iptables/compile.py)
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -208,6 +209,7 @@ def parse_save(
     first_line: int = 1,
     fragment: bool = False,
     table_hint: str | None = None,
+    reuse: dict[str, Rule] | None = None,
 ) -> Ruleset:
     """Parse ``iptables-save`` / ``ip6tables-save`` output (``-c`` counters allowed).
 
@@ -215,7 +217,13 @@ def parse_save(
     outside a ``*table`` go to the table their chain and target show (``infer_table``), never
     dropped (to ``table_hint`` when the command that printed them named one: ``-t nat``); the
     ruleset's form is then "fragment" (it proves what is in it, not what is not).
+
+    ``reuse``: the rules of the previous parse of the same artifact, by their line's text (the
+    node agent reads the same dump every few minutes): a line read again gets its old Rule, with
+    its new line number, and whatever was worked out of it (tokens, compiled form) is kept. Each
+    is used once (taken out of ``reuse``): a rule printed twice is two rules.
     """
+    take = reuse.pop if reuse is not None else None
 
     def placed(chain: str, args: tuple[str, ...]) -> Table:
         name = table_hint or infer_table(chain, args)
@@ -244,7 +252,12 @@ def parse_save(
                     if chain not in table.chains:
                         rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
                         table.chains[chain] = None
-                    table.rules.append(Rule(table.name, chain, None, ln, raw))
+                    old = take(raw, None) if take is not None else None
+                    if old is not None and old.table == table.name and old._body is None:
+                        old.line = ln
+                        table.rules.append(old)
+                    else:
+                        table.rules.append(Rule(table.name, chain, None, ln, raw))
                     continue
             elif raw[:1] == ":":
                 parts = raw[1:].split(" ")

@@ -403,6 +403,26 @@ def parse_objects(text: str, artifact: str, first_line: int = 1, kind: str | Non
     return out
 
 
+def read_object(d: dict[str, Any], artifact: str, line: int | None) -> tuple[K8sObject, list[str]]:
+    """One object (as a GET or a watch gives it, with ``kind``) as :func:`parse_objects` reads it,
+    and what the API server would have refused in it: for a source that keeps its objects parsed
+    from one run to the next (the node agent's watches), and parses only the ones that changed."""
+    meta = as_dict(d.get("metadata"))
+    raw_name, raw_ns = meta.get("name"), meta.get("namespace")
+    obj = K8sObject(
+        str(d.get("kind")),
+        str(d.get("apiVersion") or ""),
+        raw_ns if isinstance(raw_ns, str) and raw_ns else None,
+        raw_name if isinstance(raw_name, str) else "",
+        d,
+        artifact,
+        line,
+    )
+    problems: list[str] = []
+    _well_formed(d, _SHAPE, "", problems)
+    return obj, problems[:5] + object_problems(obj)
+
+
 def merge(parts: Iterable[Objects]) -> Objects:
     """The objects of several files as one set: each object once (see :func:`unique`)."""
     out = Objects()

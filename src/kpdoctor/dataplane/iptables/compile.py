@@ -318,8 +318,13 @@ def _probability(text: str) -> float | None:
 
 
 def compile_rule(rule: Rule) -> CompiledRule:
-    """Turn ``-A CHAIN ...`` into fields, conditions and a target."""
-    return _compile_fast(rule) or compile_general(rule)
+    """Turn ``-A CHAIN ...`` into fields, conditions and a target (once per Rule: a rule the
+    next parse of the same dump keeps, parse_save's ``reuse``, keeps its compiled form)."""
+    done = rule.compiled
+    if isinstance(done, CompiledRule):
+        return done
+    cr = rule.compiled = _compile_fast(rule) or compile_general(rule)
+    return cr
 
 
 def compile_general(rule: Rule) -> CompiledRule:
