@@ -173,8 +173,10 @@ _SERVICE = click.option(
 )
 
 
-def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
-    """The options of a live collection: ``flag`` adds --live itself, ``save`` --save-bundle."""
+def _live(*, flag: bool = True, save: bool = True, once: bool = True) -> Callable[[F], F]:
+    """The options of a live collection: ``flag`` adds --live itself, ``save`` --save-bundle;
+    ``once``: a single collection (its two counter snapshots, its redaction of addresses: a
+    node agent compares its own readings, and keeps what it collects to itself)."""
     opts = [
         click.option(
             "--host-root",
@@ -191,15 +193,17 @@ def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
         ),
         click.option("--context", cls=_LiveOption, metavar="NAME", help="kubeconfig context."),
         click.option("--no-cluster", cls=_LiveOption, is_flag=True, help="Do not contact the API (node-only)."),
-        click.option(
-            "--interval",
-            cls=_LiveOption,
-            type=float,
-            default=5.0,
-            show_default=True,
-            metavar="SECONDS",
-            help="Seconds between the two counter snapshots.",
-        ),
+        *[
+            click.option(
+                "--interval",
+                cls=_LiveOption,
+                type=float,
+                default=5.0,
+                show_default=True,
+                metavar="SECONDS",
+                help="Seconds between the two counter snapshots.",
+            )
+        ][: 1 if once else 0],
         click.option(
             "--timeout",
             cls=_LiveOption if not flag else click.Option,
@@ -212,12 +216,14 @@ def _live(*, flag: bool = True, save: bool = True) -> Callable[[F], F]:
             else "Give up after SECONDS (the whole run: reading, checks, and a --live collection, which gets "
             "three quarters of it); what was done is still reported.",
         ),
-        click.option(
-            "--redact-ips",
-            cls=_LiveOption,
-            is_flag=True,
-            help="Replace every IP address with a consistent, prefix-preserving pseudonym.",
-        ),
+        *[
+            click.option(
+                "--redact-ips",
+                cls=_LiveOption,
+                is_flag=True,
+                help="Replace every IP address with a consistent, prefix-preserving pseudonym.",
+            )
+        ][: 1 if once else 0],
     ]
     if flag:
         opts.insert(
@@ -917,9 +923,9 @@ def npd(paths: tuple[str, ...], min_severity: str, node: str | None, max_output:
 
 
 @app.command()
-@_NODE
+@click.option("--node", metavar="NAME", help="This node's Node name (default: $NODE_NAME, else the node's hostname).")
 @_SEVERITY
-@_live(flag=False, save=False)
+@_live(flag=False, save=False, once=False)
 @click.option(
     "--every",
     "every",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,9 @@ class Carried:
     cases: dict[Any, Any] = field(default_factory=dict)
     # each iptables dump's rules by their line's text, for the next parse of it (parse_save)
     rules_read: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # typed views of the cluster's objects by object (facts/cluster.py)
+    views: dict[int, Any] = field(default_factory=dict)
+    keys: dict[int, CaseKey] = field(default_factory=dict)  # each kept case's key, by the case
 
 
 _MISSING = object()
@@ -124,7 +128,14 @@ class Reuse:
         return self.previous.rules_read.pop(artifact, None) if self.previous is not None else None
 
     def keep_rules(self, artifact: str, rules: list[Any]) -> None:
-        self.next.rules_read[artifact] = {r.text: r for r in rules}
+        """This parse's rules of ``artifact`` by their text, for the next parse and to find a
+        rule's line now (a text on two lines is ambiguous: then no rule of it is kept)."""
+        pool = {r.text: r for r in rules}
+        if len(pool) != len(rules):
+            for t, n in Counter(r.text for r in rules).items():
+                if n > 1:
+                    del pool[t]
+        self.next.rules_read[artifact] = pool
 
     def begin(
         self, now: object, line_of: Callable[[str, str], int | None], rules: dict[Hashable, object] | None
@@ -154,8 +165,12 @@ class Reuse:
         """The case's result: carried over when nothing it depends on changed, else evaluated.
         ``track()`` starts recording what an evaluation reads (returns the set it fills); None:
         the backend records nothing, and a case depends on all of its rules (part of the setting)."""
-        key = case_key(case)
-        old = None if self.full or self.previous is None else self.previous.kept.get(key)
+        prev = self.previous
+        key = prev.keys.get(id(case)) if prev is not None else None
+        if key is None or prev is None or prev.kept[key].case is not case:
+            key = case_key(case)
+        self.next.keys[id(case)] = key
+        old = None if self.full or prev is None else prev.kept.get(key)
         sig = None
         if old is not None and old.case is not case:  # the same object: made from the same objects
             sig = case_signature(case)

@@ -231,7 +231,10 @@ class Facts:
     @cached_property
     def cluster(self) -> ClusterFacts:
         """Typed views of the cluster's objects (Services, EndpointSlices, Endpoints, Nodes, Pods)."""
-        return ClusterFacts(self.objects)
+        carry = None
+        if self.reuse is not None:
+            carry = (self.reuse.previous.views if self.reuse.previous is not None else {}, self.reuse.next.views)
+        return ClusterFacts(self.objects, carry)
 
     @cached_property
     def kube_proxy_pods(self) -> list[K8sObject]:
@@ -827,8 +830,14 @@ class Facts:
     def _line_of(self) -> Callable[[str, str], int | None]:
         """``line_of(artifact, text)``: the line of the rules evidence that reads ``text`` now."""
         found: dict[str, dict[str, int | None]] = {}
+        kept = self.reuse.next.rules_read if self.reuse is not None else {}
 
         def line_of(name: str, text: str) -> int | None:
+            pool = kept.get(name)
+            if pool is not None:  # this parse's rules by their text (each text once: see keep_rules)
+                r = pool.get(text)
+                if r is not None:
+                    return int(r.line)
             lines = found.get(name)
             if lines is None:
                 lines = found[name] = {}

@@ -7,9 +7,10 @@ dict and no two checks disagree on what a Service's addresses or an endpoint's s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list
 
@@ -171,18 +172,34 @@ class PodView:
 
 
 class ClusterFacts:
-    """The typed views of one run's objects, each built on first use."""
+    """The typed views of one run's objects, each built on first use. ``carry``: (the previous
+    run's, this run's) views by object: an object a caller kept from one run to the next (the
+    node agent's watches) keeps its view."""
 
-    def __init__(self, objects: Objects) -> None:
+    def __init__(self, objects: Objects, carry: tuple[dict[int, Any], dict[int, Any]] | None = None) -> None:
         self.objects = objects
+        self._carry = carry
+
+    def _views(self, kind: str, make: Callable[[K8sObject], Any]) -> list[Any]:
+        if self._carry is None:
+            return [make(o) for o in self.objects.of(kind)]
+        before, now = self._carry
+        out = []
+        for o in self.objects.of(kind):
+            hit = before.get(id(o))
+            if hit is None or hit[0] is not o:  # the entry keeps its object alive: same id, same object
+                hit = (o, make(o))
+            now[id(o)] = hit
+            out.append(hit[1])
+        return out
 
     @cached_property
     def services(self) -> list[ServiceView]:
-        return [ServiceView.of(o) for o in self.objects.of("Service")]
+        return self._views("Service", ServiceView.of)
 
     @cached_property
     def slices(self) -> list[SliceView]:
-        return [SliceView.of_slice(o) for o in self.objects.of("EndpointSlice")]
+        return self._views("EndpointSlice", SliceView.of_slice)
 
     @cached_property
     def endpoints(self) -> list[SliceView]:

@@ -29,14 +29,19 @@ def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
     for rs in facts.rulesets:
         if rs.form == "L":
             continue
-        counts: Counter[tuple[str, str, str]] = Counter()
-        first: dict[tuple[str, str, str], Rule] = {}
-        for r in rs.all_rules():
-            if not (r.chain.startswith("KUBE-") or "kubernetes" in r.text):
+        counts: Counter[tuple[str, str]] = Counter()
+        first: dict[tuple[str, str], Rule] = {}
+        for table in rs.tables.values():
+            kube = [r for r in table.rules if r.chain.startswith("KUBE-") or "kubernetes" in r.text]
+            # the text without counters (it names the chain): no rule is tokenised, and most dumps
+            # repeat none, which one set tells
+            texts = [r.body.strip() for r in kube]
+            if len(set(texts)) == len(texts):
                 continue
-            key = (r.table, r.chain, r.body.strip())  # the text without counters: no rule is tokenised
-            counts[key] += 1
-            first.setdefault(key, r)
+            for r, text in zip(kube, texts, strict=True):
+                key = (table.name, text)
+                counts[key] += 1
+                first.setdefault(key, r)
         for key, n in counts.most_common(3):
             if n >= DUPLICATES:
                 out.append((first[key], n, rs.artifact))
