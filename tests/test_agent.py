@@ -256,7 +256,7 @@ def test_events_are_deduplicated_and_rate_limited(api: tuple[LiveCluster, Replay
 def test_condition_in_npd_polarity_moves_its_transition_only_on_a_flip(
     api: tuple[LiveCluster, ReplayServer, Any],
 ) -> None:
-    live, server, client = api
+    live, _server, client = api
     rep = NodeReporter(client, "test-node", heartbeat_seconds=3600)
     others = [c["type"] for c in live.get("Node", "", "test-node")["status"].get("conditions", [])]  # type: ignore[index]
     rep.condition(condition_for([]), None)
@@ -316,3 +316,68 @@ def test_npd_plugin_ok_and_unknown(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("nothing a node printed\n")
     unknown = npd(str(tmp_path / "notes.txt"))
     assert unknown.returncode == 2 and len(unknown.stdout.strip().splitlines()) == 1
+
+
+# -- the metrics, from a real cycle ---------------------------------------------------------------------
+
+
+def test_metrics_of_a_real_cycle_name_the_services_of_each_finding() -> None:
+    """25 Services the node has no rules for: the findings (which name a few and sum up the rest)
+    give a Service series for each Service they name, and counts by code, cause and severity."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kpdoctor.agent.cluster import ClusterCache
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.agent.metrics import services_named
+    from kpdoctor.agent.server import AgentServer
+    from kpdoctor.bundle.contents import Collected
+
+    items = copy.deepcopy(CLUSTER)["items"]
+    svc1 = _items(CLUSTER, "Service", "svc1")
+    for i in range(25):
+        extra = copy.deepcopy(svc1)
+        extra["metadata"].update(name=f"extra{i}", namespace="ns9")
+        extra["spec"]["clusterIP"] = extra["spec"]["clusterIPs"][0] = f"172.30.1.{i + 1}"
+        items.append(extra)
+    addr = [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.0.2", "prefixlen": 24}]}]
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        return [
+            Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save"),
+            Collected("node/ip-addr.json", json.dumps(addr).encode(), "ip -j addr"),
+        ], []
+
+    live = LiveCluster(items)
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node")
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            agent = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect)
+            assert agent.run_cycle() is not None
+            text = generate_latest(AgentServer(agent, "127.0.0.1", 0).registry).decode()
+        finally:
+            cache.stop()
+    findings = agent.status().findings
+    named = {n for f in findings for n in services_named(f)}
+    samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    series = {(s.labels["namespace"], s.labels["service"]) for s in samples if s.name == "kpdoctor_finding_service"}
+    assert series == named and len(named) >= 5
+    counts = {s.labels["code"]: s.value for s in samples if s.name == "kpdoctor_findings"}
+    assert counts and sum(counts.values()) == len(findings)
+    assert {s.labels["result"]: s.value for s in samples if s.name == "kpdoctor_services_verified"}["mismatch"] >= 25
+    assert any(s.name == "kpdoctor_build_info" for s in samples)
+
+
+def test_at_most_20_services_per_code_are_labelled() -> None:
+    from kpdoctor.agent.metrics import service_labels
+    from kpdoctor.model import Confidence, Finding, Severity
+
+    def finding(i: int, sev: Severity) -> Finding:
+        return Finding("KP201", "rules-stale", sev, Confidence.HIGH, "t", "s", subject={"service": f"ns/svc{i}:http"})
+
+    findings = [finding(i, Severity.WARNING) for i in range(30)] + [finding(99, Severity.CRITICAL)]
+    named, left = service_labels(findings)
+    assert len(named) == 20 and left == {"KP201": 11}
+    assert named[0][3:] == ("ns", "svc99")  # the worst first

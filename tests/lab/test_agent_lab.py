@@ -238,3 +238,94 @@ def test_agent_once_on_the_command_line(tmp_path: Path) -> None:
     assert summary["mode"] == "iptables" and summary["cycle"] == 1 and summary["error"] is None
     # no cluster: nothing to verify the rules against, and no counter reading to compare yet
     assert summary["cases"] == {"evaluated": 0, "carried_over": 0, "full": True}
+
+
+def test_short_soak_keeps_memory_flat() -> None:
+    """The soak of bench/agent_cycle.py, short: a real `kpdoctor agent` process on a lab node of
+    500 Services whose rules and EndpointSlices change every cycle; its resident memory after the
+    first tenth of the run may not grow by more than 15 MB by the end (the hour-long run, and its
+    figures, are in bench/README.md)."""
+    res = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "agent_cycle.py"), "--soak", "45",
+         "--services", "500", "--max-growth-mb", "15"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    last = (res.stdout.strip().splitlines() or [""])[-1]
+    assert last.startswith("{"), res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(last)
+    assert summary["cycles"] >= 10 and summary["growth_mb"] <= 15, summary
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+@contextmanager
+def running_agent(host: NamespaceHost, api: ReplayServer) -> Iterator[tuple[Agent, str]]:
+    """An agent on the lab node with its watch and HTTP server, cycles run by the caller."""
+    api_client = k8s.ApiClient(k8s.Configuration(host=api.url))
+    cache = ClusterCache(api_client, NODE, watch_seconds=30)
+    reporter = NodeReporter(api_client, NODE, refill_seconds=1.0)
+    agent = Agent(AgentOptions(node=NODE, interval=3600, timeout=60, nice=0), cluster=cache, reporter=reporter, host=host)
+    server = AgentServer(agent, "127.0.0.1", 0)
+    cache.start()
+    assert cache.wait_synced(30)
+    server.start()
+    server.alive.set()
+    try:
+        yield agent, "http://{}:{}".format(*server.address)
+    finally:
+        server.stop()
+        cache.stop()
+
+
+def test_agent_survives_an_apiserver_outage_and_partial_rbac() -> None:
+    """The API away: the node side is still diagnosed with the objects last seen, the report and
+    the metrics say which sources are not current, failed writes are counted; the API back: all
+    current again. Writes refused by RBAC are counted, never fatal."""
+    live = LiveCluster(objects())
+    with node() as lab, inside(lab.node) as host, ReplayServer(cluster=live) as api, \
+            running_agent(host, api) as (agent, base):  # fmt: skip
+        assert agent.run_cycle() is not None
+        live.down = True
+        time.sleep(0.5)  # the watches see the connection go
+        report = agent.run_cycle()
+        assert report is not None and report.verification is not None and report.verification.evaluated
+        st = agent.status()
+        assert st.findings == []
+        assert not all(st.sources.values()), st.sources
+        m = metrics(base)
+        assert any(v == 0 for lab_, v in m.get("kpdoctor_cluster_source_up", []))
+        status, why = get(base + "/readyz")
+        assert status == 200 and "not current" in why
+        live.down = False
+        live.deny("*", "/api/v1/nodes/test-node/status")
+        assert agent.cluster is not None
+        deadline = time.monotonic() + 60
+        while agent.cluster.errors() and time.monotonic() < deadline:  # the watches back (after their backoff)
+            time.sleep(0.2)
+        assert not agent.cluster.errors()
+        lab.node.check(["iptables-legacy", "-I", "FORWARD", "1", "-d", "10.180.0.2", "-j", "DROP"])
+        assert agent.run_cycle() is not None
+        assert agent.status().findings  # found
+        assert agent.status().sources and all(agent.status().sources.values())
+        assert agent.reporter is not None and agent.reporter.stats.errors["patch node status"] >= 1
+        assert value(metrics(base), "kpdoctor_cluster_write_errors_total", what="patch node status") is not None
+
+
+def test_a_cycle_takes_no_xtables_lock_and_records_each_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """kube-proxy's lock held by someone else for the whole cycle: the cycle does not wait for it
+    (the reads take no lock). Each rule dump says which binary printed it, and its version."""
+    import fcntl
+
+    lock = tmp_path / "xtables.lock"
+    monkeypatch.setenv("XTABLES_LOCKFILE", str(lock))
+    with node() as lab, inside(lab.node) as host, open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        agent = Agent(AgentOptions(node=NODE, interval=3600, timeout=60, nice=0), host=host)
+        t0 = time.monotonic()
+        artifacts, _ = agent.collect()
+        assert time.monotonic() - t0 < 30
+        dumps = [a for a in artifacts if a.path.endswith("-save.txt") and a.data]
+        assert dumps, [a.path for a in artifacts]
+        for a in dumps:
+            assert a.exit_code == 0, (a.path, a.stderr)
+            assert a.binary.startswith("/") and a.binary_version.startswith(("iptables", "ip6tables")), a
+            assert "-w" not in a.source.split() and " -L" not in a.source

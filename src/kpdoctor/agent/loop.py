@@ -231,6 +231,10 @@ class Agent:
             gc.collect()
             gc.freeze()  # what is alive now is kept across cycles: not scanned again until the next pass
         wall, cpu = time.monotonic() - t0, _cpu() - cpu0
+        with self._lock:
+            staged = sum(self._status.stage_cpu.values())
+            if report is not None and "cleanup" not in self._status.stage_cpu:
+                self._status.stage_cpu["cleanup"] = max(0.0, cpu - staged)  # freeing the cycle, a collection
         if report is not None:
             st = self._status
             log.info(

@@ -19,12 +19,53 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from kpdoctor import __version__
+from kpdoctor.model import Finding
 
 if TYPE_CHECKING:
     from kpdoctor.agent.loop import Agent
 
 SERVICE_LABELS = 20
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def services_named(f: Finding) -> list[tuple[str, str]]:
+    """(namespace, name) of the Services a finding is about: its subject, and the Services its
+    evidence cites (a finding about several Services cites each one's object)."""
+    out: dict[tuple[str, str], None] = {}
+    svc = f.subject.get("service")
+    if svc and "/" in svc:
+        ns, name = svc.split("/", 1)
+        out[(ns, name.split(":", 1)[0])] = None
+    for c in f.evidence:
+        if c.text.startswith("Service ") and "/" in c.text:
+            ns, name = c.text[len("Service ") :].split()[0].split("/", 1)
+            out[(ns, name.split(":", 1)[0])] = None
+    return list(out)
+
+
+def service_labels(
+    findings: list[Finding], limit: int = SERVICE_LABELS
+) -> tuple[list[tuple[str, str, str, str, str]], dict[str, int]]:
+    """The (code, cause, severity, namespace, service) series to give, at most ``limit`` Services
+    per code, the worst first (severity, then rank); and per code how many Services were left out."""
+    rows: defaultdict[str, list[tuple[int, int, str, str, str, str]]] = defaultdict(list)
+    for i, f in enumerate(findings):
+        for ns, name in services_named(f):
+            rows[f.code].append((-int(f.severity), i, f.cause, f.severity.label, ns, name))
+    named: list[tuple[str, str, str, str, str]] = []
+    left: dict[str, int] = {}
+    for code, found in sorted(rows.items()):
+        found.sort()
+        seen: set[tuple[str, str]] = set()
+        for _, _, cause, sev, ns, name in found:
+            if (ns, name) in seen:
+                continue
+            seen.add((ns, name))
+            if len(seen) <= limit:
+                named.append((code, cause, sev, ns, name))
+        if len(seen) > limit:
+            left[code] = len(seen) - limit
+    return named, left
 
 
 class AgentCollector(Collector):
@@ -90,30 +131,16 @@ class AgentCollector(Collector):
             labels=["code"],
         )
         if report is not None:
-            counts: Counter[tuple[str, str, str]] = Counter()
-            named: defaultdict[str, list[tuple[int, int, str, str, str, str]]] = defaultdict(list)
-            for i, f in enumerate(st.findings):
-                sev = f.severity.label
-                counts[(f.code, f.cause, sev)] += 1
-                svc = f.subject.get("service")
-                if svc and "/" in svc:
-                    ns, name = svc.split("/", 1)
-                    named[f.code].append((-int(f.severity), i, f.cause, sev, ns, name.split(":", 1)[0]))
+            counts: Counter[tuple[str, str, str]] = Counter(
+                (f.code, f.cause, f.severity.label) for f in st.findings
+            )
             for (code, cause, sev), n in sorted(counts.items()):
                 findings.add_metric([code, cause, sev], n)
-            for code, rows in sorted(named.items()):
-                rows.sort()
-                seen: set[tuple[str, str]] = set()
-                kept = 0
-                for _, _, cause, sev, ns, name in rows:
-                    if (ns, name) in seen:
-                        continue
-                    seen.add((ns, name))
-                    if kept < SERVICE_LABELS:
-                        per_service.add_metric([code, cause, sev, ns, name], 1)
-                        kept += 1
-                if len(seen) > kept:
-                    omitted.add_metric([code], len(seen) - kept)
+            named, left = service_labels(st.findings)
+            for code, cause, sev, ns, name in named:
+                per_service.add_metric([code, cause, sev, ns, name], 1)
+            for code, n in sorted(left.items()):
+                omitted.add_metric([code], n)
         yield findings
         yield per_service
         yield omitted

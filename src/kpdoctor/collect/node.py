@@ -269,4 +269,6 @@ def _join(path: str, parts: list[Result], none_why: str) -> Result:
         done[0].started_at,
         sum(p.duration_ms for p in done),
         "; ".join(p.note for p in done if p.note),
+        done[0].binary,
+        done[0].binary_version,
     )

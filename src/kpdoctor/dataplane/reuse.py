@@ -120,7 +120,7 @@ class Reuse:
         self.evaluated = 0
         self.changed: set[Hashable] = set()  # the parts of the rules that changed since the previous
         self._line_of: Callable[[str, str], int | None] = lambda _a, _t: None
-        self._moved: dict[Cite, Cite | None] = {}
+        self._moved: dict[int, Cite | None] = {}  # by the id of a citation carried over
         self._deps: dict[Hashable, Hashable] = {}  # one copy of each dependency, shared by the cases
 
     def rules_of(self, artifact: str) -> dict[str, Any] | None:
@@ -195,12 +195,14 @@ class Reuse:
         return res
 
     def _cite(self, c: Cite) -> Cite | None:
-        """``c`` at its line now (the same object when it did not move); None: not one line now."""
-        got = self._moved.get(c, _MISSING)
+        """``c`` at its line now (the same object when it did not move); None: not one line now.
+        Asked once per citation object (the results it is carried in share it, and keep it alive
+        for as long as the memo, which is keyed by its identity)."""
+        got = self._moved.get(id(c), _MISSING)
         if got is _MISSING:
             line = self._line_of(c.artifact, c.text)
             got = None if line is None else c if line == c.line else Cite(c.artifact, line, c.text, c.writer)
-            self._moved[c] = got
+            self._moved[id(c)] = got
         return got  # type: ignore[return-value]
 
     def _carry(self, res: Result, case: Case) -> Result | None:
