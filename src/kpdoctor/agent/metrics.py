@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -68,6 +68,20 @@ def service_labels(
     return named, left
 
 
+def _by(
+    family: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    doc: str,
+    label: str,
+    values: Iterable[tuple[str, float]],
+) -> Metric:
+    """A metric of one label, a sample per value, in label order."""
+    m = family(name, doc, labels=[label])
+    for key, v in sorted(values):
+        m.add_metric([key], v)
+    return m
+
+
 class AgentCollector(Collector):
     """Metrics of one :class:`~kpdoctor.agent.loop.Agent`, read at scrape time."""
 
@@ -87,10 +101,13 @@ class AgentCollector(Collector):
             mode.add_metric([a.node, st.mode], 1)
         yield mode
 
-        cycles = CounterMetricFamily("kpdoctor_cycles", "Diagnosis cycles run, by how they ended.", labels=["result"])
-        for result, n in sorted(st.cycles.items()):
-            cycles.add_metric([result], n)
-        yield cycles
+        yield _by(
+            CounterMetricFamily,
+            "kpdoctor_cycles",
+            "Diagnosis cycles run, by how they ended.",
+            "result",
+            st.cycles.items(),
+        )
         hist = HistogramMetricFamily("kpdoctor_cycle_duration_seconds", "Wall time of each cycle.")
         buckets, total = st.durations.snapshot()
         hist.add_metric([], [(str(b), c) for b, c in buckets], total)
@@ -101,14 +118,13 @@ class AgentCollector(Collector):
         if st.last_cpu is not None:
             cpu.add_metric([], st.last_cpu)
         yield cpu
-        stage = GaugeMetricFamily(
+        yield _by(
+            GaugeMetricFamily,
             "kpdoctor_cycle_stage_cpu_seconds",
             "CPU time of the last cycle's stages (collect: with the node's commands).",
-            labels=["stage"],
+            "stage",
+            st.stage_cpu.items(),
         )
-        for name, seconds in sorted(st.stage_cpu.items()):
-            stage.add_metric([name], seconds)
-        yield stage
         last = GaugeMetricFamily(
             "kpdoctor_last_successful_cycle_timestamp_seconds", "When the last cycle that produced a report ended."
         )
@@ -131,9 +147,7 @@ class AgentCollector(Collector):
             labels=["code"],
         )
         if report is not None:
-            counts: Counter[tuple[str, str, str]] = Counter(
-                (f.code, f.cause, f.severity.label) for f in st.findings
-            )
+            counts: Counter[tuple[str, str, str]] = Counter((f.code, f.cause, f.severity.label) for f in st.findings)
             for (code, cause, sev), n in sorted(counts.items()):
                 findings.add_metric([code, cause, sev], n)
             named, left = service_labels(st.findings)
@@ -174,20 +188,20 @@ class AgentCollector(Collector):
             stale.add_metric([], len(ver.stale))
         yield stale
 
-        errors = CounterMetricFamily(
-            "kpdoctor_collection_errors", "Artifacts a cycle could not collect, by artifact.", labels=["artifact"]
+        yield _by(
+            CounterMetricFamily,
+            "kpdoctor_collection_errors",
+            "Artifacts a cycle could not collect, by artifact.",
+            "artifact",
+            st.collection_errors.items(),
         )
-        for artifact, n in sorted(st.collection_errors.items()):
-            errors.add_metric([artifact], n)
-        yield errors
-        up = GaugeMetricFamily(
+        yield _by(
+            GaugeMetricFamily,
             "kpdoctor_cluster_source_up",
             "Whether the watch of a cluster resource is current (1) or serving what it last saw (0).",
-            labels=["resource"],
+            "resource",
+            ((p.removeprefix("cluster/").removesuffix(".json"), 1 if ok else 0) for p, ok in st.sources.items()),
         )
-        for path, ok in sorted(st.sources.items()):
-            up.add_metric([path.removeprefix("cluster/").removesuffix(".json")], 1 if ok else 0)
-        yield up
 
         spiking = GaugeMetricFamily(
             "kpdoctor_counter_spiking",
@@ -206,21 +220,21 @@ class AgentCollector(Collector):
 
         if a.reporter is not None:
             w = a.reporter.stats
-            events = CounterMetricFamily(
+            yield _by(
+                CounterMetricFamily,
                 "kpdoctor_events",
                 "Events written on the Node, by type (aggregated: a repeat counted).",
-                labels=["type"],
+                "type",
+                w.events.items(),
             )
-            for kind, n in sorted(w.events.items()):
-                events.add_metric([kind], n)
-            yield events
             yield CounterMetricFamily("kpdoctor_events_dropped", "Events held back by the rate limit.", value=w.dropped)
-            werr = CounterMetricFamily(
-                "kpdoctor_cluster_write_errors", "Failed writes to the cluster, by what.", labels=["what"]
+            yield _by(
+                CounterMetricFamily,
+                "kpdoctor_cluster_write_errors",
+                "Failed writes to the cluster, by what.",
+                "what",
+                w.errors.items(),
             )
-            for what, n in sorted(w.errors.items()):
-                werr.add_metric([what], n)
-            yield werr
         cond = GaugeMetricFamily(
             "kpdoctor_node_condition",
             "The Node condition the agent sets, by status (1 for the current one).",
