@@ -381,3 +381,47 @@ def test_at_most_20_services_per_code_are_labelled() -> None:
     named, left = service_labels(findings)
     assert len(named) == 20 and left == {"KP201": 11}
     assert named[0][3:] == ("ns", "svc99")  # the worst first
+
+
+def test_a_cycle_leaves_no_reference_cycles_behind() -> None:
+    """The agent turns the collector off during a cycle and runs it rarely: whatever a cycle
+    drops must be freed by reference counts, or memory grows cycle after cycle. The rules change
+    between cycles (a rule dropped, then back), so the rules kept from one parse to the next
+    (each with its compiled form) come and go."""
+    import gc
+
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+
+    addr = [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.0.2", "prefixlen": 24}]}]
+    texts = [RULES, _drop_line(r"-A KUBE-SEP-\S+ .*DNAT")(RULES)]
+    turn = [0]
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        turn[0] += 1
+        return [
+            Collected("node/iptables-legacy-save.txt", texts[turn[0] % 2].encode(), "iptables-legacy-save"),
+            Collected("node/ip-addr.json", json.dumps(addr).encode(), "ip -j addr"),
+            Collected("cluster/services.json", json.dumps(CLUSTER).encode(), "a file"),
+        ], []
+
+    agent = Agent(AgentOptions(node="test-node", nice=0), collect=collect)
+    agent.run_cycle()
+    agent.run_cycle()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        for _ in range(4):
+            assert agent.run_cycle() is not None
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                found = gc.collect()
+                kinds = sorted({type(o).__name__ for o in gc.garbage})
+            finally:
+                gc.garbage.clear()
+                gc.set_debug(0)
+            assert found == 0, kinds
+    finally:
+        if was:
+            gc.enable()

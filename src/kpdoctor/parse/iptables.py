@@ -369,6 +369,9 @@ def parse_save(
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
         into.chains.setdefault(chain, None)
         into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
+    if reuse:
+        for gone in reuse.values():  # not printed again: its compiled form refers back to it, a cycle
+            gone.compiled = None  # that only a collection would free; let it go with the rule now
     if rs.tables.get("unknown"):
         rs.diagnostics.append(
             Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")
