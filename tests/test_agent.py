@@ -368,6 +368,8 @@ def test_metrics_of_a_real_cycle_name_the_services_of_each_finding() -> None:
     assert counts and sum(counts.values()) == len(findings)
     assert {s.labels["result"]: s.value for s in samples if s.name == "kpdoctor_services_verified"}["mismatch"] >= 25
     assert any(s.name == "kpdoctor_build_info" for s in samples)
+    inf = [s for s in samples if s.name == "kpdoctor_cycle_duration_seconds_bucket" and s.labels["le"] == "+Inf"]
+    assert [s.value for s in inf] == [1.0]  # the exposition format's last bucket, as Prometheus reads it
 
 
 def test_at_most_20_services_per_code_are_labelled() -> None:

@@ -234,7 +234,7 @@ class Agent:
         with self._lock:
             staged = sum(self._status.stage_cpu.values())
             if report is not None and "cleanup" not in self._status.stage_cpu:
-                self._status.stage_cpu["cleanup"] = max(0.0, cpu - staged)  # freeing the cycle, a collection
+                self._status.stage_cpu["cleanup"] = round(max(0.0, cpu - staged), 3)  # freeing the cycle, a collection
         if report is not None:
             st = self._status
             log.info(
@@ -309,7 +309,8 @@ class Agent:
             st.collection_errors.update(errors)
             st.sources = sources
             st.condition = self.reporter_condition(shown, report)
-            st.stage_cpu = {"collect": c1 - c0, "cluster": c2 - c1, "diagnose": c3 - c2, "report": _cpu() - c3}
+            spent = {"collect": c1 - c0, "cluster": c2 - c1, "diagnose": c3 - c2, "report": _cpu() - c3}
+            st.stage_cpu = {k: round(v, 3) for k, v in spent.items()}
         return report
 
     def _gated(self, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:

@@ -110,7 +110,7 @@ class AgentCollector(Collector):
         )
         hist = HistogramMetricFamily("kpdoctor_cycle_duration_seconds", "Wall time of each cycle.")
         buckets, total = st.durations.snapshot()
-        hist.add_metric([], [(str(b), c) for b, c in buckets], total)
+        hist.add_metric([], [("+Inf" if b == float("inf") else str(b), c) for b, c in buckets], total)
         yield hist
         cpu = GaugeMetricFamily(
             "kpdoctor_cycle_cpu_seconds", "CPU time of the last cycle: the agent and the commands it ran."
