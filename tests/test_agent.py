@@ -427,3 +427,41 @@ def test_a_cycle_leaves_no_reference_cycles_behind() -> None:
     finally:
         if was:
             gc.enable()
+
+
+def test_a_resource_the_agent_may_not_list_is_reported_not_fatal() -> None:
+    """RBAC that lets the agent read Services but not EndpointSlices: the cycle still runs, the
+    report says what could not be read and why, and the metrics say that source is not current."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kpdoctor.agent.cluster import ClusterCache
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.agent.server import AgentServer
+    from kpdoctor.bundle.contents import Collected
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        return [Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save")], []
+
+    live = LiveCluster(copy.deepcopy(CLUSTER)["items"])
+    live.deny("GET", "/apis/discovery.k8s.io/")
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node")
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            agent = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect)
+            report = agent.run_cycle()
+            text = generate_latest(AgentServer(agent, "127.0.0.1", 0).registry).decode()
+        finally:
+            cache.stop()
+    assert report is not None and not report.errors
+    why = [p.message for p in report.problems if "endpointslices" in p.source]
+    assert why and "403" in why[0] and "forbidden" in why[0].lower(), report.problems
+    up = {
+        s.labels["resource"]: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "kpdoctor_cluster_source_up"
+    }
+    assert up["endpointslices"] == 0 and up["services"] == 1
