@@ -321,16 +321,33 @@ def test_npd_plugin_ok_and_unknown(tmp_path: Path) -> None:
 # -- the metrics, from a real cycle ---------------------------------------------------------------------
 
 
-def test_metrics_of_a_real_cycle_name_the_services_of_each_finding() -> None:
-    """25 Services the node has no rules for: the findings (which name a few and sum up the rest)
-    give a Service series for each Service they name, and counts by code, cause and severity."""
+def one_cycle(live: LiveCluster, collect: Callable[[], tuple[list[Any], list[Any]]]) -> tuple[Any, Any, str]:
+    """(the agent, its report, its metrics text) after one cycle on ``collect``'s node, the cluster
+    being ``live`` (served by the replay API server, watched by the agent)."""
     from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
 
     from kpdoctor.agent.cluster import ClusterCache
     from kpdoctor.agent.loop import Agent, AgentOptions
-    from kpdoctor.agent.metrics import services_named
     from kpdoctor.agent.server import AgentServer
+
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node")
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            agent = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect)
+            report = agent.run_cycle()
+            return agent, report, generate_latest(AgentServer(agent, "127.0.0.1", 0).registry).decode()
+        finally:
+            cache.stop()
+
+
+def test_metrics_of_a_real_cycle_name_the_services_of_each_finding() -> None:
+    """25 Services the node has no rules for: the findings (which name a few and sum up the rest)
+    give a Service series for each Service they name, and counts by code, cause and severity."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kpdoctor.agent.metrics import services_named
     from kpdoctor.bundle.contents import Collected
 
     items = copy.deepcopy(CLUSTER)["items"]
@@ -348,17 +365,8 @@ def test_metrics_of_a_real_cycle_name_the_services_of_each_finding() -> None:
             Collected("node/ip-addr.json", json.dumps(addr).encode(), "ip -j addr"),
         ], []
 
-    live = LiveCluster(items)
-    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
-        cache = ClusterCache(client, "test-node")
-        cache.start()
-        try:
-            assert cache.wait_synced(30)
-            agent = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect)
-            assert agent.run_cycle() is not None
-            text = generate_latest(AgentServer(agent, "127.0.0.1", 0).registry).decode()
-        finally:
-            cache.stop()
+    agent, report, text = one_cycle(LiveCluster(items), collect)
+    assert report is not None
     findings = agent.status().findings
     named = {n for f in findings for n in services_named(f)}
     samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
@@ -432,12 +440,8 @@ def test_a_cycle_leaves_no_reference_cycles_behind() -> None:
 def test_a_resource_the_agent_may_not_list_is_reported_not_fatal() -> None:
     """RBAC that lets the agent read Services but not EndpointSlices: the cycle still runs, the
     report says what could not be read and why, and the metrics say that source is not current."""
-    from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from kpdoctor.agent.cluster import ClusterCache
-    from kpdoctor.agent.loop import Agent, AgentOptions
-    from kpdoctor.agent.server import AgentServer
     from kpdoctor.bundle.contents import Collected
 
     def collect() -> tuple[list[Collected], list[Any]]:
@@ -445,16 +449,7 @@ def test_a_resource_the_agent_may_not_list_is_reported_not_fatal() -> None:
 
     live = LiveCluster(copy.deepcopy(CLUSTER)["items"])
     live.deny("GET", "/apis/discovery.k8s.io/")
-    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
-        cache = ClusterCache(client, "test-node")
-        cache.start()
-        try:
-            assert cache.wait_synced(30)
-            agent = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect)
-            report = agent.run_cycle()
-            text = generate_latest(AgentServer(agent, "127.0.0.1", 0).registry).decode()
-        finally:
-            cache.stop()
+    _, report, text = one_cycle(live, collect)
     assert report is not None and not report.errors
     why = [p.message for p in report.problems if "endpointslices" in p.source]
     assert why and "403" in why[0] and "forbidden" in why[0].lower(), report.problems
