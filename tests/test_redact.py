@@ -565,3 +565,20 @@ def test_config_demo_verifies_the_same_per_service_port(tmp_path: Path) -> None:
         assert addrs and not [a for a in addrs if re.search(rf"\b{re.escape(a)}\b", redacted)], rel
     for rel in ("manifest.json", "kube-proxy/cmdline.txt", "node/hostname", "cluster/nodes.json"):
         assert "ip-10-188-166-140" not in (bundle / rel).read_text(), rel
+
+
+def test_one_pass_search_finds_the_lines_the_word_by_word_search_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger words are found in one Aho-Corasick pass; the search word by word (the fallback
+    without ahocorasick_rs) must flag the same lines, so both redact alike."""
+    from kpdoctor.collect import redact
+
+    texts = [
+        b"--kubeconfig=/x --token=abc123 --password hunter2\nplain line\nAuthorization: Bearer eyJhbGciOi.x.y\n",
+        b"export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI\nAKIAIOSFODNN7EXAMPLE\nhttps://user:pw@example.com/\n",
+        b"no newline at the end: token: abc",
+        *(f.read_bytes() for f in sorted(DATA.rglob("*.txt"))[:40]),
+    ]
+    fast = [redact._scrub_bytes(t) for t in texts]
+    monkeypatch.setattr(redact, "_TRIGGER_AC", None)
+    assert [redact._scrub_bytes(t) for t in texts] == fast
+    assert b"hunter2" not in fast[0] and b"abc123" not in fast[0]
