@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,63 @@ def test_a_resource_the_agent_may_not_list_is_reported_not_fatal() -> None:
         if s.name == "kpdoctor_cluster_source_up"
     }
     assert up["endpointslices"] == 0 and up["services"] == 1
+
+
+def test_cycles_with_objects_kept_parsed_verify_as_a_full_run() -> None:
+    """The agent keeps the watched objects parsed, and with them Service ports, cases, views and
+    what the Services own: after each kind of change between cycles (an endpoint gone, a Service
+    changed, a Service deleted, which moves every later object in its file, a rule dropped) its
+    verification equals a fresh agent's full one on the same node."""
+    from kpdoctor.agent.cluster import ClusterCache
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+
+    addr = [{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "192.168.0.2", "prefixlen": 24}]}]
+    rules = [RULES]
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        return [
+            Collected("node/iptables-legacy-save.txt", rules[0].encode(), "iptables-legacy-save"),
+            Collected("node/ip-addr.json", json.dumps(addr).encode(), "ip -j addr"),
+        ], []
+
+    def svc4_shrinks(live: LiveCluster) -> None:
+        sl = copy.deepcopy(live.get("EndpointSlice", "ns4", "svc4-1"))
+        assert sl is not None
+        sl["endpoints"].pop(0)
+        live.apply(sl)
+
+    def svc2_asks_affinity(live: LiveCluster) -> None:
+        svc = copy.deepcopy(live.get("Service", "ns2", "svc2"))
+        assert svc is not None
+        svc["spec"]["sessionAffinity"] = "ClientIP"
+        live.apply(svc)
+
+    def svc1_deleted(live: LiveCluster) -> None:
+        live.delete("Service", "ns1", "svc1")
+
+    def dnat_dropped(live: LiveCluster) -> None:
+        rules[0] = _drop_line(r"-A KUBE-SEP-\S+ .*DNAT")(rules[0])
+
+    live = LiveCluster(copy.deepcopy(CLUSTER)["items"])
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node")
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            agent = Agent(AgentOptions(node="test-node", nice=0, full_every=100), cluster=cache, collect=collect)
+            assert agent.run_cycle() is not None
+            for change in (svc4_shrinks, svc2_asks_affinity, svc1_deleted, dnat_dropped):
+                before = cache.generation
+                change(live)
+                deadline = time.monotonic() + 10
+                while change is not dnat_dropped and cache.generation == before and time.monotonic() < deadline:
+                    time.sleep(0.02)  # the watch has seen it
+                report = agent.run_cycle()
+                fresh = Agent(AgentOptions(node="test-node", nice=0), cluster=cache, collect=collect).run_cycle()
+                assert report is not None and fresh is not None
+                assert report.verification is not None and fresh.verification is not None
+                assert agent.status().reused > 0, change.__name__
+                assert report.verification.to_json() == fresh.verification.to_json(), change.__name__
+        finally:
+            cache.stop()

@@ -103,6 +103,7 @@ class Carried:
     # typed views of the cluster's objects by object (facts/cluster.py)
     views: dict[int, Any] = field(default_factory=dict)
     keys: dict[int, CaseKey] = field(default_factory=dict)  # each kept case's key, by the case
+    owned: tuple[Any, Any, Any] | None = None  # what the objects own, by their identity (verify.py)
 
 
 _MISSING = object()
@@ -209,9 +210,12 @@ class Reuse:
         """``res`` with the lines its rules have now (and the new case's Service citation); None
         when a note cites a line that moved, or a rule is no longer one line."""
         moved = False
-        rules = []
+        rules: list[Cite] = []
+        known: Callable[[int, Any], Any] = self._moved.get
         for c in res.rules:
-            n = c if c.line is None else self._cite(c)
+            n = known(id(c), _MISSING)
+            if n is _MISSING:
+                n = c if c.line is None else self._cite(c)
             if n is None:
                 return None
             moved = moved or n is not c
@@ -219,8 +223,13 @@ class Reuse:
         actual = []
         for e in res.actual:
             r = e.rule
-            n = r if r is None or r.line is None else self._cite(r)
-            if r is not None and n is None:
+            if r is None:
+                actual.append(e)
+                continue
+            n = known(id(r), _MISSING)
+            if n is _MISSING:
+                n = r if r.line is None else self._cite(r)
+            if n is None:
                 return None
             if n is not r:
                 moved = True

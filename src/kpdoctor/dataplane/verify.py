@@ -167,9 +167,20 @@ def run_verification(
             ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
             ver.ranges.append((start, end))
     if part.stale:
-        ver.stale = backend.stale(owned_destinations(services, pods), node)
+        ver.stale = backend.stale(_owned(services, pods, reuse), node)
     ver.not_evaluated.extend(backend.not_evaluated())
     return ver
+
+
+def _owned(services: list[K8sObject], pods: list[K8sObject], reuse: Reuse | None) -> Owned:
+    """What the cluster's objects own; the previous run's when they are the very same objects
+    (the node agent keeps them parsed: a cycle where only EndpointSlices changed owns the same)."""
+    key = (tuple(map(id, services)), tuple(map(id, pods)))
+    before = reuse.previous.owned if reuse is not None and reuse.previous is not None else None
+    owned = before[1] if before is not None and before[0] == key else owned_destinations(services, pods)
+    if reuse is not None:
+        reuse.next.owned = (key, owned, (services, pods))  # the objects kept alive: their ids stay theirs
+    return owned
 
 
 def _tracking(backend: Backend) -> Callable[[], set[Any]] | None:
