@@ -18,6 +18,7 @@ only the results needed for the next cycle are kept.
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import logging
 import os
@@ -165,8 +166,13 @@ class Agent:
         return got, node.skipped + kp.skipped
 
     def status(self) -> AgentStatus:
+        """A copy of what the last cycle left (the HTTP handlers and the metrics read it while
+        the next cycle runs)."""
         with self._lock:
-            return self._status
+            st = copy.copy(self._status)
+            st.cycles, st.collection_errors = Counter(st.cycles), Counter(st.collection_errors)
+            st.sources, st.stage_cpu = dict(st.sources), dict(st.stage_cpu)
+            return st
 
     # -- schedule --------------------------------------------------------------------------
     def request(self) -> int:
