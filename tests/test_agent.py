@@ -96,7 +96,24 @@ def _node_address(doc: dict[str, Any]) -> None:
     _items(doc, "Node", "test-node")["status"]["addresses"] = [{"type": "InternalIP", "address": "192.168.0.9"}]
 
 
+def _swap_svc4_rules(rules: str) -> str:
+    """svc4's two endpoint rules in the other order (the same texts: the 50 % one last)."""
+    lines = rules.splitlines(keepends=True)
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("-A KUBE-SVC-4SW47YFZTEDKD3PK") and "statistic" in ln)
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    return "".join(lines)
+
+
+def _drop_sep_chain(rules: str) -> str:
+    """A KUBE-SEP chain gone (its declaration and rules), the jump to it left: an unknown target."""
+    sep = "KUBE-SEP-UKSFD7AGPMPPLUHC"
+    return "".join(ln for ln in rules.splitlines(keepends=True) if sep not in ln or "-j " + sep in ln)
+
+
 CHANGES: dict[str, tuple[Callable[[str], str], Callable[[dict[str, Any]], None] | None]] = {
+    "two rules of a chain swapped (the same texts)": (_swap_svc4_rules, None),
+    "FORWARD's policy DROP": (lambda r: r.replace(":FORWARD ACCEPT [0:0]", ":FORWARD DROP [0:0]"), None),
+    "a chain jumped to gone": (_drop_sep_chain, None),
     "nothing": (_same, None),
     "a DNAT rule deleted": (_drop_line(r"-A KUBE-SEP-\S+ .*DNAT"), None),
     "a DROP inserted at the top of KUBE-SERVICES": (

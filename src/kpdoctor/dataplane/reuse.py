@@ -94,7 +94,7 @@ class Carried:
 
     setting: object = None
     kept: dict[CaseKey, _Kept] = field(default_factory=dict)
-    rules: dict[Hashable, object] | None = None
+    rules: Any = None  # what the rules held (the backend's, e.g. iptables' RulesState)
     # Service ports and their cases by the identity of what they were made from (expected.py)
     ports: dict[Any, Any] = field(default_factory=dict)
     cases: dict[Any, Any] = field(default_factory=dict)
@@ -139,23 +139,22 @@ class Reuse:
         self.next.rules_read[artifact] = pool
 
     def begin(
-        self, now: object, line_of: Callable[[str, str], int | None], rules: dict[Hashable, object] | None
+        self,
+        now: object,
+        line_of: Callable[[str, str], int | None],
+        rules: object | None,
+        changed: set[Hashable] | None,
     ) -> None:
         """The verification's shared part (:func:`setting`), how to find a rule's line now
-        (``line_of(artifact, text)``, None when that text is not one line of the artifact), and
-        what every part of the rules holds now (None: the backend records no dependencies)."""
+        (``line_of(artifact, text)``, None when that text is not one line of the artifact), what
+        the rules hold now and which of their parts changed since the previous verification
+        (both None: the backend records no dependencies, and depends on all of its rules)."""
         self.next.setting, self.next.rules = now, rules
         self._line_of = line_of
+        self.changed = changed or set()
         prev = self.previous
-        if prev is None:
-            return
-        if prev.setting != now or (prev.rules is None) != (rules is None):
+        if prev is not None and (prev.setting != now or (prev.rules is None) != (rules is None)):
             self.full = True
-            return
-        if rules is not None and prev.rules is not None:
-            old = prev.rules
-            self.changed = {d for d, fp in rules.items() if old.get(d, _MISSING) != fp}
-            self.changed.update(d for d in old if d not in rules)
 
     def result(
         self,

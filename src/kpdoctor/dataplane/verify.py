@@ -185,7 +185,7 @@ def _owned(services: list[K8sObject], pods: list[K8sObject], reuse: Reuse | None
 
 def _tracking(backend: Backend) -> Callable[[], set[Any]] | None:
     """How to learn what one evaluation reads, for a backend that records it (iptables)."""
-    if not hasattr(backend, "rule_state"):
+    if not hasattr(backend, "rule_changes"):
         return None
 
     def track() -> set[Any]:

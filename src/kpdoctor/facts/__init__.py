@@ -779,11 +779,11 @@ class Facts:
             )
             exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
             if self.reuse is not None:
-                rule_state = getattr(backend, "rule_state", None)
+                changes = getattr(backend, "rule_changes", None)
+                before = self.reuse.previous.rules if self.reuse.previous is not None else None
+                held, changed = changes(before) if changes is not None else (None, None)
                 self.reuse.begin(
-                    self._reuse_setting(backend, running.mode, rulesets, local),
-                    self._line_of(),
-                    rule_state() if rule_state is not None else None,
+                    self._reuse_setting(backend, running.mode, rulesets, local), self._line_of(), held, changed
                 )
             ver = run_verification(
                 backend,
@@ -822,7 +822,7 @@ class Facts:
             for rs in rulesets
         ]
         texts = None
-        if not hasattr(backend, "rule_state"):
+        if not hasattr(backend, "rule_changes"):
             kinds = (Kind.IPTABLES_SAVE, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM, Kind.IPSET)
             texts = [f"{a.name}\n{a.read_text()}" for kind in kinds for a in self.of(kind)]
         return reuse_setting(self.node_view.name, local, mode, roles, texts)

@@ -122,6 +122,9 @@ class Ruleset:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     form: str = "save"  # "save" | "S" | "L" | "fragment" (a part of a dump: see parse_save)
     _kube_rules: int | None = field(default=None, repr=False, compare=False)
+    # parsed with parse_save's ``reuse``: the (table, chain)s whose rules are not the previous
+    # parse's rules in the previous order (a rule new, gone or moved); None: not known
+    changed_chains: set[tuple[str, str]] | None = field(default=None, repr=False, compare=False)
 
     def chains(self, table: str | None = None) -> set[str]:
         if table is not None:
@@ -221,9 +224,13 @@ def parse_save(
     ``reuse``: the rules of the previous parse of the same artifact, by their line's text (the
     node agent reads the same dump every few minutes): a line read again gets its old Rule, with
     its new line number, and whatever was worked out of it (tokens, compiled form) is kept. Each
-    is used once (taken out of ``reuse``): a rule printed twice is two rules.
+    is used once (taken out of ``reuse``): a rule printed twice is two rules. The chains whose
+    rules are not those of the previous parse in the same order are noted in the ruleset's
+    ``changed_chains`` (declarations and policies are compared by the caller).
     """
     take = reuse.pop if reuse is not None else None
+    changed: set[tuple[str, str]] = set()
+    last_old: dict[tuple[str, str], int] = {}  # the previous parse's line of a chain's last rule kept
 
     def placed(chain: str, args: tuple[str, ...]) -> Table:
         name = table_hint or infer_table(chain, args)
@@ -254,9 +261,15 @@ def parse_save(
                         table.chains[chain] = None
                     old = take(raw, None) if take is not None else None
                     if old is not None and old.table == table.name and old._body is None:
+                        where = (table.name, chain)
+                        if old.line < last_old.get(where, 0):
+                            changed.add(where)  # kept, but before a rule it came after
+                        last_old[where] = old.line
                         old.line = ln
                         table.rules.append(old)
                     else:
+                        if take is not None:
+                            changed.add((table.name, chain))
                         table.rules.append(Rule(table.name, chain, None, ln, raw))
                     continue
             elif raw[:1] == ":":
@@ -282,6 +295,7 @@ def parse_save(
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
                 table.chains.setdefault(chain, None)
             table.rules.append(Rule(table.name, chain, None, ln, raw))
+            changed.add((table.name, chain))  # not matched with the previous parse: taken as new
             continue
         if carry:
             raw, carry = carry + raw, ""
@@ -369,9 +383,12 @@ def parse_save(
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
         into.chains.setdefault(chain, None)
         into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
-    if reuse:
+        changed.add((into.name, chain))
+    if reuse is not None:
         for gone in reuse.values():  # not printed again: its compiled form refers back to it, a cycle
             gone.compiled = None  # that only a collection would free; let it go with the rule now
+            changed.add((gone.table, gone.chain))
+        rs.changed_chains = changed
     if rs.tables.get("unknown"):
         rs.diagnostics.append(
             Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")

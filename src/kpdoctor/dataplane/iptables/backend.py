@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
@@ -71,6 +71,18 @@ def one_per_backend(rulesets: Iterable[Ruleset]) -> list[Ruleset]:
         seen.add(rs.backend)
         out.append(rs)
     return out
+
+
+_GONE = object()
+
+
+@dataclass
+class RulesState:
+    """What the rules held at one verification: per (artifact, table), each chain's parts
+    (CompiledTable.chain_state) and every chain's policy."""
+
+    tables: dict[tuple[str, str], dict[str, dict[object, object]]] = field(default_factory=dict)
+    decls: dict[tuple[str, str], dict[str, str | None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -186,11 +198,17 @@ class IptablesBackend:
             views.append(View(tag, entries, rules, reasons, notes))
         return views
 
-    def rule_state(self) -> dict[Dep, object]:
-        """What every part of the rules holds now (CompiledTable.state), for every set of rules
-        evaluated: a result whose recorded parts all hold the same is still right."""
-        out: dict[Dep, object] = {}
+    def rule_changes(self, before: RulesState | None) -> tuple[RulesState, set[Dep]]:
+        """What every part of the rules holds now (CompiledTable.chain_state), for every set of
+        rules evaluated, and which parts differ from ``before`` (the previous verification's):
+        a result none of whose recorded parts is among them is still right. A dump parsed with
+        the previous one's rules (parse_save's ``reuse``) says which chains may have changed:
+        only those, and chains declared or dropped or given another policy, are looked at again;
+        ``before`` is updated in place and returned."""
+        now = RulesState()
+        changed: set[Dep] = set()
         seen: set[int] = set()
+        marks = {rs.artifact: rs.changed_chains for rs in self.rulesets}
         for f in self.families():
             for _, ev in self.family(f).primary:
                 for layer in ev.layers:
@@ -198,9 +216,41 @@ class IptablesBackend:
                         continue
                     seen.add(id(layer))
                     for tname, tab in layer.items():
-                        for (chain, part), fp in tab.state():
-                            out[(tab.origin, tname, chain, part)] = fp
-        return out
+                        where = (tab.origin, tname)
+                        old = before.tables.pop(where, None) if before is not None else None
+                        old_decl = before.decls.pop(where, None) if before is not None else None
+                        decl = tab.declared()
+                        mark = marks.get(tab.origin)
+                        if old is None or old_decl is None or mark is None:
+                            parts = {c: tab.chain_state(c) for c in decl}
+                            look: Iterable[str] = set(decl) | set(old or {})
+                            if old is None:
+                                changed.add((tab.origin, tname, None, None))  # the table appeared
+                                old = {}
+                        else:
+                            parts = old
+                            look = {c for t, c in mark if t == tname}
+                            if decl != old_decl:
+                                look |= {c for c in set(decl) | set(old_decl) if decl.get(c, 0) != old_decl.get(c, 0)}
+                            old = {c: parts.get(c, {}) for c in look}
+                            for c in look:
+                                parts[c] = tab.chain_state(c)
+                        for c in look:
+                            was, got = old.get(c, {}), parts.get(c, {})
+                            if not got:
+                                parts.pop(c, None)
+                            if bool(was) != bool(got):
+                                changed.add((tab.origin, tname, c, None))  # declared, or dropped
+                            for part in was.keys() | got.keys():
+                                if was.get(part, _GONE) != got.get(part, _GONE):
+                                    changed.add((tab.origin, tname, c, part))  # type: ignore[arg-type]
+                        now.tables[where] = parts
+                        now.decls[where] = decl
+        if before is not None:  # tables no longer given: every part of them changed
+            for (origin, tname), parts in before.tables.items():
+                changed.add((origin, tname, None, None))
+                changed.update((origin, tname, c, p) for c, ps in parts.items() for p in [None, *ps])  # type: ignore[misc]
+        return now, changed
 
     def explain_mismatch(self, case: Case, result: Result) -> list[str]:
         """Name the rule after which part of the traffic went on un-DNATed while the rest reached

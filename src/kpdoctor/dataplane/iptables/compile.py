@@ -567,27 +567,32 @@ class CompiledTable:
         return got
 
 
-    def state(self) -> Iterator[tuple[tuple[str | None, tuple[str, int] | str | None], object]]:
-        """What each walk through this table can see, as ``((chain, part), fingerprint)``: ``(None,
-        None)`` the table itself; ``(chain, None)`` a chain's policy and rule texts in order; for a
-        chain long enough to be indexed, instead, ``(chain, "*")`` its index kind, policy and the
-        rules every packet sees, and ``(chain, (by, key))`` the rules the index gives a packet with
-        that key, each with how many of the others come before it. A walk records the same parts
-        it reads (evaluate.py), so equal fingerprints mean the same walk (dataplane/reuse.py)."""
-        yield (None, None), True
-        for chain, source in self._source.items():
-            policy = self.policies.get(chain)
-            if len(source) <= INDEX_THRESHOLD:
-                yield (chain, None), (policy, tuple(r.body for r in source))
-                continue
-            idx = self.index(chain)
-            if idx is None:
-                yield (chain, None), (policy, tuple(r.body for r in source))
-                continue
-            yield (chain, "*"), (idx.by, policy, tuple(source[i].body for i in idx.rest))
-            rest = idx.rest
-            for key, positions in idx.buckets.items():
-                yield (chain, (idx.by, key)), tuple((bisect.bisect(rest, i), source[i].body) for i in positions)
+    def chains(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def declared(self) -> dict[str, str | None]:
+        """Every chain and its policy (None for a user chain)."""
+        return {chain: self.policies.get(chain) for chain in self._source}
+
+    def chain_state(self, chain: str) -> dict[object, object]:
+        """What each walk through ``chain`` can see, by part: ``None``, the chain's policy and rule
+        texts in order; for a chain long enough to be indexed, instead, ``"*"`` its index kind,
+        policy and the rules every packet sees, and ``(by, key)`` the rules the index gives a
+        packet with that key, each with how many of the others come before it. A walk records the
+        same parts it reads (evaluate.py), so equal fingerprints mean the same walk
+        (dataplane/reuse.py). Empty: no such chain."""
+        source = self._source.get(chain)
+        if source is None:
+            return {}
+        policy = self.policies.get(chain)
+        idx = self.index(chain) if len(source) > INDEX_THRESHOLD else None
+        if idx is None:
+            return {None: (policy, tuple(r.body for r in source))}
+        out: dict[object, object] = {"*": (idx.by, policy, tuple(source[i].body for i in idx.rest))}
+        rest = idx.rest
+        for key, positions in idx.buckets.items():
+            out[(idx.by, key)] = tuple((bisect.bisect(rest, i), source[i].body) for i in positions)
+        return out
 
 
 class ChainIndex:
