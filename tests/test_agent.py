@@ -538,3 +538,39 @@ def test_cycles_with_objects_kept_parsed_verify_as_a_full_run() -> None:
                 assert report.verification.to_json() == fresh.verification.to_json(), change.__name__
         finally:
             cache.stop()
+
+
+def test_counter_findings_wait_for_a_spike_not_a_since_boot_total() -> None:
+    """A node up for a long time: conntrack -S shows 70,000 insert_failed since boot. The first
+    cycle only seeds the baseline and says nothing; a cycle where it grew a little (within the
+    budget, once) says nothing; a flood says it."""
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+    from kpdoctor.demo import demo_path
+
+    base = demo_path("node-packet-loss") / "node"
+    stats = (base / "counters" / "T0" / "conntrack-stats.txt").read_text()
+    sysctl = (base / "sysctl.txt").read_bytes()
+    grow = [0]
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        text = re.sub(r"insert_failed=(\d+)", lambda m: f"insert_failed={int(m.group(1)) + grow[0]}", stats)
+        return [
+            Collected("node/counters/T0/conntrack-stats.txt", text.encode(), "conntrack -S"),
+            Collected("node/sysctl.txt", sysctl, "sysctl -a"),
+            Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save"),
+        ], []
+
+    agent = Agent(AgentOptions(node="test-node", nice=0), collect=collect)
+
+    def kp300() -> tuple[bool, bool]:
+        assert agent.run_cycle() is not None
+        st = agent.status()
+        return any(f.code == "KP300" for f in st.findings), any(f.code == "KP300" for f in st.held)
+
+    assert kp300()[0] is False  # the totals alone (the baseline): nothing said
+    assert kp300() == (False, False)  # no growth: nothing happening
+    grow[0] = 10
+    assert kp300() == (False, True)  # growing, the check says; a little, once: held back (within the budget)
+    grow[0] = 50_000
+    assert kp300() == (True, False)  # a flood

@@ -49,6 +49,7 @@ from kpdoctor.model import Finding, Report, Severity
 log = logging.getLogger("kpdoctor.agent")
 
 COUNTERS = "node/counters/"
+KERNEL_LOG = "node/dmesg.txt"
 AGENT_LOG_TAIL = 4 * 1024**2  # a few minutes of kube-proxy's log, not its history
 
 
@@ -320,13 +321,15 @@ class Agent:
         return report
 
     def _gated(self, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-        """Findings that rest only on counters are reported while one of those counters spikes
-        (counters.py); one with other evidence (a kernel log line) always."""
+        """A finding of a check that reads packet-loss counters is reported while one of those
+        counters spikes (counters.py), or when the kernel's log says it happens (a timestamped
+        line, not a total); otherwise it is held back, whatever settings or rules it also cites
+        (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total)."""
         shown, held = [], []
         for f in findings:
             spec = registry.CHECKS.get(f.code)
             on_counters = (
-                spec is not None and spec.counters and all(e.artifact.startswith(COUNTERS) for e in f.evidence)
+                spec is not None and spec.counters and not any(e.artifact == KERNEL_LOG for e in f.evidence)
             )
             if on_counters and spec is not None and not self.gate.any_spiking(spec.counters):
                 held.append(f)
