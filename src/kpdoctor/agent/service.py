@@ -71,6 +71,12 @@ def serve(agent: Agent, cache: ClusterCache | None, listen: tuple[str, int], onc
     if cache is not None:
         cache.start()
         cache.wait_synced(SYNC_WAIT)
+        if cache.node_object() is None and not cache.errors().get("cluster/nodes.json"):
+            log.warning(
+                "no Node named %s in the cluster: give the Node's name with --node or $NODE_NAME "
+                "(the DaemonSet's downward API spec.nodeName); this node's Pods and topology are unknown",
+                agent.node,
+            )
     if once:
         report = agent.run_cycle()
         st = agent.status()
