@@ -128,10 +128,13 @@ class Reuse:
         """The previous parse's rules of ``artifact`` by their text (parse_save's ``reuse``)."""
         return self.previous.rules_read.pop(artifact, None) if self.previous is not None else None
 
-    def keep_rules(self, artifact: str, rules: list[Any]) -> None:
+    def keep_rules(self, artifact: str, rules: list[Any], unpooled: set[str] | None = None) -> None:
         """This parse's rules of ``artifact`` by their text, for the next parse and to find a
-        rule's line now (a text on two lines is ambiguous: then no rule of it is kept)."""
+        rule's line now (a text on two lines is ambiguous: then no rule of it is kept; nor is a
+        rule the parser read the long way, ``unpooled``)."""
         pool = {r.text: r for r in rules}
+        for t in unpooled or ():
+            pool.pop(t, None)
         if len(pool) != len(rules):
             for t, n in Counter(r.text for r in rules).items():
                 if n > 1:

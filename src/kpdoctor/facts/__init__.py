@@ -190,7 +190,7 @@ class Facts:
             pool = self.reuse.rules_of(a.name) if self.reuse is not None else None
             rs = parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a), reuse=pool)
             if self.reuse is not None:
-                self.reuse.keep_rules(a.name, rs.all_rules())
+                self.reuse.keep_rules(a.name, rs.all_rules(), rs.unpooled)
             out.append(rs)
         for a in self.of(Kind.IPTABLES_RULES_S):
             fam = int(a.attrs.get("family", "4"))

@@ -125,6 +125,9 @@ class Ruleset:
     # parsed with parse_save's ``reuse``: the (table, chain)s whose rules are not the previous
     # parse's rules in the previous order (a rule new, gone or moved); None: not known
     changed_chains: set[tuple[str, str]] | None = field(default=None, repr=False, compare=False)
+    # ... and the texts of the rules read by the general path (counters, unusual quoting): the
+    # next parse must read them the same way, never take them as the plain lines they are not
+    unpooled: set[str] | None = field(default=None, repr=False, compare=False)
 
     def chains(self, table: str | None = None) -> set[str]:
         if table is not None:
@@ -230,6 +233,7 @@ def parse_save(
     """
     take = reuse.pop if reuse is not None else None
     changed: set[tuple[str, str]] = set()
+    unpooled: set[str] = set()
     last_old: dict[tuple[str, str], int] = {}  # the previous parse's line of a chain's last rule kept
 
     def placed(chain: str, args: tuple[str, ...]) -> Table:
@@ -253,24 +257,30 @@ def parse_save(
         ln = first_line + i
         if plain and table is not None and not carry:
             if raw[:3] == "-A ":
+                # a line the previous parse read: the same text is the same rule (its chain and
+                # its checks are those of the text), only its place is new
+                old = take(raw, None) if take is not None else None
+                if old is not None and old.table == table.name and old._body is None:
+                    chain = old.chain
+                    if chain not in table.chains:
+                        rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
+                        table.chains[chain] = None
+                    where = (table.name, chain)
+                    if old.line < last_old.get(where, 0):
+                        changed.add(where)  # kept, but before a rule it came after
+                    last_old[where] = old.line
+                    old.line = ln
+                    table.rules.append(old)
+                    continue
                 sp = raw.find(" ", 3)
                 chain = raw[3:sp] if sp > 0 else raw[3:]
                 if chain and raw[-1] != " " and not ('"' in raw and raw.count('"') & 1):
                     if chain not in table.chains:
                         rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
                         table.chains[chain] = None
-                    old = take(raw, None) if take is not None else None
-                    if old is not None and old.table == table.name and old._body is None:
-                        where = (table.name, chain)
-                        if old.line < last_old.get(where, 0):
-                            changed.add(where)  # kept, but before a rule it came after
-                        last_old[where] = old.line
-                        old.line = ln
-                        table.rules.append(old)
-                    else:
-                        if take is not None:
-                            changed.add((table.name, chain))
-                        table.rules.append(Rule(table.name, chain, None, ln, raw))
+                    if take is not None:
+                        changed.add((table.name, chain))
+                    table.rules.append(Rule(table.name, chain, None, ln, raw))
                     continue
             elif raw[:1] == ":":
                 parts = raw[1:].split(" ")
@@ -296,6 +306,7 @@ def parse_save(
                 table.chains.setdefault(chain, None)
             table.rules.append(Rule(table.name, chain, None, ln, raw))
             changed.add((table.name, chain))  # not matched with the previous parse: taken as new
+            unpooled.add(raw)
             continue
         if carry:
             raw, carry = carry + raw, ""
@@ -384,11 +395,12 @@ def parse_save(
         into.chains.setdefault(chain, None)
         into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
         changed.add((into.name, chain))
+        unpooled.add(raw)
     if reuse is not None:
         for gone in reuse.values():  # not printed again: its compiled form refers back to it, a cycle
             gone.compiled = None  # that only a collection would free; let it go with the rule now
             changed.add((gone.table, gone.chain))
-        rs.changed_chains = changed
+        rs.changed_chains, rs.unpooled = changed, unpooled
     if rs.tables.get("unknown"):
         rs.diagnostics.append(
             Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")
