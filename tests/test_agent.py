@@ -574,3 +574,78 @@ def test_counter_findings_wait_for_a_spike_not_a_since_boot_total() -> None:
     assert kp300() == (False, True)  # growing, the check says; a little, once: held back (within the budget)
     grow[0] = 50_000
     assert kp300() == (True, False)  # a flood
+
+
+# -- the watch and the schedule ---------------------------------------------------------------------
+
+
+def test_the_watch_lists_again_after_a_410_and_stays_current() -> None:
+    """A watch that ends is resumed from the last version it saw; when that version is too old
+    (the API server compacted its history: 410), the resource is listed again. Either way the
+    cache ends up holding what the cluster holds."""
+    from kpdoctor.agent.cluster import ClusterCache
+
+    live = LiveCluster(copy.deepcopy(CLUSTER)["items"])
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node", watch_seconds=1)
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            svc = copy.deepcopy(_items(CLUSTER, "Service", "svc1"))
+            svc["metadata"].update(name="late", namespace="ns9")
+            live.down = True  # the watches are cut; meanwhile a Service is added, and the history compacted
+            live.apply(svc)
+            live.compact()  # every version the watches saw is now too old: resuming gets a 410
+            time.sleep(0.2)
+            live.down = False
+            state = cache.state["cluster/services.json"]
+            deadline = time.monotonic() + 30
+            while ("ns9/late" not in state.objects or not state.relists) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "ns9/late" in state.objects and state.relists >= 1
+            live.delete("Service", "ns9", "late")
+            deadline = time.monotonic() + 20
+            while "ns9/late" in state.objects and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "ns9/late" not in state.objects
+            assert not cache.errors()
+        finally:
+            cache.stop()
+
+
+def test_cycles_never_overlap_and_requests_are_answered_together() -> None:
+    """Asking for a cycle while one runs is answered by the next one, however many ask; the
+    scheduled interval is far away; stopping ends the loop."""
+    import threading
+
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+
+    running = threading.Event()
+    release = threading.Event()
+    overlapping = []
+    busy = [0]
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        busy[0] += 1
+        overlapping.append(busy[0])
+        running.set()
+        release.wait(10)
+        busy[0] -= 1
+        return [Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save")], []
+
+    agent = Agent(AgentOptions(node="test-node", nice=0, interval=3600, jitter=0.0), collect=collect)
+    stop = threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    loop.start()
+    assert running.wait(10)  # the first cycle runs
+    asked = {agent.request() for _ in range(5)}  # while it runs: all answered by cycle 2
+    assert asked == {2}
+    release.set()
+    assert agent.wait_for(2, 30)
+    time.sleep(0.3)
+    assert agent.status().cycle == 2  # no third: nobody asked, and the interval is an hour away
+    assert max(overlapping) == 1
+    stop.set()
+    loop.join(timeout=10)
+    assert not loop.is_alive()
