@@ -115,6 +115,30 @@ class AgentStatus:
     stage_cpu: dict[str, float] = field(default_factory=dict)
 
 
+def _libc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None elsewhere (musl, macOS)."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+    return trim
+
+
+_TRIM = _libc_trim()
+
+
+def give_back_memory() -> None:
+    """Return the heap's free memory to the system after a cycle: a cycle frees hundreds of MB
+    (at 10,000 Services) that malloc would otherwise keep, and a DaemonSet's resident size is what
+    its limits count. About 10 ms."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
 def finding_key(f: Finding) -> tuple[str, str, str]:
     return (f.code, f.cause, str(f.subject.get("service") or ""))
 
@@ -237,6 +261,7 @@ class Agent:
             gc.unfreeze()
             gc.collect()
             gc.freeze()  # what is alive now is kept across cycles: not scanned again until the next pass
+        give_back_memory()
         wall, cpu = time.monotonic() - t0, _cpu() - cpu0
         with self._lock:
             staged = sum(self._status.stage_cpu.values())
