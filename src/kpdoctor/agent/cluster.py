@@ -67,7 +67,6 @@ class ResourceState:
     synced: bool = False  # listed at least once
     error: str = ""  # why it is not current ("" while the watch runs)
     error_since: float | None = None
-    changes: int = 0  # events applied, ever
     relists: int = 0
 
 
@@ -212,7 +211,7 @@ class ClusterCache:
                     self._list(r, st)
                 self._watch(r, st)
                 backoff = BACKOFF_FIRST
-            except (_Gone, _GoneStatus):
+            except _Gone:
                 with self._lock:
                     st.resource_version = ""
                     st.relists += 1
@@ -291,7 +290,6 @@ class ClusterCache:
                     if rv:
                         st.resource_version = rv
                     if kind != "BOOKMARK":
-                        st.changes += 1
                         self.generation += 1
                     self._changed.notify_all()
         finally:
@@ -305,17 +303,16 @@ class _Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
 
-class _GoneStatus(ApiException):
-    pass
-
-
 def _ok(resp: Any) -> Any:
-    """The raw response, or the API's error as :class:`ApiException` (a raw call raises none)."""
+    """The raw response, or the API's error: :class:`_Gone` for a 410, else :class:`ApiException` (a raw
+    call raises none)."""
     status = getattr(resp, "status", 200)
     if isinstance(status, int) and not 200 <= status <= 299:
         body = resp.data
         resp.close()
-        e = (_GoneStatus if status == 410 else ApiException)(status=status, reason=getattr(resp, "reason", ""))
+        if status == 410:
+            raise _Gone()
+        e = ApiException(status=status, reason=getattr(resp, "reason", ""))
         e.body = body
         raise e
     return resp

@@ -299,10 +299,7 @@ class Agent:
         rest += [_snapshot(a, "T1") for a in now]
         rest += [_snapshot(a, "T0") for a in self._prev_counters]
         self._prev_counters = now
-        errors: Counter[str] = Counter(
-            a.path for a in artifacts if a.exit_code != 0 and not a.path.startswith(COUNTERS + "T0")
-        )
-        errors.update(a.path for a in artifacts if a.exit_code != 0 and a.path.startswith(COUNTERS))
+        errors: Counter[str] = Counter(a.path for a in artifacts if a.exit_code != 0)
         sources: dict[str, bool] = {}
         node_obj = None
         if self.cluster is not None:

@@ -102,6 +102,7 @@ class NodeReporter:
         dedupe_seconds: float = 600.0,
         heartbeat_seconds: float = 600.0,
         events: bool = True,
+        condition: bool = True,
     ) -> None:
         from kubernetes import client as k8s
 
@@ -110,6 +111,7 @@ class NodeReporter:
         self.condition_type = condition_type
         self.namespace = namespace
         self.events_on = events
+        self.condition_on = condition
         self.bucket = TokenBucket(rate=1.0 / refill_seconds, burst=float(burst))
         self._bucket_at: float | None = None
         self.dedupe_seconds = dedupe_seconds
@@ -176,6 +178,8 @@ class NodeReporter:
     # -- the condition -----------------------------------------------------------------------
     def condition(self, cond: Condition, node_obj: dict[str, Any] | None) -> None:
         """Set the Node condition when it changed (or its heartbeat is due)."""
+        if not self.condition_on:
+            return
         now = time.monotonic()
         same = self._condition == cond
         if same and now - self._condition_at < self.heartbeat_seconds:

@@ -58,9 +58,9 @@ def build(
         else:
             cache = ClusterCache(client, opts.node)
             if events or condition:
-                reporter = NodeReporter(client, opts.node, condition_type=condition_type, events=events)
-                if not condition:
-                    reporter.condition = lambda *a, **k: None  # type: ignore[method-assign]
+                reporter = NodeReporter(
+                    client, opts.node, condition_type=condition_type, events=events, condition=condition
+                )
             how = f"{client.configuration.host}: watching Services, EndpointSlices, Node {opts.node} and its Pods"
     agent = Agent(opts, cluster=cache, reporter=reporter, condition_type=condition_type)
     return agent, cache, how

@@ -567,9 +567,6 @@ class CompiledTable:
         return got
 
 
-    def chains(self) -> Iterator[str]:
-        return iter(self._source)
-
     def declared(self) -> dict[str, str | None]:
         """Every chain and its policy (None for a user chain)."""
         return {chain: self.policies.get(chain) for chain in self._source}
