@@ -25,6 +25,9 @@ def npd_status(report: Report, exit_code: int) -> tuple[int, str]:
         return UNKNOWN, f"kpdoctor internal error in {report.errors[0].stage}"
     if report.timed_out:
         return UNKNOWN, f"kpdoctor: {report.timed_out}"
+    if exit_code == 2:  # nothing usable was given: say what was wrong with it
+        why = f": {report.problems[0].source}: {report.problems[0].message}" if report.problems else ""
+        return UNKNOWN, f"kpdoctor: nothing usable to diagnose{why}"
     return UNKNOWN, "kpdoctor: inconclusive (nothing could be checked)"
 
 
