@@ -92,13 +92,19 @@ class Finding:
     explained_by: list[str] = field(default_factory=list)
     # Findings folded under this one (kept so renderers can show them nested).
     folded: list[Finding] = field(default_factory=list)
+    # The cause (slug) whose evidence this finding reads otherwise, when nothing given tells the
+    # two apart: a second candidate for the same lines, ranked on its own and never a parent.
+    alternative_to: str | None = None
     # Why the confidence is what it is: which kinds of evidence agree (a lone log line; the
     # signature and a matching version; and the node's state). Set by the check, or derived.
     confidence_reason: str = ""
 
     def explained_by_any(self, by_cause: dict[str, list[Finding]]) -> bool:
-        """True when another present finding explains this one (so it cannot be a parent)."""
-        return any(c in by_cause and any(p is not self for p in by_cause[c]) for c in self.explained_by)
+        """True when another present finding explains this one (so it cannot be a parent); an
+        alternative reading explains nothing."""
+        return any(
+            c in by_cause and any(p is not self and not p.alternative_to for p in by_cause[c]) for c in self.explained_by
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -120,6 +126,8 @@ class Finding:
             "fix": list(self.fix),
             "references": list(self.references),
         }
+        if self.alternative_to:
+            out["alternative_to"] = self.alternative_to
         if self.folded:
             out["folded"] = [f.to_json() for f in self.folded]
         return out

@@ -16,7 +16,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
     """Fold each finding under a finding of a cause that explains it, then sort.
 
     A parent takes the worst severity of what it explains: a warning-level misconfiguration
-    that drops traffic through its consequence is the critical root cause.
+    that drops traffic through its consequence is the critical root cause. An alternative reading
+    of the same evidence (``alternative_to``) is ranked on its own and folds nothing: nothing given
+    says it is the cause, so it cannot take another finding's place.
     """
     by_cause: dict[str, list[Finding]] = {}
     for f in findings:
@@ -30,7 +32,7 @@ def rank(findings: list[Finding]) -> list[Finding]:
                 p
                 for cause in f.explained_by
                 for p in by_cause.get(cause, [])
-                if p is not f and not p.explained_by_any(by_cause)
+                if p is not f and not p.alternative_to and not p.explained_by_any(by_cause)
             ),
             None,
         )

@@ -74,11 +74,27 @@ def test_chain_in_one_family_only(diagnose: Diagnose) -> None:
     assert one(report, "KP121").confidence == Confidence.HIGH
 
 
-def test_same_error_without_anything_telling_them_apart_stays_a_backend_question(diagnose: Diagnose) -> None:
-    log = (
-        "E0625 18:23:05.161594       1 proxier.go:1350] Failed to execute iptables-restore: exit status 2 "
-        "(iptables-restore v1.4.21: Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
-    )
-    report = diagnose({"kube-proxy.log": log})
-    none_of(report, "KP121")
-    assert report.findings[0].code == "KP101"
+MISSING_DROP_CHAIN = (
+    "E0723 07:41:15.295733     243 proxier.go:1234] Failed to execute iptables-restore: exit status 2 "
+    "(iptables-restore v1.8.2 (legacy): Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
+)
+
+
+def test_same_error_without_anything_telling_them_apart_is_both_readings(diagnose: Diagnose) -> None:
+    """k/k#80462's line alone: the backend question first, the never-created chain second, and
+    the second reading takes nothing under it (it is not known to be the cause)."""
+    report = diagnose({"kube-proxy.log": MISSING_DROP_CHAIN})
+    assert [f.code for f in report.findings][:2] == ["KP101", "KP121"]
+    alt = report.findings[1]
+    assert alt.alternative_to == "iptables-backend-mismatch" and not alt.folded
+    assert alt.confidence == Confidence.LOW and alt.severity == Severity.WARNING
+    assert "KP100" in report.findings[0].explains
+    assert report.to_json()["findings"][1]["alternative_to"] == "iptables-backend-mismatch"
+
+
+def test_same_backend_on_the_host_means_the_chain_was_never_made(diagnose: Diagnose) -> None:
+    report = diagnose({"kube-proxy.log": MISSING_DROP_CHAIN, "host-iptables.txt": "iptables v1.8.2 (legacy)\n"})
+    none_of(report, "KP101")
+    f = report.findings[0]
+    assert f.code == "KP121" and f.alternative_to is None and f.confidence == Confidence.MEDIUM
+    assert "same backend" in f.summary

@@ -11,6 +11,8 @@ def _finding(f: Finding, level: int) -> list[str]:
     h = "#" * level
     out = [f"{h} {f.severity.label.upper()} {f.code} `{f.cause}`: {f.title}", "", f.summary, ""]
     meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
+    if f.alternative_to:
+        meta.append(f"an alternative to {f.alternative_to}")
     if f.occurrences:
         meta.append(f"{f.occurrences} occurrence(s)")
     if f.first_seen:

@@ -20,6 +20,8 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
     con.print(f"{indent}[{STYLE[f.severity]}]{n} {sev}[/] [bold]{f.code}[/] {escape(f.cause)}: {escape(f.title)}")
     con.print(f"{indent}   {escape(f.summary)}", highlight=False, soft_wrap=True)
     meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
+    if f.alternative_to:
+        meta.append(f"an alternative to {f.alternative_to}")
     if f.occurrences:
         meta.append(f"{f.occurrences}x")
     if f.first_seen:

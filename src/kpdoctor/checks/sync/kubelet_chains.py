@@ -9,7 +9,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST
 from kpdoctor.facts import Facts
-from kpdoctor.facts.backend import banner
+from kpdoctor.facts.backend import HostBackend, banner
 from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
@@ -18,6 +18,39 @@ from kpdoctor.versions import KubeVersion
 # and the runtime's hostport code (CNI portmap) jump to them.
 KUBELET_CHAINS = frozenset({"KUBE-MARK-DROP", "KUBE-MARK-MASQ", "KUBE-FIREWALL", "KUBE-KUBELET-CANARY"})
 KUBELET_STOPPED = KubeVersion(1, 27, 0)
+
+
+def _one_backend(facts: Facts, hits: list[Hit], chain: str, failing: str | None, host: HostBackend | None) -> Finding:
+    """The missing-chain error with nothing from the other family or the hostport code: the
+    chain was never made, when the node's iptables uses kube-proxy's backend; otherwise the
+    other reading of what KP101 reports as a backend mismatch."""
+    same = host is not None and not host.inferred and failing is not None and host.says(failing) is True
+    f = start(facts, "KP121", hits, confidence=Confidence.MEDIUM if same else Confidence.LOW)
+    if same:
+        assert host is not None
+        f.evidence.extend(host.cites)
+        f.confidence_reason = "the node's own iptables uses kube-proxy's backend"
+        f.summary = (
+            f"kube-proxy's restore cannot find {chain}, and the node's iptables uses the same backend "
+            f"({host.describe()}): the chain is not hidden in the other backend, nothing created it. kubelet "
+            f"created {chain} before 1.27 (for its own node-IP family only), and kube-proxy releases that relied on "
+            "it fail until it exists."
+        )
+    else:
+        f.severity = Severity.WARNING
+        f.alternative_to = "iptables-backend-mismatch"
+        f.confidence_reason = "the same error as a backend mismatch; nothing given tells them apart"
+        f.summary = (
+            f"If the node's iptables uses kube-proxy's backend{f' ({failing})' if failing else ''}, {chain} is not "
+            "hidden in the other backend: nothing created it. kubelet created it before 1.27 (for its own node-IP "
+            "family only), and kube-proxy releases that relied on it fail until it exists. The host's "
+            "`iptables --version` tells this from a backend mismatch."
+        )
+    f.fix = [
+        f"Compare the host's `iptables --version` with kube-proxy's: on one backend, have {chain} created where it "
+        "is used (a kube-proxy that creates its own chains, 1.27+; or kubelet managing this family's node IP).",
+    ]
+    return f
 
 
 def _ipv6(h: Hit) -> bool:
@@ -47,7 +80,9 @@ def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
         family while the other family's rules have it; or raised by the hostport code, not by
         kube-proxy. When the node's own iptables is known to use the other backend, the chain
         is there and invisible: that is a backend mismatch (KP101), not this; when nothing
-        tells the two apart, KP101 reports the error naming both.
+        tells the two apart, KP101 reports the error first and this check the other reading
+        (an alternative at low confidence); when the node's own `iptables --version` shows
+        kube-proxy's backend, the chain was never made, and this check is the answer.
     Fix: let something create the chain in that family and backend: the replacement proxy's
         own hostPort support (Cilium `hostPort.enabled`), kube-proxy running on the node, or a
         kube-proxy that creates its own chains; for one family, give kubelet the node IPs of
@@ -73,7 +108,8 @@ def kubelet_chains_missing(facts: Facts) -> Iterator[Finding]:
     v4 = not any(_ipv6(h) for h in hits)
     other_family = facts.chain_rule(chain, 4 if v6 else 6) if (v6 or v4) else None
     if other_family is None and not hostport:
-        return  # the same error as a backend mismatch, and nothing tells them apart: KP101 says both
+        yield _one_backend(facts, hits, chain, failing, host)
+        return
     f = start(facts, "KP121", hits, confidence=Confidence.HIGH)
     f.confidence_reason = (
         "the other family's rules have the chain" if other_family is not None else "the hostport code's own error"
