@@ -285,3 +285,57 @@ def test_a_quoted_session_whose_command_was_grep_n_is_read_as_the_log_it_printed
     assert art.kind == Kind.KUBE_PROXY_LOG and "grep -n prefixes" in art.attrs["paste"]
     assert art.text.splitlines() == log and art.first_line == 2
     assert _causes(p) == _causes(XTABLES_LOG)
+
+
+# -- counts, output before its command, elisions ---------------------------------------------------
+
+
+def test_a_pasted_count_of_a_once_only_rule_is_the_duplicating_iptables(tmp_path: Path) -> None:
+    """k/k#76431 as posted: one -L row, an elision, then the command that counted the rule on a
+    Debian buster node (iptables-nft 1.8.2 printing its legacy-tables warning) and its count."""
+    posted = (CASES / "k8s-76431" / "iptables-L.txt").read_text()
+    ev = load([CASES / "k8s-76431" / "iptables-L.txt"])
+    kinds = [(a.kind, a.first_line) for a in ev.artifacts]
+    assert kinds == [(Kind.IPTABLES_LIST, 1), (Kind.LINE_COUNT, 4)]
+    rep, _ = diagnose_paths([CASES / "k8s-76431" / "iptables-L.txt"])
+    f = rep.findings[0]
+    assert f.code == "KP122" and "4190 rules" in f.summary and "nf_tables" in f.summary
+    assert f.evidence[0].line == 5 and f.evidence[0].text.endswith("->  4190")
+    # the same pipeline counting one copy is a healthy node
+    healthy = tmp_path / "count.txt"
+    healthy.write_text(posted.replace("4190", "1"))
+    assert "iptables-known-bug" not in _causes(healthy)
+
+
+def test_two_counts_of_one_command_show_the_growth(tmp_path: Path) -> None:
+    cmd = "# iptables -S | grep -c 'kubernetes firewall for dropping marked packets'\n"
+    p = tmp_path / "counts.txt"
+    p.write_text(f"{cmd}1200\n{cmd}1342\n")
+    rep, _ = diagnose_paths([p])
+    assert "1342 rules" in rep.findings[0].summary and "it was 1200 before" in rep.findings[0].summary
+
+
+def test_a_count_of_other_rules_is_no_duplicate(tmp_path: Path) -> None:
+    p = tmp_path / "counts.txt"
+    p.write_text("$ iptables-save | grep KUBE-SEP | wc -l\n48213\n")
+    ev = load([p])
+    assert [a.kind for a in ev.artifacts] == [Kind.LINE_COUNT]
+    assert "iptables-known-bug" not in _causes(p)
+
+
+def test_output_before_the_first_prompt_is_its_own_part_not_lost() -> None:
+    text = "Chain KUBE-FIREWALL (2 references)\n...\n$ iptables --version\niptables v1.8.2 (nf_tables)\n$ uname -r\n4.19.0-6-amd64\n"
+    parts = split_transcript(text)
+    assert parts is not None and [p.command for p in parts] == ["", "iptables --version", "uname -r"]
+    assert parts[0].first_line == 1 and parts[0].text.startswith("Chain KUBE-FIREWALL")
+    # one prompt after other lines is a transcript only when asked to be lenient
+    assert split_transcript("-A KUBE-SERVICES -j RETURN\n# iptables -t nat -S KUBE-SERVICES\n-N X\n") is None
+
+
+def test_elision_lines_do_not_count_against_a_fragment() -> None:
+    row = (
+        "    0     0 DROP       all  --  *      *       0.0.0.0/0            0.0.0.0/0            "
+        "mark match 0x8000/0x8000 /* kubernetes firewall for dropping marked packets */\n"
+    )
+    for elision in ("...", "…", "[...]", "<snip>"):
+        assert sniff(row + elision + "\n").kind == Kind.IPTABLES_LIST

@@ -103,7 +103,8 @@ class Finding:
         """True when another present finding explains this one (so it cannot be a parent); an
         alternative reading explains nothing."""
         return any(
-            c in by_cause and any(p is not self and not p.alternative_to for p in by_cause[c]) for c in self.explained_by
+            c in by_cause and any(p is not self and not p.alternative_to for p in by_cause[c])
+            for c in self.explained_by
         )
 
     def to_json(self) -> dict[str, Any]:

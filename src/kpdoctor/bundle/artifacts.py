@@ -50,6 +50,7 @@ class Kind(enum.StrEnum):
     RUNTIME_LOG = "container runtime log"  # dockerd/podman/containerd lines: a stop that timed out
     KUBECTL_PODS = "kubectl get pods table"
     PRESTOP_SCRIPT = "preStop hook script"
+    LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

@@ -30,6 +30,7 @@ from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.model import InputProblem, InternalError
+from kpdoctor.parse.counts import parse_line_count
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.timing import started_by
 
@@ -431,6 +432,11 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     typed = sniff(head_text)
     if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
         typed = sniff_named(label, head_text) or typed
+    if typed.kind is None and whole is not None and has_prompt(whole):
+        # output first, then the command that counted it: a transcript after all
+        parts = split_transcript(whole, lenient=True)
+        if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
+            return
     if typed.kind is None:
         ev.problems.append(InputProblem(label, typed.reason))
         return
@@ -515,15 +521,17 @@ def _load_transcript(
     for p in parts:
         if not p.text.strip():
             continue
-        if p.argv[0].rsplit("/", 1)[-1] == "date":
+        if p.argv and p.argv[0].rsplit("/", 1)[-1] == "date":
             when = p.text.strip().splitlines()[0]
             continue
-        hints = hint_from_command(p.argv)
+        hints = hint_from_command(p.argv) if p.argv else {}
         if when is not None:
             hints["time"] = when
         if paste:
             hints["paste"] = ", ".join(paste)
         forced = _KIND_HINTS.get(hints.pop("kind", ""))
+        if forced is None and parse_line_count(p.text, p.command, p.first_line) is not None:
+            forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
         text = p.text
         un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
         retyped = sniff(un.text) if un.removed and not forced else Typed(None, {})
@@ -537,7 +545,9 @@ def _load_transcript(
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
             hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
         if typed.kind is None:
-            problems.append(InputProblem(f"{label}:{p.first_line - 1}", f"output of `{p.command}`: {typed.reason}"))
+            what = f"output of `{p.command}`" if p.argv else "the text before the first command"
+            where = f"{label}:{p.first_line - 1}" if p.argv else f"{label}:1"
+            problems.append(InputProblem(where, f"{what}: {typed.reason}"))
             continue
         _add_inline(ev, label, typed, text, {**hints, "command": p.command}, first_line=p.first_line)
         used += 1

@@ -133,13 +133,17 @@ _IPT_STDERR = re.compile(
 )
 
 
+_ELISION = re.compile(r"^\s*(?:\.{3,}|…|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)|<snip>|\[snip\]|-+\s*snip\s*-+)\s*$", re.I)
+
+
 def sniff(head: str) -> Typed:
     """Type a file by the first part of its content."""
     stripped = head.lstrip("\ufeff \t\r\n")
     if not stripped:
         return Typed(None, {}, "empty file")
     first = stripped.splitlines()[0] if stripped else ""
-    lines = [ln for ln in stripped.splitlines()[:2000] if ln.strip()]  # for the "mostly X" tests
+    # for the "mostly X" tests: a "..." the user put for what they left out is not content
+    lines = [ln for ln in stripped.splitlines()[:2000] if ln.strip() and not _ELISION.match(ln)]
     signal: list[bool] = []  # has_signal(head), worked out at most once
 
     def signalled() -> bool:

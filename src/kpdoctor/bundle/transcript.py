@@ -168,17 +168,23 @@ def has_prompt(text: str) -> bool:
     return any(_prompt(line) is not None for line in text.splitlines())
 
 
-def split_transcript(text: str) -> list[Part] | None:
-    """The parts of a transcript, or None when the text is not a transcript."""
+def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
+    """The parts of a transcript, or None when the text is not a transcript.
+
+    Output pasted before the first prompt is a part of its own, with no command (``argv`` empty).
+    One prompt after other lines makes a transcript only when ``lenient`` (the text was not
+    recognised as anything else): a comment in a file must not cut it in two."""
     lines = text.splitlines()
     # the prompt pattern only on lines that could hold one (a 25 MB iptables-save has none)
     prompts = [(i, c) for i, line in enumerate(lines) if (c := _prompt(line)) is not None]
     if not prompts:
         return None
     first_content = next((i for i, line in enumerate(lines) if line.strip()), 0)
-    if len(prompts) < 2 and prompts[0][0] != first_content:
+    if len(prompts) < 2 and prompts[0][0] != first_content and not lenient:
         return None
     parts: list[Part] = []
+    if prompts[0][0] > first_content:
+        parts.append(Part("", [], "\n".join(lines[: prompts[0][0]]) + "\n", 1))
     for n, (i, (cmd, argv)) in enumerate(prompts):
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
         body = lines[i + 1 : end]

@@ -43,6 +43,7 @@ from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
+from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.ipset import IpSet, parse_ipsets
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
@@ -305,6 +306,16 @@ class Facts:
     def process_artifact(self) -> str:
         arts = self.of(Kind.PROCESSES)
         return arts[0].name if arts else "processes"
+
+    @cached_property
+    def line_counts(self) -> list[tuple[LineCount, Artifact]]:
+        """Counts that pasted pipelines printed (`... | grep X | wc -l`), with their commands."""
+        out = []
+        for a in self.of(Kind.LINE_COUNT):
+            c = parse_line_count(a.read_text(), a.attrs.get("command", ""), a.first_line)
+            if c is not None:
+                out.append((c, a))
+        return out
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:

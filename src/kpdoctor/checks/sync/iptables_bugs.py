@@ -48,6 +48,37 @@ def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
     return out
 
 
+# Rules that kubelet and kube-proxy write once per node, found by their comment; a user counting
+# one of them (`iptables -L -n | grep "..." | wc -l`) and finding thousands has the duplicates.
+SINGLE_RULE_COMMENTS = (FIREWALL_COMMENT, "block incoming localnet connections")
+_IPTABLES_PROGRAMS = ("iptables", "ip6tables")
+
+
+def _counted(facts: Facts) -> list[tuple[int, Cite, str, list[int]]]:
+    """(copies, cite, comment, earlier counts) for a pasted count of a once-only Kubernetes rule
+    (the command's grep names its comment) at DUPLICATES or more; several counts of one command
+    show the growth."""
+    by_command: dict[str, list[int]] = {}
+    out = []
+    for c, a in facts.line_counts:
+        if c.source and not c.program.startswith(_IPTABLES_PROGRAMS):
+            continue
+        named = next(
+            (
+                comment
+                for p in c.patterns
+                for comment in SINGLE_RULE_COMMENTS
+                if len(p.strip("'\"^$ ")) >= 12 and p.strip("'\"^$ ").lower() in comment
+            ),
+            None,
+        )
+        earlier = by_command.setdefault(c.command, [])
+        if named is not None and c.count >= DUPLICATES:
+            out.append((c.count, Cite(a.name, c.line, f"{c.command}  ->  {c.text}"), named, list(earlier)))
+        earlier.append(c.count)
+    return out
+
+
 def _unconditional_firewall(facts: Facts) -> list[tuple[Rule, str]]:
     """kubelet's/kube-proxy's KUBE-FIREWALL drop rule without its mark match: it drops everything."""
     out = []
@@ -81,7 +112,14 @@ def _check_broken(v: IptablesVersion) -> bool:
     cause="iptables-known-bug",
     title="the iptables binary in use has a known bug",
     severity=Severity.CRITICAL,
-    needs=[Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.IPTABLES_VERSION, Kind.OS_RELEASE],
+    needs=[
+        Kind.IPTABLES_SAVE,
+        Kind.IPTABLES_RULES_S,
+        Kind.IPTABLES_LIST,
+        Kind.LINE_COUNT,
+        Kind.IPTABLES_VERSION,
+        Kind.OS_RELEASE,
+    ],
     explains=("iptables-drop-rule", "iptables-backend-mismatch", *RESTORE_SYMPTOMS),
     versions=(
         VersionRow(
@@ -110,9 +148,11 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
         in 1.8.3). An older iptables-nft (1.8.7, in kube-proxy/kube-router images of that era)
         saving and restoring rules that a newer host iptables-nft (1.8.8) wrote loses their
         mark match, turning the drop rule unconditional.
-    How it is detected: a rule repeated three times or more in one chain of a dump; the
-        KUBE-FIREWALL drop rule without a mark match; iptables versions from `--version`, dump
-        banners, the OS release (Debian 10). A version alone says only that the bug is there.
+    How it is detected: a rule repeated three times or more in one chain of a dump, or a
+        pasted count (`iptables -L -n | grep "<its comment>" | wc -l`) of a rule written once
+        per node at three or more; the KUBE-FIREWALL drop rule without a mark match; iptables
+        versions from `--version`, dump banners, the OS release (Debian 10). A version alone
+        says only that the bug is there.
     Fix: duplicates: iptables 1.8.3 or later (Debian 10: buster-backports), or switch the node
         to iptables-legacy. Lost mark: align the image's iptables with the host's (kube-proxy
         1.29+ images carry Debian 12's), then restore the rule (restart kubelet/kube-proxy).
@@ -120,6 +160,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/issues/112477; https://github.com/cloudnativelabs/kube-router/issues/1370
     """
     dups = _duplicated(facts)
+    counted = _counted(facts)
     open_drop = _unconditional_firewall(facts)
     versions = _versions(facts)
     broken = [(v, c) for v, c in versions if _check_broken(v)]
@@ -130,7 +171,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
         note = OS_WITH_BROKEN_CHECK.get((d.get("ID", "").lower(), d.get("VERSION_ID", "").strip('"')))
         if note and not any(v.effective_backend == "legacy" or v.at_least(1, 8, 3) for v, _c in versions):
             os_broken = (note, c)
-    if not (dups or open_drop or broken or os_broken):
+    if not (dups or counted or open_drop or broken or os_broken):
         return
     if open_drop:
         r, art = open_drop[0]
@@ -150,15 +191,31 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
             "host's iptables version (kube-proxy 1.29+ images carry Debian 12's), then restart kubelet and "
             "kube-proxy to restore the rule with its `-m mark --mark 0x8000/0x8000`."
         ]
-    elif dups or broken:
+    elif dups or counted or broken:
+        copies = dups or counted
         f = start(
-            facts, "KP122", [], confidence=Confidence.HIGH if dups and (broken or os_broken) else Confidence.MEDIUM
+            facts, "KP122", [], confidence=Confidence.HIGH if copies and (broken or os_broken) else Confidence.MEDIUM
         )
         if dups:
             r, n, art = dups[0]
             f.evidence.append(Cite(art, r.line, r.text.strip()))
             f.summary = f"{n} copies of one rule in {r.chain}: a writer's `iptables -C` never finds the rule it added."
             f.severity = Severity.WARNING
+        elif counted:
+            n, cite, comment, earlier = max(counted, key=lambda c: c[0])
+            f.evidence.append(cite)
+            grew = f" (it was {', then '.join(map(str, earlier))} before)" if earlier and earlier[-1] < n else ""
+            f.summary = (
+                f'{n} rules carry the comment "{comment}"{grew}, which kubelet and kube-proxy write once: a '
+                "writer's `iptables -C` never finds the rule it added, so every sync appends another copy."
+            )
+            f.severity = Severity.WARNING
+            f.confidence_reason = "a count of the rule, pasted with the command that counted it"
+            nft_notice = next(
+                (c for c, _a in facts.line_counts if any("iptables-legacy tables" in n for n in c.notices)), None
+            )
+            if nft_notice is not None:
+                f.summary += " The listing printed iptables-nft's legacy-tables warning: this iptables uses nf_tables."
         else:
             f.summary = "This iptables cannot `-C` check rules in nf_tables mode."
             f.severity = Severity.WARNING
