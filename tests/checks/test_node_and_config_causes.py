@@ -66,3 +66,23 @@ def test_flow_never_translated_to_a_proven_service_address(diagnose: Diagnose) -
 
 def test_untranslated_flow_to_an_address_not_known_virtual_is_nothing(diagnose: Diagnose) -> None:
     none_of(diagnose({"conntrack-now.txt": NEVER}), "KP312")
+
+
+QUOTED = (  # k/k#125467 as posted: the query and the entry quoted inside the reporter's sentences
+    "Query : “conntrack -p udp -L --src 10.103.83.53”\n\n"
+    "Response : “udp  17 27 src=10.103.83.53 dst=<clusterIp> sport=21667 dport=53 [UNREPLIED] src=10.103.78.37 "
+    "dst=10.103.83.53 sport=53 dport=21667 mark=0 use=1 contrack v1.4.4 (conntrack-tools): 1 flow entries have "
+    "been shown”\n"
+)
+
+
+def test_a_translated_flow_never_answered_without_endpoints_is_a_low_warning(diagnose: Diagnose) -> None:
+    f = one(diagnose({"conntrack.txt": QUOTED}), "KP312")
+    assert f.confidence == Confidence.LOW and f.severity == Severity.WARNING
+    assert "10.103.78.37" in f.summary and "EndpointSlices" in f.summary
+    assert f.evidence[0].line == 3 and f.evidence[0].text.endswith("mark=0 use=1")
+
+
+def test_an_answered_translated_flow_is_nothing(diagnose: Diagnose) -> None:
+    answered = QUOTED.replace("[UNREPLIED] ", "").replace("use=1 ", "[ASSURED] use=1 ")
+    none_of(diagnose({"conntrack.txt": answered}), "KP312")

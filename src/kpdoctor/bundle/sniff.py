@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse import kubectl_table, timing
+from kpdoctor.parse.conntrack import QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING
@@ -305,7 +306,7 @@ def _sniff_node(text: str, first: str) -> Typed | None:
         return Typed(Kind.CONNTRACK_STATS, {})
     if _CT_PROC_STAT.match(first):
         return Typed(Kind.NF_CONNTRACK_STAT, {})
-    if _CT_ENTRY.search(text[:65536]):
+    if _CT_ENTRY.search(text[:65536]) or QUOTED_ENTRY.search(text[:65536]):
         return Typed(Kind.CONNTRACK_ENTRIES, {})
     if len(_NETSTAT_SECTION.findall(text)) >= 2:
         return Typed(Kind.NETSTAT, {})

@@ -230,14 +230,30 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
     )
 
 
+# An entry quoted inside a sentence: `Response : "udp  17 27 src=10.0.0.5 dst=... [UNREPLIED] ..."`
+# (straight or typographic quotes, backticks); a line that starts with one is matched as it is.
+QUOTED_ENTRY = re.compile(
+    r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite)\s+\d+\s+\d+\s"
+    r"[^\"“”`]*?\bsrc=\S+ dst=.*)"
+)
+_CLOSING_QUOTES = "\"“”'‘’`"
+# conntrack's own summary (stderr), pasted on the same line: not part of the entry
+_SUMMARY_TAIL = re.compile(r"\s+con+track v[\d.]+ \(conntrack-tools\):.*$")
+
+
 def parse_conntrack_entries(text: str, first_line: int = 1) -> list[ConntrackEntry]:
-    """``conntrack -L`` (also ``-o extended``, ``-E``) and ``/proc/net/nf_conntrack``; other lines are skipped."""
+    """``conntrack -L`` (also ``-o extended``, ``-E``) and ``/proc/net/nf_conntrack``, and entries
+    quoted inside a sentence; other lines are skipped."""
     out: list[ConntrackEntry] = []
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
         if not s or "src=" not in s:
             continue
         e = _entry(s, first_line + i)
+        if e is None and (m := QUOTED_ENTRY.search(s)) is not None:
+            quoted = m.group(1)
+            end = min((quoted.find(q) for q in _CLOSING_QUOTES if q in quoted), default=len(quoted))
+            e = _entry(_SUMMARY_TAIL.sub("", quoted[:end]).strip(), first_line + i)
         if e is not None:
             out.append(e)
     return out

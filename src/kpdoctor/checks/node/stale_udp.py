@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
@@ -29,6 +29,26 @@ def _translated(e: ConntrackEntry) -> bool:
     return e.reply_src != e.dst
 
 
+def _unanswered(facts: Facts, entries: list[tuple[Artifact, ConntrackEntry]]) -> Finding:
+    a, e = entries[0]
+    f = start(facts, "KP312", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.confidence_reason = "the conntrack entries alone; the Service's endpoints were not given"
+    dns = " (DNS)" if e.dport == 53 else ""
+    f.summary = (
+        f"{len(entries)} UDP flow(s) to {e.dst}:{e.dport}{dns} were translated to {e.reply_src}, which never "
+        "answered ([UNREPLIED]): a live backend answers, so the entry most likely holds the client on a backend "
+        "that is gone, and stays while the client keeps sending from the same port. The Service's EndpointSlices "
+        f"tell: is {e.reply_src} still one of its endpoints?"
+    )
+    for a, e in entries[:MAX_SHOWN]:
+        f.evidence.append(Cite(a.name, e.line, e.text.strip()))
+    f.fix = [
+        f"If {e.reply_src} is no longer an endpoint, delete the entries (`conntrack -D -p udp --orig-dst "
+        f"{e.dst}`), then find why kube-proxy did not (its log, its version: k/k#125467's event-based clean-up)."
+    ]
+    return f
+
+
 @check(
     "KP312",
     cause="stale-udp-conntrack",
@@ -50,7 +70,8 @@ def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
     How it is detected: UDP entries whose original destination is a Service address (from the
         Services given, or proved virtual by another entry that was translated) and whose
         reply comes from that same address (never DNATed), or from an address that is not one
-        of the Service's endpoints (when the EndpointSlices are given).
+        of the Service's endpoints (when the EndpointSlices are given); without them, a
+        translated UDP flow that was never answered ([UNREPLIED]) is reported at low confidence.
     Fix: delete the entries (`conntrack -D -p udp --orig-dst SERVICE_IP`), then find why
         kube-proxy did not: its log (conntrack binary missing, netlink errors) and version
         (k/k#48370 fixed the empty-to-non-empty case in 1.7; k/k#125467 event-based clean-up).
@@ -70,7 +91,14 @@ def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
         for a, e in entries
         if _translated(e) and (eps := services.get(e.dst)) is not None and e.reply_src not in eps
     ]
+    # with no EndpointSlices to compare, a translated flow its backend never answered: that
+    # backend is gone or unreachable (a live one answers), which only the endpoints can confirm
+    unanswered = [
+        (a, e) for a, e in entries if _translated(e) and "UNREPLIED" in e.flags and services.get(e.dst) is None
+    ]
     if not never and not dead:
+        if unanswered:
+            yield _unanswered(facts, unanswered)
         return
     f = start(facts, "KP312", [], confidence=Confidence.MEDIUM)
     parts = []
