@@ -91,10 +91,7 @@ def test_typing_does_not_depend_on_what_was_imported() -> None:
     import subprocess
     import sys
 
-    code = (
-        "from kpdoctor.bundle.sniff import sniff; import sys; "
-        "print(sniff(open(sys.argv[1]).read()).kind)"
-    )
+    code = "from kpdoctor.bundle.sniff import sniff; import sys; print(sniff(open(sys.argv[1]).read()).kind)"
     out = subprocess.run(
         [sys.executable, "-c", code, str(CASES / "microk8s-4961" / "kube-proxy.log")],
         capture_output=True,
@@ -339,3 +336,29 @@ def test_elision_lines_do_not_count_against_a_fragment() -> None:
     )
     for elision in ("...", "…", "[...]", "<snip>"):
         assert sniff(row + elision + "\n").kind == Kind.IPTABLES_LIST
+
+
+def test_package_versions_as_rpm_and_dpkg_print_them() -> None:
+    from kpdoctor.parse.system import parse_packages
+
+    rpm = "ipvsadm-1.27-7.el7.x86_64\niptables-1.4.21-35.el7.x86_64\n"
+    dpkg_s = (
+        "Package: iptables\nStatus: install ok installed\nPriority: optional\nSection: net\n"
+        "Installed-Size: 2588\nMaintainer: Debian Netfilter Packaging Team\nArchitecture: amd64\nVersion: 1.8.2-4\n"
+    )
+    dpkg_l = (
+        "Desired=Unknown/Install/Remove/Purge/Hold\n"
+        "| Status=Not/Inst/Conf-files/Unpacked/halF-conf/Half-inst/trig-aWait/Trig-pend\n"
+        "|/ Err?=(none)/Reinst-required (Status,Err: uppercase=bad)\n"
+        "||/ Name           Version      Architecture Description\n"
+        "+++-==============-============-============-=================================\n"
+        "ii  iptables       1.8.2-4      amd64        administration tools for packet filtering and NAT\n"
+    )
+    for text, want in (
+        (rpm, [("ipvsadm", "7"), ("iptables", "7")]),
+        (dpkg_s, [("iptables", None)]),
+        (dpkg_l, [("iptables", None)]),
+    ):
+        assert sniff(text).kind == Kind.PACKAGES
+        assert [(p.name, p.el) for p in parse_packages(text)] == want
+    assert [p.version for p in parse_packages(dpkg_s + dpkg_l)] == ["1.8.2-4", "1.8.2-4"]

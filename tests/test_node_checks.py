@@ -45,8 +45,6 @@ def run(paths: list[Path]) -> Report:
     return diagnose_paths(paths, min_severity=Severity.INFO)[0]
 
 
-
-
 def codes(report: Report) -> set[str]:
     return {f.code for f in report.findings} | {g.code for f in report.findings for g in f.folded}
 
@@ -396,6 +394,28 @@ def test_one_second_delay_on_old_kernels_and_quiet_on_new(tmp_path: Path) -> Non
     assert "1 s delay" in one(run([s, cfg, old]), "KP307").summary
     new = write(tmp_path, "u2.txt", "6.1.0-18-amd64\n")
     assert "KP307" not in codes(run([s, cfg, new]))
+
+
+# kube-router#544 as posted: the ipvsadm package of a CentOS 7 node, then a NodePort's real
+# server with its inactive connections piling up under a load test
+RPM_EL7 = "$ rpm -q ipvsadm\nipvsadm-1.27-7.el7.x86_64\n\n"
+BUSY_RS = (
+    "$ ipvsadm -ln | grep -A1 30530\nTCP  10.200.1.146:30530 rr\n"
+    "  -> 172.32.9.68:80               Masq    1      0          {n}\n"
+)
+
+
+def test_busy_real_server_on_an_old_kernel_without_the_sysctls(tmp_path: Path) -> None:
+    f = one(run([write(tmp_path, "t.txt", RPM_EL7 + BUSY_RS.format(n=757))]), "KP307")
+    assert f.severity == Severity.WARNING and f.confidence.label == "low"
+    assert "RHEL/CentOS 7" in f.summary and "757 inactive" in f.summary
+    assert [c.line for c in f.evidence] == [6, 2]
+    # quiet: few inactive connections; a 5.9+ kernel; the sysctls given (the other branches decide)
+    assert "KP307" not in codes(run([write(tmp_path, "a.txt", RPM_EL7 + BUSY_RS.format(n=12))]))
+    new = RPM_EL7.replace("$ rpm -q ipvsadm\nipvsadm-1.27-7.el7.x86_64", "$ uname -r\n5.14.0-362.8.1.el9_3.x86_64")
+    assert "KP307" not in codes(run([write(tmp_path, "b.txt", new + BUSY_RS.format(n=757))]))
+    ctl = "$ sysctl net.ipv4.vs.conntrack\nnet.ipv4.vs.conntrack = 0\n"
+    assert "KP307" not in codes(run([write(tmp_path, "c.txt", RPM_EL7 + BUSY_RS.format(n=757) + ctl)]))
 
 
 def test_forwarding_off(tmp_path: Path) -> None:

@@ -50,12 +50,15 @@ class Kind(enum.StrEnum):
     RUNTIME_LOG = "container runtime log"  # dockerd/podman/containerd lines: a stop that timed out
     KUBECTL_PODS = "kubectl get pods table"
     PRESTOP_SCRIPT = "preStop hook script"
+    PACKAGES = "package versions (rpm -q, dpkg -s, dpkg -l)"
     LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other
 # evidence by. A run given only these has checked nothing, whatever checks ran on them.
-CONTEXT_KINDS = frozenset({Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME})
+CONTEXT_KINDS = frozenset(
+    {Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME, Kind.PACKAGES}
+)
 
 
 @dataclass(frozen=True, slots=True)

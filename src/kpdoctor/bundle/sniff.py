@@ -20,6 +20,7 @@ from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.structured import StructuredError, load_json
+from kpdoctor.parse.system import looks_like_packages
 
 HEAD_BYTES = 256 * 1024
 
@@ -186,6 +187,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.UNAME, {})
     if len(_OS_RELEASE.findall(head)) >= 2 or len(_LSB_RELEASE.findall(head)) >= 2:
         return Typed(Kind.OS_RELEASE, {})
+    if looks_like_packages(lines):
+        return Typed(Kind.PACKAGES, {})
     if _PS_EF.search(head) or _PS_AUX.search(head):
         return Typed(Kind.PROCESSES, {})
     if _LOCKS.search(first):

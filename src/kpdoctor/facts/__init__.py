@@ -308,6 +308,21 @@ class Facts:
         return arts[0].name if arts else "processes"
 
     @cached_property
+    def packages(self) -> list[tuple[system.Package, Cite]]:
+        """The node's packages and versions (`rpm -q`, `dpkg -s`, `dpkg -l`); an image's are not."""
+        out: list[tuple[system.Package, Cite]] = []
+        for a in self.of(Kind.PACKAGES):
+            if a.attrs.get("scope", "host") != "host":
+                continue
+            out.extend((pkg, Cite(a.name, pkg.line, pkg.text)) for pkg in system.parse_packages(a.text, a.first_line))
+        return out
+
+    @cached_property
+    def rhel_release(self) -> tuple[str, Cite] | None:
+        """The RHEL (or rebuild) major release the node's rpm release tags name (`.el7`)."""
+        return next(((pkg.el, c) for pkg, c in self.packages if pkg.el), None)
+
+    @cached_property
     def line_counts(self) -> list[tuple[LineCount, Artifact]]:
         """Counts that pasted pipelines printed (`... | grep X | wc -l`), with their commands."""
         out = []
@@ -566,11 +581,16 @@ class Facts:
         in several listings (a bundle has both) is taken from the first, ``-Ln`` before ``-Sn``
         (it also shows the connection counts)."""
         out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
-        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
-        for a in listings:
-            for vs in parse_ipvsadm_list(a.text, a.first_line):
-                out.setdefault((vs.protocol, vs.address), (vs, a.name))
+        for vs, name in self.ipvs_listed:
+            out.setdefault((vs.protocol, vs.address), (vs, name))
         return list(out.values())
+
+    @cached_property
+    def ipvs_listed(self) -> list[tuple[VirtualServer, str]]:
+        """Every virtual server of every ``ipvsadm`` listing, ``-Ln`` before ``-Sn``: the same one
+        listed twice (a transcript's snapshots) is there twice, with its counts then."""
+        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
+        return [(vs, a.name) for a in listings for vs in parse_ipvsadm_list(a.text, a.first_line)]
 
     @cached_property
     def ipsets(self) -> dict[str, IpSet]:

@@ -264,3 +264,61 @@ def interface_addresses(text: str, name: str) -> list[ipaddress.IPv4Address | ip
     if name not in names:
         return None
     return [b.address for b in bound if b.interface == name]
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """One installed package as `rpm -q`, `dpkg -s` or `dpkg -l` print it."""
+
+    name: str
+    version: str  # upstream version and release as printed ("1.27-7.el7", "1.8.2-4")
+    line: int
+    text: str
+
+    @property
+    def el(self) -> str | None:
+        """The RHEL major release an rpm's release tag names (".el7" -> "7")."""
+        m = _EL_TAG.search(self.version)
+        return m.group(1) if m else None
+
+
+_EL_TAG = re.compile(r"\.el(\d+)(?:_\d+)?(?:\.|$)")
+# name-version-release.arch (rpm -q): ipvsadm-1.27-7.el7.x86_64
+_RPM_NVRA = re.compile(
+    r"^([A-Za-z0-9][\w.+]*(?:-[A-Za-z][\w.+]*)*)-(\d[\w.+~^]*-[\w.+~^]+?)\.(x86_64|aarch64|noarch|i686|ppc64le|s390x)$"
+)
+# dpkg -l rows: "ii  iptables  1.8.2-4  amd64  administration tools..."
+_DPKG_II = re.compile(r"^[iurph][iUCHFWt]\s+[a-z0-9][\w.+:-]*\s+\d")
+_DPKG_ROW = re.compile(r"^([a-z][a-zA-Z ]?[a-zA-Z]?)\s+([a-z0-9][\w.+:-]*)\s+(\d[\w.+:~-]*)\s+(\S+)(?:\s+.*)?$")
+
+
+def parse_packages(text: str, first_line: int = 1) -> list[Package]:
+    """Packages and their versions from `rpm -q[a]`, `dpkg -s` and `dpkg -l` output."""
+    out: list[Package] = []
+    name: tuple[str, int] | None = None  # dpkg -s: the Package: line, waiting for its Version:
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        if not s:
+            continue
+        if (m := _RPM_NVRA.match(s)) is not None:
+            out.append(Package(m.group(1), m.group(2), first_line + i, s))
+        elif s.startswith("Package:"):
+            name = (s.split(":", 1)[1].strip(), first_line + i)
+        elif s.startswith("Version:") and name is not None:
+            out.append(Package(name[0], s.split(":", 1)[1].strip(), first_line + i, s))
+            name = None
+        elif (m := _DPKG_ROW.match(s)) is not None and m.group(1)[0] in "iurph" and len(m.group(1)) <= 3:
+            out.append(Package(m.group(2).split(":", 1)[0], m.group(3), first_line + i, s))
+    return out
+
+
+def looks_like_packages(lines: list[str]) -> bool:
+    """Is this text mostly `rpm -q` lines, a `dpkg -s` stanza or `dpkg -l` rows?"""
+    if not lines:
+        return False
+    if any(ln.startswith("Package:") for ln in lines[:3]) and any(ln.startswith("Version:") for ln in lines[:40]):
+        return True
+    if any(ln.startswith("Desired=Unknown/Install") for ln in lines[:3]):
+        return True
+    rpm = sum(1 for ln in lines if _RPM_NVRA.match(ln.strip()) or _DPKG_II.match(ln))
+    return rpm >= 1 and rpm >= 0.6 * len(lines)

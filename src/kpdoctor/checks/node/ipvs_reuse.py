@@ -8,10 +8,57 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
-from kpdoctor.model import Confidence, Finding, Severity
+from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 REUSE_FIXED_KERNEL = (5, 9)  # "ipvs: allow connection reuse for unconfirmed conntrack" (f0a5e4d7a594)
 LEAVES_REUSE_MODE = (1, 22)  # kube-proxy stops forcing conn_reuse_mode=0 on kernels >= 5.9 (k/k#102122)
+
+
+# Inactive connections (TIME_WAIT, FIN_WAIT) on one real server that show clients opening and
+# closing connections fast enough to reuse their source ports within TIME_WAIT.
+BUSY_INACTIVE = 100
+# RHEL majors whose kernels are all older than 5.9 (7: 3.10, 6: 2.6.32)
+OLD_RHEL_KERNELS = {"6": "2.6.32", "7": "3.10"}
+
+
+def _busy_old_kernel(facts: Facts) -> Finding | None:
+    """IPVS in use on a kernel before 5.9 with a real server holding many inactive connections,
+    the sysctls not given: the 1 s delay (or, with conn_reuse_mode=0, the wrong backend) is
+    likely; only `sysctl net.ipv4.vs` tells which."""
+    busy = [(rs, vs, a) for vs, a in facts.ipvs_listed for rs in vs.reals if (rs.inactive or 0) >= BUSY_INACTIVE]
+    if not busy:
+        return None
+    kernel = facts.kernel
+    if kernel is not None:
+        if kernel.value.base[:2] >= REUSE_FIXED_KERNEL:
+            return None
+        old, cite = f"kernel {kernel.value}", kernel.cite
+    elif (rhel := facts.rhel_release) is not None and rhel[0] in OLD_RHEL_KERNELS:
+        old, cite = (
+            f"RHEL/CentOS {rhel[0]} (its kernel is {OLD_RHEL_KERNELS[rhel[0]]}: inferred from the packages)",
+            rhel[1],
+        )
+    else:
+        return None
+    rs, vs, a = max(busy, key=lambda b: b[0].inactive or 0)
+    f = start(facts, "KP307", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.confidence_reason = "IPVS in use on an old kernel with port churn; the net.ipv4.vs settings were not given"
+    f.summary = (
+        f"IPVS on {old}, before the 5.9 fix, and real server {rs.address} of {vs.address} holds {rs.inactive} "
+        "inactive connections: clients that open connections this fast come back from source ports still in "
+        "TIME_WAIT. With net.ipv4.vs.conn_reuse_mode=1 "
+        "(the kernel's default) and conntrack=1 the first SYN of each such connection is dropped (a 1 s connect "
+        "delay); with 0 (what kube-proxy 1.13-1.21 sets) it goes to the old connection's backend, removed or not."
+    )
+    f.evidence = [Cite(a, rs.line, rs.text or rs.address), cite]
+    f.fixed_in = ["kernel 5.9", "kube-proxy v1.22.0"]
+    f.fix = [
+        "Confirm with `sysctl net.ipv4.vs.conn_reuse_mode net.ipv4.vs.conntrack` (and connect times: 1 s and 3 s "
+        "steps are retransmitted SYNs).",
+        'Upgrade the kernel to 5.9 or later ("ipvs: allow connection reuse for unconfirmed conntrack") and keep '
+        "conn_reuse_mode=1 (kube-proxy 1.22+ leaves it).",
+    ]
+    return f
 
 
 @check(
@@ -19,7 +66,7 @@ LEAVES_REUSE_MODE = (1, 22)  # kube-proxy stops forcing conn_reuse_mode=0 on ker
     cause="ipvs-connection-reuse",
     title="IPVS connection reuse: new connections go to terminated Pods (or wait 1 s)",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL],
+    needs=[Kind.SYSCTL, Kind.IPVSADM],
 )
 def connection_reuse(facts: Facts) -> Iterator[Finding]:
     """In IPVS mode, a new connection that reuses a client port is sent to the old backend, or its first SYN is dropped.
@@ -37,7 +84,10 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         `ipvsadm` listing, or the sysctls present), the kernel version (uname) and kube-proxy's
         version. conn_reuse_mode=0 is a warning (wrong backends during rollouts); on a kernel
         before 5.9, conn_reuse_mode=1 with conntrack=1 is a warning (1 s delays).
-        expire_nodest_conn=0 is mentioned (connections to removed backends linger).
+        expire_nodest_conn=0 is mentioned (connections to removed backends linger). Without the
+        sysctls: IPVS listings whose real servers hold many inactive (TIME_WAIT) connections on
+        a kernel before 5.9 (uname, or RHEL/CentOS 6-7 from the packages' release tags) are a
+        low-confidence warning asking for them.
     Fix: on kernel 5.9+ set net.ipv4.vs.conn_reuse_mode=1 and run kube-proxy 1.22+ (which no
         longer resets it to 0); on older kernels upgrade the kernel (or a distribution kernel
         with f0a5e4d7a594 backported); keep expire_nodest_conn=1. Avoiding IPVS for the hot
@@ -49,7 +99,11 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
     node = facts.node_state
     reuse = node.setting("net.ipv4.vs.conn_reuse_mode")
     if reuse is None:
-        return  # ip_vs not loaded: no IPVS, nothing to reuse
+        # ip_vs not loaded (no IPVS, nothing to reuse), or its settings were not given
+        risk = _busy_old_kernel(facts) if not facts.has(Kind.SYSCTL) else None
+        if risk is not None:
+            yield risk
+        return
     mode = facts.proxy_mode
     if mode is not None and mode[0] != "ipvs" and not facts.has(Kind.IPVSADM):
         return  # the sysctls exist (module loaded) but kube-proxy does not use IPVS
