@@ -362,3 +362,22 @@ def test_package_versions_as_rpm_and_dpkg_print_them() -> None:
         assert sniff(text).kind == Kind.PACKAGES
         assert [(p.name, p.el) for p in parse_packages(text)] == want
     assert [p.version for p in parse_packages(dpkg_s + dpkg_l)] == ["1.8.2-4", "1.8.2-4"]
+
+
+def test_process_tables_by_their_header_custom_columns_and_busybox() -> None:
+    from kpdoctor.parse.system import parse_processes
+
+    busybox = (  # `kubectl exec kube-proxy-x -- ps` in an Alpine/busybox image: PID 1 is what matters
+        "PID   USER     TIME  COMMAND\n"
+        "    1 root      0:12 /usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf\n"
+        "   27 root      0:00 ps\n"
+    )
+    custom = "  PID  PPID COMMAND\n 2812  2795 /usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf\n"
+    for text in (busybox, custom):
+        assert sniff(text).kind == Kind.PROCESSES
+    (first, _ps) = parse_processes(busybox, 10)
+    assert (first.pid, first.ppid, first.user, first.program, first.line) == (1, None, "root", "kube-proxy", 11)
+    (row,) = parse_processes(custom)
+    assert (row.pid, row.ppid, row.program) == (2812, 2795, "kube-proxy")
+    # a header that only looks like one (a column `ps` never prints) is not a process table
+    assert sniff("PID NAME COMMAND\n1 x y\n").kind != Kind.PROCESSES

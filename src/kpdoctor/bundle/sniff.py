@@ -20,7 +20,7 @@ from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.structured import StructuredError, load_json
-from kpdoctor.parse.system import looks_like_packages
+from kpdoctor.parse.system import looks_like_packages, ps_header
 
 HEAD_BYTES = 256 * 1024
 
@@ -189,7 +189,7 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.OS_RELEASE, {})
     if looks_like_packages(lines):
         return Typed(Kind.PACKAGES, {})
-    if _PS_EF.search(head) or _PS_AUX.search(head):
+    if _PS_EF.search(head) or _PS_AUX.search(head) or any(ps_header(ln) for ln in lines[:5]):
         return Typed(Kind.PROCESSES, {})
     if _LOCKS.search(first):
         return Typed(Kind.LOCKS, {})

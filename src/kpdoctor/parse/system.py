@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kpdoctor import memo
-from kpdoctor.parse.numbers import is_int, to_int
+from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import load_json
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
@@ -99,27 +99,43 @@ class Process:
         return argv[0].rsplit("/", 1)[-1] if argv else ""
 
 
+# Column names `ps` prints (procps, busybox); a header of only these, ending in the command
+# column, is a process table whatever columns `-o` chose.
+_PS_COLUMN_NAMES = """PID PPID UID USER RUSER GROUP C %CPU %MEM VSZ RSS SZ TTY TT STAT S F START STIME TIME
+ELAPSED NI PRI PSR LWP NLWP WCHAN ADDR"""
+PS_COLUMNS = frozenset(_PS_COLUMN_NAMES.split())
+PS_COMMAND = frozenset(("CMD", "COMMAND", "ARGS"))
+
+
+def ps_header(line: str) -> list[str] | None:
+    """The columns of a `ps` header line (`ps -ef`, `ps aux`, `ps -o ...`, busybox `ps`)."""
+    cols = line.split()
+    if len(cols) < 2 or cols[-1] not in PS_COMMAND or "PID" not in cols:
+        return None
+    return cols if all(c in PS_COLUMNS for c in cols[:-1]) else None
+
+
 def parse_processes(text: str, first_line: int = 1) -> list[Process]:
-    """``ps -ef`` / ``ps -efww`` / ``ps aux`` output."""
-    lines = text.splitlines()
+    """Process tables: ``ps -ef``/``-efww``, ``ps aux``, ``ps -o`` custom columns and busybox
+    ``ps``, read by their header (the command is the rest of the line after the other columns)."""
     procs: list[Process] = []
-    mode = None
-    for i, raw in enumerate(lines):
-        ln = first_line + i
-        if re.match(r"^\s*UID\s+PID\s+PPID", raw):
-            mode = "ef"
+    cols: list[str] | None = None
+    for i, raw in enumerate(text.splitlines()):
+        header = ps_header(raw)
+        if header is not None:
+            cols = header
             continue
-        if re.match(r"^\s*USER\s+PID\s+%CPU", raw):
-            mode = "aux"
+        if cols is None:
             continue
-        if mode == "ef":
-            parts = raw.split(None, 7)
-            if len(parts) == 8 and is_int(parts[1]):
-                procs.append(Process(int(parts[1]), to_int(parts[2]), parts[0], parts[7], ln))
-        elif mode == "aux":
-            parts = raw.split(None, 10)
-            if len(parts) == 11 and is_int(parts[1]):
-                procs.append(Process(int(parts[1]), None, parts[0], parts[10], ln))
+        parts = raw.split(None, len(cols) - 1)
+        if len(parts) != len(cols):
+            continue
+        row = dict(zip(cols, parts, strict=True))
+        pid = to_int(row["PID"])
+        if pid is None:
+            continue
+        user = row.get("USER") or row.get("UID") or row.get("RUSER") or ""
+        procs.append(Process(pid, to_int(row.get("PPID")), user, parts[-1], first_line + i))
     return procs
 
 
