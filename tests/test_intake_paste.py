@@ -381,3 +381,19 @@ def test_process_tables_by_their_header_custom_columns_and_busybox() -> None:
     assert (row.pid, row.ppid, row.program) == (2812, 2795, "kube-proxy")
     # a header that only looks like one (a column `ps` never prints) is not a process table
     assert sniff("PID NAME COMMAND\n1 x y\n").kind != Kind.PROCESSES
+
+
+def test_lsof_network_rows_give_the_listeners() -> None:
+    from kpdoctor.parse.sockets import parse_ss_listen
+
+    rows = (
+        "kube-prox  2812 root    9u  IPv6  31337      0t0  TCP *:10256 (LISTEN)\n"
+        "kube-prox  2812 root   11u  IPv4  31340      0t0  TCP 10.0.0.5:43210->10.0.0.1:6443 (ESTABLISHED)\n"
+        "coredns    4242 root    6u  IPv4  41000      0t0  UDP 10.244.1.3:53\n"
+    )
+    assert sniff(rows).kind == Kind.LISTENERS
+    got = [(x.proto, x.address, x.port, x.process, x.pid, x.source) for x in parse_ss_listen(rows)]
+    assert got == [
+        ("tcp", "0.0.0.0", 10256, "kube-prox", 2812, "lsof"),
+        ("udp", "10.244.1.3", 53, "coredns", 4242, "lsof"),
+    ]

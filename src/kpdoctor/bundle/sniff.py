@@ -19,6 +19,7 @@ from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
+from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.system import looks_like_packages, ps_header
 
@@ -96,6 +97,7 @@ _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M
 )
 _NSTAT = re.compile(r"^#kernel\s*$|^(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w*\s+\d+\s+\d+(?:\.\d+)?\s*$", re.M)
+_LSOF_HEADER = re.compile(r"^COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE\s+DEVICE\s+SIZE/OFF\s+NODE\s+NAME")
 _SS_HEADER = re.compile(r"^(?:Netid\s+)?(?:State\s+)?Recv-Q\s+Send-Q\s+Local Address:Port", re.M)
 _NETSTAT_LISTEN = re.compile(r"^Proto\s+Recv-Q\s+Send-Q\s+Local Address\s+Foreign Address\s+State", re.M)
 _IP_LINK = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
@@ -262,9 +264,7 @@ def has_signal(text: str) -> bool:
 
     Its regular expression, not its needle: "Using " or "MARK" alone say nothing. The catalogue
     is loaded here, so typing never depends on which modules the caller happened to import."""
-    return any(
-        sig.needle in text and sig.compiled().search(text) is not None for sig in catalogue() if not sig.generic
-    )
+    return any(sig.needle in text and sig.compiled().search(text) is not None for sig in catalogue() if not sig.generic)
 
 
 _JSON_START = re.compile(r"^(?:\{|\[\s*(?:[\[{\"\]\d-]|true|false|null|$))")
@@ -315,7 +315,11 @@ def _sniff_node(text: str, first: str) -> Typed | None:
         return Typed(Kind.NETSTAT, {})
     if _NSTAT.match(first) and len(_NSTAT.findall(text)) >= 2:
         return Typed(Kind.NSTAT, {})
-    if _SS_HEADER.search(text) or _NETSTAT_LISTEN.search(text):
+    if (
+        _SS_HEADER.search(text)
+        or _NETSTAT_LISTEN.search(text)
+        or _mostly([ln.strip() for ln in text.splitlines()[:200] if ln.strip()], LSOF_ROW, _LSOF_HEADER)
+    ):
         return Typed(Kind.LISTENERS, {})
     if _IP_LINK.match(first):
         return Typed(Kind.IP_LINK, {})

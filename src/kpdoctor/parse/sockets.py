@@ -29,7 +29,7 @@ class Listener:
     line: int
     text: str
     interface: str | None = None  # "lo" for 127.0.0.1%lo
-    source: str = "ss"  # ss | netstat
+    source: str = "ss"  # ss | netstat | lsof
 
 
 _PROTOS = {"tcp": "tcp", "tcp6": "tcp", "udp": "udp", "udp6": "udp", "sctp": "sctp", "mptcp": "tcp"}
@@ -138,12 +138,35 @@ def _looks_netstat(toks: list[str]) -> bool:
     return toks[0].endswith("6") or "LISTEN" in tail or bool(tail and re.match(r"^(\d+/|-$)", tail[-1]))
 
 
+# lsof -i rows (header or not): COMMAND PID USER FD TYPE DEVICE SIZE/OFF NODE NAME [(STATE)]
+LSOF_ROW = re.compile(
+    r"^(\S+)\s+(\d+)\s+(?:\d+\s+)?\S+\s+\w+\s+IPv[46]\s+\S+\s+\S+\s+(TCP|UDP)\s+(\S+)(?:\s+\((\w+)\))?\s*$"
+)
+
+
+def _lsof_row(s: str, line: int) -> Listener | None:
+    """A listening TCP or bound UDP socket of an `lsof -i` row (connected ones are not listeners)."""
+    m = LSOF_ROW.match(s)
+    if m is None or "->" in m.group(4) or (m.group(3) == "TCP" and m.group(5) != "LISTEN"):
+        return None
+    local = _endpoint(m.group(4))
+    if local is None or local[1] is None:
+        return None
+    proto = m.group(3).lower()
+    return Listener(proto, local[0], local[1], 0, 0, m.group(1), to_int(m.group(2)), line, s, local[2], source="lsof")
+
+
 def parse_ss_listen(text: str, first_line: int = 1) -> list[Listener]:
-    """Listening TCP (LISTEN) and bound UDP (UNCONN) sockets from ``ss -l...`` or ``netstat -l...``."""
+    """Listening TCP (LISTEN) and bound UDP (UNCONN) sockets from ``ss -l...``, ``netstat -l...``
+    or ``lsof -i`` (which shows no queue lengths: 0, like netstat)."""
     out: list[Listener] = []
     mode: str | None = None  # set by the last header seen
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
+        if LSOF_ROW.match(s):
+            if (got_lsof := _lsof_row(s, first_line + i)) is not None:
+                out.append(got_lsof)
+            continue
         if re.match(r"^Proto\s+Recv-Q\s+Send-Q", s):
             mode = "netstat"
             continue
