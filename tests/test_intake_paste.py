@@ -397,3 +397,29 @@ def test_lsof_network_rows_give_the_listeners() -> None:
         ("tcp", "0.0.0.0", 10256, "kube-prox", 2812, "lsof"),
         ("udp", "10.244.1.3", 53, "coredns", 4242, "lsof"),
     ]
+
+
+def test_command_told_shapes_lsmod_grep_and_dpkg_version(tmp_path: Path) -> None:
+    """k/k#133694's `lsmod | grep ip` and k/k#82361's `dpkg -s iptables | grep ^Version`."""
+    from kpdoctor.facts import Facts
+
+    ev = load([CASES / "k8s-133694" / "lsmod.txt", CASES / "k8s-82361" / "transcript.txt"])
+    mods = next(a for a in ev.artifacts if a.kind == Kind.MODULES)
+    assert mods.attrs.get("fragment") == "true"
+    facts = Facts(ev)
+    assert "nf_nat" in facts.modules_seen and facts.modules is None  # a grep'd list proves no absence
+    assert [(p.name, p.version) for p, _c in facts.packages] == [("iptables", "1.8.2-4")]
+
+
+def test_nothing_printed_and_exit_are_not_unrecognised_content(tmp_path: Path) -> None:
+    p = tmp_path / "t.txt"
+    p.write_text(
+        "# ip6tables -t nat -S | grep KUBE-MARK-DROP\n(nothing)\n# iptables --version\niptables v1.8.4 (legacy)\n"
+        "[root@pod /]# exit\ncommand terminated with exit code 1\n"
+    )
+    ev = load([p])
+    assert [a.kind for a in ev.artifacts] == [Kind.IPTABLES_VERSION]
+    assert [x.message for x in ev.problems] == [
+        "output of `ip6tables -t nat -S | grep KUBE-MARK-DROP`: printed nothing (the placeholder says so): nothing "
+        "matched"
+    ]

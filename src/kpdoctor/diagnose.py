@@ -151,6 +151,8 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
             details["fragment"] = "no log header: read for the known signatures they hold"
         elif details.get("fragment") == "true" and a.kind == Kind.IPTABLES_LIST:
             details["fragment"] = "rows without their Chain and column headers: proves what is in it, not what is not"
+        elif details.get("fragment") == "true" and a.kind == Kind.MODULES:
+            details["fragment"] = "filtered: what is listed is loaded, the rest unknown"
         elif details.get("fragment") == "true":
             details["fragment"] = "rules without their table lines: proves what is in it, not what is not"
         out.append(InputRead(a.name, a.first_line, last, kind, details))

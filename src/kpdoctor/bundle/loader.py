@@ -43,6 +43,10 @@ MAX_STREAM_BYTES = 2 * 1024**3  # a pipe is spooled to a temporary file up to th
 MAX_MANIFEST_BYTES = 16 * 1024**2  # a 10,000-Service node's manifest is ~20 kB
 MAX_DIR_FILES = 20_000  # files read from one folder (a bundle has ~40; a cluster-info dump a few thousand)
 STREAM = re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
+# Commands whose output is never evidence; their parts are passed over without a word.
+_NOT_EVIDENCE = frozenset(("exit", "logout", "cd", "clear", "history", "pwd"))
+# What users write where a command printed nothing: "(nothing)", "<no output>", "[empty]"
+_EMPTY_OUTPUT = re.compile(r"^[(<\[]?\s*(?:nothing|no output|empty|none|no results?|no match(?:es)?)\s*[)>\]]?$", re.I)
 _KIND_HINTS = {
     "hostname": Kind.HOSTNAME,
     "locks": Kind.LOCKS,
@@ -52,6 +56,7 @@ _KIND_HINTS = {
     "nf_conntrack-stat": Kind.NF_CONNTRACK_STAT,
     "conntrack-list": Kind.CONNTRACK_ENTRIES,
     "sysctl": Kind.SYSCTL,
+    "packages": Kind.PACKAGES,
 }
 
 
@@ -544,6 +549,10 @@ def _load_transcript(
             typed = sniff_command(p.command, text) or typed
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
             hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
+        if typed.kind is None and p.argv and p.argv[0].rsplit("/", 1)[-1] in _NOT_EVIDENCE:
+            continue  # `exit`, `cd`: what they print says nothing about the node
+        if typed.kind is None and _EMPTY_OUTPUT.match(text.strip()):
+            typed = Typed(None, {}, "printed nothing (the placeholder says so): nothing matched")
         if typed.kind is None:
             what = f"output of `{p.command}`" if p.argv else "the text before the first command"
             where = f"{label}:{p.first_line - 1}" if p.argv else f"{label}:1"

@@ -225,6 +225,13 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["previous"] = "true"
     if prog == "hostname":
         hints["kind"] = "hostname"
+    if prog == "lsmod":
+        hints["kind"] = "modules"
+        if len(words) < len(argv):  # `lsmod | grep ip_vs`: what is listed is loaded, the rest unknown
+            hints["fragment"] = "true"
+    if prog in ("dpkg", "rpm") and len(words) > 2 and words[1] in ("-s", "-q", "--status", "--query", "-qa", "-l"):
+        hints["kind"] = "packages"
+        hints["package"] = words[2]
     if prog == "sysctl" and "-n" in words[1:] and len([w for w in words[1:] if not w.startswith("-")]) == 1:
         hints["kind"] = "sysctl"  # values only: the name comes from the command line
         hints["sysctl"] = next(w for w in words[1:] if not w.startswith("-")).replace("/", ".")

@@ -314,7 +314,8 @@ class Facts:
         for a in self.of(Kind.PACKAGES):
             if a.attrs.get("scope", "host") != "host":
                 continue
-            out.extend((pkg, Cite(a.name, pkg.line, pkg.text)) for pkg in system.parse_packages(a.text, a.first_line))
+            pkgs = system.parse_packages(a.text, a.first_line, a.attrs.get("package"))
+            out.extend((pkg, Cite(a.name, pkg.line, pkg.text)) for pkg in pkgs)
         return out
 
     @cached_property
@@ -341,11 +342,21 @@ class Facts:
 
     @cached_property
     def modules(self) -> set[str] | None:
-        arts = self.of(Kind.MODULES)
+        """The loaded modules, from complete listings only (a module not in it is not loaded);
+        None when no complete listing was given."""
+        arts = [a for a in self.of(Kind.MODULES) if a.attrs.get("fragment") != "true"]
         if not arts:
             return None
         names: set[str] = set()
         for a in arts:
+            names |= system.parse_modules(a.text).names
+        return names
+
+    @cached_property
+    def modules_seen(self) -> set[str]:
+        """Modules any listing shows loaded, a grep'd `lsmod | grep X` too (absence proves nothing)."""
+        names: set[str] = set()
+        for a in self.of(Kind.MODULES):
             names |= system.parse_modules(a.text).names
         return names
 

@@ -308,10 +308,12 @@ _DPKG_II = re.compile(r"^[iurph][iUCHFWt]\s+[a-z0-9][\w.+:-]*\s+\d")
 _DPKG_ROW = re.compile(r"^([a-z][a-zA-Z ]?[a-zA-Z]?)\s+([a-z0-9][\w.+:-]*)\s+(\d[\w.+:~-]*)\s+(\S+)(?:\s+.*)?$")
 
 
-def parse_packages(text: str, first_line: int = 1) -> list[Package]:
-    """Packages and their versions from `rpm -q[a]`, `dpkg -s` and `dpkg -l` output."""
+def parse_packages(text: str, first_line: int = 1, package: str | None = None) -> list[Package]:
+    """Packages and their versions from `rpm -q[a]`, `dpkg -s` and `dpkg -l` output; ``package``:
+    the one the command asked for (`dpkg -s iptables | grep ^Version` prints no Package: line)."""
     out: list[Package] = []
-    name: tuple[str, int] | None = None  # dpkg -s: the Package: line, waiting for its Version:
+    # dpkg -s: the Package: line, waiting for its Version:
+    name: tuple[str, int] | None = (package, first_line) if package else None
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
         if not s:

@@ -174,7 +174,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     unloaded = (
         setting is None
         and bool(node.sysctls)
-        and not (facts.modules is not None and "br_netfilter" in facts.modules)
+        and "br_netfilter" not in facts.modules_seen
         and bridged is True
     )
     if not (off or symptom or unloaded or note):
