@@ -423,3 +423,21 @@ def test_nothing_printed_and_exit_are_not_unrecognised_content(tmp_path: Path) -
         "output of `ip6tables -t nat -S | grep KUBE-MARK-DROP`: printed nothing (the placeholder says so): nothing "
         "matched"
     ]
+
+
+def test_hostnamectl_and_neofetch_give_the_os_and_the_running_kernel(tmp_path: Path) -> None:
+    from kpdoctor.facts import Facts
+
+    hostnamectl = (
+        "   Static hostname: node1\n         Icon name: computer-vm\n           Chassis: vm\n"
+        "    Virtualization: kvm\n  Operating System: Debian GNU/Linux 10 (buster)\n"
+        "            Kernel: Linux 4.19.0-18-amd64\n      Architecture: x86-64\n"
+    )
+    p = tmp_path / "hostnamectl.txt"
+    p.write_text(hostnamectl)
+    facts = Facts(load([p]))
+    assert facts.kernel is not None and facts.kernel.value.base == (4, 19, 0) and facts.kernel.cite.line == 6
+    assert facts.os_release is not None and facts.os_release[0]["VERSION_ID"] == "10"
+    assert facts.os_release[0]["ID"] == "debian" and facts.os_release[1].line == 5
+    neofetch = Facts(load([CASES / "k3d-607" / "host-info.txt"]))  # k3d#607 as posted
+    assert neofetch.kernel is not None and neofetch.kernel.value.raw == "5.12.3-zen1-1-zen"

@@ -21,7 +21,7 @@ from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
-from kpdoctor.parse.system import looks_like_packages, ps_header
+from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, looks_like_packages, ps_header
 
 HEAD_BYTES = 256 * 1024
 
@@ -189,6 +189,8 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.UNAME, {})
     if len(_OS_RELEASE.findall(head)) >= 2 or len(_LSB_RELEASE.findall(head)) >= 2:
         return Typed(Kind.OS_RELEASE, {})
+    if SYSINFO_OS.search(head[:8192]) and SYSINFO_KERNEL.search(head[:8192]):  # hostnamectl, neofetch
+        return Typed(Kind.OS_RELEASE, {"format": "system summary"})
     if looks_like_packages(lines):
         return Typed(Kind.PACKAGES, {})
     if _PS_EF.search(head) or _PS_AUX.search(head) or any(ps_header(ln) for ln in lines[:5]):

@@ -369,6 +369,10 @@ class Facts:
             v = system.parse_uname(a.text)
             if v:
                 return Versioned(v, _first_line_cite(a))
+        for a in self.of(Kind.OS_RELEASE):  # `hostnamectl` and neofetch name the running kernel
+            if a.attrs.get("scope", "host") == "host" and (got := system.sysinfo_kernel(a.text)) is not None:
+                line = a.text.splitlines()[got[1]].strip()
+                return Versioned(got[0], Cite(a.name, a.first_line + got[1], line))
         return None
 
     def node_info(self, field: str) -> tuple[str, Cite] | None:
@@ -418,7 +422,11 @@ class Facts:
             d = system.parse_os_release(a.text)
             if d:
                 line = next(
-                    (i for i, ln in enumerate(a.text.splitlines()) if ln.startswith(("PRETTY_NAME=", "Description:"))),
+                    (
+                        i
+                        for i, ln in enumerate(a.text.splitlines())
+                        if ln.strip().startswith(("PRETTY_NAME=", "Description:", "Operating System:", "OS:"))
+                    ),
                     0,
                 )
                 return d, Cite(a.name, a.first_line + line, a.text.splitlines()[line] if a.text else "")

@@ -46,8 +46,24 @@ _LSB_KEYS = {
 }
 
 
+# `hostnamectl` ("Operating System: Ubuntu 20.04.3 LTS", "Kernel: Linux 5.4.0-91-generic") and
+# neofetch ("OS: Arch Linux x86_64", "Kernel: 5.12.3-zen1-1-zen"): the OS and the running kernel
+SYSINFO_OS = re.compile(r"^\s*(?:Operating System|OS):\s*(\S.*)$", re.M)
+SYSINFO_KERNEL = re.compile(r"^\s*Kernel:\s*(?:Linux\s+)?(\d\S*)\s*$", re.M)
+
+
+def sysinfo_kernel(text: str) -> tuple[KernelVersion, int] | None:
+    """The kernel release of a `hostnamectl`/neofetch summary, and its line index."""
+    m = SYSINFO_KERNEL.search(text[:_BANNER_CHARS])
+    if m is None:
+        return None
+    v = _version(KernelVersion.parse, m.group(1)[:_VERSION_CHARS])
+    return (v, text.count("\n", 0, m.start())) if v is not None else None
+
+
 def parse_os_release(text: str) -> dict[str, str]:
-    """/etc/os-release (``KEY=value``), or ``lsb_release -a`` (``Description:\tUbuntu 22.04.1 LTS``)."""
+    """/etc/os-release (``KEY=value``), ``lsb_release -a`` (``Description:\tUbuntu 22.04.1 LTS``),
+    or the OS line of `hostnamectl`/neofetch."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         m = re.match(r"^([A-Z_][A-Z0-9_]*)=(.*)$", line.strip())
@@ -57,6 +73,14 @@ def parse_os_release(text: str) -> dict[str, str]:
         m = re.match(r"^(Distributor ID|Description|Release|Codename):\s*(.*)$", line.strip())
         if m:
             out[_LSB_KEYS[m.group(1)]] = m.group(2).strip()
+            continue
+        m = SYSINFO_OS.match(line)
+        if m and "PRETTY_NAME" not in out:
+            out["PRETTY_NAME"] = m.group(1).strip()
+            words = m.group(1).split()
+            out.setdefault("ID", words[0].lower())
+            if (ver := next((m for w in words[1:] if (m := re.match(r"\d+(?:\.\d+)?", w))), None)) is not None:
+                out.setdefault("VERSION_ID", ver.group(0))  # "20.04" of "20.04.3 LTS", as os-release says
     if out.get("ID"):
         out["ID"] = out["ID"].lower()  # lsb_release says "Ubuntu", os-release "ubuntu"
     return out
