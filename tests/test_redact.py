@@ -582,3 +582,12 @@ def test_one_pass_search_finds_the_lines_the_word_by_word_search_finds(monkeypat
     monkeypatch.setattr(redact, "_TRIGGER_AC", None)
     assert [redact._scrub_bytes(t) for t in texts] == fast
     assert b"hunter2" not in fast[0] and b"abc123" not in fast[0]
+
+
+def test_a_key_whose_value_is_an_object_or_a_list_keeps_its_structure() -> None:
+    """A JSON schema or a manifest names `password:`/`secret:` fields whose value is a mapping:
+    the opening brace is structure, not a secret (redacting it broke the document)."""
+    schema = b'{\n  "properties": {\n    "password": {\n      "type": "object"\n    },\n    "tokens": [\n    ]\n  }\n}\n'
+    assert redact_secrets("deploy/schema.json", schema) == schema
+    yaml = b"spec:\n  password: {name: x}\n  token: s3cr3t-value\n"
+    assert redact_secrets("x.yaml", yaml) == b"spec:\n  password: {name: x}\n  token: <redacted>\n"

@@ -50,7 +50,8 @@ _B = str.encode
 _VAL = rb"\"[^\"]*\"|'[^']*'|[^\s\"']+"
 _YAML_KEY = re.compile(
     rb"(?i)^([ \t]*(?:-[ \t]+)?([\"']?)[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\2[ \t]*:[ \t]+)"
-    rb"(\"[^\"]*\"|'[^']*'|[^\s\"'#][^\r\n]*?)([ \t]+#[^\r\n]*)?(\r?)$"
+    # a scalar value: an object or list opening (`"password": {` in a JSON schema) holds no secret itself
+    rb"(\"[^\"]*\"|'[^']*'|[^\s\"'#{\[][^\r\n]*?)([ \t]+#[^\r\n]*)?(\r?)$"
 )
 _JSON_KEY = re.compile(rb"(?i)(\"[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\"[ \t]*:[ \t]*)(\"(?:[^\"\\]|\\.)*\")")
 _BLOCK_KEY = re.compile(
