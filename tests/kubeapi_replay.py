@@ -32,6 +32,11 @@ that watches and writes (``ReplayServer(exchanges, cluster=live)``; exchanges st
   with merge keys, so conditions merge by ``type``; JSON merge patch; JSON Patch, 422 if it does not
   apply; 409 on a stale ``metadata.resourceVersion``; a no-op patch writes nothing); any other write
   to a served resource is 405. Every write lands in :attr:`ReplayServer.writes`;
+* Pods, for a client that runs one (``kubectl kpdoctor node``): ``POST .../namespaces/NS/pods``
+  (``name`` or ``generateName``, 409 AlreadyExists, 422 without containers), ``DELETE
+  .../pods/NAME`` (gone at once, as with ``gracePeriodSeconds=0``) and ``GET .../pods/NAME/log``
+  (``follow=true`` streams it); a created Pod follows :attr:`LiveCluster.pod_script` (a
+  :class:`PodScript`: its phases and its container's log over time; none: it stays Pending);
 * failures: :meth:`LiveCluster.deny` (403 by default, any Status) and :attr:`LiveCluster.down`.
 """
 
@@ -364,6 +369,23 @@ class ReplayServer:
                 finally:
                     events.close()
 
+            def _stream_log(self, log: LogStream) -> None:
+                """A followed container log: ``200`` text, chunked, each line flushed as the container writes it."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.flush()
+                    for text in log.chunks(server._stopping):
+                        data = text.encode("utf-8")
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
             def _notice_hangup(self, watch: LiveWatch) -> None:
                 """End the watch when the client closes the connection (it sends nothing while it watches)."""
                 try:
@@ -400,6 +422,8 @@ class ReplayServer:
                         reply = (404, not_found_path())
                 if isinstance(reply, LiveWatch):
                     self._stream(reply)
+                elif isinstance(reply, LogStream):
+                    self._stream_log(reply)
                 elif reply == "close":  # an apiserver that is gone: no answer at all
                     server._record_write(method, path, query, ctype, raw, 0)
                     self.close_connection = True
@@ -1063,6 +1087,7 @@ class LiveCluster:
         self.down_mode = "503"  # or "close": drop every connection without an answer
         self.user = user
         self.too_large_wait = too_large_wait  # the watch cache's wait for a resourceVersion it has not seen
+        self._pod_clocks: dict[Key, tuple[str, float, PodScript]] = {}  # scripted Pods: uid, created, script
         for obj in objects:
             self.apply(obj)
 
@@ -1236,8 +1261,11 @@ class LiveCluster:
         return body
 
     def respond(self, method: str, path: str, query: Mapping[str, str], content_type: str | None,
-                raw: bytes) -> Reply | LiveWatch | None:
+                raw: bytes) -> Reply | LiveWatch | LogStream | None:
         """The apiserver's answer to a request (``None``: a path it does not serve)."""
+        log_path = _POD_LOG_PATH.match(path)
+        if log_path is not None and method == "GET":
+            return self._pod_log(log_path["ns"], log_path["name"], query)
         t = _parse_path(path)
         if t is None:
             return None
@@ -1254,6 +1282,11 @@ class LiveCluster:
             (t.kind == "Event" and t.subresource is None) or (t.kind == "Node" and t.subresource == "status")
         ):
             return self._patch(t, content_type, raw, dry_run)
+        if t.kind == "Pod" and t.namespace is not None and t.subresource is None:
+            if method == "POST" and t.name is None:
+                return self._create_pod(t, content_type, raw, dry_run)
+            if method == "DELETE" and t.name is not None:
+                return self._delete_pod(t, dry_run)
         return 405, method_not_allowed()
 
     def _get(self, t: _Target) -> Reply:
@@ -1421,24 +1454,52 @@ class LiveCluster:
         except ValueError as e:
             return None, (400, bad_request(f"error decoding body: {e}"))
 
-    def _create_event(self, t: _Target, content_type: str | None, raw: bytes, dry_run: bool) -> Reply:
+    def _new_object(self, t: _Target, content_type: str | None, raw: bytes, kind: str,
+                    a_kind: str) -> tuple[Obj, Reply | None]:
+        """The body of a create as the apiserver takes it in (kind, namespace, no uid), or the
+        error it answers instead."""
         body, error = self._decode_body(content_type, raw, ("application/json",))
         if error is not None:
-            return error
-        if not isinstance(body, dict):
-            return 400, bad_request("the body of the request is not an Event")
+            return {}, error
+        if not isinstance(body, dict) or body.get("kind", kind) != kind:
+            return {}, (400, bad_request(f"the body of the request is not {a_kind}"))
         ns = t.namespace or ""
         obj = copy.deepcopy(body)
-        obj["kind"], obj["apiVersion"] = "Event", "v1"
+        obj["kind"], obj["apiVersion"] = kind, "v1"
         meta = obj.setdefault("metadata", {})
         if meta.get("namespace") not in (None, "", ns):
-            return 400, bad_request("the namespace of the provided object does not match the namespace sent on "
-                                    "the request")
+            return {}, (400, bad_request("the namespace of the provided object does not match the namespace sent "
+                                         "on the request"))
         meta["namespace"] = ns
         for field in ("uid", "creationTimestamp"):
             meta.pop(field, None)
         if meta.get("resourceVersion"):
-            return 500, internal_error("resourceVersion should not be set on objects to be created")
+            return {}, (500, internal_error("resourceVersion should not be set on objects to be created"))
+        return obj, None
+
+    def _name_new(self, bucket: dict[Any, Obj], ns: str, meta: Obj, kind: str, resource: str) -> Reply | None:
+        """Name a new object (generateName as the apiserver does it) and stamp it; under the lock."""
+        if not meta.get("name"):
+            prefix = meta.get("generateName") or ""
+            if not prefix:
+                return 422, invalid(kind, "", "metadata.name", "FieldValueRequired",
+                                    "Required value: name or generateName is required")
+            for _ in range(8):  # the apiserver retries a generated name that is taken
+                meta["name"] = prefix + "".join(self._random.choice(GENERATE_NAME_CHARS)
+                                                for _ in range(GENERATE_NAME_LENGTH))
+                if (ns, meta["name"]) not in bucket:
+                    break
+        if (ns, meta["name"]) in bucket:
+            return 409, already_exists(resource, meta["name"])
+        meta["uid"] = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+        meta["creationTimestamp"] = _now()
+        return None
+
+    def _create_event(self, t: _Target, content_type: str | None, raw: bytes, dry_run: bool) -> Reply:
+        obj, error = self._new_object(t, content_type, raw, "Event", "an Event")
+        if error is not None:
+            return error
+        ns, meta = t.namespace or "", obj["metadata"]
         involved_ns = (obj.get("involvedObject") or {}).get("namespace") or ""
         if not obj.get("eventTime") and (ns != involved_ns if involved_ns else ns not in ("", "default")):
             return 422, invalid("Event", meta.get("name") or meta.get("generateName") or "",
@@ -1446,20 +1507,9 @@ class LiveCluster:
                                 f'Invalid value: "{involved_ns}": does not match event.namespace')
         with self._cond:
             bucket = self._store.setdefault("Event", {})
-            if not meta.get("name"):
-                prefix = meta.get("generateName") or ""
-                if not prefix:
-                    return 422, invalid("Event", "", "metadata.name", "FieldValueRequired",
-                                        "Required value: name or generateName is required")
-                for _ in range(8):  # the apiserver retries a generated name that is taken
-                    meta["name"] = prefix + "".join(self._random.choice(GENERATE_NAME_CHARS)
-                                                    for _ in range(GENERATE_NAME_LENGTH))
-                    if (ns, meta["name"]) not in bucket:
-                        break
-            if (ns, meta["name"]) in bucket:
-                return 409, already_exists("events", meta["name"])
-            meta["uid"] = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
-            meta["creationTimestamp"] = _now()
+            named = self._name_new(bucket, ns, meta, "Event", "events")
+            if named is not None:
+                return named
             if dry_run:
                 return 201, obj
             return 201, copy.deepcopy(self._commit("Event", (ns, meta["name"]), obj))
@@ -1513,6 +1563,183 @@ class LiveCluster:
             if new == current or dry_run:  # a no-op update is not written: same resourceVersion, no event
                 return 200, copy.deepcopy(new)
             return 200, copy.deepcopy(self._commit(t.kind, key, new))
+
+
+    # -- Pods (kubectl kpdoctor node): create, scripted phases and log, delete
+
+    pod_script: PodScript | None = None  # what every Pod created from now on does (None: stays Pending)
+
+    def _create_pod(self, t: _Target, content_type: str | None, raw: bytes, dry_run: bool) -> Reply:
+        obj, error = self._new_object(t, content_type, raw, "Pod", "a Pod")
+        if error is not None:
+            return error
+        ns, meta = t.namespace or "", obj["metadata"]
+        containers = (obj.get("spec") or {}).get("containers") or []
+        if not containers:
+            return 422, invalid("Pod", meta.get("name") or meta.get("generateName") or "", "spec.containers",
+                                "FieldValueRequired", "Required value")
+        for i, c in enumerate(containers):
+            if not c.get("image"):
+                return 422, invalid("Pod", meta.get("name") or "", f"spec.containers[{i}].image",
+                                    "FieldValueRequired", "Required value")
+        script = self.pod_script
+        with self._cond:
+            bucket = self._store.setdefault("Pod", {})
+            named = self._name_new(bucket, ns, meta, "Pod", "pods")
+            if named is not None:
+                return named
+            waiting = script.waiting_reason if script is not None else "ContainerCreating"
+            obj["status"] = _pod_status(obj, "Pending", waiting, 0)
+            if dry_run:
+                return 201, obj
+            stored = copy.deepcopy(self._commit("Pod", (ns, meta["name"]), obj))
+            if script is not None:
+                self._pod_clocks[(ns, meta["name"])] = (meta["uid"], time.monotonic(), script)
+                threading.Thread(target=self._play_pod, args=((ns, meta["name"]), meta["uid"]), daemon=True,
+                                 name=f"kubeapi-replay-pod-{meta['name']}").start()
+            return 201, stored
+
+    def _play_pod(self, key: Key, uid: str) -> None:
+        """Move a created Pod through its script's phases, each at its time, until it is deleted."""
+        with self._cond:
+            _, born, script = self._pod_clocks[key]
+        for at, phase in script.phases:
+            with self._cond:
+                while True:
+                    current = self._store.get("Pod", {}).get(key)
+                    if current is None or current["metadata"]["uid"] != uid:
+                        return
+                    left = born + at - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                new = copy.deepcopy(current)
+                new["status"] = _pod_status(new, phase, script.waiting_reason, script.exit_code)
+                self._commit("Pod", key, new)
+
+    def _delete_pod(self, t: _Target, dry_run: bool) -> Reply:
+        assert t.name is not None
+        key = (t.namespace or "", t.name)
+        with self._cond:
+            current = self._store.get("Pod", {}).get(key)
+            if current is None:
+                return 404, not_found("pods", t.name)
+            if dry_run:
+                return 200, copy.deepcopy(current)
+            return 200, copy.deepcopy(self._commit("Pod", key, None))
+
+    def _pod_log(self, ns: str, name: str, query: Mapping[str, str]) -> Reply | LogStream:
+        """``GET .../pods/NAME/log``: as the kubelet answers, through the apiserver."""
+        key = (ns, name)
+        with self._cond:
+            pod = self._store.get("Pod", {}).get(key)
+            if pod is None:
+                return 404, not_found("pods", name)
+            names = [c["name"] for c in pod["spec"]["containers"]]
+            container = query.get("container") or (names[0] if len(names) == 1 else "")
+            if not container:
+                return 400, bad_request(f"a container name must be specified for pod {name}, choose one of: "
+                                        f"{names}")
+            if container not in names:
+                return 400, bad_request(f"container {container} is not valid for pod {name}")
+            phase = (pod.get("status") or {}).get("phase")
+            clock = self._pod_clocks.get(key)
+            if phase == "Pending" or clock is None or clock[0] != pod["metadata"]["uid"]:
+                reason = clock[2].waiting_reason if clock is not None else "ContainerCreating"
+                return 400, bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+            uid, born, script = clock
+        stream = LogStream(self, key, uid, born, script)
+        if query.get("follow") in ("true", "1"):
+            return stream
+        return 200, "".join(stream.written())  # type: ignore[return-value]  # a text body: _send serves str as text/plain
+
+
+# -- Pods that run (kubectl kpdoctor node) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodScript:
+    """What a Pod created on a :class:`LiveCluster` does, timed from its creation: it is ``Pending``
+    (its container waiting, ``waiting_reason``), then takes each ``(seconds, phase)`` of ``phases``
+    in turn; its container writes each ``(seconds, text)`` of ``log`` once it runs, and ends with
+    ``exit_code`` (in ``Succeeded``/``Failed``)."""
+
+    phases: Sequence[tuple[float, str]] = ((0.2, "Running"), (1.0, "Succeeded"))
+    log: Sequence[tuple[float, str]] = ()
+    exit_code: int = 0
+    waiting_reason: str = "ContainerCreating"
+
+
+_POD_LOG_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _pod_status(pod: Obj, phase: str, waiting_reason: str, exit_code: int) -> Obj:
+    """A Pod's status in ``phase``, its containers in the matching state (as the kubelet reports them)."""
+    now = _now()
+    prev = pod.get("status") or {}
+    started = next((s["state"].get("running", {}).get("startedAt") for s in prev.get("containerStatuses") or []
+                    if "running" in s.get("state", {})), None) or now
+    statuses = []
+    for c in pod["spec"]["containers"]:
+        state: Obj
+        if phase == "Pending":
+            state = {"waiting": {"reason": waiting_reason}}
+        elif phase == "Running":
+            state = {"running": {"startedAt": now}}
+        else:
+            reason = "Completed" if exit_code == 0 else "Error"
+            state = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now}}
+        statuses.append({"name": c["name"], "image": c["image"], "imageID": "", "ready": phase == "Running",
+                         "restartCount": 0, "started": phase == "Running", "state": state})
+    ready = "True" if phase == "Running" else "False"
+    status: Obj = {
+        "phase": phase,
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                       {"type": "Ready", "status": ready, "lastTransitionTime": now}],
+        "containerStatuses": statuses,
+        "qosClass": "BestEffort",
+        "startTime": prev.get("startTime") or now,
+    }
+    if phase != "Pending":
+        status["hostIP"] = status["podIP"] = "10.0.0.1"
+    return status
+
+
+class LogStream:
+    """A Pod's container log as the kubelet serves it: what the script wrote by now, and (followed)
+    each later line when its time comes, until the container ended or the Pod is gone."""
+
+    def __init__(self, cluster: LiveCluster, key: Key, uid: str, born: float, script: PodScript) -> None:
+        self.cluster = cluster
+        self.key = key
+        self.uid = uid
+        self.born = born
+        self.script = script
+
+    def written(self) -> list[str]:
+        elapsed = time.monotonic() - self.born
+        return [text for at, text in self.script.log if at <= elapsed]
+
+    def chunks(self, stopping: threading.Event) -> Iterator[str]:
+        sent = 0
+        lines = sorted(self.script.log, key=lambda x: x[0])
+        cond = self.cluster._cond
+        while not stopping.is_set():
+            with cond:
+                pod = self.cluster._store.get("Pod", {}).get(self.key)
+                gone = pod is None or pod["metadata"]["uid"] != self.uid
+                ended = gone or (pod or {}).get("status", {}).get("phase") in TERMINAL_PHASES
+                elapsed = time.monotonic() - self.born
+                due = [text for at, text in lines[sent:] if at <= elapsed]
+                if not due and (gone or (ended and sent == len(lines))):
+                    return
+                if not due:
+                    nxt = lines[sent][0] - elapsed if sent < len(lines) else None
+                    cond.wait(min(nxt, 0.5) if nxt is not None else 0.5)
+                    continue
+            sent += len(due)
+            yield from due
 
 
 def load_live_cluster(path: Path) -> LiveCluster:
