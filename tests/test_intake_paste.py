@@ -441,3 +441,22 @@ def test_hostnamectl_and_neofetch_give_the_os_and_the_running_kernel(tmp_path: P
     assert facts.os_release[0]["ID"] == "debian" and facts.os_release[1].line == 5
     neofetch = Facts(load([CASES / "k3d-607" / "host-info.txt"]))  # k3d#607 as posted
     assert neofetch.kernel is not None and neofetch.kernel.value.raw == "5.12.3-zen1-1-zen"
+
+
+def test_a_dollar_prompt_starts_a_part_whatever_its_command(tmp_path: Path) -> None:
+    """An indented markdown paste: a count run with sudo, then `hostnamectl` (a command kpdoctor
+    did not know): its output must not be merged into the count's."""
+    p = tmp_path / "comment.md"
+    p.write_text(
+        "Our Services broke after the upgrade:\n\n"
+        "    $ sudo iptables --version\n    iptables v1.8.2 (nf_tables)\n"
+        '    $ sudo iptables -S | grep -c "kubernetes firewall for dropping marked packets"\n    2814\n'
+        "    $ some-tool --status\n    all good\n"
+        "    $ hostnamectl\n      Operating System: Debian GNU/Linux 10 (buster)\n"
+        "                Kernel: Linux 4.19.0-18-amd64\n"
+    )
+    ev = load([p])
+    assert [a.kind for a in ev.artifacts] == [Kind.IPTABLES_VERSION, Kind.LINE_COUNT, Kind.OS_RELEASE]
+    rep, _ = diagnose_paths([p])
+    f = rep.findings[0]
+    assert f.code == "KP122" and "2814 rules" in f.summary and f.confidence.label == "high"

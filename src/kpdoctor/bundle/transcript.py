@@ -94,6 +94,9 @@ KNOWN_COMMANDS = frozenset(
         "rke2",
         "microk8s",
         "minikube",
+        "hostnamectl",
+        "neofetch",
+        "lsof",
     ]
 )
 
@@ -139,9 +142,11 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     bare_hash = line.lstrip().startswith("#")
     # an unknown command is one only after a strong prompt, or when it sets a kernel setting
     # (`echo 0 > /proc/sys/...`: evidence of the value, whatever the prompt)
+    # `$ ` is a prompt, never a comment: any command word after it starts a part of its own
+    dollar = line.lstrip(" \t*_").startswith("$ ")
     if (
         prog not in KNOWN_COMMANDS
-        and not (m.group("strong") and _COMMAND_WORD.match(prog))
+        and not ((m.group("strong") or dollar) and _COMMAND_WORD.match(prog))
         and (bare_hash or sysctl_write(argv) is None)
     ):
         return None

@@ -13,6 +13,7 @@ from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split
 
 MAX_COMMAND = 4096
+_WRAPPERS = frozenset(("sudo", "time", "env", "command", "nice"))
 _COUNT = re.compile(r"^\s*(\d{1,12})\s*$")
 # what a counting command may print besides its number: iptables-nft's notice about the other
 # backend, grep's complaints
@@ -31,7 +32,9 @@ class LineCount:
 
     @property
     def program(self) -> str:
-        return self.source[0].rsplit("/", 1)[-1] if self.source else ""
+        """The counted program (`sudo`, `time` and `env` passed over)."""
+        words = [w for w in self.source if w not in _WRAPPERS and "=" not in w]
+        return words[0].rsplit("/", 1)[-1] if words else ""
 
 
 def pipeline(command: str) -> list[list[str]]:

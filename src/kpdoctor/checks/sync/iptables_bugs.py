@@ -210,7 +210,9 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
                 "writer's `iptables -C` never finds the rule it added, so every sync appends another copy."
             )
             f.severity = Severity.WARNING
-            f.confidence_reason = "a count of the rule, pasted with the command that counted it"
+            f.confidence_reason = "a count of the rule, pasted with the command that counted it" + (
+                ", and an iptables that has the bug" if broken or os_broken else ""
+            )
             nft_notice = next(
                 (c for c, _a in facts.line_counts if any("iptables-legacy tables" in n for n in c.notices)), None
             )
