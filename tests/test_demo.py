@@ -51,7 +51,7 @@ def test_lock_demo_names_the_holder() -> None:
 def test_demo_command_lists_and_diagnoses() -> None:
     res = CliRunner().invoke(app, ["demo"])
     assert res.exit_code == 1  # findings
-    assert "Built-in examples" in res.output and "Root causes" in res.output
+    assert "Built-in examples" in res.output and "Root cause" in res.output
     for d in DEMOS:
         assert d.name in res.output
     assert CliRunner().invoke(app, ["demo", "nope"]).exit_code == 2

@@ -154,9 +154,13 @@ _OUTPUT = click.option(
 _SEVERITY = click.option(
     "--min-severity",
     type=click.Choice([x.value for x in Level]),
-    default=Level.warning.value,
-    show_default=True,
-    help="Lowest severity to report.",
+    default=None,
+    help="Lowest severity to report [default: warning; when nothing reaches it, info findings are listed "
+    "one line each, unless the threshold is given].",
+)
+
+_VERBOSE = click.option(
+    "--verbose", "-v", is_flag=True, help="List every skipped check, input read and evidence line in full."
 )
 
 _NODE = click.option(
@@ -358,12 +362,13 @@ def _run(
     paths: list[str],
     fmt: Format,
     output: Path | None,
-    min_severity: Level,
+    min_severity: str | None,
     node: str | None,
     header: str = "",
     live: Live | None = None,
+    verbose: bool = False,
 ) -> int:
-    sev = Severity.parse(min_severity.value)
+    sev = Severity.parse(Level(min_severity or Level.warning.value).value)
     live = live or Live(False)
     keep = _kept()
     try:
@@ -375,6 +380,7 @@ def _run(
     finally:
         deadline.disarm()
     keep += [report, evidence]
+    report.threshold_explicit, report.verbose = min_severity is not None, verbose
     code = exit_code(report, evidence)
     if code == 2:
         for p in evidence.problems:
@@ -415,10 +421,17 @@ def _say_partial(report: Any, evidence: Any, code: int) -> None:
 @_FORMAT
 @_OUTPUT
 @_SEVERITY
+@_VERBOSE
 @_NODE
 @_live()
 def diagnose(
-    paths: tuple[str, ...], fmt: str, output: Path | None, min_severity: str, node: str | None, **live: Any
+    paths: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    min_severity: str | None,
+    verbose: bool,
+    node: str | None,
+    **live: Any,
 ) -> None:
     """Diagnose a node from the evidence you have, or from the node itself (--live); root cause first.
 
@@ -440,7 +453,7 @@ def diagnose(
     """
     lv = Live.of(live, node)
     deadline.arm(live["timeout"])
-    raise Exit(_run(list(paths), Format(fmt), output, Level(min_severity), node, live=lv))
+    raise Exit(_run(list(paths), Format(fmt), output, min_severity, node, live=lv, verbose=verbose))
 
 
 @app.command()
@@ -856,7 +869,8 @@ def rules(fmt: str) -> None:
 @_FORMAT
 @_OUTPUT
 @_SEVERITY
-def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> None:
+@_VERBOSE
+def demo(name: str | None, fmt: str, output: Path | None, min_severity: str | None, verbose: bool) -> None:
     """Diagnose a built-in example bundle (one per seed scenario)."""
     header = ""
     if not DEMOS:
@@ -881,7 +895,7 @@ def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> 
         raise Exit(2)
     if fmt != Format.text and header:
         header = ""
-    raise Exit(_run([str(demo_path(name))], Format(fmt), output, Level(min_severity), None, header=header))
+    raise Exit(_run([str(demo_path(name))], Format(fmt), output, min_severity, None, header=header, verbose=verbose))
 
 
 @app.command()
@@ -896,7 +910,7 @@ def demo(name: str | None, fmt: str, output: Path | None, min_severity: str) -> 
     show_default=True,
     help="Longest line printed (NPD's max_output_length).",
 )
-def npd(paths: tuple[str, ...], min_severity: str, node: str | None, max_output: int, **live: Any) -> None:
+def npd(paths: tuple[str, ...], min_severity: str | None, node: str | None, max_output: int, **live: Any) -> None:
     """A node-problem-detector custom plugin: one line, exit 0 OK, 1 problem, 2 unknown.
 
     Without PATHs it collects from this node (read-only, as `diagnose --live`); NPD's
@@ -913,7 +927,9 @@ def npd(paths: tuple[str, ...], min_severity: str, node: str | None, max_output:
         click.echo("kpdoctor: nothing to diagnose (see stderr)")
         raise Exit(UNKNOWN) from None
     try:
-        report = diagnose_evidence(evidence, node=node, min_severity=Severity.parse(min_severity), keep=_kept())
+        report = diagnose_evidence(
+            evidence, node=node, min_severity=Severity.parse(min_severity or Level.warning.value), keep=_kept()
+        )
         code, line = npd_status(report, exit_code(report, evidence))
     finally:
         deadline.disarm()
@@ -962,7 +978,7 @@ def npd(paths: tuple[str, ...], min_severity: str, node: str | None, max_output:
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary (JSON) and exit (1: findings).")
 def agent(
     node: str | None,
-    min_severity: str,
+    min_severity: str | None,
     every: float,
     full_every: int,
     listen: str,
@@ -1008,7 +1024,7 @@ def agent(
         interval=every,
         full_every=full_every,
         timeout=live["timeout"],
-        min_severity=Severity.parse(min_severity),
+        min_severity=Severity.parse(min_severity or Level.warning.value),
     )
     runner, cache, how = build(
         opts,

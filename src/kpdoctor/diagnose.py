@@ -21,6 +21,7 @@ from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.facts import Facts
 from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank
+from kpdoctor.report.view import verdict
 
 VERIFY_CODES = ("KP2",)
 
@@ -108,6 +109,8 @@ def _run(
         errors=errors,
         timed_out=deadline.message(),
         inputs=inputs_read(evidence),
+        damaged=sorted(set(evidence.damaged)),
+        context_only=context_only(evidence),
     )
 
 
@@ -178,33 +181,11 @@ def diagnose_paths(
         evidence.close()
 
 
-def exit_code(report: Report, evidence: Evidence) -> int:
+def exit_code(report: Report, evidence: Evidence | None = None) -> int:
     """0 clean, 1 findings at/above the threshold, 2 nothing usable, 3 inconclusive, 4 a bug met
-    (the report is still written: DESIGN.md).
-
-    For ``verify``: 1 on a mismatch (or stale rules), 3 when any result is uncertain. A run cut
-    short by --timeout, or on damaged evidence (a corrupt archive, a bundle missing what its
-    manifest lists), is never clean: 1 if it found something, else 3."""
-    if report.errors:
-        return 4
-    if not evidence.artifacts:
-        return 3 if report.timed_out else 2
-    if report.command == "verify":
-        ver = report.verification
-        if ver is None:
-            return 3 if report.timed_out else 2
-        if ver.count("mismatch") or ver.stale:
-            return 1
-        # some results uncertain (or Services that gave nothing to verify) and none mismatched is
-        # not clean: a script must be able to tell it from a verified node
-        if not ver.results or ver.count("uncertain") or ver.unverified or report.timed_out:
-            return 3
-        return 0
-    if report.visible():
-        return 1
-    if report.checks_run == 0 or report.timed_out or evidence.damaged or context_only(evidence):
-        return 3
-    return 0
+    (the report is still written: DESIGN.md); the view's verdict (report/view.py), which the
+    renderers show in words. ``evidence`` is no longer needed (the report carries what was read)."""
+    return verdict(report).code
 
 
 def context_only(evidence: Evidence) -> bool:

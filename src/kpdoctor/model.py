@@ -268,6 +268,12 @@ class Report:
     errors: list[InternalError] = field(default_factory=list)  # bugs met (exit 4); the rest still ran
     timed_out: str | None = None  # "gave up after 120 s (--timeout) while check KP200": the run is partial
     inputs: list[InputRead] = field(default_factory=list)  # how each input was read
+    damaged: list[str] = field(default_factory=list)  # inputs that lost part of themselves (never clean)
+    context_only: bool = False  # only versions and identity were given: no findings is not "healthy"
+    # How the reader asked for it (report/view.py): a threshold they chose hides what is below it;
+    # verbose lists every skipped check
+    threshold_explicit: bool = False
+    verbose: bool = False
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""

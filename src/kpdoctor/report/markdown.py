@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kpdoctor.model import Finding, Report
-from kpdoctor.report import verification
 from kpdoctor.report.safe import printable
+from kpdoctor.report.view import View, build
 
 
 def _finding(f: Finding, level: int) -> list[str]:
@@ -51,48 +51,60 @@ def _finding(f: Finding, level: int) -> list[str]:
     return out
 
 
-def render_markdown(report: Report, color: bool = False) -> str:
-    out = [f"# kpdoctor report{' for node ' + report.node if report.node else ''}", ""]
-    vis = report.visible()
-    if not vis:
-        out += [f"No findings at or above {report.min_severity.label} ({report.checks_run} checks ran).", ""]
-    for f in vis:
+def render_markdown(report: Report | View, color: bool = False) -> str:
+    """The view as Markdown: the verdict, the answer, then what else was found and not checked."""
+    view = report if isinstance(report, View) else build(report)
+    rep = view.report
+    out = [f"# kpdoctor report{' for node ' + rep.node if rep.node else ''}", ""]
+    v = view.verdict
+    out += [f"**{v.word.upper()}**: {v.why} ({len(rep.artifacts)} input(s), {rep.checks_run} check(s) ran)", ""]
+    if view.unused_first:
+        out += _unused(view)
+    for f in view.causes:
         out += _finding(f, 2)
-    if report.verification is not None:
-        ver = report.verification
-        out += ["## Verification", "", verification.summary(ver), ""]
-        rows, hidden = verification.rows(ver, report.show_all or report.command != "verify")
-        if report.command != "verify":
-            rows = [r for r in rows if r.status != "ok"]
-        if rows:
+    if view.below:
+        out += [f"## Below the threshold ({rep.min_severity.label})", ""]
+        out += [f"- {f.severity.label} {f.code} `{f.cause}`: {f.summary}" for f in view.below]
+        out.append("")
+    ver = view.verification
+    if ver is not None:
+        out += ["## Verification", "", view.verification_summary or "", ""]
+        if view.rows:
             out += ["| service port | status | traffic classes |", "|---|---|---|"]
-            out += [f"| {r.service} | {r.status} | {r.classes} |" for r in rows]
+            out += [f"| {r.service} | {r.status} | {r.classes} |" for r in view.rows]
             out.append("")
-            out += [f"- {r.service}: {d}" for r in rows for d in r.details]
+            out += [f"- {r.service}: {d}" for r in view.rows for d in r.details]
             out.append("")
-        if hidden:
-            out += [f"{hidden} Service port(s) verified ok are not listed.", ""]
+        if view.rows_hidden:
+            out += [f"{view.rows_hidden} Service port(s) verified ok are not listed.", ""]
         out += [
             f"- stale: {s.destination}/{s.protocol} -> {', '.join(s.backends)}"
             + (f" (left from {s.leftover_of} mode)" if s.leftover_of else "")
             for s in ver.stale
         ]
-    if report.skipped:
-        out += ["## Skipped checks", ""]
-        out += [f"- {s.code} `{s.cause}`: {s.reason}" for s in report.skipped]
-        out.append("")
-    if report.inputs:
+    if view.unused and not view.unused_first:
+        out += _unused(view)
+    if view.inputs:
         out += ["## Inputs read", ""]
-        out += [f"- {i.describe()}" for i in report.inputs]
+        out += [f"- {i.describe()}" for i in view.inputs]
         out.append("")
-    if report.problems:
-        out += ["## Inputs not used or not collected", ""]
-        out += [f"- {p.source}: {p.message}" for p in report.problems]
+    if view.skipped:
+        out += ["## Not checked (missing evidence, not healthy)", ""]
+        for g in view.skipped:
+            out.append(f"- {g.line()}")
+            if view.verbose:
+                out += [f"  - {s.code} `{s.cause}`" for s in g.checks]
         out.append("")
-    if report.errors:
+    if rep.errors:
         out += ["## Internal errors (kpdoctor bugs: the rest of the report stands)", ""]
-        out += [f"- {e.stage}: {e.error}" for e in report.errors]
+        out += [f"- {e.stage}: {e.error}" for e in rep.errors]
         out.append("")
-    if report.timed_out:
-        out += [f"**Partial report:** {report.timed_out}.", ""]
+    if rep.timed_out:
+        out += [f"**Partial report:** {rep.timed_out}.", ""]
     return printable("\n".join(out))
+
+
+def _unused(view: View) -> list[str]:
+    out = ["## Inputs not used or not collected", ""]
+    out += [f"- {p.source}: {p.message}" + (f" (and {p.count - 1} more)" if p.count > 1 else "") for p in view.unused]
+    return [*out, ""]

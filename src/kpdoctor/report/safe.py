@@ -38,6 +38,14 @@ def escape(text: str) -> str:
     return _markup_escape(printable(text))
 
 
+def plain(text: str) -> str:
+    """For a Rich ``Text`` (no markup read): at most :data:`MAX_SHOWN` characters, control
+    characters made visible."""
+    if len(text) > MAX_SHOWN:
+        text = f"{text[:MAX_SHOWN]} [... {len(text) - MAX_SHOWN:,} more characters]"
+    return printable(text)
+
+
 def json_safe(text: str) -> str:
     """JSON text as valid UTF-8 with no raw C1 control: those characters (only ever inside JSON
     strings) become ``\\uXXXX`` escapes, which mean the same."""

@@ -1,24 +1,58 @@
-"""Terminal output with Rich: readable without colour; NO_COLOR is honoured."""
+"""The terminal report: the answer first, readable at 60 columns, without colour, piped to a file.
+
+It lays out the view (report/view.py) and decides nothing: long summaries wrap under their
+indentation, evidence lines are cut with the cut marked (never wrapped into the next line's
+column). NO_COLOR is honoured.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import re
+import shutil
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from kpdoctor.model import Finding, Report, Severity
-from kpdoctor.report import verification
-from kpdoctor.report.safe import escape
+from kpdoctor.report.safe import escape, plain
+from kpdoctor.report.view import View, build
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+VERDICT_STYLE = {0: "bold green", 1: "bold red", 2: "bold yellow", 3: "bold yellow", 4: "bold red"}
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
+PIPED_WIDTH = 100  # a report written to a file or a pipe
+INPUTS_SHOWN = 20  # a bundle has dozens of files: the rest are in --format json
 
 
-def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
-    sev = f.severity.label.upper()
-    con.print(f"{indent}[{STYLE[f.severity]}]{n} {sev}[/] [bold]{f.code}[/] {escape(f.cause)}: {escape(f.title)}")
-    con.print(f"{indent}   {escape(f.summary)}", highlight=False, soft_wrap=True)
+def _t(text: str, style: str = "") -> Text:
+    """Evidence-derived text for the terminal: control characters shown, never obeyed."""
+    return Text(plain(text), style=style)
+
+
+def _wrapped(con: Console, text: str, indent: int, style: str = "") -> None:
+    """``text`` wrapped at the console's width, every line under ``indent``."""
+    con.print(Padding(_t(text, style=style), (0, 0, 0, indent), expand=False))
+
+
+def _item(con: Console, text: str, indent: int) -> None:
+    """``- text``, its continuation lines under the text, not under the dash."""
+    grid = Table.grid(padding=0)
+    grid.add_column(width=2, no_wrap=True)
+    grid.add_column()
+    grid.add_row("- ", _t(text))
+    con.print(Padding(grid, (0, 0, 0, indent), expand=False))
+
+
+def _cut(con: Console, text: Text, indent: int) -> None:
+    """One line, cut at the console's width with the cut marked."""
+    con.print(Padding(text, (0, 0, 0, indent), expand=False), no_wrap=True, overflow="ellipsis", crop=True)
+
+
+def _meta(f: Finding) -> str:
     meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
     if f.alternative_to:
         meta.append(f"an alternative to {f.alternative_to}")
@@ -30,111 +64,160 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: str = "") -> None:
         )
     if f.ongoing is not None:
         meta.append("ONGOING" if f.ongoing else "recovered")
-    con.print(f"{indent}   [dim]{escape(', '.join(meta))}[/]")
+    return ", ".join(meta)
+
+
+def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> None:
+    verbose = view.verbose
+    head = _t(f"{n} {f.severity.label.upper()}", style=STYLE[f.severity])
+    head.append(" ")
+    head.append(f.code, style="bold")
+    head.append(plain(f" {f.cause}: {f.title}"))
+    con.print(Padding(head, (0, 0, 0, indent), expand=False))
+    _wrapped(con, f.summary, indent + 3)
+    _wrapped(con, _meta(f), indent + 3, "dim")
     if f.versions_found:
         v = ", ".join(f"{k} {val}" for k, val in f.versions_found.items())
-        fixed = f"; fixed in {', '.join(f.fixed_in)}" if f.fixed_in else ""
-        con.print(f"{indent}   versions: {escape(v + fixed)}", highlight=False, soft_wrap=True)
+        _wrapped(con, "versions: " + v + (f"; fixed in {', '.join(f.fixed_in)}" if f.fixed_in else ""), indent + 3)
     if f.evidence:
-        con.print(f"{indent}   evidence:")
-        for c in f.evidence:
+        con.print(" " * (indent + 3) + "evidence:")
+        shown = f.evidence if view.evidence_shown is None else f.evidence[: view.evidence_shown]
+        for c in shown:
             where = f"{c.artifact}:{c.line}" if c.line else c.artifact
             if c.writer:
                 where += f" ({c.whose})"
-            text = c.text if len(c.text) <= 400 else c.text[:397] + "..."
-            con.print(f"{indent}     [dim]{escape(where)}[/]  {escape(text)}", highlight=False, soft_wrap=True)
+            if len(where) + 30 > con.width - indent - 5:  # the place is never cut: its line alone, then the text
+                _wrapped(con, where, indent + 5, "dim")
+                _cut(con, _t(c.text), indent + 7)
+                continue
+            line = _t(where, style="dim")
+            line.append(plain("  " + c.text))
+            _cut(con, line, indent + 5)
+        if len(f.evidence) > len(shown):
+            con.print(" " * (indent + 5) + f"[dim]... and {len(f.evidence) - len(shown)} more (-v)[/]")
     if f.fix:
-        con.print(f"{indent}   fix:")
+        con.print(" " * (indent + 3) + "fix:")
         for x in f.fix:  # a multi-line item (a YAML snippet) keeps its shape, indented under its dash
-            text = x.replace("\n", "\n" + indent + "       ")
-            con.print(f"{indent}     - {escape(text)}", highlight=False, soft_wrap=True)
+            first, *rest = x.split("\n")
+            _item(con, first, indent + 5)
+            for r in rest:
+                _cut(con, _t(r), indent + 7)
     for i, sub in enumerate(f.folded, 1):
-        con.print(f"{indent}   [dim]explains:[/]")
-        _emit_finding(con, sub, f"{n.rstrip('.')}.{i}", indent + "     ")
-    con.print()
+        if verbose:
+            con.print(" " * (indent + 3) + "explains:", style="dim")
+            _emit_finding(con, sub, f"{n.rstrip('.')}.{i}", indent + 5, view)
+            continue
+        line = _t("explains ", style="dim")
+        line.append(f"{sub.code} {sub.cause}", style="bold")
+        line.append(plain(f" ({sub.severity.label}{f', {sub.occurrences}x' if sub.occurrences else ''}): {sub.title}"))
+        _cut(con, line, indent + 3)
+    if not verbose or indent == 0:
+        con.print()
 
 
-def _emit_verification(con: Console, report: Report) -> None:
-    ver = report.verification
-    con.print(f"[bold]Verification[/] {escape(verification.summary(ver))}")
-    rows, hidden = verification.rows(ver, report.show_all)
-    if report.command != "verify":
-        rows = [r for r in rows if r.status != "ok"][:20]
-        hidden = 0
-    if rows:
+def _emit_verification(con: Console, view: View) -> None:
+    con.print(_t("Verification ", style="bold") + _t(view.verification_summary or ""), soft_wrap=False)
+    if view.rows:
         table = Table("service port", "status", "traffic classes", box=None, pad_edge=False, show_edge=False)
         style = {"ok": "green", "mismatch": "bold red", "uncertain": "yellow"}
-        for r in rows:
+        for r in view.rows:
             table.add_row(escape(r.service), f"[{style[r.status]}]{r.status}[/]", escape(r.classes))
         con.print(table)
-        for r in rows:
+        for r in view.rows:
             for d in r.details:
-                con.print(f"  [dim]{escape(r.service)}[/] {escape(d)}", soft_wrap=True)
-    if hidden:
-        con.print(f"[dim]{hidden} Service port(s) verified ok are not listed (--all lists them).[/]")
+                _cut(con, _t(r.service + " ", style="dim") + _t(d), 2)
+    if view.rows_hidden:
+        con.print(f"[dim]{view.rows_hidden} Service port(s) verified ok are not listed (verify --all lists them).[/]")
+    ver = view.verification
     for s in ver.stale[:10]:
         named = f" (rules name {s.label})" if s.label else ""
         named += f" (left from {s.leftover_of} mode)" if s.leftover_of else ""
-        to = escape(", ".join(s.backends[:4]))
-        con.print(f"  [bold red]stale[/] {escape(s.destination)}/{s.protocol} -> {to}{escape(named)}")
+        _cut(
+            con,
+            _t("stale ", style="bold red") + _t(f"{s.destination}/{s.protocol} -> {', '.join(s.backends[:4])}{named}"),
+            2,
+        )
     for n in ver.not_evaluated:
-        con.print(f"  [yellow]not evaluated:[/] {escape(n)}")
+        _cut(con, _t("not evaluated: ", style="yellow") + _t(n), 2)
     con.print()
 
 
-INPUTS_SHOWN = 20  # a bundle has dozens of files: the rest are in --format json
-
-
-def _emit_inputs(con: Console, report: Report) -> None:
-    con.print("[bold]Inputs read:[/]")
-    for i in report.inputs[:INPUTS_SHOWN]:
-        con.print(f"  {escape(i.describe())}", highlight=False, soft_wrap=True)
-    if len(report.inputs) > INPUTS_SHOWN:
-        con.print(f"  [dim]... and {len(report.inputs) - INPUTS_SHOWN} more (--format json lists every one)[/]")
+def _emit_unused(con: Console, view: View) -> None:
+    con.print(f"[bold]Inputs not used or not collected ({len(view.unused)}):[/]")
+    for p in view.unused:
+        more = f" (and {p.count - 1} more like it)" if p.count > 1 else ""
+        _wrapped(con, f"{p.source}: {p.message}{more}", 2)
     con.print()
 
 
-def render_text(report: Report, color: bool = True) -> str:
+def _emit_inputs(con: Console, view: View) -> None:
+    con.print(f"[bold]Inputs read ({len(view.inputs)}):[/]")
+    shown = view.inputs if view.verbose else view.inputs[:INPUTS_SHOWN]
+    for i in shown:
+        _wrapped(con, i.describe(), 2)
+    if len(view.inputs) > len(shown):
+        con.print(f"  [dim]... and {len(view.inputs) - len(shown)} more (-v, or --format json, lists every one)[/]")
+    con.print()
+
+
+def _emit_skipped(con: Console, view: View) -> None:
+    total = sum(len(g.checks) for g in view.skipped)
+    con.print(f"[bold]Not checked[/] ({total} check(s): missing evidence, not healthy):")
+    for g in view.skipped:
+        _wrapped(con, g.line(), 2)
+        if view.verbose:
+            for s in g.checks:
+                _cut(con, _t(f"{s.code} {s.cause}", style="dim"), 4)
+    if not view.verbose:
+        con.print("  [dim](-v lists each check)[/]")
+    con.print()
+
+
+def render_text(report: Report | View, color: bool = True, width: int | None = None) -> str:
+    view = report if isinstance(report, View) else build(report)
+    rep = view.report
     buf = io.StringIO()
     no_color = not color or "NO_COLOR" in os.environ
-    con = Console(file=buf, force_terminal=not no_color, no_color=no_color, width=110, highlight=False)
-    title = f"kpdoctor {report.tool_version}"
-    if report.node:
-        title += f" - node {report.node}"
-    con.print(f"[bold]{escape(title)}[/]")
-    con.print(
-        f"[dim]{len(report.artifacts)} artifact(s), {report.checks_run} check(s) ran, {len(report.skipped)} skipped[/]"
+    if width is None:
+        width = shutil.get_terminal_size((PIPED_WIDTH, 24)).columns if color else PIPED_WIDTH
+    con = Console(
+        file=buf, force_terminal=not no_color, no_color=no_color, width=max(40, width), highlight=False, emoji=False
     )
+    title = f"kpdoctor {rep.tool_version}" + (f" - node {rep.node}" if rep.node else "")
+    con.print(_t(title, style="bold"))
+    v = view.verdict
+    line = _t(v.word.upper(), style=VERDICT_STYLE.get(v.code, "bold"))
+    line.append(plain(f": {v.why}") if v.why else "")
+    line.append(f" ({len(rep.artifacts)} input(s), {rep.checks_run} check(s) ran)", style="dim")
+    con.print(line)
     con.print()
-    vis = report.visible()
-    if not vis:
-        con.print(f"[green]No findings at or above {report.min_severity.label}.[/]")
+    if view.unused_first:
+        _emit_unused(con, view)
+    if view.causes:
+        many = len(view.causes) > 1
+        con.print(f"[bold]Root causes, most likely first ({len(view.causes)}):[/]" if many else "[bold]Root cause:[/]")
+        for i, f in enumerate(view.causes, 1):
+            _emit_finding(con, f, f"{i}.", 0, view)
+    if view.below:
+        con.print(f"[bold]Below the threshold[/] ({rep.min_severity.label}; --min-severity info shows them in full):")
+        for f in view.below:
+            _cut(con, _t(f"{f.severity.label} {f.code} {f.cause}: ", style="cyan") + _t(f.summary), 2)
         con.print()
-    else:
-        con.print(f"[bold]Root causes, most likely first ({len(vis)}):[/]")
-        con.print()
-        for i, f in enumerate(vis, 1):
-            _emit_finding(con, f, f"{i}.")
-    if report.verification is not None:
-        _emit_verification(con, report)
-    if report.inputs:
-        _emit_inputs(con, report)
-    if report.skipped and report.command != "verify":
-        con.print("[bold]Skipped[/] (missing evidence, not healthy):")
-        for s in report.skipped:
-            con.print(f"  {s.code} {escape(s.cause)}: {escape(s.reason)}", highlight=False)
-        con.print()
-    if report.problems:
-        con.print("[bold]Inputs not used or not collected:[/]")
-        for p in report.problems:
-            con.print(f"  {escape(p.source)}: {escape(p.message)}", highlight=False)
-        con.print()
-    if report.errors:
+    if view.verification is not None:
+        _emit_verification(con, view)
+    if view.unused and not view.unused_first:
+        _emit_unused(con, view)
+    if view.inputs:
+        _emit_inputs(con, view)
+    if view.skipped:
+        _emit_skipped(con, view)
+    if rep.errors:
         con.print("[bold red]Internal errors[/] (kpdoctor bugs: the rest of the report stands; please report them):")
-        for e in report.errors:
-            con.print(f"  {escape(e.stage)}: {escape(e.error)}", highlight=False)
+        for e in rep.errors:
+            _wrapped(con, f"{e.stage}: {e.error}", 2)
         con.print()
-    if report.timed_out:
-        con.print(f"[bold yellow]Partial report:[/] {escape(report.timed_out)}.")
+    if rep.timed_out:
+        _wrapped(con, f"Partial report: {rep.timed_out}.", 0, "bold yellow")
         con.print()
-    return buf.getvalue()
+    # Rich pads wrapped lines to the width: trailing blanks are noise in a file and a diff
+    return _TRAILING.sub(r"\1", buf.getvalue())
