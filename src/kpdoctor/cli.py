@@ -516,7 +516,13 @@ def collect(output: Path | None, node: str | None, **live: Any) -> None:
     "or the nftables listing tell the proxy mode."
 )
 @_SERVICE
-@click.option("--all", "show_all", is_flag=True, help="List Services that verified ok too.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="List Services that verified ok too (on a large node one line per namespace; with -v each).",
+)
+@_VERBOSE
 @_FORMAT
 @_OUTPUT
 @_NODE
@@ -525,6 +531,7 @@ def verify(
     paths: tuple[str, ...],
     service: str | None,
     show_all: bool,
+    verbose: bool,
     fmt: str,
     output: Path | None,
     node: str | None,
@@ -578,7 +585,7 @@ def verify(
     finally:
         deadline.disarm()
     keep += [report, evidence]
-    report.show_all = show_all
+    report.show_all, report.verbose = show_all, verbose
     code = exit_code(report, evidence)
     if code == 2:
         for p in report.problems:  # with the objects' own ("the file held no usable object")

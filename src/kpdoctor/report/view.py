@@ -173,6 +173,26 @@ def _hint(reason: str) -> str:
     return ""
 
 
+def grouped_ok(rows: list[Row]) -> list[Row]:
+    """``verify --all`` on a large node: every problem row, and the ok rows one per namespace
+    (a terminal of 10,000 ok lines hides the few that matter; -v, JSON and HTML list each)."""
+    ok = [r for r in rows if r.status == "ok"]
+    if len(ok) <= verification.TABLE_LIMIT:
+        return rows
+    by_ns: dict[str, int] = {}
+    for r in ok:
+        ns = r.service.split("/", 1)[0] if "/" in r.service else "(no namespace)"
+        by_ns[ns] = by_ns.get(ns, 0) + 1
+    if len(by_ns) > verification.TABLE_LIMIT // 2:  # Services spread over many namespaces: one line
+        grouped = [Row(f"{len(ok)} Service ports in {len(by_ns)} namespaces", "ok", "every traffic class ok", [])]
+    else:
+        grouped = [
+            Row(f"{ns}/* ({n} Service port{'s' if n > 1 else ''})", "ok", "every traffic class ok", [])
+            for ns, n in sorted(by_ns.items())
+        ]
+    return [r for r in rows if r.status != "ok"] + grouped
+
+
 def build(report: Report) -> View:
     """The view of ``report`` (see the module docstring)."""
     causes = report.visible()
@@ -187,6 +207,8 @@ def build(report: Report) -> View:
         if report.command != "verify":  # diagnose: the problems only, the verify command has the rest
             hidden += sum(1 for r in rows if r.status == "ok")
             rows = [r for r in rows if r.status != "ok"]
+        elif report.show_all and not report.verbose:
+            rows = grouped_ok(rows)
     return View(
         report=report,
         verdict=verdict(report),
