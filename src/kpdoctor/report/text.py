@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kpdoctor.model import Finding, Report, Severity
+from kpdoctor.report import verification
 from kpdoctor.report.safe import escape, plain
 from kpdoctor.report.view import View, build
 
@@ -88,7 +89,10 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> 
                 where += f" ({c.whose})"
             if len(where) + 30 > con.width - indent - 5:  # the place is never cut: its line alone, then the text
                 _wrapped(con, where, indent + 5, "dim")
-                _cut(con, _t(c.text), indent + 7)
+                _wrapped(con, c.text, indent + 7) if verbose else _cut(con, _t(c.text), indent + 7)
+                continue
+            if verbose:  # the whole line, wrapped
+                _wrapped(con, f"{where}  {c.text}", indent + 5)
                 continue
             line = _t(where, style="dim")
             line.append(plain("  " + c.text))
@@ -116,7 +120,12 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> 
 
 
 def _emit_verification(con: Console, view: View) -> None:
-    con.print(_t("Verification ", style="bold") + _t(view.verification_summary or ""), soft_wrap=False)
+    text, said = verification.summary_parts(view.verification)
+    if said:
+        con.print(_t(f"Verification: {said}", style="bold"))
+        _wrapped(con, text, 2)
+    else:  # not evaluated: why is the whole message
+        _wrapped(con, f"Verification {text}", 0, "bold")
     if view.rows:
         table = Table("service port", "status", "traffic classes", box=None, pad_edge=False, show_edge=False)
         style = {"ok": "green", "mismatch": "bold red", "uncertain": "yellow"}
@@ -125,7 +134,7 @@ def _emit_verification(con: Console, view: View) -> None:
         con.print(table)
         for r in view.rows:
             for d in r.details:
-                _cut(con, _t(r.service + " ", style="dim") + _t(d), 2)
+                _wrapped(con, f"{r.service} {d}", 2)
     if view.rows_hidden:
         con.print(f"[dim]{view.rows_hidden} Service port(s) verified ok are not listed (verify --all lists them).[/]")
     ver = view.verification

@@ -19,11 +19,18 @@ class Row:
 
 
 def summary(ver: Any) -> str:
+    text, verdict = summary_parts(ver)
+    return f"{text}: {verdict}" if verdict else text
+
+
+def summary_parts(ver: Any) -> tuple[str, str]:
+    """(what was checked, the verification's verdict: "clean", "MISMATCH", "inconclusive (...)";
+    "" when not evaluated)."""
     if not ver.evaluated:
         text = f"not evaluated ({ver.services_checked} Service(s) in the evidence): {ver.reason}"
         if ver.stale:
             text += f"; {len(ver.stale)} destination(s) still forwarded by rules a mode switch left behind"
-        return text
+        return text, ""
     ok, bad, unc = ver.count("ok"), ver.count("mismatch"), ver.count("uncertain")
     verdict = "clean" if ver.clean else ("MISMATCH" if bad or ver.stale else "inconclusive")
     text = (
@@ -38,7 +45,7 @@ def summary(ver: Any) -> str:
         text += " ..." if len(ver.unverified) > 3 else ""
     if verdict == "inconclusive" and unc:
         verdict += f" ({unc} uncertain: their notes say why)"
-    return f"{text}: {verdict}"
+    return text, verdict
 
 
 def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
