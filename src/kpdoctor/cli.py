@@ -47,6 +47,8 @@ class Format(StrEnum):
     text = "text"
     json = "json"
     markdown = "markdown"
+    sarif = "sarif"
+    html = "html"
 
 
 class Level(StrEnum):
@@ -138,6 +140,17 @@ _FORMAT = click.option(
     "-f",
     "fmt",
     type=click.Choice([x.value for x in Format]),
+    default=Format.text.value,
+    show_default=True,
+    help="Output format.",
+)
+
+# trace and rules print no Report: the HTML page and SARIF are a report's (diagnose, verify, demo)
+_PLAIN_FORMAT = click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice([x.value for x in Format if x not in (Format.html, Format.sarif)]),
     default=Format.text.value,
     show_default=True,
     help="Output format.",
@@ -679,7 +692,7 @@ def _quiet_stdout() -> None:
     "to the ClusterIP (default: pod; node with --hook output), outside clients to the NodePort, an "
     "external IP, the load-balancer IP, or from outside loadBalancerSourceRanges.",
 )
-@_FORMAT
+@_PLAIN_FORMAT
 @_OUTPUT
 @_NODE
 @_live()
@@ -829,7 +842,7 @@ def explain(key: str) -> None:
 
 
 @app.command()
-@_FORMAT
+@_PLAIN_FORMAT
 def rules(fmt: str) -> None:
     """List every check: code, cause, severity and title (-f json adds the evidence each reads)."""
     specs = sorted(CHECKS.values(), key=lambda c: c.code)

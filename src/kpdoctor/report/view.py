@@ -9,10 +9,14 @@ report itself, never shortened.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from kpdoctor.model import Finding, InputProblem, InputRead, Report, Severity, Skipped
+from kpdoctor.collect.redact import redact_secrets
+from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
+from kpdoctor.model import Cite, Finding, InputProblem, InputRead, Report, Severity, Skipped
 from kpdoctor.report import verification
 from kpdoctor.report.verification import Row
 
@@ -34,6 +38,11 @@ HOW_TO_GIVE = {
 }
 LIVE = "or run `kpdoctor diagnose --live` on the node"
 EVIDENCE_SHOWN = 4  # evidence lines per finding on a human's first screen (-v: all)
+CONTEXT_LINES = 3  # lines of its artifact shown before and after an evidence line (the HTML report)
+CONTEXT_READ_LIMIT = 256 * 2**20  # bytes of one artifact read to find its evidence lines, at most
+CONTEXT_LINE_CHARS = 2000  # characters of one context line kept (a hostile log has megabyte lines)
+PATHS_SHOWN = 100  # failing Service port x traffic class paths drawn (the HTML report); the rest counted
+BRANCHES_DRAWN = 20  # branches of one path drawn in full; the rest folded (a Service of 5,000 endpoints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +105,208 @@ class View:
     def verification_summary(self) -> str | None:
         ver = self.report.verification
         return None if ver is None else verification.summary(ver)
+
+    def table(self) -> list[Row]:
+        """Every Service port's row, ok ones too, worst first (``rows`` is the human first screen's
+        cut): for a renderer that lets its reader filter and sort a long table."""
+        ver = self.report.verification
+        return [] if ver is None else verification.rows(ver, True)[0]
+
+    def paths(self) -> tuple[list[ServicePath], int]:
+        """The failing Service ports' paths to draw (see :func:`failing_paths`), and how many more
+        there are."""
+        ver = self.report.verification
+        return ([], 0) if ver is None else failing_paths(ver)
+
+    def excerpts(self) -> dict[Cite, Excerpt]:
+        """Each evidence line of the causes (and what they explain) and of the findings below the
+        threshold, among its artifact's lines (see :func:`excerpts`). Read on demand: only a
+        renderer that shows context pays for reading the files again."""
+        cites: list[Cite] = []
+        todo = [*self.causes, *self.below]
+        while todo:
+            f = todo.pop()
+            cites += f.evidence
+            todo += f.folded
+        return excerpts(cites)
+
+
+@dataclass(frozen=True, slots=True)
+class Excerpt:
+    """An evidence line among its neighbours in the artifact it was cited from, so a reader sees
+    what surrounds it. ``lines`` are (line number, text), the cited line among them; empty when
+    the artifact could not be read again here (``why`` says why), and the cited line is all there
+    is."""
+
+    cite: Cite
+    lines: tuple[tuple[int, str], ...] = ()
+    why: str = ""
+
+
+def excerpts(cites: Iterable[Cite], around: int = CONTEXT_LINES) -> dict[Cite, Excerpt]:
+    """The lines around each cited line, read lazily from the artifact's file when its name is a
+    file that exists here (the user's own files, named as given) and the line there is still the
+    cited one; otherwise the cited line alone. The report keeps no artifact text: a bundle's
+    artifacts are named inside the bundle, and what was pasted is gone once the run ends. One
+    pass per file, at most :data:`CONTEXT_READ_LIMIT` bytes."""
+    by_file: dict[str, list[Cite]] = {}
+    out: dict[Cite, Excerpt] = {}
+    for c in cites:
+        if c in out:
+            continue
+        if c.line is None or c.line < 1:
+            out[c] = Excerpt(c, why="the evidence names no line")
+            continue
+        out[c] = Excerpt(c, why="the artifact is not a file here (part of a bundle, or pasted)")
+        by_file.setdefault(c.artifact, []).append(c)
+    for name, cs in by_file.items():
+        path = Path(name)
+        try:
+            if not path.is_file():
+                continue
+            got = _lines_around(path, {c.line for c in cs if c.line is not None}, around)
+        except (OSError, ValueError):
+            continue
+        for c in cs:
+            assert c.line is not None
+            line = got.get(c.line)
+            if line is None:
+                out[c] = Excerpt(c, why=f"{name} here has no line {c.line} in its first {CONTEXT_READ_LIMIT >> 20} MiB")
+                continue
+            if not _same_line(c.text, line):
+                out[c] = Excerpt(c, why=f"{name} here no longer holds this line")
+                continue
+            window = [n for n in range(max(1, c.line - around), c.line + around + 1) if n in got]
+            out[c] = Excerpt(c, _scrubbed([(n, got[n]) for n in window], c.line))
+    return out
+
+
+def _scrubbed(lines: list[tuple[int, str]], cited: int) -> tuple[tuple[int, str], ...]:
+    """The lines around a cited one without secrets, as a bundle loses them (collect/redact.py):
+    they were not evidence, and the page goes to tickets. The cited line stays as cited."""
+    text = "\n".join(t for _, t in lines).encode("utf-8", errors="surrogateescape")
+    clean = redact_secrets("context.txt", text).decode("utf-8", errors="replace").split("\n")
+    if len(clean) != len(lines):  # nothing it could keep line for line: no context rather than a leak
+        return tuple((n, t) for n, t in lines if n == cited)
+    return tuple((n, t if n == cited else c) for (n, t), c in zip(lines, clean, strict=True))
+
+
+def _lines_around(path: Path, wanted: set[int], around: int) -> dict[int, str]:
+    """Lines of ``path`` within ``around`` of a wanted one, by number (``\n`` ends a line, as
+    the loader counts them)."""
+    keep = {n for w in wanted for n in range(max(1, w - around), w + around + 1)}
+    last = max(keep)
+    got: dict[int, str] = {}
+    read = 0
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            read += len(raw)
+            if n in keep:
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if n == 1:
+                    text = text.removeprefix("\ufeff")
+                if len(text) > CONTEXT_LINE_CHARS:
+                    text = f"{text[:CONTEXT_LINE_CHARS]} [... {len(text) - CONTEXT_LINE_CHARS:,} more characters]"
+                got[n] = text
+            if n >= last or read > CONTEXT_READ_LIMIT:
+                break
+    return got
+
+
+def _same_line(cited: str, line: str) -> bool:
+    """The cited text is (a part of) the file's line: a pasted line cited without its quoting, or
+    a long line cited cut."""
+    a, b = cited.strip(), line.strip()
+    if not a:
+        return not b
+    return a in b or (b in a and len(b) > len(a) // 2) or a[:200] in b
+
+
+@dataclass(frozen=True, slots=True)
+class PathBranch:
+    """One way a failing Service port's packet goes: its share, the rule that decided it (its
+    chain, file and line, and who wrote it), and where it ends: a DNAT to a backend, a drop or
+    reject, no translation, or not known."""
+
+    probability: float
+    end: str  # dnat | drop | through | uncertain
+    outcome: str  # "DNAT to 10.0.0.5:8080", "DROP", "not translated", "uncertain"
+    rule: Cite | None
+    chain: str | None
+    owner: str | None  # kube-proxy, kubelet, calico...: who wrote the deciding rule
+    ruleset: str | None  # the iptables backend (legacy, nft), when Service rules are in both
+    unexpected: bool = False  # a DNAT to a backend that is not a ready endpoint (stale)
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePath:
+    """What verify recorded for one failing Service port x traffic class, to draw as a path: the
+    packet it sent (where it enters), each branch's deciding rule with its share, and where each
+    ends, against what the cluster expects. The report keeps the deciding rules, not every step:
+    ``command`` is the ``kpdoctor trace`` that shows the path step by step."""
+
+    service: str  # NS/NAME:PORT
+    traffic: str  # pod-to-clusterip, external-to-nodeport...
+    traffic_text: str  # "outside clients to the NodePort"
+    protocol: str
+    source: str | None
+    destination: str
+    hook: str  # PREROUTING (arriving) or OUTPUT (sent by the node itself)
+    expected: str  # "10.0.0.1:80, 10.0.0.2:80 (50% each)" or "refused"
+    kind: str  # the mismatch kind: no-rules, refused, backends... ("" when not said)
+    branches: tuple[PathBranch, ...]
+    missing: tuple[str, ...]  # ready endpoints no branch reaches
+    note: str
+    command: str
+
+
+def failing_paths(ver: Any, limit: int = PATHS_SHOWN) -> tuple[list[ServicePath], int]:
+    """The mismatched results as paths, by Service port, at most
+    ``limit``, and how many more there are."""
+    bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
+    return [_path(r) for r in bad[:limit]], max(0, len(bad) - limit)
+
+
+def _path(r: Any) -> ServicePath:
+    branches = []
+    for e in r.actual:
+        if e.verdict == "ACCEPT" and e.backend:
+            end, outcome = "dnat", f"DNAT to {e.backend}"
+        elif e.verdict == "ACCEPT":
+            end, outcome = "through", "not translated: leaves for its original destination"
+        elif e.verdict in ("DROP", "REJECT"):
+            end, outcome = "drop", e.verdict + (" (no Service rule for it)" if e.no_service_rule else "")
+        else:
+            end, outcome = "uncertain", "uncertain"
+        stale = end == "dnat" and e.backend in r.stale_backends
+        branches.append(PathBranch(e.probability, end, outcome, e.rule, e.chain, e.owner, e.ruleset, stale))
+    expected = []
+    for alt in r.expected[:1]:
+        if alt.refused:
+            expected.append("refused")
+        elif alt.backends:
+            share = f" ({1 / len(alt.backends):.0%} each)" if len(alt.backends) > 1 else ""
+            expected.append(", ".join(sorted(alt.backends)) + share)
+    short, text = TRAFFIC_CLASSES.get(r.traffic, (r.traffic, r.traffic))
+    traffic = short.lower()
+    command = f"kpdoctor trace --service {r.label}"
+    if traffic in ("node", "nodeport", "externalip", "lb", "lb-denied"):
+        command += f" --traffic {traffic}"
+    return ServicePath(
+        service=r.label,
+        traffic=r.traffic,
+        traffic_text=text,
+        protocol=r.protocol,
+        source=r.source,
+        destination=r.destination,
+        hook="OUTPUT" if r.traffic == "node-to-clusterip" else "PREROUTING",
+        expected=" or ".join(expected) or "?",
+        kind=r.kind,
+        branches=tuple(branches),
+        missing=tuple(r.missing_backends),
+        note=r.note,
+        command=command + " [PATH]...",
+    )
 
 
 def verdict(report: Report) -> Verdict:
