@@ -204,6 +204,22 @@ def test_failing_paths_come_from_the_verification() -> None:
     assert 'id="path-1"' in page and "DROP" in page and "line 26 of node/iptables-legacy-save.txt" in page
 
 
+def test_a_failing_service_is_drawn_chain_by_chain(tmp_path: Path) -> None:
+    """Seed 002: the Local-policy NodePort whose local Pod's traffic is dropped. The page draws
+    every rule the packet meets, in order, as `kpdoctor trace --service` follows it."""
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["demo", "config-ignores-hostname", "--format", "html", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    page = out.read_text()
+    assert "Chain by chain (1 branch)" in page
+    steps = re.findall(r'<span class="mono">([a-z]+/[A-Z0-9-]+)</span>', page.split("Chain by chain", 1)[1])
+    assert steps[:3] == ["mangle/PREROUTING", "nat/PREROUTING", "nat/KUBE-SERVICES"]
+    assert any(s.startswith("nat/KUBE-XLB-") or s.startswith("nat/KUBE-EXT-") for s in steps)
+    # only the HTML report pays for the traces: text and JSON runs do not make them
+    report, _ = diagnose_paths([demo_path("config-ignores-hostname")])
+    assert report.traces == {}
+
+
 def test_a_path_marks_the_backend_that_is_not_a_ready_endpoint() -> None:
     rep = _hostile_report()
     r = rep.verification.results[0]

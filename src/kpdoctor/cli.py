@@ -51,6 +51,10 @@ class Format(StrEnum):
     html = "html"
 
 
+# failing Service ports the HTML report draws chain by chain (traced while the rules are loaded)
+TRACED_FOR_HTML = 20
+
+
 class Level(StrEnum):
     info = "info"
     warning = "warning"
@@ -387,7 +391,8 @@ def _run(
     try:
         evidence = live.evidence(paths)
         try:
-            report = diagnose_evidence(evidence, node=node, min_severity=sev, keep=keep)
+            traced = TRACED_FOR_HTML if fmt == Format.html else 0
+            report = diagnose_evidence(evidence, node=node, min_severity=sev, keep=keep, trace_failing=traced)
         finally:
             evidence.close()
     finally:
@@ -591,7 +596,13 @@ def verify(
                         _err(notice)
                 del services
             report = diagnose_evidence(
-                evidence, node=node, min_severity=sev, command="verify", service=wanted, keep=keep
+                evidence,
+                node=node,
+                min_severity=sev,
+                command="verify",
+                service=wanted,
+                keep=keep,
+                trace_failing=TRACED_FOR_HTML if fmt == Format.html else 0,
             )
         finally:
             evidence.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from kpdoctor import __version__, deadline, memo
 from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
@@ -18,6 +19,7 @@ from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks import run_all
 from kpdoctor.dataplane.results import service_matches
 from kpdoctor.dataplane.reuse import Reuse
+from kpdoctor.dataplane.trace import trace_results
 from kpdoctor.facts import Facts
 from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
 from kpdoctor.rank import rank
@@ -35,14 +37,23 @@ def diagnose_evidence(
     service: str | None = None,
     keep: list[object] | None = None,
     reuse: Reuse | None = None,
+    trace_failing: int = 0,
 ) -> Report:
     """One run on loaded evidence. ``keep``: gets the facts worked out, and the run's memo tables
     are left as they are: a caller about to exit (the command line) need not free them.
     ``reuse``: the previous run's verification results to carry over where nothing changed (the
-    node agent's cycles; dataplane/reuse.py)."""
+    node agent's cycles; dataplane/reuse.py). ``trace_failing``: trace that many mismatched
+    Service ports step by step (``Report.traces``: the HTML report draws them)."""
     try:
         return _run(
-            evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep, reuse=reuse
+            evidence,
+            node=node,
+            min_severity=min_severity,
+            command=command,
+            service=service,
+            keep=keep,
+            reuse=reuse,
+            trace_failing=trace_failing,
         )
     finally:
         if keep is None:
@@ -57,6 +68,7 @@ def _run(
     command: str,
     service: str | None,
     keep: list[object] | None,
+    trace_failing: int = 0,
     reuse: Reuse | None = None,
 ) -> Report:
     facts = Facts(evidence, node=node, reuse=reuse)
@@ -94,6 +106,15 @@ def _run(
         findings = rank(findings)
     except Exception as exc:  # a bug: the report is still written, with what is known
         errors.append(InternalError.of("assembling the report", exc))
+    traces: dict[tuple[str, str], list[Any]] = {}
+    if trace_failing and ver is not None and ver.count("mismatch") and not partial:
+        deadline.stage("tracing the failing Services")
+        try:
+            traces = failing_traces(facts, ver, trace_failing)
+        except deadline.TimedOut:
+            traces = {}
+        except Exception as exc:  # the traces are an addition: the report stands without them
+            errors.append(InternalError.of("tracing the failing Services", exc))
     return Report(
         tool_version=__version__,
         node=ident.name if ident else None,
@@ -111,7 +132,19 @@ def _run(
         inputs=inputs_read(evidence),
         damaged=sorted(set(evidence.damaged)),
         context_only=context_only(evidence),
+        traces=traces,
     )
+
+
+def failing_traces(facts: Facts, ver: Any, limit: int) -> dict[tuple[str, str], list[Any]]:
+    """The first ``limit`` mismatched Service ports traced step by step in the rules of the mode
+    kube-proxy runs (as `kpdoctor trace --service` does), while the rules are still loaded."""
+    mode = facts.running_mode.mode or "iptables"
+    backend = facts.mode_backend(mode, facts.rulesets, record=True)
+    if backend is None:
+        return {}
+    bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
+    return trace_results(backend, facts.objects.of("Service"), facts.node_view, bad, limit)
 
 
 def verify_stage(facts: Facts) -> list[InternalError]:

@@ -274,6 +274,9 @@ class Report:
     # verbose lists every skipped check
     threshold_explicit: bool = False
     verbose: bool = False
+    # failing Service ports traced step by step, by (label, traffic): for a report that draws their
+    # paths chain by chain (the HTML page); computed only when asked (diagnose_evidence(trace_failing=))
+    traces: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""

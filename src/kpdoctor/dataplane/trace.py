@@ -269,3 +269,23 @@ def trace(
             t.notes.append("Service rules are in both iptables backends: the kernel runs both; each is traced.")
         out.append(t)
     return out
+
+
+def trace_results(
+    rules: Backend | list[Ruleset], services: list[K8sObject], node: NodeView, results: list[Any], limit: int
+) -> dict[tuple[str, str], list[Trace]]:
+    """The first ``limit`` of ``results`` (verify's Service port x traffic class results) traced
+    step by step, as `kpdoctor trace --service LABEL --traffic TRAFFIC` traces them: for a report
+    that draws a failing Service's path chain by chain. A result that cannot be traced (its
+    Service changed shape, no node address) is left out."""
+    out: dict[tuple[str, str], list[Trace]] = {}
+    for r in results[:limit]:
+        try:
+            t = service_target(services, r.label, node, r.traffic)
+            traces = trace(rules, node, t.dst, t.port, t.proto, t.src, t.hook)
+        except TraceError:
+            continue
+        for tr in traces:
+            tr.service, tr.traffic = t.label, t.traffic
+        out[(r.label, r.traffic)] = traces
+    return out

@@ -86,6 +86,8 @@ tbody th{font-weight:400}
 .down{font-weight:700;color:var(--muted);padding-left:1.2em}
 .box{border:2px solid var(--line);border-radius:6px;padding:.3em .6em;background:var(--bg);max-width:46em}
 .box small{display:block;color:var(--muted)}
+.chains>li{margin:.4em 0}.steps{margin:.2em 0 .2em 1.5em;padding-left:1em;border-left:2px solid var(--line)}
+.steps code{display:block;white-space:pre-wrap;overflow-wrap:anywhere}
 .box code{display:block;white-space:pre-wrap;overflow-wrap:anywhere}
 .branch>.box{max-width:none}
 .arrow{align-self:center;font-weight:700;color:var(--muted)}
@@ -342,6 +344,39 @@ def _finding(f: Finding, n: str, level: int, view: View, ctx: dict[Cite, Excerpt
     return out
 
 
+def _chains(p: ServicePath) -> str:
+    """The path chain by chain: per branch (its share), every rule the packet met, in order, then
+    where it ends; folded past BRANCHES_DRAWN branches."""
+    items = []
+    for t in p.traces:
+        backend = f" ({t.backend} iptables)" if t.backend else ""
+        for b in t.branches:
+            steps = "".join(
+                f'<li><span class="mono">{_e(f"{s.table}/{s.chain}" if s.table else s.chain)}</span>'
+                + (f" <small>line {s.line} of {_e(s.artifact)}</small>" if s.line else "")
+                + (f"<code>{_ev(s.rule)}</code>" if s.rule else "")
+                + "</li>"
+                for s in b.steps
+            )
+            items.append(
+                f'<li><span class="prob">{_e(pct(b.probability))}</span>{_e(backend)}'
+                f'<ol class="steps">{steps}</ol>'
+                f'<div class="box end-{_end(b.verdict, b.backend)}"><strong>{_e(b.outcome)}</strong></div></li>'
+            )
+    shown = "".join(items[:BRANCHES_DRAWN])
+    more = f"<p class='muted'>{len(items) - BRANCHES_DRAWN} more branches</p>" if len(items) > BRANCHES_DRAWN else ""
+    return (
+        f"<details open><summary>Chain by chain ({len(items)} branch{'es' if len(items) != 1 else ''})</summary>"
+        f'<ol class="chains">{shown}</ol>{more}</details>'
+    )
+
+
+def _end(verdict: str, backend: str | None) -> str:
+    if verdict == "ACCEPT":
+        return "dnat" if backend else "through"
+    return "drop" if verdict in ("DROP", "REJECT") else "uncertain"
+
+
 def _path(p: ServicePath, i: int) -> list[str]:
     """One failing Service port's path: the packet, then each branch's deciding rule, then its end."""
     src = p.source or "?"
@@ -397,7 +432,11 @@ def _path(p: ServicePath, i: int) -> list[str]:
         out.append(f"<p>Never reached: <span class='mono'>{_e(', '.join(p.missing))}</span></p>")
     if p.note:
         out.append(f'<p class="muted">{_e(p.note)}</p>')
-    out.append(f'<p class="muted">Every step, rule by rule: <code>{_e(p.command)}</code></p></figure>')
+    if p.traces:
+        out.append(_chains(p))
+        out.append(f'<p class="muted">The same in a terminal: <code>{_e(p.command)}</code></p></figure>')
+    else:
+        out.append(f'<p class="muted">Every step, rule by rule: <code>{_e(p.command)}</code></p></figure>')
     return out
 
 

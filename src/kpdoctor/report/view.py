@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ class View:
         """The failing Service ports' paths to draw (see :func:`failing_paths`), and how many more
         there are."""
         ver = self.report.verification
-        return ([], 0) if ver is None else failing_paths(ver)
+        return ([], 0) if ver is None else failing_paths(ver, traces=self.report.traces)
 
     def excerpts(self) -> dict[Cite, Excerpt]:
         """Each evidence line of the causes (and what they explain) and of the findings below the
@@ -258,13 +258,21 @@ class ServicePath:
     missing: tuple[str, ...]  # ready endpoints no branch reaches
     note: str
     command: str
+    # the same packet traced step by step (dataplane/trace.Trace, one per iptables backend with
+    # Service rules), when the run traced it (Report.traces): the path chain by chain
+    traces: tuple[Any, ...] = ()
 
 
-def failing_paths(ver: Any, limit: int = PATHS_SHOWN) -> tuple[list[ServicePath], int]:
-    """The mismatched results as paths, by Service port, at most
-    ``limit``, and how many more there are."""
+def failing_paths(
+    ver: Any, limit: int = PATHS_SHOWN, traces: dict[tuple[str, str], list[Any]] | None = None
+) -> tuple[list[ServicePath], int]:
+    """The mismatched results as paths, by Service port, at most ``limit``, and how many more
+    there are; with the step-by-step ``traces`` the run made of them (Report.traces)."""
     bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
-    return [_path(r) for r in bad[:limit]], max(0, len(bad) - limit)
+    paths = [_path(r) for r in bad[:limit]]
+    if traces:
+        paths = [replace(p, traces=tuple(traces.get((p.service, p.traffic), ()))) for p in paths]
+    return paths, max(0, len(bad) - limit)
 
 
 def _path(r: Any) -> ServicePath:
