@@ -961,7 +961,7 @@ def npd(paths: tuple[str, ...], min_severity: str | None, node: str | None, max_
         report = diagnose_evidence(
             evidence, node=node, min_severity=Severity.parse(min_severity or Level.warning.value), keep=_kept()
         )
-        code, line = npd_status(report, exit_code(report, evidence))
+        code, line = npd_status(report)
     finally:
         deadline.disarm()
         evidence.close()

@@ -6,13 +6,18 @@
 from __future__ import annotations
 
 from kpdoctor.model import Report
+from kpdoctor.report.view import View, build
 
 OK, PROBLEM, UNKNOWN = 0, 1, 2
 
 
-def npd_status(report: Report, exit_code: int) -> tuple[int, str]:
-    """The plugin's exit code and message for a report and its command exit code."""
-    findings = report.visible()
+def npd_status(report: Report | View, exit_code: int | None = None) -> tuple[int, str]:
+    """The plugin's exit code and message, drawn from the report's view (report/view.py: its
+    causes and its verdict; ``exit_code``, when given, is the command's and must agree)."""
+    view = report if isinstance(report, View) else build(report)
+    report = view.report
+    exit_code = view.verdict.code if exit_code is None else exit_code
+    findings = view.causes
     if findings:
         top = findings[0]
         more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
