@@ -22,7 +22,7 @@ from kpdoctor.model import Cite, Finding, Report
 from kpdoctor.report.safe import plain, printable
 from kpdoctor.report.trace import pct
 from kpdoctor.report.verification import Row
-from kpdoctor.report.view import BRANCHES_DRAWN, Excerpt, ServicePath, View, build
+from kpdoctor.report.view import BRANCHES_DRAWN, Excerpt, ServicePath, View, build, finding_meta
 
 PAGE_SIZE = 200  # table rows drawn at once: a filter keystroke redraws this many, never 10,000
 
@@ -274,18 +274,7 @@ def _evidence_line(x: Excerpt) -> str:
 
 
 def _meta(f: Finding) -> str:
-    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
-    if f.alternative_to:
-        meta.append(f"an alternative to {f.alternative_to}")
-    if f.occurrences:
-        meta.append(f"{f.occurrences} occurrence(s)")
-    if f.first_seen:
-        meta.append(
-            f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen and f.last_seen != f.first_seen else "")
-        )
-    if f.ongoing is not None:
-        meta.append("ongoing" if f.ongoing else "recovered")
-    return ", ".join(meta)
+    return finding_meta(f, "{n} occurrence(s)")
 
 
 def _finding(f: Finding, n: str, level: int, view: View, ctx: dict[Cite, Excerpt], anchor: str) -> list[str]:

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from kpdoctor.model import Finding, Report
 from kpdoctor.report.safe import printable
-from kpdoctor.report.view import View, build
+from kpdoctor.report.view import View, build, finding_meta
 
 
 def _finding(f: Finding, level: int) -> list[str]:
     h = "#" * level
     out = [f"{h} {f.severity.label.upper()} {f.code} `{f.cause}`: {f.title}", "", f.summary, ""]
-    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
-    if f.alternative_to:
-        meta.append(f"an alternative to {f.alternative_to}")
-    if f.occurrences:
-        meta.append(f"{f.occurrences} occurrence(s)")
-    if f.first_seen:
-        meta.append(f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen else ""))
-    if f.ongoing is not None:
-        meta.append("ongoing" if f.ongoing else "recovered")
-    out += ["*" + ", ".join(meta) + "*", ""]
+    out += ["*" + finding_meta(f, "{n} occurrence(s)") + "*", ""]
     if f.versions_found:
         out.append("Versions found: " + ", ".join(f"{k} {v}" for k, v in f.versions_found.items()))
         if f.fixed_in:

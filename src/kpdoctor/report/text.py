@@ -20,7 +20,7 @@ from rich.text import Text
 from kpdoctor.model import Finding, Report, Severity
 from kpdoctor.report import verification
 from kpdoctor.report.safe import escape, plain
-from kpdoctor.report.view import View, build
+from kpdoctor.report.view import View, build, finding_meta
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 VERDICT_STYLE = {0: "bold green", 1: "bold red", 2: "bold yellow", 3: "bold yellow", 4: "bold red"}
@@ -53,21 +53,6 @@ def _cut(con: Console, text: Text, indent: int) -> None:
     con.print(Padding(text, (0, 0, 0, indent), expand=False), no_wrap=True, overflow="ellipsis", crop=True)
 
 
-def _meta(f: Finding) -> str:
-    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
-    if f.alternative_to:
-        meta.append(f"an alternative to {f.alternative_to}")
-    if f.occurrences:
-        meta.append(f"{f.occurrences}x")
-    if f.first_seen:
-        meta.append(
-            f"first {f.first_seen}" + (f", last {f.last_seen}" if f.last_seen and f.last_seen != f.first_seen else "")
-        )
-    if f.ongoing is not None:
-        meta.append("ONGOING" if f.ongoing else "recovered")
-    return ", ".join(meta)
-
-
 def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> None:
     verbose = view.verbose
     head = _t(f"{n} {f.severity.label.upper()}", style=STYLE[f.severity])
@@ -76,7 +61,7 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> 
     head.append(plain(f" {f.cause}: {f.title}"))
     con.print(Padding(head, (0, 0, 0, indent), expand=False))
     _wrapped(con, f.summary, indent + 3)
-    _wrapped(con, _meta(f), indent + 3, "dim")
+    _wrapped(con, finding_meta(f), indent + 3, "dim")
     if f.versions_found:
         v = ", ".join(f"{k} {val}" for k, val in f.versions_found.items())
         _wrapped(con, "versions: " + v + (f"; fixed in {', '.join(f.fixed_in)}" if f.fixed_in else ""), indent + 3)

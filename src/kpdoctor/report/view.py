@@ -317,6 +317,22 @@ def _path(r: Any) -> ServicePath:
     )
 
 
+def finding_meta(f: Finding, times: str = "{n}x") -> str:
+    """The line under a finding's summary, the same in every renderer: its confidence and why,
+    whether it is an alternative reading, how often and when, whether it still happens."""
+    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
+    if f.alternative_to:
+        meta.append(f"an alternative to {f.alternative_to}")
+    if f.occurrences:
+        meta.append(times.format(n=f.occurrences))
+    if f.first_seen:
+        last = f", last {f.last_seen}" if f.last_seen and f.last_seen != f.first_seen else ""
+        meta.append(f"first {f.first_seen}{last}")
+    if f.ongoing is not None:
+        meta.append("ONGOING" if f.ongoing else "recovered")
+    return ", ".join(meta)
+
+
 def verdict(report: Report) -> Verdict:
     """The exit code and its word (DESIGN.md): 4 a bug met (the report still stands), 2 nothing
     usable, 1 findings at or above the threshold (``verify``: a mismatch or stale rules), 3
