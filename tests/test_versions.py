@@ -95,3 +95,17 @@ def test_kernel_release_package_and_distribution_versions() -> None:
     aws = KernelVersion.parse("6.8.0-1025-aws")
     main = KernelVersion.parse("6.8.0-57-generic-64k")
     assert aws is not None and main is not None and (aws.ubuntu_line, main.ubuntu_line) == ("aws", "generic")
+
+
+def test_an_unknown_version_is_not_told_another_vendors_fix() -> None:
+    """KP101's table holds TKE builds and upstream notes: a kube-proxy of unknown origin is not
+    "fixed in v1.18.4-tke.35"; the advice names each vendor's builds as that vendor's."""
+    mixed = [
+        FixRow((1, 18), "v1.18.4-tke.35", vendor="tke"),
+        FixRow((1, 17), status="no-fix", below=True, note="images before 1.17 are legacy-only"),
+    ]
+    r = remedy(None, mixed)
+    assert r.affected is None and r.fixed_in == []
+    assert "TKE v1.18.4-tke.35" in r.advice and "upstream: images before 1.17 are legacy-only" in r.advice
+    tke_only = [FixRow((1, 18), "v1.18.4-tke.26", vendor="tke")]  # a bug of TKE's builds only
+    assert remedy(None, tke_only).fixed_in == ["v1.18.4-tke.26"]

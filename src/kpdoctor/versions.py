@@ -322,11 +322,21 @@ def remedy(found: KubeVersion | None, rows: list[FixRow], component: str = "kube
     """Pick the advice for ``found`` from a remediation table (vendor rows first)."""
     all_fixed = [r.fixed for r in rows if r.fixed]
     if found is None:
+        # a vendor's builds are named as that vendor's: they fix nothing for anyone else's kube-proxy
+        by_vendor: dict[str | None, list[str]] = {}
+        for r in rows:
+            if r.fixed:
+                by_vendor.setdefault(r.vendor, []).append(r.fixed)
+        known = [f"upstream {', '.join(by_vendor[None])}"] if None in by_vendor else []
+        known += [f"{v.upper()} {', '.join(builds)}" for v, builds in by_vendor.items() if v is not None]
+        known += [f"upstream: {r.note}" for r in rows if r.vendor is None and not r.fixed and r.note]
+        # a table of one vendor's builds only is a bug of that vendor's: its builds are the fixes
+        vendor_only = all(r.vendor is not None for r in rows)
         return Remedy(
             None,
-            all_fixed,
+            all_fixed if vendor_only else by_vendor.get(None, []),
             f"{component} version unknown (add `{component} --version`); first fixed builds: "
-            + (", ".join(all_fixed) if all_fixed else "none known"),
+            + ("; ".join(dict.fromkeys(known)) if known else "none known"),
         )
     candidates = [r for r in rows if r.vendor == found.vendor and r.covers(found)]
     if not candidates and found.vendor is not None:
