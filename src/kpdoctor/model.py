@@ -66,6 +66,12 @@ class Cite:
         """The writer as the reports say it ("flannel's log line"), or "" when not known."""
         return f"{self.writer}'s log line" if self.writer else ""
 
+    @property
+    def where(self) -> str:
+        """``artifact:line (flannel's log line)``: the place every report names for it."""
+        place = f"{self.artifact}:{self.line}" if self.line else self.artifact
+        return f"{place} ({self.whose})" if self.writer else place
+
 
 @dataclass(slots=True)
 class Finding:

@@ -248,11 +248,7 @@ def _json(data: object) -> str:
 
 
 def _where(c: Excerpt) -> str:
-    cite = c.cite
-    where = f"{cite.artifact}:{cite.line}" if cite.line else cite.artifact
-    if cite.writer:
-        where += f" ({cite.whose})"
-    return f'<span class="where mono">{_e(where)}</span>'
+    return f'<span class="where mono">{_e(c.cite.where)}</span>'
 
 
 def _evidence_line(x: Excerpt) -> str:

@@ -20,11 +20,7 @@ def _finding(f: Finding, level: int) -> list[str]:
         out.append("Evidence:")
         out.append("")
         out.append("```")
-        for c in f.evidence:
-            where = f"{c.artifact}:{c.line}" if c.line else c.artifact
-            if c.writer:
-                where += f" ({c.whose})"
-            out.append(f"{where}: {c.text}")
+        out += [f"{c.where}: {c.text}" for c in f.evidence]
         out.append("```")
         out.append("")
     if f.fix:

@@ -69,9 +69,7 @@ def _emit_finding(con: Console, f: Finding, n: str, indent: int, view: View) -> 
         con.print(" " * (indent + 3) + "evidence:")
         shown = f.evidence if view.evidence_shown is None else f.evidence[: view.evidence_shown]
         for c in shown:
-            where = f"{c.artifact}:{c.line}" if c.line else c.artifact
-            if c.writer:
-                where += f" ({c.whose})"
+            where = c.where
             if len(where) + 30 > con.width - indent - 5:  # the place is never cut: its line alone, then the text
                 _wrapped(con, where, indent + 5, "dim")
                 _wrapped(con, c.text, indent + 7) if verbose else _cut(con, _t(c.text), indent + 7)
