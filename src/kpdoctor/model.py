@@ -147,6 +147,12 @@ class Skipped:
     code: str
     cause: str
     reason: str
+    # The evidence kinds (Kind values) whose absence is the reason: any one of them when none of
+    # what the check reads was given (``also``: what it needs besides), else the ones that must
+    # come with what was given (``given``). Empty: the reason is not missing evidence.
+    lacking: tuple[str, ...] = ()
+    given: bool = False
+    also: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "cause": self.cause, "reason": self.reason}

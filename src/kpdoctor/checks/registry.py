@@ -76,18 +76,21 @@ class CheckSpec:
         """The URLs of the docstring's References section (the finding's references)."""
         return re.findall(r"https?://[^\s;,)]+", self.sections().get("References", ""))
 
-    def missing_reason(self, facts: Facts | None = None) -> str:
-        """What is missing: the evidence it reads, or (when that is there) what must come with it."""
-        has_any = facts is not None and any(facts.has(k) for k in self.needs)
-        if has_any and facts is not None:
-            lacking = " and no ".join(k.value for k in self.needs_all if not facts.has(k))
+    def skipped(self, facts: Facts | None = None) -> Skipped:
+        """Why it cannot run, said and as data: the evidence it reads, or (when that is there) what
+        must come with it."""
+        given = facts is not None and any(facts.has(k) for k in self.needs)
+        if given and facts is not None:
+            lacking = tuple(k.value for k in self.needs_all if not facts.has(k))
             present = next(k.value for k in self.needs if facts.has(k))
-            return f"no {lacking} (needed together with the {present} given)"
-        names = [k.value for k in self.needs]
+            reason = f"no {' and no '.join(lacking)} (needed together with the {present} given)"
+            return Skipped(self.code, self.cause, reason, lacking, given=True)
+        names = tuple(k.value for k in self.needs)
+        also = tuple(k.value for k in self.needs_all)
         reason = f"no {names[0]}" if len(names) == 1 else "none of: " + ", ".join(names)
-        if self.needs_all:
-            reason += " (needs " + " and ".join(k.value for k in self.needs_all) + " too)"
-        return reason
+        if also:
+            reason += " (needs " + " and ".join(also) + " too)"
+        return Skipped(self.code, self.cause, reason, names, also=also)
 
     def can_run(self, facts: Facts) -> bool:
         return any(facts.has(k) for k in self.needs) and all(facts.has(k) for k in self.needs_all)
@@ -200,7 +203,7 @@ def run_all(
             # can_run parses what the check needs (evidence that parses to nothing skips it): a
             # parser's failure there is this check's, contained like one in the check itself
             if not spec.can_run(facts):
-                skipped.append(Skipped(spec.code, spec.cause, spec.missing_reason(facts)))
+                skipped.append(spec.skipped(facts))
                 if spec.partial is None:
                     continue
                 produced = list(spec.partial(facts))

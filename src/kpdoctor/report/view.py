@@ -8,7 +8,6 @@ report itself, never shortened.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,10 +66,7 @@ class SkipGroup:
         n = len(self.checks)
         need = "need" if n > 1 else "needs"
         what = self.reason
-        together = re.match(r"^no (.+) \(needed together with the (.+) given\)$", what)
-        if together:
-            what = f"{need} {together.group(1)} too (with the {together.group(2)} given)"
-        elif what.startswith("no "):
+        if what.startswith("no "):
             what = f"{need} {what[3:]}"
         elif what.startswith("none of: "):
             what = f"{need} one of: {what[9:]}"
@@ -374,17 +370,16 @@ def group_skipped(skipped: list[Skipped], every: bool = False) -> list[SkipGroup
     """Skipped checks by the evidence they lacked, largest group first. Unless ``every``, the
     groups a command cannot be named for (node state a live run collects) are one group."""
     groups: dict[str, list[Skipped]] = {}
-    for s in skipped:  # "no X" and "no X (needed together with Y)": both are given by giving X
-        key = s.reason.split(" (needed together", 1)[0] if s.reason.startswith("no ") else s.reason
-        groups.setdefault(key, []).append(s)
-    out = [SkipGroup(reason, tuple(checks), _hint(reason)) for reason, checks in groups.items()]
+    for s in skipped:  # giving the same evidence runs them all: "no X", "no X (needed together with Y)"
+        groups.setdefault(_need(s), []).append(s)
+    out = [SkipGroup(reason, tuple(checks), _hint(checks[0])) for reason, checks in groups.items()]
     out.sort(key=lambda g: (-len(g.checks), g.reason))
     if every:
         return out
     named = [g for g in out if g.hint != LIVE[3:]]
     rest = [s for g in out if g.hint == LIVE[3:] for s in g.checks]
     if len(rest) > 1:
-        kinds = sorted({k for g in out if g.hint == LIVE[3:] for k in _kinds(g.reason)}, key=str.lower)
+        kinds = sorted({k for s in rest for k in s.lacking}, key=str.lower)
         shown = ", ".join(kinds[:5]) + (f" and {len(kinds) - 5} more kinds" if len(kinds) > 5 else "")
         named.append(SkipGroup(f"other node state ({shown})", tuple(rest), LIVE[3:]))
     elif rest:
@@ -392,20 +387,23 @@ def group_skipped(skipped: list[Skipped], every: bool = False) -> list[SkipGroup
     return named
 
 
-def _kinds(reason: str) -> list[str]:
-    if reason.startswith("none of: "):
-        return [k.strip() for k in reason[9:].split(" (", 1)[0].split(",")]
-    return [reason[3:].split(" (", 1)[0]] if reason.startswith("no ") else []
+def _need(s: Skipped) -> str:
+    """What a skipped check needs, said as the group's reason (its own reason when that is not
+    missing evidence)."""
+    if not s.lacking:
+        return s.reason
+    too = f" (needs {' and '.join(s.also)} too)" if s.also else ""
+    if len(s.lacking) == 1:
+        return f"no {s.lacking[0]}{too}"
+    return ("no " + " and no ".join(s.lacking)) if s.given else f"none of: {', '.join(s.lacking)}{too}"
 
 
-def _hint(reason: str) -> str:
+def _hint(s: Skipped) -> str:
     """How to give what is missing: the command for one kind of evidence, and --live always."""
-    if reason.startswith("no "):
-        how = HOW_TO_GIVE.get(reason[3:].split(" (", 1)[0])
-        return f"{how}, {LIVE}" if how else LIVE[3:]
-    if reason.startswith("none of: "):
-        return LIVE[3:]
-    return ""
+    if not s.lacking:
+        return ""
+    how = HOW_TO_GIVE.get(s.lacking[0]) if len(s.lacking) == 1 else None
+    return f"{how}, {LIVE}" if how else LIVE[3:]
 
 
 def grouped_ok(rows: list[Row]) -> list[Row]:
