@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kpdoctor.parse.shellwords import shell_split
+from kpdoctor.parse.shellwords import shell_split, unwrapped
 from kpdoctor.parse.sysctl import sysctl_write
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
@@ -134,8 +134,7 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
         argv = shell_split(cmd) if len(cmd) <= MAX_COMMAND else cmd.split()
     except ValueError:
         argv = cmd.split()
-    while argv and argv[0] in ("sudo", "time", "command", "env"):
-        argv = argv[1:]
+    argv = unwrapped(argv)
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]

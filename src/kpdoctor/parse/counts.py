@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.numbers import to_int
-from kpdoctor.parse.shellwords import shell_split
+from kpdoctor.parse.shellwords import shell_split, unwrapped
 
 MAX_COMMAND = 4096
-_WRAPPERS = frozenset(("sudo", "time", "env", "command", "nice"))
 _COUNT = re.compile(r"^\s*(\d{1,12})\s*$")
 # what a counting command may print besides its number: iptables-nft's notice about the other
 # backend, grep's complaints
@@ -33,8 +33,13 @@ class LineCount:
     @property
     def program(self) -> str:
         """The counted program (`sudo`, `time` and `env` passed over)."""
-        words = [w for w in self.source if w not in _WRAPPERS and "=" not in w]
+        words = unwrapped(list(self.source))
         return words[0].rsplit("/", 1)[-1] if words else ""
+
+    @property
+    def legacy_warning(self) -> bool:
+        """Did the counted iptables print iptables-nft's notice that legacy tables exist too?"""
+        return any(LEGACY_WARNING.lstrip("# ") in n for n in self.notices)
 
 
 def pipeline(command: str) -> list[list[str]]:

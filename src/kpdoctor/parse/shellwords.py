@@ -17,6 +17,21 @@ _ESCAPED = re.compile(r"\\(.)", re.S)
 _SHELL_SPACE = re.compile(r"[ \t\r\n]+")
 
 
+# What runs another command in front of it (`sudo iptables-save`, `time docker stop x`).
+COMMAND_WRAPPERS = frozenset({"sudo", "time", "command", "env", "nice"})
+
+
+def unwrapped(words: list[str], wrappers: frozenset[str] = COMMAND_WRAPPERS) -> list[str]:
+    """The words from the command actually run: leading wrappers (by name or path) and
+    ``VAR=value`` assignments taken off."""
+    i = 0
+    while i < len(words) and (
+        words[i].rsplit("/", 1)[-1] in wrappers or ("=" in words[i] and not words[i].startswith("-"))
+    ):
+        i += 1
+    return words[i:]
+
+
 def _unescape_double_quoted(text: str) -> str:
     """Inside double quotes a backslash escapes only " and a backslash (and stays otherwise)."""
     if "\\" not in text:

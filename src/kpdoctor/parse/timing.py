@@ -25,12 +25,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kpdoctor.parse.shellwords import shell_split
+from kpdoctor.parse.shellwords import COMMAND_WRAPPERS, shell_split, unwrapped
 
 RUNTIME_STOP_DEFAULT = 10.0  # docker, podman, nerdctl: seconds between the stop signal and SIGKILL
 POD_GRACE_DEFAULT = 30.0  # terminationGracePeriodSeconds when the Pod does not set it
 _RUNTIMES = frozenset({"docker", "podman", "nerdctl"})
-_WRAPPERS = frozenset({"sudo", "time", "command", "env", "nice", "-p"})
+_WRAPPERS = COMMAND_WRAPPERS | {"-p"}  # `time -p docker stop x`
 MAX_LINES = 400  # a timed stop is a few lines; a long text is not one
 MAX_LINE = 4096  # characters of a timing line (`time`'s output, with zsh's command)
 
@@ -95,9 +95,7 @@ def _words(cmdline: str) -> list[str]:
         if w in ("|", "&&", ";", "||") or w.startswith("|"):
             break
         out.append(w)
-    while out and (out[0].rsplit("/", 1)[-1] in _WRAPPERS or ("=" in out[0] and not out[0].startswith("-"))):
-        out = out[1:]
-    return out
+    return unwrapped(out, _WRAPPERS)
 
 
 def _number(v: str) -> float | None:

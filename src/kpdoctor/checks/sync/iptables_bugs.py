@@ -213,10 +213,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
             f.confidence_reason = "a count of the rule, pasted with the command that counted it" + (
                 ", and an iptables that has the bug" if broken or os_broken else ""
             )
-            nft_notice = next(
-                (c for c, _a in facts.line_counts if any("iptables-legacy tables" in n for n in c.notices)), None
-            )
-            if nft_notice is not None:
+            if any(c.legacy_warning for c, _a in facts.line_counts):
                 f.summary += " The listing printed iptables-nft's legacy-tables warning: this iptables uses nf_tables."
         else:
             f.summary = "This iptables cannot `-C` check rules in nf_tables mode."
