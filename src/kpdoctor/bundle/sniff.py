@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse import kubectl_table, timing
-from kpdoctor.parse.conntrack import QUOTED_ENTRY
+from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING
@@ -89,9 +89,7 @@ _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 _CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
 _CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
-_CT_ENTRY = re.compile(
-    r"^(?:ipv[46]\s+\d+\s+)?(?:tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown)\s+\d+\s+\d+\s.*\bsrc=\S+ dst=", re.M
-)
+_CT_ENTRY = re.compile(r"^(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=\S+ dst=", re.M)
 _SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
 _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M
@@ -207,7 +205,7 @@ def sniff(head: str) -> Typed:
         return Typed(Kind.NFT_RULESET_TEXT, {})
     if looks_like_ipset(stripped):
         return Typed(Kind.IPSET, {})
-    node = _sniff_node(stripped, first)
+    node = _sniff_node(stripped, first, lines)
     if node is not None:
         return node
     if _IPVSADM.search(head) or _mostly(lines, _IPVS_VS, _IPVS_RS, at_least=_IPVS_VS):
@@ -305,7 +303,7 @@ _LIST_ROW = re.compile(
 )
 
 
-def _sniff_node(text: str, first: str) -> Typed | None:
+def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
     """The node's counters and settings (seed 004): conntrack, sysctl, netstat, ss, ip, dmesg."""
     if _CT_STATS.search(text):
         return Typed(Kind.CONNTRACK_STATS, {})
@@ -320,7 +318,7 @@ def _sniff_node(text: str, first: str) -> Typed | None:
     if (
         _SS_HEADER.search(text)
         or _NETSTAT_LISTEN.search(text)
-        or _mostly([ln.strip() for ln in text.splitlines()[:200] if ln.strip()], LSOF_ROW, _LSOF_HEADER)
+        or _mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
     ):
         return Typed(Kind.LISTENERS, {})
     if _IP_LINK.match(first):

@@ -344,21 +344,17 @@ class Facts:
     def modules(self) -> set[str] | None:
         """The loaded modules, from complete listings only (a module not in it is not loaded);
         None when no complete listing was given."""
-        arts = [a for a in self.of(Kind.MODULES) if a.attrs.get("fragment") != "true"]
-        if not arts:
-            return None
-        names: set[str] = set()
-        for a in arts:
-            names |= system.parse_modules(a.text).names
-        return names
+        complete = [names for a, names in self._module_listings if a.attrs.get("fragment") != "true"]
+        return set().union(*complete) if complete else None
 
     @cached_property
     def modules_seen(self) -> set[str]:
         """Modules any listing shows loaded, a grep'd `lsmod | grep X` too (absence proves nothing)."""
-        names: set[str] = set()
-        for a in self.of(Kind.MODULES):
-            names |= system.parse_modules(a.text).names
-        return names
+        return set().union(*(names for _a, names in self._module_listings))
+
+    @cached_property
+    def _module_listings(self) -> list[tuple[Artifact, set[str]]]:
+        return [(a, system.parse_modules(a.text).names) for a in self.of(Kind.MODULES)]
 
     # -- versions -----------------------------------------------------------------------
     @cached_property

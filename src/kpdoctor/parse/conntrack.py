@@ -232,8 +232,9 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
 
 # An entry quoted inside a sentence: `Response : "udp  17 27 src=10.0.0.5 dst=... [UNREPLIED] ..."`
 # (straight or typographic quotes, backticks); a line that starts with one is matched as it is.
+PROTOCOLS = "tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown"  # what conntrack names a flow's protocol
 QUOTED_ENTRY = re.compile(
-    r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite)\s+\d+\s+\d+\s"
+    r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s"
     r"[^\"“”`]*?\bsrc=\S+ dst=.*)"
 )
 _CLOSING_QUOTES = "\"“”'‘’`"
