@@ -886,7 +886,7 @@ def _child(paths: list[Path], tmp: Path) -> dict[str, Any]:
     for command in ("diagnose", "verify"):
         before = len(_STAGES)
         try:
-            report, evidence = diagnose_paths(paths, command=command)
+            report, _evidence = diagnose_paths(paths, command=command)
         except BaseException as exc:  # anything escaping is the finding
             findings.append(finding_from_exception("exception", exc, f"diagnose_paths(command={command!r})"))
             continue
@@ -897,7 +897,7 @@ def _child(paths: list[Path], tmp: Path) -> dict[str, Any]:
                 exc_type = e.error.split(":", 1)[0]
                 findings.append(Finding("internal-error", exc_type, f"stage:{e.stage}", "", f"{e.stage}: {e.error}"))
         try:
-            code = exit_code(report, evidence)
+            code = exit_code(report)
         except Exception as exc:
             findings.append(finding_from_exception("exception", exc, f"exit_code ({command})"))
             code = -1

@@ -193,26 +193,26 @@ def test_bad_inputs_get_one_line_and_the_rest_is_diagnosed(tmp_path: Path) -> No
     if os.geteuid() != 0:
         assert "permission" in by_source["secret.txt"]
     assert report.visible()[0].cause == "iptables-backend-mismatch"
-    assert exit_code(report, ev) == 1
+    assert exit_code(report) == 1
     assert all("\n" not in p.message for p in ev.problems)
 
 
 def test_nothing_usable_is_exit_2_and_nothing_checkable_is_exit_3(tmp_path: Path) -> None:
-    report, ev = diagnose_paths([write(tmp_path, "empty", "")])
-    assert exit_code(report, ev) == 2
-    report, ev = diagnose_paths([write(tmp_path, "os", 'NAME="Ubuntu"\nID=ubuntu\n')])
-    assert exit_code(report, ev) == 3 and len(report.skipped) > 0
+    report, _ev = diagnose_paths([write(tmp_path, "empty", "")])
+    assert exit_code(report) == 2
+    report, _ev = diagnose_paths([write(tmp_path, "os", 'NAME="Ubuntu"\nID=ubuntu\n')])
+    assert exit_code(report) == 3 and len(report.skipped) > 0
 
 
 def test_versions_alone_are_inconclusive_though_checks_ran_on_them(tmp_path: Path) -> None:
     # KP101 and KP103 run on an `iptables --version`, but no node state was there to find a fault in.
-    report, ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n")])
+    report, _ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n")])
     assert report.checks_run > 0 and not report.visible()
-    assert exit_code(report, ev) == 3
+    assert exit_code(report) == 3
     # With the node's state next to it, no findings is a verdict.
     state = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
-    report, ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n"), write(tmp_path, "s", state)])
-    assert exit_code(report, ev) == 0
+    report, _ev = diagnose_paths([write(tmp_path, "v.txt", "iptables v1.8.7 (legacy)\n"), write(tmp_path, "s", state)])
+    assert exit_code(report) == 0
 
 
 def test_huge_log_streams(tmp_path: Path, diagnose: Callable[..., Report]) -> None:

@@ -34,7 +34,7 @@ def test_healthy_log_is_clean(log: Path, wrapper: str, tmp_path: Path) -> None:
     report, evidence = diagnose_paths([p], min_severity=Severity.WARNING)
     assert [a.name for a in evidence.artifacts] == [str(p)], evidence.problems
     assert report.visible() == [], [f"{f.code} {f.summary}" for f in report.visible()]
-    assert exit_code(report, evidence) == 0
+    assert exit_code(report) == 0
 
 
 # Real excerpts from upstream issues (tests/data/logs/SOURCES.md) -> causes kpdoctor must report

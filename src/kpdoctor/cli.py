@@ -399,7 +399,7 @@ def _run(
         deadline.disarm()
     keep += [report, evidence]
     report.threshold_explicit, report.verbose = min_severity is not None, verbose
-    code = exit_code(report, evidence)
+    code = exit_code(report)
     if code == 2:
         for p in evidence.problems:
             _err(f"{p.source}: {p.message}")
@@ -610,7 +610,7 @@ def verify(
         deadline.disarm()
     keep += [report, evidence]
     report.show_all, report.verbose = show_all, verbose
-    code = exit_code(report, evidence)
+    code = exit_code(report)
     if code == 2:
         for p in report.problems:  # with the objects' own ("the file held no usable object")
             _err(f"{p.source}: {p.message}")

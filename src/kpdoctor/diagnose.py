@@ -214,10 +214,10 @@ def diagnose_paths(
         evidence.close()
 
 
-def exit_code(report: Report, evidence: Evidence | None = None) -> int:
+def exit_code(report: Report) -> int:
     """0 clean, 1 findings at/above the threshold, 2 nothing usable, 3 inconclusive, 4 a bug met
     (the report is still written: DESIGN.md); the view's verdict (report/view.py), which the
-    renderers show in words. ``evidence`` is no longer needed (the report carries what was read)."""
+    renderers show in words."""
     return verdict(report).code
 
 

@@ -11,12 +11,12 @@ from kpdoctor.report.view import View, build
 OK, PROBLEM, UNKNOWN = 0, 1, 2
 
 
-def npd_status(report: Report | View, exit_code: int | None = None) -> tuple[int, str]:
+def npd_status(report: Report | View) -> tuple[int, str]:
     """The plugin's exit code and message, drawn from the report's view (report/view.py: its
-    causes and its verdict; ``exit_code``, when given, is the command's and must agree)."""
+    causes and its verdict)."""
     view = report if isinstance(report, View) else build(report)
     report = view.report
-    exit_code = view.verdict.code if exit_code is None else exit_code
+    exit_code = view.verdict.code
     findings = view.causes
     if findings:
         top = findings[0]
