@@ -22,7 +22,7 @@ from kpdoctor.model import Cite, Finding, Report
 from kpdoctor.report.safe import plain, printable
 from kpdoctor.report.trace import pct
 from kpdoctor.report.verification import Row
-from kpdoctor.report.view import BRANCHES_DRAWN, Excerpt, ServicePath, View, build, finding_meta
+from kpdoctor.report.view import BRANCHES_DRAWN, Excerpt, ServicePath, View, branch_end, build, finding_meta
 
 PAGE_SIZE = 200  # table rows drawn at once: a filter keystroke redraws this many, never 10,000
 
@@ -346,7 +346,7 @@ def _chains(p: ServicePath) -> str:
             items.append(
                 f'<li><span class="prob">{_e(pct(b.probability))}</span>{_e(backend)}'
                 f'<ol class="steps">{steps}</ol>'
-                f'<div class="box end-{_end(b.verdict, b.backend)}"><strong>{_e(b.outcome)}</strong></div></li>'
+                f'<div class="box end-{branch_end(b.verdict, b.backend)}"><strong>{_e(b.outcome)}</strong></div></li>'
             )
     shown = "".join(items[:BRANCHES_DRAWN])
     more = f"<p class='muted'>{len(items) - BRANCHES_DRAWN} more branches</p>" if len(items) > BRANCHES_DRAWN else ""
@@ -354,12 +354,6 @@ def _chains(p: ServicePath) -> str:
         f"<details open><summary>Chain by chain ({len(items)} branch{'es' if len(items) != 1 else ''})</summary>"
         f'<ol class="chains">{shown}</ol>{more}</details>'
     )
-
-
-def _end(verdict: str, backend: str | None) -> str:
-    if verdict == "ACCEPT":
-        return "dnat" if backend else "through"
-    return "drop" if verdict in ("DROP", "REJECT") else "uncertain"
 
 
 def _path(p: ServicePath, i: int) -> list[str]:

@@ -271,17 +271,23 @@ def failing_paths(
     return paths, max(0, len(bad) - limit)
 
 
+def branch_end(verdict: str, backend: str | None) -> str:
+    """Where a branch of a path ends: "dnat" (to a backend), "through" (not translated), "drop"
+    (dropped or rejected) or "uncertain"."""
+    if verdict == "ACCEPT":
+        return "dnat" if backend else "through"
+    return "drop" if verdict in ("DROP", "REJECT") else "uncertain"
+
+
 def _path(r: Any) -> ServicePath:
     branches = []
     for e in r.actual:
-        if e.verdict == "ACCEPT" and e.backend:
-            end, outcome = "dnat", f"DNAT to {e.backend}"
-        elif e.verdict == "ACCEPT":
-            end, outcome = "through", "not translated: leaves for its original destination"
-        elif e.verdict in ("DROP", "REJECT"):
-            end, outcome = "drop", e.verdict + (" (no Service rule for it)" if e.no_service_rule else "")
-        else:
-            end, outcome = "uncertain", "uncertain"
+        end = branch_end(e.verdict, e.backend)
+        outcome = {
+            "dnat": f"DNAT to {e.backend}",
+            "through": "not translated: leaves for its original destination",
+            "drop": e.verdict + (" (no Service rule for it)" if e.no_service_rule else ""),
+        }.get(end, "uncertain")
         stale = end == "dnat" and e.backend in r.stale_backends
         branches.append(PathBranch(e.probability, end, outcome, e.rule, e.chain, e.owner, e.ruleset, stale))
     expected = []
