@@ -461,10 +461,11 @@ def diagnose(
     or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
     snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods tables, Pod-spec fragments, preStop scripts, timed
-    `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status, and terminal
+    `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status, package versions
+    (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X | wc -l`), and terminal
     transcripts holding any of them; also as pasted (markdown quotes or indentation, grep -n
-    prefixes, lines without their header, rules grep'd out of a dump, a heredoc). The report's
-    "Inputs read" says how each file was read.
+    prefixes, lines without their header, rules grep'd out of a dump, a heredoc, `...` where
+    something was left out). The report's "Inputs read" says how each file was read.
 
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
