@@ -177,8 +177,8 @@ def run_in_process(case: Case) -> Outcome:
     from kpdoctor.model import Severity
 
     t0 = time.monotonic()
-    report, evidence = diagnose_paths(case.files, min_severity=Severity.INFO)
-    return Outcome(case, exit_code(report, evidence), report.to_json(), time.monotonic() - t0)
+    report, _evidence = diagnose_paths(case.files, min_severity=Severity.INFO)
+    return Outcome(case, exit_code(report), report.to_json(), time.monotonic() - t0)
 
 
 # -- judging ------------------------------------------------------------------------------------
