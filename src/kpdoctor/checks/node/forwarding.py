@@ -10,6 +10,7 @@ from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.iptables import Rule, Ruleset, option
 from kpdoctor.parse.logscan import signature
 
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
@@ -23,6 +24,37 @@ def _families_in_use(facts: Facts) -> set[int]:
         fams.update(6 if ":" in ip else 4 for ip in svc.cluster_ips)
     fams |= {rs.family for rs in facts.rulesets if rs.kube_rule_count()}
     return fams or {4}
+
+
+def _chains_from(table_rules: list[Rule], start: str) -> set[str]:
+    """The chains a packet entering built-in chain ``start`` can reach through jumps and gotos."""
+    jumps: dict[str, set[str]] = {}
+    for r in table_rules:
+        if (t := r.target) is not None:
+            jumps.setdefault(r.chain, set()).add(t)
+    seen, todo = {start}, [start]
+    while todo:
+        for t in jumps.get(todo.pop(), ()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def loopback_dnats(rs: Ruleset) -> list[tuple[Rule, bool]]:
+    """nat rules that DNAT to a 127.0.0.0/8 address, each with whether a packet arriving from
+    another interface (PREROUTING: Pods, containers, other hosts) reaches it. The kernel drops
+    such a packet after the rewrite unless route_localnet is 1."""
+    nat = rs.tables.get("nat")
+    if nat is None or rs.family != 4:
+        return []
+    hits = [
+        r for r in nat.rules if r.target == "DNAT" and (option(r.args, "--to-destination") or "").startswith("127.")
+    ]
+    if not hits:
+        return []
+    arriving = _chains_from(nat.rules, "PREROUTING")
+    return [(r, r.chain in arriving) for r in hits]
 
 
 def _kubernetes_evidence(facts: Facts) -> bool:
@@ -171,12 +203,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     ]
     note = facts.log.hits(BR_NETFILTER_NOTE.id)
     off = setting is not None  # the value is 0 here
-    unloaded = (
-        setting is None
-        and bool(node.sysctls)
-        and "br_netfilter" not in facts.modules_seen
-        and bridged is True
-    )
+    unloaded = setting is None and bool(node.sysctls) and "br_netfilter" not in facts.modules_seen and bridged is True
     if not (off or symptom or unloaded or note):
         return
     h0 = symptom[0] if symptom else None
@@ -238,7 +265,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
 @check(
     "KP310",
     cause="route-localnet-disabled",
-    title="NodePorts on localhost are expected but route_localnet is 0",
+    title="Traffic DNATed to a loopback address is dropped: route_localnet is 0",
     severity=Severity.WARNING,
     needs=[Kind.SYSCTL],
 )
@@ -251,14 +278,23 @@ def route_localnet(facts: Facts) -> Iterator[Finding]:
         nodePortAddresses unset or including 127.0.0.0/8) DNATs localhost NodePort traffic to
         Pods, which the kernel only routes when net.ipv4.conf.all.route_localnet=1. kube-proxy
         sets it at start; something reset it afterwards.
+        The same holds for any DNAT to a loopback address: Docker's embedded DNS on a
+        user-defined network (127.0.0.11, the DNS of kind nodes) is reached that way, and
+        packets from Pods are dropped after the rewrite when route_localnet is 0 (kube-proxy's
+        iptables mode sets it, its IPVS mode does not).
     How it is detected: route_localnet = 0 in the sysctl output while kube-proxy's guard rule
         ("block incoming localnet connections") is in the iptables-save output, or kube-proxy
-        runs in iptables mode with localhost NodePorts enabled and NodePort Services exist.
+        runs in iptables mode with localhost NodePorts enabled and NodePort Services exist, or
+        a nat rule DNATs to a 127.0.0.0/8 address: a warning when packets arriving from
+        another interface reach it (PREROUTING), low confidence when only the host's own
+        traffic does (OUTPUT: the same rules copied into a node's or Pod's namespace break
+        there).
     Fix: `sysctl -w net.ipv4.conf.all.route_localnet=1` (kube-proxy sets it again on restart),
         and find what resets it; or, if localhost NodePorts are not wanted, set
         `iptables.localhostNodePorts: false` (1.26+) / nodePortAddresses without 127.0.0.1.
     References: https://github.com/kubernetes/kubernetes/pull/109942;
-        https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/
+        https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/;
+        https://github.com/kubernetes-sigs/kind/issues/2326
     """
     node = facts.node_state
     s = node.setting("net.ipv4.conf.all.route_localnet")
@@ -282,18 +318,54 @@ def route_localnet(facts: Facts) -> Iterator[Finding]:
         nodeports = any(svc.node_ports for svc in facts.cluster.services)
         if mode is not None and mode[0] == "iptables" and str(lhnp.value).lower() != "false" and npa_ok and nodeports:
             why = "kube-proxy runs in iptables mode with localhost NodePorts enabled and NodePort Services exist"
-    if not why:
+    if why:
+        f = start(
+            facts,
+            "KP310",
+            [],
+            confidence=Confidence.HIGH if guard else Confidence.MEDIUM,
+            summary=f"net.ipv4.conf.all.route_localnet = 0 although {why}: localhost:NodePort connections fail.",
+        )
+        f.confidence_reason = "route_localnet = 0 with " + (
+            "kube-proxy's guard rule in the rules" if guard else "kube-proxy's mode and settings that need it"
+        )
+        f.evidence = [s.cite, *guard[:1]]
+        f.fix = [
+            "sysctl -w net.ipv4.conf.all.route_localnet=1 (kube-proxy sets it at start) and find what resets it; "
+            "or disable localhost NodePorts (iptables.localhostNodePorts: false, 1.26+)."
+        ]
+        yield f
         return
+    dnats = [(rs, r, arriving) for rs in facts.rulesets for r, arriving in loopback_dnats(rs)]
+    if not dnats:
+        return
+    arriving = [d for d in dnats if d[2]]
+    rs, rule, from_outside = (arriving or dnats)[0]
+    to = option(rule.args, "--to-destination")
     f = start(
         facts,
         "KP310",
         [],
-        confidence=Confidence.HIGH if guard else Confidence.MEDIUM,
-        summary=f"net.ipv4.conf.all.route_localnet = 0 although {why}: localhost:NodePort connections fail.",
+        confidence=Confidence.MEDIUM if from_outside else Confidence.LOW,
+        severity=None if from_outside else Severity.INFO,
     )
-    f.evidence = [s.cite, *guard[:1]]
+    if from_outside:
+        f.summary = (
+            f"net.ipv4.conf.all.route_localnet = 0 and a nat rule DNATs packets arriving from other interfaces to "
+            f"the loopback address {to}: the kernel drops them after the rewrite, so Pods and containers "
+            "get no answer from it."
+        )
+        f.confidence_reason = "route_localnet = 0 with a DNAT to a loopback address reached from PREROUTING"
+    else:
+        f.summary = (
+            f"net.ipv4.conf.all.route_localnet = 0 and a nat rule DNATs to the loopback address {to} (here only "
+            "for the host's own traffic): wherever these rules send traffic from Pods or containers to it (a "
+            "kind node's copy of Docker's DNS rules), the kernel drops it after the rewrite."
+        )
+        f.confidence_reason = "route_localnet = 0 with a DNAT to a loopback address reached only from OUTPUT"
+    f.evidence = [s.cite, Cite(rs.artifact, rule.line, rule.text.strip())]
     f.fix = [
-        "sysctl -w net.ipv4.conf.all.route_localnet=1 (kube-proxy sets it at start) and find what resets it; "
-        "or disable localhost NodePorts (iptables.localhostNodePorts: false, 1.26+)."
+        "sysctl -w net.ipv4.conf.all.route_localnet=1 where the rewritten packets arrive (kube-proxy's iptables "
+        "mode sets it; in IPVS or nftables mode set it yourself, persisted in /etc/sysctl.d/).",
     ]
     yield f

@@ -8,13 +8,24 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.log import cite_line
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KubeVersion
 
 LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"
 # From 1.19 kube-proxy reads EndpointSlices, and the mirroring controller skips Endpoints that
 # carry the leader annotation: their renewals no longer reach kube-proxy.
 SLICES_SINCE = KubeVersion(1, 19, 0)
+# The same writes seen in a log: the apiserver's request log (its own, or merged into one
+# process's log as localkube and k3s do) names the client, whose user agent ends in
+# `/leader-election`; kube-proxy's config loop logs each Endpoints update it receives.
+LEADER_ENDPOINTS_WRITE = signature(
+    "leader-election-endpoints-write",
+    "leader-election",
+    r"(?:PUT|PATCH|UPDATE) /api/v1/namespaces/([^/ ]+)/endpoints/([^: ]+).*leader-election",
+)
+ENDPOINTS_UPDATE = signature("kube-proxy-endpoints-update", "OnEndpointsUpdate", r"Calling handler\.OnEndpointsUpdate")
 
 
 @check(
@@ -22,7 +33,7 @@ SLICES_SINCE = KubeVersion(1, 19, 0)
     cause="endpoints-churn",
     title="Endpoints rewritten every few seconds drive kube-proxy's syncs",
     severity=Severity.WARNING,
-    needs=[Kind.K8S_OBJECTS],
+    needs=[Kind.K8S_OBJECTS, Kind.KUBE_PROXY_LOG],
     explains=("sync-too-frequent",),
 )
 def endpoints_churn(facts: Facts) -> Iterator[Finding]:
@@ -35,19 +46,23 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
         before Leases, and operators that still do) write it on every renewal; kube-proxy
         before 1.19 watched Endpoints and queued a sync for every change.
     How it is detected: Endpoints objects carrying the leader annotation (each a write every
-        renewal period); how many such objects or events the evidence holds; kube-proxy's
-        version (1.19+ reads EndpointSlices, which skip those Endpoints).
+        renewal period); how many such objects or events the evidence holds; or, in a log,
+        the apiserver's request lines for Endpoints writes by a `leader-election` client,
+        with kube-proxy's `Calling handler.OnEndpointsUpdate()` lines around them (localkube
+        and k3s merge both into one log); kube-proxy's version (1.19+ reads EndpointSlices,
+        which skip those Endpoints).
     Fix: move those components to Lease-based leader election
         (`--leader-elect-resource-lock=leases`), or kube-proxy to 1.19+ (EndpointSlices);
         raise `iptables.minSyncPeriod` to batch syncs meanwhile.
     References: https://github.com/kubernetes/kubernetes/issues/23812
     """
     held = [e.obj for e in facts.cluster.endpoints if LEADER_ANNOTATION in e.annotations]
-    if not held:
-        return
     kpv = facts.kube_proxy_version
     if kpv is not None and kpv.value.at_least(SLICES_SINCE):
         return  # EndpointSlices: these renewals do not reach kube-proxy
+    if not held:
+        yield from _from_log(facts)
+        return
     names = list(dict.fromkeys(f"{e.namespace}/{e.name}" for e in held))
     f = start(facts, "KP128", [], confidence=Confidence.MEDIUM)
     f.summary = (
@@ -62,5 +77,34 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
     f.fix = [
         "Move those components to Lease-based leader election (`--leader-elect-resource-lock=leases`), or "
         "kube-proxy to 1.19+ (EndpointSlices skip these Endpoints); meanwhile raise `iptables.minSyncPeriod`.",
+    ]
+    yield f
+
+
+def _from_log(facts: Facts) -> Iterator[Finding]:
+    """The renewals seen as requests in a log (the apiserver's request lines), with kube-proxy's
+    Endpoints updates in the same log making it a sync driver rather than a guess."""
+    writes = facts.log.hits(LEADER_ENDPOINTS_WRITE.id)
+    if not writes:
+        return
+    updates = facts.log.hits(ENDPOINTS_UPDATE.id)
+    names = list(dict.fromkeys(f"{h.groups[0]}/{h.groups[1]}" for h in writes))
+    f = start(facts, "KP128", writes, confidence=Confidence.MEDIUM if updates else Confidence.LOW)
+    f.summary = (
+        f"A leader-election client rewrites the Endpoints object(s) {', '.join(names[:3])} "
+        f"({facts.log.count(LEADER_ENDPOINTS_WRITE.id)} write(s) in the log): every renewal is an Endpoints "
+        "update that kube-proxy before 1.19 syncs its rules for."
+    )
+    if updates:
+        f.summary += f" kube-proxy logs {facts.log.count(ENDPOINTS_UPDATE.id)} Endpoints update(s) alongside them."
+        f.evidence.append(cite_line(updates[0]))
+        f.confidence_reason = "leader-election writes to Endpoints and kube-proxy's Endpoints updates in one log"
+    else:
+        f.confidence_reason = "leader-election writes to Endpoints in a log, without kube-proxy's own lines"
+    note_version(f, facts.kube_proxy_version, "kube-proxy")
+    f.fix = [
+        "Move those components to Lease-based leader election (`--leader-elect-resource-lock=leases`), or "
+        "kube-proxy to 1.19+ (EndpointSlices skip these Endpoints); meanwhile raise `iptables.minSyncPeriod` "
+        "(`--iptables-min-sync-period`) so updates are batched.",
     ]
     yield f

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
-from kpdoctor.facts import Facts
+from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
+from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import KubeVersion
 
 GT_DELETE_RS = signature(
@@ -28,6 +28,14 @@ GT_ERRORS = signature(
     "ipvs-gt-flush-error",
     "graceful_termination.go",
     r"graceful_termination\.go:[0-9]+\] Try flush graceful termination list err",
+)
+# The IPVS library's answer when a netlink reply it waited for held no service: for a virtual
+# server the proxier itself keeps, the reply went to the other goroutine sharing the socket
+# (graceful termination), the race that ends in the deadlock (k/k#71071, lbernail's analysis).
+NETLINK_EMPTY_REPLY = signature(
+    "ipvs-netlink-empty-reply",
+    "Expected only one service obtained=0",
+    r"Failed to (?:get IPVS service|sync endpoint for service).*Expected only one service obtained=0",
 )
 
 # (affected first, affected last, fixed) per release line; k/k#71071, lbernail 2019-03-09.
@@ -81,7 +89,9 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
         the sync loop never runs again.
     How it is detected: repeating graceful-termination lines with no sync completing after
         them; a kube-proxy version in the affected ranges; virtual servers without real
-        servers for Services that have ready endpoints.
+        servers for Services that have ready endpoints; netlink replies that came back empty
+        for a virtual server the proxier keeps (`Failed to get IPVS service, error: Expected
+        only one service obtained=0`), the race itself, a warning with low confidence alone.
     Fix: upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later, or run the affected version in
         iptables mode; restart kube-proxy now to resume syncing.
     References: seed 001; https://github.com/kubernetes/kubernetes/issues/71071;
@@ -96,7 +106,10 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
     syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
     stalled = facts.log.count(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id) >= 3 and not syncs_after
+    lost = facts.log.hits(NETLINK_EMPTY_REPLY.id)
     if not gt and not affected:
+        if lost and affected is None:
+            yield _race_only(facts, lost, kpv)
         return  # an empty virtual server alone is no deadlock evidence (KP208 reads it)
     if affected is False and not empty_with_eps:
         return
@@ -244,3 +257,23 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         )
     f.fix.append("Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.")
     yield f
+
+
+def _race_only(facts: Facts, lost: list[Hit], kpv: Versioned[KubeVersion] | None) -> Finding:
+    """Empty netlink replies for virtual servers kube-proxy keeps, and nothing else: the race
+    that deadlocks the affected releases, seen before it stops the sync loop."""
+    f = start(facts, "KP110", lost, confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.summary = (
+        f"kube-proxy's IPVS calls got empty netlink replies for virtual servers it keeps ({f.occurrences} "
+        "line(s): `Expected only one service obtained=0`): another goroutine on the same netlink socket took "
+        "the reply. In kube-proxy 1.11.5-1.11.6, 1.12.2-1.12.4 and 1.13.0-1.13.1 this race deadlocks the sync loop."
+    )
+    f.confidence_reason = "the netlink race's error lines alone, without kube-proxy's version"
+    note_version(f, kpv, "kube-proxy")
+    f.fixed_in += [fixed for _, _, fixed in DEADLOCK_RANGES.values()]
+    f.fix = [
+        "Give kube-proxy's version (`kube-proxy --version`): 1.11.5-1.11.6, 1.12.2-1.12.4 and 1.13.0-1.13.1 are "
+        "affected; upgrade to 1.11.7, 1.12.5, 1.13.2 or later.",
+        "Restart kube-proxy if its IPVS rules stopped following the Services.",
+    ]
+    return f
