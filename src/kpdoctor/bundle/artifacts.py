@@ -52,6 +52,7 @@ class Kind(enum.StrEnum):
     PRESTOP_SCRIPT = "preStop hook script"
     PACKAGES = "package versions (rpm -q, dpkg -s, dpkg -l)"
     LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190
+    CONNECT_TIMES = "load-test connect times (ab, hey)"  # where connects bunch: dropped SYNs
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.parse import kubectl_table, timing
+from kpdoctor.parse import kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
@@ -408,10 +408,13 @@ def _type_doc(doc: object) -> Typed | None:
 
 
 def _sniff_workload(head: str, text: str, lines: list[str]) -> Typed | None:
-    """What shows how workloads stop: a timed stop, a runtime's stop-timeout lines, a kubectl
-    table of kube-proxy Pods. (A kube-proxy log that also holds a runtime's line stays kube-proxy's.)"""
+    """What shows how workloads stop or connect: a timed stop, a load test's connect times, a
+    runtime's stop-timeout lines, a kubectl table of kube-proxy Pods. (A kube-proxy log that
+    also holds a runtime's line stays kube-proxy's.)"""
     if len(lines) <= timing.MAX_LINES and timing.timed_stops(text):
         return Typed(Kind.STOP_TIMING, {})
+    if loadtest.looks_like_load_test(head):
+        return Typed(Kind.CONNECT_TIMES, {})
     if timing.runtime_stops(head) and not _KP_LOG_MARKERS.search(head):
         return Typed(Kind.RUNTIME_LOG, {})
     if kubectl_table.is_pod_table(lines) and kubectl_table.has_kube_proxy(text):

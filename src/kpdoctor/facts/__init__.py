@@ -50,6 +50,7 @@ from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_sa
 from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
+from kpdoctor.parse.loadtest import ConnectTimes, connect_times
 from kpdoctor.parse.logscan import Scanner, Signature, catalogue
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
@@ -332,6 +333,15 @@ class Facts:
             if c is not None:
                 out.append((c, a))
         return out
+
+    @cached_property
+    def connect_times(self) -> list[tuple[ConnectTimes, Cite]]:
+        """Load tests' connect-time summaries (ab, hey), each with the line it is read from."""
+        return [
+            (ct, Cite(a.name, a.first_line + ct.line, ct.text))
+            for a in self.of(Kind.CONNECT_TIMES)
+            for ct in connect_times(a.read_text())
+        ]
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:

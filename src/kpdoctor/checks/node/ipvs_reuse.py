@@ -61,12 +61,52 @@ def _busy_old_kernel(facts: Facts) -> Finding | None:
     return f
 
 
+def _connects_wait_for_retransmits(facts: Facts) -> Finding | None:
+    """A load test whose typical connection waited for the SYN retransmit timer (1 s, 3 s), with
+    nothing saying kube-proxy does not use IPVS: most first SYNs were dropped, which is what IPVS
+    does to connections reusing a client port still in TIME_WAIT under a high connection rate.
+    (A few slow connects are races; most of them is port reuse.)"""
+    waited = [(ct, c) for ct, c in facts.connect_times if ct.most_waited is not None]
+    if not waited:
+        return None
+    mode = facts.running_mode.mode
+    if mode not in (None, "ipvs"):
+        return None
+    ct, cite = waited[0]
+    ipvs = mode == "ipvs" or bool(facts.ipvs_listed)
+    f = start(facts, "KP307", [], confidence=Confidence.MEDIUM if ipvs else Confidence.LOW, severity=Severity.WARNING)
+    f.confidence_reason = (
+        "connects bunched at the SYN retransmit timer with IPVS in use"
+        if ipvs
+        else "connects bunched at the SYN retransmit timer; the proxy mode was not given"
+    )
+    slow = f", the slowest {ct.slowest:.0f} ms" if ct.some_waited and ct.some_waited > (ct.most_waited or 0) else ""
+    f.summary = (
+        f"The typical connection took {ct.typical:.0f} ms to connect ({ct.tool}{slow}): its first SYN was dropped "
+        "and sent again when the kernel's retransmit timer fired (1 s, then 3 s). When most connections wait, "
+        "the path drops the first SYN of almost every new connection: IPVS does that (net.ipv4.vs.conn_reuse_mode=1 "
+        "with conntrack=1, kernels before 5.9) to connections that reuse a client port still in TIME_WAIT, which "
+        "a client opening many short connections does all the time."
+    )
+    if not ipvs:
+        f.summary += " Outside IPVS, look at conntrack insert failures and listen queue overflows instead."
+    f.evidence = [cite]
+    f.fixed_in = ["kernel 5.9", "kube-proxy v1.22.0"]
+    f.fix = [
+        "Confirm with `sysctl net.ipv4.vs.conn_reuse_mode net.ipv4.vs.conntrack`, `uname -r` and kube-proxy's "
+        "mode (`curl localhost:10249/proxyMode`).",
+        'Upgrade the kernel to 5.9 or later ("ipvs: allow connection reuse for unconfirmed conntrack") with '
+        "kube-proxy 1.22+, or let clients keep connections open (keep-alive) instead of opening one per request.",
+    ]
+    return f
+
+
 @check(
     "KP307",
     cause="ipvs-connection-reuse",
     title="IPVS connection reuse: new connections go to terminated Pods (or wait 1 s)",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL, Kind.IPVSADM],
+    needs=[Kind.SYSCTL, Kind.IPVSADM, Kind.CONNECT_TIMES],
 )
 def connection_reuse(facts: Facts) -> Iterator[Finding]:
     """In IPVS mode, a new connection that reuses a client port is sent to the old backend, or its first SYN is dropped.
@@ -87,13 +127,16 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         expire_nodest_conn=0 is mentioned (connections to removed backends linger). Without the
         sysctls: IPVS listings whose real servers hold many inactive (TIME_WAIT) connections on
         a kernel before 5.9 (uname, or RHEL/CentOS 6-7 from the packages' release tags) are a
-        low-confidence warning asking for them.
+        low-confidence warning asking for them; so is a load test (ab, hey) whose typical
+        connect time sits at the SYN retransmit timer (1 s, 3 s) when kube-proxy's mode is
+        IPVS or not given.
     Fix: on kernel 5.9+ set net.ipv4.vs.conn_reuse_mode=1 and run kube-proxy 1.22+ (which no
         longer resets it to 0); on older kernels upgrade the kernel (or a distribution kernel
         with f0a5e4d7a594 backported); keep expire_nodest_conn=1. Avoiding IPVS for the hot
         path (a load balancer straight to Pods, an ingress, a mesh) also avoids it.
     References: https://github.com/kubernetes/kubernetes/issues/81775;
         https://github.com/kubernetes/kubernetes/pull/102122;
+        https://github.com/kubernetes/kubernetes/issues/71114;
         https://www.kernel.org/doc/html/latest/networking/ipvs-sysctl.html
     """
     node = facts.node_state
@@ -101,6 +144,8 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
     if reuse is None:
         # ip_vs not loaded (no IPVS, nothing to reuse), or its settings were not given
         risk = _busy_old_kernel(facts) if not facts.has(Kind.SYSCTL) else None
+        if risk is None and not facts.has(Kind.SYSCTL):
+            risk = _connects_wait_for_retransmits(facts)
         if risk is not None:
             yield risk
         return
