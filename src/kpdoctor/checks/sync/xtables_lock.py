@@ -10,6 +10,7 @@ from kpdoctor.checks.common import (
     RESTORE_SYMPTOMS,
     apply_remedy,
     kube_proxy_remedy,
+    note_version,
     quiet_if_recovered,
     start,
     version_rows,
@@ -67,6 +68,14 @@ RESTORE_WAIT_ARG_REJECTED = signature(
     "restore-wait-arg-rejected",
     "tables-restore: invalid option -- '",
     r"ip6?tables-restore: invalid option -- '[0-9]'",
+)
+# The usage text iptables-restore prints after refusing an option: RHEL/CentOS 7.6's 1.4.21
+# backport (iptables-1.4.21-28.el7) takes the wait only as `--wait=<seconds>` and lists `-W
+# usecs` but no `-w` (1.6.2+ lists `[-w secs] [-W usecs]`), so it refuses kube-proxy 1.9's "-w5".
+RESTORE_USAGE_LONG_WAIT_ONLY = signature(
+    "restore-usage-long-wait-only",
+    "[-W usecs]",
+    r"Usage: ip6?tables-restore (?:(?!\[-w )[^\n])*\[-W usecs\]",
 )
 # Calico's felix: its iptables(-restore) failed with exit status 4, iptables' "resource problem"
 # (the xtables lock was held and it did not wait, or gave up waiting).
@@ -342,7 +351,8 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         holding the xtables lock. Perhaps you want to use the -w option?)`; rules update late
         because every contended sync is thrown away and retried at the next period. Or every
         restore fails at once: `Failed to execute iptables-restore: exit status 1
-        (iptables-restore: invalid option -- '5'`. Other writers show it too: Calico's felix
+        (iptables-restore: invalid option -- '5'`, followed by a usage text without `-w`. Other
+        writers show it too: Calico's felix
         `Failed to program iptables ... error=exit status 4`.
     Cause: iptables-restore learnt `-w/--wait` in iptables 1.6.2; older binaries (and kube-proxy
         builds that ship them, or cannot read their version) give up immediately when another
@@ -354,7 +364,9 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         iptables-restore 1.6.2+ without a wait (calico-node 3.2.x's felix) fails with exit
         status 4, iptables' resource problem, whenever kube-proxy or a CNI holds the lock.
     How it is detected: the exit-status-4 "-w option" message or kube-proxy's own "failed to
-        acquire new iptables lock" in its log; iptables-restore's "invalid option -- 'N'"; the
+        acquire new iptables lock" in its log; iptables-restore's "invalid option -- 'N'", or,
+        at low confidence, the usage text of RHEL/CentOS 7.6's backport (`--wait=<seconds>`
+        and `-W usecs`, no `-w`) that it prints after refusing an option; the
         iptables version (< 1.6.2); kube-proxy's "assuming it doesn't support --wait" line;
         felix's exit status 4. Whose line it is is read from the line (syslog identifier,
         source file, format): another component's failure names that component, not
@@ -382,6 +394,8 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
             old.append((f"{scope} iptables {v.value}", v.cite))
     if bad_arg:
         yield _wait_arg_rejected(facts, bad_arg)
+    elif usage := facts.log.hits(RESTORE_USAGE_LONG_WAIT_ONLY.id):
+        yield from _long_wait_only(facts, usage)
     if others:
         yield _other_writer_no_wait(facts, others)
     if bad_arg or (not own and not (old and assumed)):
@@ -476,6 +490,29 @@ def _wait_arg_rejected(facts: Facts, hits: list[Hit]) -> Finding:
         "build with its backport (PR #61734); kube-proxy 1.9.6 is still reported affected."
     )
     return f
+
+
+def _long_wait_only(facts: Facts, hits: list[Hit]) -> Iterator[Finding]:
+    """Only the usage text of the RHEL/CentOS 7.6 backport, which it prints when it refuses an
+    option: the "-w5" refusal is likely, unless kube-proxy passes "-w 5" itself."""
+    kpv = facts.kube_proxy_version
+    if kpv is not None and kpv.value.upstream >= WAIT_ARG_FIXED.upstream:
+        return
+    f = start(facts, "KP103", hits, confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.confidence_reason = "the usage text of a build known to refuse the glued wait, without the refusal itself"
+    f.summary = (
+        "iptables-restore printed its usage text, which it does when it refuses an option, and that text lists "
+        "the lock wait only as `--wait=<seconds>` and `-W usecs` with no `-w`: RHEL/CentOS 7.6's iptables 1.4.21 "
+        'with the wait backport, which refuses the "-w5" kube-proxy 1.9 passes ("invalid option -- \'5\'"), so '
+        "every restore fails."
+    )
+    note_version(f, kpv, "kube-proxy")
+    f.fixed_in.append(str(WAIT_ARG_FIXED))
+    f.fix.append(
+        "Give the error line before the usage text and kube-proxy's version; with kube-proxy 1.9, upgrade it to "
+        f'{WAIT_ARG_FIXED} or later (kubernetes PR #60978 passes "-w 5").'
+    )
+    yield f
 
 
 def _other_writer_no_wait(facts: Facts, hits: list[Hit]) -> Finding:
