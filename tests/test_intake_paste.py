@@ -233,7 +233,6 @@ def test_rows_without_a_chain_header_keep_their_targets_and_comments() -> None:
     "case,file,says",
     [
         ("k8s-104679", "kubectl-get-svc.txt", "a kubectl table"),
-        ("k8s-71751", "iptables-restore-help.txt", "usage text"),
         ("coredns-4211", "coredns.log", "content not recognised"),  # "[ERROR] ..." is not broken JSON
     ],
 )

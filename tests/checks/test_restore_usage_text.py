@@ -52,4 +52,6 @@ def test_upstream_usage_texts_say_nothing(diagnose: Diagnose, binary: str) -> No
     usage = subprocess.run([path, "-h"], capture_output=True, text=True, timeout=10, check=False)
     text = usage.stderr + usage.stdout
     assert text.startswith("Usage:")
-    none_of(diagnose({"iptables-restore-help.txt": text}), "KP103")
+    report = diagnose({"iptables-restore-help.txt": text})
+    none_of(report, "KP103")
+    assert "usage text" in report.problems[0].message  # and the user is told what to give

@@ -23,7 +23,7 @@ SLICES_SINCE = KubeVersion(1, 19, 0)
 LEADER_ENDPOINTS_WRITE = signature(
     "leader-election-endpoints-write",
     "leader-election",
-    r"(?:PUT|PATCH|UPDATE) /api/v1/namespaces/([^/ ]+)/endpoints/([^: ]+).*leader-election",
+    r"(PUT|PATCH) /api/v1/namespaces/([^/ ]+)/endpoints/([^: ]+).*leader-election",
 )
 ENDPOINTS_UPDATE = signature("kube-proxy-endpoints-update", "OnEndpointsUpdate", r"Calling handler\.OnEndpointsUpdate")
 
@@ -88,7 +88,7 @@ def _from_log(facts: Facts) -> Iterator[Finding]:
     if not writes:
         return
     updates = facts.log.hits(ENDPOINTS_UPDATE.id)
-    names = list(dict.fromkeys(f"{h.groups[0]}/{h.groups[1]}" for h in writes))
+    names = list(dict.fromkeys(f"{h.groups[1]}/{h.groups[2]}" for h in writes))
     f = start(facts, "KP128", writes, confidence=Confidence.MEDIUM if updates else Confidence.LOW)
     f.summary = (
         f"A leader-election client rewrites the Endpoints object(s) {', '.join(names[:3])} "

@@ -35,7 +35,7 @@ GT_ERRORS = signature(
 NETLINK_EMPTY_REPLY = signature(
     "ipvs-netlink-empty-reply",
     "Expected only one service obtained=0",
-    r"Failed to (?:get IPVS service|sync endpoint for service).*Expected only one service obtained=0",
+    r"Failed to (get IPVS service|sync endpoint for service).*Expected only one service obtained=0",
 )
 
 # (affected first, affected last, fixed) per release line; k/k#71071, lbernail 2019-03-09.

@@ -74,8 +74,8 @@ RESTORE_WAIT_ARG_REJECTED = signature(
 # usecs` but no `-w` (1.6.2+ lists `[-w secs] [-W usecs]`), so it refuses kube-proxy 1.9's "-w5".
 RESTORE_USAGE_LONG_WAIT_ONLY = signature(
     "restore-usage-long-wait-only",
-    "[-W usecs]",
-    r"Usage: ip6?tables-restore (?:(?!\[-w )[^\n])*\[-W usecs\]",
+    "[-h] [-W usecs]",
+    r"Usage: ip6?tables-restore .*\[-h\] \[-W usecs\]",
 )
 # Calico's felix: its iptables(-restore) failed with exit status 4, iptables' "resource problem"
 # (the xtables lock was held and it did not wait, or gave up waiting).
