@@ -53,6 +53,7 @@ class Kind(enum.StrEnum):
     PACKAGES = "package versions (rpm -q, dpkg -s, dpkg -l)"
     LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190
     CONNECT_TIMES = "load-test connect times (ab, hey)"  # where connects bunch: dropped SYNs
+    SSH_ATTEMPTS = "ssh attempts"  # `ssh root@192.168.1.3` and the failure it printed
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.parse import kubectl_table, loadtest, timing
+from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
@@ -415,6 +415,8 @@ def _sniff_workload(head: str, text: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.STOP_TIMING, {})
     if loadtest.looks_like_load_test(head):
         return Typed(Kind.CONNECT_TIMES, {})
+    if clients.looks_like_failed_ssh(lines):
+        return Typed(Kind.SSH_ATTEMPTS, {})
     if timing.runtime_stops(head) and not _KP_LOG_MARKERS.search(head):
         return Typed(Kind.RUNTIME_LOG, {})
     if kubectl_table.is_pod_table(lines) and kubectl_table.has_kube_proxy(text):
@@ -454,6 +456,8 @@ def sniff_command(command: str, text: str) -> Typed | None:
     ``test`` and ``real 0m10.4s`` after ``time docker stop test``; ``cat .../prestop.sh``."""
     if timing.timed_stops(text, command):
         return Typed(Kind.STOP_TIMING, {})
+    if clients.looks_like_failed_ssh(text.splitlines(), command):
+        return Typed(Kind.SSH_ATTEMPTS, {})
     m = _KUBECTL_GET_OBJECT.search(command)
     if m and _OBJECT_YAML.search(text):
         kind = _RESOURCE_KINDS.get(m.group(1).lower().split(".")[0])

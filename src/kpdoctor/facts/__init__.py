@@ -43,6 +43,7 @@ from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
+from kpdoctor.parse.clients import SshAttempt, ssh_attempts
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.ipset import IpSet, parse_ipsets
@@ -342,6 +343,17 @@ class Facts:
             for a in self.of(Kind.CONNECT_TIMES)
             for ct in connect_times(a.read_text())
         ]
+
+    @cached_property
+    def ssh_attempts(self) -> list[tuple[SshAttempt, Cite]]:
+        """ssh commands with an address as target (and what they printed), with their lines."""
+        out = []
+        for a in self.of(Kind.SSH_ATTEMPTS):
+            cmd = a.attrs.get("command")
+            for t in ssh_attempts(a.read_text(), cmd):
+                line = a.first_line + t.line if t.line >= 0 else None
+                out.append((t, Cite(a.name, line, t.command if t.line >= 0 else f"$ {t.command}")))
+        return out
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from kpdoctor.dataplane.addresses import Span, address_span
 from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list
+from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -171,6 +173,54 @@ class PodView:
         )
 
 
+def address_range(text: str) -> Span | None:
+    """A load-balancer pool entry as an integer range: ``192.168.1.3-192.168.1.5`` (either end
+    may carry a prefix length, as MetalLB allows), ``192.168.10.0/24``, or one address."""
+    first, sep, last = text.strip().partition("-")
+    lo = address_span(first.strip())
+    if not sep:
+        return lo
+    hi = address_span(last.strip())
+    if lo is None or hi is None or lo[0] != hi[0] or hi[2] < lo[1]:
+        return None
+    return (lo[0], lo[1], hi[2])
+
+
+@dataclass(frozen=True, slots=True)
+class AddressPoolView:
+    """A load balancer's pool of addresses it hands to Services (MetalLB's IPAddressPool, or an
+    address pool in its legacy `config` ConfigMap)."""
+
+    obj: K8sObject
+    name: str
+    entries: tuple[tuple[str, Span], ...]  # as written, and as a range
+
+    def holding(self, version: int, n: int) -> str | None:
+        """The entry that holds address ``n`` (of IP ``version``), or None."""
+        return next((text for text, (v, lo, hi) in self.entries if v == version and lo <= n <= hi), None)
+
+    @staticmethod
+    def _entries(values: object) -> tuple[tuple[str, Span], ...]:
+        return tuple((v, span) for v in _strings(values) if (span := address_range(v)) is not None)
+
+    @classmethod
+    def of_crd(cls, obj: K8sObject) -> list[AddressPoolView]:
+        return [cls(obj, obj.name, cls._entries(as_dict(obj.body.get("spec")).get("addresses")))]
+
+    @classmethod
+    def of_configmap(cls, obj: K8sObject) -> list[AddressPoolView]:
+        """The pools of MetalLB's legacy ConfigMap (before 0.13): YAML in ``data.config``."""
+        config = as_dict(obj.body.get("data")).get("config")
+        if not isinstance(config, str) or "address-pools" not in config:
+            return []
+        try:
+            docs = load_yaml_all(config)
+        except StructuredError:
+            return []
+        pools = [as_dict(p) for d in docs for p in as_list(as_dict(d).get("address-pools"))]
+        return [cls(obj, str(p.get("name") or obj.name), cls._entries(p.get("addresses"))) for p in pools]
+
+
 class ClusterFacts:
     """The typed views of one run's objects, each built on first use. ``carry``: (the previous
     run's, this run's) views by object: an object a caller kept from one run to the next (the
@@ -216,6 +266,13 @@ class ClusterFacts:
             if e.service and e.service not in out:
                 out[e.service] = list(e.endpoints)
         return out
+
+    @cached_property
+    def address_pools(self) -> list[AddressPoolView]:
+        """Load-balancer address pools (MetalLB's IPAddressPool objects and legacy ConfigMap)."""
+        out = [p for o in self.objects.of("IPAddressPool") for p in AddressPoolView.of_crd(o)]
+        out += [p for o in self.objects.of("ConfigMap") for p in AddressPoolView.of_configmap(o)]
+        return [p for p in out if p.entries]
 
     def node_addresses(self) -> Iterator[tuple[K8sObject, NodeAddressView]]:
         """Every Node's addresses (InternalIP, ExternalIP, Hostname...)."""

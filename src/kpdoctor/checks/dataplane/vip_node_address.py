@@ -25,6 +25,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.mode import IPVS_INTERFACE
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import system
+from kpdoctor.parse.clients import SshAttempt
 
 IP_ADDR_KINDS = (Kind.IP_ADDR, Kind.IP_LINK)
 # the ipset IPVS mode keeps every kube-ipvs0 address in (KUBE-6-IPVS-IPS for IPv6)
@@ -35,11 +36,17 @@ NOT_HOST = ("lo", IPVS_INTERFACE)
 
 @dataclass(frozen=True, slots=True)
 class _Owner:
-    """Whose address it is: a node (named, when its Node object or its own ``ip addr`` says)."""
+    """Whose address it is: a node (named, when its Node object or its own ``ip addr`` says), or a
+    machine the user reaches with ssh (``node`` is then how to name it)."""
 
     node: str
     cite: Cite
     here: bool  # read from this node's own interfaces (not a Node object)
+    ssh: SshAttempt | None = None  # the ssh command that names it (no Node object or interface did)
+
+    @property
+    def who(self) -> str:
+        return self.node if self.ssh is not None else f"node {self.node}"
 
 
 def _bound(facts: Facts) -> list[tuple[Artifact, system.BoundAddress]]:
@@ -68,6 +75,9 @@ def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddres
     for art, b in bound:
         if b.interface not in NOT_HOST and not b.address.is_loopback and not b.address.is_link_local:
             out.setdefault(b.address, _Owner(here, _cite(art, b), True))
+    for attempt, cite in facts.ssh_attempts:
+        if (ip := _ip(attempt.host)) is not None:
+            out.setdefault(ip, _Owner(f"the machine `{attempt.command}` connects to", cite, False, attempt))
     return out
 
 
@@ -112,12 +122,12 @@ def _consequence(ipvs: bool, where: str, owner: _Owner) -> str:
     if ipvs:
         return (
             f"In IPVS mode kube-proxy binds it on {IPVS_INTERFACE} of every node{where}: the address is local on "
-            f"every node, so traffic to {owner.node} never leaves them, and new connections to it on any port no "
+            f"every node, so traffic to {owner.who} never leaves them, and new connections to it on any port no "
             "Service uses (ssh, the kubelet, the apiserver) are rejected: the node goes NotReady or unreachable."
         )
     return (
         "kube-proxy forwards the Service's ports on that address to the Service's Pods for every client, so "
-        f"connections to {owner.node} on those ports (443 to an apiserver, 22 to ssh) reach the Pods instead; with a "
+        f"connections to {owner.who} on those ports (443 to an apiserver, 22 to ssh) reach the Pods instead; with a "
         "layer-2 load balancer, another node may answer ARP for the address."
     )
 
@@ -127,7 +137,7 @@ def _consequence(ipvs: bool, where: str, owner: _Owner) -> str:
     cause="service-vip-is-node-address",
     title="A Service address is also a node's own address",
     severity=Severity.CRITICAL,
-    needs=[Kind.K8S_OBJECTS, *IP_ADDR_KINDS],
+    needs=[Kind.K8S_OBJECTS, *IP_ADDR_KINDS, Kind.SSH_ATTEMPTS],
 )
 def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
     """A Service's externalIP or load-balancer IP equals an address of a node, and kube-proxy captures it.
@@ -147,7 +157,10 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         interface addresses (`ip addr`, loopback and kube-ipvs0 left out). Without the
         Services, an address on kube-ipvs0 (or in KUBE-IPVS-IPS) that another interface of
         the node also holds is the same capture seen on the node. IPVS mode (kube-proxy's
-        mode, or kube-ipvs0 holding the address) makes it critical; otherwise a warning.
+        mode, or kube-ipvs0 holding the address) makes it critical; otherwise a warning. A
+        load-balancer address pool (MetalLB's IPAddressPool or legacy ConfigMap) holding a
+        node's address, or the address of a machine the user reaches with ssh, is the same
+        mistake before (or after) a Service gets it: a warning, critical when that ssh failed.
     Fix: give the Service an address no node uses (remove the node address from `externalIPs`,
         or from the load-balancer address pool) and let kube-proxy sync (it unbinds the address
         from kube-ipvs0); the node is reachable again at once.
@@ -175,9 +188,7 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         on_ipvs = bound.get(ip)
         where = f" (this node has it there: {on_ipvs.text})" if on_ipvs else ""
         f = start(facts, "KP209", [], confidence=Confidence.HIGH, severity=None if ipvs else Severity.WARNING)
-        f.summary = f"Service {label}'s {field} {ip} is the address of node {owner.node}. " + _consequence(
-            ipvs, where, owner
-        )
+        f.summary = f"Service {label}'s {field} {ip} is the address of {owner.who}. " + _consequence(ipvs, where, owner)
         f.evidence = [cite, owner.cite] + ([on_ipvs] if on_ipvs else [])
         f.subject = {"service": label, "workload": None}
         f.ongoing = True
@@ -202,4 +213,46 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
             "it an address no node uses."
         ]
         out.append(f)
+    out += _pools_holding_hosts(facts, nodes, seen)
     yield from capped(facts, "KP209", out, "whose address is a node's")
+
+
+def _pools_holding_hosts(facts: Facts, hosts: dict[IPAddress, _Owner], seen: set[IPAddress]) -> list[Finding]:
+    """A load-balancer address pool that holds a node's (or an ssh'd machine's) address: the pool
+    hands it to the next LoadBalancer Service, and kube-proxy then captures it on every node."""
+    out = []
+    for pool in facts.cluster.address_pools:
+        for ip, owner in hosts.items():
+            entry = pool.holding(ip.version, int(ip))
+            if entry is None or ip in seen:
+                continue
+            seen.add(ip)
+            failed = owner.ssh.failure if owner.ssh is not None else None
+            f = start(facts, "KP209", [], confidence=Confidence.MEDIUM if owner.ssh else Confidence.HIGH)
+            f.severity = Severity.CRITICAL if failed else Severity.WARNING
+            f.confidence_reason = (
+                "a load-balancer pool holds the address of a machine reached with ssh"
+                + (", and that ssh failed" if failed else "")
+                if owner.ssh
+                else "a load-balancer pool holds a node's address"
+            )
+            f.summary = (
+                f"Load-balancer address pool {pool.name} ({pool.obj.kind} {pool.obj.name}) holds {entry}, which "
+                f"includes {ip}, the address of {owner.who}. The load balancer hands it to a Service, and kube-proxy "
+                "then takes it as the Service's own on every node (IPVS: bound on kube-ipvs0, other ports "
+                "rejected), and in layer-2 mode another node may answer ARP for it: the machine is cut off."
+            )
+            if failed:
+                f.summary += f" The ssh to it failed: {failed}"
+            f.evidence = [Cite(pool.obj.artifact, pool.obj.line, f"{pool.name}: addresses {entry}"), owner.cite]
+            if owner.ssh is not None and owner.ssh.failure_line is not None and owner.cite.line is not None:
+                line = owner.cite.line + owner.ssh.failure_line - owner.ssh.line
+                f.evidence.append(Cite(owner.cite.artifact, line, owner.ssh.failure or ""))
+            f.ongoing = True if failed else None
+            f.fix = [
+                f"Take {ip} out of pool {pool.name} (no node's or other machine's address may be in it), give the "
+                "Service holding it another address (`kubectl get svc -A -o wide | grep " + str(ip) + "`), and let "
+                "kube-proxy sync.",
+            ]
+            out.append(f)
+    return out
