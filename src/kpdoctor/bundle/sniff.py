@@ -238,7 +238,8 @@ def sniff(head: str) -> Typed:
 _FRAGMENT_LINE = re.compile(
     # a chain name never starts with "-" (ipvsadm -Sn's "-A -t VIP:PORT" is not a rule)
     r"^\s*(?:\[\d+:\d+\]\s+)?-[AIN] (?!-)[\w-]+|^:[\w-]+ (?:-|ACCEPT|DROP)(?: \[\d+:\d+\])?\s*$|"
-    r"^\*(?:nat|filter|mangle|raw|security)\s*$|^COMMIT\s*$|^# (?:Generated|Completed|Warning)"
+    r"^\*(?:nat|filter|mangle|raw|security)\s*$|^COMMIT\s*$|^# (?:Generated|Completed|Warning)|"
+    r"^#\s*-[AI] [\w-]+ "  # a rule commented out, as in /etc/sysconfig/iptables
 )
 
 

@@ -25,6 +25,12 @@ LEADER_ENDPOINTS_WRITE = signature(
     "leader-election",
     r"(PUT|PATCH) /api/v1/namespaces/([^/ ]+)/endpoints/([^: ]+).*leader-election",
 )
+# ... or an Endpoints watch event that another watcher logged, the annotation in the object
+LEADER_ENDPOINTS_EVENT = signature(
+    "leader-election-endpoints-event",
+    "control-plane.alpha.kubernetes.io/leader",
+    r"control-plane\.alpha\.kubernetes\.io/leader.*/api/v1/namespaces/([^/ ]+)/endpoints/([^] ,\"]+)",
+)
 ENDPOINTS_UPDATE = signature("kube-proxy-endpoints-update", "OnEndpointsUpdate", r"Calling handler\.OnEndpointsUpdate")
 
 
@@ -47,7 +53,8 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
         before 1.19 watched Endpoints and queued a sync for every change.
     How it is detected: Endpoints objects carrying the leader annotation (each a write every
         renewal period); how many such objects or events the evidence holds; or, in a log,
-        the apiserver's request lines for Endpoints writes by a `leader-election` client,
+        the apiserver's request lines for Endpoints writes by a `leader-election` client, or
+        an Endpoints watch event carrying the annotation that another watcher logged,
         with kube-proxy's `Calling handler.OnEndpointsUpdate()` lines around them (localkube
         and k3s merge both into one log); kube-proxy's version (1.19+ reads EndpointSlices,
         which skip those Endpoints).
@@ -84,15 +91,16 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
 def _from_log(facts: Facts) -> Iterator[Finding]:
     """The renewals seen as requests in a log (the apiserver's request lines), with kube-proxy's
     Endpoints updates in the same log making it a sync driver rather than a guess."""
-    writes = facts.log.hits(LEADER_ENDPOINTS_WRITE.id)
+    writes = facts.log.hits(LEADER_ENDPOINTS_WRITE.id, LEADER_ENDPOINTS_EVENT.id)
     if not writes:
         return
     updates = facts.log.hits(ENDPOINTS_UPDATE.id)
-    names = list(dict.fromkeys(f"{h.groups[1]}/{h.groups[2]}" for h in writes))
+    names = list(dict.fromkeys("/".join(map(str, h.groups[-2:])) for h in writes))
+    count = facts.log.count(LEADER_ENDPOINTS_WRITE.id, LEADER_ENDPOINTS_EVENT.id)
     f = start(facts, "KP128", writes, confidence=Confidence.MEDIUM if updates else Confidence.LOW)
     f.summary = (
         f"A leader-election client rewrites the Endpoints object(s) {', '.join(names[:3])} "
-        f"({facts.log.count(LEADER_ENDPOINTS_WRITE.id)} write(s) in the log): every renewal is an Endpoints "
+        f"({count} write(s) in the log): every renewal is an Endpoints "
         "update that kube-proxy before 1.19 syncs its rules for."
     )
     if updates:

@@ -15,10 +15,11 @@ from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
+# (quotes escaped too: felix and structured logs quote the restore's stderr, `\"--set-mark\"`)
 UNKNOWN_MARK_OPTION = signature(
     "mark-unknown-option",
-    'unknown option "--',
-    r'unknown option "--(xor-mark|set-xmark|set-mark|or-mark|and-mark)"',
+    "unknown option ",
+    r'unknown option \\?"--(xor-mark|set-xmark|set-mark|or-mark|and-mark)\\?"',
     failure=True,
     variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )

@@ -62,6 +62,13 @@ LOCK_NOT_A_FILE = signature(
     "xtables.lock is not a file",
     r"hostPath type check failed: (/var)?/run/xtables\.lock is not a file",
 )
+# ... and what a writer whose Pod mounted that directory says when it opens the lock itself
+LOCK_IS_A_DIRECTORY = signature(
+    "xtables-lock-is-a-directory",
+    "xtables.lock: is a directory",
+    r"open (/var)?/run/xtables\.lock: is a directory",
+    failure=True,
+)
 # iptables-restore rejecting the argument glued to its wait flag: kube-proxy 1.9 passed "-w5",
 # which iptables-restore 1.6.2+ refuses (RHEL/CentOS 7's 1.4.21 backport prints the same error).
 RESTORE_WAIT_ARG_REJECTED = signature(
@@ -226,18 +233,19 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
     restores = [h for h in facts.log.hits(RESTORE_LINE_FAILED.id) if not _EXPLAINED_RESTORE.search(h.record)]
     eagain = facts.log.hits(IPTABLES_EAGAIN.id)
     not_file = facts.log.hits(LOCK_NOT_A_FILE.id)
+    is_dir = facts.log.hits(LOCK_IS_A_DIRECTORY.id)
     offenders = unshared_writers(facts) if facts.has(Kind.K8S_OBJECTS) else []
     # "line N failed" that comes and goes (syncs succeed between or after the failures) is what
     # colliding writers look like; one that fails every time is a rule the kernel refuses.
     intermittent = bool(restores) and (
         facts.log.successes_between(restores[0], restores[-1]) or facts.log.successes_after_count(restores[-1]) > 0
     )
-    corroborated = bool(offenders or eagain or not_file or intermittent)
+    corroborated = bool(offenders or eagain or not_file or is_dir or intermittent)
     if not corroborated:
         return
     backend, bcite = node_backend(facts)
     names = ", ".join(o.ref for o in offenders)
-    hits = sorted(not_file + eagain + restores, key=lambda h: h.order)
+    hits = sorted(not_file + is_dir + eagain + restores, key=lambda h: h.order)
     parts: list[str] = []
     confidence = Confidence.MEDIUM
     severity = Severity.CRITICAL
@@ -248,6 +256,14 @@ def lock_not_shared(facts: Facts) -> Iterator[Finding]:
             "not a file (a directory was created in its place, by a Pod that mounted it without "
             "`type: FileOrCreate` before the file existed). That Pod cannot start, and no Pod can share the "
             "host's lock through it."
+        )
+        confidence = Confidence.HIGH
+    if is_dir:
+        parts.append(
+            f"{_whose(is_dir[0], 'kube-proxy')} cannot open the iptables lock: /run/xtables.lock is a directory in "
+            "its mount (a hostPath mounted without `type: FileOrCreate` before the file existed makes the kubelet "
+            "create a directory there), so every restore that takes the lock fails and it shares no lock with the "
+            "node's other writers."
         )
         confidence = Confidence.HIGH
     if eagain:
