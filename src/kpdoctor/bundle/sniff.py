@@ -14,7 +14,7 @@ from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
-from kpdoctor.parse.iptables import LEGACY_WARNING
+from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
@@ -254,7 +254,12 @@ def _mostly(lines: list[str], *rows: re.Pattern[str], at_least: re.Pattern[str] 
 def _is_rules_fragment(lines: list[str]) -> bool:
     """Mostly iptables-save lines (rules, chain declarations), with a rule or two chains among
     them; other lines (the dump command, a grep's "--") may be there too."""
-    ours = [ln for ln in lines if _FRAGMENT_LINE.match(ln)]
+    ours = [
+        ln
+        for i, ln in enumerate(lines)
+        if _FRAGMENT_LINE.match(ln)
+        or (i and lines[i - 1].startswith("-A ") and is_wrapped_continuation(lines[i - 1], ln))
+    ]
     rules = sum(1 for ln in ours if ln.lstrip().startswith(("-A", "-I", "[")))
     decls = sum(1 for ln in ours if ln.startswith(":"))
     return bool(lines) and (rules >= 1 or decls >= 2) and len(ours) >= max(1, 0.6 * len(lines))

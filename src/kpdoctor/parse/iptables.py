@@ -207,6 +207,19 @@ def infer_table(chain: str, args: tuple[str, ...]) -> str:
 _INCOMPATIBLE = re.compile(r"# Table .([a-z]+). is incompatible, use .nft. tool")
 
 
+WRAP_WIDTH = 60  # a line this long (or longer) may have been cut by a terminal or a web page
+
+
+def is_wrapped_continuation(previous: str, line: str) -> bool:
+    """Is ``line`` the rest of the rule ``previous``, cut at a terminal's width? It does not
+    start like anything a dump prints, and the rule before it is long enough to have been cut."""
+    return (
+        len(previous) >= WRAP_WIDTH
+        and bool(line.strip())
+        and not line.startswith((" ", "-", ":", "*", "#", "[", "COMMIT", "Chain ", "target "))
+    )
+
+
 def parse_save(
     text: str,
     artifact: str,
@@ -243,6 +256,7 @@ def parse_save(
     rs = Ruleset(artifact, backend, family, form="fragment" if fragment else "save")
     table: Table | None = None
     carry = ""  # the first half of a rule the stderr warning was written into
+    wrapped_rule: Rule | None = None  # a fragment's last rule, which a wrapped line may continue
     # A dump of plain ASCII with no tab, backslash or interleaved warning anywhere (every dump
     # iptables-save writes by itself) needs no per-line check for those; a line is then split
     # at its first spaces instead of tokenised. Anything else takes the general path below.
@@ -383,6 +397,12 @@ def parse_save(
         if len(head) < 2 or head[0] not in ("-A", "-I"):
             if not fragment:  # in a fragment, the dump command or a grep's other lines
                 rs.diagnostics.append(Diagnostic(ln, f"not a rule: {line[:80]}"))
+            elif wrapped_rule is not None and is_wrapped_continuation(wrapped_rule.text, raw):
+                # a terminal wrapped the rule at its width: the rest joins it where it was cut
+                into = rs.tables[wrapped_rule.table]
+                joined = Rule(into.name, wrapped_rule.chain, None, wrapped_rule.line, wrapped_rule.text + raw)
+                into.rules[into.rules.index(wrapped_rule)] = joined
+                wrapped_rule = joined
             continue
         chain = head[1]
         if table is None:
@@ -394,6 +414,7 @@ def parse_save(
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
         into.chains.setdefault(chain, None)
         into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
+        wrapped_rule = into.rules[-1] if fragment and table is None and packets is None else None
         changed.add((into.name, chain))
         unpooled.add(raw)
     if reuse is not None:

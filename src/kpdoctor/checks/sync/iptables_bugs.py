@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
+from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule
 from kpdoctor.versions import IptablesVersion
@@ -16,36 +16,22 @@ from kpdoctor.versions import IptablesVersion
 FIREWALL_COMMENT = "kubernetes firewall for dropping marked packets"
 DUPLICATES = 3  # copies of one rule in one chain that no writer makes on purpose
 CHECK_BROKEN = ((1, 8, 0), (1, 8, 2))  # iptables-nft whose -C never finds the rule it added
+# Later releases whose `-C` fails for rules that exist ("Bad rule (does a matching rule exist in
+# that chain?)"), so writers that check before appending (kubelet, kube-router) duplicate rules:
+# (release, fixed in, reference). Read when the dump's or binary's version is one of them.
+LATER_CHECK_BUGS = {
+    (1, 8, 7): ("1.8.8", "https://github.com/flatcar/Flatcar/issues/954"),
+    (1, 8, 9): ("1.8.10 (ip6tables)", "https://github.com/bottlerocket-os/bottlerocket/pull/3001"),
+    (1, 8, 10): ("1.8.11", "https://github.com/cloudnativelabs/kube-router/issues/1789"),
+}
 # Distributions whose default iptables is one of them, in nf_tables mode (kb-facts; k/k#82361).
 OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8.2 in nf_tables mode"}
 
 
 def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
-    """(rule, copies, artifact) for a Kubernetes rule repeated DUPLICATES times or more in its chain.
-
-    Only dumps that print a rule whole (iptables-save, -S): `iptables -L` prints different rules
-    alike (it hides matches), and other writers' (Docker's) repeats are theirs."""
-    out = []
-    for rs in facts.rulesets:
-        if rs.form == "L":
-            continue
-        counts: Counter[tuple[str, str]] = Counter()
-        first: dict[tuple[str, str], Rule] = {}
-        for table in rs.tables.values():
-            kube = [r for r in table.rules if r.chain.startswith("KUBE-") or "kubernetes" in r.text]
-            # the text without counters (it names the chain): no rule is tokenised, and most dumps
-            # repeat none, which one set tells
-            texts = [r.body.strip() for r in kube]
-            if len(set(texts)) == len(texts):
-                continue
-            for r, text in zip(kube, texts, strict=True):
-                key = (table.name, text)
-                counts[key] += 1
-                first.setdefault(key, r)
-        for key, n in counts.most_common(3):
-            if n >= DUPLICATES:
-                out.append((first[key], n, rs.artifact))
-    return out
+    """(rule, copies, artifact) for a Kubernetes rule a writer appended twice or more in its chain;
+    kube-proxy's userspace-era jumps are its own bug (KP123), not the binary's."""
+    return [(d.rule, d.copies, d.artifact) for d in duplicated_rules(facts.rulesets) if not d.userspace_jump]
 
 
 # Rules that kubelet and kube-proxy write once per node, found by their comment; a user counting
@@ -103,8 +89,17 @@ def _versions(facts: Facts) -> list[tuple[IptablesVersion, Cite]]:
     return out
 
 
-def _check_broken(v: IptablesVersion) -> bool:
-    return v.effective_backend == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]
+def _check_broken(v: IptablesVersion, copies_seen: bool = False) -> bool:
+    """Does this release fail `-C`? The later releases fail it for some rules only: named when
+    copies are there, never a finding by their version alone (Debian 12 ships 1.8.9)."""
+    return (v.effective_backend == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]) or (
+        copies_seen and tuple(v.parts[:3]) in LATER_CHECK_BUGS
+    )
+
+
+def _fixed_for(v: IptablesVersion) -> str:
+    later = LATER_CHECK_BUGS.get(tuple(v.parts[:3]))  # type: ignore[arg-type]
+    return later[0] if later else "1.8.3"
 
 
 @check(
@@ -128,6 +123,10 @@ def _check_broken(v: IptablesVersion) -> bool:
             "1.8.3",
             "https://github.com/kubernetes/kubernetes/issues/82361",
         ),
+        *(
+            VersionRow("iptables", f"{'.'.join(map(str, v))}: -C fails, rules duplicated", fixed, ref)
+            for v, (fixed, ref) in LATER_CHECK_BUGS.items()
+        ),
         VersionRow(
             "iptables",
             "image 1.8.7 with host 1.8.8 (nf_tables): mark match lost",
@@ -145,10 +144,13 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
         packets" -j DROP`) and the node drops all traffic.
     Cause: iptables 1.8.0-1.8.2 in nf_tables mode (Debian 10's 1.8.2-4) cannot `-C` check the
         rule it has just added, so kubelet and kube-proxy append it again on every sync (fixed
-        in 1.8.3). An older iptables-nft (1.8.7, in kube-proxy/kube-router images of that era)
+        in 1.8.3); 1.8.7 (at times), 1.8.9 (ip6tables) and 1.8.10 (Alpine 3.19-3.21, in
+        kube-router's image) answer "Bad rule" for rules that exist, fixed in 1.8.8, by a
+        patch, and in 1.8.11. An older iptables-nft (1.8.7, in kube-proxy/kube-router images of that era)
         saving and restoring rules that a newer host iptables-nft (1.8.8) wrote loses their
         mark match, turning the drop rule unconditional.
-    How it is detected: a rule repeated three times or more in one chain of a dump, or a
+    How it is detected: a rule repeated in one chain of a dump (a jump with its comment in an
+        `iptables -L` listing), or a
         pasted count (`iptables -L -n | grep "<its comment>" | wc -l`) of a rule written once
         per node at three or more; the KUBE-FIREWALL drop rule without a mark match; iptables
         versions from `--version`, dump banners, the OS release (Debian 10). A version alone
@@ -163,7 +165,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
     counted = _counted(facts)
     open_drop = _unconditional_firewall(facts)
     versions = _versions(facts)
-    broken = [(v, c) for v, c in versions if _check_broken(v)]
+    broken = [(v, c) for v, c in versions if _check_broken(v, bool(dups or counted))]
     osr = facts.os_release
     os_broken = None
     if osr is not None:
@@ -220,15 +222,33 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
             f.severity = Severity.WARNING
         for v, c in broken[:1]:
             f.evidence.append(c)
-            f.summary += f" {v} is one of iptables-nft 1.8.0-1.8.2, which fail -C and duplicate rules (fixed in 1.8.3)."
+            f.summary += f" {v} is a release whose -C fails and duplicates rules (fixed in {_fixed_for(v)})."
         if os_broken and not broken:
             f.evidence.append(os_broken[1])
             f.summary += f" {os_broken[0]}, which fails -C and duplicates rules (fixed in 1.8.3)."
-        f.fix = [
-            "Use iptables 1.8.3 or later (Debian 10: buster-backports), or switch the node to iptables-legacy "
-            "(`update-alternatives --set iptables /usr/sbin/iptables-legacy`) and reboot; then remove the copies."
-        ]
-        f.fixed_in = ["iptables 1.8.3"]
+        if broken:
+            fixed = _fixed_for(broken[0][0])
+            f.fix = [
+                f"Use iptables {fixed.split(' ')[0]} or later in whatever runs iptables -C (the host, or the "
+                "writer's image), or switch the node to iptables-legacy; then remove the copies."
+            ]
+            f.fixed_in = [f"iptables {fixed}"]
+        elif os_broken:
+            f.fix = [
+                "Use iptables 1.8.3 or later (Debian 10: buster-backports), or switch the node to iptables-legacy "
+                "(`update-alternatives --set iptables /usr/sbin/iptables-legacy`) and reboot; then remove the copies."
+            ]
+            f.fixed_in = ["iptables 1.8.3"]
+        else:
+            f.summary += (
+                " iptables releases known to do this: iptables-nft 1.8.0-1.8.2 (fixed in 1.8.3), 1.8.7 (1.8.8), "
+                "1.8.9 for ip6tables and 1.8.10 (1.8.11); give the writer's `iptables --version` (host and image)."
+            )
+            f.fix = [
+                "Find the writer (the chain names it) and its iptables version; move it to a release without the "
+                "bug (1.8.3+, avoiding 1.8.7, 1.8.9 and 1.8.10; 1.8.11 is fixed), then remove the copies."
+            ]
+            f.fixed_in = ["iptables 1.8.3", "iptables 1.8.11"]
     else:
         assert os_broken is not None
         f = start(facts, "KP122", [], confidence=Confidence.LOW, severity=Severity.WARNING)

@@ -11,6 +11,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
+from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -85,7 +86,18 @@ REUSED_POD_IP = GenerationBug(
     "Upgrade kube-proxy to 1.36.0 or later; until then, deleting the terminating Pod for good restores the rules.",
     "https://github.com/kubernetes/kubernetes/pull/135593",
 )
-BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP)
+USERSPACE_REAPPENDED = GenerationBug(
+    "userspace-jumps-reappended",
+    "kube-proxy's userspace proxier checked for its jump rules with `iptables -C` (or, where iptables had no "
+    "`-C`, by parsing iptables-save) and appended them again whenever the check failed, so every sync added "
+    "another copy and the nat table grew without bound",
+    "the userspace proxier of kube-proxy 1.0-1.1 (k/k#14870)",
+    (),
+    "Move to the iptables proxier (`--proxy-mode=iptables`, the default from 1.2) or a current kube-proxy, and "
+    "flush the copies (`iptables -t nat -F PREROUTING` and `OUTPUT` hold them; restart kube-proxy after).",
+    "https://github.com/kubernetes/kubernetes/issues/14870",
+)
+BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP, USERSPACE_REAPPENDED)
 UNLISTED = GenerationBug(
     "restore-rule-refused",
     "iptables rejects the whole restore for what one generated rule says, not for anything missing on the "
@@ -121,7 +133,7 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
     cause="kube-proxy-rule-generation-bug",
     title="kube-proxy writes a wrong rule (a bug of its release)",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST],
     explains=("ipset-incompatible", "nft-binary-known-bug", *RESTORE_SYMPTOMS),
     versions=tuple(VersionRow("kube-proxy", b.releases, ", ".join(b.fixed), b.reference) for b in BUGS),
 )
@@ -140,7 +152,9 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
-        address for a terminating and a ready endpoint; the kube-proxy version when given. A
+        address for a terminating and a ready endpoint; copies of the userspace proxier's jump
+        rules (KUBE-PORTALS-*, KUBE-NODEPORT-*) in one built-in chain; the kube-proxy version
+        when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
         specified`, `host/network ... not found`) that no table row names is reported as an
         unlisted generation bug, at medium confidence.
@@ -178,6 +192,13 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         if kpv is None or not kpv.value.at_least(KubeVersion(1, 36, 0)):
             addr, sl, c = reused[0]
             found.append((REUSED_POD_IP, [], [c], f"EndpointSlice {sl} holds {addr} for a terminating and a ready Pod"))
+    reappended = [d for d in duplicated_rules(facts.rulesets) if d.userspace_jump]
+    if reappended:
+        d = reappended[0]
+        cite = Cite(d.artifact, d.rule.line, d.rule.text.strip())
+        found.append(
+            (USERSPACE_REAPPENDED, [], [cite], f"{d.copies} copies of the jump to {d.rule.target} in {d.rule.chain}")
+        )
     refused = [
         h
         for h in facts.log.hits(*(sig.id for sig in RULE_REFUSED))
@@ -195,6 +216,8 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     bug, hits, cites, detail = found[0]
     kpv = facts.kube_proxy_version
     f = start(facts, "KP123", hits, confidence=Confidence.HIGH if hits else Confidence.MEDIUM)
+    if bug is USERSPACE_REAPPENDED:
+        f.severity = Severity.WARNING  # the table grows; traffic is still forwarded
     if bug is UNLISTED:
         f.confidence = Confidence.MEDIUM
         f.confidence_reason = "the refusal names the rule's content, and no missing part of the node explains it"

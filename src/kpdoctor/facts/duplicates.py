@@ -1,0 +1,70 @@
+"""Rules a writer appended more than once: the one reader of "duplicated rules" that the causes
+behind them (an iptables whose `-C` fails, a kube-proxy release that re-appended its jumps) share.
+
+A writer that checks before it appends (kubelet, kube-proxy's jump rules, kube-router, old
+kube-proxy for every rule) never makes two identical rules in one chain: two copies mean its
+check did not find the rule it had added. Rules restored as a whole table (kube-proxy's own
+chains) cannot repeat that way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from kpdoctor.parse.iptables import Rule, Ruleset
+
+BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+# `iptables -L -v` rows start with their counters: the same rule counted apart is one rule
+_LIST_COUNTERS = re.compile(r"^\s*\d+[KMGT]?\s+\d+[KMGT]?\s+")
+# kube-proxy's userspace proxier (before 1.2 by default): its jumps from the built-in chains
+USERSPACE_CHAINS = ("KUBE-PORTALS-CONTAINER", "KUBE-PORTALS-HOST", "KUBE-NODEPORT-CONTAINER", "KUBE-NODEPORT-HOST")
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicatedRule:
+    rule: Rule  # its first copy
+    copies: int
+    artifact: str
+
+    @property
+    def userspace_jump(self) -> bool:
+        """A jump of kube-proxy's userspace proxier, which kube-proxy itself re-appended."""
+        return self.rule.chain in BUILTIN_CHAINS and (self.rule.target or "") in USERSPACE_CHAINS
+
+
+def _kubernetes(r: Rule) -> bool:
+    return r.chain.startswith("KUBE-") or "kubernetes" in r.text or "KUBE-" in r.text
+
+
+def _listing_key(r: Rule) -> str | None:
+    """A `-L` row that names its rule uniquely: a jump to a KUBE- chain from a built-in chain,
+    with its comment (-L hides matches, so two other rows may look alike and differ)."""
+    if r.chain not in BUILTIN_CHAINS or "/*" not in r.text:
+        return None
+    body = _LIST_COUNTERS.sub("", r.body.strip())
+    return body if body.startswith("KUBE-") else None
+
+
+def duplicated_rules(rulesets: list[Ruleset], at_least: int = 2) -> list[DuplicatedRule]:
+    """Kubernetes rules found ``at_least`` times in one chain of one dump, most copies first
+    (three per dump at most)."""
+    out = []
+    for rs in rulesets:
+        counts: Counter[tuple[str, str]] = Counter()
+        first: dict[tuple[str, str], Rule] = {}
+        for table in rs.tables.values():
+            if rs.form == "L":
+                keyed = [(r, k) for r in table.rules if (k := _listing_key(r)) is not None]
+            else:
+                keyed = [(r, r.body.strip()) for r in table.rules if _kubernetes(r)]
+            # most dumps repeat no rule, which one set tells without counting
+            if len({k for _, k in keyed}) == len(keyed):
+                continue
+            for r, k in keyed:
+                key = (table.name, f"{r.chain} {k}")
+                counts[key] += 1
+                first.setdefault(key, r)
+        out += [DuplicatedRule(first[key], n, rs.artifact) for key, n in counts.most_common(3) if n >= at_least]
+    return sorted(out, key=lambda d: -d.copies)

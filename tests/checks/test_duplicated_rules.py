@@ -1,0 +1,58 @@
+"""Rules a checking writer appended twice: a binary whose `-C` fails (KP122: kube-router#1676 on
+iptables 1.8.10) or kube-proxy's userspace proxier re-appending its jumps (KP123: k/k#14870); and
+rules a terminal wrapped at its width, joined again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import none_of, one
+
+from kpdoctor.model import Report, Severity
+from kpdoctor.parse.iptables import parse_save
+
+Diagnose = Callable[..., Report]
+
+# as posted in kube-router#1676: three rules, two of them wrapped by the terminal
+KUBE_ROUTER = """-A KUBE-ROUTER-INPUT -d 10.96.0.0/12 -m comment --comment "allow traffic to primary/secondary cluster IP range - BVHX2PIHDXXEO43X" -j RETURN
+-A KUBE-ROUTER-INPUT -p tcp -m comment --comment "allow LOCAL TCP traffic to node ports - LR7XO7NXDBGQJD2M" -m addrtype --dst-type LOCAL -m multiport --d
+ports 30000:32767 -j RETURN
+-A KUBE-ROUTER-INPUT -p udp -m comment --comment "allow LOCAL UDP traffic to node ports - 76UCBPIZNGJNWNUZ" -m addrtype --dst-type LOCAL -m multiport --d
+ports 30000:32767 -j RETURN
+-A KUBE-ROUTER-INPUT -p tcp -m comment --comment "allow LOCAL TCP traffic to node ports - LR7XO7NXDBGQJD2M" -m addrtype --dst-type LOCAL -m multiport --d
+ports 30000:32767 -j RETURN
+"""
+# as posted in k/k#14870 (`iptables -L -t nat`, kube-proxy's userspace proxier)
+PORTALS = (Path(__file__).parents[1] / "data" / "duplicated_rules" / "iptables-L-nat.txt").read_text()
+
+
+def test_wrapped_rules_are_joined_where_the_terminal_cut_them() -> None:
+    rs = parse_save(KUBE_ROUTER, "paste", None, 4, fragment=True)
+    rules = rs.all_rules()
+    assert [r.line for r in rules] == [1, 2, 4, 6]
+    assert rules[1].body.endswith("-m multiport --dports 30000:32767 -j RETURN")
+    assert "--dports" in rules[1].args
+
+
+def test_a_rule_appended_twice_by_a_checking_writer(diagnose: Diagnose) -> None:
+    f = one(diagnose({"iptables-save.txt": KUBE_ROUTER}), "KP122")
+    assert f.summary.startswith("2 copies of one rule in KUBE-ROUTER-INPUT") and f.severity == Severity.WARNING
+    assert "1.8.10" in f.summary and "iptables 1.8.11" in f.fixed_in  # no version given: the known ones
+
+
+def test_with_the_version_the_fix_is_that_releases(diagnose: Diagnose) -> None:
+    f = one(diagnose({"iptables-save.txt": KUBE_ROUTER, "v.txt": "iptables v1.8.10 (nf_tables)\n"}), "KP122")
+    assert f.fixed_in == ["iptables 1.8.11"]
+
+
+def test_userspace_jumps_reappended_are_kube_proxys_own(diagnose: Diagnose) -> None:
+    report = diagnose({"iptables-nat.txt": PORTALS})
+    f = one(report, "KP123")
+    assert "3 copies of the jump to KUBE-PORTALS-CONTAINER in PREROUTING" in f.summary
+    none_of(report, "KP122")
+
+
+def test_one_copy_each_is_nothing(diagnose: Diagnose) -> None:
+    lines = KUBE_ROUTER.splitlines()
+    none_of(diagnose({"iptables-save.txt": "\n".join(lines[:5]) + "\n"}), "KP122")
