@@ -15,6 +15,7 @@ from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, 
 from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
+    apiserver_via_vip,
     backend_mismatch,
     cluster_cidr,
     config_checks,
@@ -46,6 +47,7 @@ __all__ = [
     "CHECKS",
     "CheckSpec",
     "apiserver_stale",
+    "apiserver_via_vip",
     "backend_mismatch",
     "cluster_cidr",
     "config_checks",
