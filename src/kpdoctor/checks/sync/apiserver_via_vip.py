@@ -65,12 +65,12 @@ def apiserver_via_vip(facts: Facts) -> Iterator[Finding]:
         Only kube-proxy's own rules make that address reach the apiserver, so on a node it has
         not programmed yet it waits for itself.
     How it is detected: kube-proxy's own failed requests to the apiserver (for its Node,
-        Services, Endpoints or EndpointSlices) at an address that
-        is the `kubernetes` Service's ClusterIP (from the Services given), or that it reached
-        through the in-cluster config (its "Falling back to in-cluster config" line), or that is
-        the first address of a Service range installers default to (10.96.0.1, 10.0.0.1,
-        10.43.0.1 ...; medium confidence). Other components failing to reach that address
-        are its consequence, not this cause.
+        Services, Endpoints or EndpointSlices) at an address that is the `kubernetes`
+        Service's ClusterIP (from the Services given), or that it reached through the
+        in-cluster config (its "Falling back to in-cluster config" line), or that is the first
+        address of a Service range installers default to (10.96.0.1, 10.0.0.1, 10.43.0.1 ...;
+        medium confidence). Other components failing to reach that address are its
+        consequence, not this cause.
     Fix: give kube-proxy the apiserver's real address: a kubeconfig (`--kubeconfig`, or
         `clientConnection.kubeconfig` in its config file, which takes precedence over flags)
         or `--master`/`KUBERNETES_SERVICE_HOST` set to the apiserver's (or its load

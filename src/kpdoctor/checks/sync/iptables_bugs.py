@@ -20,9 +20,9 @@ CHECK_BROKEN = ((1, 8, 0), (1, 8, 2))  # iptables-nft whose -C never finds the r
 # that chain?)"), so writers that check before appending (kubelet, kube-router) duplicate rules:
 # (release, fixed in, reference). Read when the dump's or binary's version is one of them.
 LATER_CHECK_BUGS = {
-    (1, 8, 7): ("1.8.8", "https://github.com/flatcar/Flatcar/issues/954"),
-    (1, 8, 9): ("1.8.10 (ip6tables)", "https://github.com/bottlerocket-os/bottlerocket/pull/3001"),
-    (1, 8, 10): ("1.8.11", "https://github.com/cloudnativelabs/kube-router/issues/1789"),
+    (1, 8, 7): ("1.8.8", "https://github.com/flatcar/Flatcar/issues/954", "at times"),
+    (1, 8, 9): ("1.8.10", "https://github.com/bottlerocket-os/bottlerocket/pull/3001", "ip6tables"),
+    (1, 8, 10): ("1.8.11", "https://github.com/cloudnativelabs/kube-router/issues/1789", "Alpine 3.19-3.21"),
 }
 # Distributions whose default iptables is one of them, in nf_tables mode (kb-facts; k/k#82361).
 OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8.2 in nf_tables mode"}
@@ -124,8 +124,8 @@ def _fixed_for(v: IptablesVersion) -> str:
             "https://github.com/kubernetes/kubernetes/issues/82361",
         ),
         *(
-            VersionRow("iptables", f"{'.'.join(map(str, v))}: -C fails, rules duplicated", fixed, ref)
-            for v, (fixed, ref) in LATER_CHECK_BUGS.items()
+            VersionRow("iptables", f"{'.'.join(map(str, v))} ({note}): -C fails, rules duplicated", fixed, ref)
+            for v, (fixed, ref, note) in LATER_CHECK_BUGS.items()
         ),
         VersionRow(
             "iptables",
@@ -229,7 +229,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
         if broken:
             fixed = _fixed_for(broken[0][0])
             f.fix = [
-                f"Use iptables {fixed.split(' ')[0]} or later in whatever runs iptables -C (the host, or the "
+                f"Use iptables {fixed} or later in whatever runs iptables -C (the host, or the "
                 "writer's image), or switch the node to iptables-legacy; then remove the copies."
             ]
             f.fixed_in = [f"iptables {fixed}"]
