@@ -8,7 +8,6 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import cite_line
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KubeVersion
@@ -31,7 +30,6 @@ LEADER_ENDPOINTS_EVENT = signature(
     "control-plane.alpha.kubernetes.io/leader",
     r"control-plane\.alpha\.kubernetes\.io/leader.*/api/v1/namespaces/([^/ ]+)/endpoints/([^] ,\"]+)",
 )
-ENDPOINTS_UPDATE = signature("kube-proxy-endpoints-update", "OnEndpointsUpdate", r"Calling handler\.OnEndpointsUpdate")
 
 
 @check(
@@ -53,11 +51,10 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
         before 1.19 watched Endpoints and queued a sync for every change.
     How it is detected: Endpoints objects carrying the leader annotation (each a write every
         renewal period); how many such objects or events the evidence holds; or, in a log,
-        the apiserver's request lines for Endpoints writes by a `leader-election` client, or
-        an Endpoints watch event carrying the annotation that another watcher logged,
-        with kube-proxy's `Calling handler.OnEndpointsUpdate()` lines around them (localkube
-        and k3s merge both into one log); kube-proxy's version (1.19+ reads EndpointSlices,
-        which skip those Endpoints).
+        the apiserver's request lines for Endpoints writes by a `leader-election` client
+        (medium confidence in kube-proxy's own log: localkube and k3s merge both into one), or
+        an Endpoints watch event carrying the annotation that another watcher logged (low);
+        kube-proxy's version (1.19+ reads EndpointSlices, which skip those Endpoints).
     Fix: move those components to Lease-based leader election
         (`--leader-elect-resource-lock=leases`), or kube-proxy to 1.19+ (EndpointSlices);
         raise `iptables.minSyncPeriod` to batch syncs meanwhile.
@@ -89,26 +86,31 @@ def endpoints_churn(facts: Facts) -> Iterator[Finding]:
 
 
 def _from_log(facts: Facts) -> Iterator[Finding]:
-    """The renewals seen as requests in a log (the apiserver's request lines), with kube-proxy's
-    Endpoints updates in the same log making it a sync driver rather than a guess."""
+    """The renewals seen in a log (the apiserver's request lines, a watcher's events); in
+    kube-proxy's own log they are updates it received, not a guess."""
     writes = facts.log.hits(LEADER_ENDPOINTS_WRITE.id, LEADER_ENDPOINTS_EVENT.id)
     if not writes:
         return
-    updates = facts.log.hits(ENDPOINTS_UPDATE.id)
+    # in kube-proxy's own log (localkube and k3s merge the apiserver's into it), not a fragment
+    # of another program's: kube-proxy then receives each of those writes
+    own = any(
+        h.sig == LEADER_ENDPOINTS_WRITE.id and a.name == h.artifact and not a.attrs.get("fragment")
+        for h in writes
+        for a in facts.of(Kind.KUBE_PROXY_LOG)
+    )
     names = list(dict.fromkeys("/".join(map(str, h.groups[-2:])) for h in writes))
     count = facts.log.count(LEADER_ENDPOINTS_WRITE.id, LEADER_ENDPOINTS_EVENT.id)
-    f = start(facts, "KP128", writes, confidence=Confidence.MEDIUM if updates else Confidence.LOW)
+    f = start(facts, "KP128", writes, confidence=Confidence.MEDIUM if own else Confidence.LOW)
     f.summary = (
         f"A leader-election client rewrites the Endpoints object(s) {', '.join(names[:3])} "
         f"({count} write(s) in the log): every renewal is an Endpoints "
         "update that kube-proxy before 1.19 syncs its rules for."
     )
-    if updates:
-        f.summary += f" kube-proxy logs {facts.log.count(ENDPOINTS_UPDATE.id)} Endpoints update(s) alongside them."
-        f.evidence.append(cite_line(updates[0]))
-        f.confidence_reason = "leader-election writes to Endpoints and kube-proxy's Endpoints updates in one log"
-    else:
-        f.confidence_reason = "leader-election writes to Endpoints in a log, without kube-proxy's own lines"
+    f.confidence_reason = (
+        "leader-election writes to Endpoints in kube-proxy's own log"
+        if own
+        else "leader-election writes to Endpoints seen by another watcher, or outside kube-proxy's log"
+    )
     note_version(f, facts.kube_proxy_version, "kube-proxy")
     f.fix = [
         "Move those components to Lease-based leader election (`--leader-elect-resource-lock=leases`), or "
