@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.shellwords import PROMPT as _PROMPT
 from kpdoctor.parse.shellwords import shell_split, unwrapped
 from kpdoctor.parse.sysctl import sysctl_write
 
@@ -102,15 +103,6 @@ KNOWN_COMMANDS = frozenset(
 
 MAX_COMMAND = 4096
 
-_PROMPT = re.compile(
-    r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
-    r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
-    r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
-    r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
-    r"|/[\w./-]*\s[#$])\s+"  # /some/path # (a container's shell)
-    r"|[#%>]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods")
-    r")(?P<cmd>[^\s#$].*)$"
-)
 # A command word a strong prompt (user@host, [user@host dir], /path #) may run even when it is
 # not in KNOWN_COMMANDS: its output is then its own part, never merged into the previous one's.
 _COMMAND_WORD = re.compile(r"^[\w.+-]+$")

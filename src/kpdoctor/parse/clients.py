@@ -5,16 +5,13 @@ that address explains."""
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from kpdoctor.dataplane.addresses import host_address
-from kpdoctor.parse.shellwords import unwrapped
+from kpdoctor.parse.shellwords import PROMPT, shell_split, unwrapped
 
 # ssh options that take a value (OpenSSH's `ssh -h`): the word after them is not the target
 _SSH_VALUE_OPTIONS = set("BbcDEeFIiJLlmOopQRSWw")
-# a shell prompt before the command: `user@host:~$ `, `[root@node1 ~]# `, `$ `, `# `, `> `
-_PROMPT = re.compile(r"^\s*(?:.{0,80}?[$#%>]\s+)?(?=(?:sudo\s+)?(?:\S*/)?ssh\s)")
 _FAILED = re.compile(
     r"Connection reset by peer|Connection refused|Connection timed out|No route to host|"
     r"Connection closed by (?:remote host|[\d.:a-fA-F]+ port \d+)|kex_exchange_identification|"
@@ -34,7 +31,7 @@ class SshAttempt:
 def _target(command: str) -> str | None:
     """The address an ssh command connects to, when it is an IP literal (names are not resolved)."""
     try:
-        words = unwrapped(shlex.split(command, comments=True))
+        words = unwrapped(shell_split(command))
     except ValueError:
         return None
     if not words or words[0].rsplit("/", 1)[-1] != "ssh":
@@ -61,10 +58,10 @@ def ssh_attempts(text: str, command: str | None = None) -> list[SshAttempt]:
     if command is not None and (host := _target(command)) is not None:
         found.append((-1, command, host))
     for i, ln in enumerate(lines):
-        m = _PROMPT.match(ln)
-        if m is None:
+        if "ssh" not in ln:
             continue
-        cmd = ln[m.end() :].strip()
+        m = PROMPT.match(ln)  # typed after a prompt, or alone on its line
+        cmd = m.group("cmd").strip() if m else ln.strip()
         if (host := _target(cmd)) is not None:
             found.append((i, cmd, host))
     out = []

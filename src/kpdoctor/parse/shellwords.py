@@ -17,6 +17,20 @@ _ESCAPED = re.compile(r"\\(.)", re.S)
 _SHELL_SPACE = re.compile(r"[ \t\r\n]+")
 
 
+# A shell prompt and the command typed after it, as users paste them: `[root@node3 ~]# cmd`,
+# `root@node3:~# cmd`, `user@host$ cmd`, `/some/path # cmd` (a container's shell), or a bare `#`,
+# `%`, `>` or `$` (the group "strong" is set for the first four: those run any command word).
+PROMPT = re.compile(
+    r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
+    r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
+    r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
+    r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
+    r"|/[\w./-]*\s[#$])\s+"  # /some/path # (a container's shell)
+    r"|[#%>]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods")
+    r")(?P<cmd>[^\s#$].*)$"
+)
+
+
 # What runs another command in front of it (`sudo iptables-save`, `time docker stop x`).
 COMMAND_WRAPPERS = frozenset({"sudo", "time", "command", "env", "nice"})
 

@@ -20,9 +20,9 @@ CHECK_BROKEN = ((1, 8, 0), (1, 8, 2))  # iptables-nft whose -C never finds the r
 # that chain?)"), so writers that check before appending (kubelet, kube-router) duplicate rules:
 # (release, fixed in, reference). Read when the dump's or binary's version is one of them.
 LATER_CHECK_BUGS = {
-    (1, 8, 7): ("1.8.8", "https://github.com/flatcar/Flatcar/issues/954", "at times"),
-    (1, 8, 9): ("1.8.10", "https://github.com/bottlerocket-os/bottlerocket/pull/3001", "ip6tables"),
-    (1, 8, 10): ("1.8.11", "https://github.com/cloudnativelabs/kube-router/issues/1789", "Alpine 3.19-3.21"),
+    "1.8.7": ("1.8.8", "https://github.com/flatcar/Flatcar/issues/954", "at times"),
+    "1.8.9": ("1.8.10", "https://github.com/bottlerocket-os/bottlerocket/pull/3001", "ip6tables"),
+    "1.8.10": ("1.8.11", "https://github.com/cloudnativelabs/kube-router/issues/1789", "Alpine 3.19-3.21"),
 }
 # Distributions whose default iptables is one of them, in nf_tables mode (kb-facts; k/k#82361).
 OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8.2 in nf_tables mode"}
@@ -93,12 +93,16 @@ def _check_broken(v: IptablesVersion, copies_seen: bool = False) -> bool:
     """Does this release fail `-C`? The later releases fail it for some rules only: named when
     copies are there, never a finding by their version alone (Debian 12 ships 1.8.9)."""
     return (v.effective_backend == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]) or (
-        copies_seen and tuple(v.parts[:3]) in LATER_CHECK_BUGS
+        copies_seen and _release(v) in LATER_CHECK_BUGS
     )
 
 
+def _release(v: IptablesVersion) -> str:
+    return ".".join(map(str, v.parts[:3]))
+
+
 def _fixed_for(v: IptablesVersion) -> str:
-    later = LATER_CHECK_BUGS.get(tuple(v.parts[:3]))  # type: ignore[arg-type]
+    later = LATER_CHECK_BUGS.get(_release(v))
     return later[0] if later else "1.8.3"
 
 
@@ -124,7 +128,7 @@ def _fixed_for(v: IptablesVersion) -> str:
             "https://github.com/kubernetes/kubernetes/issues/82361",
         ),
         *(
-            VersionRow("iptables", f"{'.'.join(map(str, v))} ({note}): -C fails, rules duplicated", fixed, ref)
+            VersionRow("iptables", f"{v} ({note}): -C fails, rules duplicated", fixed, ref)
             for v, (fixed, ref, note) in LATER_CHECK_BUGS.items()
         ),
         VersionRow(

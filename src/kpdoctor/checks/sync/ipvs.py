@@ -46,6 +46,11 @@ DEADLOCK_RANGES = {
 }
 
 
+AFFECTED_TEXT = ", ".join(f"{lo[1:]}-{hi[1:]}" for lo, hi, _ in DEADLOCK_RANGES.values())
+FIXED = [fixed for _, _, fixed in DEADLOCK_RANGES.values()]
+FIXED_TEXT = ", ".join(fixed[1:] for fixed in FIXED)
+
+
 def deadlock_affected(v: KubeVersion) -> tuple[bool | None, str | None]:
     """(affected?, fixed release) for the graceful-termination deadlock."""
     rng = DEADLOCK_RANGES.get(v.line)
@@ -140,13 +145,9 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     if fixed:
         f.fixed_in.append(fixed)
     else:
-        f.fixed_in += ["v1.11.7", "v1.12.5", "v1.13.2"]
+        f.fixed_in += FIXED
     f.fix = [
-        (
-            f"Upgrade kube-proxy to {fixed} or later"
-            if fixed
-            else "Upgrade kube-proxy to 1.11.7, 1.12.5, 1.13.2 or later"
-        )
+        (f"Upgrade kube-proxy to {fixed} or later" if fixed else f"Upgrade kube-proxy to {FIXED_TEXT} or later")
         + ", or run the affected version in iptables mode.",
         "Restart kube-proxy now to resume syncing (the deadlock does not clear by itself).",
     ]
@@ -266,14 +267,14 @@ def _race_only(facts: Facts, lost: list[Hit], kpv: Versioned[KubeVersion] | None
     f.summary = (
         f"kube-proxy's IPVS calls got empty netlink replies for virtual servers it keeps ({f.occurrences} "
         "line(s): `Expected only one service obtained=0`): another goroutine on the same netlink socket took "
-        "the reply. In kube-proxy 1.11.5-1.11.6, 1.12.2-1.12.4 and 1.13.0-1.13.1 this race deadlocks the sync loop."
+        f"the reply. In kube-proxy {AFFECTED_TEXT} this race deadlocks the sync loop."
     )
     f.confidence_reason = "the netlink race's error lines alone, without kube-proxy's version"
     note_version(f, kpv, "kube-proxy")
-    f.fixed_in += [fixed for _, _, fixed in DEADLOCK_RANGES.values()]
+    f.fixed_in += FIXED
     f.fix = [
-        "Give kube-proxy's version (`kube-proxy --version`): 1.11.5-1.11.6, 1.12.2-1.12.4 and 1.13.0-1.13.1 are "
-        "affected; upgrade to 1.11.7, 1.12.5, 1.13.2 or later.",
+        f"Give kube-proxy's version (`kube-proxy --version`): {AFFECTED_TEXT} are affected; upgrade to {FIXED_TEXT} "
+        "or later.",
         "Restart kube-proxy if its IPVS rules stopped following the Services.",
     ]
     return f
