@@ -15,7 +15,8 @@ from kpdoctor.model import Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit, signature
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
-# (quotes escaped too: felix and structured logs quote the restore's stderr, `\"--set-mark\"`)
+# The MARK signatures take quotes escaped too (felix and structured logs quote the restore's
+# stderr: `\"--set-mark\"`), as the extension and incompatible-table signatures do.
 UNKNOWN_MARK_OPTION = signature(
     "mark-unknown-option",
     "unknown option ",
@@ -33,7 +34,7 @@ MARK_REVISION = signature(
 MARK_BAD_VALUE = signature(
     "mark-bad-value",
     "MARK: bad value",  # not "MARK", in every KUBE-MARK-DROP
-    r'MARK: bad value for option "--(set-mark|xor-mark|or-mark)"',
+    r'MARK: bad value for option \\?"--(set-mark|xor-mark|or-mark)\\?"',
     failure=True,
     variant=RESTORE_VARIANT,  # ip6tables or not: kept apart
 )
