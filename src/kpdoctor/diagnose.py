@@ -118,6 +118,8 @@ def _run(
     return Report(
         tool_version=__version__,
         node=ident.name if ident else None,
+        node_rule=ident.describe() if ident else None,
+        node_inferred=ident is not None and ident.inferred,
         collected_at=evidence.collected_at,
         artifacts=sorted({a.name for a in evidence.artifacts}),
         findings=findings,

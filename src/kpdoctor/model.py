@@ -289,6 +289,9 @@ class Report:
     # failing Service ports traced step by step, by (label, traffic): for a report that draws their
     # paths chain by chain (the HTML page); computed only when asked (diagnose_evidence(trace_failing=))
     traces: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
+    # which rule chose the node (facts.NodeIdentity.describe): the report says it
+    node_rule: str | None = None
+    node_inferred: bool = False  # chosen by the hostname, the addresses or the override: said on the first screen
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""
@@ -300,6 +303,7 @@ class Report:
             "tool": {"name": "kpdoctor", "version": self.tool_version},
             "subject": {
                 "node": self.node,
+                "node_rule": self.node_rule,
                 "collected_at": self.collected_at,
                 "artifacts": list(self.artifacts),
             },

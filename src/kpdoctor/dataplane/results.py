@@ -5,6 +5,7 @@ including when it could not be evaluated at all."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,9 @@ class Entry:
     # rejects unknown ports of a ClusterIP and drops unallocated ClusterIPs): "no rules", not a
     # refusal the Service's rules chose
     no_service_rule: bool = False
+    # UNCERTAIN only because this table is missing from the evidence, for a packet no rule given
+    # translated: what the table's completions can do with it is accept, drop or reject (judge)
+    open_table: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -257,10 +261,61 @@ def service_matches(label: str | None, wanted: str) -> bool:
     return label == wanted or label.startswith(wanted + ":")
 
 
+# What any filter table can do with a packet that reaches it: accept, drop or reject. It cannot
+# translate it: only nat rewrites addresses.
+COMPLETIONS = ("ACCEPT", "DROP", "REJECT")
+
+
+def kube_proxy_completion(case: Case) -> str:
+    """What kube-proxy's own filter rules do with this case's traffic when its nat rules did not
+    translate it: reject it when the Service port has nothing to send it to (its "has no
+    endpoints" REJECT, or the drop of external traffic without local endpoints), else let it pass."""
+    return "REJECT" if any(a.refused for a in case.alternatives) else "ACCEPT"
+
+
 def judge(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | None]:
-    """Status and mismatch kind of one evaluated case, and the alternative it matched."""
-    if any(e.verdict == "UNCERTAIN" for e in entries):
+    """Status and mismatch kind of one evaluated case, and the alternative it matched.
+
+    Branches left open only by a missing table (``Entry.open_table``) are judged under every
+    completion of that table: a *mismatch* when none reaches what the cluster expects (a packet
+    to a Service with endpoints that nat did not translate reaches no backend, whatever filter
+    does), *ok* when kube-proxy's own rules for that table reach it, *uncertain* otherwise."""
+    if any(e.verdict == "UNCERTAIN" and e.open_table is None for e in entries):
         return "uncertain", "", None
+    if not any(e.verdict == "UNCERTAIN" for e in entries):
+        return _judge_decided(case, entries)
+    judged = {
+        c: _judge_decided(case, [dataclasses.replace(e, verdict=c) if e.verdict == "UNCERTAIN" else e for e in entries])
+        for c in COMPLETIONS
+    }
+    if all(status == "mismatch" for status, _, _ in judged.values()):
+        return judged["ACCEPT"]  # the kind as the packet stands: not translated
+    own = judged[kube_proxy_completion(case)]
+    if own[0] == "ok":
+        return own
+    return "uncertain", "", None
+
+
+def open_note(case: Case, entries: list[Entry], status: str) -> str:
+    """What a result judged over a missing table's completions rests on, in words."""
+    tables = sorted({e.open_table for e in entries if e.verdict == "UNCERTAIN" and e.open_table})
+    if not tables:
+        return ""
+    missing = " and ".join(f"the {t} table" for t in tables)
+    if status == "mismatch":
+        return (
+            f"not translated to any backend by the nat rules; {missing} was not given, but no {tables[0]} rule "
+            "can send it to a backend (it can only accept, drop or reject)"
+        )
+    if status == "ok":
+        return (
+            f"not translated by the nat rules; {missing} was not given: kube-proxy's own {tables[0]} rules "
+            f"{'reject' if kube_proxy_completion(case) == 'REJECT' else 'pass'} it there, as expected"
+        )
+    return f"not translated by the nat rules; what {missing} (not given) does with it decides"
+
+
+def _judge_decided(case: Case, entries: list[Entry]) -> tuple[str, str, Expectation | None]:
     fwd: dict[str, float] = {}
     refused = through = unowned = 0.0
     for e in entries:

@@ -33,6 +33,7 @@ from kpdoctor.dataplane.results import (
     Verification,
     describe_entries,
     judge,
+    open_note,
     outcome_signature,
     rule_cite,
 )
@@ -101,6 +102,8 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     res.status, res.kind = status, kind
     if status == "uncertain":
         notes.insert(0, "; ".join(dict.fromkeys(first.uncertain)))
+    elif opened := open_note(case, res.actual, status):
+        notes.insert(0, opened)
     if status == "ok" and first.affinity is not None:
         asked = sp.affinity_timeout if sp.affinity else 0
         if first.affinity != asked:
@@ -257,7 +260,8 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
     """``share`` interns equal entry and citation lists (a Service port's traffic classes mostly
     reach the same backends through the same rules), so each travels, and is rebuilt, once."""
     entries = tuple(
-        (e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset, e.owner) for e in r.actual
+        (e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset, e.owner, e.open_table)
+        for e in r.actual
     )
     rules = tuple(_pack_cite(c) for c in r.rules)
     return (
@@ -282,7 +286,9 @@ def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     res.kind, res.note = p[1], p[2]
     actual = built.get(id(p[3]))
     if actual is None:
-        actual = built[id(p[3])] = [Entry(b, v, pr, _unpack_cite(c), ch, tag, o) for b, v, pr, c, ch, tag, o in p[3]]
+        actual = built[id(p[3])] = [
+            Entry(b, v, pr, _unpack_cite(c), ch, tag, o, open_table=t) for b, v, pr, c, ch, tag, o, t in p[3]
+        ]
     rules = built.get(id(p[4]))
     if rules is None:
         rules = built[id(p[4])] = [c for c in map(_unpack_cite, p[4]) if c is not None]

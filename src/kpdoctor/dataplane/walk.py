@@ -82,6 +82,9 @@ class Outcome:
     state: State
     reason: str = ""  # for UNCERTAIN: what could not be evaluated, and where
     by_mark: bool = False  # dropped for kube-proxy's drop mark, by a filter table not given
+    # UNCERTAIN only because this table was not given, for a packet no rule given translated: its
+    # completions can accept, drop or reject it, never send it to a backend (results.judge)
+    open_table: str | None = None
     _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
 
     @property

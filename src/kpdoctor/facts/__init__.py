@@ -76,7 +76,25 @@ class Versioned(Generic[T]):
 @dataclass(frozen=True, slots=True)
 class NodeIdentity:
     name: str
-    origin: str  # "--node" | "manifest" | "Node object" | "hostname"
+    origin: str  # "--node" | "manifest" | "Node object" | "hostname" | "addresses" | "hostnameOverride"
+    detail: str = ""  # what the rule matched ("hostname ip-10-0-0-1", "address 10.0.0.1 on eth0")
+
+    @property
+    def inferred(self) -> bool:
+        """Chosen from the node's own evidence, not given (--node, manifest) nor the only Node."""
+        return self.origin in ("hostname", "addresses", "hostnameOverride")
+
+    def describe(self) -> str:
+        """Which rule chose the node, for the report (docs/verification.md states the order)."""
+        how = {
+            "--node": "given with --node",
+            "manifest": "named by the bundle's manifest",
+            "Node object": "the only Node in the evidence",
+            "hostname": "the Node named by the node's hostname",
+            "addresses": "the Node whose addresses are the node's own",
+            "hostnameOverride": "the Node kube-proxy's hostnameOverride names, whose addresses are the node's",
+        }.get(self.origin, self.origin)
+        return how + (f" ({self.detail})" if self.detail else "")
 
 
 def _first_line_cite(art: Artifact, text: str | None = None) -> Cite:
@@ -125,6 +143,17 @@ def _node_of_host(nodes: list[K8sObject], host: str) -> K8sObject | None:
             return n
     short = [n for n in nodes if n.name.split(".")[0] == host.split(".")[0]]
     return short[0] if len(short) == 1 else None
+
+
+def _shared_address(node: K8sObject, own: dict[IPAddress, str]) -> tuple[IPAddress, str] | None:
+    """An InternalIP/ExternalIP of ``node`` that is one of this node's own addresses, with its
+    interface."""
+    for a in k8s.as_list(k8s.as_dict(node.body.get("status")).get("addresses")):
+        if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP") and k8s.is_ip(a.get("address")):
+            ip = ipaddress.ip_address(str(a.get("address")))
+            if ip in own:
+                return ip, own[ip]
+    return None
 
 
 class Facts:
@@ -285,18 +314,57 @@ class Facts:
         if host:
             obj = _node_of_host(nodes, host)
             if obj is not None:
-                return NodeIdentity(obj.name, "hostname"), obj, None
+                return NodeIdentity(obj.name, "hostname", f"hostname {host}"), obj, None
+        own = self._own_addresses
+        by_address = [(n, ip) for n in nodes if (ip := _shared_address(n, own)) is not None]
+        if len({n.name for n, _ in by_address}) == 1:
+            n, ip = by_address[0]
+            return NodeIdentity(n.name, "addresses", f"{ip[0]} on {ip[1]}"), n, None
+        override = self._override_name()
+        if override:
+            named = [n for n in nodes if n.name.lower() == override.lower()]
+            if len(named) == 1 and (ip := _shared_address(named[0], own)) is not None:
+                why = f"{override}; {ip[0]} on {ip[1]}"
+                return NodeIdentity(named[0].name, "hostnameOverride", why), named[0], None
+        if host:
             if names:
                 return (
-                    NodeIdentity(host, "hostname"),
+                    NodeIdentity(host, "hostname", f"hostname {host}"),
                     None,
                     f"{len(names)} Nodes in the evidence, none of them this node's hostname {host}: "
                     f"give --node NAME ({listed})",
                 )
-            return NodeIdentity(host, "hostname"), None, None
+            return NodeIdentity(host, "hostname", f"hostname {host}"), None, None
         if names:
             return None, None, f"{len(names)} Nodes in the evidence: give --node NAME ({listed})"
         return None, None, None
+
+    @cached_property
+    def _own_addresses(self) -> dict[IPAddress, str]:
+        """The node's own addresses (``ip addr``, text or JSON) with their interface: global ones,
+        not loopback, link-local or kube-proxy's dummy interface (which holds Service addresses)."""
+        out: dict[IPAddress, str] = {}
+        for kind in (Kind.IP_ADDR, Kind.IP_LINK):
+            for a in self.of(kind):
+                for b in system.bound_addresses(a.read_text())[1]:
+                    ip = b.address
+                    if b.interface == "kube-ipvs0" or ip.is_loopback or ip.is_link_local or ip.is_multicast:
+                        continue
+                    out.setdefault(ip, b.interface)
+        return out
+
+    def _override_name(self) -> str | None:
+        """kube-proxy's --hostname-override or hostnameOverride, read from its argv, its log or
+        its config file only (the cluster's objects are not read yet while the node is chosen)."""
+        flags = self._flags_from_argv(objects=False) or self._flags_from_log()
+        fv = flags.get("hostname-override")
+        if fv is not None and fv.value.strip():
+            return fv.value.strip()
+        for a in self.of(Kind.KUBE_PROXY_CONFIG):
+            cfg = kpconfig.parse_config_file(a.text, a.name, a.first_line)
+            value = cfg.get("hostnameOverride") if cfg is not None else None
+            return str(value).strip() if isinstance(value, str) and value.strip() else None
+        return None
 
     @cached_property
     def processes(self) -> list[system.Process]:
@@ -364,10 +432,24 @@ class Facts:
 
     @cached_property
     def modules(self) -> set[str] | None:
-        """The loaded modules, from complete listings only (a module not in it is not loaded);
-        None when no complete listing was given."""
+        """The loaded modules, from complete listings only (a module not in it is not loaded as a
+        module, but may be built into the kernel: see :meth:`module_inactive`); None when no
+        complete listing was given."""
         complete = [names for a, names in self._module_listings if a.attrs.get("fragment") != "true"]
         return set().union(*complete) if complete else None
+
+    def module_inactive(self, name: str, settings: str | None = None) -> bool | None:
+        """Whether the kernel lacks ``name``: True only with proof (a complete module listing
+        without it and, for a module that registers settings under the prefix ``settings``, a
+        complete sysctl listing without them: a built-in module is not in /proc/modules but its
+        settings are there); False when a listing or its settings show it; None: unknown."""
+        if name in self.modules_seen or (settings and any(n.startswith(settings) for n in self.node_state.sysctls)):
+            return False
+        if self.modules is None:
+            return None
+        if settings is None:
+            return True
+        return True if self.node_state.absent(settings) is not None else None
 
     @cached_property
     def modules_seen(self) -> set[str]:
@@ -521,10 +603,14 @@ class Facts:
                         break
         return cfg
 
-    def _flags_from_argv(self) -> dict[str, FlagValue]:
+    def _flags_from_argv(self, objects: bool = True) -> dict[str, FlagValue]:
+        """kube-proxy's flags from its command line: the cmdline file, the process list, its Pod
+        or DaemonSet (``objects``: not while the node is chosen, before the objects are read), or
+        k3s's start line."""
         for a in self.of(Kind.KUBE_PROXY_CMDLINE):
             cmd = kpconfig.read_cmdline(a.text)
-            self.diagnostics += [(a.name, d) for d in cmd.diagnostics]
+            if objects:
+                self.diagnostics += [(a.name, d) for d in cmd.diagnostics]
             argv = cmd.argv
             args = kpconfig.kube_proxy_args(argv)
             if args is None:
@@ -535,7 +621,7 @@ class Facts:
             args = kpconfig.kube_proxy_args(p.argv)
             if args is not None:
                 return kpconfig.parse_argv(args, Source(self.process_artifact(), p.line, p.command[:300]))
-        for obj in self.kube_proxy_pods + self.kube_proxy_workloads:
+        for obj in self.kube_proxy_pods + self.kube_proxy_workloads if objects else []:
             for c in containers_of(obj):
                 argv = [str(x) for x in _list(c.get("command"))] + [str(x) for x in _list(c.get("args"))]
                 args = kpconfig.kube_proxy_args(argv)

@@ -29,7 +29,7 @@ from kpdoctor.parse.kernel_log import KernelLine, parse_kernel_log
 from kpdoctor.parse.links import Link, parse_ip_link
 from kpdoctor.parse.netstat import Counters, parse_netstat_s, parse_nstat
 from kpdoctor.parse.sockets import Listener, parse_ss_listen
-from kpdoctor.parse.sysctl import Sysctl, int_values, parse_sysctl
+from kpdoctor.parse.sysctl import COMPLETE, Sysctl, int_values, listing_of, parse_sysctl
 
 if TYPE_CHECKING:
     from kpdoctor.facts import Facts
@@ -146,23 +146,46 @@ class NodeState:
     # -- sysctls ------------------------------------------------------------------------
     @cached_property
     def sysctls(self) -> dict[str, Setting]:
+        return self._sysctl_listings[0]
+
+    @cached_property
+    def sysctl_complete(self) -> Cite | None:
+        """The first line of a complete listing of the node's settings (``sysctl -a``), or None
+        when every listing given is partial: then a key not shown is unknown, never off."""
+        return self._sysctl_listings[1]
+
+    @cached_property
+    def _sysctl_listings(self) -> tuple[dict[str, Setting], Cite | None]:
         out: dict[str, Setting] = {}
+        complete: Cite | None = None
         for a in self.facts.of(Kind.SYSCTL):
+            text = a.read_text()
             name = a.attrs.get("sysctl")
             written = a.attrs.get("value")
-            if name and written is not None and a.text.strip():
+            if name and written is not None and text.strip():
                 # a value written by a command (`echo 0 > /proc/sys/...`): the node's from then on
-                line = a.text.strip().splitlines()[0]
+                line = text.strip().splitlines()[0]
                 out[name] = Setting(name, " ".join(written.split()), Cite(a.name, a.first_line, line))
                 continue
-            if name and a.text.strip() and "=" not in a.text:  # `cat /proc/sys/...` or `sysctl -n NAME`
-                value = " ".join(a.text.split())
-                out[name] = Setting(name, value, Cite(a.name, a.first_line, a.text.strip().splitlines()[0]))
+            if name and text.strip() and "=" not in text:  # `cat /proc/sys/...` or `sysctl -n NAME`
+                value = " ".join(text.split())
+                out[name] = Setting(name, value, Cite(a.name, a.first_line, text.strip().splitlines()[0]))
                 continue
-            parsed: dict[str, Sysctl] = parse_sysctl(a.text, a.first_line)
+            parsed: dict[str, Sysctl] = parse_sysctl(text, a.first_line)
             for name, s in parsed.items():
                 out[name] = Setting(name, s.value, Cite(a.name, s.line, s.text))
-        return out
+            listing = a.attrs.get("listing") or listing_of(a.attrs.get("command"), parsed)
+            if listing == COMPLETE and complete is None and parsed:
+                first = min(parsed.values(), key=lambda s: s.line)
+                complete = Cite(a.name, first.line, f"a complete listing of {len(parsed)} settings")
+        return out, complete
+
+    def absent(self, prefix: str) -> Cite | None:
+        """Proof that no setting under ``prefix`` exists on the node (a complete listing without
+        one), or None: unknown, when no complete listing was given or one shows it."""
+        if self.sysctl_complete is None or any(n.startswith(prefix) for n in self.sysctls):
+            return None
+        return self.sysctl_complete
 
     def setting(self, name: str) -> Setting | None:
         return self.sysctls.get(name)

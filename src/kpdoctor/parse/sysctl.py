@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.parse.numbers import to_int
+from kpdoctor.parse.shellwords import shell_split, unwrapped
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,39 @@ def parse_sysctl(text: str, first_line: int = 1) -> dict[str, Sysctl]:
             out[name] = Sysctl(name, value, first_line + i, s)
         prev = name
     return out
+
+
+# How complete a listing of settings is. Only a complete one (``sysctl -a``, or /proc/sys read
+# whole) proves a setting absent, and so a module that creates it not active: a key missing from
+# ``sysctl net.ipv4.ip_forward ...`` or from a grep of ``sysctl -a`` is unknown, not off.
+COMPLETE, FILTERED, KEYS = "complete", "filtered", "keys"
+# What ``sysctl -a`` prints in any network namespace of any kernel kpdoctor meets: keys under
+# most of these top-level directories, hundreds of them (over a thousand on a node).
+_TOP_LEVEL = frozenset({"abi", "debug", "dev", "fs", "kernel", "net", "user", "vm", "crypto", "sunrpc"})
+_MIN_TOP_LEVEL, _MIN_KEYS = 4, 200
+_ALL_FLAGS = frozenset({"-a", "-A", "-X", "--all"})
+
+
+def listing_of(command: str | None, settings: dict[str, Sysctl]) -> str:
+    """How complete a listing is: from the command that printed it when it is known (``sysctl -a``
+    with nothing filtering its output is complete; piped into another command, filtered; naming
+    keys, keys), otherwise from its content: hundreds of keys under most of the top-level
+    directories is ``sysctl -a``; anything less is a filtered or hand-picked listing."""
+    if command:
+        words = shell_split(command)
+        pipe = words.index("|") if "|" in words else len(words)
+        head = unwrapped(words[:pipe])
+        if head and head[0].rsplit("/", 1)[-1] == "sysctl":
+            args = head[1:]
+            if any(w in _ALL_FLAGS or (w.startswith("-") and not w.startswith("--") and "a" in w) for w in args):
+                return COMPLETE if pipe == len(words) else FILTERED
+            return KEYS
+        if head and head[0].rsplit("/", 1)[-1] in ("cat", "grep", "find"):
+            return KEYS if pipe == len(words) and not any("*" in w for w in head) else FILTERED
+    tops = {name.split(".", 1)[0] for name in settings}
+    if len(settings) >= _MIN_KEYS and len(tops & _TOP_LEVEL) >= _MIN_TOP_LEVEL:
+        return COMPLETE
+    return FILTERED if len(settings) > 1 else KEYS
 
 
 def int_values(value: str) -> list[int]:

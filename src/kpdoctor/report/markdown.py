@@ -43,6 +43,8 @@ def render_markdown(report: Report | View, color: bool = False) -> str:
     view = report if isinstance(report, View) else build(report)
     rep = view.report
     out = [f"# kpdoctor report{' for node ' + rep.node if rep.node else ''}", ""]
+    if rep.node and rep.node_rule and rep.node_inferred:
+        out += [f"Node chosen as {printable(rep.node_rule)}.", ""]
     v = view.verdict
     out += [f"**{v.word.upper()}**: {v.why} ({len(rep.artifacts)} input(s), {rep.checks_run} check(s) ran)", ""]
     if view.unused_first:

@@ -177,6 +177,8 @@ def render_text(report: Report | View, color: bool = True, width: int | None = N
     )
     title = f"kpdoctor {rep.tool_version}" + (f" - node {rep.node}" if rep.node else "")
     con.print(_t(title, style="bold"))
+    if rep.node and rep.node_rule and rep.node_inferred:
+        con.print(_t(f"node chosen as {rep.node_rule}", style="dim"))
     v = view.verdict
     line = _t(v.word.upper(), style=VERDICT_STYLE.get(v.code, "bold"))
     line.append(plain(f": {v.why}") if v.why else "")

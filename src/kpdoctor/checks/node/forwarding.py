@@ -177,12 +177,14 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     How it is detected: net.bridge.bridge-nf-call-iptables = 0 in sysctl output, or written
         by a command in a transcript (`echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables`,
         `sysctl -w`); a bridge device with Pod veths attached (`ip -d link`: master); the DNS
-        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note.
+        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note; no
+        net.bridge.* key in a complete listing (`sysctl -a`: br_netfilter neither loaded nor
+        built in). A key missing from a few keys asked by name or a grep is unknown, never off.
         The value 0 is critical with a bridge or the symptom, a warning with medium confidence
         when whether Pods sit on a bridge is unknown (routed CNIs such as Calico are
         unaffected); the symptom alone is a warning with medium confidence; no net.bridge.*
-        key at all (br_netfilter not loaded) on a bridged node is a warning (sysctl output
-        may have been filtered). Nothing when the links show no bridge, or the value is 1.
+        key in a complete listing on a bridged node is a warning. Nothing when the links show
+        no bridge, or the value is 1.
     Fix: `modprobe br_netfilter` (persist in /etc/modules-load.d/k8s.conf) and
         `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1`.
     References: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/network-plugins/#network-plugin-requirements;
@@ -203,7 +205,10 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     ]
     note = facts.log.hits(BR_NETFILTER_NOTE.id)
     off = setting is not None  # the value is 0 here
-    unloaded = setting is None and bool(node.sysctls) and "br_netfilter" not in facts.modules_seen and bridged is True
+    # no net.bridge.* key proves br_netfilter inactive only in a complete listing (sysctl -a): a
+    # few keys asked by name, or a grep, say nothing about the keys they leave out
+    absent = node.absent("net.bridge.") if setting is None and "br_netfilter" not in facts.modules_seen else None
+    unloaded = absent is not None and bridged is True
     if not (off or symptom or unloaded or note):
         return
     h0 = symptom[0] if symptom else None
@@ -234,7 +239,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         )
     elif unloaded:
         severity, confidence = Severity.WARNING, Confidence.MEDIUM
-        summary = lead + "no net.bridge.* sysctl is present (br_netfilter not loaded)" + bypass
+        summary = lead + "a complete sysctl listing has no net.bridge.* setting (br_netfilter not loaded)" + bypass
     elif bridged:
         severity, confidence = Severity.WARNING, Confidence.MEDIUM
         summary = lead + "kube-proxy says br_netfilter is missing or bridge-nf-call-iptables unset" + bypass
@@ -253,7 +258,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         severity=severity,
         summary=summary,
     )
-    f.evidence = ([setting.cite] if setting else []) + bridge_cites + f.evidence
+    f.evidence = ([setting.cite] if setting else [absent] if unloaded and absent else []) + bridge_cites + f.evidence
     f.ongoing = True if off or symptom else None
     f.fix = [
         "modprobe br_netfilter (persist in /etc/modules-load.d/k8s.conf) and sysctl -w "

@@ -218,6 +218,11 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     missing_mods = (
         [m for m in IPVS_MODULES_BASE if mods is not None and m not in mods] if (requested_ipvs or hits) else []
     )
+    # missing from /proc/modules is not missing from the kernel when built in: ip_vs's own settings
+    # (net.ipv4.vs.*) in a complete sysctl listing decide
+    ipvs_proved = facts.module_inactive("ip_vs", "net.ipv4.vs.")
+    if ipvs_proved is False:
+        missing_mods = [m for m in missing_mods if m != "ip_vs"]
     if not hits and not fell_back and not (requested_ipvs and missing_mods):
         return
     if not requested_ipvs and not hits and running and running[0] == "iptables":
@@ -225,8 +230,19 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     f = (
         start(facts, "KP113", hits or conntrack, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
         if (hits or conntrack)
-        else start(facts, "KP113", [], confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
+        else start(
+            facts,
+            "KP113",
+            [],
+            confidence=Confidence.MEDIUM if fell_back or ipvs_proved else Confidence.LOW,
+            severity=Severity.CRITICAL if fell_back or ipvs_proved else Severity.WARNING,
+        )
     )
+    if not hits and not conntrack and not fell_back and not ipvs_proved:
+        f.confidence_reason = (
+            "modules missing from /proc/modules only: built-in ones are not listed there (a complete "
+            "`sysctl -a` without net.ipv4.vs.*, or /lib/modules/$(uname -r)/modules.builtin, decides)"
+        )
     what: list[str] = []
     if facts.log.count(IPSET_MISSING.id):
         what.append("the ipset binary")

@@ -139,7 +139,9 @@ def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tu
                 reasons.append(o.reason)
         cite = step_cite(rs, step)
         chain = step.chain if step else None
-        entries.append(Entry(o.backend, verdict, o.probability, cite, chain, tag, chain_owner(chain)))
+        entries.append(
+            Entry(o.backend, verdict, o.probability, cite, chain, tag, chain_owner(chain), open_table=o.open_table)
+        )
         if cite is not None:
             rules[cite] = None
     return entries, list(rules), reasons

@@ -146,7 +146,7 @@ class Evaluator:
             return Outcome(p, "DROP", st, why, by_mark=True)
         if st.dnat is None:
             why = "not translated, and the filter table (which may accept, reject or drop it) was not given"
-            return Outcome(p, "UNCERTAIN", st, why)
+            return Outcome(p, "UNCERTAIN", st, why, open_table="filter")
         return Outcome(p, "ACCEPT", st)
 
     def _stages(self, hook: str, local: bool, postrouting: bool) -> list[tuple[str, str]]:
