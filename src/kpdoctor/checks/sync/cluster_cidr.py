@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
+from kpdoctor.dataplane.addresses import IPNetwork
 from kpdoctor.facts import Facts
-from kpdoctor.model import Confidence, Finding, Severity
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.conntrack import ConntrackEntry
+from kpdoctor.parse.k8s import as_dict, as_list
 from kpdoctor.parse.logscan import signature
 
 # kube-proxy echoes the payload of a failed restore: a rule with an empty `-s` argument (two
@@ -31,7 +35,7 @@ CIDR_WRONG_FAMILY = signature(
     cause="cluster-cidr-misconfigured",
     title="kube-proxy's cluster CIDR is missing or wrong",
     severity=Severity.WARNING,
-    needs=[Kind.KUBE_PROXY_LOG],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_CMDLINE],
     explains=("kube-proxy-rule-generation-bug", *RESTORE_SYMPTOMS),
 )
 def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
@@ -45,7 +49,12 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
         generated an empty `-s` for local-traffic Services without it; later releases skip the
         masquerade rules that depend on it.
     How it is detected: the empty-source rule in the payload kube-proxy echoes, and the
-        start-up lines that say the CIDR is missing or of the wrong family.
+        start-up lines that say the CIDR is missing or of the wrong family; or its
+        configuration (flags, config file) without clusterCIDR and with masqueradeAll off.
+        A missing CIDR is graded by what the node shows it breaks: a client outside the Pod
+        network and the nodes reaching a ClusterIP (conntrack) is a warning with high
+        confidence; Services with externalTrafficPolicy: Local (whose Pod traffic kube-proxy
+        tells by the CIDR) a warning with medium confidence; otherwise info.
     Fix: set `clusterCIDR` (`--cluster-cidr`) to the Pod network's range (both families in
         dual-stack, comma-separated), or use a detectLocalMode that does not need it.
     References: https://github.com/kubernetes/kubernetes/issues/36652;
@@ -54,11 +63,14 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
     empty = facts.log.hits(EMPTY_SOURCE.id)
     wrong = facts.log.hits(CIDR_WRONG_FAMILY.id)
     missing = facts.log.hits(NO_CLUSTER_CIDR.id)
-    if not empty and not wrong and not missing:
+    unset = _unset_in_config(facts)
+    if not empty and not wrong and not missing and unset is None:
         return
     f = start(
         facts, "KP126", empty or wrong or missing, confidence=Confidence.HIGH if empty or wrong else Confidence.LOW
     )
+    if unset is not None and unset not in f.evidence:
+        f.evidence.append(unset)
     if wrong and not empty:
         f.severity = Severity.CRITICAL
         f.summary = (
@@ -71,14 +83,101 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
             "CIDR, and iptables-restore rejects the whole payload, so no rule is updated."
         )
     else:
-        f.severity = Severity.INFO  # healthy clusters whose CNI masquerades print it too
-        f.summary = (
-            "kube-proxy runs without a cluster CIDR: it does not tell traffic from outside the Pod network apart, "
-            "so it masquerades none of it. Harmless when the CNI masquerades; the cause when off-cluster clients "
-            "reach Services but get no answer."
-        )
+        _grade_unset(facts, f)
     f.fix = [
         "Set `clusterCIDR` in the KubeProxyConfiguration (or `--cluster-cidr`) to the Pod network's range "
         "(both families, comma-separated, in dual-stack), then restart kube-proxy."
     ]
     yield f
+
+
+def _unset_in_config(facts: Facts) -> Cite | None:
+    """Where kube-proxy's configuration shows clusterCIDR empty with masqueradeAll off (the
+    config file's line, or its flags without --cluster-cidr); None when it is set, when
+    masqueradeAll masquerades everything anyway, or when the configuration is not given."""
+    cfg = facts.kp_config
+    cidr = cfg.setting("clusterCIDR")
+    if cidr.origin == "unknown" or str(cidr.value or "").strip() or not (cfg.flags or cfg.file):
+        return None
+    if cfg.flags_from_log and cfg.file is None:
+        return None  # the FLAG: lines kube-proxy logs at -v=1+ may be cut: a flag not shown is unknown
+    if str(cfg.setting("iptables.masqueradeAll").value or "").lower() == "true":
+        return None
+    src = cidr.source
+    if src is not None:
+        return Cite(src.artifact, src.line, src.text)
+    first = next(iter(cfg.flags.values()), None)
+    return Cite(first.source.artifact, first.source.line, first.source.text) if first is not None else None
+
+
+def _grade_unset(facts: Facts, f: Finding) -> None:
+    """Grade a missing cluster CIDR by what the node shows it breaks: Services with
+    externalTrafficPolicy: Local (kube-proxy sends only traffic it knows comes from Pods, by the
+    cluster CIDR, to all endpoints: without it, Pods on a node without a local endpoint lose their
+    traffic to those NodePorts and load-balancer addresses), and clients from outside the Pod
+    network seen reaching ClusterIPs (conntrack), whose traffic is not masqueraded."""
+    local = [
+        s.key
+        for s in facts.cluster.services
+        if s.type in ("NodePort", "LoadBalancer")
+        and as_dict(s.obj.body.get("spec")).get("externalTrafficPolicy") == "Local"
+    ]
+    outside = _off_cluster_clients(facts)
+    lead = "kube-proxy runs without a cluster CIDR (and masqueradeAll off): it cannot tell Pods' traffic from other "
+    if outside:
+        a, e = outside[0]
+        f.severity, f.confidence = Severity.WARNING, Confidence.HIGH
+        f.confidence_reason = "a client outside the Pod network and the nodes reaches a ClusterIP"
+        f.summary = (
+            lead + f"traffic, so it masquerades none of it: {e.src} (outside the Pod network) reaches ClusterIP "
+            f"{e.dst}:{e.dport} unmasqueraded, and its backend's replies go straight back to it, un-translated."
+        )
+        f.evidence.append(Cite(a.name, e.line, e.text.strip()))
+    elif local:
+        f.severity, f.confidence = Severity.WARNING, Confidence.MEDIUM
+        f.confidence_reason = "Services with externalTrafficPolicy: Local exist"
+        f.summary = (
+            lead + f"traffic. {len(local)} Service(s) with externalTrafficPolicy: Local ({', '.join(local[:3])}) "
+            "depend on it: Pods on a node without a local endpoint lose their traffic to those Services' NodePorts "
+            "and load-balancer addresses, and off-cluster clients of ClusterIPs are not masqueraded."
+        )
+        svc = next(s.obj for s in facts.cluster.services if s.key == local[0])
+        f.evidence.append(Cite(svc.artifact, svc.line, f"{svc.ref}: externalTrafficPolicy: Local"))
+    else:
+        f.severity, f.confidence = Severity.INFO, Confidence.LOW
+        f.summary = (
+            lead + "traffic, so it masquerades none that comes from outside the Pod network. Harmless when the CNI "
+            "masquerades and no client outside the cluster reaches ClusterIPs; the cause when such clients reach "
+            "Services but get no answer, or Pods cannot reach externalTrafficPolicy: Local Services' node ports."
+        )
+
+
+def _off_cluster_clients(facts: Facts) -> list[tuple[Artifact, ConntrackEntry]]:
+    """Conntrack entries of a client outside every Node's Pod range and every Node address to a
+    ClusterIP, translated to a backend; none when the Nodes' Pod ranges are not given."""
+    pods: list[IPNetwork] = []
+    addrs: set[str] = set()
+    for n in facts.objects.of("Node"):
+        spec, status = as_dict(n.body.get("spec")), as_dict(n.body.get("status"))
+        for c in [spec.get("podCIDR"), *as_list(spec.get("podCIDRs"))]:
+            if isinstance(c, str):
+                try:
+                    pods.append(ipaddress.ip_network(c, strict=False))
+                except ValueError:
+                    continue
+        addrs |= {str(a.get("address")) for a in as_list(status.get("addresses")) if isinstance(a, dict)}
+    if not pods:
+        return []
+    vips = {ip for s in facts.cluster.services for ip in s.cluster_ips}
+    out = []
+    for a, e in facts.node_state.conntrack_entries:
+        if e.dst not in vips or e.reply_src == e.dst or e.src in addrs:
+            continue
+        try:
+            src = ipaddress.ip_address(e.src)
+        except ValueError:
+            continue
+        if src.is_loopback or any(src in net for net in pods if net.version == src.version):
+            continue
+        out.append((a, e))
+    return out
