@@ -25,6 +25,7 @@ import pytest
 
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Severity
+
 from .netns import Netns, require_lab
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -48,12 +49,11 @@ def _namespace_state(ns: Netns, bridge_off: bool) -> dict[str, str]:
     ns.check(["ip", "link", "set", "eth0", "up"])
     full = ns.check(["sysctl", "-a"], timeout=60)
     keys = sorted(line.split(" = ", 1)[0] for line in full.splitlines() if " = " in line)
-    picked = random.Random(len(keys)).sample(keys, 12) + ["net.ipv4.ip_forward"]
-    return {
-        "full": full,
-        "partial": ns.check(["sysctl", *sorted(set(picked))]),
-        "addr": ns.check(["ip", "-j", "addr"]),
-    }
+    out = {"full": full, "addr": ns.check(["ip", "-j", "addr"])}
+    for seed in range(1, 6):  # five different random subsets, each with the key forwarding needs
+        picked = {*random.Random(seed).sample(keys, 4 * seed), "net.ipv4.ip_forward"}
+        out[f"partial-{seed}"] = ns.check(["sysctl", *sorted(picked)])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def _bundle(
     (root / "node" / f"iptables-{backend}-save.txt").write_text(captured[backend])
     listing = captured[state]
     if sysctl != "absent":
-        (root / "node" / "sysctl.txt").write_text(listing[sysctl])
+        (root / "node" / "sysctl.txt").write_text(listing[f"partial-{nodes}" if sysctl == "partial" else sysctl])
     manifest: dict[str, Any] = {"tool": {"name": "kpdoctor", "version": "0.1.0"}, "artifacts": []}
     if identity == "manifest":
         manifest["node"] = gen_cluster.NODE
