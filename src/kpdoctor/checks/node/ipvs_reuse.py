@@ -142,9 +142,11 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
     node = facts.node_state
     reuse = node.setting("net.ipv4.vs.conn_reuse_mode")
     if reuse is None:
-        # ip_vs not loaded (no IPVS, nothing to reuse), or its settings were not given
-        risk = _busy_old_kernel(facts) if not facts.has(Kind.SYSCTL) else None
-        if risk is None and not facts.has(Kind.SYSCTL):
+        # ip_vs not loaded (no IPVS, nothing to reuse: proved only by a complete listing without
+        # its settings), or its settings were not shown (no listing, or a partial one)
+        unknown = node.absent("net.ipv4.vs.") is None
+        risk = _busy_old_kernel(facts) if unknown else None
+        if risk is None and unknown:
             risk = _connects_wait_for_retransmits(facts)
         if risk is not None:
             yield risk

@@ -97,13 +97,17 @@ def _unset_in_config(facts: Facts) -> Cite | None:
     masqueradeAll masquerades everything anyway, or when the configuration is not given."""
     cfg = facts.kp_config
     cidr = cfg.setting("clusterCIDR")
-    if cidr.origin == "unknown" or str(cidr.value or "").strip() or not (cfg.flags or cfg.file):
+    if str(cidr.value or "").strip() or not (cfg.flags or cfg.file):
         return None
+    src = cidr.source
+    if cidr.origin == "unknown":
+        if cfg.file is None or cfg.config_flag is not None:
+            return None  # flags and a --config not given: what it holds is not known
+        src = cfg.file.cite("clusterCIDR")  # the file alone, taken as the configuration in use
     if cfg.flags_from_log and cfg.file is None:
         return None  # the FLAG: lines kube-proxy logs at -v=1+ may be cut: a flag not shown is unknown
     if str(cfg.setting("iptables.masqueradeAll").value or "").lower() == "true":
         return None
-    src = cidr.source
     if src is not None:
         return Cite(src.artifact, src.line, src.text)
     first = next(iter(cfg.flags.values()), None)
