@@ -13,6 +13,9 @@ Formats:
   global count on every row. Column 2 is ``searched`` up to 5.9 and ``clashres`` from 5.10, column 8 is
   ``delete_list`` up to 5.14 and ``chainlength`` from 5.15; ``icmp_error`` holds the ``error`` counter.
 * ``conntrack -L`` and ``/proc/net/nf_conntrack`` (the same, prefixed by ``ipv4     2`` / ``ipv6     10``).
+  With ``net.netfilter.nf_conntrack_timestamp=1`` both add ``delta-time=N`` (the entry's age in seconds)
+  and ``-o ktimestamp`` a ``[start=Sat Nov 28 13:14:22 2026]`` stamp; with ``nf_conntrack_acct=1``,
+  ``packets=`` and ``bytes=`` follow each tuple.
 """
 
 from __future__ import annotations
@@ -142,6 +145,9 @@ class ConntrackEntry:
     text: str = ""
     timeout: int | None = None  # seconds left, as printed
     family: str | None = None  # ipv4 / ipv6 when the line says (/proc, -o extended)
+    # seconds since the entry was created (``delta-time=``, printed when the kernel stamps entries:
+    # net.netfilter.nf_conntrack_timestamp=1), None when not shown
+    age: int | None = None
 
     @property
     def snat(self) -> bool:
@@ -173,6 +179,10 @@ def _port(v: str | None) -> int | None:
     return n if n is not None and n <= 65535 else None
 
 
+def _seconds(v: str) -> int | None:
+    return to_int(v) if not v.startswith("-") else None
+
+
 _EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
 
 
@@ -195,12 +205,16 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
         state = rest.pop(0)
     tuples: list[dict[str, str]] = []
     flags: list[str] = []
+    age = None
     for tok in rest:
         if tok.startswith("[") and tok.endswith("]"):
             flags.append(tok[1:-1])
             continue
         key, eq, val = tok.partition("=")
         if not eq:
+            continue
+        if key == "delta-time":
+            age = _seconds(val)
             continue
         if key == "src":
             if len(tuples) == 2:
@@ -227,6 +241,7 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
         text=s,
         timeout=timeout,
         family=family,
+        age=age,
     )
 
 
