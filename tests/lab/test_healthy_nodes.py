@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import Severity
 
 from .netns import Netns, require_lab
@@ -121,8 +121,10 @@ def test_a_healthy_node_is_clean(
     rep, _ = diagnose_paths([root])
     loud = [(f.code, f.summary) for f in rep.findings if f.severity >= Severity.WARNING]
     assert not loud
+    assert exit_code(rep) == 0
     assert rep.node == gen_cluster.NODE
     ver, _ = diagnose_paths([root], command="verify")
+    assert exit_code(ver) == 0
     v = ver.verification
     assert v is not None and v.evaluated
     assert {r.status for r in v.results} == {"ok"}, [r.note for r in v.results if r.status != "ok"][:3]
