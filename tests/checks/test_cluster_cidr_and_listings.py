@@ -1,15 +1,19 @@
 """KP126 graded by what the node shows; how complete a sysctl listing is (issue "Right on real nodes").
 
 The sysctl listings are real: tests/data/node/sysctl-a-netns.txt is `sysctl -a` in a network
-namespace of this project's machines, sysctl-named.txt `sysctl KEY...` (SOURCES.md there).
+namespace of this project's machines, sysctl-named.txt `sysctl KEY...` (SOURCES.md there); the
+conntrack entries are made with the real conntrack binary in a namespace.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from conftest import DATA
+from lab.netns import Netns, lab_available
 
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Severity
@@ -78,16 +82,33 @@ def test_masquerade_all_or_a_cidr_means_no_finding(tmp_path: Path) -> None:
     assert _kp126(tmp_path, "10.244.0.0/16", "false", local=True) == []
 
 
+def _tcp_entry(client: str) -> str:
+    """`conntrack -L -p tcp` of one established flow from ``client`` to the ClusterIP, translated
+    to a backend: inserted with the real conntrack binary into a throw-away namespace."""
+    reason = lab_available()
+    if reason is not None:
+        pytest.skip(reason)
+    if shutil.which("conntrack") is None:
+        pytest.skip("no conntrack binary (conntrack-tools)")
+    with Netns() as ns:
+        # conntrack's own argv: original tuple, then the reply tuple the DNAT made
+        insert = ["conntrack", "-I", "-p", "tcp", "-s", client, "-d", "10.96.0.30", "--sport", "51522",
+                  "--dport", "80", "-r", "10.244.2.7", "-q", client, "--reply-port-src", "8080",
+                  "--reply-port-dst", "51522", "--state", "ESTABLISHED", "-t", "300", "-u", "ASSURED"]  # fmt: skip
+        res = ns.run(insert, timeout=10)
+        if res.returncode != 0:
+            pytest.skip(f"conntrack -I cannot insert an entry here: {res.stderr.strip()}")
+        return ns.check(["conntrack", "-L", "-p", "tcp"], timeout=10)
+
+
 def test_an_off_cluster_client_reaching_a_cluster_ip_is_a_confident_warning(tmp_path: Path) -> None:
-    # conntrack -L's shape (tests/data/node/conntrack-L-nat.txt): a client at 172.20.5.9 (no Pod,
-    # no Node) reaching the ClusterIP, translated to a backend
-    entry = (
-        "tcp      6 86397 ESTABLISHED src=172.20.5.9 dst=10.96.0.30 sport=51522 dport=80 src=10.244.2.7 "
-        "dst=172.20.5.9 sport=8080 dport=51522 [ASSURED] mark=0 use=1\n"
-    )
-    assert _kp126(tmp_path, "", "false", local=False, conntrack=entry) == [(Severity.WARNING, "high")]
-    pod = entry.replace("172.20.5.9", "10.244.1.9")
+    outside = _tcp_entry("172.20.5.9")  # no Pod, no Node: a client routed to the Service range
+    assert "src=172.20.5.9 dst=10.96.0.30" in outside
+    assert _kp126(tmp_path, "", "false", local=False, conntrack=outside) == [(Severity.WARNING, "high")]
+    pod = _tcp_entry("10.244.1.9")  # a Pod of this Node's range: masqueraded or not, it is answered
     assert _kp126(tmp_path, "", "false", local=False, conntrack=pod) == [(Severity.INFO, "low")]
+    node = _tcp_entry("192.168.0.2")  # the Node itself
+    assert _kp126(tmp_path, "", "false", local=False, conntrack=node) == [(Severity.INFO, "low")]
 
 
 def test_listings_know_how_complete_they_are() -> None:
