@@ -443,7 +443,7 @@ class Facts:
         without it and, for a module that registers settings under the prefix ``settings``, a
         complete sysctl listing without them: a built-in module is not in /proc/modules but its
         settings are there); False when a listing or its settings show it; None: unknown."""
-        if name in self.modules_seen or (settings and any(n.startswith(settings) for n in self.node_state.sysctls)):
+        if name in self.modules_seen or (settings and self.node_state.shows(settings)):
             return False
         if self.modules is None:
             return None

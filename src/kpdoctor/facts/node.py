@@ -180,10 +180,14 @@ class NodeState:
                 complete = Cite(a.name, first.line, f"a complete listing of {len(parsed)} settings")
         return out, complete
 
+    def shows(self, prefix: str) -> bool:
+        """Whether any listing given shows a setting under ``prefix`` (``net.ipv4.vs.``)."""
+        return any(n.startswith(prefix) for n in self.sysctls)
+
     def absent(self, prefix: str) -> Cite | None:
         """Proof that no setting under ``prefix`` exists on the node (a complete listing without
         one), or None: unknown, when no complete listing was given or one shows it."""
-        if self.sysctl_complete is None or any(n.startswith(prefix) for n in self.sysctls):
+        if self.sysctl_complete is None or self.shows(prefix):
             return None
         return self.sysctl_complete
 

@@ -145,8 +145,7 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         # ip_vs not loaded (no IPVS, nothing to reuse: proved only by a complete listing without
         # its settings), or its settings were not shown (no listing, or a partial one without any
         # of them: one shown, such as vs.conntrack = 0, decides on its own)
-        shown = any(n.startswith("net.ipv4.vs.") for n in node.sysctls)
-        unknown = not shown and node.absent("net.ipv4.vs.") is None
+        unknown = not node.shows("net.ipv4.vs.") and node.sysctl_complete is None
         risk = _busy_old_kernel(facts) if unknown else None
         if risk is None and unknown:
             risk = _connects_wait_for_retransmits(facts)
