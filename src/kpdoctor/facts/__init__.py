@@ -6,7 +6,6 @@ Checks read evidence only through here, never by parsing raw text themselves.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
-from kpdoctor.dataplane.addresses import IPAddress, IPNetwork
+from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Backend
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
 from kpdoctor.dataplane.iptables.backend import IptablesBackend, has_service_rules
@@ -38,7 +37,7 @@ from kpdoctor.dataplane.verify import (
 from kpdoctor.facts import backend
 from kpdoctor.facts import mode as modefacts
 from kpdoctor.facts.backend import HostBackend
-from kpdoctor.facts.cluster import ClusterFacts
+from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.model import Cite
@@ -148,12 +147,7 @@ def _node_of_host(nodes: list[K8sObject], host: str) -> K8sObject | None:
 def _shared_address(node: K8sObject, own: dict[IPAddress, str]) -> tuple[IPAddress, str] | None:
     """An InternalIP/ExternalIP of ``node`` that is one of this node's own addresses, with its
     interface."""
-    for a in k8s.as_list(k8s.as_dict(node.body.get("status")).get("addresses")):
-        if isinstance(a, dict) and a.get("type") in ("InternalIP", "ExternalIP") and k8s.is_ip(a.get("address")):
-            ip = ipaddress.ip_address(str(a.get("address")))
-            if ip in own:
-                return ip, own[ip]
-    return None
+    return next(((ip, own[ip]) for ip in node_ips(node) if ip in own), None)
 
 
 class Facts:
@@ -800,36 +794,17 @@ class Facts:
         zone = None
         obj = self.node_object
         if obj is not None:
-            status = k8s.as_dict(obj.body.get("status"))
-            ranked = sorted(
-                (a for a in k8s.as_list(status.get("addresses")) if isinstance(a, dict)),
-                key=lambda a: {"InternalIP": 0, "ExternalIP": 1}.get(str(a.get("type")), 9),
-            )
-            for a in ranked:
-                if a.get("type") not in ("InternalIP", "ExternalIP") or not k8s.is_ip(a.get("address")):
-                    continue
-                ip = ipaddress.ip_address(str(a.get("address")))
-                if ip not in addrs.setdefault(ip.version, []):
-                    addrs[ip.version].append(ip)
+            for ip in node_ips(obj):
+                addrs.setdefault(ip.version, []).append(ip)
             labels = k8s.as_dict(k8s.as_dict(obj.body.get("metadata")).get("labels"))
             z = labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone")
             zone = z if isinstance(z, str) else None
         for ip in self.host_addresses:
             if ip not in addrs.setdefault(ip.version, []):
                 addrs[ip.version].append(ip)
-        cidrs: list[IPNetwork] = []
         setting = self.kp_config.setting("clusterCIDR")
-        texts = str(setting.value or "").split(",")
-        if obj is not None:
-            spec = k8s.as_dict(obj.body.get("spec"))
-            texts += [c for c in k8s.as_list(spec.get("podCIDRs")) or [spec.get("podCIDR")] if isinstance(c, str)]
-        for t in texts:
-            try:
-                net = ipaddress.ip_network(t.strip()[:64], strict=False)
-            except ValueError:
-                continue
-            if net not in cidrs:
-                cidrs.append(net)
+        cidrs = networks(str(setting.value or "").split(","))
+        cidrs += [c for c in (pod_cidrs(obj) if obj is not None else []) if c not in cidrs]
         why = self._node_choice[2]
         return NodeView(ident.name if ident else None, addrs, zone, cidrs, why)
 

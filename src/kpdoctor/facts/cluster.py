@@ -7,13 +7,14 @@ dict and no two checks disagree on what a Service's addresses or an endpoint's s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import ipaddress
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from kpdoctor.dataplane.addresses import Span, address_span
-from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, Span, address_span
+from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list, is_ip
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -219,6 +220,38 @@ class AddressPoolView:
             return []
         pools = [as_dict(p) for d in docs for p in as_list(as_dict(d).get("address-pools"))]
         return [cls(obj, str(p.get("name") or obj.name), cls._entries(p.get("addresses"))) for p in pools]
+
+
+def node_ips(node: K8sObject) -> list[IPAddress]:
+    """A Node's InternalIP and ExternalIP addresses, the InternalIPs first (the node's primary)."""
+    rows = [a for a in as_list(as_dict(node.body.get("status")).get("addresses")) if isinstance(a, dict)]
+    rows.sort(key=lambda a: {"InternalIP": 0, "ExternalIP": 1}.get(str(a.get("type")), 9))
+    out: list[IPAddress] = []
+    for a in rows:
+        if a.get("type") in ("InternalIP", "ExternalIP") and is_ip(a.get("address")):
+            ip = ipaddress.ip_address(str(a.get("address")))
+            if ip not in out:
+                out.append(ip)
+    return out
+
+
+def pod_cidrs(node: K8sObject) -> list[IPNetwork]:
+    """The Pod ranges a Node was given (spec.podCIDRs, else spec.podCIDR)."""
+    spec = as_dict(node.body.get("spec"))
+    return networks(c for c in as_list(spec.get("podCIDRs")) or [spec.get("podCIDR")] if isinstance(c, str))
+
+
+def networks(texts: Iterable[str]) -> list[IPNetwork]:
+    """The address ranges among ``texts`` (``10.244.0.0/16``), each once; the rest skipped."""
+    out: list[IPNetwork] = []
+    for t in texts:
+        try:
+            net = ipaddress.ip_network(t.strip()[:64], strict=False)
+        except ValueError:
+            continue
+        if net not in out:
+            out.append(net)
+    return out
 
 
 class ClusterFacts:

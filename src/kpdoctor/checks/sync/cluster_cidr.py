@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.registry import check
-from kpdoctor.dataplane.addresses import IPNetwork
 from kpdoctor.facts import Facts
+from kpdoctor.facts.cluster import node_ips, pod_cidrs
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
-from kpdoctor.parse.k8s import as_dict, as_list
+from kpdoctor.parse.k8s import as_dict
 from kpdoctor.parse.logscan import signature
 
 # kube-proxy echoes the payload of a failed restore: a rule with an empty `-s` argument (two
@@ -159,17 +159,9 @@ def _grade_unset(facts: Facts, f: Finding) -> None:
 def _off_cluster_clients(facts: Facts) -> list[tuple[Artifact, ConntrackEntry]]:
     """Conntrack entries of a client outside every Node's Pod range and every Node address to a
     ClusterIP, translated to a backend; none when the Nodes' Pod ranges are not given."""
-    pods: list[IPNetwork] = []
-    addrs: set[str] = set()
-    for n in facts.objects.of("Node"):
-        spec, status = as_dict(n.body.get("spec")), as_dict(n.body.get("status"))
-        for c in [spec.get("podCIDR"), *as_list(spec.get("podCIDRs"))]:
-            if isinstance(c, str):
-                try:
-                    pods.append(ipaddress.ip_network(c, strict=False))
-                except ValueError:
-                    continue
-        addrs |= {str(a.get("address")) for a in as_list(status.get("addresses")) if isinstance(a, dict)}
+    nodes = facts.objects.of("Node")
+    pods = [net for n in nodes for net in pod_cidrs(n)]
+    addrs = {str(ip) for n in nodes for ip in node_ips(n)}
     if not pods:
         return []
     vips = {ip for s in facts.cluster.services for ip in s.cluster_ips}
