@@ -348,17 +348,11 @@ class Facts:
         return out
 
     def _override_name(self) -> str | None:
-        """kube-proxy's --hostname-override or hostnameOverride, read from its argv, its log or
-        its config file only (the cluster's objects are not read yet while the node is chosen)."""
-        flags = self._flags_from_argv(objects=False) or self._flags_from_log()
-        fv = flags.get("hostname-override")
-        if fv is not None and fv.value.strip():
-            return fv.value.strip()
-        for a in self.of(Kind.KUBE_PROXY_CONFIG):
-            cfg = kpconfig.parse_config_file(a.text, a.name, a.first_line)
-            value = cfg.get("hostnameOverride") if cfg is not None else None
-            return str(value).strip() if isinstance(value, str) and value.strip() else None
-        return None
+        """kube-proxy's effective --hostname-override/hostnameOverride, from its argv, log and
+        config file (the cluster's objects are not read yet while the node is chosen)."""
+        s = self._kube_proxy_config(objects=False).setting("hostnameOverride")
+        value = str(s.value).strip() if s.value is not None else ""
+        return value if s.origin in ("flag", "config") and value else None
 
     @cached_property
     def processes(self) -> list[system.Process]:
@@ -550,6 +544,9 @@ class Facts:
     def kube_proxy_version(self) -> Versioned[KubeVersion] | None:
         """From ``kube-proxy --version``, its log, or its image tag; never from
         ``Node.status.nodeInfo.kubeProxyVersion`` (that is the kubelet's version)."""
+        return self._kube_proxy_version()
+
+    def _kube_proxy_version(self, objects: bool = True) -> Versioned[KubeVersion] | None:
         for a in self.of(Kind.KUBE_PROXY_VERSION):
             v = system.parse_kube_proxy_version(a.text)
             if v:
@@ -558,7 +555,7 @@ class Facts:
             v = KubeVersion.parse("v" + (h.groups[0] or "").lstrip("v"))
             if v:
                 return Versioned(v, Cite(h.artifact, h.line, h.text))
-        for obj in self.kube_proxy_pods + self.kube_proxy_workloads:
+        for obj in self.kube_proxy_pods + self.kube_proxy_workloads if objects else []:
             for c in containers_of(obj):
                 image = str(c.get("image") or "")
                 if ":" in image.rsplit("/", 1)[-1]:
@@ -571,10 +568,15 @@ class Facts:
     # -- kube-proxy configuration --------------------------------------------------------
     @cached_property
     def kp_config(self) -> KubeProxyConfig:
+        return self._kube_proxy_config()
+
+    def _kube_proxy_config(self, objects: bool = True) -> KubeProxyConfig:
+        """kube-proxy's flags and config file with their real precedence; ``objects``: also from
+        its Pod, DaemonSet and ConfigMap (not while the node is chosen, before they are read)."""
         cfg = KubeProxyConfig()
-        kpv = self.kube_proxy_version
+        kpv = self._kube_proxy_version(objects)
         cfg.version = kpv.value if kpv else None
-        flags = self._flags_from_argv()
+        flags = self._flags_from_argv(objects)
         if flags:
             cfg.flags = flags
         else:
@@ -583,7 +585,7 @@ class Facts:
         for a in self.of(Kind.KUBE_PROXY_CONFIG):
             cfg.file = kpconfig.parse_config_file(a.text, a.name, a.first_line)
             break
-        if cfg.file is None:
+        if cfg.file is None and objects:
             for cm in self.objects.of("ConfigMap"):
                 if not is_kube_proxy_workload(cm):
                     continue
