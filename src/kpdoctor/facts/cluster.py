@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, Span, address_span
-from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list, is_ip
+from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list, is_ip, port_value
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -83,6 +83,17 @@ class EndpointView:
     node_name: str | None
 
 
+def _ports(rows: list[Any]) -> tuple[tuple[str, int], ...]:
+    """(protocol, port) of an EndpointSlice's ports or an Endpoints subset's (TCP when unsaid)."""
+    out = []
+    for p in rows:
+        p = as_dict(p)
+        n = port_value(p.get("port"))
+        if n is not None:
+            out.append((str(p.get("protocol") or "TCP").upper(), n))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class SliceView:
     """An EndpointSlice, or a v1 Endpoints object read the same way (``legacy``)."""
@@ -91,6 +102,7 @@ class SliceView:
     service: str | None  # namespace/name of the Service it belongs to
     endpoints: tuple[EndpointView, ...]
     legacy: bool = False
+    ports: tuple[tuple[str, int], ...] = ()  # (protocol, port) its endpoints take, protocol upper-case
 
     @classmethod
     def of_slice(cls, obj: K8sObject) -> SliceView:
@@ -111,7 +123,7 @@ class SliceView:
                 )
             )
         key = f"{obj.namespace}/{svc}" if isinstance(svc, str) and svc else None
-        return cls(obj, key, tuple(eps))
+        return cls(obj, key, tuple(eps), ports=_ports(as_list(obj.body.get("ports"))))
 
     @classmethod
     def of_endpoints(cls, obj: K8sObject) -> SliceView:
@@ -123,7 +135,8 @@ class SliceView:
                     ip, node = a.get("ip"), a.get("nodeName")
                     if isinstance(ip, str) and ip:
                         eps.append(EndpointView((ip,), ready, False, node if isinstance(node, str) else None))
-        return cls(obj, _ref(obj), tuple(eps), legacy=True)
+        rows = [p for ss in as_list(obj.body.get("subsets")) for p in as_list(as_dict(ss).get("ports"))]
+        return cls(obj, _ref(obj), tuple(eps), legacy=True, ports=_ports(rows))
 
     @property
     def annotations(self) -> dict[str, object]:

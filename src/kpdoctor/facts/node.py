@@ -76,13 +76,8 @@ class Change:
 
     @property
     def seconds(self) -> float | None:
-        if self.first.time is None or self.last.time is None:
-            return None
-        try:
-            s = (self.last.time - self.first.time).total_seconds()
-        except TypeError:  # one time with a zone, one without: no interval
-            return None
-        return s if s > 0 else None
+        s = interval(self.first.time, self.last.time)
+        return s if s is not None and s > 0 else None
 
     @property
     def rate(self) -> float | None:
@@ -92,6 +87,17 @@ class Change:
     def describe(self, name: str) -> str:
         when = f"in {self.seconds:.1f} s ({self.rate:.2f}/s)" if self.seconds else "between the two snapshots"
         return f"{name} grew by {self.growth} {when} ({self.first.value} -> {self.last.value})"
+
+
+def interval(first: datetime | None, last: datetime | None) -> float | None:
+    """Seconds from ``first`` to ``last`` (negative when given the other way round), or None when
+    either is unknown or one has a zone and the other not."""
+    if first is None or last is None:
+        return None
+    try:
+        return (last - first).total_seconds()
+    except TypeError:
+        return None
 
 
 _TIME_FORMATS = (

@@ -12,11 +12,10 @@ from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.addresses import endpoint_text
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
-from kpdoctor.facts.cluster import EndpointView, ServiceView, SliceView
-from kpdoctor.facts.node import parse_time
+from kpdoctor.facts.cluster import EndpointView, ServiceView
+from kpdoctor.facts.node import interval, parse_time
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
-from kpdoctor.parse.k8s import as_dict, as_list, port_value
 
 MAX_SHOWN = 3
 DNS_PORT = 53
@@ -74,17 +73,6 @@ class _Flow:
         return [Cite(a.name, e.line, e.text.strip()) for a, e in self.seen]
 
 
-def _slice_udp_ports(sv: SliceView) -> set[int]:
-    """The UDP ports an EndpointSlice (or a v1 Endpoints' subsets) gives its endpoints."""
-    body = sv.obj.body
-    if sv.legacy:
-        rows = [as_dict(p) for ss in as_list(body.get("subsets")) for p in as_list(as_dict(ss).get("ports"))]
-    else:
-        rows = [as_dict(p) for p in as_list(body.get("ports"))]
-    udp = (p.get("port") for p in rows if str(p.get("protocol") or "TCP").upper() == "UDP")
-    return {n for v in udp if (n := port_value(v)) is not None}
-
-
 class _Services:
     """Which Service a flow's destination is: by the Services given (ClusterIPs, external and
     load-balancer addresses with their ports, NodePorts), else inferred from the EndpointSlices."""
@@ -123,8 +111,9 @@ class _Services:
                     self.owners.setdefault(a, set()).add(key)
             for sv in [*cluster.slices, *cluster.endpoints]:
                 if sv.service is not None:
-                    for port in _slice_udp_ports(sv):
-                        self.udp_ports.setdefault(port, set()).add(sv.service)
+                    for proto, port in sv.ports:
+                        if proto == "UDP":
+                            self.udp_ports.setdefault(port, set()).add(sv.service)
         self._siblings: dict[tuple[str, int | None], set[tuple[str, str]]] = {}
         for f in flows:
             e = f.last
@@ -221,14 +210,8 @@ def _persists(flow: _Flow, udp_timeout: int) -> str | None:
         for a2, e2 in flow.seen[i + 1 :]:
             if a2 is a1:
                 continue
-            t1, t2 = parse_time(a1.attrs.get("time")), parse_time(a2.attrs.get("time"))
+            secs = interval(parse_time(a1.attrs.get("time")), parse_time(a2.attrs.get("time")))
             left = e1.timeout if e1.timeout is not None else udp_timeout
-            secs = None
-            if t1 is not None and t2 is not None:
-                try:
-                    secs = (t2 - t1).total_seconds()
-                except TypeError:  # one time with a zone, one without: no interval
-                    secs = None
             if secs is not None and secs > left:
                 return (
                     f"the same entry is in two listings {secs:.0f} s apart ({a1.name}, {a2.name}), longer than "
