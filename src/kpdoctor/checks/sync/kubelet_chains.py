@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -23,7 +22,6 @@ KUBELET_CHAINS = frozenset({"KUBE-MARK-DROP", "KUBE-MARK-MASQ", "KUBE-FIREWALL",
 KUBELET_STOPPED = KubeVersion(1, 27, 0)
 MARK_DROP = "KUBE-MARK-DROP"
 NO_LOCAL = "has no local endpoints"
-_NO_LOCAL_SERVICE = re.compile(r'([^\s"]+) has no local endpoints')
 
 
 def _one_backend(facts: Facts, hits: list[Hit], chain: str, failing: str | None, host: HostBackend | None) -> Finding:
@@ -308,7 +306,10 @@ def _empty_drop_finding(facts: Facts, v: _EmptyDrop, elsewhere: Ruleset | None) 
     tool = "ip6tables" if v.rs.family == 6 else "iptables"
     where = f"the {fam} rules" + (f" ({v.rs.backend} backend)" if v.rs.backend else "")
     no_local = v.no_local
-    services = sorted({m.group(1) for r in no_local if (m := _NO_LOCAL_SERVICE.search(r.text))})
+    lines = {r.line for r in no_local}
+    services = sorted(
+        {svc for svc, c in facts.services_commented(NO_LOCAL) if c.artifact == v.rs.artifact and c.line in lines}
+    )
     critical = bool(no_local)
     f = start(
         facts,
