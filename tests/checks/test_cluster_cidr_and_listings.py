@@ -8,12 +8,11 @@ conntrack entries are made with the real conntrack binary in a namespace.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from conftest import DATA
-from lab.netns import Netns, lab_available
+from lab.netns import Netns, conntrack_unavailable
 
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Severity
@@ -85,11 +84,9 @@ def test_masquerade_all_or_a_cidr_means_no_finding(tmp_path: Path) -> None:
 def _tcp_entry(client: str) -> str:
     """`conntrack -L -p tcp` of one established flow from ``client`` to the ClusterIP, translated
     to a backend: inserted with the real conntrack binary into a throw-away namespace."""
-    reason = lab_available()
+    reason = conntrack_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    if shutil.which("conntrack") is None:
-        pytest.skip("no conntrack binary (conntrack-tools)")
     with Netns() as ns:
         # conntrack's own argv: original tuple, then the reply tuple the DNAT made
         insert = ["conntrack", "-I", "-p", "tcp", "-s", client, "-d", "10.96.0.30", "--sport", "51522",

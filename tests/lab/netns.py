@@ -226,6 +226,25 @@ def lab_available() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def conntrack_unavailable() -> str | None:
+    """None when ``conntrack`` lists and inserts entries in a network namespace here, else why
+    not: the tests that make real conntrack entries skip with this reason."""
+    reason = lab_available()
+    if reason is not None:
+        return reason
+    if shutil.which("conntrack") is None:
+        return "no conntrack binary (conntrack-tools)"
+    try:
+        with Netns() as ns:
+            res = ns.run(["conntrack", "-L"], timeout=10)
+            if res.returncode != 0:
+                return f"conntrack -L does not work in a network namespace: {res.stderr.strip()}"
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        return f"ip netns is not usable: {e}"
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def nft_unavailable(prefix: str) -> str | None:
     """None when ``nft -j`` can be run in a network namespace here (named ``prefix``...), else why

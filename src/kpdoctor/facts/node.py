@@ -180,7 +180,7 @@ class NodeState:
             parsed: dict[str, Sysctl] = parse_sysctl(text, a.first_line)
             for name, s in parsed.items():
                 out[name] = Setting(name, s.value, Cite(a.name, s.line, s.text))
-            listing = a.attrs.get("listing") or listing_of(a.attrs.get("command"), parsed)
+            listing = listing_of(a.attrs.get("command"), parsed)
             if listing == COMPLETE and complete is None and parsed:
                 first = min(parsed.values(), key=lambda s: s.line)
                 complete = Cite(a.name, first.line, f"a complete listing of {len(parsed)} settings")
