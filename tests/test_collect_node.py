@@ -107,7 +107,8 @@ def test_host_root_runs_the_nodes_binaries_chrooted() -> None:
     host = Host("/host", enter_netns=True)
     assert host.argv(["iptables-save"]) == ["chroot", "/host", "nsenter", "--net=/proc/1/ns/net", "--", "iptables-save"]
     assert host.path("/proc/locks") == "/host/proc/locks"
-    assert host.net_proc("net/ip_tables_names") == "/host/proc/1/net/ip_tables_names"
+    assert host.net_proc("net/ip_tables_names") == "/proc/1/net/ip_tables_names"  # a path on the node
+    assert host.path(host.net_proc("net/ip_tables_names")) == "/host/proc/1/net/ip_tables_names"
     assert Host().net_proc("net/ip_tables_names") == "/proc/self/net/ip_tables_names"
     assert Host.detect("/") == Host("/", False)
 
@@ -121,7 +122,7 @@ def _fake_root(tmp_path: Path, modules: str | None, builtin: str = "", sysmod: t
     (lib / "modules.builtin").write_text(builtin)
     for m in sysmod:
         (tmp_path / "sys/module" / m).mkdir(parents=True)
-    return Kernel(lambda p: str(tmp_path / p.lstrip("/")))
+    return Kernel(str(tmp_path))
 
 
 def test_a_module_counts_only_when_already_there(tmp_path: Path) -> None:
@@ -150,7 +151,7 @@ def test_kube_proxy_is_found_by_its_program_not_by_mention(tmp_path: Path) -> No
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     (proc / "self").mkdir()
-    found = find_kube_proxy(str(proc))
+    found = find_kube_proxy(str(tmp_path))
     assert [pid for pid, _ in found] == [210, 400]
     assert found[0][1][1] == "--config=/var/lib/kube-proxy/config.conf"
 
@@ -165,20 +166,21 @@ def test_the_newest_kube_proxy_pod_log_and_its_previous_one(tmp_path: Path) -> N
         for f in files:
             (d / f).write_text("x\n")
     os.utime(old / "0.log", (1, 1))
-    current, previous = _cri_logs(str(pods)) or ("", None)
-    assert current.endswith("bbbbb_22222222-2222/kube-proxy/2.log")
+    current, previous = _cri_logs(str(tmp_path)) or ("", None)
+    assert current == "/var/log/pods/kube-system_kube-proxy-bbbbb_22222222-2222/kube-proxy/2.log"  # on the node
     assert previous is not None and previous.endswith("/1.log")
     shutil.rmtree(new)
-    assert _cri_logs(str(pods)) == (str(old / "0.log"), None)
+    assert _cri_logs(str(tmp_path)) == ("/var/log/pods/kube-system_kube-proxy-aaaaa_11111111-1111/kube-proxy/0.log", None)
     assert _cri_logs(str(tmp_path / "nowhere")) is None
 
 
 def test_a_systemd_kube_proxy_is_read_from_its_unit(tmp_path: Path) -> None:
-    cg = tmp_path / "cgroup"
+    cg = tmp_path / "proc/77/cgroup"
+    cg.parent.mkdir(parents=True)
     cg.write_text("0::/system.slice/kube-proxy.service\n")
-    assert _systemd_unit(str(cg)) == "kube-proxy.service"
+    assert _systemd_unit(str(tmp_path), 77) == "kube-proxy.service"
     cg.write_text("0::/kubepods.slice/kubepods-besteffort.slice/cri-containerd-abc.scope\n")
-    assert _systemd_unit(str(cg)) is None
+    assert _systemd_unit(str(tmp_path), 77) is None
 
 
 # -- the command line ----------------------------------------------------------------------------

@@ -21,11 +21,13 @@ import stat
 import time
 from dataclasses import dataclass
 
+from kpdoctor.collect.node_files import NodeFileError, node_text, read_node_file, resolve_dir
 from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress, utc_now
 from kpdoctor.collect.runner import Identity, Runner, same_file
 from kpdoctor.parse.kpconfig import Source, kube_proxy_args, parse_argv
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
+PODS_DIR = "/var/log/pods"  # the kubelet's Pod logs: NAMESPACE_POD_UID/CONTAINER/N.log
 LOG_TAIL = 32 * 1024**2  # the newest part of a log is the part that explains "now"
 CONFIG_LIMIT = 4 * 1024**2
 HEALTHZ_PORT = 10256
@@ -42,18 +44,18 @@ class KubeProxyCollection(Gathered):
     logs_found: bool = False
 
 
-def find_kube_proxy(proc_root: str) -> list[tuple[int, list[str]]]:
-    """(pid, argv) of every kube-proxy process under ``proc_root`` (the node's /proc)."""
+def find_kube_proxy(root: str) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every kube-proxy process in the node's /proc (``root``: the node's /)."""
     found = []
+    proc = resolve_dir(root, "/proc")
     try:
-        pids = [int(d) for d in os.listdir(proc_root) if d.isdigit()]
+        pids = [int(d) for d in os.listdir(proc) if d.isdigit()] if proc else []
     except OSError:
         return []
     for pid in sorted(pids):
         try:
-            with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as fh:
-                raw = fh.read(256 * 1024)
-        except OSError:
+            raw = read_node_file(root, f"/proc/{pid}/cmdline", 256 * 1024)[0]
+        except NodeFileError:
             continue
         argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
         # The program itself (or its wrapper), not any process that merely names it (pgrep).
@@ -62,14 +64,14 @@ def find_kube_proxy(proc_root: str) -> list[tuple[int, list[str]]]:
     return found
 
 
-def distrust(proc_root: str, pid: int) -> str | None:
+def distrust(root: str, pid: int) -> str | None:
     """Why process ``pid`` is not to be trusted as kube-proxy; None when it is.
 
     kube-proxy always runs as root (real and effective) from a binary that root owns and only root
     may write. Anything else calling itself kube-proxy may be any user's program: its binary must
     not be run, nor the files its flags name read, by a collector running as root."""
-    base = os.path.join(proc_root, str(pid))
-    who = Identity.of(os.path.join(base, "status"))
+    base = os.path.join(root, "proc", str(pid))
+    who = Identity.of(root, pid)
     if who is None:
         return "its /proc/PID/status cannot be read"
     if not who.root:
@@ -95,8 +97,8 @@ def collect_kube_proxy(
     out = KubeProxyCollection()
     progress("kube-proxy: process")
     trusted: list[tuple[int, list[str]]] = []
-    for pid, argv in find_kube_proxy(host.path("/proc")):
-        why = distrust(host.path("/proc"), pid)
+    for pid, argv in find_kube_proxy(host.root):
+        why = distrust(host.root, pid)
         if why is None:
             trusted.append((pid, argv))
         elif argv[0].rsplit("/", 1)[-1] != "go-runner":  # it starts kube-proxy: its child is checked
@@ -128,7 +130,7 @@ def collect_kube_proxy(
     config = flags.get("config")
     if config:
         progress("kube-proxy: config file")
-        out.add(_config(runner, croot, config, Identity.of(host.path(f"/proc/{pid}/status"))))
+        out.add(_config(runner, croot, config, Identity.of(host.root, pid)))
     else:
         out.skipped.append(NotCollected("kube-proxy/config.yaml", "kube-proxy runs without --config"))
     progress("kube-proxy: version")
@@ -228,7 +230,7 @@ def _http(out: KubeProxyCollection, path: str, port: int, url: str) -> None:
 
 def _logs(runner: Runner, out: KubeProxyCollection, pid: int | None, tail: int = LOG_TAIL) -> None:
     host = runner.host
-    logs = _cri_logs(host.path("/var/log/pods"))
+    logs = _cri_logs(host.root)
     if logs:
         current, previous = logs
         out.add(runner.read("kube-proxy/log.txt", current, limit=tail, tail=True))
@@ -236,7 +238,7 @@ def _logs(runner: Runner, out: KubeProxyCollection, pid: int | None, tail: int =
             out.add(runner.read("kube-proxy/log-previous.txt", previous, limit=tail, tail=True))
         out.logs_found = True
         return
-    unit = _systemd_unit(host.path(f"/proc/{pid}/cgroup")) if pid is not None else None
+    unit = _systemd_unit(host.root, pid) if pid is not None else None
     if unit:
         lines = "200000" if tail >= LOG_TAIL else str(max(1000, tail // 200))  # about 200 bytes a line
         cmd = ["journalctl", "-u", unit, "--no-pager", "-q", "-o", "short-precise", "-n", lines]
@@ -244,22 +246,26 @@ def _logs(runner: Runner, out: KubeProxyCollection, pid: int | None, tail: int =
         out.logs_found = isinstance(got, Collected) and bool(got.data)
 
 
-def _cri_logs(pods_dir: str) -> tuple[str, str | None] | None:
-    """(current, previous) log files of the newest kube-proxy Pod the runtime logged."""
+def _cri_logs(root: str) -> tuple[str, str | None] | None:
+    """(current, previous) log files (paths on the node) of the newest kube-proxy Pod the runtime
+    logged. A log may be a link (dockershim's point into /var/lib/docker), dangling after the
+    runtime changed: it still counts here, and reading it says why it was not read."""
+    pods_dir = resolve_dir(root, PODS_DIR)
     try:
-        dirs = [d for d in os.listdir(pods_dir) if d.startswith("kube-system_kube-proxy")]
+        dirs = [d for d in os.listdir(pods_dir) if d.startswith("kube-system_kube-proxy")] if pods_dir else []
     except OSError:
         return None
     best: tuple[float, list[tuple[int, str]]] | None = None
     for d in dirs:
-        cdir = os.path.join(pods_dir, d, "kube-proxy")
+        cdir = os.path.join(pods_dir or "", d, "kube-proxy")
         try:
-            files = [(int(f[:-4]), os.path.join(cdir, f)) for f in os.listdir(cdir) if re.fullmatch(r"\d+\.log", f)]
+            names = [f for f in os.listdir(cdir) if re.fullmatch(r"\d+\.log", f)]
         except OSError:
             continue
-        if not files:
+        if not names:
             continue
-        mtime = max(os.stat(p).st_mtime for _, p in files)
+        files = [(int(f[:-4]), f"{PODS_DIR}/{d}/kube-proxy/{f}") for f in names]
+        mtime = max(_mtime(os.path.join(cdir, f)) for f in names)
         if best is None or mtime > best[0]:
             best = (mtime, sorted(files))
     if best is None:
@@ -268,11 +274,19 @@ def _cri_logs(pods_dir: str) -> tuple[str, str | None] | None:
     return files[-1][1], (files[-2][1] if len(files) > 1 else None)
 
 
-def _systemd_unit(cgroup_file: str) -> str | None:
-    try:
-        with open(cgroup_file, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError:
+def _mtime(path: str) -> float:
+    """When a log (or, for a dangling link, the link) last changed; 0 if it cannot be told."""
+    for follow in (True, False):
+        try:
+            return os.stat(path, follow_symlinks=follow).st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
+def _systemd_unit(root: str, pid: int) -> str | None:
+    text = node_text(root, f"/proc/{pid}/cgroup", 64 * 1024)
+    if text is None:
         return None
     m = re.search(r"/([\w@.-]+\.service)(?:/|$)", text, re.M)
     return m.group(1) if m else None

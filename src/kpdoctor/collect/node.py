@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kpdoctor.collect.node_files import node_text, resolve_dir
 from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress
 from kpdoctor.collect.runner import Runner
 from kpdoctor.parse.sysctl import parse_sysctl
@@ -34,6 +34,9 @@ class NodeCollection(Gathered):
         return next((a for a in self.artifacts if a.path == path), None)
 
 
+MODULES_LIMIT = 4 * 1024**2  # /proc/modules and modules.builtin: some KB on any real kernel
+
+
 class Kernel:
     """Which kernel parts are present, without loading any.
 
@@ -42,28 +45,22 @@ class Kernel:
     ``/proc/modules`` has no loadable modules at all, so nothing can be loaded as a side effect.
     """
 
-    def __init__(self, root_path: Callable[[str], str]) -> None:
-        self._path = root_path
-        self.modular = os.path.exists(root_path("/proc/modules"))
+    def __init__(self, root: str) -> None:
+        self._root = root
+        self.modular = os.path.lexists(os.path.join(root, "proc/modules"))
         self.loaded: set[str] = set()
         if self.modular:
-            try:
-                with open(root_path("/proc/modules"), encoding="ascii", errors="replace") as fh:
-                    self.loaded = {line.split(" ", 1)[0] for line in fh if line.strip()}
-            except OSError:
-                pass
-        self.builtin: set[str] = set()
-        try:
-            release = os.uname().release
-            with open(root_path(f"/lib/modules/{release}/modules.builtin"), encoding="ascii", errors="replace") as fh:
-                self.builtin = {line.strip().rsplit("/", 1)[-1].removesuffix(".ko") for line in fh}
-        except OSError:
-            pass
+            text = node_text(root, "/proc/modules", MODULES_LIMIT) or ""
+            self.loaded = {line.split(" ", 1)[0] for line in text.splitlines() if line.strip()}
+        text = node_text(root, f"/lib/modules/{os.uname().release}/modules.builtin", MODULES_LIMIT) or ""
+        self.builtin = {line.strip().rsplit("/", 1)[-1].removesuffix(".ko") for line in text.splitlines()}
 
     def present(self, module: str) -> bool:
         if not self.modular:
             return True
-        return module in self.loaded or module in self.builtin or os.path.isdir(self._path(f"/sys/module/{module}"))
+        if module in self.loaded or module in self.builtin:
+            return True
+        return resolve_dir(self._root, f"/sys/module/{module}") is not None
 
 
 def collect_node(
@@ -79,23 +76,23 @@ def collect_node(
     False: T0 only) and may leave out the conntrack table's entries (large, and costly to read)."""
     host = runner.host
     out = NodeCollection()
-    kernel = Kernel(host.path)
+    kernel = Kernel(host.root)
 
     progress("node: counters (first snapshot)")
     t0 = time.monotonic()
     _counters(runner, kernel, "T0", out)
 
     progress("node: identity")
-    hostname = out.add(runner.read("node/hostname", host.path("/proc/sys/kernel/hostname")))
+    hostname = out.add(runner.read("node/hostname", "/proc/sys/kernel/hostname"))
     if isinstance(hostname, Collected):
         out.hostname = parse_hostname(hostname.data.decode("utf-8", "replace"))
     out.add(runner.command("node/uname.txt", ["uname", "-a"], 5))
-    osr = runner.read("node/os-release", host.path("/etc/os-release"))
+    osr = runner.read("node/os-release", "/etc/os-release")
     if isinstance(osr, NotCollected):
-        osr = runner.read("node/os-release", host.path("/usr/lib/os-release"))
+        osr = runner.read("node/os-release", "/usr/lib/os-release")
     out.add(osr)
-    out.add(runner.read("node/modules.txt", host.path("/proc/modules")))
-    out.add(runner.read("node/locks.txt", host.path("/proc/locks")))
+    out.add(runner.read("node/modules.txt", "/proc/modules"))
+    out.add(runner.read("node/locks.txt", "/proc/locks"))
     progress("node: processes")
     out.add(runner.command("node/processes.txt", ["ps", "-efww"], 10))
 
@@ -163,7 +160,7 @@ def _rules(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollecti
         save = f"{tool}-legacy-save" if host.which(f"{tool}-legacy-save") else None
         if save is None and not plain_is_nft and host.which(f"{tool}-save"):
             save = f"{tool}-save"
-        tables = _read_names(host.net_proc(names_file))
+        tables = _read_names(host.root, host.net_proc(names_file))
         if tables is None:
             out.add(_empty(legacy_path, f"/proc/{names_file} is absent ({module} not loaded): no legacy rules"))
         elif save is None:
@@ -210,7 +207,7 @@ def _nft_ruleset(runner: Runner, progress: Progress, out: NodeCollection) -> Non
 
 
 def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
-    if not os.path.exists(runner.host.net_proc("net/ip_vs")) or not kernel.present("ip_vs"):
+    if not os.path.exists(runner.host.path(runner.host.net_proc("net/ip_vs"))) or not kernel.present("ip_vs"):
         out.add(NotCollected("node/ipvsadm-*.txt", "ip_vs is not loaded (no /proc/net/ip_vs): IPVS is not in use"))
         return
     progress("node: ipvsadm")
@@ -230,7 +227,7 @@ def _conntrack_entries(runner: Runner, kernel: Kernel, progress: Progress, out: 
         return
     progress("node: conntrack entries")
     proc = runner.host.net_proc("net/nf_conntrack")
-    if os.path.exists(proc):
+    if os.path.lexists(runner.host.path(proc)):
         out.add(runner.read(path, proc, limit=256 * 1024**2))
     elif kernel.present("nf_conntrack_netlink"):
         out.add(runner.command(path, ["conntrack", "-L"], 20))
@@ -238,12 +235,9 @@ def _conntrack_entries(runner: Runner, kernel: Kernel, progress: Progress, out: 
         out.add(NotCollected(path, "no /proc/net/nf_conntrack and nf_conntrack_netlink is not loaded"))
 
 
-def _read_names(path: str) -> list[str] | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as fh:
-            return [line.strip() for line in fh if line.strip()]
-    except OSError:
-        return None
+def _read_names(root: str, inside: str) -> list[str] | None:
+    text = node_text(root, inside, 64 * 1024)
+    return None if text is None else [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _empty(path: str, why: str) -> Collected:

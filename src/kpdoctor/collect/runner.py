@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
 
+from kpdoctor.collect.node_files import NodeFileError, node_text, read_node_file
 from kpdoctor.collect.record import Budget, Collected, NotCollected, utc_now
 
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -72,15 +73,18 @@ class Identity:
         return self.uid == 0 and self.euid == 0
 
     @classmethod
-    def of(cls, status_file: str) -> Identity | None:
-        """Read from a ``/proc/PID/status`` file; None if it is gone or unreadable."""
+    def of(cls, root: str, pid: int) -> Identity | None:
+        """Read from the node's ``/proc/PID/status`` (``root``: the node's /); None if it is gone
+        or unreadable."""
+        text = node_text(root, f"/proc/{pid}/status")
+        if text is None:
+            return None
         try:
-            with open(status_file, encoding="ascii", errors="replace") as fh:
-                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
             uids = [int(x) for x in fields["Uid"].split()]
             gids = [int(x) for x in fields["Gid"].split()]
             groups = tuple(int(x) for x in fields.get("Groups", "").split())
-        except (OSError, KeyError, ValueError):
+        except (KeyError, ValueError):
             return None
         if len(uids) < 2 or len(gids) < 2:
             return None
@@ -168,11 +172,18 @@ def same_file(a: str, b: str) -> bool:
 
 
 def is_elf(path: str) -> bool:
+    """Whether ``path`` is a regular file that starts like an ELF executable (a FIFO there is
+    not opened for reading: that would block)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"\x7fELF"
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) == b"\x7fELF"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -200,10 +211,11 @@ class Host:
         return os.path.join(self.root, inside.lstrip("/")) if self.chrooted else inside
 
     def net_proc(self, name: str) -> str:
-        """A per-network-namespace /proc file (``net/stat/nf_conntrack``) of the node's namespace:
-        ``/proc/self/...`` is this process's namespace, ``/proc/1/...`` the node's init's."""
+        """A per-network-namespace /proc file (``net/stat/nf_conntrack``) of the node's namespace,
+        as a path on the node: ``/proc/self/...`` is this process's namespace, ``/proc/1/...`` the
+        node's init's."""
         pid = "1" if self.enter_netns else "self"
-        return self.path(f"/proc/{pid}/{name}")
+        return f"/proc/{pid}/{name}"
 
     def which(self, name: str) -> str | None:
         """The node's own binary ``name`` (path inside the node's root), if it is installed."""
@@ -299,42 +311,18 @@ class Runner:
             got.data, got.note = got.data[:limit], f"first {limit} bytes only"
         return got
 
-    def read(self, path: str, node_path: str, limit: int = MAX_OUTPUT, tail: bool = False) -> Collected | NotCollected:
-        """Read a node file (``node_path`` as this process reaches it) into artifact ``path``.
+    def read(self, path: str, inside: str, limit: int = MAX_OUTPUT, tail: bool = False) -> Collected | NotCollected:
+        """Read the node file ``inside`` (a path on the node: ``/proc/locks``) into artifact ``path``.
 
-        ``tail`` keeps the last ``limit`` bytes (logs) instead of the first."""
+        Links are followed only inside the node's root, only a regular file is read, at most
+        ``limit`` bytes (``tail``: the last ones, for logs) and not past the collection's time
+        bound (collect/node_files.py); anything else is one artifact not collected, with why."""
         started, t0 = utc_now(), time.monotonic()
         try:
-            with open(node_path, "rb") as fh:
-                note = ""
-                if tail:
-                    size = os.fstat(fh.fileno()).st_size
-                    if size > limit:
-                        fh.seek(size - limit)
-                        fh.readline()  # drop the partial first line
-                        note = f"last {limit // 1024**2} MiB of {size // 1024**2} MiB"
-                    data = _read_upto(fh, limit)
-                else:
-                    data = _read_upto(fh, limit + 1)
-                    if len(data) > limit:
-                        data, note = data[:limit], f"first {limit} bytes only"
-        except FileNotFoundError:
-            return NotCollected(path, f"{node_path} does not exist")
-        except OSError as exc:
-            return NotCollected(path, f"cannot read {node_path}: {exc.strerror or exc}")
-        return Collected(path, data, f"read {node_path}", 0, "", started, _ms(t0), note)
-
-
-def _read_upto(fh: BinaryIO, limit: int) -> bytes:
-    """Up to ``limit`` bytes in modest reads: /proc and /sys files refuse one huge read (ENOMEM)."""
-    chunks, got = [], 0
-    while got < limit:
-        chunk = fh.read(min(1 << 20, limit - got))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+            data, note = read_node_file(self.host.root, inside, limit, tail=tail, deadline=self.budget.deadline)
+        except NodeFileError as exc:
+            return NotCollected(path, str(exc))
+        return Collected(path, data, f"read {inside}", 0, "", started, _ms(t0), note)
 
 
 def run_argv(path: str, argv: list[str], timeout: float, shown: str | None = None) -> Collected:
