@@ -14,6 +14,14 @@ Each input runs
    the in-process verify had something to verify), with a timeout: a traceback or "internal
    error" on stderr, an exit code outside 0-4, output that is not UTF-8 JSON, a timeout.
 
+With ``--hostile SHARE`` that share of the inputs are hostile cases of ``tests/fuzz_hostile.py``
+instead: links, FIFOs and devices at the paths the collector reads, bundles with trees thousands of
+directories deep, YAML alias bombs, a hung or byte-a-second API server, and secrets planted in logs
+and cluster objects; each runs through the real CLI (``collect``, ``agent --once``, ``diagnose``)
+and is held to docs/security.md (in time, no exit 4, no temporary folder left, nothing read from
+outside the node root, no planted secret in the bundle, the rest of a bundle still read).
+``--classes`` narrows them (``--hostile 1 --classes slow-api``).
+
 Case N of seed S is rebuilt from (S, N) alone: ``--replay S:N`` runs one case again and keeps its
 files. Findings are saved under ``bench/out/fuzz/`` (git-ignored): the first inputs of each kind
 of finding, each with ``finding.txt``, plus one line per finding in ``findings.txt``.
@@ -22,6 +30,8 @@ of finding, each with ``finding.txt``, plus one line per finding in ``findings.t
     .venv/bin/python bench/fuzz.py --inputs 500 --seed 7   # a fixed set of inputs
     .venv/bin/python bench/fuzz.py --minutes 30 --jobs 2   # one worker per core
     .venv/bin/python bench/fuzz.py --replay 7:123          # one case again, files kept
+    .venv/bin/python bench/fuzz.py --minutes 30 --hostile 0.3   # with hostile cases
+    .venv/bin/python bench/fuzz.py --replay 7:123 --hostile 1   # one hostile case again
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,6 +58,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
+from fuzz_hostile import CLASSES as HOSTILE_CLASSES  # noqa: E402
+from fuzz_hostile import make_hostile, remove_tree, run_hostile  # noqa: E402
 from fuzzing import (  # noqa: E402
     Case,
     Finding,
@@ -170,14 +183,37 @@ def run_case(case: Case, timeout: float, cli: bool) -> Result:
     return res
 
 
+def is_hostile(seed: int, index: int, share: float) -> bool:
+    """Whether case ``index`` of run ``seed`` is a hostile case (decided by the two numbers alone)."""
+    return share > 0 and random.Random(f"kpdoctor-fuzz-share:{seed}:{index}").random() < share
+
+
+def run_hostile_case(seed: int, index: int, classes: tuple[str, ...], keep: Path | None = None) -> Result:
+    case = make_hostile(seed, index, classes)
+    work = keep or Path(tempfile.mkdtemp(prefix="kpd-fuzz-hostile-"))
+    start = time.perf_counter()
+    try:
+        found = run_hostile(case, work)
+    except Exception as exc:  # the harness's own bug: say so, and go on
+        found = [finding_from_exception("fuzzer-error", exc, "tests/fuzz_hostile.py run_hostile")]
+    finally:
+        if keep is None:
+            remove_tree(work)
+    return Result(case.ident, case.kind, "hostile", case.detail, time.perf_counter() - start, found, 1)
+
+
 def _worker(
-    conn: Any, seed: int, indices: range, deadline: float | None, timeout: float, cli: bool, limit: int
-) -> None:
+    conn: Any, seed: int, indices: range, deadline: float | None, timeout: float, cli: bool, limit: int,
+    hostile: float, classes: tuple[str, ...],
+) -> None:  # fmt: skip
     corpus = load_corpus()
     try:
         for index in indices:
             if deadline is not None and time.time() >= deadline:
                 break
+            if is_hostile(seed, index, hostile):
+                conn.send(asdict(run_hostile_case(seed, index, classes)))
+                continue
             case = make_case(seed, index, corpus, limit)
             try:
                 res = run_case(case, timeout, cli)
@@ -230,6 +266,15 @@ class Collector:
 
     def save(self, res: Result, f: Finding) -> Path:
         seed, index = (int(x) for x in res.ident.split(":"))
+        if res.source == "hostile":  # built by the CLI run itself: the case is its two numbers
+            dest = self.out / _slug(f.key) / f"{seed}-{index}"
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / "finding.txt").write_text(
+                f"{f.summary()}\n\nhostile case {res.ident} ({res.kind}): {res.detail}\n"
+                f"reproduce: .venv/bin/python bench/fuzz.py --replay {res.ident} --hostile 1\n\n{f.trace}\n",
+                encoding="utf-8", errors="backslashreplace",
+            )  # fmt: skip
+            return dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest
         case = make_case(seed, index, load_corpus(), self.limit)
         dest = self.out / _slug(f.key) / f"{seed}-{index}"
         shutil.rmtree(dest, ignore_errors=True)
@@ -277,8 +322,20 @@ class Collector:
 DEFAULT_LIMIT = 8 * 1024**2
 
 
-def replay(ident: str, timeout: float, cli: bool, limit: int, out: Path) -> int:
+def replay(ident: str, timeout: float, cli: bool, limit: int, out: Path, hostile: float = 0.0,
+           classes: tuple[str, ...] = HOSTILE_CLASSES) -> int:  # fmt: skip
     seed, index = (int(x) for x in ident.split(":"))
+    if hostile >= 1 or is_hostile(seed, index, hostile):
+        dest = out / f"replay-{seed}-{index}"
+        remove_tree(dest)
+        dest.mkdir(parents=True)
+        case = make_hostile(seed, index, classes)
+        print(f"hostile case {case.ident}: {case.kind}: {case.detail}\nfiles: {dest}")
+        res = run_hostile_case(seed, index, classes, keep=dest)
+        for f in res.findings:
+            print(f"\n{f.summary()}\n{f.trace}")
+        print(f"\n{len(res.findings)} finding(s) in {res.seconds:.1f} s")
+        return 1 if res.findings else 0
     case = make_case(seed, index, load_corpus(), limit)
     dest = out / f"replay-{seed}-{index}"
     shutil.rmtree(dest, ignore_errors=True)
@@ -305,10 +362,18 @@ def main() -> int:
     p.add_argument("--no-cli", action="store_true", help="in-process only (about 10x more inputs per second)")
     p.add_argument("--out", type=Path, default=OUT, help=f"where findings go (default {OUT.relative_to(REPO)})")
     p.add_argument("--replay", metavar="SEED:INDEX", help="run one case again, keep its files, show its findings")
+    p.add_argument("--hostile", type=float, default=0.0, metavar="SHARE",
+                   help="share of the inputs that are hostile cases (0-1; default 0: mutations only)")
+    p.add_argument("--classes", default=",".join(HOSTILE_CLASSES),
+                   help=f"hostile classes to draw from (default: all: {','.join(HOSTILE_CLASSES)})")
     a = p.parse_args()
     limit = int(a.limit_mb * 1024**2)
+    classes = tuple(c for c in a.classes.split(",") if c)
+    unknown = sorted(set(classes) - set(HOSTILE_CLASSES))
+    if unknown or not classes:
+        p.error(f"--classes: unknown {unknown}; known: {', '.join(HOSTILE_CLASSES)}")
     if a.replay:
-        return replay(a.replay, a.timeout, not a.no_cli, limit, a.out)
+        return replay(a.replay, a.timeout, not a.no_cli, limit, a.out, a.hostile, classes)
     seed = a.seed if a.seed is not None else int(time.time()) % 1_000_000
     minutes = a.minutes if a.minutes is not None else (None if a.inputs else 10.0)
     deadline = time.time() + minutes * 60 if minutes else None
@@ -320,7 +385,8 @@ def main() -> int:
         + (f"{minutes:g} min" if minutes else "")
         + (" or " if minutes and a.inputs else "")
         + (f"{a.inputs} inputs" if a.inputs else "")
-        + f", {jobs} job(s), {'in-process only' if a.no_cli else 'in-process + CLI'}, timeout {a.timeout:g} s; "
+        + f", {jobs} job(s), {'in-process only' if a.no_cli else 'in-process + CLI'}, timeout {a.timeout:g} s"
+        + (f", hostile share {a.hostile:g} ({','.join(classes)})" if a.hostile else "") + "; "
         f"findings in {a.out}",
         flush=True,
     )
@@ -331,7 +397,8 @@ def main() -> int:
     for k in range(jobs):
         parent, child = ctx.Pipe(duplex=False)
         indices = range(a.start + k, a.start + count, jobs)
-        pr = ctx.Process(target=_worker, args=(child, seed, indices, deadline, a.timeout, not a.no_cli, limit))
+        pr = ctx.Process(target=_worker, args=(child, seed, indices, deadline, a.timeout, not a.no_cli, limit,
+                                               a.hostile, classes))  # fmt: skip
         pr.start()
         child.close()
         conns.append(parent)
