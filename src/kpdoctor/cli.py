@@ -23,6 +23,7 @@ from kpdoctor.checks import CHECKS, find
 from kpdoctor.demo import DEMOS, demo_path
 from kpdoctor.diagnose import context_only, diagnose_evidence, exit_code
 from kpdoctor.model import Severity
+from kpdoctor.outfile import write_file
 from kpdoctor.report import FORMATS
 
 if TYPE_CHECKING:  # the collector is imported only when a command collects (startup time)
@@ -657,7 +658,7 @@ def _write(render: object, doc: object, output: Path | None, header: str = "") -
     data = text.encode("utf-8", errors="replace")
     try:
         if output is not None:
-            output.write_bytes(data)
+            write_file(output, data)
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()

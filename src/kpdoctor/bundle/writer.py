@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from kpdoctor import __version__
 from kpdoctor.bundle.contents import Collected, NotCollected
+from kpdoctor.outfile import create_folder, replacing
 
 
 @dataclass
@@ -56,31 +56,26 @@ def _checked(path: str) -> PurePosixPath:
 
 
 def write_dir(bundle: Bundle, dest: Path) -> Path:
-    """Write the bundle into the (new or empty) folder ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Write the bundle into the (new or empty) folder ``dest``, readable by its owner only; no
+    file is written through a link (kpdoctor/outfile.py)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    put = create_folder(dest)
     for path, data in bundle.files():
-        target = dest / _checked(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        put(str(_checked(path)), data)
     return dest
 
 
 def write_tar(bundle: Bundle, dest: Path, top: str) -> Path:
-    """Write the bundle as ``dest`` (.tar.gz) with every file under the folder ``top``; written to
-    a temporary name first, so an interrupted run never leaves a half archive under ``dest``."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    """Write the bundle as ``dest`` (.tar.gz) with every file under the folder ``top``: under a
+    fresh name first, then renamed (kpdoctor/outfile.py), so an interrupted run never leaves a half
+    archive under ``dest`` and a link planted at ``dest`` is replaced, never written through."""
     now = time.time()
-    try:
-        with tarfile.open(tmp, "w:gz") as tf:
-            for path, data in bundle.files():
-                info = tarfile.TarInfo(f"{top}/{_checked(path)}")
-                info.size = len(data)
-                info.mtime = int(now)
-                info.mode = 0o600
-                tf.addfile(info, io.BytesIO(data))
-        os.chmod(tmp, 0o600)  # it describes the node in detail: not for every local user
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    # it describes the node in detail: not for every local user
+    with replacing(dest, 0o600) as fh, tarfile.open(fileobj=fh, mode="w:gz") as tf:
+        for path, data in bundle.files():
+            info = tarfile.TarInfo(f"{top}/{_checked(path)}")
+            info.size = len(data)
+            info.mtime = int(now)
+            info.mode = 0o600
+            tf.addfile(info, io.BytesIO(data))
     return dest
