@@ -50,3 +50,55 @@ def json_safe(text: str) -> str:
     """JSON text as valid UTF-8 with no raw C1 control: those characters (only ever inside JSON
     strings) become ``\\uXXXX`` escapes, which mean the same."""
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
+
+
+# -- Markdown: a name or a line from the evidence is text, never structure -----------------------
+#
+# A report pasted into a ticket is rendered: a file name holding a ``` fence, a log line holding
+# "# heading" or "<img onerror=...>", a Service name with "](http://..." must show as written and
+# end nothing. Prose is split into its `code spans` (literal already) and text; in text, what could
+# start markup is backslash-escaped (CommonMark: any ASCII punctuation may be), "<" and "&" become
+# entities (no raw HTML, no entity tricks), and a line break becomes a space (a new line could
+# start a block). An underscore inside a word (nf_conntrack_max) starts nothing and stays.
+_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+_MD_ALWAYS = re.compile(r"[\\*\[\]|~]")
+_MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_LINE_START = re.compile(r"^([#>+=-]|\d+[.)])")
+
+
+def _md_plain(text: str) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    text = _MD_ALWAYS.sub(lambda m: "\\" + m.group(), text)
+    text = _MD_UNDERSCORE.sub(r"\\_", text)
+    return text.replace("`", "\\`")
+
+
+def md_text(text: str) -> str:
+    """``text`` (a name, a message, a line of prose that may quote evidence) as inline Markdown
+    that renders as written, wherever it is put: a line's start, a list item's or a heading's
+    (a marker or indentation at its start would start a block there)."""
+    text = printable(" ".join(text.splitlines()) if "\n" in text or "\r" in text else text)
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(_md_plain(text[pos : m.start()]))
+        out.append(m.group())  # a code span shows its content literally: nothing in it is markup
+        pos = m.end()
+    out.append(_md_plain(text[pos:]))
+    joined = "".join(out)
+    joined = joined.lstrip(" \t")  # (indentation at a line's start would make it a code block)
+    return _MD_LINE_START.sub(lambda m: m.group(1)[:-1] + "\\" + m.group(1)[-1], joined)
+
+
+def md_cell(text: str) -> str:
+    """``text`` in a table cell: :func:`md_text`, ``|`` escaped even inside code spans (GFM splits
+    the row at any unescaped pipe)."""
+    return re.sub(r"(?<!\\)\|", r"\\|", md_text(text))
+
+
+def md_fence(lines: list[str], info: str = "") -> list[str]:
+    """``lines`` as a fenced code block whose fence no line can close: longer than any run of
+    backticks in them (CommonMark closes a fence only with one at least as long)."""
+    body = [printable(line) for line in lines]
+    longest = max((len(run) for line in body for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *body, fence]

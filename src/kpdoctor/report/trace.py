@@ -10,7 +10,7 @@ from rich.console import Console
 
 from kpdoctor.dataplane.results import TraceBranch
 from kpdoctor.dataplane.trace import Trace
-from kpdoctor.report.safe import escape, json_safe
+from kpdoctor.report.safe import escape, json_safe, md_fence, md_text
 
 SCHEMA = "kpdoctor.trace/v1"
 # A Service of thousands of endpoints is thousands of branches with the same path: past this many,
@@ -100,19 +100,19 @@ def render_trace_json(traces: list[Trace], color: bool = False) -> str:
 def render_trace_markdown(traces: list[Trace], color: bool = False) -> str:
     out: list[str] = []
     for t in traces:
-        out += [f"## {_head(t)}", ""]
+        out += [f"## {md_text(_head(t))}", ""]
         if t.service:
-            out += [f"Service {t.service}, {t.traffic}", ""]
-        out += [f"Source: {t.source_note}", ""]
+            out += [f"Service {md_text(t.service)}, {md_text(str(t.traffic))}", ""]
+        out += [f"Source: {md_text(t.source_note)}", ""]
         for i, b in enumerate(t.branches, 1):
             if len(t.branches) > MANY_BRANCHES and i > FULL_PATHS:
-                out += [f"{i}. **{pct(b.probability)}** {b.outcome}{_deciding(b)}"]
+                out += [f"{i}. **{pct(b.probability)}** {md_text(f'{b.outcome}{_deciding(b)}')}"]
                 continue
-            out += [f"{i}. **{pct(b.probability)}** {b.outcome}", "", "```"]
-            out += [f"{s.table}/{s.chain} line {s.line or '-'}: {s.rule}" for s in b.steps]
-            out += ["```", ""]
-        out += [f"**Outcome:** {t.summary()}", ""]
-        out += [f"*{n}*" for n in t.notes]
+            out += [f"{i}. **{pct(b.probability)}** {md_text(str(b.outcome))}", ""]
+            out += md_fence([f"{s.table}/{s.chain} line {s.line or '-'}: {s.rule}" for s in b.steps])
+            out += [""]
+        out += [f"**Outcome:** {md_text(t.summary())}", ""]
+        out += [f"*{md_text(n)}*" for n in t.notes]
         out.append("")
     return "\n".join(out)
 
