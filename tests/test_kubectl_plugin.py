@@ -244,6 +244,21 @@ def test_node_the_pod_command_is_kpdoctors(live: tuple[LiveCluster, ReplayServer
         assert ctx.params["timeout"] < run.timeout
 
 
+def test_node_offers_every_report_format_diagnose_has() -> None:
+    """`kubectl kpdoctor node -o html > report.html`: every format of `kpdoctor diagnose -f`."""
+    from kpdoctor.cli import app
+    from kpdoctor.kubectl_plugin.cli import main as plugin
+    from kpdoctor.kubectl_plugin.node import NodeRun, pod_manifest
+    from kpdoctor.report import FORMATS
+
+    output = next(p for p in plugin.commands["node"].params if p.name == "output")
+    assert list(output.type.choices) == list(FORMATS)  # type: ignore[attr-defined]
+    for fmt in FORMATS:
+        command = pod_manifest(NodeRun(node=NODE, namespace=NS, image=IMAGE, output=fmt))["spec"]["containers"][0]
+        ctx = app.commands["diagnose"].make_context("kpdoctor diagnose", list(command["command"][2:]))
+        assert ctx.params["fmt"] == fmt
+
+
 def test_node_with_a_service_account_lets_the_diagnosis_read_the_cluster(
     live: tuple[LiveCluster, ReplayServer, Path],
 ) -> None:

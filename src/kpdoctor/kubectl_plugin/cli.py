@@ -13,7 +13,14 @@ from kpdoctor import __version__
 from kpdoctor.agent.node_status import DEFAULT_CONDITION
 from kpdoctor.kubectl_plugin import cluster as cluster_table
 from kpdoctor.kubectl_plugin.kube import ConnectError, api_client, api_error, default_namespace
-from kpdoctor.kubectl_plugin.node import DEFAULT_IMAGE, EXIT_INTERRUPTED, EXIT_USAGE, NodeDiagnosis, NodeRun
+from kpdoctor.kubectl_plugin.node import (
+    DEFAULT_IMAGE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    REPORT_FORMATS,
+    NodeDiagnosis,
+    NodeRun,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -83,10 +90,10 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None, namesp
 @click.option(
     "-o",
     "--output",
-    type=click.Choice(["text", "json", "markdown"]),
+    type=click.Choice(REPORT_FORMATS),
     default="text",
     show_default=True,
-    help="The report's format (kpdoctor diagnose --format).",
+    help="The report's format (kpdoctor diagnose --format; html and sarif too, for a file: `> report.html`).",
 )
 @click.option(
     "--min-severity",

@@ -72,6 +72,10 @@ class NodeRun:
         return float(max(10, min(120, math.floor(self.timeout - 15))))
 
 
+# kpdoctor diagnose --format (kpdoctor.report.FORMATS, not imported: the plugin starts fast)
+REPORT_FORMATS = ("text", "json", "markdown", "sarif", "html")
+
+
 def pod_name(node: str) -> str:
     """``kpdoctor-NODE-xxxxx``: a DNS label (63 at most) with a random suffix, like kubectl debug's."""
     suffix = "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(5))
