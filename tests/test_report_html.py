@@ -297,6 +297,25 @@ def test_a_diagnosis_of_loose_files_shows_their_lines_in_context(tmp_path: Path,
     assert '<span class="ln">78</span>E1008 21:00:01.112374' in page
 
 
+@pytest.mark.parametrize("given", ["relative", "absolute", "from-inside"])
+def test_a_folder_bundle_shows_its_lines_in_context_however_it_was_named(
+    tmp_path: Path, monkeypatch: Any, given: str
+) -> None:
+    """A folder bundle's artifacts are its files: their lines are read again for the context, the
+    bundle given as `b`, as /abs/b or as `.` from inside it (not "not a file here")."""
+    bundle = tmp_path / "b"
+    shutil.copytree(demo_path("xtables-lock-contention"), bundle)
+    monkeypatch.chdir(bundle if given == "from-inside" else tmp_path)
+    arg = {"relative": "b", "absolute": str(bundle), "from-inside": "."}[given]
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["diagnose", arg, "-f", "html", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    page = out.read_text()
+    assert "not a file here" not in page
+    assert '<span class="ln">66</span>E0617 14:22:51.308117' in page  # the log's cited line, in context
+    assert page.count('class="l hitline"') >= 4  # log, locks and processes lines
+
+
 def test_the_table_holds_every_service_port_and_the_static_rows_are_the_views() -> None:
     report, _ = diagnose_paths([demo_path("ipvs-graceful-deadlock")], command="verify")
     view = build(report)

@@ -9,6 +9,7 @@ command line (the cyclic collector off, objects kept until exit) are the CLI's, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -135,7 +136,14 @@ def _run(
         damaged=sorted(set(evidence.damaged)),
         context_only=context_only(evidence),
         traces=traces,
+        files=files_here(evidence),
     )
+
+
+def files_here(evidence: Evidence) -> dict[str, str]:
+    """Each artifact read whole from a file here, by name: that file, as an absolute path (the
+    report may be rendered from another folder than the one the paths were given in)."""
+    return {a.name: os.path.abspath(f) for a in evidence.artifacts if (f := a.path or a.origin) and a.first_line == 1}
 
 
 def failing_traces(facts: Facts, ver: Any, limit: int) -> dict[tuple[str, str], list[Any]]:

@@ -292,6 +292,9 @@ class Report:
     # which rule chose the node (facts.NodeIdentity.describe): the report says it
     node_rule: str | None = None
     node_inferred: bool = False  # chosen by the hostname, the addresses or the override: said on the first screen
+    # artifact name -> the file here that holds it whole (a folder bundle's kube-proxy/log.txt is
+    # ./bundle/kube-proxy/log.txt): where a report that shows context reads the cited lines again
+    files: dict[str, str] = field(default_factory=dict)
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""

@@ -83,6 +83,9 @@ class Artifact:
     # what the text parses to, when its source keeps it parsed (the node agent's watched objects:
     # a kpdoctor.parse.k8s.Objects); None: parsed from the text like any other
     parsed: object | None = field(default=None, repr=False, compare=False)
+    # the file here it was read from whole (a folder bundle's member, a loose file), when it was
+    # read into ``text``: a report that shows context reads the cited lines there again
+    origin: str | None = None
 
     def read_text(self) -> str:
         if self.path is None:

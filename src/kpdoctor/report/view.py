@@ -124,7 +124,7 @@ class View:
             f = todo.pop()
             cites += f.evidence
             todo += f.folded
-        return excerpts(cites)
+        return excerpts(cites, files=self.report.files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +139,14 @@ class Excerpt:
     why: str = ""
 
 
-def excerpts(cites: Iterable[Cite], around: int = CONTEXT_LINES) -> dict[Cite, Excerpt]:
-    """The lines around each cited line, read lazily from the artifact's file when its name is a
-    file that exists here (the user's own files, named as given) and the line there is still the
-    cited one; otherwise the cited line alone. The report keeps no artifact text: a bundle's
-    artifacts are named inside the bundle, and what was pasted is gone once the run ends. One
-    pass per file, at most :data:`CONTEXT_READ_LIMIT` bytes."""
+def excerpts(
+    cites: Iterable[Cite], around: int = CONTEXT_LINES, files: dict[str, str] | None = None
+) -> dict[Cite, Excerpt]:
+    """The lines around each cited line, read lazily from the artifact's file when there is one
+    here (``files``: a folder bundle's artifact by its name in the bundle; else a file named as
+    the artifact: the user's own, as given) and the line there is still the cited one; otherwise
+    the cited line alone. The report keeps no artifact text: what was pasted or extracted is gone
+    once the run ends. One pass per file, at most :data:`CONTEXT_READ_LIMIT` bytes."""
     by_file: dict[str, list[Cite]] = {}
     out: dict[Cite, Excerpt] = {}
     for c in cites:
@@ -156,7 +158,7 @@ def excerpts(cites: Iterable[Cite], around: int = CONTEXT_LINES) -> dict[Cite, E
         out[c] = Excerpt(c, why="the artifact is not a file here (part of a bundle, or pasted)")
         by_file.setdefault(c.artifact, []).append(c)
     for name, cs in by_file.items():
-        path = Path(name)
+        path = Path((files or {}).get(name, name))
         try:
             if not path.is_file():
                 continue
