@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -331,6 +333,29 @@ def render(
     return "\n".join(lines)
 
 
+def redacted(cases: list[Case], dest: Path) -> tuple[list[Case], list[str]]:
+    """The cases with every file passed through the collector's secret redaction (as a bundle
+    artifact: a JSON file as ``cluster/NAME``, anything else as ``NAME``), written under ``dest``;
+    and the files it changed."""
+    sys.path.insert(0, str(SRC))
+    from kpdoctor.collect.redact import redact_secrets
+
+    out, changed = [], []
+    for c in cases:
+        folder = dest / c.id
+        folder.mkdir(parents=True)
+        files = []
+        for f in c.files:
+            data = f.read_bytes()
+            scrubbed = redact_secrets(f"cluster/{f.name}" if f.suffix == ".json" else f.name, data)
+            if scrubbed != data:
+                changed.append(f"{c.id}/{f.name}")
+            (folder / f.name).write_bytes(scrubbed)
+            files.append(folder / f.name)
+        out.append(dataclasses.replace(c, folder=folder, files=tuple(files)))
+    return out, changed
+
+
 def evaluate(cases: list[Case], jobs: int, in_process: bool, timeout: float) -> list[Outcome]:
     if in_process:
         return [run_in_process(c) for c in cases]
@@ -347,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60, help="kpdoctor's --timeout per case (default: 60)")
     ap.add_argument("--details", action="store_true", help="one line per case")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write every case's verdict to FILE")
+    ap.add_argument(
+        "--redact",
+        action="store_true",
+        help="diagnose copies of the files scrubbed by the collector's secret redaction (the figures must not move)",
+    )
     args = ap.parse_args(argv)
     try:
         cases = load_cases(args.cases, args.case)
@@ -358,7 +388,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"{len(cases)} cases ({sum(c.negative for c in cases)} negatives), running...", file=sys.stderr)
     slugs = causes()
-    outcomes = evaluate(cases, args.jobs, args.in_process, args.timeout)
+    with tempfile.TemporaryDirectory(prefix="kpdoctor-accuracy-") as tmp:
+        if args.redact:
+            cases, changed = redacted(cases, Path(tmp))
+            print(f"redacted: {len(changed)} of {sum(len(c.files) for c in cases)} files changed", file=sys.stderr)
+            for name in changed:
+                print(f"  {name}", file=sys.stderr)
+        outcomes = evaluate(cases, args.jobs, args.in_process, args.timeout)
     info = [judge(o, slugs, "info") for o in outcomes]
     default = [judge(o, slugs, "warning") for o in outcomes]
     print(render(info, default, checked_causes(), outcomes, args.details))

@@ -576,12 +576,15 @@ def test_one_pass_search_finds_the_lines_the_word_by_word_search_finds(monkeypat
         b"--kubeconfig=/x --token=abc123 --password hunter2\nplain line\nAuthorization: Bearer eyJhbGciOi.x.y\n",
         b"export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI\nAKIAIOSFODNN7EXAMPLE\nhttps://user:pw@example.com/\n",
         b"no newline at the end: token: abc",
+        b'I0102 15:04:05.0 1 a.go:1] kubeconfig: client-key-data: abc x-api-key: k1 body="{\\"password\\":\\"pw\\"}"\n'
+        b"root 1 0 0 Jun17 ? 00:00:00 mysql -uroot -phunter3 -h db\nCookie: a=1; b=2\n",
         *(f.read_bytes() for f in sorted(DATA.rglob("*.txt"))[:40]),
     ]
     fast = [redact._scrub_bytes(t) for t in texts]
     monkeypatch.setattr(redact, "_TRIGGER_AC", None)
     assert [redact._scrub_bytes(t) for t in texts] == fast
     assert b"hunter2" not in fast[0] and b"abc123" not in fast[0]
+    assert not any(w in fast[3] for w in (b"abc", b"k1", b"pw", b"hunter3", b"a=1"))
 
 
 def test_a_key_whose_value_is_an_object_or_a_list_keeps_its_structure() -> None:
@@ -591,3 +594,123 @@ def test_a_key_whose_value_is_an_object_or_a_list_keeps_its_structure() -> None:
     assert redact_secrets("deploy/schema.json", schema) == schema
     yaml = b"spec:\n  password: {name: x}\n  token: s3cr3t-value\n"
     assert redact_secrets("x.yaml", yaml) == b"spec:\n  password: {name: x}\n  token: <redacted>\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Secrets inside lines (issue 36): a key anywhere, headers, program options, base64 of PEM
+# --------------------------------------------------------------------------------------------
+
+KLOG = "I0102 15:04:05.000000    1 file.go:12] "
+
+
+def test_a_secret_key_anywhere_in_a_line() -> None:
+    log = (
+        f"{KLOG}loaded kubeconfig: client-key-data: PLANTED1 token: PLANTED2\n"
+        f'{KLOG}"Request" body="{{\\"user\\":\\"a\\",\\"password\\":\\"PLANTED3\\"}}" code=401\n'
+        f"{KLOG}config &{{Host:https://10.0.0.1 Password:PLANTED4 QPS:5}}\n"
+        f"{KLOG}db password = PLANTED5 and secret:PLANTED6\n"
+        f"{KLOG}headers: Authorization: Bearer PLANTED7\n"
+        f'{KLOG}headers {{"X-Api-Key":["PLANTED8"],"Accept":["*/*"]}} map[Cookie:[sid=PLANTED9]]\n'
+        f"{KLOG}    X-Auth-Token: PLANTED10\n"
+        f"{KLOG}    Set-Cookie: sid=PLANTED11; Path=/; HttpOnly\n"
+        "aws_secret_access_key = PLANTED12\n"
+        "spring.datasource.password=PLANTED13\n"
+    )
+    out = redact_secrets("kube-proxy/log.txt", log.encode()).decode()
+    assert "PLANTED" not in out
+    _assert_only_lines(log, out, set(range(10)))
+    lines = out.split("\n")
+    assert lines[0] == f"{KLOG}loaded kubeconfig: client-key-data: <redacted> token: <redacted>"
+    assert lines[1] == f'{KLOG}"Request" body="{{\\"user\\":\\"a\\",\\"password\\":\\"<redacted>\\"}}" code=401'
+    assert lines[2] == f"{KLOG}config &{{Host:https://10.0.0.1 Password:<redacted> QPS:5}}"
+    assert lines[3] == f"{KLOG}db password = <redacted> and secret:<redacted>"
+    assert lines[4] == f"{KLOG}headers: Authorization: Bearer <redacted>"
+    assert lines[5] == f'{KLOG}headers {{"X-Api-Key":["<redacted>"],"Accept":["*/*"]}} map[Cookie:[<redacted>]]'
+    assert lines[6] == f"{KLOG}    X-Auth-Token: <redacted>"
+    assert lines[7] == f"{KLOG}    Set-Cookie: <redacted>"
+    assert lines[8:10] == ["aws_secret_access_key = <redacted>", "spring.datasource.password=<redacted>"]
+
+
+def test_what_only_looks_like_a_secret_key_stays() -> None:
+    """kube-proxy logs, rule dumps and listings use the trigger words without holding secrets."""
+    keep = [
+        f'{KLOG}"Failed to read token" err="open /var/run/secrets/kubernetes.io/serviceaccount/token: no such file"',
+        f'{KLOG}FLAG: --token=""',
+        f"{KLOG}token: /var/run/secrets/kubernetes.io/serviceaccount/token",
+        f'{KLOG}failed to list *v1.Secret: secrets is forbidden: User "system:serviceaccount:kube-system:kp"',
+        f'{KLOG}"Sync key" key="default/web" password: true secret: null',
+        f"{KLOG}    Authorization: Bearer <masked>",
+        '-A KUBE-SERVICES -m comment --comment "default/mysql" -m tcp -p tcp -d 10.96.0.5/32 --dport 3306 -j X',
+        "-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000",
+        "net.ipv4.tcp_fastopen_key = 00000000-00000000-00000000-00000000",
+        "net.ipv4.tcp_syncookies = 1",
+        "    client-key: /etc/kubernetes/pki/admin.key",
+        "    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUN5RENDQWJDZ0F3SUJBZ0lCQURBTg==",
+        "spec:\n  secretKeyRef:\n    key: password",
+        '    "status": {"token": SECRET_VALUE + ".jwt"}',  # code, not JSON
+        "root 1 0 0 Jun17 ? 00:00:00 /usr/sbin/mysqld --datadir=/var/lib/mysql --plugin-dir=/usr/lib/mysql/plugin",
+        "root 2 0 0 Jun17 ? 00:00:00 ssh -p 2222 host",
+    ]
+    for line in keep:
+        assert redact_secrets("kube-proxy/log.txt", line.encode()) == line.encode(), line
+
+
+def test_passwords_in_the_options_of_known_programs() -> None:
+    ps = (
+        "UID PID PPID C STIME TTY TIME CMD\n"
+        "root 1 0 0 Jun17 ? 00:00:00 /usr/bin/mysql -uroot -pPLANTED1 -h db -P 3306 shop\n"
+        "root 2 0 0 Jun17 ? 00:00:00 mysql -uroot -p shop\n"
+        "root 3 0 0 Jun17 ? 00:00:00 sh -c mysqldump -uroot -p'PLANTED 2' shop | gzip\n"
+        "root 4 0 0 Jun17 ? 00:00:00 sshpass -p PLANTED3 ssh -p 22 a@b\n"
+        "root 5 0 0 Jun17 ? 00:00:00 redis-cli -h r -a -PLANTED4 ping\n"
+        "root 6 0 0 Jun17 ? 00:00:00 curl -sS -u admin:PLANTED5 https://10.0.0.1/\n"
+        "root 7 0 0 Jun17 ? 00:00:00 openssl pkcs12 -in a.p12 -passin pass:PLANTED6 -nodes\n"
+        "root 8 0 0 Jun17 ? 00:00:00 agent --token -PLANTED7abc --v=2\n"
+    )
+    out = redact_secrets("node/processes.txt", ps.encode()).decode()
+    assert "PLANTED" not in out
+    _assert_only_lines(ps, out, {1, 3, 4, 5, 6, 7, 8})
+    lines = out.split("\n")
+    assert lines[1].endswith("mysql -uroot -p<redacted> -h db -P 3306 shop")
+    assert lines[3].endswith("mysqldump -uroot -p'<redacted>' shop | gzip")
+    assert lines[4].endswith("sshpass -p <redacted> ssh -p 22 a@b")
+    assert lines[5].endswith("redis-cli -h r -a <redacted> ping")
+    assert lines[6].endswith("curl -sS -u admin:<redacted> https://10.0.0.1/")
+    assert lines[7].endswith("-passin pass:<redacted> -nodes")
+    assert lines[8].endswith("agent --token <redacted> --v=2")
+    pod = _pod([])
+    c = pod["spec"]["containers"][0]
+    c["command"] = ["mysql", "-uroot", "-pPLANTED8", "shop"]
+    c["livenessProbe"] = {"exec": {"command": ["redis-cli", "-a", "PLANTED9", "ping"]}}
+    doc = json.loads(redact_secrets("cluster/pods.json", json.dumps({"kind": "List", "items": [pod]}).encode()))
+    c = doc["items"][0]["spec"]["containers"][0]
+    assert c["command"] == ["mysql", "-uroot", "-p<redacted>", "shop"]
+    assert c["livenessProbe"]["exec"]["command"] == ["redis-cli", "-a", REDACTED, "ping"]
+
+
+def test_base64_of_a_private_key_goes_and_a_certificate_stays() -> None:
+    import base64
+
+    key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEPLANTED\n-----END RSA PRIVATE KEY-----\n"
+    cert = "-----BEGIN CERTIFICATE-----\nMIICpublic\n-----END CERTIFICATE-----\n"
+    k64, c64 = base64.b64encode(key.encode()).decode(), base64.b64encode(cert.encode()).decode()
+    wrapped = base64.encodebytes((key * 3).encode()).decode()  # 76 columns, as `base64` writes
+    text = f'{KLOG}"Loaded" data="{k64}" ca={c64}\n  data:\n' + "".join(f"    {x}\n" for x in wrapped.split()) + "next: 1\n"
+    out = redact_secrets("node/x.txt", text.encode()).decode()
+    assert k64 not in out and "UExBTlRFRA" not in out and c64 in out
+    _assert_only_lines(text, out, set(range(len(wrapped.split()) + 2)) - {1})
+    assert out.split("\n")[2] == "    <redacted>" and out.endswith("next: 1\n")
+
+
+def test_a_private_key_without_its_end_line_takes_only_its_own_lines() -> None:
+    """A cut log: the key's base64 lines (or the rest of its own line) go; the log after stays."""
+    text = (
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQ\nPLANTEDPLANTED==\n"
+        f"{KLOG}Syncing iptables rules\n"
+        f'{KLOG}key="-----BEGIN EC PRIVATE KEY-----\\nPLANTED\\n" cut\n'
+        f"{KLOG}SyncProxyRules complete\n"
+    )
+    out = redact_secrets("kube-proxy/log.txt", text.encode()).decode()
+    assert "PLANTED" not in out and "MIIE" not in out
+    _assert_only_lines(text, out, {1, 2, 4})
+    assert out.split("\n")[4] == f'{KLOG}key="-----BEGIN EC PRIVATE KEY-----<redacted>'

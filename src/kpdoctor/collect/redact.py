@@ -9,6 +9,7 @@ stay as they were.
 
 from __future__ import annotations
 
+import binascii
 import hmac
 import ipaddress
 import json
@@ -27,29 +28,92 @@ UNSCRUBBABLE = b"<redacted: kpdoctor could not scrub this artifact>\n"
 # Secrets
 # --------------------------------------------------------------------------------------------
 
+# Programs that take a password in an option of their own (argv in processes.txt, a Pod's command,
+# a shell line in a log), by the word their name starts with: ``mysql -pSECRET`` (attached only:
+# ``-p`` alone prompts, the word after it is the database), ``sshpass -p SECRET``, ``redis-cli -a
+# SECRET``, ``ldapsearch -w SECRET``, ``curl -u user:SECRET``, ``openssl ... -passin pass:SECRET``.
+# Group 1 is kept, group 2 is the secret.
+_OPT_VAL = rb"(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+_OPT_START = rb"(?<![^\s\"'])"
+_OPT_SEP = rb"[ \t]+"  # the value in the next word, whatever it starts with (these options take one)
+_TOOL_OPTS: dict[bytes, re.Pattern[bytes]] = {
+    b"mysql": re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
+    b"mariadb": re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
+    b"sshpass": re.compile(_OPT_START + rb"(-p" + _OPT_SEP + rb"?)" + _OPT_VAL),
+    b"redis-cli": re.compile(_OPT_START + rb"(-a" + _OPT_SEP + rb"?|--pass(?:=|" + _OPT_SEP + rb"))" + _OPT_VAL),
+    b"ldap": re.compile(_OPT_START + rb"(-w" + _OPT_SEP + rb"?)" + _OPT_VAL),
+    b"curl": re.compile(
+        _OPT_START + rb"((?:-[uU]" + _OPT_SEP + rb"?|--(?:proxy-)?user(?:=|" + _OPT_SEP + rb"))[^\s:\"'=]*:)" + _OPT_VAL
+    ),
+    b"openssl": re.compile(rb"(?<![\w-])(pass:)" + _OPT_VAL),
+}
+_TOOL_NAME = rb"(" + b"|".join(re.escape(t) for t in _TOOL_OPTS) + rb")[\w-]*"
+# a program word: after white space, a path, a quote or a shell operator; before one
+_TOOL = re.compile(rb"(?:^|(?<=[\s/\"'`(;|&=]))" + _TOOL_NAME + rb"(?=[\s\"'`;|&)]|$)")
+_TOOL_ARG = re.compile(rb"(?:.*/)?" + _TOOL_NAME)  # an argv word naming one (fullmatch)
+_TOOL_IN_ARGV = re.compile(rf"(?m)(?:^|/)(?:{'|'.join(re.escape(t.decode()) for t in _TOOL_OPTS)})[\w-]*$")
+
 # Lower-case words without which no text rule can fire: lines holding none are never looked at.
-_TRIGGERS = (b"passw", b"secret", b"token", b"key", b"credential", b"auth", b"bearer", b"eyj", b"akia", b"asia", b"://")
+_TRIGGERS = (
+    b"passw",
+    b"passphrase",
+    b"secret",
+    b"token",
+    b"key",
+    b"credential",
+    b"auth",
+    b"bearer",
+    b"cookie",
+    b"eyj",
+    b"akia",
+    b"asia",
+    b"://",
+    b"ls0tls1crudjti",  # base64 of "-----BEGIN" (a PEM block, base64-encoded as in a kubeconfig): _B64_WORD
+    *_TOOL_OPTS,
+)
 _TRIGGER_S = re.compile("|".join(re.escape(w.decode()) for w in _TRIGGERS))
 
 _FLAG_WORDS = (
-    r"passw(?:or)?d|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential"
+    r"passw(?:or)?d|passphrase|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential"
     r"|session[-_]?key|signing[-_]?key"
 )
 _ENV_WORDS = _FLAG_WORDS + r"|auth"
-_KEY_WORDS = r"token|passw(?:or)?d|secret|client-key-data"  # kubeconfig / YAML / JSON keys
+# what a key ends with when its value is secret: kubeconfig, YAML, JSON, INI, `name: value` and
+# `name=value` anywhere in a line
+_KEY_PREFIXES = ("api", "access", "secret", "private", "session", "signing", "auth", "encryption", "master")
+_KEY_WORDS = rf"token|passw(?:or)?d|passphrase|secret|client-key-data|(?:{'|'.join(_KEY_PREFIXES)})[-_]?key"
+_KEY_ENDS = (  # the same, spelt out
+    *("token", "passwd", "password", "passphrase", "secret", "client-key-data"),
+    *(f"{p}{sep}key" for p in _KEY_PREFIXES for sep in ("-", "_", "")),
+)
+# HTTP headers that carry credentials (besides Authorization, which keeps its scheme word, and Cookie)
+_HEADER_ENDS = tuple(
+    f"-{w}" for w in ("token", "key", "secret", "auth", "passwd", "password", "credential", "credentials")
+)
+
+
+def _name_ending(ends: tuple[str, ...], chars: str) -> bytes:
+    """A word of ``chars`` ending with one of ``ends``, matched fast: the whole word, then its end."""
+    return rf"[{chars}]*+(?:{'|'.join(f'(?<={re.escape(e)})' for e in ends)})".encode()
+
+
 _PATHISH = re.compile(r"(?i)(?:file|path|dir)s?$")  # a *-file / *_PATH / *Dir name holds a path
 _EMPTYISH = {b"", b'""', b"''", b"true", b"false", b"null", b"none", b"~", b"<redacted>", b'"<redacted>"'}
 
 _ENV_NAME = re.compile(_ENV_WORDS, re.I)
-_SECRET_KEY = re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS})$")
+_SECRET_KEY = re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS}|authorization|cookie2?)$")
 _FLAG_ALONE = re.compile(rf"(?i)--?[\w.-]*?(?:{_FLAG_WORDS})[\w.-]*")
 _JWT_S = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
 _AWS_S = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
 
 _B = str.encode
-_VAL = rb"\"[^\"]*\"|'[^']*'|[^\s\"']+"
+# a value: \"...\" (inside a logged, escaped JSON string), "...", '...', up to white space, or
+# from a quote never closed in the line (a cut line) to white space
+_ESCAPED_Q = rb"\\\"(?:(?!\\\").)*\\\""
+_VAL = _ESCAPED_Q + rb"|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"']+|[\"'][^\s\"']+"
 _YAML_KEY = re.compile(
-    rb"(?i)^([ \t]*(?:-[ \t]+)?([\"']?)[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\2[ \t]*:[ \t]+)"
+    rb"(?i)^([ \t]*(?:-[ \t]+|export[ \t]+)?([\"']?)[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\2"
+    rb"(?:[ \t]*:[ \t]+|[ \t]*=[ \t]*))"  # YAML `key: value`, INI / env `key = value`
     # a scalar value: an object or list opening (`"password": {` in a JSON schema) holds no secret itself
     rb"(\"[^\"]*\"|'[^']*'|[^\s\"'#{\[][^\r\n]*?)([ \t]+#[^\r\n]*)?(\r?)$"
 )
@@ -63,20 +127,68 @@ _AUTHZ = re.compile(
     rb"(?:(?:bearer|basic|digest|negotiate|token)[ \t]+)?+)([^\s\"'<>\[\]{},;][^\s\"'<>\],;]*)"
 )
 _BEARER = re.compile(rb"(?<![\w-])([Bb]earer[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)")
+# the word after a flag is its value unless it is an option itself: a long word with one dash and
+# no `=` (`--token -cZEYi2u9QxEdBg`) is a value
+_DASHED = r"-[^\s=-][^\s=]{7,}(?!\S)"
+_DASHED_S = re.compile(_DASHED)
 _FLAG = re.compile(
-    rb"(?i)(?<![\w-])(--?[\w.-]*?(?:" + _B(_FLAG_WORDS) + rb")[\w.-]*)(=|[ \t]+(?=[^\s-]))(" + _VAL + rb")"
+    rb"(?i)(?<![\w-])(--?[\w.-]*?(?:" + _B(_FLAG_WORDS) + rb")[\w.-]*)"
+    rb"(=|[ \t]+(?=[^\s-]|" + _B(_DASHED) + rb"))(" + _VAL + rb")"
 )
 _ENV = re.compile(
     rb"(?i)(?<![\w.$-])((?:[A-Za-z_][A-Za-z0-9_]*?)?(?:" + _B(_ENV_WORDS) + rb")[A-Za-z0-9_]*)=(" + _VAL + rb")"
 )
-_URL_PASS = re.compile(rb"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']+:)([^\s@/\"']+)(?=@)")
+# A value in a line: quoted (\"...\" too, inside a logged JSON string) or bracketed (`["x"]`, Go's
+# `[x]`); after a quoted name, a bare word that ends there (JSON's numbers, not code's `"token":
+# make_token()`); else up to white space (for a header: to the end of the line); a quote never
+# closed in the line (a cut line), up to white space. `{` or an unclosed `[` opens structure.
+_QVALUE = _ESCAPED_Q + rb"|\"(?:[^\"\\]|\\.)*\"|'[^']*'|\[[^\]\r\n]*\]"
+_JSON_WORD = rb"[\w.+/=@~-]+(?=[ \t]*(?:[,}\]]|$))"
+_OPEN_Q = rb"[\"'][^\s\"']+"
+# `name: value`, `name=value`, `name = value`, `"name":"value"`, `\"name\":\"value\"` anywhere in
+# a line (a klog line quoting a kubeconfig or a request body, Go's `{Password:x}`), but not a flag
+# (`--token`: _FLAG), a path's last part (`.../serviceaccount/token: no such file`) or a Go type
+# (`*v1.Secret:`)
+_INLINE = re.compile(
+    rb"(?i)(?<![\w.$/\\*-])((\\?[\"'])?" + _name_ending(_KEY_ENDS, r"\w.-") + rb"(?(2)\2)"
+    rb"[ \t]*(?::(?![:=])|=(?!=))[ \t]*)"
+    rb"(" + _QVALUE + rb"|(?(2)" + _JSON_WORD + rb"|[^\s\"'{\[][^\s\"']*)|" + _OPEN_Q + rb")"
+)
+# a credential header, case-insensitive, anywhere: `X-Auth-Token: x`, `Cookie: a=1; b=2` (to the end
+# of the line or of its quotes), `"X-Api-Key":["x"]`, Go's `map[Cookie:[a=1]]`
+_HEADER = re.compile(
+    rb"(?i)(?<![\w.$/\\*-])((\\?[\"'])?(?:(?:proxy-)?authorization|(?:set-)?cookie2?|"
+    + _name_ending(_HEADER_ENDS, "a-z0-9-")
+    + rb")(?(2)\2)[ \t]*:(?![:=])[ \t]*)"
+    rb"(" + _QVALUE + rb"|(?(2)" + _JSON_WORD + rb"|[^\s\"'{\[\]][^\r\n\"'\]}]*)|" + _OPEN_Q + rb")"
+)
+_URL_PASS = re.compile(rb"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']*:)([^\s@/\"']+)(?=@)")
 _JWT = re.compile(_B(_JWT_S.pattern))
 _AWS = re.compile(_B(_AWS_S.pattern))
-_PEM = re.compile(rb"(-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----)(.*?)(?=-----END \2-----|\Z)", re.S)
+_PEM_BEGIN = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----")
+_PEM_REACH = 1 << 16  # an END further from its BEGIN than any key is long closes some other block
+_PEM_BODY = re.compile(rb"[ \t]*(?:[A-Za-z0-9+/]+=*|Proc-Type:.*|DEK-Info:.*)?[ \t]*\r?")
+_B64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}")  # base64 of "-----BEGIN..."
+_B64_LINE = re.compile(rb"([ \t]*)([A-Za-z0-9+/]+={0,2})[ \t]*\r?")
+_PEM_HEAD = re.compile(rb"-----BEGIN [A-Z0-9 ]+-----")
+# a value that is no secret: a placeholder (`<redacted>`, client-go's `Bearer <masked>`) or a YAML
+# block indicator, in its quotes or brackets; a path under a system folder (a token *file*)
+_PLACEHOLDER = re.compile(
+    rb"(?i)(?:(?:bearer|basic|digest|negotiate|token)[ \t]+)?<[\w. -]*>(?:[\s,;].*)?|[|>][-+0-9]*"
+)
+_SYSTEM_PATH = re.compile(
+    rb"/(?:var|run|etc|home|root|tmp|usr|opt|srv|mnt|proc|sys|dev|lib|snap|secrets?)(?:/[\w.@-]+)+/?"
+)
 
 
 def redact_secrets(path: str, data: bytes) -> bytes:
     """``data`` (the artifact at bundle ``path``) without Secrets, tokens, keys or credentials.
+
+    Secret-bearing keys are found anywhere in a line, not only where a line starts: YAML, INI and
+    env keys, ``"key":"value"`` (escaped too, as a log quotes a request body), ``key=value``,
+    flags, credential headers (``Authorization``, ``Cookie``, ``X-Auth-Token``...), passwords in
+    URLs and in the options of known programs (``mysql -pSECRET``), JWTs, AWS key ids, and private
+    keys, in PEM (quoted inside a line too) or base64 of PEM.
 
     Cluster JSON is parsed and re-serialised only when something was removed; everything else
     keeps its bytes and its line count, only secret values being replaced. Never raises."""
@@ -97,10 +209,22 @@ def _keep(value: bytes) -> bool:
     return value.lower() in _EMPTYISH
 
 
+def _inert(value: bytes) -> bool:
+    """A value that holds no secret: empty-ish, a placeholder, a block indicator, a system path."""
+    core = value.strip(b"\\\"'[] \t")
+    return _keep(core) or _PLACEHOLDER.fullmatch(core) is not None or _SYSTEM_PATH.fullmatch(core) is not None
+
+
 def _quoted(value: bytes) -> bytes:
-    """``<redacted>`` in the quotes ``value`` had, so quoted JSON/YAML/shell stays well-formed."""
+    """``<redacted>`` in the quotes (or brackets) ``value`` had, so quoted JSON/YAML/shell stays
+    well-formed."""
+    if len(value) >= 4 and value[:2] == b'\\"' and value[-2:] == b'\\"':
+        return b'\\"<redacted>\\"'
     if len(value) >= 2 and value[:1] in (b'"', b"'") and value[-1:] == value[:1]:
         return value[:1] + b"<redacted>" + value[:1]
+    if len(value) >= 2 and value[:1] == b"[" and value[-1:] == b"]":
+        inner = value[1:-1].strip()
+        return b'["<redacted>"]' if inner[:1] == b'"' else b"[<redacted>]"
     return b"<redacted>"
 
 
@@ -133,38 +257,126 @@ def _env(m: re.Match[bytes]) -> bytes:
     return name + b"=" + _quoted(v)
 
 
-_TRIGGER_B = re.compile(b"|".join(re.escape(w) for w in _TRIGGERS))
+def _inline(m: re.Match[bytes]) -> bytes:
+    v = m.group(3)
+    return m.group() if _inert(v) else m.group(1) + _quoted(v)
+
+
+def _header(m: re.Match[bytes]) -> bytes:
+    v = m.group(3)
+    if _inert(v):
+        return m.group()
+    tail = v[len(v.rstrip()) :]  # an unquoted value runs to the end of the line: keep its spaces
+    return m.group(1) + _quoted(v.rstrip()) + tail
+
+
+def _option(m: re.Match[bytes]) -> bytes:
+    return m.group() if _keep(m.group(2)) else m.group(1) + _quoted(m.group(2))
+
+
+def _tool_options(line: bytes) -> bytes:
+    """``line`` without the passwords given in the options of the known programs it runs: the
+    first such option after each program's name (`sshpass -p SECRET ssh -p 22`: ssh's port stays)."""
+    found = list(_TOOL.finditer(line))
+    if not found:
+        return line
+    out, pos = [line[: found[0].end()]], found[0].end()
+    for m, nxt in zip(found, [*found[1:], None], strict=True):
+        end = len(line) if nxt is None else nxt.end()
+        out.append(_TOOL_OPTS[m.group(1)].sub(_option, line[pos:end], count=1))
+        pos = end
+    return b"".join(out)
+
+
+def _tool_argv(argv: list[Any]) -> bool:
+    """The same for an argv list (a container's command, a probe's exec), in place: an option and
+    its value in one word (``-pSECRET``) or in two (``-a``, ``SECRET``). True if one was redacted."""
+    try:
+        joined = "\n".join(argv)
+    except TypeError:  # not an argv: a list of objects or numbers
+        return False
+    if not _TOOL_IN_ARGV.search(joined):
+        return False
+    words = [a.encode("utf-8", "surrogatepass") for a in argv]
+    changed, kind, done = False, None, True
+    for i, w in enumerate(words):
+        tool = _TOOL_ARG.fullmatch(w)
+        if tool:
+            kind, done = tool.group(1), False
+            continue
+        if kind is None or done:
+            continue
+        rx = _TOOL_OPTS[kind]
+        new = rx.sub(_option, w, count=1)
+        if new == w and i + 1 < len(words):  # the value in the next word
+            pair = w + b" " + words[i + 1]
+            new = rx.sub(_option, pair, count=1)
+            if new != pair and new.startswith(w + b" "):
+                argv[i + 1], words[i + 1] = new[len(w) + 1 :].decode("utf-8", "surrogatepass"), b""
+                changed = done = True
+            continue
+        if new != w:
+            argv[i] = new.decode("utf-8", "surrogatepass")
+            changed = done = True
+    return changed
+
+
 try:  # every trigger word in one pass (Aho-Corasick); else one search per word
     import ahocorasick_rs
 
     _TRIGGER_AC: Any = ahocorasick_rs.BytesAhoCorasick(list(_TRIGGERS))
 except ImportError:  # pragma: no cover
     _TRIGGER_AC = None
-_KEY_GATE = frozenset((b"token", b"passw", b"secret", b"key"))
-_NAME_GATE = frozenset((b"passw", b"secret", b"token", b"key", b"credential"))
+_KEY_GATE = frozenset((b"token", b"passw", b"passphrase", b"secret", b"key"))
+_NAME_GATE = frozenset((b"passw", b"passphrase", b"secret", b"token", b"key", b"credential"))
+_HEADER_GATE = frozenset((b"auth", b"cookie", b"token", b"key", b"secret", b"passw", b"credential"))
+_TOOL_GATE = frozenset(_TOOL_OPTS)
 # (rule, replacement, the line holds one of these triggers, and this too once lower-cased): skip
 # the rules that cannot fire
 _LINE_RULES: tuple[
     tuple[re.Pattern[bytes], Callable[[re.Match[bytes]], bytes] | bytes, frozenset[bytes], bytes], ...
 ] = (
     (_JSON_KEY, _json_key, _KEY_GATE, b'"'),
-    (_YAML_KEY, _yaml_key, _KEY_GATE, b":"),
+    (_YAML_KEY, _yaml_key, _KEY_GATE, b""),
     (_AUTHZ, _after_prefix, frozenset((b"auth",)), b"authorization"),
     (_BEARER, _after_prefix, frozenset((b"bearer",)), b""),
     (_FLAG, _flag, _NAME_GATE, b"-"),
     (_ENV, _env, _NAME_GATE | {b"auth"}, b"="),
+    (_HEADER, _header, _HEADER_GATE, b":"),
+    (_INLINE, _inline, _KEY_GATE, b""),
     (_URL_PASS, _after_prefix, frozenset((b"://",)), b"@"),
     (_JWT, REDACTED_JWT.encode(), frozenset((b"eyj",)), b"."),
     (_AWS, b"<redacted>", frozenset((b"akia", b"asia")), b""),
 )
 
 
-def _scrub_line(line: bytes) -> bytes:
-    low = line.lower()
-    present = set(_TRIGGER_B.findall(low))
-    for rx, repl, words, also in _LINE_RULES:
-        if also in low and not words.isdisjoint(present):
-            line = rx.sub(repl, line)
+_Rules = tuple[tuple[re.Pattern[bytes], Callable[[re.Match[bytes]], bytes] | bytes, bytes], ...]
+_RULES_FOR: dict[frozenset[bytes], tuple[_Rules, bool]] = {}
+
+
+def _rules_for(present: set[bytes]) -> tuple[_Rules, bool]:
+    """The line rules the trigger words ``present`` can fire, and whether the programs' options
+    may hold a password (a few distinct sets of words cover a whole artifact: cached)."""
+    key = frozenset(present)
+    got = _RULES_FOR.get(key)
+    if got is None:
+        if len(_RULES_FOR) > 4096:
+            _RULES_FOR.clear()
+        rules = tuple((rx, repl, also) for rx, repl, words, also in _LINE_RULES if not words.isdisjoint(key))
+        got = _RULES_FOR[key] = (rules, not _TOOL_GATE.isdisjoint(key))
+    return got
+
+
+def _scrub_line(data: bytes, low: bytes, s: int, e: int, present: set[bytes]) -> bytes | None:
+    """The line ``data[s:e]`` through the rules its trigger words (``present``) can fire, None if
+    none could (``low``: ``data`` lower-cased)."""
+    rules, tools = _rules_for(present)
+    line = None
+    for rx, repl, also in rules:
+        if low.find(also, s, e) >= 0:
+            line = rx.sub(repl, data[s:e] if line is None else line)
+    if tools:
+        line = _tool_options(data[s:e] if line is None else line)
     return line
 
 
@@ -180,8 +392,83 @@ def _redact_lines(body: bytes) -> bytes:
     return b"\n".join(out)
 
 
-def _pem(m: re.Match[bytes]) -> bytes:
-    return m.group(1) + _redact_lines(m.group(3))
+def _line_end(data: bytes, pos: int) -> int:
+    e = data.find(b"\n", pos)
+    return len(data) if e < 0 else e
+
+
+def _pem_tail(data: bytes, pos: int) -> int:
+    """Where a private key whose END line is missing (a cut log, a truncated file) ends: with its
+    line when the key goes on in it (quoted, ``\\n`` escaped), else after the base64 lines below."""
+    end = _line_end(data, pos)
+    if data[pos:end].strip():
+        return end
+    while end < len(data):
+        nxt = _line_end(data, end + 1)
+        if not _PEM_BODY.fullmatch(data[end + 1 : nxt]):
+            break
+        end = nxt
+    return end
+
+
+def _scrub_pem(data: bytes) -> bytes:
+    """Every private key's body becomes ``<redacted>`` lines (BEGIN and END lines kept)."""
+    out: list[bytes] = []
+    pos = 0
+    for m in _PEM_BEGIN.finditer(data):
+        if m.start() < pos:
+            continue  # inside the key before
+        end = data.find(b"-----END " + m.group(1) + b"-----", m.end(), m.end() + _PEM_REACH)
+        if end < 0:
+            end = _pem_tail(data, m.end())
+        out += (data[pos : m.end()], _redact_lines(data[m.end() : end]))
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
+def _private_b64(run: bytes) -> bool:
+    """Whether base64 ``run`` (it starts with the encoding of ``-----BEGIN``) holds a private key,
+    or is too short to tell."""
+    run = run.rstrip(b"=")
+    try:
+        pem = binascii.a2b_base64(run[: len(run) // 4 * 4])
+    except binascii.Error:
+        return True
+    return b"PRIVATE" in pem or _PEM_HEAD.match(pem) is None
+
+
+def _scrub_b64_pem(data: bytes) -> bytes:
+    """Base64 of a PEM private key (``client-key-data: LS0tLS1CRUdJTi...`` quoted anywhere)
+    becomes ``<redacted>``, and so do the lines it continues on when wrapped (``base64``'s 76
+    columns: the lines below of the same width, and a last shorter one). Certificates stay."""
+    out: list[bytes] = []
+    pos = 0
+    for m in _B64_PEM.finditer(data):
+        if m.start() < pos:
+            continue
+        end, width, run, wrapped = m.end(), len(m.group()), [m.group()], []
+        if 60 <= width <= 128 and not data[end : _line_end(data, end)].strip():  # the run ends its line
+            e = _line_end(data, end)
+            while e < len(data):
+                nxt = _line_end(data, e + 1)
+                w = _B64_LINE.fullmatch(data[e + 1 : nxt])
+                if w is None or len(w.group(2)) > width:
+                    break
+                run.append(w.group(2))
+                wrapped.append((e + 1 + len(w.group(1)), e + 1 + w.end(2)))
+                e = nxt
+                if len(w.group(2)) < width or w.group(2).endswith(b"="):
+                    break
+        if not _private_b64(b"".join(run)):
+            continue
+        out += (data[pos : m.start()], b"<redacted>")
+        pos = end
+        for s, e in wrapped:
+            out += (data[pos:s], b"<redacted>")
+            pos = e
+    out.append(data[pos:])
+    return b"".join(out)
 
 
 def _block_end(data: bytes, start: int, indent: int) -> int:
@@ -202,51 +489,63 @@ def _block_end(data: bytes, start: int, indent: int) -> int:
     return last
 
 
+_Lines = list[tuple[int, int, set[bytes]]]
+_B64_WORD = b"ls0tls1crudjti"
+
+
+def _trigger_lines(low: bytes) -> _Lines:
+    """(start, end, trigger words) of each line of ``low`` (lower-cased text) holding any, in order."""
+    n = len(low)
+    if _TRIGGER_AC is not None:  # one pass for every word (a 10,000-Service rule dump: 25 MB)
+        found: _Lines = []
+        end = -1
+        present: set[bytes] = set()
+        # overlapping: `monkeyJ` holds both `key` and `eyj`; matches come line by line
+        for w, i, _ in _TRIGGER_AC.find_matches_as_indexes(low, overlapping=True):
+            if i > end:
+                end = low.find(b"\n", i)
+                end = n if end < 0 else end
+                present = set()
+                found.append((low.rfind(b"\n", 0, i) + 1, end, present))
+            present.add(_TRIGGERS[w])
+        return found
+    lines: dict[int, set[bytes]] = {}
+    for w in _TRIGGERS:
+        i = low.find(w)
+        while i >= 0:
+            lines.setdefault(low.rfind(b"\n", 0, i) + 1, set()).add(w)
+            i = low.find(w, _line_end(low, i))
+    return [(s, _line_end(low, s), words) for s, words in sorted(lines.items())]
+
+
 def _scrub_bytes(data: bytes) -> bytes:
     """The text rules: only lines holding a trigger word are examined."""
     low = data.lower()
     if b"-----begin" in low and b"private key" in low:
-        data = _PEM.sub(_pem, data)
+        data = _scrub_pem(data)
         low = data.lower()
-    starts: set[int] = set()
-    if _TRIGGER_AC is not None:  # one pass for every word (a 10,000-Service rule dump: 25 MB)
-        last_line = -1
-        for _, i, _ in _TRIGGER_AC.find_matches_as_indexes(low):
-            if i < last_line:
-                continue
-            s = low.rfind(b"\n", 0, i) + 1
-            e = low.find(b"\n", i)
-            starts.add(s)
-            last_line = len(low) if e < 0 else e
-    for w in _TRIGGERS if _TRIGGER_AC is None else ():
-        i = low.find(w)
-        while i >= 0:
-            s = low.rfind(b"\n", 0, i) + 1
-            e = low.find(b"\n", i)
-            if e < 0:
-                starts.add(s)
-                break
-            starts.add(s)
-            i = low.find(w, e)
-    if not starts:
+    found = _trigger_lines(low)
+    if any(_B64_WORD in words for _, _, words in found):  # (cheaper than a search of the whole text)
+        data = _scrub_b64_pem(data)
+        low = data.lower()
+        found = _trigger_lines(low)
+    n = len(low)
+    if not found:
         return data
     out: list[bytes] = []
     pos = 0
-    for s in sorted(starts):
+    for s, e, words in found:
         if s < pos:
             continue  # inside a block scalar already redacted
-        e = data.find(b"\n", s)
-        e = len(data) if e < 0 else e
-        line = data[s:e]
-        new = _scrub_line(line)
-        out.append(data[pos:s])
-        out.append(new)
-        pos = e
-        bm = _BLOCK_KEY.match(line)
-        if bm and e < len(data):
-            end = _block_end(data, e + 1, len(bm.group(1)))
+        new = _scrub_line(data, low, s, e, words)
+        if new is not None:
+            out += (data[pos:s], new)
+            pos = e
+        if e < n and (low.find(b"|", s, e) >= 0 or low.find(b">", s, e) >= 0) and not _KEY_GATE.isdisjoint(words):
+            bm = _BLOCK_KEY.match(data[s:e])
+            end = _block_end(data, e + 1, len(bm.group(1))) if bm else e
             if end > e:
-                out.append(data[e : e + 1] + _redact_lines(data[e + 1 : end]))
+                out += (data[pos:e], data[e : e + 1], _redact_lines(data[e + 1 : end]))
                 pos = end
     out.append(data[pos:])
     return b"".join(out)
@@ -308,6 +607,8 @@ class _JsonScrubber:
     def list_(self, lst: list[Any]) -> None:
         if self.strings and any(_is_kind(v, "Secret") for v in lst):
             lst[:] = [v for v in lst if not _is_kind(v, "Secret")]
+            self.changed = True
+        if self.strings and lst and type(lst[0]) is str and _tool_argv(lst):  # a command (`mysql`, `-pSECRET`)
             self.changed = True
         for i, v in enumerate(lst):
             t = type(v)
@@ -382,7 +683,7 @@ class _JsonScrubber:
                     and isinstance(nxt, str)
                     and _FLAG_ALONE.fullmatch(flag)
                     and not _PATHISH.search(flag)
-                    and not nxt.startswith("-")
+                    and (not nxt.startswith("-") or _DASHED_S.fullmatch(nxt))
                     and not _keep(nxt.encode("utf-8", "surrogatepass"))
                 ):
                     argv[i + 1] = REDACTED
