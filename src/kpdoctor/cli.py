@@ -6,6 +6,7 @@ import contextlib
 import gc
 import ipaddress
 import os
+import signal
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -1077,11 +1078,45 @@ def agent(
     raise Exit(code)
 
 
+class Signalled(BaseException):
+    """SIGTERM or SIGHUP arrived: the run unwinds (its ``finally`` blocks close the evidence and
+    remove temporary folders) and exits 128 + the signal's number. A BaseException, like
+    KeyboardInterrupt: the handlers that contain a failing stage must not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_SIGNALLED: list[int] = []
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    if _SIGNALLED:  # a second signal while the first unwinds: leave now (temporary folders removed)
+        _exit(128 + signum)
+    _SIGNALLED.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Signalled(signum)
+
+
+def _catch_signals() -> None:
+    """SIGINT, SIGTERM and SIGHUP become exceptions that unwind the run, so that no temporary folder
+    outlives it. A signal the caller ignores (``nohup``) stays ignored; a command that handles
+    signals itself (``agent``: SIGTERM/SIGINT stop it after the current cycle) installs its own
+    handlers over these."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
+                signal.signal(s, _on_signal)
+
+
 def main() -> None:
     """Console entry point."""
     # One command, then exit: the cyclic collector would only re-scan the millions of parsed
     # rules and objects (a second or more at 10,000 Services) to find no garbage.
     gc.disable()
+    _catch_signals()
     try:
         app()
     except SystemExit as done:
@@ -1089,11 +1124,15 @@ def main() -> None:
     except KeyboardInterrupt:
         _err("interrupted")
         _exit(130)
+    except Signalled as sig:
+        _err(str(sig))
+        _exit(128 + sig.signum)
     except deadline.TimedOut as exc:  # cut short where no stage could report it (collection, rendering)
         _err(str(exc))
         _exit(3)
     except Exception as exc:  # a bug: say so in one line, full trace on request
         if os.environ.get("KPDOCTOR_DEBUG"):
+            _remove_tempdirs()
             raise
         _err(
             f"internal error in {deadline.current_stage()}: {type(exc).__name__}: {exc} "
@@ -1109,9 +1148,17 @@ def _exit(code: object) -> None:
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if isinstance(code, str):
         _err(code)
+    _remove_tempdirs()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (OSError, ValueError):
         status = status or 1
     os._exit(status)
+
+
+def _remove_tempdirs() -> None:
+    """Whatever temporary folder the run still has (a stage cut short before closing its evidence)."""
+    loader = sys.modules.get("kpdoctor.bundle.loader")  # not imported: none was made
+    if loader is not None:
+        loader.remove_tempdirs()

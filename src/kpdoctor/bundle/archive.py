@@ -5,6 +5,11 @@ A bundle may come from anyone, and may have been damaged on its way. So:
 - entries with ``../`` or absolute paths, links, device files, sparse and binary entries, and
   entries that cannot be written (a name too long, a file where a folder is needed) are refused
   one by one, each with a one-line reason, and extraction goes on;
+- so are entries nested more than :data:`MAX_DEPTH` folders deep (one line for each folder whose
+  contents are too deep, not one per entry in it): a real bundle is five levels deep, and a
+  member thousands of levels deep would cost a folder walk (here, and in every later reader of
+  the folder) one frame per level. Folders are created one level at a time, without recursion,
+  and a path longer than the system allows (``ENAMETOOLONG``) is a refused entry too;
 - damage is never read silently: the decompressed stream is always read to its very end, so the
   gzip/bzip2/xz checksums are checked, and an early stop of ``tarfile`` (it takes a bad header
   after the first entry for the end of the archive) is found by looking at what follows. Damage
@@ -45,6 +50,10 @@ from kpdoctor.bundle.sniff import looks_binary
 MAX_TOTAL_BYTES = 1024**3
 MAX_MEMBER_BYTES = MAX_TOTAL_BYTES  # one entry may use the whole budget (a full log, by hand)
 MAX_MEMBERS = 20_000
+# Folders an entry may be nested in (a folder entry counts itself). A bundle's deepest file is
+# bundle/node/counters/T0/x (4 folders), a cluster-info dump's 3; Python's folder walkers (os.walk,
+# shutil.rmtree, pathlib's mkdir(parents=True)) recurse once per level and fail near 1,000.
+MAX_DEPTH = 64
 # Measured (bench/README.md): a 10,000-Service iptables-save compresses 8:1 (gzip) to 13:1 (xz),
 # cluster objects 28:1 (gzip) to 58:1 (bzip2), kube-proxy logs 9:1 to 20:1. Zeros deflate at
 # 1,029:1 (xz and bzip2 far more). Only a bomb expands more than 100:1 over 100 MB of output;
@@ -95,6 +104,7 @@ class Extracted:
     damaged: list[str] = field(default_factory=list)
     entries: int = 0  # tar entries read (extracted or refused)
     written: int = 0  # bytes written under root
+    too_deep: set[PurePosixPath] = field(default_factory=set)  # folders refused for their depth
 
 
 class _Damaged(Exception):
@@ -337,6 +347,27 @@ def _not_tar(head: bytes) -> str:
     return "not a tar archive (not gzip, bzip2, xz or tar data)"
 
 
+TOO_DEEP = f"nested more than {MAX_DEPTH} folders deep (nothing below it is read)"  # also the folder walk's
+
+
+def _mkdirs(path: Path) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)`` one level at a time (pathlib recurses once per
+    missing level); raises ``OSError`` as ``os.mkdir`` does (``ENAMETOOLONG``, ``ENOTDIR``...)."""
+    missing: list[Path] = []
+    here = path
+    while not here.is_dir():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p)
+        except FileExistsError:
+            if not p.is_dir():
+                raise
+
+
 def _write_reason(exc: OSError) -> str:
     if exc.errno == errno.ENAMETOOLONG:
         return "name too long to extract"
@@ -457,9 +488,16 @@ def _member(tf: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, root: str,
     if member.issym() or member.islnk():
         out.refused.append((name, "link entries are not extracted"))
         return
+    depth = len(rel.parts) - (0 if member.isdir() else 1)  # folders the entry is in (is, for a folder)
+    if depth > MAX_DEPTH:
+        top = PurePosixPath(*rel.parts[:MAX_DEPTH + 1])  # the first folder too deep
+        if top not in out.too_deep:  # one line for it, however many entries it holds
+            out.too_deep.add(top)
+            out.refused.append((_shown(str(top)), TOO_DEEP))
+        return
     if member.isdir():
         try:
-            (dest / rel).mkdir(parents=True, exist_ok=True)
+            _mkdirs(dest / rel)
         except OSError as exc:
             out.refused.append((name, _write_reason(exc)))
         return
@@ -478,7 +516,7 @@ def _member(tf: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, root: str,
         raise _Stop(f"archive expands past {_size(lim.total)}: the rest ignored")
     target = dest / rel
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _mkdirs(target.parent)
     except OSError as exc:
         out.refused.append((name, _write_reason(exc)))
         return

@@ -6,23 +6,43 @@ is still used. Named FIFOs, devices and sockets are refused without being opened
 blocks until someone writes); ``-``, ``/dev/stdin`` and ``/dev/fd/N`` are read as streams, bounded
 in size (and in time by the run's ``--timeout``). A bug met while reading one path is recorded as
 an internal error naming that path, and the other paths are still read.
+
+Folders are walked without recursion, at most :data:`~kpdoctor.bundle.archive.MAX_DEPTH` folders
+deep: a deeper folder is refused with a one-line reason and the rest is read; so is a file the
+system cannot reach by its path (longer than ``PATH_MAX``), and a file that cannot be read is a
+problem of its own, not of the whole folder.
+
+Temporary folders (an archive's extraction, a spooled pipe) are made by :func:`private_tempdir`:
+``$TMPDIR/kpdoctor-<pid>-XXXX/`` holds one process's folders, with a lock file the process holds
+(``flock``) for as long as they exist. :meth:`Evidence.close` removes them, and the CLI removes
+whatever is left on every way out (errors, ``--timeout``, SIGINT/SIGTERM/SIGHUP, see ``cli.main``).
+A process killed outright (SIGKILL, the OOM killer) cannot clean up: the next run that makes a
+temporary folder removes such folders (:func:`sweep_stale`), but only a folder of its own user,
+whose process is gone and whose lock is free, and not changed for a minute. A folder of a run in
+another PID namespace sharing ``$TMPDIR`` is kept: its lock is still held.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
+import fcntl
 import os
 import re
 import shutil
+import signal
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from kpdoctor import deadline
-from kpdoctor.bundle.archive import ArchiveError, extract, is_archive
+from kpdoctor.bundle.archive import MAX_DEPTH, TOO_DEEP, ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
@@ -42,6 +62,7 @@ LAZY_KINDS = (Kind.IPTABLES_SAVE, Kind.K8S_OBJECTS)
 MAX_STREAM_BYTES = 2 * 1024**3  # a pipe is spooled to a temporary file up to this (a 2 GB log)
 MAX_MANIFEST_BYTES = 16 * 1024**2  # a 10,000-Service node's manifest is ~20 kB
 MAX_DIR_FILES = 20_000  # files read from one folder (a bundle has ~40; a cluster-info dump a few thousand)
+MAX_REFUSED_LISTED = 20  # folders refused for their depth listed one by one; the rest are counted
 STREAM = re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
 # Commands whose output is never evidence; their parts are passed over without a word.
 _NOT_EVIDENCE = frozenset(("exit", "logout", "cd", "clear", "history", "pwd"))
@@ -80,8 +101,168 @@ class Evidence:
 
     def close(self) -> None:
         for d in self._tempdirs:
-            shutil.rmtree(d, ignore_errors=True)
+            remove_tempdir(d)
         self._tempdirs.clear()
+
+    def tempdir(self) -> str:
+        """A new private temporary folder, removed by :meth:`close`."""
+        tmp = private_tempdir()
+        self._tempdirs.append(tmp)
+        return tmp
+
+
+TEMP_PREFIX = "kpdoctor-"
+STALE_AFTER = 60.0  # seconds a dead process's temporary folder is left alone (it may be being made)
+_LOCK_FILE = ".lock"
+_STALE_NAME = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
+
+
+@dataclass
+class _Root:
+    """One process's folder in one $TMPDIR: the temporary folders it holds, and its lock."""
+
+    path: str
+    pid: int
+    fd: int  # the open lock file (-1: no lock could be taken)
+    children: set[str] = field(default_factory=set)
+
+
+_ROOTS: dict[str, _Root] = {}  # $TMPDIR -> this process's folder in it
+_SWEPT: set[str] = set()  # the $TMPDIRs swept for stale folders already
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM/SIGHUP/SIGALRM (delivered on leaving) while a temporary folder and its
+    record are made or dropped together: an interruption between the two would leak the folder."""
+    try:
+        old: set[int | signal.Signals] | None = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    except (OSError, ValueError, AttributeError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def private_tempdir() -> str:
+    """A new empty folder only this user can read, under this process's ``kpdoctor-<pid>-`` folder
+    in ``$TMPDIR`` (made, and locked, with the first)."""
+    base = tempfile.gettempdir()
+    if base not in _SWEPT:
+        _SWEPT.add(base)
+        sweep_stale(base)
+    with _signals_held():
+        root = _ROOTS.get(base)
+        if root is not None and root.pid == os.getpid() and not os.path.isdir(root.path):
+            _drop(base, root)  # removed under our feet: start a new one
+            root = None
+        if root is None or root.pid != os.getpid():  # none yet, or the parent's (a forked child)
+            path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=base)
+            root = _ROOTS[base] = _Root(path, os.getpid(), _lock(path))
+        tmp = tempfile.mkdtemp(dir=root.path)
+        root.children.add(tmp)
+    return tmp
+
+
+def _lock(folder: str) -> int:
+    """Create ``folder``'s lock file and hold it (flock: released by the kernel however the process
+    ends); the open file, or -1 when it cannot be (the folder is then judged by its pid alone)."""
+    try:
+        fd = os.open(os.path.join(folder, _LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def remove_tempdir(tmp: str) -> None:
+    """Remove a folder :func:`private_tempdir` made, and this process's folder with its last one."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    with _signals_held():
+        for base, root in list(_ROOTS.items()):
+            if tmp in root.children:
+                root.children.discard(tmp)
+                if not root.children and root.pid == os.getpid():
+                    _drop(base, root)
+
+
+def remove_tempdirs() -> None:
+    """Remove every temporary folder this process made and still has (its last step)."""
+    with _signals_held():
+        for base, root in list(_ROOTS.items()):
+            if root.pid == os.getpid():  # a forked child leaves its parent's alone
+                _drop(base, root)
+
+
+def _drop(base: str, root: _Root) -> None:
+    shutil.rmtree(root.path, ignore_errors=True)  # removed while still locked
+    if root.fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(root.fd)
+    root.children.clear()
+    _ROOTS.pop(base, None)
+
+
+def sweep_stale(base: str) -> list[str]:
+    """Remove from ``base`` the temporary folders of kpdoctor runs that were killed outright
+    (SIGKILL, the OOM killer): ``kpdoctor-<pid>-*`` folders owned by this user, unchanged for
+    :data:`STALE_AFTER` seconds, whose process is not alive and whose lock nobody holds. Returns
+    the folders removed. Never raises."""
+    removed: list[str] = []
+    try:
+        with os.scandir(base) as it:
+            candidates = [e for e in it if e.name.startswith(TEMP_PREFIX)]
+    except OSError:
+        return removed
+    uid, now = os.geteuid(), time.time()
+    for e in candidates:
+        m = _STALE_NAME.fullmatch(e.name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
+            continue
+        if _alive(int(m.group(1))) or _locked(e.path):
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        removed.append(e.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # another user's process (or a number no process has)
+    return True
+
+
+def _locked(folder: str) -> bool:
+    """Whether a live process holds ``folder``'s lock (a run in another PID namespace: its pid
+    means nothing here). No lock file: not locked (killed before it was made)."""
+    try:
+        fd = os.open(os.path.join(folder, _LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def load(paths: Iterable[str | Path]) -> Evidence:
@@ -179,8 +360,7 @@ def _load_stream(ev: Evidence, src: BinaryIO, label: str, seen: set[tuple[int, i
     from its first bytes, without reading on (``/dev/zero`` never ends)."""
     if src.isatty():
         print(f"kpdoctor: reading evidence from {label}: paste it, then Ctrl-D", file=sys.stderr)
-    tmp = tempfile.mkdtemp(prefix="kpdoctor-")
-    ev._tempdirs.append(tmp)
+    tmp = ev.tempdir()
     spool = Path(tmp) / "stdin"
     size, cut = 0, False
     with open(spool, "wb") as out:
@@ -209,8 +389,7 @@ def _load_stream(ev: Evidence, src: BinaryIO, label: str, seen: set[tuple[int, i
 
 
 def _load_archive(ev: Evidence, path: Path, label: str, seen: set[tuple[int, int]]) -> None:
-    tmp = tempfile.mkdtemp(prefix="kpdoctor-")
-    ev._tempdirs.append(tmp)
+    tmp = ev.tempdir()
     try:
         out = extract(path, Path(tmp))
     except ArchiveError as exc:
@@ -229,30 +408,60 @@ def _load_archive(ev: Evidence, path: Path, label: str, seen: set[tuple[int, int
 
 
 def _walk(ev: Evidence, root: Path, label: str) -> list[Path]:
-    """The regular files under ``root`` (links and special files are not followed or opened), at
-    most :data:`MAX_DIR_FILES`; folders that cannot be read are counted, not fatal."""
+    """The regular files under ``root``, in ``os.walk`` order (top-down, sorted), at most
+    :data:`MAX_DIR_FILES`. Links and special files are not followed or opened. Walked without
+    recursion: folders more than :data:`~kpdoctor.bundle.archive.MAX_DEPTH` deep are refused, one
+    line each (at most :data:`MAX_REFUSED_LISTED`); folders that cannot be read and files whose
+    path the system cannot take (``ENAMETOOLONG``) are counted, never fatal."""
     files: list[Path] = []
-    unreadable: list[str] = []
+    unreadable = too_long = 0
+    deep: list[str] = []
     cut = False
-    for here, dirs, names in os.walk(root, onerror=lambda e: unreadable.append(str(e.filename))):
-        dirs.sort()
-        for name in sorted(names):
-            p = Path(here, name)
+    stack: list[tuple[str, int]] = [(os.fspath(root), 0)]  # a folder, and how many folders deep it is
+    while stack and not cut:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                too_long += 1
+            else:
+                unreadable += 1
+            continue
+        subdirs: list[str] = []
+        for e in entries:
             try:
-                if not stat.S_ISREG(p.lstat().st_mode):
-                    continue
-            except OSError:
+                mode = os.lstat(e.path).st_mode  # by its whole path: the one it is read by
+            except OSError as exc:
+                too_long += exc.errno == errno.ENAMETOOLONG
                 continue
-            if len(files) >= MAX_DIR_FILES:
-                cut = True
-                break
-            files.append(p)
-        if cut:
-            break
+            if stat.S_ISDIR(mode):
+                subdirs.append(e.path)
+            elif stat.S_ISREG(mode):
+                if len(files) >= MAX_DIR_FILES:
+                    cut = True
+                    break
+                files.append(Path(e.path))
+        if subdirs and depth >= MAX_DEPTH:
+            deep += subdirs
+            continue
+        stack.extend((d, depth + 1) for d in reversed(subdirs))
     if cut:
         ev.problems.append(InputProblem(label, f"more than {MAX_DIR_FILES:,} files: the rest were not read"))
+    for d in deep[:MAX_REFUSED_LISTED]:
+        rel = _printable(os.path.relpath(d, root))
+        rel = rel if len(rel) <= 512 else rel[:509] + "..."
+        ev.problems.append(InputProblem(f"{label}:{rel}", f"refused: {TOO_DEEP}"))
+    if len(deep) > MAX_REFUSED_LISTED:
+        more = len(deep) - MAX_REFUSED_LISTED
+        ev.problems.append(InputProblem(label, f"{more:,} more folder(s) refused: {TOO_DEEP}"))
     if unreadable:
-        ev.problems.append(InputProblem(label, f"{len(unreadable)} folder(s) could not be read (permission denied)"))
+        ev.problems.append(InputProblem(label, f"{unreadable} folder(s) could not be read (permission denied)"))
+    if too_long:
+        ev.problems.append(
+            InputProblem(label, f"{too_long} file(s) or folder(s) not read: path longer than the system allows")
+        )
     return files
 
 
@@ -278,34 +487,55 @@ def _load_dir(
         shown = f"{display_root}:{rel}" if display_root else str(f)
         if rel == "manifest.json":
             continue
-        if seen is not None and _seen(seen, f.stat()):
-            continue
-        deadline.stage(f"reading {_printable(shown)}")
-        if bundle and rel in BUNDLE_PATHS:
-            kind, attrs = BUNDLE_PATHS[rel]
-            entry = manifest.get(rel, {})
-            exit_code = entry.get("exit_code")
-            if isinstance(exit_code, int) and exit_code != 0 and f.stat().st_size == 0:
-                stderr = str(entry.get("stderr") or "").strip().splitlines()
-                why = stderr[0] if stderr else ""
-                ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
-                continue
-            attrs = dict(attrs)
-            when = entry.get("collected_at") or entry.get("started_at")
-            if isinstance(when, str) and when:
-                attrs["time"] = when  # counter snapshots: the interval between T0 and T1
-            _add_typed(ev, f, rel, Typed(kind, attrs))
-            continue
-        if bundle and rel.startswith(KNOWN_UNUSED_PREFIXES):
-            continue
-        if dump and rel.endswith("logs.txt") and "kube-proxy" not in rel:
-            ignored_logs += 1
-            continue
-        _load_file(ev, f, _printable(rel if bundle or display_root else shown))
+        name = _printable(rel if bundle or display_root else shown)  # what the file is called in the report
+        try:
+            ignored_logs += _load_member(ev, f, rel, shown, name, manifest if bundle else None, dump, seen)
+        except OSError as exc:  # this file, not the whole folder (removed meanwhile, unreadable)
+            why = "permission denied" if isinstance(exc, PermissionError) else f"cannot read: {exc.strerror or exc}"
+            ev.problems.append(InputProblem(name, why))
     if ignored_logs:
         ev.problems.append(InputProblem(label, f"cluster-info dump: {ignored_logs} logs of other Pods not read"))
     if bundle and _compare_manifest(ev, root, manifest, arrived):
         ev.damaged.append(label)
+
+
+def _load_member(
+    ev: Evidence,
+    f: Path,
+    rel: str,
+    shown: str,
+    name: str,
+    manifest: dict[str, dict[str, object]] | None,
+    dump: bool,
+    seen: set[tuple[int, int]] | None,
+) -> int:
+    """Read one file of a folder (``manifest``: the bundle's, None when not a bundle); 1 when it is
+    a log of a cluster-info dump that is passed over, else 0."""
+    bundle = manifest is not None
+    if seen is not None and _seen(seen, f.stat()):
+        return 0
+    deadline.stage(f"reading {_printable(shown)}")
+    if manifest is not None and rel in BUNDLE_PATHS:
+        kind, attrs = BUNDLE_PATHS[rel]
+        entry = manifest.get(rel, {})
+        exit_code = entry.get("exit_code")
+        if isinstance(exit_code, int) and exit_code != 0 and f.stat().st_size == 0:
+            stderr = str(entry.get("stderr") or "").strip().splitlines()
+            why = stderr[0] if stderr else ""
+            ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
+            return 0
+        attrs = dict(attrs)
+        when = entry.get("collected_at") or entry.get("started_at")
+        if isinstance(when, str) and when:
+            attrs["time"] = when  # counter snapshots: the interval between T0 and T1
+        _add_typed(ev, f, rel, Typed(kind, attrs))
+        return 0
+    if bundle and rel.startswith(KNOWN_UNUSED_PREFIXES):
+        return 0
+    if dump and rel.endswith("logs.txt") and "kube-proxy" not in rel:
+        return 1
+    _load_file(ev, f, name)
+    return 0
 
 
 def _compare_manifest(ev: Evidence, root: Path, manifest: dict[str, dict[str, object]], arrived: set[str]) -> bool:
@@ -468,8 +698,7 @@ def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
 
 def _as_utf8(ev: Evidence, path: Path) -> Path:
     """A UTF-16 file re-encoded as UTF-8 in a private temporary folder (line numbers unchanged)."""
-    tmp = tempfile.mkdtemp(prefix="kpdoctor-")
-    ev._tempdirs.append(tmp)
+    tmp = ev.tempdir()
     out = Path(tmp) / "utf8"
     out.write_text(path.read_bytes().decode("utf-16", errors="replace"), encoding="utf-8")
     return out
@@ -492,7 +721,8 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
         ev.artifacts.append(Artifact(label, typed.kind, path=os.fspath(path), attrs=attrs, size=size))
         return
     raw = path.read_bytes()
-    _add_inline(ev, label, typed, raw.decode("utf-8-sig", errors="replace"))  # a BOM is not content
+    text = raw.decode("utf-8-sig", errors="replace")  # a BOM is not content
+    _add_inline(ev, label, typed, text, origin=os.fspath(path))
 
 
 def _add_inline(
@@ -503,15 +733,15 @@ def _add_inline(
     extra: dict[str, str] | None = None,
     first_line: int = 1,
     parsed: object | None = None,
+    origin: str | None = None,
 ) -> None:
     kind = typed.kind
     assert kind is not None
     attrs = {**typed.attrs, **(extra or {})}
     if kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
         attrs.update({k: v for k, v in save_attrs(text).items() if k not in attrs})
-    ev.artifacts.append(
-        Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text), parsed=parsed)
-    )
+    art = Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text), parsed=parsed)
+    ev.artifacts.append(dataclasses.replace(art, origin=origin) if origin else art)
 
 
 def _load_transcript(

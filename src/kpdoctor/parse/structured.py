@@ -6,6 +6,15 @@ digits raises a ``ValueError`` that tells the user to call ``sys.set_int_max_str
 byte-order mark makes ``json.loads`` refuse a file that Windows editors and PowerShell write every
 day. Here each becomes a :class:`StructuredError` with a one-line reason a user can act on, and a
 byte-order mark is simply skipped.
+
+YAML aliases are the other hostile shape: a 1 KB "billion laughs" (each level a list of ten aliases
+of the one before) parses in microseconds into a graph of shared nodes, but every reader that walks
+the result visits each shared part once per alias, a billion times. So a YAML stream is composed
+into nodes first, and the nodes its aliases add when expanded (each alias weighted by the size of
+the node it names) are counted before any object is built: past :data:`MAX_ALIAS_NODES` the stream
+is refused, and so is an alias inside the node it names (a recursive structure, which no reader
+could walk to its end). Text without ``&`` and ``*`` has no alias and is not counted. JSON has no
+aliases.
 """
 
 from __future__ import annotations
@@ -15,6 +24,12 @@ import re
 from typing import Any
 
 MAX_DEPTH = 256  # Kubernetes objects nest about 15 levels; kubectl Lists and nft JSON under 30
+# Nodes that aliases may add to a YAML stream when expanded. kubectl never writes aliases; a
+# hand-written manifest shares some labels or a container block (`<<: *defaults`), a few hundred
+# nodes. A billion laughs adds 10**9.
+MAX_ALIAS_NODES = 10_000
+_ANCHOR = re.compile(r"&[^\s,\[\]{}]")
+_ALIAS = re.compile(r"\*[^\s,\[\]{}]")
 _OPENERS = re.compile(r"[\[{]")
 _BRACKETS = re.compile(r"[\[\]{}]")
 _INDENT = re.compile(r"^( *)\S", re.M)
@@ -75,9 +90,20 @@ def load_yaml_all(text: str) -> list[Any]:
     text = strip_bom(text)
     if flow_depth(text) > MAX_DEPTH or _block_depth(text) > MAX_DEPTH:
         raise StructuredError(f"YAML nested more than {MAX_DEPTH} levels deep: not read")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    aliases = bool(_ANCHOR.search(text) and _ALIAS.search(text))
+    loader: Any = None
     try:
-        return list(yaml.load_all(text, Loader=loader))
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        docs: list[Any] = []
+        added = 0
+        while loader.check_node():  # as yaml.load_all, with the aliases counted between the two steps
+            node = loader.get_node()
+            if aliases:
+                added += _alias_nodes(node, MAX_ALIAS_NODES - added)
+            docs.append(loader.construct_document(node))
+        return docs
+    except StructuredError:
+        raise
     except RecursionError:
         raise StructuredError(f"YAML nested more than {MAX_DEPTH} levels deep: not read") from None
     except yaml.MarkedYAMLError as exc:
@@ -85,3 +111,38 @@ def load_yaml_all(text: str) -> list[Any]:
         raise StructuredError(f"invalid YAML: {exc.problem or exc}", mark.line + 1 if mark else None) from None
     except (yaml.YAMLError, ValueError) as exc:
         raise StructuredError(f"invalid YAML ({exc})") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _alias_nodes(root: Any, budget: int) -> int:
+    """How many nodes the aliases of the document ``root`` (a composed ``yaml.Node``) add when
+    expanded: the nodes of its tree with every alias replaced by a copy of what it names, less the
+    distinct nodes. Raises :class:`StructuredError` past ``budget``, or when a node holds an alias
+    of itself. One pass over the distinct nodes (shared ones are sized once), without recursion."""
+    size: dict[int, int] = {}  # id(node) -> its expanded size, once known
+    open_: set[int] = set()  # nodes whose size is being computed: the ancestors of the current one
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        value = node.value
+        kids: list[Any] = []
+        if isinstance(value, list):  # a sequence's items, a mapping's (key, value) pairs
+            kids = [x for pair in value for x in pair] if value and isinstance(value[0], tuple) else value
+        if children_done:
+            open_.discard(key)
+            size[key] = min(1 + sum(size[id(k)] for k in kids), 1 << 62)
+            continue
+        if key in size:  # shared, already sized
+            continue
+        if key in open_:
+            raise StructuredError("YAML alias inside the node it names (a recursive structure): refused")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in reversed(kids))
+    added = size[id(root)] - len(size)
+    if added > budget:
+        raise StructuredError(f"YAML aliases expand past {MAX_ALIAS_NODES:,} nodes: refused")
+    return added
