@@ -584,6 +584,8 @@ class Facts:
             cfg.flags_from_log = bool(cfg.flags)
         for a in self.of(Kind.KUBE_PROXY_CONFIG):
             cfg.file = kpconfig.parse_config_file(a.text, a.name, a.first_line)
+            if objects and cfg.file is not None:  # why a config was refused (an alias bomb, bad YAML)
+                self.diagnostics += [(a.name, d) for d in cfg.file.diagnostics]
             break
         if cfg.file is None and objects:
             for cm in self.objects.of("ConfigMap"):
