@@ -302,14 +302,15 @@ def bundle_bytes(path: Path) -> bytes:
 # -------------------------------------------------------------------------------- deep trees
 
 
-def make_deep(base: Path, segments: list[str], leaf: str, data: bytes) -> None:
-    """Create base/seg/seg/.../leaf however deep, with directory descriptors (no path length limit)."""
+def make_deep(base: Path, depth: int, segment: str = "d", leaf: str = "log.txt", data: bytes = b"") -> None:
+    """base/seg/seg/.../leaf, ``depth`` folders deep, made through directory descriptors (a path
+    that long could not be given to os.makedirs, which also recurses once per level)."""
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for seg in segments:
+        for _ in range(depth):
             with suppress(FileExistsError):
-                os.mkdir(seg, dir_fd=fd)
-            nfd = os.open(seg, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.mkdir(segment, dir_fd=fd)
+            nfd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = nfd
         wfd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=fd)
@@ -390,17 +391,16 @@ def _deep_tree(case: HostileCase, work: Path) -> list[Finding]:
     name, depth = p["bundle"], p["depth"]
     tmp = work / "tmp"
     tmp.mkdir()
-    segments = [p["segment"]] * depth
     files = _bundle_files(name)
     if p["form"] == "folder":
         target = work / name
         for rel, data in files.items():
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             (target / rel).write_bytes(data)
-        make_deep(target, segments, "log.txt", KLOG_LINES.encode())
+        make_deep(target, depth, p["segment"], "log.txt", KLOG_LINES.encode())
     else:
         target = work / f"{name}.{p['form']}"
-        target.write_bytes(_tar_blob(files, name, ("/".join(segments) + "/log.txt", KLOG_LINES.encode()),
+        target.write_bytes(_tar_blob(files, name, ("/".join([p["segment"]] * depth) + "/log.txt", KLOG_LINES.encode()),
                                      p["form"] == "tar.gz"))  # fmt: skip
     try:
         run = run_kpdoctor(["diagnose", "-f", "json", str(target)], tmp, 120)
@@ -423,7 +423,7 @@ def _deep_tree(case: HostileCase, work: Path) -> list[Finding]:
 def alias_bomb(levels: int, fanout: int, head: str, key: str = "items") -> str:
     """A "billion laughs" YAML: level k is a list of ``fanout`` aliases of level k-1; ``key``
     (``items``: where a List's objects are read) holds the last level."""
-    lines = [head.rstrip("\n"), f'l0: &l0 [{", ".join(["lol"] * fanout)}]']
+    lines = [head.rstrip("\n"), f"l0: &l0 [{', '.join(['lol'] * fanout)}]"]
     for k in range(1, levels + 1):
         lines.append(f"l{k}: &l{k} [{', '.join([f'*l{k - 1}'] * fanout)}]")
     lines.append(f"{key}: *l{levels}")

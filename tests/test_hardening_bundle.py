@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_hostile import make_deep as hostile_make_deep
+from fuzz_hostile import remove_tree
 
 from kpdoctor import deadline
 from kpdoctor.bundle.archive import extract
@@ -143,50 +145,8 @@ def deep_name(depth: int, segment: str = "d") -> str:
 
 def make_deep(base: Path, depth: int, segment: str = "d", leaf: str = "kube-proxy.log", data: bytes = KLOG.encode(),
               ) -> None:  # fmt: skip
-    """base/seg/seg/.../leaf, ``depth`` folders deep, made through directory descriptors (a path
-    that long could not be given to os.makedirs, which also recurses once per level)."""
-    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir(segment, dir_fd=fd)
-            nfd = os.open(segment, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        wfd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=fd)
-        with os.fdopen(wfd, "wb") as fh:
-            fh.write(data)
-    finally:
-        os.close(fd)
-
-
-def remove_tree(top: Path) -> None:
-    """Remove a tree however deep or long its paths: one directory descriptor at a time, going down
-    with openat and up with "..", no recursion (shutil.rmtree recurses once per level)."""
-    if not top.exists():
-        return
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    names: list[str] = []  # the folders gone down into, from ``top``
-    while True:
-        sub = None
-        for e in list(os.scandir(fd)):
-            if e.is_dir(follow_symlinks=False):
-                sub = e.name
-                break
-            os.unlink(e.name, dir_fd=fd)
-        if sub is not None:
-            nfd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-            names.append(sub)
-            continue
-        if not names:
-            os.close(fd)
-            os.rmdir(top)
-            return
-        parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        os.rmdir(names.pop(), dir_fd=parent)
-        fd = parent
+    """base/seg/seg/.../leaf, ``depth`` folders deep (tests/fuzz_hostile.make_deep, a kube-proxy log at the bottom)."""
+    hostile_make_deep(base, depth, segment, leaf, data)
 
 
 @pytest.fixture

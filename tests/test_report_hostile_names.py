@@ -13,30 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from markdown_it import MarkdownIt
+from test_report_markdown_hostile import DEMO, HOSTILE, MD, REPO
 
 from kpdoctor.report.safe import printable
-
-REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "src/kpdoctor/demo/bundles/xtables-lock-contention"
-MD = MarkdownIt("commonmark").enable("table")
-HOSTILE = (
-    "```",
-    "~~~",
-    "````` x",
-    "\n# pwned heading\n",
-    "<img src=x onerror=alert(1)>",
-    "</pre><script>alert(1)</script>",
-    "[click](http://evil.example/)",
-    "![x](http://evil.example/x.png)",
-    "<http://evil.example>",
-    "| a | b |",
-    "\n---\n",
-    "\n> quoted\n",
-    "\n1. listed\n",
-    "*bold* _em_ ~~strike~~",
-    "\x1b]0;pwned\x07\x1b[2J\x9b31m",
-)
 
 
 def _hostile_bundle(tmp_path: Path, payload: str) -> Path:
