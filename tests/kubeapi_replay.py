@@ -8,7 +8,9 @@ A *recording* is a JSON file in ``tests/data/kubeapi/``: an ordered list of exch
 A request is answered by the first *remaining* exchange whose method, path and query (every value
 compared exactly, ``continue`` included) match; that exchange is then used up, unless it says
 ``"repeat": true``. A response body that is a JSON object is served as ``application/json``, a
-string as ``text/plain`` (pod logs); ``"delay": seconds`` holds the answer back (a hanging server).
+string as ``text/plain`` (pod logs); ``"delay": seconds`` holds the answer back (a hanging server),
+``"trickle": seconds`` sends its body one byte every that many seconds (a server no read timeout
+catches: each byte comes in time).
 A request that matches nothing is answered like the API server answers an unknown path (404 with a
 ``Status`` body) and is kept in :attr:`ReplayServer.unexpected`, so a test can say which requests
 the recording expected and that nothing else was asked for.
@@ -38,12 +40,19 @@ that watches and writes (``ReplayServer(exchanges, cluster=live)``; exchanges st
   (``follow=true`` streams it); a created Pod follows :attr:`LiveCluster.pod_script` (a
   :class:`PodScript`: its phases and its container's log over time; none: it stays Pending);
 * failures: :meth:`LiveCluster.deny` (403 by default, any Status) and :attr:`LiveCluster.down`.
+
+:class:`StalledServer` is an API server that accepts connections and then stalls: it never
+answers, or answers a byte a second (its headers too, if asked). :class:`BulkServer` serves a
+large generated cluster (:func:`bulk_objects`: Services and EndpointSlices shaped as
+kube-apiserver returns them, ``managedFields`` included) from pages rendered once, fast enough
+to list 100,000 Services in seconds (bench/agent_memory.py, the memory tests).
 """
 
 from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
 import copy
 import json
 import random
@@ -343,6 +352,24 @@ class ReplayServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def _trickle(self, code: int, body: Obj | str, every: float) -> None:
+                """The answer's status and headers at once, then its body a byte every ``every`` seconds."""
+                data = (body if isinstance(body, str) else json.dumps(body)).encode("utf-8")
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json" if not isinstance(body, str) else "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.flush()
+                    for i in range(len(data)):
+                        if server._stopping.wait(every):
+                            break
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass
+                self.close_connection = True
+
             def _stream(self, watch: LiveWatch) -> None:
                 """A watch: ``200`` with a chunked body, one JSON event a line, each flushed as it happens."""
                 events = watch.events(server._stopping)
@@ -412,6 +439,9 @@ class ReplayServer:
                         server._record_write(method, path, query, ctype, raw, int(response["status"]))
                         delay = float(response.get("delay", 0))
                         if delay and server._stopping.wait(delay):
+                            return
+                        if response.get("trickle"):
+                            self._trickle(int(response["status"]), response.get("body", ""), float(response["trickle"]))
                             return
                         self._send(int(response["status"]), response.get("body", ""), response.get("headers"))
                         return
@@ -1746,6 +1776,311 @@ def load_live_cluster(path: Path) -> LiveCluster:
     """A :class:`LiveCluster` from a JSON file: a list of objects, or ``{"items": [...]}``."""
     data = json.loads(path.read_text(encoding="utf-8"))
     return LiveCluster(data["items"] if isinstance(data, dict) else data)
+
+
+# -- stalled API servers ------------------------------------------------------------------------------
+
+
+class StalledServer:
+    """An API server on ``http://127.0.0.1:<port>`` that accepts every connection and then stalls
+    (a context manager). ``mode="silent"``: reads the request and never answers. ``mode="trickle"``:
+    answers ``200`` with a JSON body of ``size`` bytes sent one byte every ``every`` seconds;
+    ``headers=True`` trickles the status line and headers as well. What such a server does to a
+    client whose only bound is a socket timeout (each byte comes before it): it never ends.
+    :attr:`requests` holds each request line, :attr:`connections` counts the connections."""
+
+    def __init__(self, mode: str = "silent", *, every: float = 1.0, headers: bool = False,
+                 size: int = 10_000_000) -> None:
+        assert mode in ("silent", "trickle"), mode
+        self.mode, self.every, self.headers, self.size = mode, every, headers, size
+        self.requests: list[str] = []
+        self.connections = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self._thread = threading.Thread(target=self._accept, name="stalled-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def __enter__(self) -> StalledServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
+        self._listener.close()
+        with self._lock:
+            for s in self._socks:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        self._thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+                self._socks.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True, name="stalled-api-conn").start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        head = b""
+        try:
+            sock.settimeout(1.0)
+            while b"\r\n\r\n" not in head and not self._stop.is_set():
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    return
+                head += data
+            with self._lock:
+                self.requests.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+            if self.mode == "silent":
+                self._stop.wait()
+                return
+            status = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {self.size}\r\n\r\n").encode()
+            body = (b'{"kind":"List","apiVersion":"v1","metadata":{},"items":[' + b" " * self.size)[: self.size]
+            data = (status if self.headers else b"") + body
+            if not self.headers:
+                sock.sendall(status)
+            for i in range(len(data)):
+                if self._stop.wait(self.every):
+                    return
+                sock.sendall(data[i : i + 1])
+        except OSError:
+            return
+
+
+# -- a large cluster, fast ----------------------------------------------------------------------------
+
+
+def _uid(kind: str, i: int) -> str:
+    return str(uuid.UUID(int=(hash(kind) & 0xFFFF) << 64 | i))
+
+
+def bulk_service(i: int, *, namespaces: int = 50) -> Obj:
+    """Service ``i`` as kube-apiserver returns it (kubectl-applied: the last-applied annotation and
+    ``managedFields`` of client-side apply)."""
+    ns, name = f"ns{i % namespaces}", f"svc-{i:06d}"
+    ip = f"10.{96 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}"
+    spec: Obj = {
+        "clusterIP": ip, "clusterIPs": [ip], "internalTrafficPolicy": "Cluster", "ipFamilies": ["IPv4"],
+        "ipFamilyPolicy": "SingleStack",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "selector": {"app": name}, "sessionAffinity": "None", "type": "ClusterIP",
+    }
+    applied = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"annotations": {}, "labels": {"app": name}, "name": name, "namespace": ns},
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}], "selector": {"app": name}}}
+    fields = {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}},
+                             "f:labels": {".": {}, "f:app": {}}},
+              "f:spec": {"f:internalTrafficPolicy": {}, "f:ports": {".": {}, 'k:{"port":80,"protocol":"TCP"}': {
+                  ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}},
+                  "f:selector": {}, "f:sessionAffinity": {}, "f:type": {}}}
+    return {
+        "kind": "Service", "apiVersion": "v1",
+        "metadata": {
+            "name": name, "namespace": ns, "uid": _uid("Service", i), "resourceVersion": str(100000 + i),
+            "creationTimestamp": "2026-01-05T10:00:00Z", "labels": {"app": name},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(applied) + "\n"},
+            "managedFields": [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
+                               "time": "2026-01-05T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields}],
+        },
+        "spec": spec,
+        "status": {"loadBalancer": {}},
+    }
+
+
+def bulk_slice(i: int, *, endpoints: int = 2, namespaces: int = 50) -> Obj:
+    """The EndpointSlice of :func:`bulk_service` ``i``, as the EndpointSlice controller writes it."""
+    ns, svc = f"ns{i % namespaces}", f"svc-{i:06d}"
+    eps = []
+    for j in range(endpoints):
+        k = i * 8 + j
+        eps.append({
+            "addresses": [f"10.{128 + ((k >> 16) & 63)}.{(k >> 8) & 255}.{k & 255}"],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "nodeName": f"node-{k % 100}", "zone": f"zone-{k % 3}",
+            "targetRef": {"kind": "Pod", "name": f"{svc}-pod-{j}", "namespace": ns, "uid": _uid("Pod", k)},
+        })
+    fields = {"f:addressType": {}, "f:endpoints": {}, "f:metadata": {
+        "f:annotations": {".": {}, "f:endpoints.kubernetes.io/last-change-trigger-time": {}},
+        "f:generateName": {}, "f:labels": {".": {}, "f:endpointslice.kubernetes.io/managed-by": {},
+                                           "f:kubernetes.io/service-name": {}},
+        "f:ownerReferences": {".": {}, f'k:{{"uid":"{_uid("Service", i)}"}}': {}}}, "f:ports": {}}
+    return {
+        "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {
+            "name": f"{svc}-x{i % 99991:05d}", "generateName": f"{svc}-", "namespace": ns,
+            "uid": _uid("EndpointSlice", i), "resourceVersion": str(300000 + i), "generation": 1,
+            "creationTimestamp": "2026-01-05T10:00:01Z",
+            "labels": {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                       "kubernetes.io/service-name": svc},
+            "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-05T10:00:01Z"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": svc, "uid": _uid("Service", i),
+                                 "controller": True, "blockOwnerDeletion": True}],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                               "apiVersion": "discovery.k8s.io/v1", "time": "2026-01-05T10:00:01Z",
+                               "fieldsType": "FieldsV1", "fieldsV1": fields}],
+        },
+        "addressType": "IPv4",
+        "endpoints": eps,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }
+
+
+BULK_NODE = "bulk-node"
+
+
+def bulk_objects(services: int, *, endpoints: int = 2) -> dict[str, list[Obj]]:
+    """A generated cluster by API path: ``services`` Services, one EndpointSlice each, and the Node
+    :data:`BULK_NODE` (no Pods)."""
+    node = {"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": BULK_NODE, "uid": _uid("Node", 0), "resourceVersion": "7"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.2"}]}}
+    return {
+        "/api/v1/services": [bulk_service(i) for i in range(services)],
+        "/apis/discovery.k8s.io/v1/endpointslices": [bulk_slice(i, endpoints=endpoints) for i in range(services)],
+        "/api/v1/nodes": [node],
+        "/api/v1/pods": [],
+    }
+
+
+class BulkServer:
+    """Serve a static cluster's lists fast (a context manager): ``objects`` by list path (as
+    :func:`bulk_objects` gives them), in pages of the ``limit`` asked for (all at once without
+    one), each page rendered once; ``fieldSelector=metadata.name=N`` and ``spec.nodeName=N``
+    select; a watch (``watch=true``) is an open stream with no events, ended at its
+    ``timeoutSeconds`` (``watch="overrun"``: never ended, a blank line every 0.2 s, which no read
+    timeout catches; ``watch="silent"``: never answered). Every request lands in :attr:`requests`
+    (path and query)."""
+
+    def __init__(self, objects: Mapping[str, Sequence[Obj]], *, resource_version: int = 900000,
+                 watch: str = "idle") -> None:
+        assert watch in ("idle", "overrun", "silent"), watch
+        self.watch = watch
+        self.objects = {p: [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in objs]
+                        for p, objs in objects.items()}
+        self.rv = str(resource_version)
+        self.requests: list[dict[str, Any]] = []
+        self._pages: dict[tuple[str, str, int, int], bytes] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="kubeapi-bulk", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def __enter__(self) -> BulkServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _select(self, path: str, selector: str) -> list[Obj]:
+        items = self.objects.get(path, [])
+        field, _, value = selector.partition("=")
+        if field == "metadata.name":
+            return [o for o in items if o["metadata"].get("name") == value]
+        if field == "spec.nodeName":
+            return [o for o in items if (o.get("spec") or {}).get("nodeName") == value]
+        return items
+
+    def page(self, path: str, selector: str, start: int, limit: int) -> bytes:
+        key = (path, selector, start, limit)
+        with self._lock:
+            got = self._pages.get(key)
+        if got is not None:
+            return got
+        items = self._select(path, selector)
+        end = min(len(items), start + limit) if limit else len(items)
+        meta: Obj = {"resourceVersion": self.rv}
+        if end < len(items):
+            meta["continue"] = base64.urlsafe_b64encode(json.dumps({"start": end}).encode()).decode()
+            meta["remainingItemCount"] = len(items) - end
+        body = json.dumps({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items[start:end]},
+                          separators=(",", ":")).encode()
+        with self._lock:
+            self._pages[key] = body
+        return body
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+                with server._lock:
+                    server.requests.append({"path": parts.path, "query": query})
+                try:
+                    if query.get("watch") in ("true", "1"):
+                        self._watch(float(query.get("timeoutSeconds") or 60))
+                        return
+                    if parts.path not in server.objects:
+                        self._send(404, json.dumps(not_found_path()).encode())
+                        return
+                    token = query.get("continue") or ""
+                    start = int(json.loads(base64.urlsafe_b64decode(token))["start"]) if token else 0
+                    body = server.page(parts.path, query.get("fieldSelector", ""), start, int(query.get("limit") or 0))
+                    self._send(200, body)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            def _send(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _watch(self, seconds: float) -> None:
+                if server.watch == "silent":
+                    server._stopping.wait()
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                if server.watch == "overrun":
+                    while not server._stopping.wait(0.2):
+                        self.wfile.write(b"1\r\n\n\r\n")
+                        self.wfile.flush()
+                    self.close_connection = True
+                    return
+                server._stopping.wait(seconds)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        return Handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -272,7 +272,9 @@ def test_daemonset_arguments_are_the_agents_options(rendered: dict[str, list[Obj
     cmd = kpdoctor_app.commands[args[0]]
     ctx = cmd.make_context("kpdoctor agent", list(args[1:]))
     assert ctx.params["host_root"] == "/host"
-    assert ctx.params["listen"] == "0.0.0.0:9847"
+    # the node's own address (POD_IP on hostNetwork) for probes and Prometheus, loopback for /run and
+    # /report: never every address
+    assert ctx.params["listen"] == ("$(POD_IP):9847", "127.0.0.1:9847")
     with pytest.raises(Exception, match="No such option"):
         cmd.make_context("kpdoctor agent", ["--host-rot=/host"])
 

@@ -995,10 +995,12 @@ def npd(paths: tuple[str, ...], min_severity: str | None, node: str | None, max_
 )
 @click.option(
     "--listen",
-    default="127.0.0.1:9847",
+    multiple=True,
+    default=["127.0.0.1:9847"],
     show_default=True,
     metavar="HOST:PORT",
-    help="Where /metrics, /healthz and /readyz are served (/run and /report: loopback clients only).",
+    help="Where /metrics, /healthz and /readyz are served (/run and /report: loopback clients only); "
+    "repeat it to serve on several addresses (the DaemonSet: the Pod's IP and 127.0.0.1).",
 )
 @click.option(
     "--condition-type",
@@ -1015,7 +1017,7 @@ def agent(
     min_severity: str | None,
     every: float,
     full_every: int,
-    listen: str,
+    listen: tuple[str, ...],
     condition_type: str,
     no_events: bool,
     no_condition: bool,
@@ -1039,10 +1041,13 @@ def agent(
 
     gc.enable()  # a long-running process (the one-shot commands keep it off)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        _err(f"--listen {listen}: give HOST:PORT (127.0.0.1:9847)")
-        raise Exit(2)
+    addresses: list[tuple[str, int]] = []
+    for where in listen:
+        host, _, port = where.rpartition(":")
+        if not host or not port.isdigit():
+            _err(f"--listen {where}: give HOST:PORT (127.0.0.1:9847)")
+            raise Exit(2)
+        addresses.append((host.strip("[]"), int(port)))
     try:
         preflight(LiveOptions(host_root=live["host_root"], interval=0.0, timeout=live["timeout"]))
     except CollectError as e:
@@ -1071,9 +1076,9 @@ def agent(
     )
     logging.getLogger("kpdoctor.agent").info("node %s; cluster: %s", name, how)
     try:
-        code = serve(runner, cache, (host.strip("[]"), int(port)), once=once)
+        code = serve(runner, cache, addresses, once=once)
     except OSError as e:
-        _err(f"--listen {listen}: {e.strerror or e}")
+        _err(f"--listen {' '.join(listen)}: {e.strerror or e}")
         raise Exit(2) from None
     raise Exit(code)
 

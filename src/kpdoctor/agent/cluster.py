@@ -7,22 +7,34 @@ again, and an error backs off and retries. What was read stays available through
 marked stale: the node side is still diagnosed, and the report says what could not be read.
 The objects are handed to each cycle as the bundle's ``cluster/*.json`` artifacts, with each
 object's version, so the verification can tell which Services changed (dataplane/reuse.py).
+
+Nothing the API server does can hold a thread or take the node's memory: each page must arrive
+whole within :data:`LIST_SECONDS` (an overall deadline, not a read timeout: see
+kpdoctor.deadline), a watch connection is cut :data:`WATCH_MARGIN` seconds after its
+``timeoutSeconds`` whatever the server keeps sending (and resumed), a page or a watch event
+larger than an object can be is refused, and a list that does not end is given up. An object
+is kept as its compact JSON, trimmed of what no check reads (collect.cluster.trim): 100,000
+Services cost their JSON, not Python's dicts, until a cycle parses them (bench/agent_memory.py);
+the cycle keeps what it parsed, so only a changed object is parsed again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
+from kpdoctor import deadline
+from kpdoctor.collect.cluster import CONNECT_TIMEOUT, TooLarge, Unanswered, bounded_connections, fetch, trim
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.k8s import K8sObject, ObjectDiagnostic, Objects, read_object
@@ -33,8 +45,12 @@ Obj = dict[str, Any]
 
 PAGE = 500
 WATCH_SECONDS = 300  # the server ends a watch after this; it is resumed at once
+WATCH_MARGIN = 30.0  # a watch connection still open this long after that is cut (and resumed)
+LIST_SECONDS = 60.0  # one page of a list, whole
+MAX_PAGES = 2000  # 1,000,000 objects: a list that has not ended by then never will
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch event (an object is at most 1.5 MB in etcd)
+PARSE_BATCH = 2000  # objects parsed by one json.loads (their keys shared)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
-CONNECT_TIMEOUT = 10.0
 
 
 @dataclass
@@ -52,28 +68,36 @@ class Resource:
 class _Parsed:
     """One object as the last snapshot gave it: parsed again only when a watch event replaced it."""
 
-    body: Obj  # the watched object it was read from (a change replaces the dict)
+    raw: bytes  # the kept JSON it was parsed from (a change replaces it)
     line: int
-    text: str  # its JSON line in the artifact
     obj: K8sObject
     problems: list[str]
 
 
 @dataclass
 class ResourceState:
-    objects: dict[str, Obj] = field(default_factory=dict)  # namespace/name -> object
+    objects: dict[str, bytes] = field(default_factory=dict)  # namespace/name -> the object's compact JSON
     parsed: dict[str, _Parsed] = field(default_factory=dict)  # the snapshot's, kept by the cycle thread
     resource_version: str = ""
     synced: bool = False  # listed at least once
     error: str = ""  # why it is not current ("" while the watch runs)
     error_since: float | None = None
     relists: int = 0
+    pages: int = 0  # pages read by the last list
+    listing_since: float | None = None  # the first list began then (monotonic)
 
 
 def _key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def compact(obj: Obj, kind: str, api_version: str) -> bytes:
+    """What is kept of an object: its line of the artifact (kind and apiVersion first, as a GET
+    gives it), trimmed."""
+    body = {k: v for k, v in trim(obj, kind).items() if k not in ("kind", "apiVersion")}
+    return json.dumps({"kind": kind, "apiVersion": api_version, **body}, separators=(",", ":")).encode()
 
 
 def _reason(e: BaseException) -> str:
@@ -84,6 +108,8 @@ def _reason(e: BaseException) -> str:
         except ValueError:
             msg = None
         return f"{e.status} {e.reason or ''}: {msg or ''}".strip(": ")
+    if isinstance(e, (Unanswered, TooLarge)):
+        return str(e)
     return " ".join(f"{type(e).__name__}: {e}".split())[:300]
 
 
@@ -93,6 +119,7 @@ class ClusterCache:
     def __init__(self, api_client: Any, node: str, *, watch_seconds: int = WATCH_SECONDS) -> None:
         from kubernetes import client as k8s
 
+        bounded_connections(api_client)
         core, discovery = k8s.CoreV1Api(api_client), k8s.DiscoveryV1Api(api_client)
         self.node = node
         self.watch_seconds = watch_seconds
@@ -146,8 +173,9 @@ class ClusterCache:
     # -- what a cycle reads ------------------------------------------------------------------
     def node_object(self) -> Obj | None:
         with self._lock:
-            objs = list(self.state["cluster/nodes.json"].objects.values())
-        return objs[0] if objs else None
+            raws = list(self.state["cluster/nodes.json"].objects.values())
+        node = json.loads(raws[0]) if raws else None
+        return node if isinstance(node, dict) else None
 
     def snapshot(self) -> tuple[list[Collected], list[NotCollected]]:
         """Each resource as its bundle artifact (a ``List``, one object per line), or why it is
@@ -164,22 +192,20 @@ class ClusterCache:
                 items = list(st.objects.items())
                 synced, error, since = st.synced, st.error, st.error_since
             if not synced:
-                absent.append(NotCollected(r.path, error or "not listed yet"))
+                began = st.listing_since
+                why = "not listed yet"
+                if began is not None:
+                    why += f": the API server has not answered its list in {time.monotonic() - began:.0f}s"
+                absent.append(NotCollected(r.path, error or why))
                 continue
-            lines = ['{"kind":"List","apiVersion":"v1","items":[']
+            self._parse(r, st, items)
             objs: list[K8sObject] = []
             diags: list[Diagnostic] = []
-            last = len(items) - 1
-            for i, (key, body) in enumerate(items):
+            for i, (key, _raw) in enumerate(items):
                 line = i + 2
-                p = st.parsed.get(key)
-                if p is None or p.body is not body:
-                    full = {"kind": r.kind, "apiVersion": r.api_version, **body}
-                    obj, problems = read_object(full, r.path, line)
-                    p = st.parsed[key] = _Parsed(body, line, json.dumps(full, separators=(",", ":")), obj, problems)
-                elif p.line != line:
+                p = st.parsed[key]
+                if p.line != line:
                     p.obj, p.line = dataclasses.replace(p.obj, line=line), line
-                lines.append(p.text if i == last else p.text + ",")
                 objs.append(p.obj)
                 ref = f"{p.obj.namespace}/{p.obj.name}" if p.obj.namespace else p.obj.name
                 diags.extend(ObjectDiagnostic(line, f"{p.obj.kind} {ref}: {x}", r.path) for x in p.problems)
@@ -187,15 +213,31 @@ class ClusterCache:
                 keep = {k for k, _ in items}
                 for k in [k for k in st.parsed if k not in keep]:
                     del st.parsed[k]
-            lines.append("]}")
+            head = b'{"kind":"List","apiVersion":"v1","items":['
+            data = head + (b"\n" + b",\n".join(raw for _, raw in items) if items else b"") + b"\n]}"
             note = ""
             if error:
                 age = f" for {time.monotonic() - since:.0f}s" if since is not None else ""
                 note = f"as last seen: not current{age} ({error})"
-            data = "\n".join(lines).encode()
             source = f"watch {r.kind} (list + watch)"
             got.append(Collected(r.path, data, source, 0, "", now, 0, note, parsed=Objects(objs, diags)))
         return got, absent
+
+    @staticmethod
+    def _parse(r: Resource, st: ResourceState, items: list[tuple[str, bytes]]) -> None:
+        """Parse the objects that are new or changed since the last snapshot, a batch a
+        ``json.loads`` (so that their keys are shared)."""
+        stale = []
+        for i, (key, raw) in enumerate(items):
+            p = st.parsed.get(key)
+            if p is None or p.raw is not raw:
+                stale.append((i + 2, key, raw))
+        for at in range(0, len(stale), PARSE_BATCH):
+            batch = stale[at : at + PARSE_BATCH]
+            bodies = json.loads(b"[" + b",".join(raw for _, _, raw in batch) + b"]")
+            for (line, key, raw), body in zip(batch, bodies, strict=True):
+                obj, problems = read_object(body, r.path, line)
+                st.parsed[key] = _Parsed(raw, line, obj, problems)
 
     def errors(self) -> dict[str, str]:
         with self._lock:
@@ -206,6 +248,7 @@ class ClusterCache:
         backoff = BACKOFF_FIRST
         st = self.state[r.path]
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 if not st.resource_version:
                     self._list(r, st)
@@ -215,6 +258,12 @@ class ClusterCache:
                 with self._lock:
                     st.resource_version = ""
                     st.relists += 1
+                if time.monotonic() - began > BACKOFF_MAX:
+                    backoff = BACKOFF_FIRST
+                elif st.relists > 1:  # 410 again and again at once: not in a tight loop
+                    if self._stop.wait(backoff):
+                        return
+                    backoff = min(BACKOFF_MAX, backoff * 2)
             except Exception as e:  # the apiserver away, forbidden, a broken stream: retry later
                 why = _reason(e)
                 with self._changed:
@@ -228,91 +277,141 @@ class ClusterCache:
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
     def _list(self, r: Resource, st: ResourceState) -> None:
-        objects: dict[str, Obj] = {}
+        if st.listing_since is None:
+            st.listing_since = time.monotonic()
+        objects: dict[str, bytes] = {}
         token: str | None = None
+        tokens: set[str] = set()
         rv = ""
+        pages = 0
         while True:
+            if pages >= MAX_PAGES:
+                raise RuntimeError(f"the list did not end after {pages} pages of {PAGE} ({len(objects)} objects)")
             kwargs: dict[str, Any] = {"limit": PAGE, **r.selector}
             if token:
                 kwargs["_continue"] = token
-            resp = _ok(r.lister(_preload_content=False, _request_timeout=(CONNECT_TIMEOUT, 60.0), **kwargs))
-            body = json.loads(resp.data)
+            body = json.loads(_read(r.lister, LIST_SECONDS, **kwargs))
+            pages += 1
+            if not isinstance(body, dict):
+                raise ValueError("the API server's answer is not a JSON object")
             for item in body.get("items") or []:
                 if isinstance(item, dict):
-                    objects[_key(item)] = item
+                    objects[_key(item)] = compact(item, r.kind, r.api_version)
+            body.pop("items", None)
             meta = body.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or rv)
-            token = meta.get("continue") or None
+            token = str(meta.get("continue") or "") or None
             if not token:
                 break
+            if token in tokens:
+                raise RuntimeError("the API server gave the same continue token twice: the list would not end")
+            tokens.add(token)
         with self._changed:
-            st.objects, st.resource_version, st.synced = objects, rv, True
+            st.objects, st.resource_version, st.synced, st.pages = objects, rv, True, pages
             st.error, st.error_since = "", None
             self.generation += 1
             self._changed.notify_all()
 
     def _watch(self, r: Resource, st: ResourceState) -> None:
-        resp = _ok(
-            r.lister(
-                watch=True,
-                resource_version=st.resource_version,
-                timeout_seconds=self.watch_seconds,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT, self.watch_seconds + 30.0),
-                **r.selector,
-            )
-        )
-        try:
-            with self._changed:
-                if st.error:
-                    st.error, st.error_since = "", None
-                    self._changed.notify_all()
-            for line in iter_resp_lines(resp):  # type: ignore[no-untyped-call]
-                if self._stop.is_set():
-                    return
-                if not line or line.isspace():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Gone()
-                    raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        """One watch connection, from the last version seen, until the server ends it (or it
+        outlives its ``timeoutSeconds`` by :data:`WATCH_MARGIN`: cut, and resumed by the caller)."""
+        seconds = self.watch_seconds + WATCH_MARGIN
+        with deadline.bounded(seconds) as bound:
+            try:
+                resp = r.lister(
+                    watch=True,
+                    resource_version=st.resource_version,
+                    timeout_seconds=self.watch_seconds,
+                    allow_watch_bookmarks=True,
+                    _preload_content=False,
+                    _request_timeout=(min(CONNECT_TIMEOUT, seconds), seconds),
+                    **r.selector,
+                )
+            except ApiException as e:
+                if e.status == 410:
+                    raise _Gone() from None
+                if bound.expired:
+                    raise Unanswered(f"no answer to the watch within {round(seconds, 1):g}s") from None
+                raise
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+                if bound.expired:  # not even its headers: the API server is not answering (stale)
+                    raise Unanswered(f"no answer to the watch within {round(seconds, 1):g}s") from None
+                raise
+            try:
                 with self._changed:
-                    if kind in ("ADDED", "MODIFIED"):
-                        obj.pop("kind", None)
-                        obj.pop("apiVersion", None)
-                        st.objects[_key(obj)] = obj
-                    elif kind == "DELETED":
-                        st.objects.pop(_key(obj), None)
-                    if rv:
-                        st.resource_version = rv
-                    if kind != "BOOKMARK":
-                        self.generation += 1
-                    self._changed.notify_all()
-        finally:
-            resp.close()
-            release = getattr(resp, "release_conn", None)
-            if release is not None:
-                release()
+                    if st.error:
+                        st.error, st.error_since = "", None
+                        self._changed.notify_all()
+                for line in _lines(resp, MAX_EVENT_BYTES):
+                    if self._stop.is_set():
+                        return
+                    self._event(st, r, line)
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
+                if bound.expired:  # it streamed past its timeoutSeconds: resumed from the last version seen
+                    log.info("watching %s: the stream outlived its %ds, cut and resumed", r.kind, self.watch_seconds)
+                    return
+                raise
+            finally:
+                resp.close()
+                release = getattr(resp, "release_conn", None)
+                if release is not None:
+                    release()
+
+    def _event(self, st: ResourceState, r: Resource, line: bytes) -> None:
+        if not line or line.isspace():
+            return
+        event = json.loads(line)
+        if not isinstance(event, dict):
+            raise ValueError("a watch event that is not a JSON object")
+        kind, obj = event.get("type"), event.get("object")
+        obj = obj if isinstance(obj, dict) else {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Gone()
+            raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        raw = compact(obj, r.kind, r.api_version) if kind in ("ADDED", "MODIFIED") else b""
+        with self._changed:
+            if kind in ("ADDED", "MODIFIED"):
+                st.objects[_key(obj)] = raw
+            elif kind == "DELETED":
+                st.objects.pop(_key(obj), None)
+            if rv:
+                st.resource_version = rv
+            if kind != "BOOKMARK":
+                self.generation += 1
+            self._changed.notify_all()
 
 
 class _Gone(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
+    """The watch's resourceVersion is too old, or a list's continue token expired (410): list again."""
 
 
-def _ok(resp: Any) -> Any:
-    """The raw response, or the API's error: :class:`_Gone` for a 410, else :class:`ApiException` (a raw
-    call raises none)."""
-    status = getattr(resp, "status", 200)
-    if isinstance(status, int) and not 200 <= status <= 299:
-        body = resp.data
-        resp.close()
-        if status == 410:
-            raise _Gone()
-        e = ApiException(status=status, reason=getattr(resp, "reason", ""))
-        e.body = body
-        raise e
-    return resp
+def _read(lister: Callable[..., Any], seconds: float, **kwargs: Any) -> bytes:
+    """One page, whole within ``seconds`` (collect.cluster.fetch); a 410 is :class:`_Gone`."""
+    try:
+        return fetch(lister, seconds=seconds, **kwargs)
+    except ApiException as e:
+        if e.status == 410:
+            raise _Gone() from None
+        raise
+
+
+def _lines(resp: Any, limit: int) -> Iterator[bytes]:
+    """The lines of a streamed answer as they arrive (each chunk as the server flushes it); a line
+    longer than ``limit`` bytes ends the stream with an error."""
+    pending: list[bytes] = []
+    size = 0
+    for segment in resp.stream(64 * 1024, decode_content=False):
+        parts = segment.split(b"\n")
+        for part in parts[:-1]:
+            pending.append(part)
+            yield b"".join(pending)
+            pending, size = [], 0
+        if parts[-1]:
+            pending.append(parts[-1])
+            size += len(parts[-1])
+            if size > limit:
+                raise ValueError(f"a watch event of more than {limit >> 20} MiB")
+    if pending:
+        yield b"".join(pending)

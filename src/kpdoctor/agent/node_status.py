@@ -12,7 +12,10 @@ condition. Nothing else in the cluster is ever changed.
   least every ``heartbeat_seconds``.
 
 A write that fails (the apiserver away, RBAC allowing only part of it) is counted and said in
-the agent's status; the next cycle tries again. Nothing here ever raises into the cycle.
+the agent's status; the next cycle tries again. Nothing here ever raises into the cycle, nor
+holds it: each write has an overall deadline (:data:`WRITE_SECONDS`, collect.cluster.fetch),
+the writes of one cycle share the time :meth:`NodeReporter.begin` gives them, and after a write
+the API server did not answer the cycle's other writes are not tried.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from kpdoctor.agent.counters import TokenBucket
+from kpdoctor.collect.cluster import Unanswered, bounded_connections, fetch
 from kpdoctor.model import Finding
 
 log = logging.getLogger("kpdoctor.agent")
@@ -37,6 +42,8 @@ DEFAULT_CONDITION = "KubeProxyProblem"
 HEALTHY_REASON = "KubeProxyHealthy"
 MESSAGE_MAX = 1024
 COMPONENT = "kpdoctor"
+WRITE_SECONDS = 10.0  # one write, answered whole
+ANSWER_BYTES = 1024 * 1024  # of a write's answer (the object written)
 
 
 def camel(slug: str) -> str:
@@ -106,7 +113,7 @@ class NodeReporter:
     ) -> None:
         from kubernetes import client as k8s
 
-        self.core: Any = k8s.CoreV1Api(api_client)
+        self.core: Any = k8s.CoreV1Api(bounded_connections(api_client))
         self.node = node
         self.condition_type = condition_type
         self.namespace = namespace
@@ -121,6 +128,25 @@ class NodeReporter:
         self._condition_at = 0.0
         self._transition: str | None = None
         self.stats = WriteStats()
+        self.until: float | None = None  # the writes of this cycle end by then (monotonic)
+
+    def begin(self, seconds: float) -> None:
+        """The writes that follow (one cycle's) have ``seconds`` in all."""
+        self.until = time.monotonic() + seconds
+
+    def _write(self, what: str, fn: Any, *args: Any) -> bytes | None:
+        """``fn(*args)`` within its deadline; None (counted, said) when it failed or was not tried."""
+        left = WRITE_SECONDS if self.until is None else min(WRITE_SECONDS, self.until - time.monotonic())
+        if left <= 0.05:
+            self._failed(what, "not tried: the cycle's time for writes is spent (the API server did not answer)")
+            return None
+        try:
+            return fetch(fn, *args, seconds=left, max_bytes=ANSWER_BYTES)
+        except Exception as e:
+            if isinstance(e, (Unanswered, urllib3.exceptions.HTTPError, OSError)):
+                self.until = time.monotonic()  # the API server is not answering: no more writes this cycle
+            self._failed(what, e)
+            return None
 
     # -- events ------------------------------------------------------------------------------
     def event(self, kind: str, reason: str, message: str, node_uid: str | None) -> None:
@@ -153,11 +179,13 @@ class NodeReporter:
             "reportingComponent": COMPONENT,
             "reportingInstance": self.node,
         }
+        data = self._write("create event", self.core.create_namespaced_event, self.namespace, body)
+        if data is None:
+            return
         try:
-            resp = self.core.create_namespaced_event(self.namespace, body, _preload_content=False)
-            created = json.loads(resp.data)
+            created = json.loads(data)
             name = str((created.get("metadata") or {}).get("name") or "")
-        except Exception as e:
+        except (ValueError, AttributeError) as e:
             self._failed("create event", e)
             return
         self.stats.events[kind] += 1
@@ -169,11 +197,8 @@ class NodeReporter:
         sent.count += 1
         sent.at = now
         patch = {"count": sent.count, "lastTimestamp": _now()}
-        try:
-            self.core.patch_namespaced_event(sent.name, sent.namespace, patch, _preload_content=False)
+        if self._write("patch event", self.core.patch_namespaced_event, sent.name, sent.namespace, patch) is not None:
             self.stats.events["aggregated"] += 1
-        except Exception as e:
-            self._failed("patch event", e)
 
     # -- the condition -----------------------------------------------------------------------
     def condition(self, cond: Condition, node_obj: dict[str, Any] | None) -> None:
@@ -206,15 +231,12 @@ class NodeReporter:
                 ]
             }
         }
-        try:
-            self.core.patch_node_status(self.node, body, _preload_content=False)
-        except Exception as e:
-            self._failed("patch node status", e)
+        if self._write("patch node status", self.core.patch_node_status, self.node, body) is None:
             return
         self._condition, self._condition_at = cond, now
         self.stats.condition_writes += 1
 
-    def _failed(self, what: str, e: Exception) -> None:
+    def _failed(self, what: str, e: Exception | str) -> None:
         status = f"{e.status} " if isinstance(e, ApiException) else ""
         why = f"{what}: {status}{' '.join(str(getattr(e, 'reason', '') or e).split())[:200]}"
         self.stats.errors[what] += 1

@@ -6,15 +6,21 @@ controllers of this node's Pods, and (asked for) the kube-proxy Pod's log. Never
 ServiceAccount token, and the kubeconfig is only read (``persist_config=False``).
 
 Every call goes through the official client with raw responses (the API's own JSON, camelCase),
-a (connect, read) timeout from the shared :class:`Budget`, pages of :data:`PAGE_SIZE`, and no
-retries by urllib3 (a call is retried once only on a dropped kept-alive connection, or after the
-Retry-After of a 429). Failures are per artifact (:class:`NotCollected` with the API's own message),
-except when the API cannot be used at all (no config, unreachable, 401 on the first call): then
-:attr:`ClusterCollection.error` says so in one line and nothing is waited for.
+pages of :data:`PAGE_SIZE`, and no retries by urllib3 (a call is retried once only on a dropped
+kept-alive connection, or after the Retry-After of a 429). Each call has an overall deadline
+from the shared :class:`Budget` (:func:`fetch`): a socket timeout bounds each read, not the
+answer, and an API server that accepts and never answers, or sends a byte a second, would
+otherwise hold the run for ever; an answer larger than a page can be is not read. What the
+objects carry that no check reads (``managedFields``, kubectl's last-applied copy, most of a
+Service's or an EndpointSlice's metadata) is dropped as they arrive (:func:`trim`), so that a
+bundle and the agent hold the same objects. Failures are per artifact (:class:`NotCollected` with the API's own
+message), except when the API cannot be used at all (no config, unreachable, 401 or no answer on
+the first call): then :attr:`ClusterCollection.error` says so in one line and nothing is waited for.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -30,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from kpdoctor import deadline
 from kpdoctor.collect.record import Budget, Collected, NotCollected, Progress, utc_now
 
 PAGE_SIZE = 500
@@ -39,6 +46,10 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 LOG_READ_TIMEOUT = 60.0
 LOG_LIMIT_BYTES = 32 * 1024 * 1024
+# One answer read at most: a page of 500 objects is a few MB (an object is at most 1.5 MB in etcd).
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+ERROR_BODY_BYTES = 64 * 1024  # of a non-2xx answer, the Status is all that is wanted
+CHUNK_BYTES = 256 * 1024
 MAX_RETRY_AFTER = 2.0  # seconds waited once on 429 Too Many Requests
 MAX_OWNER_DEPTH = 3  # Pod -> ReplicaSet -> Deployment; Pod -> Job -> CronJob
 
@@ -116,14 +127,179 @@ def _transport_reason(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split())
 
 
+# -- one exchange, bounded ------------------------------------------------------------------------------
+
+
+class Unanswered(Exception):
+    """No complete answer within the call's overall deadline (a hung or trickling API server)."""
+
+
+class TooLarge(Exception):
+    """The answer is larger than the caller reads."""
+
+
+def bounded_connections(api_client: Any) -> Any:
+    """Make ``api_client``'s calls answer to :func:`kpdoctor.deadline.bounded` (each new socket,
+    and each kept-alive one when it waits for an answer, is handed to
+    :func:`~kpdoctor.deadline.guard`), and read at most :data:`ERROR_BODY_BYTES` of a non-2xx
+    answer (the client would read it whole, however large); returns it. Idempotent."""
+    if getattr(api_client, "_kpdoctor_bounded", False):
+        return api_client
+    pm = api_client.rest_client.pool_manager
+    pm.pool_classes_by_scheme = {k: _bounded_pool(v) for k, v in pm.pool_classes_by_scheme.items()}
+    call_api = api_client.call_api
+
+    def capped(*args: Any, **kwargs: Any) -> Any:
+        resp = call_api(*args, **kwargs)
+        if not 200 <= int(resp.status) <= 299 and resp.data is None:
+            resp.data = _read_capped(resp.response, ERROR_BODY_BYTES)  # what the client's read() returns
+        return resp
+
+    api_client.call_api = capped
+    api_client._kpdoctor_bounded = True
+    return api_client
+
+
+_BOUNDED: dict[type, type] = {}
+
+
+def _bounded_pool(pool_cls: type) -> type:
+    if getattr(pool_cls, "_kpdoctor_bounded", False):
+        return pool_cls
+    if pool_cls in _BOUNDED:
+        return _BOUNDED[pool_cls]
+    conn_cls: Any = pool_cls.ConnectionCls  # type: ignore[attr-defined]
+
+    def _new_conn(self: Any) -> Any:
+        sock = conn_cls._new_conn(self)
+        deadline.guard(sock)
+        return sock
+
+    def getresponse(self: Any) -> Any:
+        if self.sock is not None:
+            deadline.guard(self.sock)
+        return conn_cls.getresponse(self)
+
+    conn = type(f"Bounded{conn_cls.__name__}", (conn_cls,), {"_new_conn": _new_conn, "getresponse": getresponse})
+    pool = type(f"Bounded{pool_cls.__name__}", (pool_cls,), {"ConnectionCls": conn, "_kpdoctor_bounded": True})
+    _BOUNDED[pool_cls] = pool
+    return pool
+
+
+def _read_capped(resp: Any, limit: int) -> bytes:
+    """The first ``limit`` bytes of a raw answer; the connection is dropped if more was sent."""
+    chunks: list[bytes] = []
+    size = 0
+    complete = False
+    try:
+        while size < limit:
+            chunk = resp.read(min(CHUNK_BYTES, limit - size))
+            if not chunk:
+                complete = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        if not complete:
+            resp.close()
+        resp.release_conn()
+    return b"".join(chunks)
+
+
+def fetch(fn: Callable[..., Any], *args: Any, seconds: float, max_bytes: int = MAX_RESPONSE_BYTES,
+          truncate: bool = False, **kwargs: Any) -> bytes:
+    """The body of ``fn(*args, **kwargs)`` (a client method of a :func:`bounded_connections`
+    client, called for its raw answer), read whole within ``seconds`` from now, connecting
+    included. Raises :class:`Unanswered` past the deadline, :class:`TooLarge` for a body above
+    ``max_bytes`` (``truncate``: its first ``max_bytes`` are returned instead),
+    ``ApiException`` with the API's Status for a non-2xx answer, and urllib3's and the socket's
+    own errors for a connection that fails."""
+    timeout = (max(0.05, min(CONNECT_TIMEOUT, seconds)), max(0.05, seconds))
+    with deadline.bounded(seconds) as bound:
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+            return read_body(resp, bound, max_bytes, truncate=truncate)
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ApiException):
+            if bound.expired:
+                raise Unanswered(f"no complete answer within {round(seconds, 1):g}s") from None
+            raise
+
+
+def read_body(resp: Any, bound: deadline.Bound, limit: int, *, truncate: bool = False) -> bytes:
+    """A raw response's body in chunks, at most ``limit`` bytes; the connection goes back to the
+    pool only when the body was read whole."""
+    declared = str((getattr(resp, "headers", None) or {}).get("Content-Length") or "")
+    complete = False
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        if not truncate and declared.isdigit() and int(declared) > limit:
+            raise TooLarge(f"the API server's answer is {int(declared) >> 20} MiB, more than the "
+                           f"{limit >> 20} MiB read: not read")
+        while not bound.expired:
+            chunk = resp.read(CHUNK_BYTES)
+            if not chunk:
+                complete = True
+                break
+            size += len(chunk)
+            if size > limit:
+                if truncate:
+                    chunks.append(chunk[: len(chunk) - (size - limit)])
+                    break
+                raise TooLarge(f"the API server's answer is more than the {limit >> 20} MiB read: not read")
+            chunks.append(chunk)
+        if bound.expired:
+            raise urllib3.exceptions.ReadTimeoutError(None, "", "overall deadline")  # type: ignore[arg-type]
+        return b"".join(chunks)
+    finally:
+        if not complete:
+            resp.close()
+        release = getattr(resp, "release_conn", None)
+        if release is not None:
+            release()
+
+
+def trim(obj: Obj, kind: str | None = None) -> Obj:
+    """``obj`` (of ``kind``, else its own) without what the API adds that no check reads; changed
+    in place. Every kind loses ``metadata.managedFields`` (often half of an object), ``selfLink``
+    and kubectl's last-applied copy of the object (an annotation). The kinds a cluster holds by
+    the hundred thousand keep, of their metadata, only what the checks read (name, namespace,
+    resourceVersion, labels, annotations: not uid, creationTimestamp, generation, ownerReferences),
+    and an EndpointSlice's endpoints lose their ``targetRef`` (which Pod: no check reads it).
+    Nodes, Pods and workloads keep the rest of their metadata (uid, ownerReferences and
+    creationTimestamp are read: facts/workloads.py, the agent's Events)."""
+    kind = kind or str(obj.get("kind") or "")
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        if kind in _BULK_KINDS:
+            for k in [k for k in meta if k not in _BULK_META]:
+                del meta[k]
+        else:
+            meta.pop("managedFields", None)
+            meta.pop("selfLink", None)
+        notes = meta.get("annotations")
+        if isinstance(notes, dict):
+            notes.pop(LAST_APPLIED, None)
+    if kind == "EndpointSlice" and isinstance(obj.get("endpoints"), list):
+        for ep in obj["endpoints"]:
+            if isinstance(ep, dict):
+                ep.pop("targetRef", None)
+    return obj
+
+
+_BULK_KINDS = frozenset({"Service", "EndpointSlice", "Endpoints"})
+_BULK_META = frozenset({"name", "namespace", "resourceVersion", "labels", "annotations"})
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
 # -- the API, one call at a time --------------------------------------------------------------------------
 
 
 class _Api:
-    """Calls with timeouts from the budget; knows whether the server ever answered."""
+    """Calls with deadlines from the budget; knows whether the server ever answered."""
 
     def __init__(self, api_client: Any, host: str, budget: Budget) -> None:
-        self.client = api_client
+        self.client = bounded_connections(api_client)
         self.host = host
         self.budget = budget
         self.core = k8s.CoreV1Api(api_client)
@@ -133,26 +309,27 @@ class _Api:
         self.answered = False  # the server answered some call (so it is reachable and we are authenticated)
         self.lost: str | None = None  # the server stopped being usable: the reason, for every later call
 
-    def _timeout(self, read: float) -> tuple[float, float]:
-        if self.budget.spent:
-            raise _CallFailed("time budget spent")
-        left = self.budget.timeout(read)
-        return (max(0.05, min(CONNECT_TIMEOUT, left)), max(0.05, left))
-
-    def call(self, fn: Callable[..., Any], *args: Any, read_timeout: float = READ_TIMEOUT, **kwargs: Any) -> bytes:
-        """``fn(*args, **kwargs)`` as a raw response; its body bytes."""
+    def call(self, fn: Callable[..., Any], *args: Any, read_timeout: float = READ_TIMEOUT,
+             max_bytes: int = MAX_RESPONSE_BYTES, truncate: bool = False, **kwargs: Any) -> bytes:
+        """``fn(*args, **kwargs)``'s body, within ``read_timeout`` seconds (or what the budget has left)."""
         if self.lost:
             raise _CallFailed(self.lost)
         for attempt in (1, 2):
-            timeout = self._timeout(read_timeout)
+            if self.budget.spent:
+                raise _CallFailed("time budget spent")
+            seconds = self.budget.timeout(read_timeout)
             try:
-                resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
-                data = resp.data
-                release = getattr(resp, "release_conn", None)
-                if release is not None:
-                    release()
+                data = fetch(fn, *args, seconds=seconds, max_bytes=max_bytes, truncate=truncate, **kwargs)
                 self.answered = True
-                return bytes(data or b"")
+                return data
+            except Unanswered as e:
+                reason = f"timed out waiting for the API server's answer ({e})"
+                if not self.answered:
+                    self._unusable(reason)
+                raise _CallFailed(reason) from None
+            except TooLarge as e:
+                self.answered = True
+                raise _CallFailed(str(e)) from None
             except ApiException as e:
                 if not e.status:  # TLS failure, wrapped by the client
                     self._unusable(_transport_reason(e))
@@ -173,8 +350,8 @@ class _Api:
             except urllib3.exceptions.ReadTimeoutError as e:
                 if not self.answered:
                     self._unusable(_transport_reason(e))
-                raise _CallFailed(f"{_transport_reason(e)} (after {timeout[1]:.0f}s)") from None
-            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise _CallFailed(f"{_transport_reason(e)} (after {seconds:.0f}s)") from None
+            except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
                 self._unusable(_transport_reason(e))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -205,16 +382,16 @@ class _Api:
             )
             resp = self.client.call_api(method, url, header_params=headers, body=body, post_params=post,
                                         _request_timeout=_request_timeout)
-            resp.read()
             if not 200 <= resp.status <= 299:
+                resp.read()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
-            return resp
+            return resp.response
 
         return self._parse(self.call(raw, read_timeout=read_timeout))
 
     def json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
-        """``fn(*args, **kwargs)``'s JSON object."""
-        return self._parse(self.call(fn, *args, **kwargs))
+        """``fn(*args, **kwargs)``'s JSON object, trimmed (:func:`trim`)."""
+        return trim(self._parse(self.call(fn, *args, **kwargs)))
 
     @staticmethod
     def _parse(data: bytes) -> Obj:
@@ -277,7 +454,8 @@ def _list(
             note = f"partial: {len(items)} objects, then page {pages + 1} failed: {e.reason}"
             break
         pages += 1
-        items.extend(_with_type(it, kind, api_version) for it in body.get("items") or [] if isinstance(it, dict))
+        items.extend(_with_type(trim(it, kind), kind, api_version) for it in body.get("items") or []
+                     if isinstance(it, dict))
         token = str((body.get("metadata") or {}).get("continue") or "") or None
         if token is None:
             break
@@ -606,7 +784,7 @@ class _Collector:
         params["timestamps"] = "false"
         try:
             data = self.api.call(self.api.core.read_namespaced_pod_log, pod, ns, read_timeout=LOG_READ_TIMEOUT,
-                                 **kwargs)
+                                 max_bytes=LOG_LIMIT_BYTES, truncate=True, **kwargs)
         except _CallFailed as e:
             self.skip(bundle_path, e.reason)
             return
@@ -676,6 +854,11 @@ def _config_error(e: Exception) -> str:
 # -- the step ------------------------------------------------------------------------------------------
 
 
+ARTIFACTS = ("cluster/nodes.json", "cluster/services.json", "cluster/endpointslices.json", "cluster/pods.json",
+             "cluster/daemonsets.json", "cluster/configmaps.json", "cluster/workloads.json")
+LOG_ARTIFACTS = ("kube-proxy/log.txt", "kube-proxy/log-previous.txt")
+
+
 def collect_cluster(
     *,
     node_hint: str | None,
@@ -685,9 +868,11 @@ def collect_cluster(
     budget: Budget,
     progress: Progress,
     kube_proxy_logs: bool = False,
+    into: ClusterCollection | None = None,
 ) -> ClusterCollection:
-    """Read this node's view of the cluster from the API (see the module's docstring)."""
-    out = ClusterCollection()
+    """Read this node's view of the cluster from the API (see the module's docstring). ``into``:
+    the collection to fill as it goes (a caller that stops waiting keeps what was read)."""
+    out = into if into is not None else ClusterCollection()
     try:
         cfg = _load_config(kubeconfig, context)
     except _Fatal as e:
