@@ -92,3 +92,25 @@ def test_collect_never_copies_a_file_from_outside_the_node_root(root: Path, tmp_
     assert proc.returncode == 0, proc.stderr
     assert b"not the node's" not in bundle_bytes(bundle)
     assert "kube-proxy/log.txt" in _not_collected(bundle)
+
+
+@pytest.mark.parametrize("flag", ["--token={}", "--password {}", "--kubeconfig=/x --api-key={}"])
+def test_the_manifest_quotes_no_secret_of_an_untrusted_process(root: Path, tmp_path: Path, flag: str) -> None:
+    """A user's process calling itself kube-proxy is listed as not trusted, with its command line:
+    that line is scrubbed like every artifact (a secret in its flags does not reach the bundle)."""
+    secret = "Zq8vT2mK9pLw4RxY7nB3cD6f"
+    proc = root / "proc/4242"
+    proc.mkdir(parents=True)
+    argv = ["/home/user/kube-proxy", "--v=2", *flag.format(secret).split()]
+    (proc / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (proc / "status").write_text("Name:\tkube-proxy\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc_run, bundle = _collect(root, tmp)
+    assert proc_run.returncode == 0, proc_run.stderr
+    with tarfile.open(bundle) as tf:
+        fh = tf.extractfile(next(m for m in tf if m.name.endswith("/manifest.json")))
+        assert fh is not None
+        reasons = " ".join(e["reason"] for e in json.load(fh)["not_collected"] if e["path"] == "kube-proxy/")
+    assert "not trusted as kube-proxy" in reasons and "<redacted>" in reasons
+    assert secret.encode() not in bundle_bytes(bundle)

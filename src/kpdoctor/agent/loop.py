@@ -7,7 +7,9 @@ as long as that cycle took, so the agent never keeps more than half a core busy 
 it is asked. The process runs at a low priority (``nice``), and so do the commands it runs.
 
 A cycle: collect the node (the node's own binaries, through the host root, as ``--live
---host-root`` does; the reads take no xtables lock), add the cluster as the watches last saw it,
+--host-root`` does; the reads take no xtables lock), add the cluster as the watches last saw it
+(never waiting on the API server: the first cycle waits for the first lists until
+:attr:`Agent.sync_until` at most, and a cluster not reached yet is said as not collected),
 run the pipeline with the previous cycle's verification results carried over where nothing
 changed (dataplane/reuse.py; a full pass every ``full_every`` cycles), hold back findings that
 rest only on counters not spiking (counters.py), then tell the cluster what changed
@@ -39,7 +41,7 @@ from kpdoctor.checks import registry
 from kpdoctor.collect.kube_proxy import collect_kube_proxy
 from kpdoctor.collect.node import collect_node
 from kpdoctor.collect.record import Budget, quiet, utc_now
-from kpdoctor.collect.redact import redact_secrets
+from kpdoctor.collect.redact import redact_secrets, redact_text
 from kpdoctor.collect.runner import Host, Runner
 from kpdoctor.dataplane.reuse import Carried, Reuse
 from kpdoctor.diagnose import diagnose_evidence
@@ -51,6 +53,7 @@ log = logging.getLogger("kpdoctor.agent")
 COUNTERS = "node/counters/"
 KERNEL_LOG = "node/dmesg.txt"
 AGENT_LOG_TAIL = 4 * 1024**2  # a few minutes of kube-proxy's log, not its history
+WRITE_SECONDS = 15.0  # a cycle's Events and condition, at most (less with a short --timeout)
 
 
 @dataclass
@@ -178,6 +181,27 @@ class Agent:
         self._cv = threading.Condition(self._lock)
         self._requested = 0  # the cycle number that will answer the last request
         self._status = AgentStatus(started=time.monotonic())
+        self.cluster_note = ""  # why there is no cluster view (yet): said as not collected
+        self.sync_until: float | None = None  # the next cycle waits for the first lists until then (monotonic)
+        self._attached = threading.Event()  # the cluster's view is there, or will not be
+        if cluster is not None:
+            self._attached.set()
+
+    def attach(self, cluster: ClusterCache | None, reporter: NodeReporter | None, note: str = "") -> None:
+        """The cluster's view and writer, once the API client is made (agent/service.py), or
+        ``note``: why there will be none."""
+        self.cluster, self.reporter, self.cluster_note = cluster, reporter, note
+        self._attached.set()
+
+    def _await_cluster(self) -> None:
+        """The first lists, until :attr:`sync_until` at most (then never again)."""
+        until, self.sync_until = self.sync_until, None
+        if until is None:
+            return
+        self._attached.wait(max(0.0, until - time.monotonic()))
+        cluster = self.cluster
+        if cluster is not None:
+            cluster.wait_synced(max(0.0, until - time.monotonic()))
 
     # -- reading ---------------------------------------------------------------------------
     def collect_node(self) -> tuple[list[Collected], list[NotCollected]]:
@@ -188,7 +212,11 @@ class Agent:
         got = [a for a in node.artifacts + kp.artifacts if isinstance(a, Collected)]
         for a in got:
             a.data = redact_secrets(a.path, a.data)
-        return got, node.skipped + kp.skipped
+            a.source, a.stderr, a.note = redact_text(a.source), redact_text(a.stderr), redact_text(a.note)
+        skipped = node.skipped + kp.skipped
+        for s in skipped:  # reasons quote commands, an untrusted process's argv among them
+            s.reason = redact_text(s.reason)
+        return got, skipped
 
     def status(self) -> AgentStatus:
         """A copy of what the last cycle left (the HTTP handlers and the metrics read it while
@@ -302,14 +330,18 @@ class Agent:
         errors: Counter[str] = Counter(a.path for a in artifacts if a.exit_code != 0)
         sources: dict[str, bool] = {}
         node_obj = None
-        if self.cluster is not None:
-            got, missing = self.cluster.snapshot()
+        self._await_cluster()
+        cluster = self.cluster
+        if cluster is not None:
+            got, missing = cluster.snapshot()
             rest += got
             absent += missing
             errors.update(m.path for m in missing)
-            cluster_errors = self.cluster.errors()
-            sources = {r.path: r.path not in cluster_errors for r in self.cluster.resources}
-            node_obj = self.cluster.node_object()
+            cluster_errors = cluster.errors()
+            sources = {r.path: r.path not in cluster_errors for r in cluster.resources}
+            node_obj = cluster.node_object()
+        elif self.cluster_note:
+            absent.append(NotCollected("cluster/", self.cluster_note))
         evidence = add_collected(Evidence(), rest, absent, node=self.node, collected_at=utc_now())
         with self._lock:
             n = self._status.cycle
@@ -369,6 +401,7 @@ class Agent:
         """Events for what appeared and what went away, and the condition."""
         now = {finding_key(f): f for f in findings}
         if self.reporter is not None:
+            self.reporter.begin(min(WRITE_SECONDS, max(2.0, self.opts.timeout / 4)))
             uid = None
             if node_obj is not None:
                 meta = node_obj.get("metadata")

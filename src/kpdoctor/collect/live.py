@@ -3,23 +3,36 @@
 The same bundle is what ``kpdoctor collect`` writes and what ``--live`` diagnoses (through a
 temporary folder and the ordinary loader), so a live run and a later offline run of the bundle
 give the same report.
+
+The node's side never waits on the cluster's: the API is read in a thread of its own, every
+call bounded by the collection's budget, and the collection stops waiting for it when the
+budget is spent (a kubeconfig's exec plugin or a name lookup can hang where no call bound
+reaches). What the API side had not read by then is listed as not collected, with why, and the
+node's evidence is diagnosed all the same.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from kpdoctor import deadline
 from kpdoctor.bundle.writer import Bundle
 from kpdoctor.collect.kube_proxy import collect_kube_proxy
 from kpdoctor.collect.node import collect_node
 from kpdoctor.collect.record import Budget, NotCollected, Progress, quiet, utc_now
-from kpdoctor.collect.redact import IpPseudonyms, redact_secrets
+from kpdoctor.collect.redact import IpPseudonyms, redact_secrets, redact_text
 from kpdoctor.collect.runner import Host, Runner
+
+if TYPE_CHECKING:
+    from kpdoctor.collect.cluster import ClusterCollection
 
 DEFAULT_TIMEOUT = 90.0
 DEFAULT_INTERVAL = 5.0
+GRACE = 2.0  # seconds the API side may overrun the budget (its last call ending) before it is left behind
 
 
 @dataclass
@@ -54,8 +67,13 @@ def collect(opts: LiveOptions, progress: Progress = quiet) -> Bundle:
     budget = Budget(opts.timeout)
     host = Host.detect(opts.host_root)
     runner = Runner(host, budget)
-    node = collect_node(runner, progress, interval=min(opts.interval, max(opts.timeout / 3, 0)))
-    kp = collect_kube_proxy(runner, progress, in_node_netns=not host.enter_netns)
+
+    def step(name: str) -> None:
+        deadline.stage(f"collecting ({name})")  # what a --timeout cut short, if it does
+        progress(name)
+
+    node = collect_node(runner, step, interval=min(opts.interval, max(opts.timeout / 3, 0)))
+    kp = collect_kube_proxy(runner, step, in_node_netns=not host.enter_netns)
     bundle = Bundle(
         artifacts=node.artifacts + kp.artifacts,
         skipped=node.skipped + kp.skipped,
@@ -65,17 +83,7 @@ def collect(opts: LiveOptions, progress: Progress = quiet) -> Bundle:
         info={"host_root": opts.host_root or "/", "entered_node_netns": host.enter_netns},
     )
     if opts.cluster:
-        from kpdoctor.collect.cluster import collect_cluster
-
-        cluster = collect_cluster(
-            node_hint=opts.node or node.hostname,
-            node_addresses=node.addresses,
-            kubeconfig=opts.kubeconfig,
-            context=opts.context,
-            budget=budget,
-            progress=progress,
-            kube_proxy_logs=not kp.logs_found,
-        )
+        cluster = _cluster(opts, node.hostname, node.addresses, budget, step, logs=not kp.logs_found)
         bundle.artifacts += cluster.artifacts
         bundle.skipped += cluster.skipped
         if cluster.error:
@@ -90,11 +98,59 @@ def collect(opts: LiveOptions, progress: Progress = quiet) -> Bundle:
     return bundle
 
 
+def _cluster(opts: LiveOptions, hostname: str | None, addresses: list[str], budget: Budget, progress: Progress,
+             *, logs: bool) -> ClusterCollection:
+    """The API side (collect_cluster) in a thread, waited for until the budget is spent (and
+    :data:`GRACE`); past that, what it read so far, the rest listed as not collected."""
+    from kpdoctor.collect.cluster import ARTIFACTS, LOG_ARTIFACTS, ClusterCollection, collect_cluster
+
+    partial = ClusterCollection()
+    done: list[ClusterCollection] = []
+    at = ["connecting to the API"]
+    left_behind = threading.Event()
+
+    def say(name: str) -> None:
+        at[0] = name
+        if not left_behind.is_set():  # once left behind, it names no stage of the run (deadline.stage)
+            progress(name)
+
+    def run() -> None:
+        done.append(collect_cluster(
+            node_hint=opts.node or hostname,
+            node_addresses=addresses,
+            kubeconfig=opts.kubeconfig,
+            context=opts.context,
+            budget=budget,
+            progress=say,
+            kube_proxy_logs=logs,
+            into=partial,
+        ))
+
+    worker = threading.Thread(target=run, name="kpdoctor-cluster", daemon=True)
+    worker.start()
+    worker.join(budget.left() + min(GRACE, budget.total / 10))
+    if done:
+        return done[0]
+    left_behind.set()
+    got = ClusterCollection(artifacts=list(partial.artifacts), skipped=list(partial.skipped), node=partial.node)
+    have = {a.path for a in got.artifacts} | {s.path for s in got.skipped}
+    why = (f"not collected in time: the API side was still at '{at[0]}' when the collection's "
+           f"{budget.total:g} s (--timeout) ran out")
+    for path in (*ARTIFACTS, *(LOG_ARTIFACTS if logs else ())):
+        if path not in have:
+            got.skipped.append(NotCollected(path, why))
+    return got
+
+
 def _redact(bundle: Bundle, ips: bool) -> None:
     """Secrets always; addresses (prefix-preserving pseudonyms, one mapping for the whole bundle)
     with ``--redact-ips``."""
     for a in bundle.artifacts:
         a.data = redact_secrets(a.path, a.data)
+        # the manifest quotes commands, their error output and reasons (an untrusted process's argv)
+        a.source, a.stderr, a.note = redact_text(a.source), redact_text(a.stderr), redact_text(a.note)
+    for s in bundle.skipped:
+        s.reason = redact_text(s.reason)
     bundle.info["redacted"] = {"secrets": True, "ips": ips}
     if not ips:
         return

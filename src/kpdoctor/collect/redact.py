@@ -205,6 +205,14 @@ def redact_secrets(path: str, data: bytes) -> bytes:
         return UNSCRUBBABLE
 
 
+def redact_text(text: str) -> str:
+    """One line or message (a command line, a command's error output, a reason the manifest or an
+    Event gives) without secrets, by the rules every artifact is scrubbed with."""
+    if not text:
+        return text
+    return redact_secrets("message.txt", text.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+
 def _keep(value: bytes) -> bool:
     return value.lower() in _EMPTYISH
 
