@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 from kpdoctor.checks.common import start
@@ -55,8 +56,9 @@ def service_rules_missing(facts: Facts) -> Iterator[Finding]:
     if ver is None:
         return
     out: list[Finding] = []
+    totals = Counter(r.label for r in ver.results)  # once: counted per label it was quadratic
     for label, rs in sorted(by_service(ver.results, lambda r: r.kind == "no-rules").items()):
-        total = sum(1 for r in ver.results if r.label == label)
+        total = totals[label]
         refused_only = all(all(a.refused for a in r.expected) for r in rs)
         if refused_only:
             summary = (
