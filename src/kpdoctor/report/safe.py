@@ -63,7 +63,9 @@ def json_safe(text: str) -> str:
 _CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
 _MD_ALWAYS = re.compile(r"[\\*\[\]|~]")
 _MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_MD_LINE_START = re.compile(r"^([#>+=-]|\d+[.)])")
+# what starts a block at a line's start: a heading, a quote, a list item, a setext underline or a
+# thematic break (``10.0.4.17`` is no list item: a marker is followed by a space)
+_MD_LINE_START = re.compile(r"^(#{1,6}(?=[ \t]|$)|>|[-+](?=[-+ \t]|$)|=|\d{1,9}[.)](?=[ \t]|$))")
 
 
 def _md_plain(text: str) -> str:
