@@ -244,3 +244,22 @@ def test_a_short_prestop_fragment_is_no_finding_and_not_a_missing_hook(diagnose:
     r = diagnose({"lifecycle.yaml": HOOK_SEED4})
     assert of(r, "KP402") == [] and of(r, "KP401") == []
     assert [i.kind for i in r.inputs] == [Kind.K8S_OBJECTS.value]
+
+
+@pytest.mark.parametrize("blanks", [100, 1000, 4000])
+def test_a_timing_line_of_blanks_is_read_in_linear_time(blanks: int) -> None:
+    """zsh's `time` line is found from its numbers: a deeply indented YAML (fuzz case 4242:1035, 18 s)
+    or a crafted line of blanks (minutes) cost no backtracking."""
+    import time as clock
+
+    from kpdoctor.parse.timing import MAX_LINE, _elapsed
+
+    lines = [
+        " " * blanks + "x 0.05s user 0.02s system 0% cpu total",
+        "x" + " " * blanks + "0.05s user 0.02s system 0% cpu 1.5 total",
+    ]
+    t0 = clock.perf_counter()
+    got = [_elapsed(line[:MAX_LINE]) for line in lines]
+    assert clock.perf_counter() - t0 < 0.5
+    assert got[0] is None and got[1] == (1.5, "x")
+    assert _elapsed("docker stop test  0.05s user 0.02s system 0% cpu 10.408 total") == (10.408, "docker stop test")

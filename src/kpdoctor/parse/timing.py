@@ -196,7 +196,9 @@ def _kubectl_delete(args: list[str], text: str) -> StopCommand | None:
 # bash/ksh `time`: "real\t0m10.408s"; `time -p` and POSIX: "real 10.41"
 _REAL = re.compile(r"^\s*real\s+(?:(\d+)m\s*)?(\d+(?:[.,]\d+)?)s?\s*$")
 # zsh: "docker stop test  0.05s user 0.02s system 0% cpu 10.408 total" (the command leads the line)
-_ZSH = re.compile(r"^\s*(?P<cmd>.*?)\s+[\d.]+s user [\d.]+s system [\d.]+% cpu (?P<t>[\d:.]+) total\s*$")
+# (found from its numbers, the command being what precedes them: a pattern for the command first
+# backtracked over every run of blanks, minutes for one crafted 4 KB line)
+_ZSH = re.compile(r"(?<!\S)[\d.]+s user [\d.]+s system [\d.]+% cpu (?P<t>[\d:.]+) total\s*$")
 # GNU time: "0.04user 0.01system 0:10.41elapsed 0%CPU"
 _GNU = re.compile(r"^\s*[\d.]+user [\d.]+system (?P<t>[\d:.]+)elapsed\b")
 # what kubectl prints for a deleted Pod (1.31+ adds " from NAMESPACE namespace")
@@ -220,14 +222,14 @@ def _elapsed(line: str) -> tuple[float, str | None] | None:
     characters at most: zsh's pattern backtracks over a long run of blanks)."""
     if len(line) > MAX_LINE:
         return None
-    m = _REAL.match(line)
+    m = _REAL.match(line) if "real" in line else None
     if m:
         return int(m.group(1) or 0) * 60 + float(m.group(2).replace(",", ".")), None
-    z = _ZSH.match(line)
+    z = _ZSH.search(line) if "s user " in line else None
     if z:
         t = _clock(z.group("t"))
-        return (t, z.group("cmd")) if t is not None else None
-    g = _GNU.match(line)
+        return (t, line[: z.start()].strip()) if t is not None else None
+    g = _GNU.match(line) if "elapsed" in line else None
     if g:
         t = _clock(g.group("t"))
         return (t, None) if t is not None else None
