@@ -703,3 +703,28 @@ def test_temporary_folders_are_named_for_their_process_and_locked(tmpdir_env: Pa
     assert root.exists() and not Path(a).exists()
     remove_tempdir(b)
     assert left(tmpdir_env) == []
+
+
+def _blocked() -> str:
+    with open("/proc/self/status") as fh:
+        return fh.read().split("SigBlk:")[1].split()[0]
+
+
+def test_a_timeout_at_a_temporary_folder_never_leaves_signals_blocked() -> None:
+    """The --timeout's SIGALRM may strike as signals are held for a temporary folder: the mask is
+    restored all the same (a blocked mask is inherited by every process started afterwards: they
+    then ignore Ctrl-C and SIGHUP)."""
+    from kpdoctor.bundle.loader import _signals_held
+
+    before, struck = _blocked(), 0
+    for _ in range(200):
+        deadline.arm(0.0005)
+        try:
+            for _ in range(1000):
+                with _signals_held():
+                    pass
+        except deadline.TimedOut:
+            struck += 1
+        finally:
+            deadline.disarm()
+    assert struck > 0 and _blocked() == before

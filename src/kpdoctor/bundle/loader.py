@@ -136,11 +136,16 @@ _SWEPT: set[str] = set()  # the $TMPDIRs swept for stale folders already
 def _signals_held() -> Iterator[None]:
     """Hold SIGINT/SIGTERM/SIGHUP/SIGALRM (delivered on leaving) while a temporary folder and its
     record are made or dropped together: an interruption between the two would leak the folder."""
-    try:
-        old: set[int | signal.Signals] | None = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:  # the mask as it is (nothing changed yet: an exception here leaves nothing blocked)
+        old: set[int | signal.Signals] | None = signal.pthread_sigmask(signal.SIG_BLOCK, ())
     except (OSError, ValueError, AttributeError):
         old = None
     try:
+        # blocked inside the try: a handler of a signal that came just before (the --timeout's
+        # SIGALRM) may raise right after this call, and the mask must still be restored; a mask
+        # left blocked is inherited by every process started later (they ignore Ctrl-C)
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         yield
     finally:
         if old is not None:
