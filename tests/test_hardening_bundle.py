@@ -727,4 +727,5 @@ def test_a_timeout_at_a_temporary_folder_never_leaves_signals_blocked() -> None:
             struck += 1
         finally:
             deadline.disarm()
+    deadline.arm(None)  # the bound's state is the process's: no later test may find it expired
     assert struck > 0 and _blocked() == before
