@@ -93,6 +93,14 @@ def plugin(
     )
 
 
+def _as_from_a_shell() -> None:
+    """The signal state a shell gives a command: nothing blocked, nothing ignored (not what the
+    test process holds after in-process tests of code that handles signals)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def start(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PLUGIN, "--kubeconfig", str(kubeconfig), *args],
@@ -101,6 +109,7 @@ def start(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=_as_from_a_shell,  # signals only: safe with the test process's threads
     )
 
 
