@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import stat
 import string
@@ -113,6 +114,14 @@ class Run:
     stderr: str
 
 
+def as_from_a_shell() -> None:
+    """The signal state a shell gives a command: nothing blocked, nothing ignored (not what the
+    test process holds after in-process tests of code that handles signals)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def run_kpdoctor(args: list[str], tmp: Path, limit: float, cwd: Path | None = None) -> Run:
     """``python -m kpdoctor ARGS`` with TMPDIR=tmp, killed (with a stack dump) after ``limit`` s."""
     env = dict(os.environ, TMPDIR=str(tmp), NO_COLOR="1", PYTHONPATH=os.environ.get("PYTHONPATH") or str(SRC))
@@ -121,7 +130,8 @@ def run_kpdoctor(args: list[str], tmp: Path, limit: float, cwd: Path | None = No
     argv = [sys.executable, "-X", "faulthandler", "-m", "kpdoctor", *args]
     t0 = time.monotonic()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                          env=env, cwd=cwd or tmp, start_new_session=True) as proc:  # fmt: skip
+                          env=env, cwd=cwd or tmp, start_new_session=True,
+                          preexec_fn=as_from_a_shell) as proc:  # fmt: skip
         try:
             out, err = proc.communicate(timeout=limit)
             code: int | None = proc.returncode

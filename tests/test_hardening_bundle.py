@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_hostile import as_from_a_shell, remove_tree
 from fuzz_hostile import make_deep as hostile_make_deep
-from fuzz_hostile import remove_tree
 
 from kpdoctor import deadline
 from kpdoctor.bundle.archive import extract
@@ -491,14 +491,6 @@ def test_an_alias_bomb_in_process_is_refused_before_the_deadline(tmp_path: Path)
 # ------------------------------------------------------------------------- temporary folders
 
 
-def _as_from_a_shell() -> None:
-    """The signal state a shell gives a command: nothing blocked, nothing ignored (not what the
-    test process holds after in-process tests of code that handles signals)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
-
-
 def _wait_for_folder(tmp: Path, proc: subprocess.Popen[bytes], seconds: float = 20) -> Path:
     """The run's temporary folder, once it holds something (the spool or the extraction)."""
     end = time.monotonic() + seconds
@@ -515,7 +507,7 @@ def _reading_stdin(tmp: Path, extra: Sequence[str] = ()) -> subprocess.Popen[byt
     """``diagnose -`` on a pipe that stays open: the run spools it into a temporary folder and waits."""
     proc = subprocess.Popen([sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", *extra, "-"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=_env(tmp), cwd=tmp, preexec_fn=_as_from_a_shell)  # fmt: skip
+                            env=_env(tmp), cwd=tmp, preexec_fn=as_from_a_shell)  # fmt: skip
     assert proc.stdin is not None
     proc.stdin.write(KLOG.encode() * 200)
     proc.stdin.flush()
@@ -550,7 +542,7 @@ def test_a_signal_while_extracting_a_large_archive_leaves_no_temporary_folder(
     tgz.write_bytes(tar_blob(files, top="b"))
     proc = subprocess.Popen([sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", str(tgz)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp), cwd=tmp,
-                            preexec_fn=_as_from_a_shell)  # fmt: skip
+                            preexec_fn=as_from_a_shell)  # fmt: skip
     try:
         _wait_for_folder(tmp, proc)
         proc.send_signal(sig)

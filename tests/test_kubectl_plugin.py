@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fuzz_hostile import as_from_a_shell
 from kubeapi_replay import LiveCluster, PodScript, ReplayServer
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
@@ -93,14 +94,6 @@ def plugin(
     )
 
 
-def _as_from_a_shell() -> None:
-    """The signal state a shell gives a command: nothing blocked, nothing ignored (not what the
-    test process holds after in-process tests of code that handles signals)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
-
-
 def start(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PLUGIN, "--kubeconfig", str(kubeconfig), *args],
@@ -109,7 +102,7 @@ def start(kubeconfig: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
-        preexec_fn=_as_from_a_shell,  # signals only: safe with the test process's threads
+        preexec_fn=as_from_a_shell,  # signals only: safe with the test process's threads
     )
 
 
