@@ -41,7 +41,8 @@ import importlib, json, resource, sys, time
 importlib.import_module(sys.argv[3])  # registers the signatures
 from kpdoctor.bundle.artifacts import Artifact, Kind
 import os
-from kpdoctor.parse.logscan import PARALLEL_MIN_BYTES, REGISTRY, Scanner
+from kpdoctor.parse.logscan import PARALLEL_MIN_BYTES, Scanner
+from kpdoctor.knowledge import REGISTRY
 workers = int(sys.argv[2]) if sys.argv[2] != "default" else None
 scanner = Scanner(REGISTRY.values(), workers=workers)
 t = time.perf_counter()
@@ -84,7 +85,7 @@ def load_registry() -> tuple[str, dict[str, Any], bool]:
         import kpdoctor.facts.log  # noqa: F401
 
         module, complete = "kpdoctor.facts.log", False
-    from kpdoctor.parse.logscan import REGISTRY
+    from kpdoctor.knowledge import REGISTRY
 
     return module, dict(REGISTRY), complete
 

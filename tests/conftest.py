@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import kpdoctor.checks  # noqa: F401 - declares every check and log signature, as the entry points do
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.model import Finding, Report, Severity
 

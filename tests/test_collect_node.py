@@ -19,8 +19,9 @@ from click.testing import CliRunner
 from kpdoctor.cli import app
 from kpdoctor.collect.kube_proxy import _cri_logs, _systemd_unit, find_kube_proxy
 from kpdoctor.collect.node import Kernel
+from kpdoctor.collect.node_files import resolve_in_root
 from kpdoctor.collect.record import Budget, Collected, NotCollected
-from kpdoctor.collect.runner import Host, Runner, is_elf, resolve_in_root, run_argv
+from kpdoctor.collect.runner import Host, Runner, is_elf, run_argv
 
 
 def test_symlinks_resolve_inside_the_given_root(tmp_path: Path) -> None:

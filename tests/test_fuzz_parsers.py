@@ -36,6 +36,7 @@ from kpdoctor.bundle.layout import BUNDLE_PATHS
 from kpdoctor.bundle.sniff import looks_binary, save_attrs, sniff
 from kpdoctor.bundle.transcript import has_prompt, hint_from_command, split_transcript
 from kpdoctor.facts.node import parse_time
+from kpdoctor.knowledge import catalogue
 from kpdoctor.parse import (
     conntrack,
     entrypoint,
@@ -84,7 +85,7 @@ def texts_by_kind() -> dict[Kind | None, list[str]]:
             continue
         parts = split_transcript(text)
         for t in [p.text for p in parts] if parts else [text]:
-            out.setdefault(sniff(t).kind, []).append(t)
+            out.setdefault(sniff(t, catalogue()).kind, []).append(t)
     return out
 
 
@@ -243,7 +244,8 @@ def _kpconfig_cmdline(text: str) -> object:
 
 def _logscan(text: str) -> object:
     from kpdoctor.checks import CHECKS  # registers every signature
-    from kpdoctor.parse.logscan import REGISTRY, Scanner
+    from kpdoctor.knowledge import REGISTRY
+    from kpdoctor.parse.logscan import Scanner
 
     assert CHECKS
     out = []
@@ -332,8 +334,11 @@ def _structured(text: str) -> object:
 
 
 def _sniff(text: str) -> object:
-    return sniff(text), save_attrs(text), looks_binary(text.encode("utf-8", "surrogatepass")), looks_binary(
-        text.encode("utf-16")
+    return (
+        sniff(text, catalogue()),
+        save_attrs(text),
+        looks_binary(text.encode("utf-8", "surrogatepass")),
+        looks_binary(text.encode("utf-16")),
     )
 
 
@@ -341,7 +346,7 @@ def _transcript(text: str) -> object:
     parts = split_transcript(text)
     out: list[object] = [has_prompt(text)]
     for p in parts or []:
-        out.append((p.command, hint_from_command(p.argv), sniff(p.text).kind, p.first_line))
+        out.append((p.command, hint_from_command(p.argv), sniff(p.text, catalogue()).kind, p.first_line))
     return out
 
 
@@ -414,8 +419,8 @@ def test_parser_never_raises_and_returns_in_time(target: Target) -> None:
 @given(head=st.one_of(st.binary(max_size=600), st.builds(bytes.__add__, st.sampled_from([b"\xff\xfe", b"\xef\xbb\xbf", b""]), st.binary(max_size=200))))
 def test_looks_binary_and_sniff_take_any_bytes(head: bytes) -> None:
     looks_binary(head)
-    sniff(head.decode("utf-8", errors="replace"))
-    sniff(head.decode("latin-1"))
+    sniff(head.decode("utf-8", errors="replace"), catalogue())
+    sniff(head.decode("latin-1"), catalogue())
 
 
 # What this fuzzing found in the node parsers, kept as plain regression cases: non-ASCII digits

@@ -81,10 +81,17 @@ def test_a_live_collection_is_read_in_memory() -> None:
     assert both.artifacts[0].name == "kube-proxy/log.txt"
 
 
-def test_reading_evidence_needs_neither_the_collector_nor_an_import_of_the_checks() -> None:
+def test_reading_evidence_needs_no_collector_and_types_with_the_declared_signatures() -> None:
+    """The loader types a log by the signatures the checks declare: the entry points import the
+    checks (docs/architecture.md); a caller that did not is told so, never typed with none."""
     code = (
         "import sys\n"
         "from kpdoctor.bundle.loader import load\n"
+        "try:\n"
+        "    load([sys.argv[1]])\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+        "import kpdoctor.checks\n"
         "ev = load([sys.argv[1]])\n"
         "assert 'kpdoctor.collect' not in ''.join(m for m in sys.modules if m.startswith('kpdoctor.collect'))\n"
         "print(ev.artifacts[0].kind.value)\n"
@@ -98,7 +105,9 @@ def test_reading_evidence_needs_neither_the_collector_nor_an_import_of_the_check
         timeout=60,
     )
     assert got.returncode == 0, got.stderr
-    assert got.stdout.strip() == "kube-proxy log"  # typed by its signatures, whatever was imported
+    said = got.stdout.strip().splitlines()
+    assert said[0] == "no log signature is declared: import kpdoctor.checks first (the entry points do)"
+    assert said[1] == "kube-proxy log"  # typed by its signatures
 
 
 @pytest.mark.parametrize(

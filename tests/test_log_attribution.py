@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.knowledge import REGISTRY
 from kpdoctor.model import Cite, Finding, Report
-from kpdoctor.parse.logscan import REGISTRY, Scanner
+from kpdoctor.parse.logscan import Scanner
 from kpdoctor.parse.logwrap import unwrap, writer_of
 from kpdoctor.report import render_json, render_markdown, render_text
 

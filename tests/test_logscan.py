@@ -10,8 +10,9 @@ from conftest import SEED3_BLOCK
 import kpdoctor.checks  # noqa: F401  (registers every signature)
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.facts.log import SYNC_COMPLETE
+from kpdoctor.knowledge import REGISTRY
 from kpdoctor.parse import logscan
-from kpdoctor.parse.logscan import REGISTRY, Scanner
+from kpdoctor.parse.logscan import Scanner
 from kpdoctor.parse.logwrap import unwrap
 
 

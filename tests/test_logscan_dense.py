@@ -16,9 +16,10 @@ from conftest import all_findings
 import kpdoctor.checks  # noqa: F401  (registers every signature)
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.facts.log import SYNC_COMPLETE, LogFacts
+from kpdoctor.knowledge import REGISTRY
 from kpdoctor.model import Report
 from kpdoctor.parse import logscan
-from kpdoctor.parse.logscan import REGISTRY, Hit, Scanner, ScanResult, literal_prefixes
+from kpdoctor.parse.logscan import Hit, Scanner, ScanResult, literal_prefixes
 from kpdoctor.parse.logwrap import unwrap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

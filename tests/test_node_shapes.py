@@ -16,6 +16,7 @@ from conftest import write
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.sniff import sniff
 from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.knowledge import catalogue
 from kpdoctor.model import Confidence, Finding, Report, Severity
 from kpdoctor.parse.firewall import parse_ufw_status
 from kpdoctor.parse.shellwords import shell_split
@@ -134,7 +135,7 @@ UFW_VERBOSE_ALLOW = (UFW / "status-verbose-allow.txt").read_text()
 
 
 def test_ufw_status_is_read_as_a_host_firewall() -> None:
-    assert sniff(K3S_1280).kind == Kind.HOST_FIREWALL
+    assert sniff(K3S_1280, catalogue()).kind == Kind.HOST_FIREWALL
     st = parse_ufw_status(UFW_NUMBERED_PODS)
     assert st is not None and st.active and len(st.rules) == 7
     assert st.rules[2].source == "10.42.0.0/16" and st.rules[2].any_port

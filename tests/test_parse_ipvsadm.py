@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.sniff import sniff
+from kpdoctor.knowledge import catalogue
 from kpdoctor.parse.ipvsadm import parse_ipvsadm_list
 
 DATA = Path(__file__).parent / "data" / "ipvsadm"
@@ -21,7 +22,7 @@ def test_stats_listing_has_real_servers_without_weights() -> None:
     # --stats prints no weight: every real server counts as taking connections, none as draining
     assert all(r.weight is None and r.takes_new for r in big.reals)
     assert big.reals[0].line == 9
-    assert sniff(text).kind is Kind.IPVSADM
+    assert sniff(text, catalogue()).kind is Kind.IPVSADM
 
 
 def test_persistence_is_read_from_the_flags_column() -> None:
@@ -53,7 +54,7 @@ def test_whitespace_collapsed_paste_keeps_real_servers() -> None:
         ("UDP", "10.96.0.10:53", 1),
     ]
     assert vss[0].reals[0].active == 6
-    assert sniff("\n".join(text.splitlines()[4:])).kind is Kind.IPVSADM  # headerless too
+    assert sniff("\n".join(text.splitlines()[4:]), catalogue()).kind is Kind.IPVSADM  # headerless too
 
 
 def test_save_format() -> None:
@@ -78,7 +79,7 @@ def test_save_format() -> None:
     assert by[("TCP", "[fd00:10:96::a]:53")].persistent == 300
     assert by[("SCTP", "10.96.5.5:9000")].scheduler == "sh"
     assert ("FWM", "7") in by
-    typed = sniff(text)
+    typed = sniff(text, catalogue())
     assert typed.kind is Kind.IPVSADM and typed.attrs == {"format": "save"}
 
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, MISMATCH
 
-from kpdoctor import deadline
-from kpdoctor.checks import registry
+from kpdoctor import deadline, knowledge
 from kpdoctor.demo import demo_path
 from kpdoctor.diagnose import diagnose_paths, exit_code
 from kpdoctor.model import InputProblem, group_problems
@@ -227,12 +226,12 @@ def test_stdin_that_never_ends_is_bounded_by_timeout() -> None:
 
 
 def test_a_bug_in_one_check_exits_4_and_the_rest_is_still_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = registry.CHECKS["KP103"]
+    spec = knowledge.CHECKS["KP103"]
 
     def broken(facts: object) -> list[object]:
         raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
 
-    monkeypatch.setitem(registry.CHECKS, "KP103", dataclasses.replace(spec, func=broken))
+    monkeypatch.setitem(knowledge.CHECKS, "KP103", dataclasses.replace(spec, func=broken))
     rep, _ev = diagnose_paths([XTABLES_LOG])
     assert exit_code(rep) == 4
     assert [(e.stage, e.error.split(":")[0]) for e in rep.errors] == [("check KP103", "TypeError")]
@@ -242,13 +241,13 @@ def test_a_bug_in_one_check_exits_4_and_the_rest_is_still_reported(monkeypatch: 
 
 
 def test_the_run_timeout_cuts_checks_short_and_still_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = registry.CHECKS["KP101"]
+    spec = knowledge.CHECKS["KP101"]
 
     def slow(facts: object) -> list[object]:
         time.sleep(5)
         return []
 
-    monkeypatch.setitem(registry.CHECKS, "KP101", dataclasses.replace(spec, func=slow))
+    monkeypatch.setitem(knowledge.CHECKS, "KP101", dataclasses.replace(spec, func=slow))
     deadline.arm(0.5)
     try:
         rep, _ev = diagnose_paths([XTABLES_LOG])

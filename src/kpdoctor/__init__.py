@@ -17,7 +17,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from kpdoctor.about import __version__
+
+__all__ = ["__version__", "run"]
 
 if TYPE_CHECKING:
     from kpdoctor.bundle.loader import Evidence
@@ -38,6 +40,7 @@ def run(
     ``service`` narrows the verification to one Service (``namespace/name``). Unreadable inputs
     are the report's ``problems``; a bug in a stage is one of its ``errors``, never an exception.
     """
+    import kpdoctor.checks  # noqa: F401 - declares every check and log signature (an entry point)
     from kpdoctor.bundle.loader import Evidence, load
     from kpdoctor.diagnose import diagnose_evidence
     from kpdoctor.model import Severity

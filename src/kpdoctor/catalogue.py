@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kpdoctor.checks import CHECKS
+import kpdoctor.checks  # noqa: F401 - declares every check (an entry point)
+from kpdoctor.knowledge import CHECKS
 
 
 def render() -> str:

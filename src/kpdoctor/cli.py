@@ -19,10 +19,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kpdoctor import __version__, deadline
-from kpdoctor.checks import CHECKS, find
+import kpdoctor.checks  # noqa: F401 - declares every check and log signature (an entry point)
+from kpdoctor import deadline
+from kpdoctor.about import __version__
 from kpdoctor.demo import DEMOS, demo_path
 from kpdoctor.diagnose import context_only, diagnose_evidence, exit_code
+from kpdoctor.knowledge import CHECKS, find
 from kpdoctor.model import Severity
 from kpdoctor.outfile import write_file
 from kpdoctor.report import FORMATS

@@ -14,10 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kpdoctor import __version__, deadline, memo
+from kpdoctor import deadline, memo
+from kpdoctor.about import __version__
 from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
-from kpdoctor.checks import run_all
+from kpdoctor.checks.stage import run_all
 from kpdoctor.dataplane.results import service_matches
 from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.trace import trace_results

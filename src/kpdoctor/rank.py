@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kpdoctor.checks.registry import explained_by
+from kpdoctor.knowledge import explained_by
 from kpdoctor.model import Finding
 
 _ONGOING = {True: 2, None: 1, False: 0}

@@ -31,13 +31,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kpdoctor import memo
+from kpdoctor import knowledge, memo
 from kpdoctor.agent.cluster import ClusterCache
 from kpdoctor.agent.counters import CounterGate
 from kpdoctor.agent.node_status import DEFAULT_CONDITION, Condition, NodeReporter, camel, condition_for
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.loader import Evidence, add_collected
-from kpdoctor.checks import registry
 from kpdoctor.collect.kube_proxy import collect_kube_proxy
 from kpdoctor.collect.node import collect_node
 from kpdoctor.collect.record import Budget, quiet, utc_now
@@ -381,10 +380,8 @@ class Agent:
         (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total)."""
         shown, held = [], []
         for f in findings:
-            spec = registry.CHECKS.get(f.code)
-            on_counters = (
-                spec is not None and spec.counters and not any(e.artifact == KERNEL_LOG for e in f.evidence)
-            )
+            spec = knowledge.CHECKS.get(f.code)
+            on_counters = spec is not None and spec.counters and not any(e.artifact == KERNEL_LOG for e in f.evidence)
             if on_counters and spec is not None and not self.gate.any_spiking(spec.counters):
                 held.append(f)
             else:
@@ -427,7 +424,7 @@ def _snapshot(a: Collected, snap: str) -> Collected:
 
 def _readings(facts: Facts) -> dict[str, int]:
     """The latest value of every counter a check names (counters.py compares them cycle to cycle)."""
-    names = {c for spec in registry.CHECKS.values() for c in spec.counters}
+    names = {c for spec in knowledge.CHECKS.values() for c in spec.counters}
     out = {}
     node = facts.node_state
     for name in names:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kpdoctor import __version__
+from kpdoctor.about import __version__
 from kpdoctor.model import Finding
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+import kpdoctor.checks  # noqa: F401 - declares every check and log signature (an entry point)
 from kpdoctor.agent.cluster import ClusterCache
 from kpdoctor.agent.loop import Agent, AgentOptions
 from kpdoctor.agent.node_status import NodeReporter

@@ -49,6 +49,7 @@ from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
+from kpdoctor.knowledge import Signature, catalogue
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.counts import parse_line_count
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -91,6 +92,8 @@ class Evidence:
     damaged: list[str] = field(default_factory=list)  # inputs that lost part of themselves: never "clean"
     node: str | None = None
     collected_at: str | None = None
+    # the log signatures its texts were typed with, and the logs are scanned for (every one known)
+    signatures: tuple[Signature, ...] = field(default_factory=catalogue, repr=False)
     _tempdirs: list[str] = field(default_factory=list)
 
     def of(self, kind: Kind) -> list[Artifact]:
@@ -270,9 +273,10 @@ def _locked(folder: str) -> bool:
     return False
 
 
-def load(paths: Iterable[str | Path]) -> Evidence:
-    """Load every path; unusable ones become problems, never exceptions."""
-    ev = Evidence()
+def load(paths: Iterable[str | Path], signatures: tuple[Signature, ...] | None = None) -> Evidence:
+    """Load every path; unusable ones become problems, never exceptions. ``signatures``: the log
+    lines that tell kube-proxy's world (every one declared: :func:`kpdoctor.knowledge.catalogue`)."""
+    ev = Evidence() if signatures is None else Evidence(signatures=signatures)
     seen: set[tuple[int, int]] = set()  # (device, inode) of every file read: a file given twice is read once
     try:
         for raw in paths:
@@ -669,7 +673,7 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         if parts is not None:
             _load_transcript(ev, label, parts)
             return
-    typed = sniff(head_text)
+    typed = sniff(head_text, ev.signatures)
     if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
         typed = sniff_named(label, head_text) or typed
     if typed.kind is None and whole is not None and has_prompt(whole):
@@ -694,7 +698,7 @@ def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
     parts = split_transcript(un.text)
     if parts is not None:
         return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed)
-    typed = sniff(un.text[:HEAD_BYTES])
+    typed = sniff(un.text[:HEAD_BYTES], ev.signatures)
     if typed.kind is None:
         return False
     _add_inline(ev, label, typed, un.text, {"paste": ", ".join(un.removed)})
@@ -774,12 +778,12 @@ def _load_transcript(
             forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
         text = p.text
         un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
-        retyped = sniff(un.text) if un.removed and not forced else Typed(None, {})
+        retyped = sniff(un.text, ev.signatures) if un.removed and not forced else Typed(None, {})
         if retyped.kind is not None:
             typed, text = retyped, un.text
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
-            typed = Typed(forced, {}) if forced else sniff(text)
+            typed = Typed(forced, {}) if forced else sniff(text, ev.signatures)
         if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
             typed = sniff_command(p.command, text) or typed
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container

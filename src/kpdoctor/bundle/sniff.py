@@ -10,13 +10,13 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.knowledge import Signature
 from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
-from kpdoctor.parse.logscan import catalogue
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.sockets import LSOF_ROW
@@ -138,8 +138,9 @@ _IPT_STDERR = re.compile(
 _ELISION = re.compile(r"^\s*(?:\.{3,}|…|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)|<snip>|\[snip\]|-+\s*snip\s*-+)\s*$", re.I)
 
 
-def sniff(head: str) -> Typed:
-    """Type a file by the first part of its content."""
+def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
+    """Type a file by the first part of its content (``signatures``: the log lines that make a
+    text one of kube-proxy's world, :func:`kpdoctor.knowledge.catalogue`)."""
     stripped = head.lstrip("\ufeff \t\r\n")
     if not stripped:
         return Typed(None, {}, "empty file")
@@ -150,7 +151,7 @@ def sniff(head: str) -> Typed:
 
     def signalled() -> bool:
         if not signal:
-            signal.append(has_signal(head))
+            signal.append(has_signal(head, signatures))
         return signal[0]
 
     if "\x00" in head and _CMDLINE.search(head):
@@ -265,12 +266,11 @@ def _is_rules_fragment(lines: list[str]) -> bool:
     return bool(lines) and (rules >= 1 or decls >= 2) and len(ours) >= max(1, 0.6 * len(lines))
 
 
-def has_signal(text: str) -> bool:
-    """Does a registered signature (one only kube-proxy's world prints) match in ``text``?
+def has_signal(text: str, signatures: tuple[Signature, ...]) -> bool:
+    """Does one of ``signatures`` (lines only kube-proxy's world prints) match in ``text``?
 
-    Its regular expression, not its needle: "Using " or "MARK" alone say nothing. The catalogue
-    is loaded here, so typing never depends on which modules the caller happened to import."""
-    return any(sig.needle in text and sig.compiled().search(text) is not None for sig in catalogue() if not sig.generic)
+    Its regular expression, not its needle: "Using " or "MARK" alone say nothing."""
+    return any(sig.needle in text and sig.compiled().search(text) is not None for sig in signatures if not sig.generic)
 
 
 _JSON_START = re.compile(r"^(?:\{|\[\s*(?:[\[{\"\]\d-]|true|false|null|$))")

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from kpdoctor import __version__
+from kpdoctor.about import __version__
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.outfile import create_folder, replacing
 

@@ -12,7 +12,7 @@ from kpdoctor.checks.dataplane import (
     vip_node_address,
 )
 from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets, stale_udp
-from kpdoctor.checks.registry import CHECKS, CheckSpec, find, run_all
+from kpdoctor.checks.stage import run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
     apiserver_via_vip,
@@ -42,6 +42,7 @@ from kpdoctor.checks.sync import (
     xtables_lock,
 )
 from kpdoctor.checks.termination import shutdown
+from kpdoctor.knowledge import CHECKS, CheckSpec, find
 
 __all__ = [
     "CHECKS",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.checks.registry import CHECKS, VersionRow
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import cite
+from kpdoctor.knowledge import CHECKS, VersionRow
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import FixRow, Remedy, remedy

@@ -153,6 +153,35 @@ def read_node_file(
         os.close(fd)
 
 
+def resolve_in_root(root: str, path: str, hops: int = 40) -> str | None:
+    """``path`` (absolute, as seen inside ``root``) with every symlink followed *inside* ``root``,
+    as the path seen inside ``root``; None if it does not exist or loops."""
+    parts = [p for p in path.split("/") if p]
+    done: list[str] = []
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = os.path.join(root, *done, part)
+        if os.path.islink(here):
+            hops -= 1
+            if hops < 0:
+                return None
+            target = os.readlink(here)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p] + parts
+            continue
+        if not os.path.lexists(here):
+            return None
+        done.append(part)
+    return "/" + "/".join(done)
+
+
 def node_text(root: str, inside: str, limit: int = 4 * 1024**2) -> str | None:
     """A small node file as text (``/proc/PID/status``, ``/proc/modules``); None if not read."""
     try:
@@ -164,8 +193,6 @@ def node_text(root: str, inside: str, limit: int = 4 * 1024**2) -> str | None:
 def resolve_dir(root: str, inside: str) -> str | None:
     """The directory ``inside``, its links resolved within ``root``, as this process reaches it
     (for listing it); None when there is no directory there."""
-    from kpdoctor.collect.runner import resolve_in_root
-
     found = resolve_in_root(root, inside)
     if found is None:
         return None

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kpdoctor.collect.node_files import NodeFileError, node_text, read_node_file
+from kpdoctor.collect.node_files import NodeFileError, node_text, read_node_file, resolve_in_root
 from kpdoctor.collect.record import Budget, Collected, NotCollected, utc_now
 
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -119,35 +119,6 @@ while left > 0:
     left -= len(chunk)
 """
 _CONFINED_EXIT = {3: "does not exist", 4: "is not readable by it", 5: "is not a regular file"}
-
-
-def resolve_in_root(root: str, path: str, hops: int = 40) -> str | None:
-    """``path`` (absolute, as seen inside ``root``) with every symlink followed *inside* ``root``,
-    as the path seen inside ``root``; None if it does not exist or loops."""
-    parts = [p for p in path.split("/") if p]
-    done: list[str] = []
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if done:
-                done.pop()
-            continue
-        here = os.path.join(root, *done, part)
-        if os.path.islink(here):
-            hops -= 1
-            if hops < 0:
-                return None
-            target = os.readlink(here)
-            if target.startswith("/"):
-                done = []
-            parts = [p for p in target.split("/") if p] + parts
-            continue
-        if not os.path.lexists(here):
-            return None
-        done.append(part)
-    return "/" + "/".join(done)
 
 
 def find_program(root: str, name: str) -> str | None:

@@ -40,6 +40,7 @@ from kpdoctor.facts.backend import HostBackend
 from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
+from kpdoctor.knowledge import Signature
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
@@ -51,7 +52,7 @@ from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
-from kpdoctor.parse.logscan import Scanner, Signature, catalogue
+from kpdoctor.parse.logscan import Scanner
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
@@ -163,8 +164,8 @@ class Facts:
         self.evidence = evidence
         # the previous verification's results, carried over where nothing changed (the agent)
         self.reuse = reuse
-        # the signatures the log scan looks for (every one kpdoctor knows, unless a caller narrows it)
-        self.signatures = signatures if signatures is not None else catalogue()
+        # the signatures the log scan looks for (the evidence's, unless a caller narrows them)
+        self.signatures = signatures if signatures is not None else evidence.signatures
         self._node_flag = node
         self._nothing: dict[Kind, str | None] = {}
         # what parsing found wrong in an artifact, outside the parsers that keep their own

@@ -15,8 +15,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kpdoctor.knowledge import signature
 from kpdoctor.model import Cite
-from kpdoctor.parse.logscan import Hit, ScanResult, signature
+from kpdoctor.parse.logscan import Hit, ScanResult
 from kpdoctor.versions import IptablesVersion
 
 # Kept apart per variant (logscan.Signature.variant): the IP family and the iptables-restore

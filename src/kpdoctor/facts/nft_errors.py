@@ -12,7 +12,8 @@ import itertools
 import re
 from typing import TYPE_CHECKING
 
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.knowledge import signature
+from kpdoctor.parse.logscan import Hit
 
 if TYPE_CHECKING:
     from kpdoctor.facts import Facts

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kpdoctor.facts.log import SYNC_COMPLETE
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.knowledge import signature
+from kpdoctor.parse.logscan import Hit
 
 if TYPE_CHECKING:
     from kpdoctor.facts import Facts

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from kpdoctor import __version__
+import kpdoctor.checks  # noqa: F401 - declares every check and log signature (an entry point)
+from kpdoctor.about import __version__
 from kpdoctor.agent.node_status import DEFAULT_CONDITION
 from kpdoctor.kubectl_plugin import cluster as cluster_table
 from kpdoctor.kubectl_plugin.kube import ConnectError, api_client, api_error, default_namespace

@@ -60,7 +60,7 @@ class NodeState:
 
 
 def _causes_by_reason() -> dict[str, str]:
-    from kpdoctor.checks import CHECKS
+    from kpdoctor.knowledge import CHECKS
 
     return {camel(spec.cause): spec.cause for spec in CHECKS.values()}
 

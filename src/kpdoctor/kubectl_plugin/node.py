@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from kpdoctor import __version__
+from kpdoctor.about import __version__
 from kpdoctor.kubectl_plugin.kube import api_error, body
 
 CONTAINER = "kpdoctor"

@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - exercised by the pure_python tests
     ahocorasick_rs = None  # type: ignore[assignment]
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.knowledge import Signature
 from kpdoctor.parallel import default_workers, run_parts, workers_for
 from kpdoctor.parse.logwrap import FELIX, KLOG_HEADER, LOGRUS, is_continuation, unwrap, writer_of
 
@@ -53,84 +54,6 @@ SAMPLE_FIRST = 5
 SAMPLE_LAST = 5
 MAX_VARIANTS = 256  # per signature; hits of further variants are counted, not kept apart
 MAX_VARIANTS_TOTAL = 4096  # per scan
-
-
-@dataclass(frozen=True, slots=True)
-class Signature:
-    """A log line that means something, declared next to the check that owns it.
-
-    ``pattern`` must contain ``needle`` literally (the scanner only looks at lines holding the
-    needle) and use only syntax that Python ``re`` and ``grep -E`` read the same way.
-
-    ``failure``: a sync attempt failed; ``success``: a sync completed (a successful sync when no
-    failure came since the previous one). Together they tell ongoing from recovered.
-
-    ``variant``: a regular expression (Python syntax, no capturing group) searched in the hit's
-    record, line by line. Hits whose records hold different matches (say ``ip6tables``, or the
-    ``iptables-restore v1.8.4 (legacy)`` that failed) are different variants, and the first and
-    last hit of every variant is kept, so a question such as "do all of them come from
-    ip6tables-restore?" is answered exactly from the kept sample. Best with literal starts
-    (``ip6tables|-restore v...``): only the lines holding one are then searched.
-
-    ``generic``: other programs print the same line (``FLAG: --``, ``Version: v``), so it means
-    something in a kube-proxy log but does not make a text one.
-    """
-
-    id: str
-    needle: str
-    pattern: str
-    failure: bool = False
-    success: bool = False
-    variant: str = ""
-    generic: bool = False
-
-    def compiled(self) -> re.Pattern[str]:
-        return _compile(self.pattern)
-
-
-_COMPILED: dict[str, re.Pattern[str]] = {}
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    rx = _COMPILED.get(pattern)
-    if rx is None:
-        rx = _COMPILED[pattern] = re.compile(pattern)
-    return rx
-
-
-REGISTRY: dict[str, Signature] = {}
-
-
-def catalogue() -> tuple[Signature, ...]:
-    """Every signature kpdoctor knows. The checks declare them next to their logic; this loads
-    them, so what a run scans for (and how the sniffer types a text) never depends on which
-    modules its caller happened to import."""
-    import kpdoctor.checks  # noqa: F401  (declaring the checks registers their signatures)
-
-    return tuple(REGISTRY.values())
-
-
-def signature(
-    id: str,
-    needle: str,
-    pattern: str,
-    *,
-    failure: bool = False,
-    success: bool = False,
-    variant: str = "",
-    generic: bool = False,
-) -> Signature:
-    """Declare (and register) a signature; ids are unique across kpdoctor."""
-    sig = Signature(id, needle, pattern, failure, success, variant, generic)
-    if needle not in pattern.replace("\\", ""):
-        raise ValueError(f"signature {id}: needle {needle!r} not in its pattern")
-    if variant and re.compile(variant).groups:
-        raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
-    old = REGISTRY.get(id)
-    if old is not None and old != sig:
-        raise ValueError(f"signature {id!r} declared twice with different content")
-    REGISTRY[id] = sig
-    return sig
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from kpdoctor.checks import CHECKS
+from kpdoctor.knowledge import CHECKS
 from kpdoctor.model import Cite, Finding, Report, Severity
 from kpdoctor.report.safe import json_safe
 from kpdoctor.report.view import View, build

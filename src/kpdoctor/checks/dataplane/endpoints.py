@@ -16,11 +16,11 @@ from kpdoctor.checks.dataplane.common import (
     kube_proxy_rule,
     verification_not_evaluated,
 )
-from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.verify import affinity_difference
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 

@@ -15,10 +15,10 @@ from kpdoctor.checks.dataplane.common import (
     finding_for,
     verification_not_evaluated,
 )
-from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 

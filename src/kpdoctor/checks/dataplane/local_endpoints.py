@@ -14,10 +14,10 @@ from kpdoctor.checks.dataplane.common import (
     kube_proxy_rule,
     verification_not_evaluated,
 )
-from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import corroborated, no_local_drops, services_with_endpoint_objects
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
 
 NOTE_TITLE = 'Rules drop Local-policy traffic as "has no local endpoints" (normal without a local Pod)'

@@ -16,9 +16,9 @@ from kpdoctor.checks.dataplane.common import (
     finding_for,
     verification_not_evaluated,
 )
-from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.results import StaleRule
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import capped
-from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.facts import Facts
 from kpdoctor.facts.mode import IPVS_INTERFACE
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import system
 from kpdoctor.parse.clients import SshAttempt

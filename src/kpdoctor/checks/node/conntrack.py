@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.node.common import SINCE_BOOT, read_counters, setting_cites, sysctl_advice
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import CONNTRACK
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 # Kernel releases that fixed the three conntrack insertion races behind the "5 s DNS delay".

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.firewall import UfwRule, UfwStatus, parse_ufw_status
 from kpdoctor.parse.iptables import option

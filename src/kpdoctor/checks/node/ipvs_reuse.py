@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 REUSE_FIXED_KERNEL = (5, 9)  # "ipvs: allow connection reuse for unconfirmed conntrack" (f0a5e4d7a594)

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import POD_PREFIXES, pod_facing
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.links import Link
 

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.facts.node import Setting
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.parse.sysctl import port_set
 
 DEFAULT_RANGE = (32768, 60999)  # the kernel's ip_local_port_range

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.node.common import read_counters, setting_cites, sysctl_advice
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
 BUFFER_COUNTERS = [

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.dataplane.addresses import endpoint_text
 from kpdoctor.dataplane.results import Result
 from kpdoctor.facts import Facts
 from kpdoctor.facts.cluster import EndpointView, ServiceView
 from kpdoctor.facts.node import interval, parse_time
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
 

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 
 # kube-proxy given neither a kubeconfig nor a master URL (or a config file that names none)
 IN_CLUSTER = signature(

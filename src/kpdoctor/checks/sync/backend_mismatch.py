@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
 from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.backend import HostBackend, banner
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import FixRow, IptablesVersion
 
 CANNOT_LOAD_TARGET = signature(

@@ -7,13 +7,12 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.cluster import node_ips, pod_cidrs
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
 from kpdoctor.parse.k8s import as_dict
-from kpdoctor.parse.logscan import signature
 
 # kube-proxy echoes the payload of a failed restore: a rule with an empty `-s` argument (two
 # spaces) is what kube-proxy 1.5 wrote for local-traffic Services without a cluster CIDR.

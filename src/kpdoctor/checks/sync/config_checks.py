@@ -9,10 +9,10 @@ from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
-from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import SYNC_MODE, cite_line
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import (
     FLAG_DEFAULTS,

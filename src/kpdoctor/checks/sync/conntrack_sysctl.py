@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 
 # Kernels carrying "netfilter: conntrack: Make global sysctls readonly in non-init netns"
 # (torvalds/linux 671c54ea8c7f; stable backport d0febd81ae77): 5.12.2 and 5.10.35 (kind#2240).

@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import KubeVersion
 
 LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"

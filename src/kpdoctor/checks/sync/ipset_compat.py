@@ -6,11 +6,11 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 
 # kube-proxy's IPVS proxier (ipset.go): `Failed to make sure ip set: &{{KUBE-LOOP-BACK hash:ip,port,ip
 # inet 1024 65536 0-65535 Kubernetes endpoints dst ip:port, ...} map[] 0xc42073e1d0} exist, error:

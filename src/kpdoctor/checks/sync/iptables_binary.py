@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 
 # `exec: "iptables": executable file not found in $PATH`, `exec: "ip6tables-restore": ...`, and
 # a configured absolute path that is not there (`fork/exec /usr/sbin/iptables-save: no such file`).

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.duplicates import duplicated_rules
+from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule
 from kpdoctor.versions import IptablesVersion

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
+from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
 GT_DELETE_RS = signature(

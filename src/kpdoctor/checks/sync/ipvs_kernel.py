@@ -6,10 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import FixRow
 
 # `Failed to list IPVS destinations, error: parseIP Error ip=[10 244 2 2 0 0 ...]`

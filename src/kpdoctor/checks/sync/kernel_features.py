@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import TABLE_INIT_FAILED
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_VARIANT
+from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
 # The MARK signatures take quotes escaped too (felix and structured logs quote the restore's

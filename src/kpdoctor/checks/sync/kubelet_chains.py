@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST
 from kpdoctor.facts import Facts
 from kpdoctor.facts.backend import HostBackend, banner
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule, Ruleset, Table
 from kpdoctor.parse.logscan import Hit

@@ -6,12 +6,11 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import kpconfig
 from kpdoctor.parse.kubectl_table import PodRow, pod_rows
-from kpdoctor.parse.logscan import signature
 
 # kube-proxy's own healthz (10256) and metrics (10249) ports; a healthCheckNodePort clash
 # ("Failed to start healthcheck" on 3xxxx, dual-stack) is not a second process.

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import is_other_writer
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 
 # iptables-nft: `chain POSTROUTING in table nat is incompatible, use 'nft' tool.`; its -save:
 # `# Table `nat' is incompatible, use 'nft' tool.`

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 
 NODE_NOT_FOUND = signature(
     "node-info-not-found",

@@ -7,11 +7,10 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, note_version, start, version_rows
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.panics import Panic, panics
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import signature
 from kpdoctor.versions import FixRow
 
 # A nil-pointer panic in each form it is logged: Go's own crash (`panic: runtime error: ...`) and

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import RESTORE_FAILED, SYNC_FAILED
+from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
 
 

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
 from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
+from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
 # iptables refusing a rule's *content* (not the node: no missing chain, extension, table or lock):

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
-from kpdoctor.checks.registry import VersionRow, check
 from kpdoctor.checks.sync.panics import IPVS_PROBE_FRAME, restart_info
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import is_other_writer
 from kpdoctor.facts.panics import Panic, panics
+from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.versions import KubeVersion
 

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.health import parse_healthz, parse_metrics
 from kpdoctor.parse.kpconfig import parse_duration

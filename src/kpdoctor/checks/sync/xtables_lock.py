@@ -15,13 +15,13 @@ from kpdoctor.checks.common import (
     start,
     version_rows,
 )
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.facts.log import RESTORE_VARIANT, cite_line, iptables_call, is_other_writer, restore_binary
 from kpdoctor.facts.workloads import is_fragment
+from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
-from kpdoctor.parse.logscan import Hit, signature
+from kpdoctor.parse.logscan import Hit
 from kpdoctor.parse.system import Process
 from kpdoctor.versions import FixRow, KubeVersion
 

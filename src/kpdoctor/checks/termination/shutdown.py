@@ -16,9 +16,9 @@ from typing import Any
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts
 from kpdoctor.facts.workloads import Served, is_fragment, served_workloads
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.entrypoint import SHELLS, analyse
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
-from kpdoctor.checks.registry import check
 from kpdoctor.facts import Facts, containers_of
+from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.entrypoint import Entrypoint, analyse
 from kpdoctor.parse.timing import RuntimeStop, TimedStop, is_term, run_command, runtime_stops, timed_stops

@@ -1,7 +1,10 @@
-"""The check registry: each check is a function plus its metadata and its documentation.
+"""What kpdoctor knows: its checks and the log signatures they read, each declared once.
 
-A check's docstring is its knowledge-base entry (``kpdoctor explain``), written with the sections
-``Symptom:``, ``Cause:``, ``How it is detected:``, ``Fix:`` and ``References:``.
+The ground floor of the package (docs/architecture.md): every stage reads these registries, none
+has to import the checks to do so. They are filled as the check modules are imported, which the
+entry points do (the command line, :func:`kpdoctor.run`, the agent, the kubectl plugin:
+``import kpdoctor.checks``); :func:`catalogue` says so when that did not happen, rather than
+letting a run type its inputs and scan its logs with no signature at all.
 """
 
 from __future__ import annotations
@@ -10,18 +13,104 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from kpdoctor import deadline
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.model import Confidence, Finding, InternalError, Severity, Skipped
+from kpdoctor.model import Finding, Severity, Skipped
 
-if False:  # pragma: no cover - typing only
-    from kpdoctor.facts import Facts
-
-CheckFunc = Callable[["Facts"], Iterable[Finding]]
 SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
 
+# A check reads the run's facts (kpdoctor.facts.Facts, a layer above this one: hence Any here;
+# every check function is typed with it) and yields its findings.
+CheckFunc = Callable[[Any], Iterable[Finding]]
 
+
+class Given(Protocol):
+    """What the registry asks of the facts: which kinds of evidence hold something usable."""
+
+    def has(self, kind: Kind) -> bool: ...
+
+
+# -- log signatures -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A log line that means something, declared next to the check that owns it.
+
+    ``pattern`` must contain ``needle`` literally (the scanner only looks at lines holding the
+    needle) and use only syntax that Python ``re`` and ``grep -E`` read the same way.
+
+    ``failure``: a sync attempt failed; ``success``: a sync completed (a successful sync when no
+    failure came since the previous one). Together they tell ongoing from recovered.
+
+    ``variant``: a regular expression (Python syntax, no capturing group) searched in the hit's
+    record, line by line. Hits whose records hold different matches (say ``ip6tables``, or the
+    ``iptables-restore v1.8.4 (legacy)`` that failed) are different variants, and the first and
+    last hit of every variant is kept, so a question such as "do all of them come from
+    ip6tables-restore?" is answered exactly from the kept sample. Best with literal starts
+    (``ip6tables|-restore v...``): only the lines holding one are then searched.
+
+    ``generic``: other programs print the same line (``FLAG: --``, ``Version: v``), so it means
+    something in a kube-proxy log but does not make a text one.
+    """
+
+    id: str
+    needle: str
+    pattern: str
+    failure: bool = False
+    success: bool = False
+    variant: str = ""
+    generic: bool = False
+
+    def compiled(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    rx = _COMPILED.get(pattern)
+    if rx is None:
+        rx = _COMPILED[pattern] = re.compile(pattern)
+    return rx
+
+
+# Every signature declared, by id (the check modules declare theirs as they are imported).
+REGISTRY: dict[str, Signature] = {}
+
+
+def signature(
+    id: str,
+    needle: str,
+    pattern: str,
+    *,
+    failure: bool = False,
+    success: bool = False,
+    variant: str = "",
+    generic: bool = False,
+) -> Signature:
+    """Declare (and register) a signature; ids are unique across kpdoctor."""
+    sig = Signature(id, needle, pattern, failure, success, variant, generic)
+    if needle not in pattern.replace("\\", ""):
+        raise ValueError(f"signature {id}: needle {needle!r} not in its pattern")
+    if variant and re.compile(variant).groups:
+        raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
+    old = REGISTRY.get(id)
+    if old is not None and old != sig:
+        raise ValueError(f"signature {id!r} declared twice with different content")
+    REGISTRY[id] = sig
+    return sig
+
+
+def catalogue() -> tuple[Signature, ...]:
+    """Every signature kpdoctor knows: what a run scans logs for and how the sniffer tells a text
+    from kube-proxy's world. Declared by the check modules, which the entry points import."""
+    if not REGISTRY:
+        raise RuntimeError("no log signature is declared: import kpdoctor.checks first (the entry points do)")
+    return tuple(REGISTRY.values())
+
+
+# -- checks -------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class VersionRow:
     """One row of a cause's version table: who is affected, what fixes it, and where that is said.
@@ -47,7 +136,7 @@ class CheckSpec:
     partial: CheckFunc | None = None
     # Why the check must not judge this evidence although it is present (the verification it
     # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None.
-    abstains: Callable[[Facts], str | None] | None = None
+    abstains: Callable[[Any], str | None] | None = None
     # The causes this root cause explains when both are found: their findings are folded under
     # this one (declared here, on the root cause, and read by ranking through ``explained_by``).
     explains: tuple[str, ...] = ()
@@ -76,7 +165,7 @@ class CheckSpec:
         """The URLs of the docstring's References section (the finding's references)."""
         return re.findall(r"https?://[^\s;,)]+", self.sections().get("References", ""))
 
-    def skipped(self, facts: Facts | None = None) -> Skipped:
+    def skipped(self, facts: Given | None = None) -> Skipped:
         """Why it cannot run, said and as data: the evidence it reads, or (when that is there) what
         must come with it."""
         given = facts is not None and any(facts.has(k) for k in self.needs)
@@ -92,7 +181,7 @@ class CheckSpec:
             reason += " (needs " + " and ".join(also) + " too)"
         return Skipped(self.code, self.cause, reason, names, also=also)
 
-    def can_run(self, facts: Facts) -> bool:
+    def can_run(self, facts: Given) -> bool:
         return any(facts.has(k) for k in self.needs) and all(facts.has(k) for k in self.needs_all)
 
 
@@ -108,7 +197,7 @@ def check(
     needs: Iterable[Kind],
     needs_all: Iterable[Kind] = (),
     partial: CheckFunc | None = None,
-    abstains: Callable[[Facts], str | None] | None = None,
+    abstains: Callable[[Any], str | None] | None = None,
     explains: Iterable[str] = (),
     versions: Iterable[VersionRow] = (),
     counters: Iterable[str] = (),
@@ -140,27 +229,6 @@ def check(
     return deco
 
 
-def confidence_reason(f: Finding) -> str:
-    """What the finding's confidence rests on, from the kinds of evidence it cites: the log's
-    lines, the versions found, the node's state and the cluster's objects (a check that weighs
-    them otherwise says so itself)."""
-    logged = bool(f.occurrences) or any(c.writer for c in f.evidence)
-    other = sorted({c.artifact for c in f.evidence if not c.writer and c.artifact})
-    parts = []
-    if logged:
-        parts.append(f"{f.occurrences} matching log line(s)" if f.occurrences else "the log lines cited")
-    if f.versions_found:
-        parts.append("the versions found")
-    if len(other) == 1:
-        parts.append(other[0].rsplit("/", 1)[-1])
-    elif other:
-        parts.append(f"{len(other)} other inputs")
-    if not parts:
-        return "the finding's own reasoning (see the summary)"
-    said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return ("only " if f.confidence == Confidence.LOW and len(parts) == 1 else "") + said
-
-
 def explained_by(cause: str) -> list[str]:
     """The root causes whose checks declare that they explain ``cause`` (the causality graph)."""
     out: list[str] = []
@@ -176,51 +244,3 @@ def find(key: str) -> list[CheckSpec]:
     if key.upper() in CHECKS:
         return [CHECKS[key.upper()]]
     return [c for c in CHECKS.values() if c.cause == key.lower()]
-
-
-def run_all(
-    facts: Facts, only: tuple[str, ...] | None = None
-) -> tuple[list[Finding], list[Skipped], int, list[InternalError]]:
-    """Run every check whose evidence is present; report the others as skipped.
-
-    A check that fails is a bug, reported with its code (``errors``: exit code 4) while the other
-    checks still run: one odd artifact must not cost the user the whole diagnosis. When the run's
-    --timeout is reached, the check it interrupted and the ones after it are skipped, saying so.
-    ``only``: run just the checks whose codes start with one of these prefixes.
-    """
-    findings: list[Finding] = []
-    skipped: list[Skipped] = []
-    errors: list[InternalError] = []
-    ran = 0
-    for spec in sorted(CHECKS.values(), key=lambda c: c.code):
-        if only is not None and not spec.code.startswith(only):
-            continue
-        if deadline.expired():
-            skipped.append(Skipped(spec.code, spec.cause, "not run: the run's --timeout was reached"))
-            continue
-        deadline.stage(f"check {spec.code}")
-        try:
-            # can_run parses what the check needs (evidence that parses to nothing skips it): a
-            # parser's failure there is this check's, contained like one in the check itself
-            if not spec.can_run(facts):
-                skipped.append(spec.skipped(facts))
-                if spec.partial is None:
-                    continue
-                produced = list(spec.partial(facts))
-            elif spec.abstains is not None and (why := spec.abstains(facts)):
-                skipped.append(Skipped(spec.code, spec.cause, why))
-                continue
-            else:
-                produced = list(spec.func(facts))
-                ran += 1
-        except deadline.TimedOut:
-            skipped.append(Skipped(spec.code, spec.cause, "not finished: the run's --timeout was reached"))
-            continue
-        except Exception as exc:  # contained and reported, see docstring
-            errors.append(InternalError.of(f"check {spec.code}", exc))
-            continue
-        for f in produced:
-            f.code = f.code or spec.code
-            f.confidence_reason = f.confidence_reason or confidence_reason(f)
-            findings.append(f)
-    return findings, skipped, ran, errors
