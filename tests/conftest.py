@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 import kpdoctor.checks  # noqa: F401 - declares every check and log signature, as the entry points do
+from kpdoctor.dataplane.results import Verification
+from kpdoctor.dataplane.session import verify
 from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.facts import Facts
 from kpdoctor.model import Finding, Report, Severity
 
 # Seed 000's restore failure as glog-era kube-proxy logs it.
@@ -85,3 +88,8 @@ def obfuscate(text: str, seed: int) -> str:
     names = {c: "C" + "".join(rnd.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(12)) for c in chains}
     text = re.sub(r' -m comment --comment ("[^"]*"|\S+)', "", text)
     return re.sub(r"KUBE-[A-Z0-9-]+", lambda m: names[m.group(0)], text)
+
+
+def verification_of(facts: Facts) -> Verification | None:
+    """The dataplane's verification of these facts, as the pipeline's stage works it out."""
+    return verify(facts.dataplane_inputs())

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import UPSTREAM, obfuscate
+from conftest import UPSTREAM, obfuscate, verification_of
 
 from kpdoctor.bundle.loader import load
 from kpdoctor.dataplane.verify import Part
@@ -62,7 +62,7 @@ def proxied_services(doc: dict[str, Any]) -> int:
 @pytest.mark.parametrize("name", NAMES)
 def test_upstream_rules_verify_clean(tmp_path: Path, name: str, backend: str) -> None:
     facts, report = run(stage(tmp_path, name, backend))
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     assert ver.services_checked == proxied_services(cluster(name))
     bad = [(r.label, r.traffic, r.status, r.note) for r in ver.results if r.status != "ok"]
@@ -97,7 +97,7 @@ OVERALL_EXPECTED = {
 @pytest.mark.parametrize("backend", ["legacy", "nft"])
 def test_overall_backends_and_probabilities(tmp_path: Path, backend: str) -> None:
     facts, _ = run(stage(tmp_path, OVERALL, backend))
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     got = {(r.label, r.traffic): r for r in ver.results}
     for key, want in OVERALL_EXPECTED.items():
@@ -149,7 +149,7 @@ def test_removed_endpoint_is_a_stale_backend(tmp_path: Path) -> None:
     facts, report = run(stage(tmp_path, OVERALL, doc=doc))
     f = _finding(report, "endpoints-out-of-sync", "ns4/svc4:p80")
     assert "10.180.0.5:80" in f.summary and f.severity.label == "critical"
-    bad = [r for r in facts.verification.results if r.status != "ok"]  # type: ignore[union-attr]
+    bad = [r for r in verification_of(facts).results if r.status != "ok"]  # type: ignore[union-attr]
     assert {r.label for r in bad} == {"ns4/svc4:p80"}
     assert all(r.stale_backends == ["10.180.0.5:80"] for r in bad)
 
@@ -176,7 +176,7 @@ def test_deleted_service_leaves_stale_rules(tmp_path: Path) -> None:
     facts, report = run(stage(tmp_path, OVERALL, doc=doc))
     f = _finding(report, "stale-service-rules")
     assert "172.30.0.41:80" in f.summary and "ns1/svc1:p80" in f.summary
-    assert facts.verification is not None and facts.verification.services_checked == 5
+    assert verification_of(facts) is not None and verification_of(facts).services_checked == 5
     assert f.evidence and f.evidence[0].line
 
 
@@ -257,7 +257,7 @@ def test_identical_rules_in_both_backends_is_a_warning(tmp_path: Path) -> None:
     facts, report = run([*paths, tmp_path / "legacy.save"])
     [f] = report.findings
     assert f.cause == "iptables-backend-mismatch" and f.severity.label == "warning" and "they agree today" in f.summary
-    assert facts.verification is not None and all(r.status == "ok" for r in facts.verification.results)
+    assert verification_of(facts) is not None and all(r.status == "ok" for r in verification_of(facts).results)
 
 
 def test_v1_endpoints_instead_of_slices(tmp_path: Path) -> None:
@@ -283,12 +283,12 @@ def test_v1_endpoints_instead_of_slices(tmp_path: Path) -> None:
         )
     doc["items"] = items
     facts, report = run(stage(tmp_path, OVERALL, doc=doc))
-    assert facts.verification is not None and facts.verification.clean
+    assert verification_of(facts) is not None and verification_of(facts).clean
     assert report.findings == []
 
 
 def _verdicts(facts: Facts) -> list[tuple[str, str, str, list[tuple[str | None, str, float]]]]:
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     return [
         (r.label, r.traffic, r.status, sorted((e.backend, e.verdict, round(e.probability, 9)) for e in r.actual))
@@ -320,7 +320,7 @@ def test_mutation_verdicts_survive_obfuscation(tmp_path: Path) -> None:
 def test_unknown_version_accepts_any_release_and_says_so(tmp_path: Path) -> None:
     name = "v1.26_TestEndpointSliceWithTerminatingEndpointsTrafficPolicyLocal_onlyTerminating"
     facts, _ = run(stage(tmp_path, name))
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     lb = next(r for r in ver.results if r.traffic == "external-to-loadbalancer")
     assert lb.status == "ok" and len(lb.expected) == 2
@@ -334,13 +334,13 @@ def test_known_old_version_rejects_terminating_fallback(tmp_path: Path) -> None:
     paths = stage(tmp_path, name)
     (tmp_path / "version.txt").write_text("Kubernetes v1.24.17\n")
     facts, _ = run([*paths, tmp_path / "version.txt"])
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     lb = next(r for r in ver.results if r.traffic == "external-to-loadbalancer")
     assert lb.status == "mismatch" and len(lb.expected) == 1 and lb.expected[0].refused
     (tmp_path / "version.txt").write_text("Kubernetes v1.27.3\n")
     facts, _ = run([*paths, tmp_path / "version.txt"])
-    lb = next(r for r in facts.verification.results if r.traffic == "external-to-loadbalancer")  # type: ignore[union-attr]
+    lb = next(r for r in verification_of(facts).results if r.traffic == "external-to-loadbalancer")  # type: ignore[union-attr]
     assert lb.status == "ok" and "version unknown" not in lb.note
 
 
@@ -348,7 +348,7 @@ def test_missing_node_identity_makes_local_cases_uncertain(tmp_path: Path) -> No
     doc = cluster(OVERALL)
     doc["items"] = [it for it in doc["items"] if it["kind"] != "Node"]
     facts, _ = run(stage(tmp_path, OVERALL, doc=doc))
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None
     unc = {(r.label, r.traffic) for r in ver.results if r.status == "uncertain"}
     assert ("ns2/svc2:p80", "external-to-externalip") in unc  # eTP=Local needs the node's name
@@ -397,41 +397,41 @@ def test_fast_compile_path_equals_the_general_one() -> None:
 def test_parallel_evaluation_equals_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Split over processes (each reads the evidence itself and evaluates its part; the parts are
     merged), the verification is exactly the one-process one: results in order, stale rules."""
-    import kpdoctor.facts as F
+    import kpdoctor.dataplane.session as S
 
     doc = cluster(OVERALL)
     _slice(doc, "svc4")["endpoints"] = [{"addresses": ["10.180.0.4"]}]
     doc["items"] = [it for it in doc["items"] if it["metadata"]["name"] not in ("svc1", "svc1-1")]
     paths = stage(tmp_path, OVERALL, doc=doc)
-    serial = run(paths)[0].verification
+    serial = verification_of(run(paths)[0])
     assert serial is not None
-    monkeypatch.setattr(F, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(S, "PARALLEL_MIN_BYTES", 0)
     for workers in ("2", "3"):
         monkeypatch.setenv("KPDOCTOR_WORKERS", workers)
-        par = Facts(load(paths)).verification
+        par = verification_of(Facts(load(paths)))
         assert par is not None
         assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
         assert par.stale and any(r.status == "mismatch" for r in par.results)
 
     # a worker that dies after taking pieces of the work: they are done again, here
     parent = os.getpid()
-    real_packed, real = F.Facts._verification_packed, F.Facts._verification
+    real_packed, real = S.verify_part_packed, S.verify_part
 
-    def dies(self: Facts, part: Part) -> object:
+    def dies(inputs: S.DataplaneInputs, part: Part) -> object:
         if os.getpid() != parent:
             assert part.tickets is not None and part.tickets.take() == 0
             os._exit(1)
-        return real_packed(self, part)
+        return real_packed(inputs, part)
 
-    def late(self: Facts, part: Part) -> object:
+    def late(inputs: S.DataplaneInputs, part: Part) -> object:
         if part.tickets is not None and os.getpid() == parent:
             time.sleep(1)  # the worker takes the first piece
-        return real(self, part)
+        return real(inputs, part)
 
-    monkeypatch.setattr(F.Facts, "_verification_packed", dies)
-    monkeypatch.setattr(F.Facts, "_verification", late)
+    monkeypatch.setattr(S, "verify_part_packed", dies)
+    monkeypatch.setattr(S, "verify_part", late)
     monkeypatch.setenv("KPDOCTOR_WORKERS", "2")
-    par = Facts(load(paths)).verification
+    par = verification_of(Facts(load(paths)))
     assert par is not None
     assert json.dumps(par.to_json(), sort_keys=True) == json.dumps(serial.to_json(), sort_keys=True)
 
@@ -463,7 +463,7 @@ def test_other_nftables_tables_are_reported_not_evaluated(tmp_path: Path) -> Non
     ruleset = FIX.parent / "nftables" / "TestOverallNFTablesRules.ruleset.json"
     paths = [*stage(tmp_path, OVERALL), ruleset]
     facts, _ = run(paths)
-    ver = facts.verification
+    ver = verification_of(facts)
     assert ver is not None and ver.clean
     [note] = ver.not_evaluated
     assert note.startswith("nftables table ip kube-proxy (") and "filter-input: filter input" in note

@@ -18,7 +18,7 @@ from pathlib import Path
 from conftest import write
 
 from kpdoctor.bundle.loader import load
-from kpdoctor.diagnose import diagnose_evidence
+from kpdoctor.diagnose import diagnose_evidence, pipeline
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report, Severity
 
@@ -38,9 +38,8 @@ WEB_VS = (
 def run(tmp_path: Path, **changed: str) -> tuple[Facts, Report]:
     for name, text in FILES.items():
         write(tmp_path, name, changed.get(name, text))
-    keep: list[object] = []
-    report = diagnose_evidence(load([tmp_path]), min_severity=Severity.INFO, command="verify", keep=keep)
-    facts = keep[0]
+    done = pipeline(load([tmp_path]), min_severity=Severity.INFO, command="verify", free=False)
+    report, facts = done.report, done.facts
     assert isinstance(facts, Facts)
     return facts, report
 

@@ -15,7 +15,7 @@ import kpdoctor
 from kpdoctor import memo
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.loader import Evidence, add_collected, load
-from kpdoctor.facts import Facts
+from kpdoctor.dataplane import session
 from kpdoctor.model import Severity
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +48,10 @@ def test_run_matches_the_command_line_and_repeats_identically() -> None:
 
 
 def test_a_bug_in_the_verification_stage_is_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Facts, part: object) -> None:
+    def broken(inputs: object, part: object) -> None:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(Facts, "_verification", broken)
+    monkeypatch.setattr(session, "verify_part", broken)
     report = kpdoctor.run([DEMOS / "config-ignores-hostname"], min_severity=Severity.INFO)
     assert [e.stage for e in report.errors] == ["verification"]
     assert report.checks_run > 0  # the rest of the report is still produced

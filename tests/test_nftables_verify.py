@@ -20,7 +20,7 @@ from kpdoctor.bundle.loader import load
 from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.nftables.compile import compile_listing
 from kpdoctor.dataplane.nftables.evaluate import Evaluator
-from kpdoctor.diagnose import diagnose_evidence
+from kpdoctor.diagnose import pipeline
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report, Severity
 
@@ -36,9 +36,8 @@ SVC4_VMAP = (
 
 
 def run(paths: list[Path]) -> tuple[Facts, Report]:
-    keep: list[object] = []
-    report = diagnose_evidence(load(paths), min_severity=Severity.INFO, command="verify", keep=keep)
-    facts = keep[0]
+    done = pipeline(load(paths), min_severity=Severity.INFO, command="verify", free=False)
+    report, facts = done.report, done.facts
     assert isinstance(facts, Facts)
     return facts, report
 

@@ -17,9 +17,9 @@ from conftest import UPSTREAM, write
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
-from kpdoctor.diagnose import diagnose_evidence
+from kpdoctor.dataplane.modes import ModeState, running_mode
+from kpdoctor.diagnose import pipeline
 from kpdoctor.facts import Facts
-from kpdoctor.facts.mode import ModeState, running_mode
 from kpdoctor.model import Cite, Report, Severity
 from kpdoctor.parse.nft import foreign_tables, parse_tables
 
@@ -43,9 +43,8 @@ IPVS_LOG = "I0611 16:36:28.730111     216 server_others.go:183] Using ipvs Proxi
 
 
 def diagnose(paths: list[Path], command: str = "diagnose") -> tuple[Facts, Report]:
-    keep: list[object] = []
-    report = diagnose_evidence(load(paths), min_severity=Severity.INFO, command=command, keep=keep)
-    facts = keep[0]
+    done = pipeline(load(paths), min_severity=Severity.INFO, command=command, free=False)
+    report, facts = done.report, done.facts
     assert isinstance(facts, Facts)
     return facts, report
 

@@ -23,7 +23,7 @@ import kpdoctor.checks  # noqa: F401 - declares every check and log signature (a
 from kpdoctor import deadline
 from kpdoctor.about import __version__
 from kpdoctor.demo import DEMOS, demo_path
-from kpdoctor.diagnose import context_only, diagnose_evidence, exit_code
+from kpdoctor.diagnose import context_only, exit_code, pipeline
 from kpdoctor.knowledge import CHECKS, find
 from kpdoctor.model import Severity
 from kpdoctor.outfile import write_file
@@ -396,7 +396,9 @@ def _run(
         evidence = live.evidence(paths)
         try:
             traced = TRACED_FOR_HTML if fmt == Format.html else 0
-            report = diagnose_evidence(evidence, node=node, min_severity=sev, keep=keep, trace_failing=traced)
+            run = pipeline(evidence, node=node, min_severity=sev, trace_failing=traced, free=False)
+            keep.append(run)
+            report = run.report
         finally:
             evidence.close()
     finally:
@@ -578,8 +580,21 @@ def verify(
     (the closest names are suggested).
     """
     from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
-    from kpdoctor.diagnose import diagnose_evidence
-    from kpdoctor.facts import Facts
+    from kpdoctor.parse.k8s import K8sObject
+
+    def chosen(services: list[K8sObject]) -> str | None:
+        """--service as users write it (a port number, a bare name) -> kube-proxy's labels; with
+        no Services given, as it is (the "needs Services" message below says what is missing)."""
+        if not service or not services:
+            return service
+        try:
+            wanted, notice = resolve_service(services, service)
+        except ServiceNotFound as exc:
+            _err(str(exc))
+            raise Exit(2) from None
+        if notice:
+            _err(notice)
+        return wanted
 
     sev = Severity.INFO
     lv = Live.of(live, node)
@@ -588,27 +603,17 @@ def verify(
     try:
         evidence = lv.evidence(list(paths))
         try:
-            wanted = service
-            if service:  # as users write it (a port number, a bare name) -> kube-proxy's labels
-                services = Facts(evidence, node=node).objects.of("Service")
-                if services:  # none: the "needs Services" message below says what is missing
-                    try:
-                        wanted, notice = resolve_service(services, service)
-                    except ServiceNotFound as exc:
-                        _err(str(exc))
-                        raise Exit(2) from None
-                    if notice:
-                        _err(notice)
-                del services
-            report = diagnose_evidence(
+            run = pipeline(
                 evidence,
                 node=node,
                 min_severity=sev,
                 command="verify",
-                service=wanted,
-                keep=keep,
+                choose_service=chosen,
                 trace_failing=TRACED_FOR_HTML if fmt == Format.html else 0,
+                free=False,
             )
+            keep.append(run)
+            report = run.report
         finally:
             evidence.close()
     finally:
@@ -739,9 +744,8 @@ def trace(
     3: a branch could not be evaluated (uncertain) and none is dropped, or kube-proxy runs in a
     mode whose state was not given (IPVS without `ipvsadm -Ln`); 2: usage error.
     """
-    from kpdoctor.dataplane import modes
+    from kpdoctor.dataplane.session import NotEvaluated, open_dataplane
     from kpdoctor.dataplane.trace import TraceError, exit_status, parse_destination, service_target
-    from kpdoctor.dataplane.trace import trace as run_trace
     from kpdoctor.facts import Facts
     from kpdoctor.report.trace import TRACE_FORMATS
 
@@ -759,19 +763,14 @@ def trace(
     try:
         facts = Facts(evidence, node=node)
         _kept().append(facts)
+        dataplane = open_dataplane(facts.dataplane_inputs(), record=True, tracing=True)
+        if isinstance(dataplane, NotEvaluated):
+            _err(dataplane.reason)
+            raise Exit(2 if dataplane.mode == "nftables" else 3)
         running = facts.running_mode
-        mode = running.mode or "iptables"
-        backend = facts.mode_backend(mode, facts.rulesets, record=True)
-        if backend is None and mode == "nftables":
-            how = running.how
-            _err(f"kube-proxy runs in nftables mode ({how}): give `nft -j list ruleset` (or `nft list ruleset`)")
-            raise Exit(2)
-        if backend is None:
-            _err(modes.not_evaluated_reason(str(running.mode), running.how).replace("evaluate", "trace", 1))
-            raise Exit(3)
         if running.mode is None and facts.rulesets:
             _err(f"the proxy mode is not known ({running.how}): tracing the iptables rules")
-        if not facts.rulesets and mode == "iptables":
+        if not facts.rulesets and (running.mode or "iptables") == "iptables":
             for p in evidence.problems:
                 _err(f"{p.source}: {p.message}")
             _err("no iptables rules were given (iptables-save output is what trace follows)")
@@ -786,7 +785,7 @@ def trace(
                 dst, port, proto = parse_destination(to)
             else:
                 assert service is not None
-                target = service_target(facts.objects.of("Service"), service, facts.node_view, traffic, hook)
+                target = service_target(dataplane.services(), service, dataplane.node(), traffic, hook)
                 for w in target.warnings:
                     _err(w)
                 if traffic and hook_given and hook != target.hook:
@@ -794,7 +793,7 @@ def trace(
                     raise Exit(2)
                 dst, port, proto, hook = target.dst, target.port, target.proto, target.hook
                 source = source or target.src
-            traces = run_trace(backend, facts.node_view, dst, port, proto, source, hook)
+            traces = dataplane.trace(dst, port, proto, source, hook)
         except TraceError as exc:
             _err(str(exc))
             raise Exit(2) from None
@@ -963,9 +962,10 @@ def npd(paths: tuple[str, ...], min_severity: str | None, node: str | None, max_
         click.echo("kpdoctor: nothing to diagnose (see stderr)")
         raise Exit(UNKNOWN) from None
     try:
-        report = diagnose_evidence(
-            evidence, node=node, min_severity=Severity.parse(min_severity or Level.warning.value), keep=_kept()
-        )
+        sev = Severity.parse(min_severity or Level.warning.value)
+        run = pipeline(evidence, node=node, min_severity=sev, free=False)
+        _kept().append(run)
+        report = run.report
         code, line = npd_status(report)
     finally:
         deadline.disarm()

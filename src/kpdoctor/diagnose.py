@@ -10,7 +10,8 @@ command line (the cyclic collector off, objects kept until exit) are the CLI's, 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,25 @@ from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks.stage import run_all
 from kpdoctor.dataplane.results import service_matches
 from kpdoctor.dataplane.reuse import Reuse
-from kpdoctor.dataplane.trace import trace_results
+from kpdoctor.dataplane.session import DataplaneInputs, Verified, failing_traces, verify
 from kpdoctor.facts import Facts
 from kpdoctor.model import InputProblem, InputRead, InternalError, Report, Severity, group_problems
+from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.rank import rank
 from kpdoctor.report.view import verdict
 
 VERIFY_CODES = ("KP2",)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run's report, with the facts it was worked out from and the dataplane's inputs (the
+    agent reads the node's counters and mode from the facts; ``kpdoctor verify`` and the tests
+    look at them too)."""
+
+    report: Report
+    facts: Facts
+    dataplane: DataplaneInputs
 
 
 def diagnose_evidence(
@@ -37,15 +50,41 @@ def diagnose_evidence(
     min_severity: Severity = Severity.WARNING,
     command: str = "diagnose",
     service: str | None = None,
-    keep: list[object] | None = None,
     reuse: Reuse | None = None,
     trace_failing: int = 0,
 ) -> Report:
-    """One run on loaded evidence. ``keep``: gets the facts worked out, and the run's memo tables
-    are left as they are: a caller about to exit (the command line) need not free them.
-    ``reuse``: the previous run's verification results to carry over where nothing changed (the
-    node agent's cycles; dataplane/reuse.py). ``trace_failing``: trace that many mismatched
-    Service ports step by step (``Report.traces``: the HTML report draws them)."""
+    """One run on loaded evidence: its report (see :func:`pipeline`)."""
+    return pipeline(
+        evidence,
+        node=node,
+        min_severity=min_severity,
+        command=command,
+        service=service,
+        reuse=reuse,
+        trace_failing=trace_failing,
+    ).report
+
+
+def pipeline(
+    evidence: Evidence,
+    *,
+    node: str | None = None,
+    min_severity: Severity = Severity.WARNING,
+    command: str = "diagnose",
+    service: str | None = None,
+    reuse: Reuse | None = None,
+    trace_failing: int = 0,
+    free: bool = True,
+    choose_service: Callable[[list[K8sObject]], str | None] | None = None,
+) -> Run:
+    """One run on loaded evidence, every stage in order. ``reuse``: the previous run's
+    verification results to carry over where nothing changed (the node agent's cycles;
+    dataplane/reuse.py). ``trace_failing``: trace that many mismatched Service ports step by step
+    (``Report.traces``: the HTML report draws them). ``free``: empty the run's memo tables when
+    it ends (a caller about to exit, the command line, need not). ``choose_service``: which
+    Service the run narrows to, from the evidence's Services (instead of ``service``: `kpdoctor
+    verify --service` as users write it), before anything else is worked out; what it raises
+    is the caller's."""
     try:
         return _run(
             evidence,
@@ -53,12 +92,12 @@ def diagnose_evidence(
             min_severity=min_severity,
             command=command,
             service=service,
-            keep=keep,
             reuse=reuse,
             trace_failing=trace_failing,
+            choose_service=choose_service,
         )
     finally:
-        if keep is None:
+        if free:
             memo.clear()
 
 
@@ -69,16 +108,17 @@ def _run(
     min_severity: Severity,
     command: str,
     service: str | None,
-    keep: list[object] | None,
     trace_failing: int = 0,
     reuse: Reuse | None = None,
-) -> Report:
+    choose_service: Callable[[list[K8sObject]], str | None] | None = None,
+) -> Run:
     facts = Facts(evidence, node=node, reuse=reuse)
-    if keep is not None:
-        keep.append(facts)
-    stage_errors = verify_stage(facts)
+    if choose_service is not None:
+        service = choose_service(facts.objects.of("Service"))
+    inputs = facts.dataplane_inputs()
+    verified, stage_errors = verify_stage(inputs)
     only = VERIFY_CODES if command == "verify" else None
-    findings, skipped, ran, check_errors = run_all(facts, only=only)
+    findings, skipped, ran, check_errors = run_all(facts, verified, only=only)
     errors = evidence.errors + stage_errors + check_errors
     problems = list(evidence.problems)
     # After --timeout, only what was already worked out: nothing may start a parse now.
@@ -87,7 +127,7 @@ def _run(
     def ready(name: str) -> bool:
         return not partial or name in vars(facts)
 
-    ident, ver = None, None
+    ident, ver = None, verified.verification
     deadline.stage("assembling the report")
     try:
         if ready("objects"):
@@ -101,7 +141,6 @@ def _run(
             message = f"recognised as {kind.value}, but {why}: checks that need it are skipped"
             problems.append(InputProblem(", ".join(names), message))
         ident = facts.node if ready("node") else None
-        ver = facts.verification if ready("verification") else None
         if ver is not None and service:
             ver = ver.only(service)
             findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
@@ -112,12 +151,12 @@ def _run(
     if trace_failing and ver is not None and ver.count("mismatch") and not partial:
         deadline.stage("tracing the failing Services")
         try:
-            traces = failing_traces(facts, ver, trace_failing)
+            traces = failing_traces(inputs, ver, trace_failing)
         except deadline.TimedOut:
             traces = {}
         except Exception as exc:  # the traces are an addition: the report stands without them
             errors.append(InternalError.of("tracing the failing Services", exc))
-    return Report(
+    report = Report(
         tool_version=__version__,
         node=ident.name if ident else None,
         node_rule=ident.describe() if ident else None,
@@ -139,6 +178,7 @@ def _run(
         traces=traces,
         files=files_here(evidence),
     )
+    return Run(report, facts, inputs)
 
 
 def files_here(evidence: Evidence) -> dict[str, str]:
@@ -147,34 +187,20 @@ def files_here(evidence: Evidence) -> dict[str, str]:
     return {a.name: os.path.abspath(f) for a in evidence.artifacts if (f := a.path or a.origin) and a.first_line == 1}
 
 
-def failing_traces(facts: Facts, ver: Any, limit: int) -> dict[tuple[str, str], list[Any]]:
-    """The first ``limit`` mismatched Service ports traced step by step in the rules of the mode
-    kube-proxy runs (as `kpdoctor trace --service` does), while the rules are still loaded."""
-    mode = facts.running_mode.mode or "iptables"
-    backend = facts.mode_backend(mode, facts.rulesets, record=True)
-    if backend is None:
-        return {}
-    bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
-    return trace_results(backend, facts.objects.of("Service"), facts.node_view, bad, limit)
-
-
-def verify_stage(facts: Facts) -> list[InternalError]:
+def verify_stage(inputs: DataplaneInputs) -> tuple[Verified, list[InternalError]]:
     """The data-plane verification, as its own stage before the checks that read it: run once,
     and a bug in it is the verification's internal error (its checks then abstain, saying so),
     not an escape from whichever check asked first."""
     if deadline.expired():
-        return []
+        return Verified(), []
     deadline.stage("verification")
     try:
-        facts.verification  # noqa: B018 - worked out here, read by the checks
+        return Verified(verify(inputs)), []
     except deadline.TimedOut:
-        facts.verification_failed = "not finished: the run's --timeout was reached"
-        vars(facts)["verification"] = None
+        return Verified(failed="not finished: the run's --timeout was reached"), []
     except Exception as exc:  # contained: the rest of the report is still produced
-        facts.verification_failed = "not evaluated: the verification failed (an internal error, reported)"
-        vars(facts)["verification"] = None
-        return [InternalError.of("verification", exc)]
-    return []
+        failed = "not evaluated: the verification failed (an internal error, reported)"
+        return Verified(failed=failed), [InternalError.of("verification", exc)]
 
 
 # What of an artifact's attributes tells the user how it was read (the rest is bookkeeping).
@@ -213,13 +239,10 @@ def diagnose_paths(
     min_severity: Severity = Severity.WARNING,
     command: str = "diagnose",
     service: str | None = None,
-    keep: list[object] | None = None,
 ) -> tuple[Report, Evidence]:
     evidence = load(paths)
     try:
-        report = diagnose_evidence(
-            evidence, node=node, min_severity=min_severity, command=command, service=service, keep=keep
-        )
+        report = diagnose_evidence(evidence, node=node, min_severity=min_severity, command=command, service=service)
         return report, evidence
     finally:
         evidence.close()

@@ -20,9 +20,10 @@ from kpdoctor.model import Finding, Severity, Skipped
 
 SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
 
-# A check reads the run's facts (kpdoctor.facts.Facts, a layer above this one: hence Any here;
-# every check function is typed with it) and yields its findings.
-CheckFunc = Callable[[Any], Iterable[Finding]]
+# A check reads the run's facts (kpdoctor.facts.Facts) and, when it says so, the dataplane's
+# verification (kpdoctor.dataplane.session.Verified), and yields its findings. Both types live in
+# layers above this one: every check function is typed with them, the registry takes any.
+CheckFunc = Callable[..., Iterable[Finding]]
 
 
 class Given(Protocol):
@@ -135,7 +136,8 @@ class CheckSpec:
     # what would decide, never a verdict); the check is reported as skipped all the same.
     partial: CheckFunc | None = None
     # Why the check must not judge this evidence although it is present (the verification it
-    # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None.
+    # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None; called
+    # with the verification (``Verified``).
     abstains: Callable[[Any], str | None] | None = None
     # The causes this root cause explains when both are found: their findings are folded under
     # this one (declared here, on the root cause, and read by ranking through ``explained_by``).
@@ -145,6 +147,9 @@ class CheckSpec:
     # The packet-loss counters a finding rests on: growing between two snapshots confirms it.
     # A node agent reads them every cycle and reports the finding only while one of them spikes.
     counters: tuple[str, ...] = ()
+    # The check reads the dataplane's verification: it is called with it (``func(facts,
+    # verified)``, a ``kpdoctor.dataplane.session.Verified``), as ``abstains`` always is.
+    reads_verification: bool = False
 
     @property
     def doc(self) -> str:
@@ -201,12 +206,16 @@ def check(
     explains: Iterable[str] = (),
     versions: Iterable[VersionRow] = (),
     counters: Iterable[str] = (),
+    reads_verification: bool = False,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
     def deco(func: CheckFunc) -> CheckFunc:
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
+        reads = reads_verification or abstains is not None
+        if len(inspect.signature(func).parameters) != (2 if reads else 1):
+            raise ValueError(f"check {code}: takes (facts, verified) exactly when it reads the verification")
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
@@ -223,6 +232,7 @@ def check(
             tuple(explains),
             tuple(versions),
             tuple(counters),
+            reads,
         )
         return func
 

@@ -42,7 +42,7 @@ from conftest import UPSTREAM
 
 from kpdoctor.bundle.loader import load as load_evidence
 from kpdoctor.cli import app
-from kpdoctor.dataplane import modes
+from kpdoctor.dataplane.nftables.backend import NftablesBackend
 from kpdoctor.dataplane.trace import trace
 from kpdoctor.facts import Facts
 
@@ -180,10 +180,7 @@ def predict(
     try:
         facts = Facts(evidence)
         assert facts.running_mode.mode == "nftables", facts.running_mode
-        backend = modes.backend_for(
-            "nftables", facts.rulesets, facts.node_view.local(), record=True, nft=facts.nft_rules
-        )
-        assert backend is not None
+        backend = NftablesBackend(facts.nft_rules, facts.rulesets, facts.node_view.local(), record=True)
         [t] = trace(
             backend,
             facts.node_view,

@@ -43,7 +43,7 @@ from kpdoctor.collect.record import Budget, quiet, utc_now
 from kpdoctor.collect.redact import redact_secrets, redact_text
 from kpdoctor.collect.runner import Host, Runner
 from kpdoctor.dataplane.reuse import Carried, Reuse
-from kpdoctor.diagnose import diagnose_evidence
+from kpdoctor.diagnose import pipeline
 from kpdoctor.facts import Facts
 from kpdoctor.model import Finding, Report, Severity
 
@@ -346,19 +346,14 @@ class Agent:
             n = self._status.cycle
         full = self._previous is None or self.opts.full_every <= 1 or n % self.opts.full_every == 0
         reuse = Reuse(self._previous, full=full)
-        keep: list[object] = []
         c2 = _cpu()
-        report = diagnose_evidence(
-            evidence, node=self.node, min_severity=self.opts.min_severity, keep=keep, reuse=reuse
-        )
+        run = pipeline(evidence, node=self.node, min_severity=self.opts.min_severity, reuse=reuse, free=False)
         c3 = _cpu()
-        facts = keep[0] if keep and isinstance(keep[0], Facts) else None
-        mode = None
-        if facts is not None:
-            self.gate.observe(_readings(facts), time.monotonic())
-            mode = facts.running_mode.mode
-            vars(facts).clear()  # its parts refer to it: let go of them now, not at a collection
-        keep.clear()
+        report, facts = run.report, run.facts
+        self.gate.observe(_readings(facts), time.monotonic())
+        mode = facts.running_mode.mode
+        vars(facts).clear()  # its parts refer to it: let go of them now, not at a collection
+        del run, facts
         self._previous = reuse.next if report.verification is not None else None
         shown, held = self._gated(report.visible())
         self._tell(shown, report, node_obj)

@@ -13,6 +13,7 @@ from kpdoctor.knowledge import CHECKS
 from kpdoctor.model import Confidence, Finding, InternalError, Skipped
 
 if TYPE_CHECKING:
+    from kpdoctor.dataplane.session import Verified
     from kpdoctor.facts import Facts
 
 
@@ -38,13 +39,14 @@ def confidence_reason(f: Finding) -> str:
 
 
 def run_all(
-    facts: Facts, only: tuple[str, ...] | None = None
+    facts: Facts, verified: Verified, only: tuple[str, ...] | None = None
 ) -> tuple[list[Finding], list[Skipped], int, list[InternalError]]:
     """Run every check whose evidence is present; report the others as skipped.
 
     A check that fails is a bug, reported with its code (``errors``: exit code 4) while the other
     checks still run: one odd artifact must not cost the user the whole diagnosis. When the run's
     --timeout is reached, the check it interrupted and the ones after it are skipped, saying so.
+    ``verified``: the dataplane stage's verification, handed to the checks that read it.
     ``only``: run just the checks whose codes start with one of these prefixes.
     """
     findings: list[Finding] = []
@@ -66,11 +68,11 @@ def run_all(
                 if spec.partial is None:
                     continue
                 produced = list(spec.partial(facts))
-            elif spec.abstains is not None and (why := spec.abstains(facts)):
+            elif spec.abstains is not None and (why := spec.abstains(verified)):
                 skipped.append(Skipped(spec.code, spec.cause, why))
                 continue
             else:
-                produced = list(spec.func(facts))
+                produced = list(spec.func(facts, verified) if spec.reads_verification else spec.func(facts))
                 ran += 1
         except deadline.TimedOut:
             skipped.append(Skipped(spec.code, spec.cause, "not finished: the run's --timeout was reached"))

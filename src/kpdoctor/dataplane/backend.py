@@ -12,7 +12,7 @@ A mode with no backend is "not evaluated", never "rules missing": see :mod:`.mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.expected import Case, NodeView, Owned
@@ -91,4 +91,18 @@ class Backend(Protocol):
 
     def not_evaluated(self) -> list[str]:
         """Parts of the evidence this backend was given but does not evaluate, each said once."""
+        ...
+
+
+@runtime_checkable
+class RecordsReads(Protocol):
+    """An optional feature of a backend: it records which parts of its rules each evaluation
+    reads (``deps``: a set to add them to, or None), and says which parts changed since a
+    previous state. A result the agent carries over then depends on those parts only (iptables);
+    any other backend's results depend on all of its rules."""
+
+    deps: set[Any] | None
+
+    def rule_changes(self, before: Any) -> tuple[Any, set[Any]]:
+        """What every part of the rules holds now, and which parts differ from ``before``."""
         ...

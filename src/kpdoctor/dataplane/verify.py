@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kpdoctor.dataplane.backend import Backend
+from kpdoctor.dataplane.backend import Backend, RecordsReads
 from kpdoctor.dataplane.expected import (
     SHARED,
     Behaviour,
@@ -163,8 +163,8 @@ def run_verification(
         for c in todo:
             ver.results.append(reuse.result(c, lambda c: evaluate_case(c, backend, node), track))
         ver.ranges.append((0, len(todo)))
-        if track is not None:
-            backend.deps = None  # type: ignore[attr-defined]
+        if isinstance(backend, RecordsReads):
+            backend.deps = None
     else:
         for start, end in part.ranges(len(todo)):
             ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
@@ -188,12 +188,13 @@ def _owned(services: list[K8sObject], pods: list[K8sObject], reuse: Reuse | None
 
 def _tracking(backend: Backend) -> Callable[[], set[Any]] | None:
     """How to learn what one evaluation reads, for a backend that records it (iptables)."""
-    if not hasattr(backend, "rule_changes"):
+    if not isinstance(backend, RecordsReads):
         return None
+    recording = backend
 
     def track() -> set[Any]:
         seen: set[Any] = set()
-        backend.deps = seen  # type: ignore[attr-defined]
+        recording.deps = seen
         return seen
 
     return track

@@ -5,37 +5,21 @@ Checks read evidence only through here, never by parsing raw text themselves.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from kpdoctor import parallel
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
 from kpdoctor.dataplane.addresses import IPAddress
-from kpdoctor.dataplane.backend import Backend
-from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses, owned_destinations
-from kpdoctor.dataplane.iptables.backend import IptablesBackend, has_service_rules
-from kpdoctor.dataplane.ipvs.leftovers import leftover_virtual_servers
+from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses
 from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
-from kpdoctor.dataplane.results import StaleRule, Verification
 from kpdoctor.dataplane.reuse import Reuse
-from kpdoctor.dataplane.reuse import setting as reuse_setting
-from kpdoctor.dataplane.verify import (
-    PackedShare,
-    Part,
-    leftovers,
-    merge_shares,
-    pack_share,
-    run_verification,
-    unevaluated,
-)
+from kpdoctor.dataplane.session import DataplaneInputs
 from kpdoctor.facts import backend
-from kpdoctor.facts import mode as modefacts
 from kpdoctor.facts.backend import HostBackend
 from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
@@ -56,13 +40,6 @@ from kpdoctor.parse.logscan import Scanner
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
-
-# Rule dumps at least this large are verified on every core (about 1,500 Services: below, forking
-# and sending results back costs more than it saves).
-PARALLEL_MIN_BYTES = 4 * 1024**2
-# The cases are handed out in this many pieces, each to whichever process asks first (about 90
-# cases a piece at 10,000 Services: small enough that no process waits long for another).
-VERIFY_PIECES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +147,6 @@ class Facts:
         self._nothing: dict[Kind, str | None] = {}
         # what parsing found wrong in an artifact, outside the parsers that keep their own
         self.diagnostics: list[tuple[str, Diagnostic]] = []
-        # why the verification stage gave nothing although it was asked (a bug, the timeout)
-        self.verification_failed: str | None = None
 
     def has(self, kind: Kind) -> bool:
         """Whether the evidence holds ``kind`` *and* it parsed to something: an empty List or an
@@ -676,25 +651,25 @@ class Facts:
         return None
 
     @cached_property
-    def running_mode(self) -> modefacts.RunningMode:
+    def running_mode(self) -> modes.RunningMode:
         """The mode kube-proxy really runs in, from its log, the state each mode leaves on the
         node, its configuration, or the default (:mod:`kpdoctor.facts.mode`)."""
         logged = self._logged_mode(PROXY_MODE.id, SYNC_MODE.id)
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
-        states = modefacts.iptables_states(rulesets)
-        ipvs = modefacts.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])
+        states = modes.iptables_states(rulesets)
+        ipvs = modes.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])
         ipvs = ipvs or self._ipvs_interface_in_addresses()
-        nftables = modefacts.nftables_state(self.nft_tables)
+        nftables = modes.nftables_state(self.nft_tables)
         states += [s for s in (ipvs, nftables) if s is not None]
         known = bool(self.kp_config.flags or self.kp_config.file) or bool(rulesets)
-        return modefacts.running_mode(logged, self._configured_mode, states, known)
+        return modes.running_mode(logged, self._configured_mode, states, known)
 
-    def _ipvs_interface_in_addresses(self) -> modefacts.ModeState | None:
+    def _ipvs_interface_in_addresses(self) -> modes.ModeState | None:
         for a in self.of(Kind.IP_ADDR):
             for i, line in enumerate(a.read_text().splitlines()):
-                if modefacts.IPVS_INTERFACE in line:
-                    what = f"the {modefacts.IPVS_INTERFACE} interface ({a.name})"
-                    return modefacts.ModeState("ipvs", what, Cite(a.name, a.first_line + i, line.strip()[:300]))
+                if modes.IPVS_INTERFACE in line:
+                    what = f"the {modes.IPVS_INTERFACE} interface ({a.name})"
+                    return modes.ModeState("ipvs", what, Cite(a.name, a.first_line + i, line.strip()[:300]))
         return None
 
     @cached_property
@@ -724,19 +699,6 @@ class Facts:
                 out.setdefault(name, s)
         return out
 
-    def mode_backend(self, mode: str, rulesets: list[Ruleset], record: bool = False) -> Backend | None:
-        """The backend that evaluates ``mode`` over this evidence: its rules, listings or virtual
-        servers (None when kpdoctor has none for the mode, or the mode's state is not given)."""
-        return modes.backend_for(
-            mode,
-            rulesets,
-            self.local_addresses(mode),
-            record=record,
-            nft=self.nft_rules if mode == "nftables" else None,
-            ipvs=self.ipvs_virtual_servers if mode == "ipvs" else None,
-            ipsets=self.ipsets if mode == "ipvs" else None,
-        )
-
     def local_addresses(self, mode: str | None) -> list[IPAddress]:
         """The addresses the node takes as its own in ``mode`` (``--dst-type LOCAL``, ``fib daddr
         type local``): its own, and in IPVS mode what kube-ipvs0 holds (every ClusterIP when the
@@ -752,7 +714,7 @@ class Facts:
         """Addresses bound on kube-ipvs0 (``ip addr``), or None when no output shows it."""
         found: list[IPAddress] | None = None
         for a in self.of(Kind.IP_ADDR) + self.of(Kind.IP_LINK):
-            got = system.interface_addresses(a.read_text(), modefacts.IPVS_INTERFACE)
+            got = system.interface_addresses(a.read_text(), modes.IPVS_INTERFACE)
             if got is not None:
                 found = (found or []) + [x for x in got if x not in (found or [])]
         return found
@@ -840,166 +802,49 @@ class Facts:
                     gates[k.strip()] = v.strip().lower() == "true"
         return gates
 
-    @cached_property
-    def verification(self) -> Verification | None:
-        """The data-plane verification, when there are both rules and Services to compare.
-
-        A large node is verified on every core, split early: each process reads the evidence
-        itself (on its own core, while the others would otherwise wait), then evaluates pieces of
-        the Service ports as it asks for them (parallel.Tickets); none has to copy another's
-        quarter-million parsed rules."""
+    def dataplane_inputs(self) -> DataplaneInputs:
+        """What the dataplane reads of this evidence (dataplane/session.py), each part worked out
+        when the dataplane first asks for it, in the process that asks."""
         rules = self.of(Kind.IPTABLES_SAVE) + self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
-        n = parallel.workers_for(sum(a.size or len(a.text) for a in rules), PARALLEL_MIN_BYTES)
-        if n <= 1 or self.reuse is not None:
-            return self._verification(Part())
-        tickets = parallel.Tickets(VERIFY_PIECES)
-        try:
-            # the calling process also looks for stale rules, once the pieces are gone: while the
-            # workers send their results
-            parts: list[Callable[[], Any]] = [functools.partial(self._verification, Part(tickets))]
-            parts += [functools.partial(self._verification_packed, Part(tickets, stale=False))] * (n - 1)
-            done = parallel.run_parts(parts)
-        finally:
-            tickets.close()
-        ver = done[0]
-        if ver is None:
-            return None
-        # a worker that failed after taking pieces leaves them undone: then once more, here
-        return merge_shares(ver, done[1:]) or self._verification(Part())
+        return DataplaneInputs(
+            services=lambda: self.objects.of("Service"),
+            slices=lambda: self.objects.of("EndpointSlice"),
+            endpoints=lambda: self.objects.of("Endpoints"),
+            pods=lambda: self.objects.of("Pod"),
+            endpoints_exported=self._endpoints_exported,
+            rulesets=lambda: self.rulesets,
+            nft_tables=lambda: self.nft_tables,
+            nft_rules=lambda: self.nft_rules,
+            ipvs=lambda: self.ipvs_virtual_servers,
+            ipsets=lambda: self.ipsets,
+            running=lambda: self.running_mode,
+            node=lambda: self.node_view,
+            local_addresses=self.local_addresses,
+            behaviour=self._behaviour,
+            rule_texts=self._rule_texts,
+            artifact_lines=self._artifact_lines,
+            rules_size=sum(a.size or len(a.text) for a in rules),
+            reuse=self.reuse,
+        )
 
-    def _verification_packed(self, part: Part) -> PackedShare:
-        ver = self._verification(part)
-        return pack_share(ver) if ver is not None else ([], [], [])
+    def _endpoints_exported(self) -> bool:
+        """Services exported together with other objects (Nodes, Pods...), or a bundle's
+        endpointslices file: a Service without EndpointSlices there has none."""
+        exported = any(a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS))
+        return exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
 
-    def _verification(self, part: Part) -> Verification | None:
-        services = self.objects.of("Service")
-        rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "L")]
-        state = rulesets or self.ipvs_virtual_servers or self.nft_tables
-        if not services or not state:
-            return None
-        slices, endpoints = self.objects.of("EndpointSlice"), self.objects.of("Endpoints")
-        running = self.running_mode
-        mode = modes.mode_named(running.mode)
-        deviations = mode.deviations if mode is not None else SHARED
-        local = self.local_addresses(running.mode)
-        backend = None
-        if rulesets or running.mode in ("nftables", "ipvs"):
-            backend = self.mode_backend(running.mode or "", rulesets)
-        if backend is None:
-            if running.mode is None:
-                reason = f"the proxy mode is not known: {running.how}"
-            elif running.mode == "iptables":
-                reason = "no iptables-save output to evaluate kube-proxy's iptables mode with"
-            elif running.mode == "ipvs":
-                reason = (
-                    f"kube-proxy runs in ipvs mode ({running.how}), and no `ipvsadm -Ln` output was given "
-                    "to evaluate it with"
-                )
-            elif running.mode == "nftables":
-                reason = (
-                    f"kube-proxy runs in nftables mode ({running.how}), and no nftables listing was given "
-                    "to evaluate it with: give `nft -j list ruleset` (or `nft list ruleset`)"
-                )
-            else:
-                reason = modes.not_evaluated_reason(running.mode, running.how)
-            ver = unevaluated(reason, services, slices, endpoints, running.mode)
-        else:
-            kpv = self.kube_proxy_version
-            beh = Behaviour.of(kpv.value if kpv else None, self.feature_gates)
-            # Services exported together with other objects (Nodes, Pods...), or a bundle's
-            # endpointslices file: a Service without EndpointSlices there has none.
-            exported = any(
-                a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS)
-            )
-            exported = exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
-            if self.reuse is not None:
-                changes = getattr(backend, "rule_changes", None)
-                before = self.reuse.previous.rules if self.reuse.previous is not None else None
-                held, changed = changes(before) if changes is not None else (None, None)
-                self.reuse.begin(
-                    self._reuse_setting(backend, running.mode, rulesets, local), self._line_of(), held, changed
-                )
-            ver = run_verification(
-                backend,
-                services,
-                slices,
-                endpoints,
-                self.objects.of("Pod"),
-                self.node_view,
-                beh,
-                endpoints_exported=exported,
-                part=part,
-                deviations=deviations,
-                reuse=self.reuse,
-            )
-        ver.mode_why = running.how
-        if part.stale:
-            ver.stale += self._leftovers(running, rulesets, local)
-        for t, artifact in self.nft_tables:
-            if t.iptables_nft or running.mode == "nftables":  # nftables mode evaluates every table
-                continue
-            what = (
-                "kube-proxy's table from nftables mode, which it does not run in"
-                if t.name == nft.KUBE_PROXY_TABLE
-                else "its rules may also drop Service traffic"
-            )
-            ver.not_evaluated.append(f"nftables table {t.described} ({artifact}) is not evaluated: {what}")
-        return ver
+    def _behaviour(self) -> Behaviour:
+        kpv = self.kube_proxy_version
+        return Behaviour.of(kpv.value if kpv else None, self.feature_gates)
 
-    def _reuse_setting(
-        self, backend: Backend, mode: str | None, rulesets: list[Ruleset], local: list[IPAddress]
-    ) -> object:
-        """What every carried-over result shares (dataplane/reuse.py): a backend that records what
-        each case looked at depends on its rules through those records, any other on all of them."""
-        roles = [
-            (rs.artifact, rs.backend, rs.family, rs.form, tuple(sorted(rs.tables)), has_service_rules(rs))
-            for rs in rulesets
-        ]
-        texts = None
-        if not hasattr(backend, "rule_changes"):
-            kinds = (Kind.IPTABLES_SAVE, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM, Kind.IPSET)
-            texts = [f"{a.name}\n{a.read_text()}" for kind in kinds for a in self.of(kind)]
-        return reuse_setting(self.node_view.name, local, mode, roles, texts)
+    def _rule_texts(self) -> list[str]:
+        kinds = (Kind.IPTABLES_SAVE, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM, Kind.IPSET)
+        return [f"{a.name}\n{a.read_text()}" for kind in kinds for a in self.of(kind)]
 
-    def _line_of(self) -> Callable[[str, str], int | None]:
-        """``line_of(artifact, text)``: the line of the rules evidence that reads ``text`` now."""
-        found: dict[str, dict[str, int | None]] = {}
-        kept = self.reuse.next.rules_read if self.reuse is not None else {}
-
-        def line_of(name: str, text: str) -> int | None:
-            pool = kept.get(name)
-            if pool is not None:  # this parse's rules by their text (each text once: see keep_rules)
-                r = pool.get(text)
-                if r is not None:
-                    return int(r.line)
-            lines = found.get(name)
-            if lines is None:
-                lines = found[name] = {}
-                for a in self.evidence.artifacts:
-                    if a.name != name:
-                        continue
-                    for i, raw in enumerate(a.read_text().splitlines(), a.first_line):
-                        t = raw.strip()
-                        lines[t] = None if t in lines else i  # a text on two lines: not one rule
-            return lines.get(text)
-
-        return line_of
-
-    def _leftovers(
-        self, running: modefacts.RunningMode, rulesets: list[Ruleset], local: list[IPAddress]
-    ) -> list[StaleRule]:
-        """What modes kube-proxy does not run in still forward: iptables Service rules on a node
-        in another mode; IPVS virtual servers no Service owns on an iptables node."""
-        out: list[StaleRule] = []
-        if running.mode is None:
-            return out
-        left = {s.mode for s in running.leftovers}
-        if "iptables" in left:
-            out += leftovers(IptablesBackend(rulesets, local), self.node_view, "iptables")
-        if running.mode != "ipvs" and self.ipvs_virtual_servers:
-            owned = owned_destinations(self.objects.of("Service"), self.objects.of("Pod"))
-            out += leftover_virtual_servers(self.ipvs_virtual_servers, owned, self.node_view)
-        return out
+    def _artifact_lines(self, name: str) -> Iterator[tuple[int, str]]:
+        for a in self.evidence.artifacts:
+            if a.name == name:
+                yield from enumerate(a.read_text().splitlines(), a.first_line)
 
 
 def _table_named(a: Artifact) -> str | None:

@@ -8,6 +8,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
 from kpdoctor.dataplane.results import Entry, Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 
@@ -18,13 +19,13 @@ CLUSTER = [Kind.K8S_OBJECTS]
 
 # Rules that do not follow the cluster are what a broken sync leaves behind: these causes explain
 # them (ranking folds the verification finding under whichever is present).
-def verification_not_evaluated(facts: Facts) -> str | None:
+def verification_not_evaluated(verified: Verified) -> str | None:
     """Why the checks on the verification abstain: it was not evaluated (the node runs a proxy
     mode kpdoctor does not read, or the mode is not known), so its absence of results is no
     verdict."""
-    if facts.verification_failed:
-        return f"verification {facts.verification_failed}"
-    ver = facts.verification
+    if verified.failed:
+        return f"verification {verified.failed}"
+    ver = verified.verification
     if ver is not None and not ver.evaluated:
         if ver.mode:
             return f"verification not evaluated (kube-proxy runs in {ver.mode} mode)"

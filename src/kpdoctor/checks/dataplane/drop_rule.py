@@ -17,6 +17,7 @@ from kpdoctor.checks.dataplane.common import (
     verification_not_evaluated,
 )
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -35,7 +36,7 @@ def _applies(r: Result) -> bool:
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
-def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
+def iptables_drop_rule(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """A firewall rule or chain policy that kube-proxy did not write drops Service traffic.
 
     Symptom: a Service works from some nodes and not from this one, or only for some backends;
@@ -53,7 +54,7 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
         `kpdoctor verify` again.
     References: seed 004; https://kubernetes.io/docs/reference/networking/ports-and-protocols/
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None:
         return
     out: list[Finding] = []
@@ -81,8 +82,9 @@ def iptables_drop_rule(facts: Facts) -> Iterator[Finding]:
     title="The FORWARD chain's DROP policy drops forwarded traffic",
     severity=Severity.WARNING,
     needs=[*RULES, Kind.IPTABLES_LIST],
+    reads_verification=True,
 )
-def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
+def forward_policy_drop(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """The filter FORWARD chain's policy is DROP and, by its counter, it has dropped packets.
 
     Symptom: a Service (a NodePort, or a ClusterIP from a Pod) answers only when the Pod runs on
@@ -103,7 +105,7 @@ def forward_policy_drop(facts: Facts) -> Iterator[Finding]:
     References: https://docs.docker.com/engine/network/packet-filtering-firewalls/;
         https://github.com/kubernetes/kubernetes/issues/39658
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is not None and ver.evaluated:
         return  # KP204 judges the evaluated packets themselves
     for rs in facts.rulesets:
@@ -160,8 +162,9 @@ def _catch_all(args: tuple[str, ...]) -> bool:
     title="A catch-all REJECT or DROP rule ends the FORWARD or INPUT chain",
     severity=Severity.WARNING,
     needs=[*RULES, Kind.IPTABLES_LIST],
+    reads_verification=True,
 )
-def catch_all_reject(facts: Facts) -> Iterator[Finding]:
+def catch_all_reject(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """A rule that rejects or drops every packet sits in the filter FORWARD or INPUT chain.
 
     Symptom: Services answer only from the node that runs their Pod; Pods on other nodes, the
@@ -179,7 +182,7 @@ def catch_all_reject(facts: Facts) -> Iterator[Finding]:
         the iptables-services firewall; persist the change where the firewall is configured.
     References: https://kubernetes.io/docs/reference/networking/ports-and-protocols/
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is not None and ver.evaluated:
         return  # KP204 judges the evaluated packets themselves
     found: list[tuple[str, str, Cite]] = []

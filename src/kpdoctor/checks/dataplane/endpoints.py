@@ -18,6 +18,7 @@ from kpdoctor.checks.dataplane.common import (
 )
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.dataplane.verify import affinity_difference
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
@@ -85,7 +86,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     needs_all=CLUSTER,
     partial=_rejected_without_objects,
 )
-def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
+def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """The rules send a Service's traffic to Pods that are gone, or miss Pods that are ready.
 
     Symptom: a share of connections to a Service fails (connection refused or timeout) from this
@@ -109,7 +110,7 @@ def endpoints_out_of_sync(facts: Facts) -> Iterator[Finding]:
     References: https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/;
         https://github.com/kubernetes/kubernetes/issues/87882
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None:
         return
     out: list[Finding] = []

@@ -17,6 +17,7 @@ from kpdoctor.checks.dataplane.common import (
 )
 from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -81,7 +82,7 @@ def _empty_without_objects(facts: Facts) -> Iterator[Finding]:
     needs_all=CLUSTER,
     partial=_empty_without_objects,
 )
-def ipvs_virtual_server_empty(facts: Facts) -> Iterator[Finding]:
+def ipvs_virtual_server_empty(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """IPVS mode: the Service's virtual server exists but holds no real server that takes new
     connections, while the Service's EndpointSlices list ready endpoints.
 
@@ -104,7 +105,7 @@ def ipvs_virtual_server_empty(facts: Facts) -> Iterator[Finding]:
         the real servers again; check with `ipvsadm -Ln -t VIP:PORT`.
     References: seed 001; https://github.com/kubernetes/kubernetes/issues/71071
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None:
         return
     out: list[Finding] = []

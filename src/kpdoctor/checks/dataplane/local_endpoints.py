@@ -16,6 +16,7 @@ from kpdoctor.checks.dataplane.common import (
 )
 from kpdoctor.checks.sync.node_ip import corroborated, no_local_drops, services_with_endpoint_objects
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -40,7 +41,7 @@ def _applies(r: Result) -> bool:
     needs=RULES,
     abstains=verification_not_evaluated,
 )
-def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
+def local_endpoints_not_recognised(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """externalTrafficPolicy=Local (or internalTrafficPolicy=Local) traffic is dropped as "has no
     local endpoints" while the Service's endpoints run on this very node.
 
@@ -67,7 +68,7 @@ def local_endpoints_not_recognised(facts: Facts) -> Iterator[Finding]:
     References: seed 002; https://github.com/kubernetes/kubernetes/issues/57518;
         https://kubernetes.io/docs/reference/networking/virtual-ips/#traffic-policies
     """
-    ver = facts.verification
+    ver = verified.verification
     out: list[Finding] = []
     for label, rs in sorted(by_service(ver.results, _applies).items()) if ver is not None else []:
         local = sorted({e for r in rs for e in r.local_endpoints})

@@ -17,6 +17,7 @@ from kpdoctor.checks.dataplane.common import (
     verification_not_evaluated,
 )
 from kpdoctor.dataplane.results import StaleRule
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -31,7 +32,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
-def service_rules_missing(facts: Facts) -> Iterator[Finding]:
+def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """The cluster has the Service, the node's rules do nothing with its traffic.
 
     Symptom: connections to the ClusterIP (or NodePort, LB IP) time out from this node while
@@ -52,7 +53,7 @@ def service_rules_missing(facts: Facts) -> Iterator[Finding]:
     References: https://kubernetes.io/docs/reference/networking/virtual-ips/;
         https://kubernetes.io/docs/tasks/debug/debug-application/debug-service/
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None:
         return
     out: list[Finding] = []
@@ -98,8 +99,9 @@ _LEFTOVER_FIX = {
     severity=Severity.WARNING,
     needs=RULES,
     needs_all=CLUSTER,
+    reads_verification=True,
 )
-def stale_service_rules(facts: Facts) -> Iterator[Finding]:
+def stale_service_rules(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """Rules for a Service that no longer exists (or no longer has that address) still forward.
 
     Symptom: after a Service was deleted and recreated, clients that cached the old ClusterIP
@@ -122,7 +124,7 @@ def stale_service_rules(facts: Facts) -> Iterator[Finding]:
         removed with `kube-proxy --cleanup` (run for that mode).
     References: seed 003; https://github.com/kubernetes/kubernetes/issues/92050
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None or not ver.stale:
         return
     stale = [s for s in ver.stale if not s.leftover_of]

@@ -20,8 +20,8 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
+from kpdoctor.dataplane.modes import IPVS_INTERFACE
 from kpdoctor.facts import Facts
-from kpdoctor.facts.mode import IPVS_INTERFACE
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import system

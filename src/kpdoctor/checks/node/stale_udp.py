@@ -10,6 +10,7 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.dataplane.addresses import endpoint_text
 from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.facts.cluster import EndpointView, ServiceView
 from kpdoctor.facts.node import interval, parse_time
@@ -231,10 +232,10 @@ def _twice(flow: _Flow) -> bool:
     return len({id(a) for a, _ in flow.seen}) > 1
 
 
-def _udp_results(facts: Facts) -> dict[str, list[Result]] | None:
+def _udp_results(verified: Verified) -> dict[str, list[Result]] | None:
     """The verification's UDP results by destination (``10.96.0.10:53``), or None: no rules and
     Services given to verify, or the mode's rules could not be evaluated."""
-    ver = facts.verification
+    ver = verified.verification
     if ver is None or not ver.evaluated:
         return None
     out: dict[str, list[Result]] = {}
@@ -288,13 +289,15 @@ def _shown(flows: list[_Flow]) -> list[Cite]:
 
 
 def _never_parts(
-    facts: Facts, never: list[tuple[_Flow, _Target | None]], virtual: dict[tuple[str, int | None], _Flow]
+    facts: Facts,
+    verified: Verified,
+    never: list[tuple[_Flow, _Target | None]], virtual: dict[tuple[str, int | None], _Flow]
 ) -> list[_Part]:
     """Flows never translated ([UNREPLIED], the reply would come from the Service address itself):
     stuck when the evidence shows the entry outlive a UDP timeout, or nothing translates the
     address now; else a leftover that ends when the client pauses."""
     udp_timeout = _udp_timeout(facts)
-    results = _udp_results(facts) if never else None
+    results = _udp_results(verified) if never else None
     groups: dict[str, list[tuple[_Flow, _Target | None, str, Cite | None]]] = {}
     for flow, target in never:
         proof = _persists(flow, udp_timeout)
@@ -454,8 +457,9 @@ def _unanswered(facts: Facts, flows: list[_Flow]) -> Finding:
     title="UDP conntrack entries hold a Service's clients on no backend or a dead one",
     severity=Severity.WARNING,
     needs=[Kind.CONNTRACK_ENTRIES],
+    reads_verification=True,
 )
-def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
+def stale_udp_conntrack(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """A UDP flow to a Service address keeps a conntrack entry that points nowhere useful.
 
     Symptom: DNS (or another UDP Service) keeps timing out for some clients after its Pods
@@ -515,7 +519,7 @@ def stale_udp_conntrack(facts: Facts) -> Iterator[Finding]:
             # with no EndpointSlices to compare, a translated flow its backend never answered: that
             # backend is gone or unreachable (a live one answers), which only the endpoints can confirm
             unanswered.append(flow)
-    parts = _never_parts(facts, never, virtual) + _dead_parts(dead)
+    parts = _never_parts(facts, verified, never, virtual) + _dead_parts(dead)
     if not parts:
         if unanswered:
             yield _unanswered(facts, unanswered)

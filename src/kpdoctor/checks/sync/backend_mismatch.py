@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
 from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.backend import HostBackend, banner
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
@@ -101,8 +102,9 @@ def _name(backend: str) -> str:
     needs=[Kind.KUBE_PROXY_LOG, Kind.IPTABLES_SAVE, Kind.IPTABLES_VERSION],
     explains=RESTORE_SYMPTOMS,
     versions=version_rows(FIXES, "seed 000; https://github.com/kubernetes/kubernetes/pull/82966"),
+    reads_verification=True,
 )
-def backend_mismatch(facts: Facts) -> Iterator[Finding]:
+def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """kube-proxy writes rules through a different iptables backend than the node.
 
     Symptom: every sync fails with `iptables-restore v1.8.4 (legacy): Couldn't load target
@@ -172,7 +174,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     elif busy:
         f = _busy_chain(facts, busy, host)
     if f is None and split:
-        ver = facts.verification
+        ver = verified.verification
         disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
         f = start(
             facts,
@@ -203,7 +205,7 @@ def backend_mismatch(facts: Facts) -> Iterator[Finding]:
     notes: list[str] = []
     if split:
         notes.append("Rules found in both backends: " + "; ".join(split) + ".")
-        ver = facts.verification
+        ver = verified.verification
         disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
         if disagree:
             notes.append(
@@ -550,7 +552,7 @@ def _one_side_known(facts: Facts, host: HostBackend | None, image: Versioned[Ipt
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
 )
-def backend_split(facts: Facts) -> Iterator[Finding]:
+def backend_split(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """kube-proxy's rules are in the legacy and the nf_tables backend at once.
 
     Symptom: `iptables-legacy-save` and `iptables-nft-save` both list KUBE-SERVICES; Services
@@ -569,7 +571,7 @@ def backend_split(facts: Facts) -> Iterator[Finding]:
     References: seed 000; https://github.com/kubernetes/kubernetes/issues/71305;
         https://github.com/kubernetes-sigs/iptables-wrappers
     """
-    ver = facts.verification
+    ver = verified.verification
     if ver is None or not ver.split:
         return
     split = [r for r in ver.results if r.kind == "split"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
+from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.facts.workloads import Served, is_fragment, served_workloads
 from kpdoctor.knowledge import check
@@ -230,11 +231,11 @@ def _for_loops(script: str) -> float | None:
     return total + sum(_sleep_seconds(w) for w in _SLEEP.findall(rest))
 
 
-def _stale_services(facts: Facts) -> set[str]:
+def _stale_services(facts: Facts, verified: Verified) -> set[str]:
     """Services whose rules still send traffic to backends that are gone (a rollout that hurts)."""
     if not facts.has(Kind.IPTABLES_SAVE):
         return set()
-    ver = facts.verification
+    ver = verified.verification
     if ver is None:
         return set()
     return {r.service for r in ver.results if r.stale_backends}
@@ -246,8 +247,9 @@ def _stale_services(facts: Facts) -> set[str]:
     title="Pods stop serving before every kube-proxy has removed them",
     severity=Severity.INFO,
     needs=[Kind.K8S_OBJECTS],
+    reads_verification=True,
 )
-def no_prestop(facts: Facts) -> Iterator[Finding]:
+def no_prestop(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """Workloads behind Services have no preStop delay, so a stopping Pod still receives new connections it refuses.
 
     Symptom: a few requests fail at every rollout or scale-down (connection refused or reset),
@@ -269,7 +271,7 @@ def no_prestop(facts: Facts) -> Iterator[Finding]:
     References: https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/;
         https://learnk8s.io/graceful-shutdown
     """
-    stale = _stale_services(facts)
+    stale = _stale_services(facts, verified)
     missing = []
     for w in served_workloads(facts):
         hooks = [prestop(c, is_fragment(w.obj)) for c in w.containers()]
