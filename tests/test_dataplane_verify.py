@@ -494,3 +494,24 @@ def test_a_service_of_5000_endpoints_verifies_ok(tmp_path: Path) -> None:
     for r in ver.results:
         assert len({e.backend for e in r.actual}) == 5000
         assert all(abs(e.probability - 1 / 5000) < 1e-7 for e in r.actual)
+
+
+def test_a_worker_sends_back_every_field_of_its_results(tmp_path: Path) -> None:
+    """A share of a parallel verification travels packed: every field of every Entry arrives
+    (``no_service_rule``, an nftables refusal of an unknown port, was once lost on the way)."""
+    import dataclasses
+
+    from kpdoctor.dataplane.results import Entry
+    from kpdoctor.dataplane.verify import _pack, _unpack
+
+    ver = verification_of(run(stage(tmp_path, OVERALL))[0])
+    assert ver is not None and ver.results
+    r = ver.results[0]
+    flags = [f.name for f in dataclasses.fields(Entry) if f.type in ("bool", bool)]
+    assert {"no_service_rule", "no_real_servers"} <= set(flags)
+    for name in flags:  # each flag set on its own: the others stay as they were
+        entries = [dataclasses.replace(e, **{name: True}) for e in r.actual]
+        r.actual = entries
+        back = _unpack(ver.cases[0], _pack(r, {}), {})
+        assert back.actual == entries
+        r.actual = [dataclasses.replace(e, **{name: False}) for e in entries]

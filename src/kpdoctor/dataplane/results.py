@@ -72,6 +72,9 @@ class Entry:
     # UNCERTAIN only because this table is missing from the evidence, for a packet no rule given
     # translated: what the table's completions can do with it is accept, drop or reject (judge)
     open_table: str | None = None
+    # refused by an IPVS virtual server with no real server taking new connections (``chain``
+    # then says so, for the reader)
+    no_real_servers: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -22,6 +22,7 @@ verification with a full one after each kind of change.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections import Counter
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.dataplane.expected import Case
-from kpdoctor.dataplane.results import Entry, Result
+from kpdoctor.dataplane.results import Result
 from kpdoctor.model import Cite
 
 _LINE_REF = re.compile(r"\bline \d")
@@ -235,7 +236,7 @@ class Reuse:
                 return None
             if n is not r:
                 moved = True
-                e = Entry(e.backend, e.verdict, e.probability, n, e.chain, e.ruleset, e.owner, e.no_service_rule)
+                e = dataclasses.replace(e, rule=n)  # every other field as it was
             actual.append(e)
         if moved and _LINE_REF.search(res.note):
             return None

@@ -261,7 +261,18 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
     """``share`` interns equal entry and citation lists (a Service port's traffic classes mostly
     reach the same backends through the same rules), so each travels, and is rebuilt, once."""
     entries = tuple(
-        (e.backend, e.verdict, e.probability, _pack_cite(e.rule), e.chain, e.ruleset, e.owner, e.open_table)
+        (
+            e.backend,
+            e.verdict,
+            e.probability,
+            _pack_cite(e.rule),
+            e.chain,
+            e.ruleset,
+            e.owner,
+            e.no_service_rule,
+            e.open_table,
+            e.no_real_servers,
+        )
         for e in r.actual
     )
     rules = tuple(_pack_cite(c) for c in r.rules)
@@ -288,7 +299,8 @@ def _unpack(case: Case, p: Packed, built: dict[int, list[Any]]) -> Result:
     actual = built.get(id(p[3]))
     if actual is None:
         actual = built[id(p[3])] = [
-            Entry(b, v, pr, _unpack_cite(c), ch, tag, o, open_table=t) for b, v, pr, c, ch, tag, o, t in p[3]
+            Entry(b, v, pr, _unpack_cite(c), ch, tag, o, unowned, t, empty)
+            for b, v, pr, c, ch, tag, o, unowned, t, empty in p[3]
         ]
     rules = built.get(id(p[4]))
     if rules is None:

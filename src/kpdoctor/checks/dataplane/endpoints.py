@@ -16,7 +16,6 @@ from kpdoctor.checks.dataplane.common import (
     kube_proxy_rule,
     verification_not_evaluated,
 )
-from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.dataplane.verify import affinity_difference
@@ -31,7 +30,7 @@ def _applies(r: Result) -> bool:
     if r.kind in ("refused", "partly-refused"):
         # kube-proxy's own "has no endpoints" while the cluster has some (not a local-policy case,
         # and not someone else's DROP: those are KP203 and KP204)
-        if any(e.chain == EMPTY_VIRTUAL_SERVER for e in r.refusals()):
+        if any(e.no_real_servers for e in r.refusals()):
             return False  # an IPVS virtual server without real servers: KP208 says so
         return all(kube_proxy_rule(e) for e in r.refusals()) and not (r.local_policy and r.local_endpoints)
     return False

@@ -15,7 +15,6 @@ from kpdoctor.checks.dataplane.common import (
     finding_for,
     verification_not_evaluated,
 )
-from kpdoctor.dataplane.ipvs.backend import EMPTY_VIRTUAL_SERVER
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
@@ -26,7 +25,7 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 def _applies(r: Result) -> bool:
     """Refused by a virtual server without real servers, while ready endpoints were expected."""
     wanted = any(not a.refused for a in r.expected)
-    return wanted and any(e.chain == EMPTY_VIRTUAL_SERVER for e in r.refusals())
+    return wanted and any(e.no_real_servers for e in r.refusals())
 
 
 # the kernel, when a connection reaches a virtual server without a usable real server

@@ -166,7 +166,9 @@ class IpvsBackend:
             total = sum(_weight(r) for r in live)
             if not live or total <= 0:
                 why = f"IPVS virtual server {srv.vs.address} has no real server taking new connections"
-                entries.append(Entry(None, "REJECT", o.probability, srv.cite, EMPTY_VIRTUAL_SERVER, None, "kube-proxy"))
+                refused = Entry(None, "REJECT", o.probability, srv.cite, EMPTY_VIRTUAL_SERVER, None, "kube-proxy")
+                refused.no_real_servers = True
+                entries.append(refused)
                 if record:
                     branches.append(self._branch(rs, o, srv, None, o.probability, why))
                 continue
