@@ -24,7 +24,7 @@ def evaluator(text: str) -> Evaluator:
 def summary(
     ev: Evaluator, src: str, dst: str, port: int, hook: str = "prerouting"
 ) -> list[tuple[float, str, str | None]]:
-    return [(round(o.probability, 6), o.verdict, o.backend) for o in ev.run(Packet(A(src), A(dst), "tcp", port), hook)]
+    return [(round(o.probability, 6), o.verdict, o.endpoint) for o in ev.run(Packet(A(src), A(dst), "tcp", port), hook)]
 
 
 @pytest.mark.parametrize("backend", ["legacy", "nft"])
@@ -39,12 +39,12 @@ def test_overall_rules(backend: str) -> None:
     assert summary(ev, outside, str(NODE_IP), 3001) == [(1.0, "DROP", None)]
     # NodePort from outside and ClusterIP from the node itself are masqueraded
     [np] = ev.run(Packet(A(outside), NODE_IP, "tcp", 3003))
-    assert np.backend == "10.180.0.3:80" and np.state.masquerade
+    assert np.endpoint == "10.180.0.3:80" and np.state.masquerade
     [own] = ev.run(Packet(NODE_IP, A("172.30.0.41"), "tcp", 80), "output")
-    assert own.backend == "10.180.0.1:80" and own.state.masquerade
+    assert own.endpoint == "10.180.0.1:80" and own.state.masquerade
     # session affinity is reported, not simulated
     [aff] = ev.run(Packet(A(pod), A("172.30.0.45"), "tcp", 80))
-    assert aff.backend == "10.180.0.3:80" and aff.state.affinity
+    assert aff.endpoint == "10.180.0.3:80" and aff.state.affinity
     # no Service: falls through untouched
     assert summary(ev, pod, "172.30.0.99", 80) == [(1.0, "ACCEPT", None)]
 
@@ -75,8 +75,8 @@ def test_verdicts_survive_stripped_comments_and_renamed_chains(name: str) -> Non
         for dst, proto, port in probes:
             for src, hook in (("10.0.1.1", "prerouting"), ("203.0.113.5", "prerouting"), (str(NODE_IP), "output")):
                 pkt = Packet(A(src), A(dst), proto, port)
-                a = [(round(o.probability, 9), o.verdict, o.backend, o.state.masquerade) for o in ev1.run(pkt, hook)]
-                b = [(round(o.probability, 9), o.verdict, o.backend, o.state.masquerade) for o in ev2.run(pkt, hook)]
+                a = [(round(o.probability, 9), o.verdict, o.endpoint, o.state.masquerade) for o in ev1.run(pkt, hook)]
+                b = [(round(o.probability, 9), o.verdict, o.endpoint, o.state.masquerade) for o in ev2.run(pkt, hook)]
                 assert a == b, (dst, port, src)
 
 
@@ -119,7 +119,7 @@ def test_undecidable_rule_that_does_not_matter_is_not_uncertain() -> None:
     )
     ev = evaluator(rules)
     [o] = ev.run(Packet(A("10.0.1.1"), A("10.96.0.10"), "tcp", 53))
-    assert (o.verdict, o.backend) == ("ACCEPT", "10.1.0.1:53")
+    assert (o.verdict, o.endpoint) == ("ACCEPT", "10.1.0.1:53")
     assert any("line 3" in u for u in ev.undecided)
     # ... but an undecidable DROP does decide the outcome
     drop = rules.replace("-A FORWARD -i eni+ -j ACCEPT", "-A FORWARD -i eni+ -j DROP")

@@ -106,7 +106,7 @@ def test_overall_backends_and_probabilities(tmp_path: Path, backend: str) -> Non
         if isinstance(want, str):
             assert [e.verdict for e in r.actual] == [want], key
         else:
-            assert sorted(e.backend or "" for e in r.actual) == want, key
+            assert sorted(e.endpoint or "" for e in r.actual) == want, key
             assert all(abs(e.probability - 1 / len(want)) < 1e-6 for e in r.actual), key
             assert all(e.rule is not None and e.rule.line for e in r.actual), key
     js = ver.to_json()
@@ -291,7 +291,7 @@ def _verdicts(facts: Facts) -> list[tuple[str, str, str, list[tuple[str | None, 
     ver = verification_of(facts)
     assert ver is not None
     return [
-        (r.label, r.traffic, r.status, sorted((e.backend, e.verdict, round(e.probability, 9)) for e in r.actual))
+        (r.label, r.traffic, r.status, sorted((e.endpoint, e.verdict, round(e.probability, 9)) for e in r.actual))
         for r in ver.results
     ]
 
@@ -492,7 +492,7 @@ def test_a_service_of_5000_endpoints_verifies_ok(tmp_path: Path) -> None:
     assert ver is not None and not report.errors
     assert ver.clean and ver.count("ok") == len(ver.results) >= 2
     for r in ver.results:
-        assert len({e.backend for e in r.actual}) == 5000
+        assert len({e.endpoint for e in r.actual}) == 5000
         assert all(abs(e.probability - 1 / 5000) < 1e-7 for e in r.actual)
 
 

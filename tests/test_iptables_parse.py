@@ -114,5 +114,5 @@ def test_warning_line_of_its_own_keeps_the_fast_path_and_the_reading() -> None:
     text = (REAL / "nft-save-with-legacy-warning.txt").read_text()
     assert "\t" not in text and "\\" not in text and text.isascii()
     a, b = parse_save(text, "x", None, 4), parse_save(text + "# \t\n", "x", None, 4)
-    assert a.legacy_warning_line == b.legacy_warning_line is not None and a.backend == b.backend == "nft"
+    assert a.legacy_warning_line == b.legacy_warning_line is not None and a.variant == b.variant == "nft"
     assert [(r.line, r.args) for r in a.all_rules()] == [(r.line, r.args) for r in b.all_rules()]

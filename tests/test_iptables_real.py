@@ -113,7 +113,7 @@ def test_every_listing_is_typed_and_parsed(outputs: dict[str, str], be: str, tmp
         + [Kind.IPTABLES_LIST.value, Kind.IPTABLES_VERSION.value]
     )
     saves = [rs for rs in facts.rulesets if rs.form == "save"]
-    assert {rs.backend for rs in saves} == {be}
+    assert {rs.variant for rs in saves} == {be}
     n = outputs[f"{be}-save"].count("\n-A ")
     assert all(len(rs.all_rules()) == n and not rs.diagnostics for rs in saves)
     counted = next(rs for rs in saves if rs.artifact.endswith("save-c"))
@@ -123,7 +123,7 @@ def test_every_listing_is_typed_and_parsed(outputs: dict[str, str], be: str, tmp
     listing = next(rs for rs in facts.rulesets if rs.form == "L")
     assert "KUBE-SERVICES" in listing.chains()
     v = facts.iptables_version("host")
-    assert v is not None and v.value.short_backend == be
+    assert v is not None and v.value.short_variant == be
 
 
 def test_rules_in_both_backends_are_reported(outputs: dict[str, str], diagnose: Callable[..., Report]) -> None:

@@ -68,7 +68,7 @@ def test_the_healthy_node_verifies_clean(tmp_path: Path) -> None:
     ver = report.verification
     assert ver is not None and ver.mode == "ipvs" and ver.clean and not ver.stale
     web = next(r for r in ver.results if r.label == "default/web:http" and r.traffic == "pod-to-clusterip")
-    assert sorted((e.backend, round(e.probability, 2)) for e in web.actual) == [
+    assert sorted((e.endpoint, round(e.probability, 2)) for e in web.actual) == [
         ("10.244.0.9:8080", 0.5),
         ("10.244.1.12:8080", 0.5),
     ]

@@ -77,7 +77,7 @@ def test_text_and_json_listings_give_the_same_outcomes() -> None:
         got = []
         for dst, port in (("172.30.0.44", 80), ("172.30.0.41", 81), ("192.168.0.2", 3001), ("5.6.7.8", 80)):
             outs = ev.run(Packet(ipaddress.ip_address("203.0.113.200"), ipaddress.ip_address(dst), "tcp", port))
-            got.append(sorted((o.verdict, o.backend, round(o.probability, 6), o.state.masquerade) for o in outs))
+            got.append(sorted((o.verdict, o.endpoint, round(o.probability, 6), o.state.masquerade) for o in outs))
         views.append(got)
     assert views[0] == views[1]
     assert views[0][0] == [("ACCEPT", "10.180.0.4:80", 0.5, True), ("ACCEPT", "10.180.0.5:80", 0.5, True)]

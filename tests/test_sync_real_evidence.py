@@ -18,7 +18,7 @@ from conftest import none_of, one
 from kpdoctor.checks.sync import kernel_mark as km
 from kpdoctor.checks.sync import panics
 from kpdoctor.diagnose import diagnose_paths
-from kpdoctor.facts import backend as bm
+from kpdoctor.facts import iptables_variant as bm
 from kpdoctor.model import Confidence, Report, Severity
 from kpdoctor.versions import IptablesVersion, KernelVersion
 
@@ -206,7 +206,7 @@ def test_a_chain_kube_proxy_declares_itself_is_another_writers_failure(diagnose:
     ],
 )
 def test_os_release_backend(text: str, backend: str | None) -> None:
-    got = bm.os_backend(text)
+    got = bm.os_variant(text)
     assert (got[0] if got else None) == backend
 
 
@@ -425,10 +425,10 @@ def test_banners_name_the_binary() -> None:
     got = IptablesVersion.banners(
         "exit status 2 (iptables-restore v1.8.4 (legacy): x\nip6tables-restore v1.6.0: y\\niptables v1.8.6 (legacy): z"
     )
-    assert [(b.program, b.parts, b.effective_backend) for b in got] == [
+    assert [(b.program, b.parts, b.effective_variant) for b in got] == [
         ("iptables-restore", (1, 8, 4), "legacy"),
         ("ip6tables-restore", (1, 6, 0), "legacy"),  # older than 1.8: legacy, printed or not
         ("iptables", (1, 8, 6), "legacy"),  # after an escaped newline in a structured err="..."
     ]
     v18 = IptablesVersion.parse("iptables v1.8.4")
-    assert v18 is not None and v18.effective_backend is None  # 1.8 without a backend: could be either
+    assert v18 is not None and v18.effective_variant is None  # 1.8 without a backend: could be either

@@ -41,9 +41,9 @@ def test_remedy_picks_the_vendor_row_of_the_line() -> None:
 
 def test_iptables_and_kernel_versions() -> None:
     ipt = IptablesVersion.parse("iptables v1.8.4 (legacy)")
-    assert ipt and ipt.short_backend == "legacy" and ipt.at_least(1, 6, 2)
+    assert ipt and ipt.short_variant == "legacy" and ipt.at_least(1, 6, 2)
     old = IptablesVersion.parse("iptables v1.4.21")
-    assert old and not old.at_least(1, 6, 2) and old.backend is None
+    assert old and not old.at_least(1, 6, 2) and old.variant is None
     k = KernelVersion.parse("5.15.0-127-generic")
     assert k and k.base == (5, 15, 0) and k.abi == 127 and k.distro == "ubuntu"
     k2 = KernelVersion.parse("6.6.58")

@@ -117,10 +117,10 @@ _IPTABLES_BANNER = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class IptablesVersion:
-    """``iptables v1.8.7 (nf_tables)``: the numeric version and the backend, if printed."""
+    """``iptables v1.8.7 (nf_tables)``: the numeric version and the variant, if printed."""
 
     parts: tuple[int, ...]
-    backend: str | None  # "legacy" | "nf_tables" | None (1.6 and older print no backend)
+    variant: str | None  # "legacy" | "nf_tables" | None (1.6 and older print no variant)
     raw: str = field(default="", compare=False)
     program: str | None = field(default=None, compare=False)  # "ip6tables-restore", when a banner named it
 
@@ -135,7 +135,7 @@ class IptablesVersion:
     @classmethod
     def banners(cls, text: str, limit: int = 8) -> list[IptablesVersion]:
         """Every iptables banner in ``text`` (an error record), in order, with the program that
-        printed it: the binary that failed says which backend it used."""
+        printed it: the binary that failed says which variant it used."""
         out: list[IptablesVersion] = []
         for m in _IPTABLES_BANNER.finditer(text[: MAX_VERSION_TEXT * 20]):
             if len(m.group(2)) > 24:
@@ -150,18 +150,18 @@ class IptablesVersion:
         return self.parts >= parts
 
     @property
-    def short_backend(self) -> str | None:
-        if self.backend == "nf_tables":
+    def short_variant(self) -> str | None:
+        if self.variant == "nf_tables":
             return "nft"
-        return self.backend
+        return self.variant
 
     @property
-    def effective_backend(self) -> str | None:
-        """The backend this binary writes through: the printed one, or legacy for a binary
-        older than 1.8 (those print none and have only the legacy backend); None for a 1.8+
+    def effective_variant(self) -> str | None:
+        """The variant this binary writes through: the printed one, or legacy for a binary
+        older than 1.8 (those print none and have only the legacy variant); None for a 1.8+
         banner that names none (it could be either)."""
-        if self.short_backend:
-            return self.short_backend
+        if self.short_variant:
+            return self.short_variant
         return "legacy" if not self.at_least(1, 8) else None
 
     def __str__(self) -> str:

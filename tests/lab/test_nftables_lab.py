@@ -194,7 +194,7 @@ def predict(
         evidence.close()
     out: dict[str, float] = {}
     for b in t.branches:
-        key = b.backend.rsplit(":", 1)[0] if b.backend and b.verdict == "ACCEPT" else b.verdict
+        key = b.endpoint.rsplit(":", 1)[0] if b.endpoint and b.verdict == "ACCEPT" else b.verdict
         out[key] = out.get(key, 0.0) + b.probability
     return {k: round(v, 6) for k, v in out.items()}
 

@@ -73,7 +73,7 @@ def _predict(facts: Facts, dst: str, port: int) -> dict[str, float]:
     )
     out: Counter[str] = Counter()
     for b in t.branches:
-        key = b.backend.split(":")[0] if b.backend and b.verdict == "ACCEPT" else b.verdict
+        key = b.endpoint.split(":")[0] if b.endpoint and b.verdict == "ACCEPT" else b.verdict
         out[key] += b.probability
     return dict(out)
 

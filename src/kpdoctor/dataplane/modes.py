@@ -58,6 +58,10 @@ class RunningMode:
     cite: Cite | None = None
     requested: str | None = None  # the configured mode, when one is configured
     present: dict[str, ModeState] = field(default_factory=dict)  # the modes whose state is on the node
+    # what kube-proxy's log ("Using ipvs Proxier") or its configuration says, with the line: its
+    # claim, which the node's state may contradict (a fallback, a ConfigMap not mounted); the
+    # default when its configuration is known and names no mode; None when nothing says
+    claimed: tuple[str, Cite | None] | None = None
 
     @property
     def leftovers(self) -> list[ModeState]:

@@ -54,9 +54,9 @@ def rule_cite(artifact: str, line: int, text: str) -> Cite:
 
 @dataclass(slots=True)
 class Entry:
-    """One outcome of the evaluated rules: a backend with its probability, or a verdict."""
+    """One outcome of the evaluated rules: an endpoint with its probability, or a verdict."""
 
-    backend: str | None
+    endpoint: str | None  # "ip:port" the packet is DNATed to (the JSON report's "backend")
     verdict: str  # ACCEPT | DROP | REJECT | UNCERTAIN
     probability: float
     rule: Cite | None = None  # the DNAT rule, or the rule/policy that refused
@@ -78,7 +78,7 @@ class Entry:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "backend": self.backend,
+            "backend": self.endpoint,
             "verdict": self.verdict,
             "probability": rounded(self.probability),
         }
@@ -322,8 +322,8 @@ def _judge_decided(case: Case, entries: list[Entry]) -> tuple[str, str, Expectat
     fwd: dict[str, float] = {}
     refused = through = unowned = 0.0
     for e in entries:
-        if e.verdict == "ACCEPT" and e.backend:
-            fwd[e.backend] = fwd.get(e.backend, 0.0) + e.probability
+        if e.verdict == "ACCEPT" and e.endpoint:
+            fwd[e.endpoint] = fwd.get(e.endpoint, 0.0) + e.probability
         elif e.verdict in ("DROP", "REJECT"):
             refused += e.probability
             unowned += e.probability if e.no_service_rule else 0.0
@@ -352,13 +352,13 @@ def _judge_decided(case: Case, entries: list[Entry]) -> tuple[str, str, Expectat
 
 def outcome_signature(entries: list[Entry]) -> list[tuple[str, str, float]]:
     """Comparable outcome of one backend's rules; un-DNATed branches have no backend ("")."""
-    return sorted((e.backend or "", e.verdict, round(e.probability, 3)) for e in entries)
+    return sorted((e.endpoint or "", e.verdict, round(e.probability, 3)) for e in entries)
 
 
 def describe_entries(entries: list[Entry]) -> str:
     parts = []
     for e in entries:
-        what = e.backend if e.backend else ("falls through" if e.verdict == "ACCEPT" else e.verdict)
+        what = e.endpoint if e.endpoint else ("falls through" if e.verdict == "ACCEPT" else e.verdict)
         parts.append(f"{what} ({e.probability:.0%})")
     return ", ".join(parts) or "nothing"
 
@@ -387,7 +387,7 @@ class TraceStep:
 class TraceBranch:
     probability: float
     verdict: str
-    backend: str | None
+    endpoint: str | None  # "ip:port" the packet is DNATed to (the JSON's "backend")
     steps: list[TraceStep]
     reason: str = ""
     masquerade: bool = False
@@ -398,8 +398,8 @@ class TraceBranch:
         if self.verdict == "UNCERTAIN":
             return f"uncertain: {self.reason}"
         if self.verdict == "ACCEPT":
-            if self.backend:
-                return f"DNAT to {self.backend}" + (" (masqueraded)" if self.masquerade else "")
+            if self.endpoint:
+                return f"DNAT to {self.endpoint}" + (" (masqueraded)" if self.masquerade else "")
             return "not translated: leaves for its original destination"
         return self.verdict
 
@@ -407,7 +407,7 @@ class TraceBranch:
         return {
             "probability": round(self.probability, 6),
             "verdict": self.verdict,
-            "backend": self.backend,
+            "backend": self.endpoint,
             "outcome": self.outcome,
             "masquerade": self.masquerade,
             "reason": self.reason or None,

@@ -158,7 +158,7 @@ class NodeDataplane:
         """What every carried-over result shares (dataplane/reuse.py): a backend that records what
         each case looked at depends on its rules through those records, any other on all of them."""
         roles = [
-            (rs.artifact, rs.backend, rs.family, rs.form, tuple(sorted(rs.tables)), has_service_rules(rs))
+            (rs.artifact, rs.variant, rs.family, rs.form, tuple(sorted(rs.tables)), has_service_rules(rs))
             for rs in rulesets
         ]
         texts = None if isinstance(self.backend, RecordsReads) else self.inputs.rule_texts()

@@ -159,7 +159,7 @@ class Trace:
     packet: Packet
     hook: str
     source_note: str
-    backend: str | None  # iptables backend traced (when the rules are in both)
+    variant: str | None  # the iptables variant traced (when the rules are in both)
     artifact: str
     branches: list[TraceBranch]
     notes: list[str] = field(default_factory=list)
@@ -172,8 +172,8 @@ class Trace:
     def summary(self) -> str:
         """One line: what becomes of the connection, by share."""
         parts = []
-        delivered = sum(b.probability for b in self.branches if b.verdict == "ACCEPT" and b.backend)
-        through = sum(b.probability for b in self.branches if b.verdict == "ACCEPT" and not b.backend)
+        delivered = sum(b.probability for b in self.branches if b.verdict == "ACCEPT" and b.endpoint)
+        through = sum(b.probability for b in self.branches if b.verdict == "ACCEPT" and not b.endpoint)
         for share, what in (
             (delivered, "DNAT to a backend"),
             (through, "not translated" if self.service else "passed untranslated"),
@@ -199,7 +199,7 @@ class Trace:
                 "source": self.source_note,
             },
             "artifact": self.artifact,
-            "iptables_backend": self.backend,
+            "iptables_backend": self.variant,
             "outcomes": [b.to_json() for b in self.branches],
             "notes": self.notes,
         }
@@ -215,7 +215,7 @@ def exit_status(traces: list[Trace]) -> int:
         return 3
     if any(b.verdict in ("DROP", "REJECT") for _, b in branches):
         return 1
-    if any(t.service and b.verdict == "ACCEPT" and not b.backend for t, b in branches):
+    if any(t.service and b.verdict == "ACCEPT" and not b.endpoint for t, b in branches):
         return 1
     if any(b.verdict == "UNCERTAIN" for _, b in branches):
         return 3

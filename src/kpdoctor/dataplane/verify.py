@@ -113,14 +113,14 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     if status == "ok" and alt is not None and len(case.alternatives) > 1:
         notes.append(f"matches: {alt.why}")
     if status == "mismatch" and kind in ("backends", "not-refused", "partly-refused"):
-        fwd = {e.backend for e in res.actual if e.backend and e.verdict == "ACCEPT"}
+        fwd = {e.endpoint for e in res.actual if e.endpoint and e.verdict == "ACCEPT"}
         best = max((a for a in case.alternatives if not a.refused), key=lambda a: len(a.backends & fwd), default=None)
         want = best.backends if best else frozenset()
         res.stale_backends = sorted(fwd - want)
         res.missing_backends = sorted(want - fwd)
         if best and not res.stale_backends and not res.missing_backends:
             n = len(want)
-            res.uneven = any(abs(e.probability - 1 / n) > PROB_TOLERANCE for e in res.actual if e.backend)
+            res.uneven = any(abs(e.probability - 1 / n) > PROB_TOLERANCE for e in res.actual if e.endpoint)
     if status == "mismatch":
         notes[:0] = backend.explain_mismatch(case, res)
     if res.local_policy:
@@ -262,7 +262,7 @@ def _pack(r: Result, share: dict[Any, Any]) -> Packed:
     reach the same backends through the same rules), so each travels, and is rebuilt, once."""
     entries = tuple(
         (
-            e.backend,
+            e.endpoint,
             e.verdict,
             e.probability,
             _pack_cite(e.rule),

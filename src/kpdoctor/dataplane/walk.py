@@ -85,13 +85,13 @@ class Outcome:
     # UNCERTAIN only because this table was not given, for a packet no rule given translated: its
     # completions can accept, drop or reject it, never send it to a backend (results.judge)
     open_table: str | None = None
-    _backend: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
+    _endpoint: str | bool | None = field(default=False, repr=False, compare=False)  # False: not yet known
 
     @property
-    def backend(self) -> str | None:
+    def endpoint(self) -> str | None:
         """``ip:port`` the packet was DNATed to, if any (worked out once: sorting and reporting
         ask for it again and again)."""
-        b = self._backend
+        b = self._endpoint
         if b is False:
             dnat = self.state.dnat
             if dnat is None:
@@ -100,7 +100,7 @@ class Outcome:
                 host, port = dnat
                 port = port if port is not None else self.state.packet.dport
                 b = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            self._backend = b
+            self._endpoint = b
         return b  # type: ignore[return-value]
 
     @property
@@ -130,7 +130,7 @@ def signature(outcomes: list[Outcome]) -> list[tuple[str, str, float]]:
     """What a run decided, comparable across the two ways of an undecidable rule. A branch that
     fell through un-DNATed has no backend (a KUBE-SEP chain without its DNAT rule, on a node in
     the middle of a sync): it sorts as "" next to the backends, never as None against a str."""
-    return sorted((o.verdict, o.backend or "", round(o.probability, 9)) for o in outcomes)
+    return sorted((o.verdict, o.endpoint or "", round(o.probability, 9)) for o in outcomes)
 
 
 class TooManyBranches(Exception):
@@ -151,7 +151,7 @@ Result = tuple[float, State, str, str]
 def merge_outcomes(outcomes: list[Outcome]) -> list[Outcome]:
     """Outcomes sorted by probability, most likely first; equal shares (kube-proxy prints
     probabilities to 10 decimals, so 1/5,000 comes out a little different each time) by backend."""
-    return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.backend or ""))
+    return sorted(outcomes, key=lambda o: (-round(o.probability, 7), o.verdict, o.endpoint or ""))
 
 
 def settle(

@@ -19,9 +19,9 @@ from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView,
 from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.session import DataplaneInputs
-from kpdoctor.facts import backend
-from kpdoctor.facts.backend import HostBackend
+from kpdoctor.facts import iptables_variant
 from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
+from kpdoctor.facts.iptables_variant import HostIptables
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import Signature
@@ -451,9 +451,9 @@ class Facts:
         return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
 
     @cached_property
-    def host_backend(self) -> HostBackend | None:
+    def host_iptables(self) -> HostIptables | None:
         """The iptables backend the node's own iptables (kubelet's) uses, and how that is known."""
-        return backend.host_backend(self)
+        return iptables_variant.host_iptables(self)
 
     @property
     def node_kernel(self) -> Versioned[KernelVersion] | None:
@@ -619,10 +619,8 @@ class Facts:
             out[name] = FlagValue(name, value, Source(h.artifact, h.line, h.text), explicit)
         return out
 
-    @cached_property
-    def proxy_mode(self) -> tuple[str, Cite | None] | None:
-        """The proxy mode kube-proxy says it runs (log) or is configured with; see
-        :attr:`running_mode` for the mode the node's state shows too."""
+    def _claimed_mode(self) -> tuple[str, Cite | None] | None:
+        """The proxy mode kube-proxy says it runs (log) or is configured with (RunningMode.claimed)."""
         logged = self._logged_mode(PROXY_MODE.id)
         if logged is not None:
             return logged
@@ -652,8 +650,9 @@ class Facts:
 
     @cached_property
     def running_mode(self) -> modes.RunningMode:
-        """The mode kube-proxy really runs in, from its log, the state each mode leaves on the
-        node, its configuration, or the default (:mod:`kpdoctor.facts.mode`)."""
+        """The proxy-mode answer: the mode kube-proxy really runs in, from its log, the state each
+        mode leaves on the node, its configuration, or the default, with how that is known and
+        what kube-proxy itself claims (:mod:`kpdoctor.dataplane.modes`)."""
         logged = self._logged_mode(PROXY_MODE.id, SYNC_MODE.id)
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
         states = modes.iptables_states(rulesets)
@@ -662,7 +661,9 @@ class Facts:
         nftables = modes.nftables_state(self.nft_tables)
         states += [s for s in (ipvs, nftables) if s is not None]
         known = bool(self.kp_config.flags or self.kp_config.file) or bool(rulesets)
-        return modes.running_mode(logged, self._configured_mode, states, known)
+        running = modes.running_mode(logged, self._configured_mode, states, known)
+        running.claimed = self._claimed_mode()
+        return running
 
     def _ipvs_interface_in_addresses(self) -> modes.ModeState | None:
         for a in self.of(Kind.IP_ADDR):

@@ -108,10 +108,10 @@ class Table:
 
 @dataclass(slots=True)
 class Ruleset:
-    """One backend's and family's rules, as read from one artifact."""
+    """One iptables variant's and family's rules, as read from one artifact."""
 
     artifact: str
-    backend: str | None  # "legacy" | "nft" | None (unknown)
+    variant: str | None  # "legacy" | "nft" | None (unknown): which iptables wrote them
     family: int
     tables: dict[str, Table] = field(default_factory=dict)
     generator: str | None = None  # "iptables-nft-save v1.8.9 (nf_tables)"
@@ -343,14 +343,14 @@ def parse_save(
             m = _HEADER.match(line)
             if m:
                 rs.generator = f"{m.group(1)} {m.group(2)}"
-                if rs.backend is None:
+                if rs.variant is None:
                     if "nf_tables" in line or "-nft-" in line:
-                        rs.backend = "nft"
+                        rs.variant = "nft"
                     elif "legacy" in line:
-                        rs.backend = "legacy"
+                        rs.variant = "legacy"
             elif line.startswith(LEGACY_WARNING):
                 rs.legacy_warning_line = ln
-                rs.backend = rs.backend or "nft"
+                rs.variant = rs.variant or "nft"
             elif (inc := _INCOMPATIBLE.match(line)) is not None:
                 rs.incompatible.append((ln, inc.group(1), line))
             continue

@@ -334,7 +334,7 @@ def _chains(p: ServicePath) -> str:
     where it ends; folded past BRANCHES_DRAWN branches."""
     items = []
     for t in p.traces:
-        backend = f" ({t.backend} iptables)" if t.backend else ""
+        variant = f" ({t.variant} iptables)" if t.variant else ""
         for b in t.branches:
             steps = "".join(
                 f'<li><span class="mono">{_e(f"{s.table}/{s.chain}" if s.table else s.chain)}</span>'
@@ -344,9 +344,9 @@ def _chains(p: ServicePath) -> str:
                 for s in b.steps
             )
             items.append(
-                f'<li><span class="prob">{_e(pct(b.probability))}</span>{_e(backend)}'
+                f'<li><span class="prob">{_e(pct(b.probability))}</span>{_e(variant)}'
                 f'<ol class="steps">{steps}</ol>'
-                f'<div class="box end-{branch_end(b.verdict, b.backend)}"><strong>{_e(b.outcome)}</strong></div></li>'
+                f'<div class="box end-{branch_end(b.verdict, b.endpoint)}"><strong>{_e(b.outcome)}</strong></div></li>'
             )
     shown = "".join(items[:BRANCHES_DRAWN])
     more = f"<p class='muted'>{len(items) - BRANCHES_DRAWN} more branches</p>" if len(items) > BRANCHES_DRAWN else ""

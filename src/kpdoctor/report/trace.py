@@ -38,7 +38,7 @@ def _deciding(b: TraceBranch) -> str:
 def _head(t: Trace) -> str:
     p = t.packet
     dst = f"[{p.dst}]:{p.dport}" if p.dst.version == 6 else f"{p.dst}:{p.dport}"
-    which = f" through the {t.backend} rules" if t.backend else ""
+    which = f" through the {t.variant} rules" if t.variant else ""
     return f"{p.proto.upper()} {p.src} -> {dst}, new connection entering {t.hook.upper()}{which} ({t.artifact})"
 
 
@@ -56,7 +56,7 @@ def render_trace_text(traces: list[Trace], color: bool = True) -> str:
         for i, b in enumerate(t.branches, 1):
             style = (
                 "green"
-                if b.verdict == "ACCEPT" and b.backend
+                if b.verdict == "ACCEPT" and b.endpoint
                 else ("red" if b.verdict in ("DROP", "REJECT") else "yellow")
             )
             if i > full:

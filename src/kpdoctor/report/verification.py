@@ -71,7 +71,7 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
             if r.status == "ok":
                 continue
             got = ", ".join(
-                f"{e.backend or ('not translated' if e.verdict == 'ACCEPT' else e.verdict)} {e.probability:.0%}"
+                f"{e.endpoint or ('not translated' if e.verdict == 'ACCEPT' else e.verdict)} {e.probability:.0%}"
                 + (f" (line {e.rule.line})" if e.rule and e.rule.line else "")
                 for e in r.actual
             )

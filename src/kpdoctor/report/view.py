@@ -15,6 +15,7 @@ from typing import Any
 
 from kpdoctor.collect.redact import redact_secrets
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
+from kpdoctor.dataplane.results import Result
 from kpdoctor.model import Cite, Finding, InputProblem, InputRead, Report, Severity, Skipped
 from kpdoctor.report import verification
 from kpdoctor.report.verification import Row
@@ -281,16 +282,16 @@ def branch_end(verdict: str, backend: str | None) -> str:
     return "drop" if verdict in ("DROP", "REJECT") else "uncertain"
 
 
-def _path(r: Any) -> ServicePath:
+def _path(r: Result) -> ServicePath:
     branches = []
     for e in r.actual:
-        end = branch_end(e.verdict, e.backend)
+        end = branch_end(e.verdict, e.endpoint)
         outcome = {
-            "dnat": f"DNAT to {e.backend}",
+            "dnat": f"DNAT to {e.endpoint}",
             "through": "not translated: leaves for its original destination",
             "drop": e.verdict + (" (no Service rule for it)" if e.no_service_rule else ""),
         }.get(end, "uncertain")
-        stale = end == "dnat" and e.backend in r.stale_backends
+        stale = end == "dnat" and e.endpoint in r.stale_backends
         branches.append(PathBranch(e.probability, end, outcome, e.rule, e.chain, e.owner, e.ruleset, stale))
     expected = []
     for alt in r.expected[:1]:

@@ -314,7 +314,7 @@ def route_localnet(facts: Facts) -> Iterator[Finding]:
     if guard:
         why = "kube-proxy's guard rule for localhost NodePorts is installed"
     else:
-        mode = facts.proxy_mode
+        mode = facts.running_mode.claimed
         lhnp = facts.kp_config.setting("iptables.localhostNodePorts")
         npa = facts.kp_config.setting("nodePortAddresses")
         addrs = str(npa.value or "").strip("[] ")

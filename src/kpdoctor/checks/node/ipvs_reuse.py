@@ -152,7 +152,7 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         if risk is not None:
             yield risk
         return
-    mode = facts.proxy_mode
+    mode = facts.running_mode.claimed
     if mode is not None and mode[0] != "ipvs" and not facts.has(Kind.IPVSADM):
         return  # the sysctls exist (module loaded) but kube-proxy does not use IPVS
     ct = node.setting("net.ipv4.vs.conntrack")

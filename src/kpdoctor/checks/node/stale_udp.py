@@ -257,7 +257,7 @@ def _translation_now(results: dict[str, list[Result]] | None, e: ConntrackEntry)
     rows = results.get(dest, [])
     for r in rows:
         for en in r.actual:
-            if en.backend:
+            if en.endpoint:
                 return True, en.rule
     decided = all(r.actual and all(en.verdict in ("ACCEPT", "DROP", "REJECT") for en in r.actual) for r in rows)
     if rows and decided:

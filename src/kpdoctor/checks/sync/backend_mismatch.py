@@ -10,7 +10,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_re
 from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts, Versioned
-from kpdoctor.facts.backend import HostBackend, banner
+from kpdoctor.facts.iptables_variant import HostIptables, banner
 from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
 from kpdoctor.knowledge import check, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -150,7 +150,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     table_init = [h for h in facts.log.hits(TABLE_INIT_FAILED.id) if _legacy(banner(h))]
     busy = facts.log.hits(CHAIN_BUSY.id)
     failed = facts.log.hits(RESTORE_FAILED.id)
-    host = facts.host_backend
+    host = facts.host_iptables
     image = facts.iptables_version("kube-proxy")
     split, split_cites = _split(facts)
 
@@ -159,13 +159,13 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     kp_binary: IptablesVersion | None = None
     for h in strong + table_init + busy + failed:
         b = banner(h)
-        if b is not None and b.effective_backend:
-            kp_backend, kp_binary = b.effective_backend, b
+        if b is not None and b.effective_variant:
+            kp_backend, kp_binary = b.effective_variant, b
             break
     if kp_backend is None and busy:
         kp_backend = "nft"  # CHAIN_USER_DEL is an nf_tables message
     if kp_backend is None and image is not None:
-        kp_backend = image.value.effective_backend
+        kp_backend = image.value.effective_variant
 
     if strong:
         f = _missing_chain(facts, strong, host)
@@ -220,7 +220,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     if host is not None:
         key = "iptables (node)" if not host.inferred else "iptables backend (node, inferred)"
         f.versions_found[key] = (
-            host.text if not host.inferred else f"{'/'.join(_name(b) for b in sorted(host.backends))} ({host.source})"
+            host.text if not host.inferred else f"{'/'.join(_name(b) for b in sorted(host.variants))} ({host.source})"
         )
         f.evidence.extend(c for c in host.cites if c not in f.evidence)
         if host.inferred:
@@ -265,7 +265,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
 
 
 def _legacy(b: IptablesVersion | None) -> bool:
-    return b is not None and b.effective_backend == "legacy"
+    return b is not None and b.effective_variant == "legacy"
 
 
 def _split(facts: Facts) -> tuple[list[str], list[Cite]]:
@@ -273,7 +273,7 @@ def _split(facts: Facts) -> tuple[list[str], list[Cite]]:
     split: list[str] = []
     cites: list[Cite] = []
     for fam in (4, 6):
-        by_backend = {rs.backend: rs for rs in facts.rulesets if rs.family == fam and rs.form == "save" and rs.backend}
+        by_backend = {rs.variant: rs for rs in facts.rulesets if rs.family == fam and rs.form == "save" and rs.variant}
         legacy, nft = by_backend.get("legacy"), by_backend.get("nft")
         if legacy and nft and legacy.kube_rule_count() and nft.kube_rule_count():
             split.append(
@@ -286,11 +286,11 @@ def _split(facts: Facts) -> tuple[list[str], list[Cite]]:
     return split, cites
 
 
-def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+def _missing_chain(facts: Facts, hits: list[Hit], host: HostIptables | None) -> Finding | None:
     """kube-proxy's restore cannot find a KUBE-* chain: the node's chain is in the other backend,
     or it was never created (kubelet's job) in this family."""
-    b = next((x for h in hits if (x := banner(h)) is not None and x.effective_backend), None)
-    kp = (b.effective_backend if b else None) or (
+    b = next((x for h in hits if (x := banner(h)) is not None and x.effective_variant), None)
+    kp = (b.effective_variant if b else None) or (
         "legacy" if any(h.sig == CANNOT_LOAD_TARGET.id for h in hits) else "nft"
     )
     chain = next((h.groups[-1] for h in hits if h.groups and h.groups[-1]), "KUBE-MARK-DROP")
@@ -324,7 +324,7 @@ def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
         f.summary = (
             f"kube-proxy's {binary}{old} cannot see chain {chain}, which exists only in the {_name(other)} "
             f"backend the node uses ({host.describe()}); every sync that references it fails."
-            if len(host.backends) == 1
+            if len(host.variants) == 1
             else f"kube-proxy's {binary}{old} cannot see chain {chain}; every sync that references it fails. "
             f"{host.describe()[0].upper() + host.describe()[1:]}: on a node whose iptables uses "
             f"{_name(other)}, kubelet's chain is invisible to kube-proxy."
@@ -355,7 +355,7 @@ def _missing_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
     return f
 
 
-def _table_missing(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+def _table_missing(facts: Facts, hits: list[Hit], host: HostIptables | None) -> Finding | None:
     """A legacy binary finds no legacy table: the node runs nf_tables, or its kernel lacks the
     legacy table module."""
     b = banner(hits[0])
@@ -377,7 +377,7 @@ def _table_missing(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
         f.confidence = host.confidence
         node = (
             f"the node drives netfilter through nf_tables ({host.describe()}), so"
-            if len(host.backends) == 1
+            if len(host.variants) == 1
             else f"{host.describe()}; on a node that drives netfilter through nf_tables"
         )
         f.summary = (
@@ -397,13 +397,13 @@ def _table_missing(facts: Facts, hits: list[Hit], host: HostBackend | None) -> F
     return f
 
 
-def _busy_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Finding | None:
+def _busy_chain(facts: Facts, hits: list[Hit], host: HostIptables | None) -> Finding | None:
     """kube-proxy's nf_tables restore cannot delete chains the kernel still holds: the mark of an
     nf_tables kube-proxy on a host whose iptables and kernel are legacy-only."""
     b = next((x for h in hits if (x := banner(h)) is not None), None)
     if b is None:
         b = next((x for h in facts.log.hits(RESTORE_FAILED.id) if (x := banner(h)) is not None), None)
-    if b is not None and b.effective_backend == "legacy":
+    if b is not None and b.effective_variant == "legacy":
         return None  # not an nf_tables restore
     binary = str(b) if b is not None else "iptables-restore (nf_tables)"
     chain = next((h.groups[0] for h in hits if h.groups and h.groups[0]), "KUBE-SEP-...")
@@ -429,14 +429,14 @@ def _busy_chain(facts: Facts, hits: list[Hit], host: HostBackend | None) -> Find
 
 
 def _versions_differ(
-    facts: Facts, host: HostBackend | None, image: Versioned[IptablesVersion] | None, failed: list[Hit]
+    facts: Facts, host: HostIptables | None, image: Versioned[IptablesVersion] | None, failed: list[Hit]
 ) -> Finding | None:
     """No failure signature: the backends simply differ (host against kube-proxy's image, the
     binary of its failed restores, or another container's iptables)."""
-    if host is None or len(host.backends) != 1:
+    if host is None or len(host.variants) != 1:
         return None
-    node = next(iter(host.backends))
-    if image is not None and image.value.effective_backend and image.value.effective_backend != node:
+    node = next(iter(host.variants))
+    if image is not None and image.value.effective_variant and image.value.effective_variant != node:
         f = start(
             facts,
             "KP101",
@@ -444,10 +444,10 @@ def _versions_differ(
             confidence=Confidence.MEDIUM if not host.inferred else Confidence.LOW,
             severity=Severity.WARNING,
             summary=f"The node's iptables uses {_name(node)} ({host.describe()}) and kube-proxy's "
-            f"{image.value} uses {_name(str(image.value.effective_backend))}.",
+            f"{image.value} uses {_name(str(image.value.effective_variant))}.",
         )
         return f
-    wrong = [h for h in failed if (b := banner(h)) is not None and b.effective_backend not in (None, node)]
+    wrong = [h for h in failed if (b := banner(h)) is not None and b.effective_variant not in (None, node)]
     if wrong:
         b = banner(wrong[0])
         assert b is not None
@@ -459,7 +459,7 @@ def _versions_differ(
             severity=Severity.CRITICAL if not host.inferred else Severity.WARNING,
         )
         f.summary = (
-            f"kube-proxy's failing restores run {b} ({_name(str(b.effective_backend))}) while the node's iptables "
+            f"kube-proxy's failing restores run {b} ({_name(str(b.effective_variant))}) while the node's iptables "
             f"uses {_name(node)} ({host.describe()}): its rules go where the node does not look."
         )
         return f
@@ -468,7 +468,7 @@ def _versions_differ(
     others = [
         (v, a)
         for v, a in facts.iptables_versions("other")
-        if v.value.effective_backend and v.value.effective_backend != node
+        if v.value.effective_variant and v.value.effective_variant != node
     ]
     if others:
         v, a = others[0]
@@ -488,7 +488,9 @@ def _versions_differ(
     return None
 
 
-def _one_side_known(facts: Facts, host: HostBackend | None, image: Versioned[IptablesVersion] | None) -> Finding | None:
+def _one_side_known(
+    facts: Facts, host: HostIptables | None, image: Versioned[IptablesVersion] | None
+) -> Finding | None:
     """Only one side of the comparison is in the evidence, and no sync succeeded: what it
     suggests, at the confidence it deserves.
 

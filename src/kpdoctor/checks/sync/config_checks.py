@@ -50,7 +50,7 @@ def default_min_sync(mode: str, version: KubeVersion | None) -> float:
 
 
 def _mode(facts: Facts) -> str:
-    m = facts.proxy_mode
+    m = facts.running_mode.claimed
     return m[0] if m else "iptables"
 
 

@@ -92,7 +92,7 @@ def _versions(facts: Facts) -> list[tuple[IptablesVersion, Cite]]:
 def _check_broken(v: IptablesVersion, copies_seen: bool = False) -> bool:
     """Does this release fail `-C`? The later releases fail it for some rules only: named when
     copies are there, never a finding by their version alone (Debian 12 ships 1.8.9)."""
-    return (v.effective_backend == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]) or (
+    return (v.effective_variant == "nft" and CHECK_BROKEN[0] <= v.parts[:3] <= CHECK_BROKEN[1]) or (
         copies_seen and _release(v) in LATER_CHECK_BUGS
     )
 
@@ -175,7 +175,7 @@ def iptables_known_bug(facts: Facts) -> Iterator[Finding]:
     if osr is not None:
         d, c = osr
         note = OS_WITH_BROKEN_CHECK.get((d.get("ID", "").lower(), d.get("VERSION_ID", "").strip('"')))
-        if note and not any(v.effective_backend == "legacy" or v.at_least(1, 8, 3) for v, _c in versions):
+        if note and not any(v.effective_variant == "legacy" or v.at_least(1, 8, 3) for v, _c in versions):
             os_broken = (note, c)
     if not (dups or counted or open_drop or broken or os_broken):
         return

@@ -206,7 +206,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     """
     cfg_mode = facts.kp_config.setting("mode")
     requested_ipvs = str(cfg_mode.value or "").lower() == "ipvs"
-    running = facts.proxy_mode
+    running = facts.running_mode.claimed
     hits = facts.log.hits(
         IPSET_MISSING.id, IPVS_FALLBACK.id, IPVS_CANT_USE.id, IPVS_MODULES.id, IPVS_SCHEDULER_MISSING.id
     )

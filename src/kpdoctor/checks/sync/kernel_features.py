@@ -166,7 +166,7 @@ def missing_parts(facts: Facts) -> list[Missing]:
         table = next((g for g in h.groups if g in TABLES), "nat")
         ipv6 = "ip6tables" in h.record or "ip6tables" in h.text
         if not ipv6:
-            host = host or facts.host_backend
+            host = host or facts.host_iptables
             if host is None or host.says("legacy") is not True:
                 continue  # a legacy binary on an nf_tables node: a backend mismatch (KP101)
         out.append(Missing(f"table {table}" + (" (IPv6)" if ipv6 else ""), _table_part(table, ipv6), h, False))

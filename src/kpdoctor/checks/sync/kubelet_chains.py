@@ -9,7 +9,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.backend_mismatch import CANNOT_LOAD_TARGET, CHAIN_DOES_NOT_EXIST
 from kpdoctor.facts import Facts
-from kpdoctor.facts.backend import HostBackend, banner
+from kpdoctor.facts.iptables_variant import HostIptables, banner
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule, Ruleset, Table
@@ -24,7 +24,7 @@ MARK_DROP = "KUBE-MARK-DROP"
 NO_LOCAL = "has no local endpoints"
 
 
-def _one_backend(facts: Facts, hits: list[Hit], chain: str, failing: str | None, host: HostBackend | None) -> Finding:
+def _one_backend(facts: Facts, hits: list[Hit], chain: str, failing: str | None, host: HostIptables | None) -> Finding:
     """The missing-chain error with nothing from the other family or the hostport code: the
     chain was never made, when the node's iptables uses kube-proxy's backend; otherwise the
     other reading of what KP101 reports as a backend mismatch."""
@@ -131,8 +131,8 @@ def _from_log(facts: Facts) -> Iterator[Finding]:
     if not hits:
         return
     chain = str(hits[0].groups[-1])
-    host = facts.host_backend
-    failing = next((b.effective_backend for h in hits if (b := banner(h)) is not None and b.effective_backend), None)
+    host = facts.host_iptables
+    failing = next((b.effective_variant for h in hits if (b := banner(h)) is not None and b.effective_variant), None)
     if host is not None and failing is not None and host.says(failing) is False:
         return  # the node's chains are in the other backend: a backend mismatch (KP101)
     hostport = [h for h in hits if "hostport" in h.record.lower()]
@@ -231,7 +231,7 @@ def _filters(facts: Facts, rs: Ruleset) -> list[Table]:
     for other in facts.rulesets:
         if other is rs or other.family != rs.family or other.form not in ("save", "S"):
             continue
-        if rs.backend and other.backend and rs.backend != other.backend:
+        if rs.variant and other.variant and rs.variant != other.variant:
             continue
         if "filter" in other.tables:
             out.append(other.tables["filter"])
@@ -291,9 +291,9 @@ def _from_rules(facts: Facts) -> Iterator[Finding]:
                 rs
                 for rs in complete
                 if rs.family == family
-                and rs.backend
-                and mine.backend
-                and rs.backend != mine.backend
+                and rs.variant
+                and mine.variant
+                and rs.variant != mine.variant
                 and any(r.chain == MARK_DROP for r in rs.tables["nat"].rules)
             ),
             None,
@@ -304,7 +304,7 @@ def _from_rules(facts: Facts) -> Iterator[Finding]:
 def _empty_drop_finding(facts: Facts, v: _EmptyDrop, elsewhere: Ruleset | None) -> Finding:
     fam = "IPv6" if v.rs.family == 6 else "IPv4"
     tool = "ip6tables" if v.rs.family == 6 else "iptables"
-    where = f"the {fam} rules" + (f" ({v.rs.backend} backend)" if v.rs.backend else "")
+    where = f"the {fam} rules" + (f" ({v.rs.variant} backend)" if v.rs.variant else "")
     no_local = v.no_local
     lines = {r.line for r in no_local}
     services = sorted(
@@ -363,7 +363,7 @@ def _empty_drop_finding(facts: Facts, v: _EmptyDrop, elsewhere: Ruleset | None) 
         why = " The drop was kubelet's, made before 1.27."
         f.confidence_reason = "the complete nat and filter tables: marked, never dropped"
     other = (
-        f" The {elsewhere.backend} backend's {fam} rules ({elsewhere.artifact}) have kubelet's KUBE-MARK-DROP rule: "
+        f" The {elsewhere.variant} backend's {fam} rules ({elsewhere.artifact}) have kubelet's KUBE-MARK-DROP rule: "
         "kubelet writes to the other backend than kube-proxy (a backend mismatch, KP101)."
         if elsewhere is not None
         else ""

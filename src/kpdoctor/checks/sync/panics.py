@@ -110,7 +110,7 @@ def startup_panic(facts: Facts) -> Iterator[Finding]:
     probe = [p for p in early if is_ipvs_probe(p)]
     unknown = [p for p in early if p.top is None]
     other = [p for p in early if p.top is not None and not is_ipvs_probe(p)]
-    mode = facts.proxy_mode
+    mode = facts.running_mode.claimed
     ipvs_mode = mode is not None and mode[0] == "ipvs"
     kpv = facts.kube_proxy_version
     on_118 = kpv is not None and kpv.value.line == (1, 18)

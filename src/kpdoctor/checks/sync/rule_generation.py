@@ -184,7 +184,7 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     if sctp:
         found.append((SCTP_SET_TYPE, sctp, [], f"kube-proxy cannot create {sctp[0].groups[0]} as {sctp[0].groups[1]}"))
     asserts = [h for h in facts.log.hits(NFT_ASSERTION.id) if "IPv6" in h.record or 'ipFamily="IPv6"' in h.header]
-    if asserts and (facts.proxy_mode is None or facts.proxy_mode[0] == "nftables"):
+    if asserts and (facts.running_mode.claimed is None or facts.running_mode.claimed[0] == "nftables"):
         found.append((IPV6_SINGLE_DNAT, asserts, [], "nft aborts on the IPv6 rules kube-proxy gives it"))
     reused = _reused_ips(facts)
     if reused:

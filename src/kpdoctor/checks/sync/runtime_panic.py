@@ -132,7 +132,7 @@ def runtime_panic(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/issues/55864;
         https://github.com/kubernetes/kubernetes/issues/86773
     """
-    mode_seen = facts.proxy_mode
+    mode_seen = facts.running_mode.claimed
     mode = mode_seen[0] if mode_seen else None
     kpv = facts.kube_proxy_version
     known: list[tuple[Panic, KnownPanic]] = []

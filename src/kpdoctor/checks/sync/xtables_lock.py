@@ -173,14 +173,14 @@ def node_backend(facts: Facts) -> tuple[str | None, Cite | None]:
     """The backend iptables writers use on this node (legacy takes the lock; nft ignores it)."""
     for scope in ("kube-proxy", "host"):
         v = facts.iptables_version(scope)
-        if v and v.value.short_backend:
-            return v.value.short_backend, v.cite
+        if v and v.value.short_variant:
+            return v.value.short_variant, v.cite
         if v and not v.value.at_least(1, 8):
             return "legacy", v.cite
     for h in facts.log.hits(RESTORE_LINE_FAILED.id, LOCK_NO_WAIT.id, LOCK_STOPPED_WAITING.id):
         binary = restore_binary(h)
-        if binary is not None and binary.short_backend:
-            return binary.short_backend, Cite(h.artifact, h.line, h.text)
+        if binary is not None and binary.short_variant:
+            return binary.short_variant, Cite(h.artifact, h.line, h.text)
     return None, None
 
 

@@ -66,9 +66,9 @@ def one_per_backend(rulesets: Iterable[Ruleset]) -> list[Ruleset]:
     seen: set[str | None] = set()
     out = []
     for rs in rulesets:
-        if rs.backend in seen and rs.backend is not None:
+        if rs.variant in seen and rs.variant is not None:
             continue
-        seen.add(rs.backend)
+        seen.add(rs.variant)
         out.append(rs)
     return out
 
@@ -140,7 +140,7 @@ def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tu
         cite = step_cite(rs, step)
         chain = step.chain if step else None
         entries.append(
-            Entry(o.backend, verdict, o.probability, cite, chain, tag, chain_owner(chain), open_table=o.open_table)
+            Entry(o.endpoint, verdict, o.probability, cite, chain, tag, chain_owner(chain), open_table=o.open_table)
         )
         if cite is not None:
             rules[cite] = None
@@ -195,7 +195,7 @@ class IptablesBackend:
             finally:
                 ev.deps = None
             notes = undecided_note(ev.undecided)
-            tag = rs.backend if len(fam.primary) > 1 else None
+            tag = rs.variant if len(fam.primary) > 1 else None
             entries, rules, reasons = outcome_entries(rs, outcomes, tag)
             views.append(View(tag, entries, rules, reasons, notes))
         return views
@@ -263,13 +263,13 @@ class IptablesBackend:
         pkt = _packet(case)
         notes: list[str] = []
         for rs, ev in fam.primary:
-            tag = rs.backend if len(fam.primary) > 1 else None
+            tag = rs.variant if len(fam.primary) > 1 else None
             mine = [e for e in result.actual if e.ruleset == tag]
-            lost = [e for e in mine if e.verdict == "ACCEPT" and not e.backend]
+            lost = [e for e in mine if e.verdict == "ACCEPT" and not e.endpoint]
             if not lost or len(lost) == len(mine):
                 continue  # all of it untranslated: "no-rules", which says so itself
             outcomes = ev.recording().run(pkt, case.hook, postrouting=False)
-            walked = [o for o in outcomes if o.verdict == "ACCEPT" and not o.backend]
+            walked = [o for o in outcomes if o.verdict == "ACCEPT" and not o.endpoint]
             cites: list[Cite] = []
             for o in walked:
                 step = next((x for x in reversed(o.state.steps) if x.table == "nat" and x.line is not None), None)
@@ -309,7 +309,7 @@ class IptablesBackend:
         views = []
         for rs, ev in fam.primary:
             outcomes = ev.run(packet, hook, postrouting=True)
-            label = rs.backend if len(fam.primary) > 1 else None
+            label = rs.variant if len(fam.primary) > 1 else None
             views.append(TracedView(label, rs.artifact, [trace_branch(rs, o) for o in outcomes]))
         return views
 
@@ -327,7 +327,8 @@ def _packet(case: Case) -> Packet:
 
 def trace_branch(rs: Ruleset, o: Outcome) -> TraceBranch:
     steps = [TraceStep(rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability) for s in o.state.steps]
-    return TraceBranch(o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity))
+    state = o.state
+    return TraceBranch(o.probability, o.verdict, o.endpoint, steps, o.reason, state.masquerade, list(state.affinity))
 
 
 def find_stale(
@@ -374,7 +375,7 @@ def find_stale(
             else:
                 continue
             outcomes = ev.run(pkt, "prerouting", postrouting=False)
-            backends = sorted({o.backend for o in outcomes if o.backend and o.verdict == "ACCEPT"})
+            backends = sorted({o.endpoint for o in outcomes if o.endpoint and o.verdict == "ACCEPT"})
             if not backends:
                 continue
             cites = [Cite(rs.artifact, rule.line, rule.text.strip())]

@@ -103,10 +103,10 @@ class NftablesBackend:
             why = f"the nftables listing holds no IPv{family} table (no table {fam_name} kube-proxy)"
             return _Family(family, None, why, [])
         xt = one_per_backend(rs for rs in self.rulesets if rs.family == family and rs.form in ("save", "S"))
-        if any(rs.backend != "legacy" for rs in xt):
+        if any(rs.variant != "legacy" for rs in xt):
             # iptables-nft's tables are read from iptables-nft-save, which shows what nft -j cannot
             mine = [t for t in mine if not t.iptables_nft]
-        compiled = [(rs.backend or "save", compile_tables(rs.tables)) for rs in xt]
+        compiled = [(rs.variant or "save", compile_tables(rs.tables)) for rs in xt]
         return _Family(family, Evaluator(family, mine, compiled, self.local, record), None, xt)
 
     def missing(self, family: int) -> str | None:
@@ -144,7 +144,7 @@ class NftablesBackend:
                     known = self._decided[key] = (self._cite(fam, step), owner)
                 (cite, owner), chain = known, step.chain
             unowned = chain == NO_SERVICE_CHAIN and owner == "kube-proxy" and o.verdict in ("DROP", "REJECT")
-            entries.append(Entry(o.backend, o.verdict, o.probability, cite, chain, None, owner, unowned))
+            entries.append(Entry(o.endpoint, o.verdict, o.probability, cite, chain, None, owner, unowned))
             if cite is not None:
                 rules[cite] = None
         return entries, list(rules), reasons
@@ -255,7 +255,7 @@ class NftablesBackend:
                     if label and label.split(":")[0] in owned.unreadable:
                         continue
                     outcomes = fam.evaluator.run(pkt, "prerouting", postrouting=False)
-                    backends = sorted({o.backend for o in outcomes if o.backend and o.verdict == "ACCEPT"})
+                    backends = sorted({o.endpoint for o in outcomes if o.endpoint and o.verdict == "ACCEPT"})
                     if not backends:
                         continue
                     elem = element_text(key, f) + (f" : goto {target}" if target else "")
@@ -281,7 +281,7 @@ class NftablesBackend:
             ]
             branches.append(
                 TraceBranch(
-                    o.probability, o.verdict, o.backend, steps, o.reason, o.state.masquerade, list(o.state.affinity)
+                    o.probability, o.verdict, o.endpoint, steps, o.reason, o.state.masquerade, list(o.state.affinity)
                 )
             )
         return [TracedView(None, artifact, branches, undecided_note(ev.undecided))]

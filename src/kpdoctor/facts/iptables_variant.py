@@ -1,4 +1,4 @@
-"""The iptables backend (legacy or nf_tables) of the node and of a failing binary.
+"""The iptables variant (legacy or nf_tables) of the node and of a failing binary.
 
 Several causes ask it (a backend mismatch, a kernel without a table, kubelet's chains): the node's
 own backend is read here once, from its `iptables --version`, else inferred from the OS or
@@ -69,38 +69,38 @@ NFT_SINCE_KERNEL = (3, 13, 0)  # nf_tables was merged in Linux 3.13: older kerne
 
 
 @dataclass(frozen=True, slots=True)
-class HostBackend:
-    """The backend the node's own iptables (kubelet's) uses, and how that is known: from its
+class HostIptables:
+    """The variant the node's own iptables (kubelet's) uses, and how that is known: from its
     `iptables --version` (``version``), or inferred from its OS or kernel release."""
 
-    backends: frozenset[str]  # one, or both when host-side versions of both backends were given
+    variants: frozenset[str]  # one, or both when host-side versions of both backends were given
     source: str  # "version" | "OS release" | "kernel release"
     text: str  # "iptables v1.8.4 (nf_tables)" or "CentOS Linux 7 (Core): RHEL/CentOS 7 ships ..."
     cites: tuple[Cite, ...]
 
     def says(self, backend: str) -> bool | None:
         """Does the node use ``backend``? None when the evidence holds both."""
-        if len(self.backends) > 1:
-            return None if backend in self.backends else False
-        return backend in self.backends
+        if len(self.variants) > 1:
+            return None if backend in self.variants else False
+        return backend in self.variants
 
     @property
     def confidence(self) -> Confidence:
-        return Confidence.HIGH if self.source == "version" and len(self.backends) == 1 else Confidence.MEDIUM
+        return Confidence.HIGH if self.source == "version" and len(self.variants) == 1 else Confidence.MEDIUM
 
     @property
     def inferred(self) -> bool:
         return self.source != "version"
 
     def describe(self) -> str:
-        if len(self.backends) > 1:
+        if len(self.variants) > 1:
             return f"host-side iptables of both backends were given ({self.text}: several nodes, or both installed)"
         if self.inferred:
             return f"inferred from the {self.source}: {self.text}"
         return self.text
 
 
-def os_backend(text: str) -> tuple[str, str] | None:
+def os_variant(text: str) -> tuple[str, str] | None:
     """(backend, why) for an OS release text (PRETTY_NAME, ID, VERSION_ID or a Node's osImage)."""
     for rx, backend, why in OS_BACKENDS:
         if rx.search(text):
@@ -108,7 +108,7 @@ def os_backend(text: str) -> tuple[str, str] | None:
     return None
 
 
-def kernel_backend(k: KernelVersion) -> tuple[str, str] | None:
+def kernel_variant(k: KernelVersion) -> tuple[str, str] | None:
     """(backend, why) from a kernel release whose distribution fixes the host's iptables."""
     major = int((k.distro_version or "0").split(".")[0] or 0)
     if k.distro == "rhel" and major:
@@ -124,31 +124,31 @@ def kernel_backend(k: KernelVersion) -> tuple[str, str] | None:
     return None
 
 
-def host_backend(facts: Facts) -> HostBackend | None:
+def host_iptables(facts: Facts) -> HostIptables | None:
     """The node's backend: its `iptables --version` (every host-side one given), else inferred
     from /etc/os-release, the Node's osImage, `uname -r` or the Node's kernelVersion."""
-    hosts = [(v, a) for v, a in facts.iptables_versions("host") if v.value.effective_backend]
+    hosts = [(v, a) for v, a in facts.iptables_versions("host") if v.value.effective_variant]
     if hosts:
-        backends = frozenset(str(v.value.effective_backend) for v, _ in hosts)
+        backends = frozenset(str(v.value.effective_variant) for v, _ in hosts)
         text = ", ".join(dict.fromkeys(str(v.value) for v, _ in hosts))
-        return HostBackend(backends, "version", text, tuple(v.cite for v, _ in hosts))
+        return HostIptables(backends, "version", text, tuple(v.cite for v, _ in hosts))
     osr = facts.os_release
     if osr:
         d, c = osr
         text = " ".join(d.get(k, "") for k in ("PRETTY_NAME", "ID", "VERSION_ID"))
-        hit = os_backend(text)
+        hit = os_variant(text)
         if hit:
-            return HostBackend(
+            return HostIptables(
                 frozenset([hit[0]]), "OS release", f"{d.get('PRETTY_NAME') or text.strip()}: {hit[1]}", (c,)
             )
     image = facts.node_info("osImage")
-    if image is not None and (hit := os_backend(image[0])):
-        return HostBackend(frozenset([hit[0]]), "OS release", f"{image[0]}: {hit[1]}", (image[1],))
+    if image is not None and (hit := os_variant(image[0])):
+        return HostIptables(frozenset([hit[0]]), "OS release", f"{image[0]}: {hit[1]}", (image[1],))
     kernels = [k for k in (facts.kernel, facts.node_info_kernel) if k is not None]
     for k in kernels:
-        hit = kernel_backend(k.value)
+        hit = kernel_variant(k.value)
         if hit:
-            return HostBackend(frozenset([hit[0]]), "kernel release", f"{k.value} is {hit[1]}", (k.cite,))
+            return HostIptables(frozenset([hit[0]]), "kernel release", f"{k.value} is {hit[1]}", (k.cite,))
     return None
 
 
