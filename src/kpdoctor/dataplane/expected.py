@@ -16,24 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, endpoint_text, host_address
+from kpdoctor.dataplane.service_info import DEFAULT_AFFINITY_TIMEOUT, read_service
 from kpdoctor.model import Cite
-from kpdoctor.parse.k8s import (
-    K8sObject,
-    as_dict,
-    as_list,
-    cluster_ips,
-    is_ip,
-    port_problem,
-    port_value,
-    protocol_problem,
-    shown,
-)
+from kpdoctor.parse.k8s import K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
 from kpdoctor.versions import KubeVersion
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 ZONE_LABEL = "topology.kubernetes.io/zone"
-DEFAULT_AFFINITY_TIMEOUT = 10800  # seconds; the API server's default for ClientIP affinity
 
 # The traffic classes verified per Service port: (short label for tables, who sends to what).
 TRAFFIC_CLASSES = {
@@ -330,14 +319,6 @@ def _family(ip: str) -> int | None:
     return a.version if a is not None else None
 
 
-def _affinity_timeout(spec: dict[str, Any]) -> int:
-    """How long ClientIP affinity keeps a client on its backend (the API's default when unset)."""
-    cfg = spec.get("sessionAffinityConfig")
-    client = cfg.get("clientIP") if isinstance(cfg, dict) else None
-    value = client.get("timeoutSeconds") if isinstance(client, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_AFFINITY_TIMEOUT
-
-
 def service_ports(
     services: Iterable[K8sObject],
     slices: list[K8sObject],
@@ -395,58 +376,35 @@ def _ports_of(
     out: list[ServicePort] = []
     unverified: list[tuple[str, str]] = []
     count = 0
-    spec = as_dict(svc.body.get("spec"))
-    if spec.get("type") == "ExternalName":
+    info = read_service(svc)
+    if info.type == "ExternalName":
         return out, unverified, count
     if not svc.name:  # reported by parse/k8s; kube-proxy never saw it
         unverified.append((f"(a Service without a name, {svc.where})", "no metadata.name"))
         return out, unverified, count
-    ips = cluster_ips(spec)
-    ref = f"{svc.namespace or 'default'}/{svc.name}"
-    if not spec or not ips:
-        unverified.append((ref, f"{'no clusterIP' if spec else 'no spec'} ({svc.where})"))
+    ips = info.cluster_ips
+    if not info.has_spec or not ips:
+        unverified.append((info.ref, f"{'no clusterIP' if info.has_spec else 'no spec'} ({svc.where})"))
         return out, unverified, count
-    if ips[0] == "None":
-        return out, unverified, count  # headless
+    if info.headless:
+        return out, unverified, count
     count += 1
-    meta = as_dict(svc.body.get("metadata"))
-    labels, annotations = as_dict(meta.get("labels")), as_dict(meta.get("annotations"))
-    if PROXY_NAME_LABEL in labels:
+    if info.other_proxy:
         return out, unverified, count  # another proxy owns it; kube-proxy writes nothing
-    if not any(isinstance(p, dict) for p in as_list(spec.get("ports"))):
-        unverified.append((ref, f"no ports ({svc.where})"))
-    ns = svc.namespace or "default"
-    stype = spec.get("type") or "ClusterIP"
-    ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
-    lb = [i["ip"] for i in ingress if isinstance(i, dict) and is_ip(i.get("ip")) and i.get("ipMode") != "Proxy"]
-    ranges: list[IPNetwork] = []
-    for r in as_list(spec.get("loadBalancerSourceRanges")):
-        try:
-            ranges.append(ipaddress.ip_network(str(r).strip(), strict=False))
-        except ValueError:
-            continue
-    topo = None
-    if str(annotations.get("service.kubernetes.io/topology-mode", "")).lower() == "auto" or str(
-        annotations.get("service.kubernetes.io/topology-aware-hints", "")
-    ).lower() in ("auto", "true"):
-        topo = "hints"
-    if spec.get("trafficDistribution") in ("PreferClose", "PreferSameZone", "PreferSameNode"):
-        topo = str(spec["trafficDistribution"])
+    if not info.ports:
+        unverified.append((info.ref, f"no ports ({svc.where})"))
+    ns = info.namespace
+    lb, ranges, external = info.lb_ips, info.source_ranges, info.external_ips
+    node_ports = info.node_ports
     cite = Cite(svc.artifact, svc.line, f"Service {ns}/{svc.name}")
-    timeout = _affinity_timeout(spec)
-    for port in as_list(spec.get("ports")):
-        if not isinstance(port, dict):
-            continue  # reported by parse/k8s; no port to verify
-        raw_proto = port.get("protocol")
-        proto = str(raw_proto or "TCP").upper()[:16]
-        pname = str(port.get("name") or "")
-        number = port_value(port.get("port"))
-        found = [p for p in (port_problem(port.get("port")), protocol_problem(raw_proto)) if p]
-        raw_np = port.get("nodePort") if stype in ("NodePort", "LoadBalancer") else None
-        np_problem = port_problem(raw_np, "nodePort") if raw_np not in (None, 0) else None
+    for port in info.ports:  # (entries that are no port: reported by parse/k8s; none to verify)
+        proto = port.protocol[:16]
+        pname = port.name
+        number = port.port
+        np_problem = port.node_port_problem if node_ports else None
         for ip in ips:
             fam = _family(str(ip))
-            problems = list(found)
+            problems = list(port.problems)
             if fam is None:
                 problems.append(f"clusterIP {shown(ip)} is not an IP address")
                 fam = 6 if ":" in str(ip) else 4
@@ -455,18 +413,18 @@ def _ports_of(
                 svc.name,
                 pname,
                 proto,
-                number if number is not None else _shown_port(port.get("port")),
+                number if number is not None else _shown_port(port.raw_port),
                 fam,
-                node_port=port_value(raw_np),
+                node_port=port.node_port if node_ports else None,
                 cluster_ip=str(ip),
-                external_ips=[x for x in as_list(spec.get("externalIPs")) if is_ip(x, fam)],
-                lb_ips=[x for x in lb if _family(x) == fam] if stype == "LoadBalancer" else [],
+                external_ips=[x for x in external if is_ip(x, fam)],
+                lb_ips=[x for x in lb if _family(x) == fam],
                 source_ranges=[r for r in ranges if r.version == fam],
-                etp_local=spec.get("externalTrafficPolicy") == "Local" and stype in ("NodePort", "LoadBalancer"),
-                itp_local=spec.get("internalTrafficPolicy") == "Local",
-                affinity=spec.get("sessionAffinity") == "ClientIP",
-                affinity_timeout=timeout,
-                topology=topo,
+                etp_local=info.etp_local,
+                itp_local=info.itp_local,
+                affinity=info.affinity,
+                affinity_timeout=info.affinity_timeout,
+                topology=info.topology,
                 cite=cite,
             )
             if slist:
@@ -610,7 +568,7 @@ def local_addresses(node: NodeView, services: Iterable[K8sObject], deviations: D
     local = node.local()
     if deviations.clusterips_local:
         for svc in services:
-            cips = cluster_ips(as_dict(svc.body.get("spec")))
+            cips = read_service(svc).cluster_ips
             local += [a for a in (host_address(ip) for ip in cips if isinstance(ip, str)) if a is not None]
     return local
 
@@ -753,33 +711,28 @@ def owned_destinations(services: Iterable[K8sObject], pods: Iterable[K8sObject])
     ports: set[tuple[str, int]] = set()
     unreadable: set[str] = set()
     for svc in services:
-        spec = as_dict(svc.body.get("spec"))
-        ingress = as_list(as_dict(as_dict(svc.body.get("status")).get("loadBalancer")).get("ingress"))
-        addrs = [
-            *cluster_ips(spec),
-            *as_list(spec.get("externalIPs")),
-            *(i.get("ip") for i in ingress if isinstance(i, dict)),
-        ]
+        info = read_service(svc)
+        cips = info.cluster_ips
+        addrs = [*cips, *info.external_ips, *info.ingress_ips]  # whatever the type and ipMode
         hosts = [a for a in (host_address(ip) for ip in addrs if isinstance(ip, str)) if a is not None]
-        svc_ports = as_list(spec.get("ports"))
-        readable = bool(svc_ports)
-        for port in svc_ports:
-            number = port_value(port.get("port")) if isinstance(port, dict) else None
-            if number is None or not isinstance(port, dict) or protocol_problem(port.get("protocol")):
+        # entries that are no port (a string, null) make the Service's ports unreadable too
+        readable = info.port_entries > 0 and len(info.ports) == info.port_entries
+        for port in info.ports:
+            number = port.port
+            if number is None or not port.readable:
                 readable = False
                 continue
-            proto = str(port.get("protocol") or "TCP").lower()
+            proto = port.protocol.lower()
             for a in hosts:
                 ips.add((int(a), proto, number))
-            node_port = port_value(port.get("nodePort"))
+            node_port = port.node_port  # whatever the Service's type
             if node_port is not None:
                 ports.add((proto, node_port))
-        cips = cluster_ips(spec)
         bad_ip = not cips or any(not isinstance(ip, str) or (ip != "None" and host_address(ip) is None) for ip in cips)
         if bad_ip or not svc.name or (not readable and "None" not in cips):
             ips.update((int(a), ANY_PORT, 0) for a in hosts)
-            unreadable.add(f"{svc.namespace or 'default'}/{svc.name}")
-        hc = port_value(spec.get("healthCheckNodePort"))
+            unreadable.add(info.ref)
+        hc = info.health_check_node_port
         if hc is not None:
             ports.add(("tcp", hc))
     for pod in pods:

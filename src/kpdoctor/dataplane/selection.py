@@ -3,7 +3,8 @@ evidence (a port by name or number, a bare name, the closest names when there is
 
 from __future__ import annotations
 
-from kpdoctor.parse.k8s import K8sObject, as_dict, as_list, port_value
+from kpdoctor.dataplane.service_info import read_service
+from kpdoctor.parse.k8s import K8sObject
 
 
 class ServiceNotFound(ValueError):
@@ -13,11 +14,7 @@ class ServiceNotFound(ValueError):
 
 def _ports_of(svc: K8sObject) -> list[tuple[str, int | None, str]]:
     """(name, number, protocol) of each port a Service declares."""
-    out = []
-    for p in as_list(as_dict(svc.body.get("spec")).get("ports")):
-        if isinstance(p, dict):
-            out.append((str(p.get("name") or ""), port_value(p.get("port")), str(p.get("protocol") or "TCP").upper()))
-    return out
+    return [(p.name, p.port, p.protocol) for p in read_service(svc).ports]
 
 
 def resolve_service(services: list[K8sObject], wanted: str) -> tuple[str, str]:

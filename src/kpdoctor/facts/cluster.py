@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, Span, address_span
+from kpdoctor.dataplane.service_info import read_service
 from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list, is_ip, port_value
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
@@ -49,24 +50,18 @@ class ServiceView:
 
     @classmethod
     def of(cls, obj: K8sObject) -> ServiceView:
-        spec, status = as_dict(obj.body.get("spec")), as_dict(obj.body.get("status"))
-        ips = [spec.get("clusterIP"), *as_list(spec.get("clusterIPs"))]
-        cluster = tuple(dict.fromkeys(ip for ip in ips if isinstance(ip, str) and ip not in ("", "None")))
-        kind = str(spec.get("type") or "ClusterIP")
-        lb: tuple[str, ...] = ()
-        if kind == "LoadBalancer":
-            ingress = as_list(as_dict(status.get("loadBalancer")).get("ingress"))
-            lb = tuple(ip for i in ingress if isinstance(ip := as_dict(i).get("ip"), str) and ip)
+        info = read_service(obj)
+        lb = info.ingress_ips if info.type == "LoadBalancer" else ()  # (ipMode Proxy ones too)
         ports = tuple(
             ServicePortView(
-                str(p.get("protocol") or "TCP"),
-                p.get("port") if isinstance(p.get("port"), int) else None,
-                p.get("nodePort") if isinstance(p.get("nodePort"), int) else None,
+                p.written_protocol,  # not upper-cased
+                p.raw_port if isinstance(p.raw_port, int) else None,
+                p.raw_node_port if isinstance(p.raw_node_port, int) else None,
             )
-            for p in as_list(spec.get("ports"))
-            if isinstance(p, dict)
+            for p in info.ports
         )
-        return cls(obj, _ref(obj), kind, cluster, _strings(spec.get("externalIPs")), lb, ports)
+        external = tuple(x.strip() for x in info.external_ips if isinstance(x, str) and x.strip())
+        return cls(obj, _ref(obj), info.type, info.named_cluster_ips, external, lb, ports)
 
     @property
     def node_ports(self) -> tuple[int, ...]:
