@@ -847,13 +847,13 @@ _STAGES: list[str] = []  # the stage of each, as the report names it
 def _instrument() -> None:
     """In the forked child only: keep the traceback of every failure kpdoctor contains (a check
     that raised, a stage of the report, an unreadable input), which its report names in one line."""
-    from kpdoctor.checks.registry import CHECKS
+    from kpdoctor.knowledge import CHECKS
 
     for code, spec in list(CHECKS.items()):
 
-        def wrapped(facts: Any, _f: Any = spec.func, _code: str = code) -> Any:
+        def wrapped(*args: Any, _f: Any = spec.func, _code: str = code) -> Any:
             try:
-                return list(_f(facts))
+                return list(_f(*args))
             except Exception as exc:
                 _CONTAINED.append(finding_from_exception("check-error", exc, f"check {_code}"))
                 _STAGES.append(f"check {_code}")
