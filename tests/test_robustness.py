@@ -243,7 +243,7 @@ def test_a_bug_in_one_check_exits_4_and_the_rest_is_still_reported(monkeypatch: 
 def test_the_run_timeout_cuts_checks_short_and_still_reports(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = knowledge.CHECKS["KP101"]
 
-    def slow(facts: object) -> list[object]:
+    def slow(facts: object, *verified: object) -> list[object]:
         time.sleep(5)
         return []
 
