@@ -608,7 +608,7 @@ def test_normal_runs_and_errors_leave_no_temporary_folder(tmp_path: Path, tmpdir
     # a bug in the middle of the run: exit 4, and still nothing left
     code = ("import sys, kpdoctor.cli as c\n"
             "def boom(*a, **k): raise RuntimeError('boom')\n"
-            "c.diagnose_evidence = boom\nsys.argv = ['kpdoctor', 'diagnose', sys.argv[1]]\nc.main()\n")  # fmt: skip
+            "c.pipeline = boom\nsys.argv = ['kpdoctor', 'diagnose', sys.argv[1]]\nc.main()\n")  # fmt: skip
     p = subprocess.run([sys.executable, "-c", code, str(tgz)], capture_output=True, env=_env(tmpdir_env), timeout=60)
     assert p.returncode == 4 and b"boom" in p.stderr
     assert left(tmpdir_env) == []

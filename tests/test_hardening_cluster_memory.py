@@ -64,6 +64,7 @@ def _pages(server: BulkServer, path: str) -> list[dict[str, str]]:
     return [r["query"] for r in server.requests if r["path"] == path and r["query"].get("watch") != "true"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("services", [5_000, 20_000])
 def test_the_agent_lists_in_pages_and_keeps_little_per_service(services: int) -> None:
     with BulkServer(bulk_objects(services)) as server:

@@ -17,6 +17,7 @@ from kpdoctor.bundle.sniff import sniff
 from kpdoctor.bundle.transcript import hint_from_command, split_transcript
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.facts import Facts
+from kpdoctor.knowledge import catalogue
 
 CASES = Path(__file__).parent / "realworld" / "cases"
 XTABLES_LOG = DATA / "logs" / "xtables-lock.log"
@@ -73,25 +74,31 @@ def test_one_key_value_line_is_not_a_grep_prefix() -> None:
 )
 def test_a_registered_signature_makes_a_text_evidence_whatever_its_first_line(case: str, file: str, cause: str) -> None:
     path = CASES / case / file
-    assert sniff(path.read_text()).kind is not None or unwrap_paste(path.read_text()).removed
+    assert sniff(path.read_text(), catalogue()).kind is not None or unwrap_paste(path.read_text()).removed
     assert _causes(path)[:1] == [cause]
 
 
 def test_generic_words_do_not_make_a_component_log_kube_proxys() -> None:
     """Only kube-proxy's generic FLAG lines (--bind-address is every component's flag): who wrote
     it cannot be told, so it is not read as kube-proxy's log (it was, on the word "FLAG: --")."""
-    typed = sniff((CASES / "kubeadm-857" / "kube-proxy.log").read_text())
+    typed = sniff((CASES / "kubeadm-857" / "kube-proxy.log").read_text(), catalogue())
     assert typed.kind is None and "no kube-proxy lines" in typed.reason
     flags = 'I0728 02:09:00.385519       1 flags.go:27] FLAG: --proxy-mode="iptables"\n'
-    assert sniff(flags).kind == Kind.KUBE_PROXY_LOG  # a flag only kube-proxy has
+    assert sniff(flags, catalogue()).kind == Kind.KUBE_PROXY_LOG  # a flag only kube-proxy has
 
 
-def test_typing_does_not_depend_on_what_was_imported() -> None:
-    """sniff loads the signature catalogue itself (a library caller need not import checks)."""
+def test_typing_uses_the_signatures_it_is_given() -> None:
+    """sniff types with the catalogue the entry points hand it (kpdoctor.knowledge): a caller
+    that imported the checks gets every signature, whatever else it imported."""
     import subprocess
     import sys
 
-    code = "from kpdoctor.bundle.sniff import sniff; import sys; print(sniff(open(sys.argv[1]).read()).kind)"
+    code = (
+        "import sys, kpdoctor.checks\n"
+        "from kpdoctor.bundle.sniff import sniff\n"
+        "from kpdoctor.knowledge import catalogue\n"
+        "print(sniff(open(sys.argv[1]).read(), catalogue()).kind)\n"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code, str(CASES / "microk8s-4961" / "kube-proxy.log")],
         capture_output=True,
@@ -334,7 +341,7 @@ def test_elision_lines_do_not_count_against_a_fragment() -> None:
         "mark match 0x8000/0x8000 /* kubernetes firewall for dropping marked packets */\n"
     )
     for elision in ("...", "…", "[...]", "<snip>"):
-        assert sniff(row + elision + "\n").kind == Kind.IPTABLES_LIST
+        assert sniff(row + elision + "\n", catalogue()).kind == Kind.IPTABLES_LIST
 
 
 def test_package_versions_as_rpm_and_dpkg_print_them() -> None:
@@ -358,7 +365,7 @@ def test_package_versions_as_rpm_and_dpkg_print_them() -> None:
         (dpkg_s, [("iptables", None)]),
         (dpkg_l, [("iptables", None)]),
     ):
-        assert sniff(text).kind == Kind.PACKAGES
+        assert sniff(text, catalogue()).kind == Kind.PACKAGES
         assert [(p.name, p.el) for p in parse_packages(text)] == want
     assert [p.version for p in parse_packages(dpkg_s + dpkg_l)] == ["1.8.2-4", "1.8.2-4"]
 
@@ -373,13 +380,13 @@ def test_process_tables_by_their_header_custom_columns_and_busybox() -> None:
     )
     custom = "  PID  PPID COMMAND\n 2812  2795 /usr/local/bin/kube-proxy --config=/var/lib/kube-proxy/config.conf\n"
     for text in (busybox, custom):
-        assert sniff(text).kind == Kind.PROCESSES
+        assert sniff(text, catalogue()).kind == Kind.PROCESSES
     (first, _ps) = parse_processes(busybox, 10)
     assert (first.pid, first.ppid, first.user, first.program, first.line) == (1, None, "root", "kube-proxy", 11)
     (row,) = parse_processes(custom)
     assert (row.pid, row.ppid, row.program) == (2812, 2795, "kube-proxy")
     # a header that only looks like one (a column `ps` never prints) is not a process table
-    assert sniff("PID NAME COMMAND\n1 x y\n").kind != Kind.PROCESSES
+    assert sniff("PID NAME COMMAND\n1 x y\n", catalogue()).kind != Kind.PROCESSES
 
 
 def test_lsof_network_rows_give_the_listeners() -> None:
@@ -390,7 +397,7 @@ def test_lsof_network_rows_give_the_listeners() -> None:
         "kube-prox  2812 root   11u  IPv4  31340      0t0  TCP 10.0.0.5:43210->10.0.0.1:6443 (ESTABLISHED)\n"
         "coredns    4242 root    6u  IPv4  41000      0t0  UDP 10.244.1.3:53\n"
     )
-    assert sniff(rows).kind == Kind.LISTENERS
+    assert sniff(rows, catalogue()).kind == Kind.LISTENERS
     got = [(x.proto, x.address, x.port, x.process, x.pid, x.source) for x in parse_ss_listen(rows)]
     assert got == [
         ("tcp", "0.0.0.0", 10256, "kube-prox", 2812, "lsof"),

@@ -110,6 +110,7 @@ def test_reading_evidence_needs_no_collector_and_types_with_the_declared_signatu
     assert said[1] == "kube-proxy log"  # typed by its signatures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "runs"),
     [(["--demo", "tke-backend-mismatch"], 1000), (["--services", "1000"], 120)],

@@ -45,6 +45,7 @@ def peak_scan_memory(path: Path) -> tuple[int, int]:
     return peak, sum(res.counts.values())
 
 
+@pytest.mark.slow
 def test_memory_is_flat_in_log_size_and_error_density(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Every hit used to be kept (about 700 bytes each, with its record): 21 MB traced for
     8 MB of this log, 41 MB for 16 MB. Now about 1.1 MB for either: the chunk being read and a

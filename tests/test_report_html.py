@@ -524,6 +524,7 @@ def big_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return page
 
 
+@pytest.mark.slow
 def test_ten_thousand_services_load_fast_and_filter_fast(browser: Any, shots: Path, big_page: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait

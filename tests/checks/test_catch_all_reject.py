@@ -1,14 +1,19 @@
 """KP210: a firewall's final catch-all REJECT/DROP in FORWARD or INPUT, in every dump form; rules
-that match something are not catch-all."""
+that match something are not catch-all. KP207, the same cause (iptables-drop-rule): the FORWARD
+chain's DROP policy, read from its own packet counter as users post `iptables -L FORWARD -v`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from checks.helpers import CASES
 from conftest import none_of, one
 
-from kpdoctor.model import Confidence, Report
+from kpdoctor.demo import demo_path
+from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.model import Confidence, Report, Severity
 
 Diagnose = Callable[..., Report]
 
@@ -42,3 +47,24 @@ def test_input_only_is_low(diagnose: Diagnose) -> None:
 
 def test_a_reject_that_matches_something_is_not_catch_all(diagnose: Diagnose) -> None:
     none_of(diagnose({"rules.txt": "-A FORWARD -s 10.0.0.0/8 -p tcp --dport 25 -j REJECT\n"}), "KP210")
+
+
+def _kp207(*paths: Path) -> list[tuple[Severity, str, int | None]]:
+    rep, _ = diagnose_paths(paths, min_severity=Severity.INFO)
+    return [(f.severity, f.evidence[0].text, f.evidence[0].line) for f in rep.findings if f.code == "KP207"]
+
+
+def test_a_drop_policy_that_counted_packets_is_a_warning_citing_its_chain_line() -> None:
+    (got,) = _kp207(CASES / "rke-485" / "iptables-forward.txt")
+    assert got == (Severity.WARNING, "Chain FORWARD (policy DROP 3 packets, 188 bytes)", 2)
+
+
+def test_a_drop_policy_that_dropped_nothing_is_only_a_note() -> None:
+    (got,) = _kp207(CASES / "k8s-39658" / "iptables-forward.txt")
+    assert got[0] == Severity.INFO
+
+
+def test_an_accept_policy_or_a_verified_node_gives_nothing() -> None:
+    bundle = demo_path("config-ignores-hostname")
+    assert _kp207(bundle / "node" / "iptables-legacy-save.txt") == []  # FORWARD ACCEPT
+    assert _kp207(bundle) == []  # with the cluster's objects KP204 evaluates the packets instead

@@ -1,14 +1,16 @@
 """Load tests' connect times (ab, hey): bunched at the SYN retransmit timer, most first SYNs were
-dropped; KP307 reads that as IPVS connection reuse unless the mode says otherwise (k/k#71114)."""
+dropped; KP307 reads that as IPVS connection reuse unless the mode says otherwise (k/k#71114);
+KP307 from the IPVS sysctls and the kernel, and from a busy real server (kube-router#544)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import none_of, one
+from checks.helpers import IPVS_CONFIG, codes, run
+from conftest import none_of, one, write
 
-from kpdoctor.model import Confidence, Report
+from kpdoctor.model import Confidence, Report, Severity
 from kpdoctor.parse.loadtest import at_mark, connect_times
 
 Diagnose = Callable[..., Report]
@@ -78,3 +80,58 @@ def test_a_few_slow_connects_are_not_most_of_them(diagnose: Diagnose) -> None:
 def test_another_proxy_mode_says_nothing(diagnose: Diagnose) -> None:
     log = 'I1101 10:00:00.000000       1 server_others.go:212] "Using iptables Proxier"\n'
     none_of(diagnose({"ab.txt": AB_SLOW, "kube-proxy.log": log}), "KP307")
+
+
+def test_conn_reuse_mode_zero_on_an_old_kernel(tmp_path: Path) -> None:
+    s = write(
+        tmp_path,
+        "sysctl.txt",
+        "net.ipv4.vs.conn_reuse_mode = 0\nnet.ipv4.vs.conntrack = 1\nnet.ipv4.vs.expire_nodest_conn = 1\n",
+    )
+    u = write(tmp_path, "uname.txt", "Linux node-1 5.4.0-150-generic #167-Ubuntu SMP x86_64 GNU/Linux\n")
+    cfg = write(tmp_path, "config.yaml", IPVS_CONFIG)
+    f = one(run([s, u, cfg]), "KP307")
+    assert f.severity == Severity.WARNING
+    assert "terminated Pod" in f.summary
+    assert any("Upgrade the kernel (5.4.0-150-generic) to 5.9" in x for x in f.fix)
+
+
+def test_conn_reuse_mode_zero_on_a_fixed_kernel_with_old_kube_proxy(tmp_path: Path) -> None:
+    s = write(tmp_path, "sysctl.txt", "net.ipv4.vs.conn_reuse_mode = 0\nnet.ipv4.vs.conntrack = 1\n")
+    u = write(tmp_path, "uname.txt", "5.10.0-28-amd64\n")
+    v = write(tmp_path, "version.txt", "Kubernetes v1.20.15\n")
+    cfg = write(tmp_path, "config.yaml", IPVS_CONFIG)
+    f = one(run([s, u, v, cfg]), "KP307")
+    assert any(x.startswith("sysctl -w net.ipv4.vs.conn_reuse_mode=1") for x in f.fix)
+    assert any("Upgrade kube-proxy (v1.20.15) to 1.22" in x for x in f.fix)
+
+
+def test_one_second_delay_on_old_kernels_and_quiet_on_new(tmp_path: Path) -> None:
+    s = write(tmp_path, "sysctl.txt", "net.ipv4.vs.conn_reuse_mode = 1\nnet.ipv4.vs.conntrack = 1\n")
+    cfg = write(tmp_path, "config.yaml", IPVS_CONFIG)
+    old = write(tmp_path, "u1.txt", "4.19.0-26-amd64\n")
+    assert "1 s delay" in one(run([s, cfg, old]), "KP307").summary
+    new = write(tmp_path, "u2.txt", "6.1.0-18-amd64\n")
+    assert "KP307" not in codes(run([s, cfg, new]))
+
+
+# kube-router#544 as posted: the ipvsadm package of a CentOS 7 node, then a NodePort's real
+# server with its inactive connections piling up under a load test
+RPM_EL7 = "$ rpm -q ipvsadm\nipvsadm-1.27-7.el7.x86_64\n\n"
+BUSY_RS = (
+    "$ ipvsadm -ln | grep -A1 30530\nTCP  10.200.1.146:30530 rr\n"
+    "  -> 172.32.9.68:80               Masq    1      0          {n}\n"
+)
+
+
+def test_busy_real_server_on_an_old_kernel_without_the_sysctls(tmp_path: Path) -> None:
+    f = one(run([write(tmp_path, "t.txt", RPM_EL7 + BUSY_RS.format(n=757))]), "KP307")
+    assert f.severity == Severity.WARNING and f.confidence.label == "low"
+    assert "RHEL/CentOS 7" in f.summary and "757 inactive" in f.summary
+    assert [c.line for c in f.evidence] == [6, 2]
+    # quiet: few inactive connections; a 5.9+ kernel; the sysctls given (the other branches decide)
+    assert "KP307" not in codes(run([write(tmp_path, "a.txt", RPM_EL7 + BUSY_RS.format(n=12))]))
+    new = RPM_EL7.replace("$ rpm -q ipvsadm\nipvsadm-1.27-7.el7.x86_64", "$ uname -r\n5.14.0-362.8.1.el9_3.x86_64")
+    assert "KP307" not in codes(run([write(tmp_path, "b.txt", new + BUSY_RS.format(n=757))]))
+    ctl = "$ sysctl net.ipv4.vs.conntrack\nnet.ipv4.vs.conntrack = 0\n"
+    assert "KP307" not in codes(run([write(tmp_path, "c.txt", RPM_EL7 + BUSY_RS.format(n=757) + ctl)]))

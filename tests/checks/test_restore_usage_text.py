@@ -1,5 +1,6 @@
 """KP103 from iptables-restore's usage text alone: RHEL/CentOS 7.6's backport lists the wait only as
-`--wait=<seconds>` and refuses kube-proxy 1.9's "-w5" (k/k#71751); upstream's usage lists `-w`."""
+`--wait=<seconds>` and refuses kube-proxy 1.9's "-w5" (k/k#71751); upstream's usage lists `-w`.
+And KP103 from the restore's own lock error (TKE 1.12)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
+from checks.helpers import Diag
 from conftest import none_of, one
 
 from kpdoctor.model import Confidence, Report
@@ -55,3 +57,14 @@ def test_upstream_usage_texts_say_nothing(diagnose: Diagnose, binary: str) -> No
     report = diagnose({"iptables-restore-help.txt": text})
     none_of(report, "KP103")
     assert "usage text" in report.problems[0].message  # and the user is told what to give
+
+
+def test_restore_no_wait_tke_112(diagnose: Diag) -> None:
+    line = (
+        "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute iptables-restore: exit status 4 "
+        "(Another app is currently holding the xtables lock. Perhaps you want to use the -w option?\n)\n"
+    )
+    r = diagnose({"kp.log": "I1008 21:00:00.000000 1 server.go:548] Version: v1.12.4-tke.20\n" + line * 5})
+    f = r.visible()[0]
+    assert f.cause == "iptables-restore-no-wait"
+    assert "v1.12.4-tke.31" in f.fixed_in

@@ -1,11 +1,13 @@
 """KP108 from the log's own cadence (k/k#111219), and kube-proxy logs that hold only routine lines
-are read as kube-proxy's (pkg/proxy/topology.go; client-go listing Endpoints/EndpointSlices)."""
+are read as kube-proxy's (pkg/proxy/topology.go; client-go listing Endpoints/EndpointSlices).
+KP108 from the sync flags (TKE's IPVS defaults); a zero-valued config dump reads as defaults."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from conftest import none_of, one
+from checks.helpers import CASES, Diag
+from conftest import all_findings, none_of, one
 
 from kpdoctor.model import Report
 
@@ -40,3 +42,17 @@ def test_routine_kube_proxy_lines_are_read_as_its_log(diagnose: Diagnose) -> Non
     )
     report = diagnose({"kube-proxy.log": log})
     assert report.checks_run > 0 and [f for f in report.findings if f.severity >= 2] == []
+
+
+def test_sync_too_frequent_tke_ipvs_defaults(diagnose: Diag) -> None:
+    cmd = "/usr/local/bin/kube-proxy --proxy-mode=ipvs --ipvs-min-sync-period=1s --ipvs-sync-period=5s --kubeconfig=/etc/k\n"
+    r = diagnose({"cmdline.txt": cmd})
+    f = r.visible()[0]
+    assert f.cause == "sync-too-frequent" and "5s" in f.summary
+    assert "--ipvs-min-sync-period=0s --ipvs-sync-period=30s" in f.fix[0]
+
+
+def test_a_zero_valued_dump_reads_as_defaults(diagnose: Diag) -> None:
+    """k8s#107156: every unset field printed as 0s/0/"": no "minSyncPeriod is 0" finding."""
+    r = diagnose({"config.conf": (CASES / "k8s-107156" / "config.conf").read_text()})
+    assert not [f for f in all_findings(r) if f.cause == "sync-too-frequent"]

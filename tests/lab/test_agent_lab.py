@@ -240,6 +240,7 @@ def test_agent_once_on_the_command_line(tmp_path: Path) -> None:
     assert summary["cases"] == {"evaluated": 0, "carried_over": 0, "full": True}
 
 
+@pytest.mark.slow
 def test_short_soak_keeps_memory_flat() -> None:
     """The soak of bench/agent_cycle.py, short: a real `kpdoctor agent` process on a lab node of
     500 Services whose rules and EndpointSlices change every cycle; the median of its resident
