@@ -86,99 +86,76 @@ def pipeline(
     verify --service` as users write it), before anything else is worked out; what it raises
     is the caller's."""
     try:
-        return _run(
-            evidence,
-            node=node,
+        facts = Facts(evidence, node=node, reuse=reuse)
+        if choose_service is not None:
+            service = choose_service(facts.objects.of("Service"))
+        inputs = facts.dataplane_inputs()
+        verified, stage_errors = verify_stage(inputs)
+        only = VERIFY_CODES if command == "verify" else None
+        findings, skipped, ran, check_errors = run_all(facts, verified, only=only)
+        errors = evidence.errors + stage_errors + check_errors
+        problems = list(evidence.problems)
+        # After --timeout, only what was already worked out: nothing may start a parse now.
+        partial = deadline.expired()
+
+        def ready(name: str) -> bool:
+            return not partial or name in vars(facts)
+
+        ident, ver = None, verified.verification
+        deadline.stage("assembling the report")
+        try:
+            if ready("objects"):
+                problems += [InputProblem("Kubernetes objects", str(d)) for d in facts.objects.diagnostics]
+            if ready("rulesets"):
+                for rs in facts.rulesets:
+                    problems += [InputProblem(rs.artifact, str(d)) for d in rs.diagnostics[:3]]
+            problems += [InputProblem(name, str(d)) for name, d in facts.diagnostics]
+            for kind, why in facts.parsed_nothing(asked_only=partial).items():
+                names = sorted({a.name for a in evidence.of(kind)})
+                message = f"recognised as {kind.value}, but {why}: checks that need it are skipped"
+                problems.append(InputProblem(", ".join(names), message))
+            ident = facts.node if ready("node") else None
+            if ver is not None and service:
+                ver = ver.only(service)
+                findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
+            findings = rank(findings)
+        except Exception as exc:  # a bug: the report is still written, with what is known
+            errors.append(InternalError.of("assembling the report", exc))
+        traces: dict[tuple[str, str], list[Any]] = {}
+        if trace_failing and ver is not None and ver.count("mismatch") and not partial:
+            deadline.stage("tracing the failing Services")
+            try:
+                traces = failing_traces(inputs, ver, trace_failing)
+            except deadline.TimedOut:
+                traces = {}
+            except Exception as exc:  # the traces are an addition: the report stands without them
+                errors.append(InternalError.of("tracing the failing Services", exc))
+        report = Report(
+            tool_version=__version__,
+            node=ident.name if ident else None,
+            node_rule=ident.describe() if ident else None,
+            node_inferred=ident is not None and ident.inferred,
+            collected_at=evidence.collected_at,
+            artifacts=sorted({a.name for a in evidence.artifacts}),
+            findings=findings,
+            skipped=skipped,
+            checks_run=ran,
+            problems=group_problems(problems),
             min_severity=min_severity,
+            verification=ver,
             command=command,
-            service=service,
-            reuse=reuse,
-            trace_failing=trace_failing,
-            choose_service=choose_service,
+            errors=errors,
+            timed_out=deadline.message(),
+            inputs=inputs_read(evidence),
+            damaged=sorted(set(evidence.damaged)),
+            context_only=context_only(evidence),
+            traces=traces,
+            files=files_here(evidence),
         )
+        return Run(report, facts, inputs)
     finally:
         if free:
             memo.clear()
-
-
-def _run(
-    evidence: Evidence,
-    *,
-    node: str | None,
-    min_severity: Severity,
-    command: str,
-    service: str | None,
-    trace_failing: int = 0,
-    reuse: Reuse | None = None,
-    choose_service: Callable[[list[K8sObject]], str | None] | None = None,
-) -> Run:
-    facts = Facts(evidence, node=node, reuse=reuse)
-    if choose_service is not None:
-        service = choose_service(facts.objects.of("Service"))
-    inputs = facts.dataplane_inputs()
-    verified, stage_errors = verify_stage(inputs)
-    only = VERIFY_CODES if command == "verify" else None
-    findings, skipped, ran, check_errors = run_all(facts, verified, only=only)
-    errors = evidence.errors + stage_errors + check_errors
-    problems = list(evidence.problems)
-    # After --timeout, only what was already worked out: nothing may start a parse now.
-    partial = deadline.expired()
-
-    def ready(name: str) -> bool:
-        return not partial or name in vars(facts)
-
-    ident, ver = None, verified.verification
-    deadline.stage("assembling the report")
-    try:
-        if ready("objects"):
-            problems += [InputProblem("Kubernetes objects", str(d)) for d in facts.objects.diagnostics]
-        if ready("rulesets"):
-            for rs in facts.rulesets:
-                problems += [InputProblem(rs.artifact, str(d)) for d in rs.diagnostics[:3]]
-        problems += [InputProblem(name, str(d)) for name, d in facts.diagnostics]
-        for kind, why in facts.parsed_nothing(asked_only=partial).items():
-            names = sorted({a.name for a in evidence.of(kind)})
-            message = f"recognised as {kind.value}, but {why}: checks that need it are skipped"
-            problems.append(InputProblem(", ".join(names), message))
-        ident = facts.node if ready("node") else None
-        if ver is not None and service:
-            ver = ver.only(service)
-            findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
-        findings = rank(findings)
-    except Exception as exc:  # a bug: the report is still written, with what is known
-        errors.append(InternalError.of("assembling the report", exc))
-    traces: dict[tuple[str, str], list[Any]] = {}
-    if trace_failing and ver is not None and ver.count("mismatch") and not partial:
-        deadline.stage("tracing the failing Services")
-        try:
-            traces = failing_traces(inputs, ver, trace_failing)
-        except deadline.TimedOut:
-            traces = {}
-        except Exception as exc:  # the traces are an addition: the report stands without them
-            errors.append(InternalError.of("tracing the failing Services", exc))
-    report = Report(
-        tool_version=__version__,
-        node=ident.name if ident else None,
-        node_rule=ident.describe() if ident else None,
-        node_inferred=ident is not None and ident.inferred,
-        collected_at=evidence.collected_at,
-        artifacts=sorted({a.name for a in evidence.artifacts}),
-        findings=findings,
-        skipped=skipped,
-        checks_run=ran,
-        problems=group_problems(problems),
-        min_severity=min_severity,
-        verification=ver,
-        command=command,
-        errors=errors,
-        timed_out=deadline.message(),
-        inputs=inputs_read(evidence),
-        damaged=sorted(set(evidence.damaged)),
-        context_only=context_only(evidence),
-        traces=traces,
-        files=files_here(evidence),
-    )
-    return Run(report, facts, inputs)
 
 
 def files_here(evidence: Evidence) -> dict[str, str]:
