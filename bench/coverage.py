@@ -1,0 +1,145 @@
+"""How much of what the programs can print does kpdoctor know, and name rightly?
+
+Two figures, per component (and per release for the call-site lists):
+
+* **recall**: of the log and error call sites read from each release's source
+  (``bench/callsites/*.json``, made by ``bench/callsites.py``), the share whose message has an entry
+  in the catalogue (``src/kpdoctor/messages/``); ``--missing`` lists the call sites without one;
+* **naming**: every entry that is not benign, written as a real line (kube-proxy's in both klog
+  eras, a wrapper once with each payload its program can print), diagnosed by kpdoctor as a
+  pasted log: the share named with its cause (the entry's ``cause``, or one it ``suggests``), with
+  another cause, or with nothing; and every benign entry, whose line must raise nothing at
+  warning or above (an alarm).
+
+    .venv/bin/python bench/coverage.py                 # both, every component
+    .venv/bin/python bench/coverage.py --recall --missing kube-proxy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+import kpdoctor  # noqa: E402
+import kpdoctor.checks  # noqa: E402 - declares the checks and signatures (an entry point)
+from kpdoctor.messages import catalogue  # noqa: E402
+from kpdoctor.messages.catalogue import Message  # noqa: E402
+from kpdoctor.messages.match import Matcher  # noqa: E402
+from kpdoctor.messages.templates import render  # noqa: E402
+from kpdoctor.model import Severity  # noqa: E402
+
+CALLSITES = REPO / "bench" / "callsites"
+GLOG = "{level}1113 16:15:07.931291       1 proxier.go:1481] {text}"
+
+
+def recall(missing: str | None) -> None:
+    matcher = Matcher(catalogue())
+    for path in sorted(CALLSITES.glob("*.json")):
+        doc = json.loads(path.read_text())
+        component, release = doc["component"], doc["release"]
+        sites = [s for s in doc["sites"] if s.get("format")]
+        known = 0
+        absent = []
+        for s in sites:
+            if matcher.match(site_line(s), component):
+                known += 1
+            else:
+                absent.append(s)
+        share = known / len(sites) if sites else 0.0
+        print(f"recall {component:12} {release:10} {known:5}/{len(sites):<5} {share:6.1%}  ({path.name})")
+        if missing in (component, "all"):
+            for s in absent:
+                print(f"    {s['file']}:{s['line']} {s['call']} {s['format']!r}")
+
+
+def site_line(site: dict[str, object]) -> str:
+    """A line the call site prints: a structured call's ``"msg" key="..."``, else its format
+    with each verb given a sample (a ``{`` in a Go format is a literal brace)."""
+    text = str(site["format"]).replace("{", "{{").replace("}", "}}")
+    call = str(site["call"])
+    structured = call.endswith("S") or call.startswith("logger.")
+    if structured:
+        keys = " ".join(f'{k}="x"' for k in site.get("keys") or [])  # type: ignore[union-attr]
+        return f'"{site["format"]}" {keys}'.rstrip()
+    return render(text)
+
+
+def _lines(m: Message, payloads: dict[str, list[Message]]) -> list[str]:
+    """The entry as the lines a user would paste."""
+    texts = [render(m.template)]
+    if m.payload:
+        texts = [render(m.template, {"value": render(p.template)}) for p in payloads.get(m.payload, [])] or texts
+    if m.component != "kube-proxy":
+        return texts
+    level = m.level or "E"
+    out = [GLOG.format(level=level, text=t) for t in texts]
+    if m.structured is not None:
+        err = texts[0] if not m.payload else None
+        for t in [render(p.template) for p in payloads.get(m.payload or "", [])] or [err or "boom"]:
+            keys = " ".join(f'{k}="{t}"' for k in m.structured.keys) or ""
+            out.append(GLOG.format(level=level, text=f'"{m.structured.msg}" {keys}'.rstrip()))
+    return out
+
+
+def naming() -> None:
+    cat = catalogue()
+    payloads: dict[str, list[Message]] = defaultdict(list)
+    for m in cat:
+        if m.kind != "benign":
+            payloads[m.component].append(m)
+    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in cat:
+            for i, line in enumerate(_lines(m, payloads)):
+                f = Path(tmp) / f"{m.component}-{m.id}-{i}.log"
+                f.write_text(line + "\n")
+                report = kpdoctor.run([f], min_severity=Severity.INFO)
+                causes = [x.cause for x in report.findings]
+                loud = [x for x in report.findings if x.severity >= Severity.WARNING]
+                if m.kind == "benign":
+                    tally[m.component]["benign alarm" if loud else "benign quiet"] += 1
+                    continue
+                wanted = {c for c in [m.cause, *m.suggests] if c}
+                if causes and causes[0] in wanted:
+                    tally[m.component]["named"] += 1
+                elif set(causes) & wanted:
+                    tally[m.component]["named, not first"] += 1
+                elif causes:
+                    tally[m.component]["another cause"] += 1
+                else:
+                    tally[m.component]["nothing"] += 1
+    for component, t in sorted(tally.items()):
+        shown = sum(v for k, v in t.items() if not k.startswith("benign"))
+        named = t["named"] / shown if shown else 0.0
+        print(
+            f"naming {component:12} named {t['named']}/{shown} ({named:.0%}), not first {t['named, not first']}, "
+            f"another cause {t['another cause']}, nothing {t['nothing']}; benign alarms {t['benign alarm']}/"
+            f"{t['benign alarm'] + t['benign quiet']}"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--recall", action="store_true", help="only the recall against the call-site lists")
+    ap.add_argument("--naming", action="store_true", help="only the naming of rendered entries")
+    ap.add_argument("--missing", metavar="COMPONENT", help="list the call sites with no entry (or 'all')")
+    a = ap.parse_args()
+    both = not a.recall and not a.naming
+    if a.recall or both:
+        recall(a.missing)
+    if a.naming or both:
+        naming()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""One matcher made of every message in the catalogue: which known message a line is, with its
+captures, and for a wrapper (``Failed to execute iptables-restore: %v``) which message of the
+payload's program the rest of the line is.
+
+A line is looked at only by the messages whose needle (their longest literal word) it holds; the
+templates' regular expressions then decide. A structured-era line is matched by its message
+(``"Failed to execute iptables-restore" err=...``) as well as by the printf form.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from kpdoctor.messages.catalogue import Catalogue, Message
+from kpdoctor.messages.templates import Compiled, captures, compile_template
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A line read as one message, with what varied (the captures), and the payload's own message
+    when the message wraps another program's output."""
+
+    message: Message
+    captures: dict[str, str]
+    start: int
+    payload: Match | None = None
+
+    @property
+    def kind(self) -> str:
+        """The class that decides: a wrapper's payload when it is known, else the message's."""
+        return self.payload.kind if self.payload is not None else self.message.kind
+
+    @property
+    def cause(self) -> str | None:
+        return self.payload.cause if self.payload is not None and self.payload.cause else self.message.cause
+
+
+class Matcher:
+    """Every message of a catalogue, ready to read lines."""
+
+    def __init__(self, catalogue: Catalogue) -> None:
+        self.catalogue = catalogue
+        self._forms: list[tuple[Message, Compiled]] = []
+        self._by_needle: dict[str, list[int]] = defaultdict(list)
+        self._component: dict[str, list[int]] = defaultdict(list)
+        for m in catalogue:
+            forms = [compile_template(m.template)]
+            if m.structured is not None:
+                forms.append(compile_template('"' + m.structured.msg.replace("{", "{{").replace("}", "}}") + '"'))
+            for c in forms:
+                i = len(self._forms)
+                self._forms.append((m, c))
+                self._by_needle[c.needle].append(i)
+                self._component[m.component].append(i)
+
+    def match(self, line: str, component: str | None = None) -> list[Match]:
+        """Every message ``line`` is (of ``component`` only, when given), outermost first: the one
+        that starts first in the line (a wrapper before the payload it holds), then the longest."""
+        found: dict[str, Match] = {}
+        allowed = set(self._component.get(component, ())) if component is not None else None
+        for needle, forms in self._by_needle.items():
+            if needle not in line:
+                continue
+            for i in forms:
+                if allowed is not None and i not in allowed:
+                    continue
+                m, c = self._forms[i]
+                got = c.regex().search(line)
+                if got is None or m.key in found:
+                    continue
+                caps = captures(c, got)
+                payload = None
+                if m.payload:
+                    rest = line[got.end() :] if not caps else _last(caps, c)
+                    payload = self._best(self.match(rest, m.payload)) if rest else None
+                found[m.key] = Match(m, caps, got.start(), payload)
+        return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
+
+    @staticmethod
+    def _best(matches: list[Match]) -> Match | None:
+        return matches[0] if matches else None
+
+
+def _last(captures: dict[str, str], compiled: Compiled) -> str:
+    """What the wrapper's last placeholder holds: the payload."""
+    return captures.get(compiled.names[-1], "") if compiled.names else ""

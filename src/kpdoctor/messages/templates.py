@@ -1,0 +1,188 @@
+"""A message template as a regular expression with typed captures, and as a real line again.
+
+A template is the printed text with what varies named in braces (``{port}``, ``{target}``) or
+written as the Go format verb the source uses (``%v``, ``%d``, ``%q``). Each placeholder becomes a
+capture of the shape its name says (a port is digits, an address is an IP address, a reason is
+the rest of the line), so the same template reads a glog-era line and a structured one's payload,
+and :func:`render` writes a line the program could have printed (bench/coverage.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# What each kind of placeholder matches, by its name (the last word of it: {src_port} is a port).
+# Every pattern is in the subset that Python's ``re`` and POSIX ERE read alike (as the log scan's
+# signatures are: parse/logscan.py), with no group of its own: each placeholder is one group.
+_SHAPES: dict[str, str] = {
+    "number": "-?[0-9]+",
+    "port": "[0-9]+",
+    "line": "[0-9]+",
+    "count": "[0-9]+",
+    "pid": "[0-9]+",
+    "cpu": "[0-9]+",
+    "seconds": "[0-9][0-9.]*",
+    "address": "[0-9A-Fa-f][0-9A-Fa-f:./]*",
+    "ip": "[0-9A-Fa-f][0-9A-Fa-f:./]*",
+    "cidr": "[0-9A-Fa-f][0-9A-Fa-f:.]*/[0-9]+",
+    "version": "v?[0-9][A-Za-z0-9_.+~-]*",
+    "protocol": "[A-Za-z]+",
+}
+# Names whose value is one word (a chain, a target, a set, a table, a program, an interface).
+_WORDS = ("target", "chain", "table", "set", "name", "program", "interface", "match", "module", "node", "service")
+_WORD = "[^ \t'`\"]+"
+_REST = ".*"  # the last placeholder of a template, when it ends it: a reason, an error, the payload
+_ANY = ".+?"
+_SPACE = "[ \t]+"
+_ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")
+_GO_VERB = re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z][a-z0-9_]*)\}|\{|\}|" + _GO_VERB.pattern)
+# sample values, for render()
+_SAMPLES = {
+    "number": "3",
+    "port": "30080",
+    "line": "16",
+    "count": "2",
+    "pid": "1234",
+    "cpu": "0",
+    "seconds": "5",
+    "address": "10.96.0.10",
+    "ip": "10.96.0.10",
+    "cidr": "10.244.0.0/16",
+    "version": "v1.8.4",
+    "protocol": "TCP",
+}
+
+
+class TemplateError(ValueError):
+    """A template that cannot be read (an unbalanced brace)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    pattern: str  # Python's re and POSIX ERE read it alike (a lazy ``+?`` is ``(+)?`` there: same lines)
+    needle: str  # the longest literal part: a line without it cannot match
+    names: tuple[str, ...]  # the captures, in order
+    parts: tuple[str | tuple[str, str], ...]  # literals and (name, shape) placeholders
+
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern)
+
+
+_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    rx = _CACHE.get(pattern)
+    if rx is None:
+        rx = _CACHE[pattern] = re.compile(pattern)
+    return rx
+
+
+def _shape(name: str, last: bool) -> str:
+    word = name.rsplit("_", 1)[-1]
+    if word in _SHAPES:
+        return _SHAPES[word]
+    if word in _WORDS:
+        return _WORD
+    return _REST if last else _ANY
+
+
+def _go_shape(verb: str, last: bool) -> tuple[str, str]:
+    kind = verb[-1]
+    if kind in "dboc":
+        return "number", "-?[0-9]+"
+    if kind == "q":
+        return "quoted", '"[^"]*"'
+    if kind in "fgeE":
+        return "number", "-?[0-9][0-9.eE+-]*"
+    if kind == "t":
+        return "flag", "true|false"
+    return "value", (_REST if last else _ANY)
+
+
+def compile_template(template: str) -> Compiled:
+    """The template's regular expression (see the module docstring)."""
+    tokens = list(_PLACEHOLDER.finditer(template))
+    parts: list[str | tuple[str, str]] = []
+    pos = 0
+    literal = ""
+    holes = [t for t in tokens if t.group(0) not in ("{{", "}}", "%%")]
+    for t in tokens:
+        literal += template[pos : t.start()]
+        pos = t.end()
+        text = t.group(0)
+        if text in ("{{", "}}"):
+            literal += text[0]
+            continue
+        if text == "%%":
+            literal += "%"
+            continue
+        if text in ("{", "}"):
+            raise TemplateError(f"an unbalanced brace at {t.start()} (write {{{{ or }}}} for a literal one)")
+        if literal:
+            parts.append(literal)
+            literal = ""
+        last = t is holes[-1] and not template[t.end() :].strip()
+        if t.group(1):
+            parts.append((t.group(1), _shape(t.group(1), last)))
+        else:
+            parts.append(_go_shape(text, last))
+    literal += template[pos:]
+    if literal:
+        parts.append(literal)
+    if not any(isinstance(p, str) and re.search(r"[A-Za-z]{3}", p) for p in parts):
+        raise TemplateError("no literal word: it would match almost any line")
+    pattern: list[str] = []
+    names: list[str] = []
+    used: dict[str, int] = {}
+    for p in parts:
+        if isinstance(p, str):
+            pattern.append(_SPACE.join(_escape(w) for w in re.split(r"[ \t]+", p)) if p.strip() else "[ \t]*")
+            continue
+        name, shape = p
+        n = used[name] = used.get(name, 0) + 1
+        names.append(name if n == 1 else f"{name}_{n}")
+        pattern.append(f"({shape})")
+    literals = [p for p in parts if isinstance(p, str)]
+    # one word: whitespace in a template matches any run of it, so only a word is surely in the line
+    needle = max((w for p in literals for w in p.split()), key=len)
+    return Compiled("".join(pattern), needle, tuple(names), tuple(parts))
+
+
+def _escape(text: str) -> str:
+    """``text`` as a literal in both Python's ``re`` and POSIX ERE (re.escape's ``\\-`` and
+    ``\\ `` are not ERE)."""
+    return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
+
+
+def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:
+    """What each placeholder held in a match of ``compiled``'s pattern."""
+    return {name: v for name, v in zip(compiled.names, found.groups(), strict=True) if v is not None}
+
+
+def render(template: str, values: dict[str, str] | None = None) -> str:
+    """A line the program could have printed: each placeholder given a sample of its shape (or
+    the value in ``values``, by name)."""
+    values = values or {}
+    out = []
+    for p in compile_template(template).parts:
+        if isinstance(p, str):
+            out.append(p)
+            continue
+        name = p[0]
+        word = name.rsplit("_", 1)[-1]
+        if name in values:
+            out.append(values[name])
+        elif word in _SAMPLES:
+            out.append(_SAMPLES[word])
+        elif word == "quoted":
+            out.append('"x"')
+        elif word == "flag":
+            out.append("true")
+        elif word in _WORDS:
+            out.append(f"KUBE-SVC-EXAMPLE{word.upper()}" if word in ("chain", "target") else f"example-{word}")
+        else:
+            out.append(f"<{name}>")
+    return "".join(out)

@@ -1,0 +1,159 @@
+"""The messages catalogue: its schema is enforced, its templates read the lines the programs
+print (real posted lines), a wrapper's payload is read by the payload's program's messages, and
+every shipped entry reads its own example and its own rendering."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MISMATCH, SEED3_BLOCK
+
+from kpdoctor.knowledge import CHECKS
+from kpdoctor.messages import catalogue
+from kpdoctor.messages.catalogue import CatalogueError, load
+from kpdoctor.messages.match import Matcher
+from kpdoctor.messages.templates import TemplateError, compile_template, render
+from kpdoctor.messages.templates import captures as captures_of
+
+KUBE_PROXY = """\
+component: kube-proxy
+sources: ["test"]
+entries:
+  - id: restore-failed
+    template: "Failed to execute iptables-restore: %v"
+    structured: {msg: "Failed to execute iptables-restore", keys: [err]}
+    level: E
+    payload: iptables
+    class: symptom
+    suggests: [rule-sync-stale]
+    meaning: "A sync's iptables-restore failed; its output says why."
+"""
+IPTABLES = """\
+component: iptables
+sources: ["test"]
+entries:
+  - id: couldnt-load-target
+    template: "Couldn't load target `{target}':{reason}"
+    class: symptom
+    suggests: [iptables-backend-mismatch]
+    meaning: "A target extension or chain could not be loaded."
+  - id: unknown-option
+    template: 'unknown option "{option}"'
+    class: symptom
+    suggests: [kernel-mark-target-regression]
+    meaning: "The binary or the kernel does not know an option of a rule."
+"""
+
+
+def matcher() -> Matcher:
+    return Matcher(load([("kube-proxy.yaml", KUBE_PROXY), ("iptables.yaml", IPTABLES)]))
+
+
+def test_a_glog_wrapper_line_is_read_with_its_payload() -> None:
+    [m, *_] = matcher().match(MISMATCH)
+    assert m.message.key == "kube-proxy/restore-failed"
+    assert m.payload is not None and m.payload.message.key == "iptables/couldnt-load-target"
+    assert m.payload.captures["target"] == "KUBE-MARK-DROP"
+    assert m.kind == "symptom" and m.payload.message.suggests == ("iptables-backend-mismatch",)
+
+
+def test_a_structured_record_is_read_by_its_message_and_payload() -> None:
+    record = "\n".join(SEED3_BLOCK.splitlines()[1:5])  # the E line and its err=< block
+    [m, *_] = matcher().match(record)
+    assert m.message.key == "kube-proxy/restore-failed"
+    assert m.payload is not None and m.payload.message.key == "iptables/unknown-option"
+    assert m.payload.captures["option"] == "--xor-mark"
+
+
+def test_a_line_no_message_knows_is_nothing() -> None:
+    assert matcher().match('I1113 16:15:07.931317 1 proxier.go:820] "SyncProxyRules complete"') == []
+
+
+@pytest.mark.parametrize(
+    ("template", "line", "captures"),
+    [
+        (
+            "IPVS: rr: {protocol} {address}:{port} - no destination available",
+            "IPVS: rr: TCP 10.96.0.1:443 - no destination available",
+            {"protocol": "TCP", "address": "10.96.0.1", "port": "443"},
+        ),
+        ("nf_conntrack: table full, dropping packet", "[ 123.4] nf_conntrack: table full, dropping packet", {}),
+        (
+            "Possible SYN flooding on port {port}. {action}. Check SNMP counters.",
+            "TCP: request_sock_TCP: Possible SYN flooding on port 8080. Dropping request.  Check SNMP counters.",
+            {"port": "8080", "action": "Dropping request"},
+        ),
+        (
+            "Error syncing load balancer: failed %s: %v",
+            "Error syncing load balancer: failed ensure: boom",
+            {"value": "ensure", "value_2": "boom"},
+        ),
+        ("literal {{braces}} and %d%%", "literal {braces} and 42%", {"number": "42"}),
+    ],
+)
+def test_templates_read_real_lines(template: str, line: str, captures: dict[str, str]) -> None:
+    compiled = compile_template(template)
+    got = compiled.regex().search(line)
+    assert got is not None and captures_of(compiled, got) == captures
+    assert compile_template(template).regex().search(render(template)) is not None
+
+
+@pytest.mark.parametrize("template", ["{port}", "%v: %s", "a {b", "a } b"])
+def test_a_template_that_would_match_anything_or_does_not_close_is_refused(template: str) -> None:
+    with pytest.raises(TemplateError):
+        compile_template(template)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("component: x\nentries: []\n", "entries is a non-empty list"),
+        ("component: x\nentries:\n  - {id: a, template: text, class: cause, meaning: m}\n", "names its cause"),
+        ("component: x\nentries:\n  - {id: a, template: text, class: bad, meaning: m}\n", "class 'bad'"),
+        (
+            "component: x\nentries:\n  - {id: a, template: text, class: benign, meaning: m, colour: red}\n",
+            "unknown field(s) colour",
+        ),
+        ("component: x\nentries:\n  - {id: A_b, template: text, class: benign, meaning: m}\n", "not kebab-case"),
+        (
+            "component: x\nentries:\n  - {id: a, template: 'x {', class: benign, meaning: m}\n",
+            "template: an unbalanced brace",
+        ),
+        (
+            "component: x\nentries:\n  - {id: a, template: one, class: benign, meaning: m}\n  - {id: a, template: two, class: benign, meaning: m}\n",
+            "id a twice",
+        ),
+    ],
+)
+def test_a_file_that_breaks_the_schema_is_refused_saying_where(text: str, said: str) -> None:
+    with pytest.raises(CatalogueError, match=r"^x\.yaml") as err:
+        load([("x.yaml", text)])
+    assert said in str(err.value)
+
+
+def test_the_shipped_catalogue_loads_and_names_only_known_causes() -> None:
+    cat = catalogue()
+    assert len(cat) > 0
+    known = {spec.cause for spec in CHECKS.values()}
+    unknown = sorted(
+        {(m.key, slug) for m in cat for slug in ([m.cause] if m.cause else []) + list(m.suggests) if slug not in known}
+    )
+    assert unknown == [], f"cause slugs no check has: {unknown}"
+
+
+def test_every_shipped_entry_reads_its_own_example_and_rendering() -> None:
+    every = Matcher(catalogue())
+    wrong = []
+    for m in catalogue():
+        for line in [render(m.template)] + ([m.example] if m.example else []):
+            if m.key not in {x.message.key for x in every.match(line, m.component)}:
+                wrong.append((m.key, line))
+    assert wrong == []
+
+
+def test_docs_messages_md_is_generated_from_the_data() -> None:
+    from pathlib import Path
+
+    from kpdoctor.messages.__main__ import render as render_doc
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "messages.md"
+    assert doc.read_text() == render_doc(catalogue()), "regenerate: python -m kpdoctor.messages > docs/messages.md"
