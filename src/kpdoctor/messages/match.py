@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from kpdoctor.messages.catalogue import Catalogue, Message
-from kpdoctor.messages.templates import Compiled, captures, compile_template
+from kpdoctor.messages.templates import Compiled, captures, compile_structured, compile_template
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class Matcher:
         for m in catalogue:
             forms = [compile_template(m.template)]
             if m.structured is not None:
-                forms.append(compile_template('"' + m.structured.msg.replace("{", "{{").replace("}", "}}") + '"'))
+                forms.append(compile_structured(m.structured.msg))
             for c in forms:
                 i = len(self._forms)
                 self._forms.append((m, c))

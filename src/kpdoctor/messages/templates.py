@@ -33,7 +33,7 @@ _SHAPES: dict[str, str] = {
 _WORDS = ("target", "chain", "table", "set", "name", "program", "interface", "match", "module", "node", "service")
 _WORD = "[^ \t'`\"]+"
 _REST = ".*"  # the last placeholder of a template, when it ends it: a reason, an error, the payload
-_ANY = ".+?"
+_ANY = ".*?"  # a placeholder in the middle may be empty ("failed with message: ``")
 _SPACE = "[ \t]+"
 _ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")
 _GO_VERB = re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
@@ -160,6 +160,15 @@ def _escape(text: str) -> str:
 def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:
     """What each placeholder held in a match of ``compiled``'s pattern."""
     return {name: v for name, v in zip(compiled.names, found.groups(), strict=True) if v is not None}
+
+
+def compile_structured(msg: str) -> Compiled:
+    """klog 2's quoted message (``"Failed to execute iptables-restore" err=...``) as a pattern:
+    the text as given, a trailing period or space inside the quotes either way (releases differ:
+    "Creating dualStackProxier for Windows kernel." and "...kernel" are one message)."""
+    text = msg.strip().rstrip(".").rstrip()
+    base = compile_template('"' + text.replace("{", "{{").replace("}", "}}") + '"')
+    return Compiled(base.pattern[:-1] + '\\.?[ \t]*"', base.needle, base.names, base.parts)
 
 
 def render(template: str, values: dict[str, str] | None = None) -> str:
