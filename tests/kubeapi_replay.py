@@ -717,6 +717,13 @@ class _Target:
         return _group(self.kind)
 
 
+def discovery_group(versions: Sequence[str]) -> Obj:
+    """The APIGroup document of ``GET /apis/discovery.k8s.io``, as a real server gives it."""
+    listed = [{"groupVersion": f"discovery.k8s.io/{v}", "version": v} for v in versions]
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io", "versions": listed,
+            "preferredVersion": listed[0]}  # fmt: skip
+
+
 def _parse_path(path: str) -> _Target | None:
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
@@ -1277,6 +1284,12 @@ class LiveCluster:
                     return int(body.get("code", 403)), body
         return None
 
+    # the versions of discovery.k8s.io the server says it serves (1.21-1.24 served both)
+    discovery_versions: tuple[str, ...] = ("v1", "v1beta1")
+
+    def _discovery_group(self) -> Obj:
+        return discovery_group(self.discovery_versions)
+
     def _forbidden(self, method: str, path: str, query: Mapping[str, str]) -> Obj:
         t = _parse_path(path)
         if t is None:
@@ -1296,6 +1309,8 @@ class LiveCluster:
         log_path = _POD_LOG_PATH.match(path)
         if log_path is not None and method == "GET":
             return self._pod_log(log_path["ns"], log_path["name"], query)
+        if path.rstrip("/") == "/apis/discovery.k8s.io" and method == "GET":
+            return 200, self._discovery_group()
         t = _parse_path(path)
         if t is None:
             return None
@@ -2043,6 +2058,11 @@ class BulkServer:
                     if query.get("watch") in ("true", "1"):
                         self._watch(float(query.get("timeoutSeconds") or 60))
                         return
+                    if parts.path.rstrip("/") == "/apis/discovery.k8s.io":
+                        served = [p.split("/")[3] for p in server.objects if p.startswith("/apis/discovery.k8s.io/")]
+                        if served:
+                            self._send(200, json.dumps(discovery_group(sorted(set(served)))).encode())
+                            return
                     if parts.path not in server.objects:
                         self._send(404, json.dumps(not_found_path()).encode())
                         return

@@ -62,6 +62,9 @@ class Resource:
     api_version: str  # v1, discovery.k8s.io/v1
     lister: Callable[..., Any]
     selector: dict[str, str] = field(default_factory=dict)  # field_selector=...
+    # asks the API server which version to read before the first list (EndpointSlices: v1, else
+    # v1beta1, else core Endpoints, as kube-proxy itself falls back), then is done
+    resolve: Callable[[Resource], None] | None = None
 
 
 @dataclass
@@ -130,6 +133,7 @@ class ClusterCache:
                 "EndpointSlice",
                 "discovery.k8s.io/v1",
                 discovery.list_endpoint_slice_for_all_namespaces,
+                resolve=self._served_slices,
             ),
             Resource("cluster/nodes.json", "Node", "v1", core.list_node, {"field_selector": f"metadata.name={node}"}),
             Resource(
@@ -140,6 +144,8 @@ class ClusterCache:
                 {"field_selector": f"spec.nodeName={node}"},
             ),
         ]
+        self.api_client = api_client
+        self._core = core
         self.state = {r.path: ResourceState() for r in self.resources}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -250,6 +256,9 @@ class ClusterCache:
         while not self._stop.is_set():
             began = time.monotonic()
             try:
+                if r.resolve is not None:
+                    r.resolve(r)
+                    r.resolve = None
                 if not st.resource_version:
                     self._list(r, st)
                 self._watch(r, st)
@@ -275,6 +284,67 @@ class ClusterCache:
                 if self._stop.wait(backoff):
                     return
                 backoff = min(BACKOFF_MAX, backoff * 2)
+
+    def _served_slices(self, r: Resource) -> None:
+        """The EndpointSlice version the API server serves (discovery.k8s.io/v1 from 1.21,
+        v1beta1 in 1.17-1.24), or core Endpoints when it serves neither, as kube-proxy reads
+        them; decided once, before the first list. An unanswered discovery is retried as any
+        failed list is (the resource stays "not listed yet", never read as empty)."""
+        try:
+            body = json.loads(fetch(self._path_lister("/apis/discovery.k8s.io"), seconds=LIST_SECONDS))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            body = {}
+        served = [v.get("version") for v in (body.get("versions") or []) if isinstance(v, dict)]
+        if "v1" in served:
+            return
+        if "v1beta1" in served:
+            r.api_version = "discovery.k8s.io/v1beta1"
+            r.lister = self._path_lister("/apis/discovery.k8s.io/v1beta1/endpointslices")
+        else:
+            with self._lock:
+                self.state["cluster/endpoints.json"] = self.state.pop(r.path)
+            r.path, r.kind, r.api_version = "cluster/endpoints.json", "Endpoints", "v1"
+            r.lister = self._core.list_endpoints_for_all_namespaces
+        log.info("cluster: the API server serves %s: reading %s", r.api_version, r.kind)
+
+    def _path_lister(self, path: str) -> Callable[..., Any]:
+        """A lister for a path the generated client has no method for (an older API version):
+        the same arguments as the client's own (``limit``, ``_continue``, ``watch``...), the raw
+        answer back, a non-2xx answer an ``ApiException`` with the server's Status."""
+        names = {
+            "limit": "limit",
+            "_continue": "continue",
+            "watch": "watch",
+            "resource_version": "resourceVersion",
+            "timeout_seconds": "timeoutSeconds",
+            "allow_watch_bookmarks": "allowWatchBookmarks",
+            "field_selector": "fieldSelector",
+        }
+
+        def lister(*, _preload_content: bool = False, _request_timeout: Any = None, **kwargs: Any) -> Any:
+            query = [
+                (names[k], str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in kwargs.items()
+                if v not in (None, "")
+            ]
+            method, url, headers, body, post = self.api_client.param_serialize(
+                method="GET",
+                resource_path=path,
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api_client.call_api(
+                method, url, header_params=headers, body=body, post_params=post, _request_timeout=_request_timeout
+            )
+            if not 200 <= resp.status <= 299:
+                resp.read()
+                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            return resp.response
+
+        return lister
 
     def _list(self, r: Resource, st: ResourceState) -> None:
         if st.listing_since is None:

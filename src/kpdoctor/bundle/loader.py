@@ -92,6 +92,9 @@ class Evidence:
     damaged: list[str] = field(default_factory=list)  # inputs that lost part of themselves: never "clean"
     node: str | None = None
     collected_at: str | None = None
+    # what a collection says it could not read: bundle path -> why (a listing that failed is
+    # unknown, never empty: an EndpointSlice list that failed does not mean no endpoints)
+    not_collected: dict[str, str] = field(default_factory=dict)
     # the log signatures its texts were typed with, and the logs are scanned for (every one known)
     signatures: tuple[Signature, ...] = field(default_factory=catalogue, repr=False)
     _tempdirs: list[str] = field(default_factory=list)
@@ -532,6 +535,7 @@ def _load_member(
             stderr = str(entry.get("stderr") or "").strip().splitlines()
             why = stderr[0] if stderr else ""
             ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
+            ev.not_collected[rel] = f"exit {exit_code}{': ' + why if why else ''}"
             return 0
         attrs = dict(attrs)
         when = entry.get("collected_at") or entry.get("started_at")
@@ -591,11 +595,13 @@ def add_collected(
         if a.exit_code not in (0, None) and not a.data:
             why = a.stderr.strip().splitlines()[0] if a.stderr.strip() else ""
             got.problems.append(InputProblem(rel, f"not collected (exit {a.exit_code}{': ' + why if why else ''})"))
+            ev.not_collected[rel] = f"exit {a.exit_code}{': ' + why if why else ''}"
             continue
         attrs = {**attrs, **({"time": a.started_at} if a.started_at else {})}
         _add_inline(got, rel, Typed(kind, attrs), a.data.decode("utf-8-sig", errors="replace"), parsed=a.parsed)
     for n in absent:
         got.problems.append(InputProblem(n.path, f"not collected: {n.reason}"))
+        ev.not_collected[n.path] = n.reason
     ev.artifacts[:0] = got.artifacts
     ev.problems[:0] = got.problems
     ev.node = ev.node or got.node
@@ -630,6 +636,7 @@ def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, 
             if isinstance(a, dict) and isinstance(a.get("path"), str):
                 why = a.get("reason") or "no reason given"
                 ev.problems.append(InputProblem(str(a["path"]), f"not collected: {why}"))
+                ev.not_collected[str(a["path"])] = str(why)
     arts = doc.get("artifacts")
     if isinstance(arts, list):
         for a in arts:

@@ -830,8 +830,13 @@ class Facts:
 
     def _endpoints_exported(self) -> bool:
         """Services exported together with other objects (Nodes, Pods...), or a bundle's
-        endpointslices file: a Service without EndpointSlices there has none."""
-        exported = any(a.name.endswith(("endpointslices.json", "endpoints.json")) for a in self.of(Kind.K8S_OBJECTS))
+        endpointslices file: a Service without EndpointSlices there has none. Not when the
+        collection says it could not read them (a list that failed, a watch not synced yet):
+        their absence is then unknown, never "no endpoints"."""
+        names = ("endpointslices.json", "endpoints.json")
+        exported = any(a.name.endswith(names) for a in self.of(Kind.K8S_OBJECTS))
+        if not exported and any(path.endswith(names) for path in self.evidence.not_collected):
+            return False
         return exported or any(o.kind not in ("Service", "ConfigMap") for o in self.objects.items)
 
     def _behaviour(self) -> Behaviour:
