@@ -338,7 +338,7 @@ def _bound_rules(objs: list[Obj], kind: str, namespace: str | None) -> list[Obj]
 
 # What the agent asks the API (docs/agent.md, Permissions): (group, resource, verb)
 AGENT_NEEDS = [
-    *[("", r, v) for r in ("services", "nodes", "pods") for v in ("list", "watch")],
+    *[("", r, v) for r in ("services", "nodes", "pods", "endpoints") for v in ("list", "watch")],
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
     ("", "events", "create"),
