@@ -989,6 +989,27 @@ class ControlPlane:
         return {p.name: p.tail() for p in self._procs}
 
 
+def endpointslice(
+    name: str, service: str, endpoints: list[dict[str, Any]], ports: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """An EndpointSlice of ``service`` as 1.20 serves them (discovery.k8s.io/v1beta1)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1beta1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": ports,
+    }
+
+
+def endpointslices(api: Any) -> Any:
+    """The v1beta1 EndpointSlice resource of a client (the generated client has no v1beta1 API)."""
+    from kubernetes import dynamic
+
+    return dynamic.DynamicClient(api).resources.get(api_version="discovery.k8s.io/v1beta1", kind="EndpointSlice")
+
+
 def control_plane_unavailable() -> str | None:
     """None when a :class:`ControlPlane` can run here, else why not (for ``pytest.skip``).
 

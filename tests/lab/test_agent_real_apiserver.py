@@ -6,14 +6,13 @@ healthy node), and says which version it read."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from kubernetes import client, config, dynamic
+from kubernetes import client, config
 
 from kpdoctor.agent.cluster import ClusterCache
 from kpdoctor.parse.k8s import Objects
 
-from .control_plane import ControlPlane
+from .control_plane import ControlPlane, endpointslice, endpointslices
 
 
 def _api(cp: ControlPlane) -> client.ApiClient:
@@ -33,16 +32,9 @@ def _objects(cp: ControlPlane) -> None:
             ),
         ),
     )
-    slices = dynamic.DynamicClient(api).resources.get(api_version="discovery.k8s.io/v1beta1", kind="EndpointSlice")
-    body: dict[str, Any] = {
-        "apiVersion": "discovery.k8s.io/v1beta1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": "web-abc12", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": ["10.180.0.1"], "conditions": {"ready": True}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }
-    slices.create(body=body, namespace="default")
+    ready = [{"addresses": ["10.180.0.1"], "conditions": {"ready": True}}]
+    body = endpointslice("web-abc12", "web", ready, [{"name": "http", "port": 8080, "protocol": "TCP"}])
+    endpointslices(api).create(body=body, namespace="default")
 
 
 def test_the_agent_reads_v1beta1_endpointslices_from_a_1_20_apiserver(control_plane: ControlPlane) -> None:

@@ -11,13 +11,12 @@ import ipaddress
 import json
 import os
 import subprocess
-from typing import Any
 
 import pytest
-from kubernetes import client, config, dynamic
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from .control_plane import Binaries, ControlPlane
+from .control_plane import Binaries, ControlPlane, endpointslice, endpointslices
 from .netns import list_netns
 
 
@@ -67,13 +66,11 @@ def test_objects_round_trip(control_plane: ControlPlane) -> None:
     assert ipaddress.ip_address(svc.spec.cluster_ip) in ipaddress.ip_network(cp.service_cidr)
     assert [(p.port, p.target_port) for p in svc.spec.ports] == [(80, 8080)]
 
-    slices = dynamic.DynamicClient(api).resources.get(api_version="discovery.k8s.io/v1beta1", kind="EndpointSlice")
-    body: dict[str, Any] = {
-        "apiVersion": "discovery.k8s.io/v1beta1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": "web-abc12", "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4",
-        "endpoints": [
+    slices = endpointslices(api)
+    body = endpointslice(
+        "web-abc12",
+        "web",
+        [
             {
                 "addresses": ["10.180.0.1"],
                 "conditions": {"ready": True},
@@ -81,8 +78,8 @@ def test_objects_round_trip(control_plane: ControlPlane) -> None:
             },
             {"addresses": ["10.180.0.2"], "conditions": {"ready": False}},
         ],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }
+        [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    )
     slices.create(body=body, namespace="default")
     listed = slices.get(namespace="default", label_selector="kubernetes.io/service-name=web").to_dict()
     assert [s["metadata"]["name"] for s in listed["items"]] == ["web-abc12"]

@@ -34,7 +34,15 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from kpdoctor import deadline
-from kpdoctor.collect.cluster import CONNECT_TIMEOUT, TooLarge, Unanswered, bounded_connections, fetch, trim
+from kpdoctor.collect.cluster import (
+    CONNECT_TIMEOUT,
+    TooLarge,
+    Unanswered,
+    bounded_connections,
+    fetch,
+    raw_get,
+    trim,
+)
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.k8s import K8sObject, ObjectDiagnostic, Objects, read_object
@@ -329,20 +337,7 @@ class ClusterCache:
                 for k, v in kwargs.items()
                 if v not in (None, "")
             ]
-            method, url, headers, body, post = self.api_client.param_serialize(
-                method="GET",
-                resource_path=path,
-                query_params=query,
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            resp = self.api_client.call_api(
-                method, url, header_params=headers, body=body, post_params=post, _request_timeout=_request_timeout
-            )
-            if not 200 <= resp.status <= 299:
-                resp.read()
-                raise ApiException.from_response(http_resp=resp, body=None, data=None)
-            return resp.response
+            return raw_get(self.api_client, path, query, _request_timeout)
 
         return lister
 

@@ -225,6 +225,25 @@ def fetch(fn: Callable[..., Any], *args: Any, seconds: float, max_bytes: int = M
             raise
 
 
+def raw_get(client: Any, path: str, query: list[tuple[str, str]], request_timeout: Any) -> Any:
+    """``GET path`` through an ``ApiClient``, for its raw answer: a path the generated client has
+    no method for (an older API version, group discovery); a non-2xx answer raises
+    ``ApiException`` with the server's Status."""
+    method, url, headers, body, post = client.param_serialize(
+        method="GET",
+        resource_path=path,
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    resp = client.call_api(method, url, header_params=headers, body=body, post_params=post,
+                           _request_timeout=request_timeout)  # fmt: skip
+    if not 200 <= resp.status <= 299:
+        resp.read()
+        raise ApiException.from_response(http_resp=resp, body=None, data=None)
+    return resp.response
+
+
 def read_body(resp: Any, bound: deadline.Bound, limit: int, *, truncate: bool = False) -> bytes:
     """A raw response's body in chunks, at most ``limit`` bytes; the connection goes back to the
     pool only when the body was read whole."""
@@ -373,19 +392,7 @@ class _Api:
         """GET a path the generated client has no method for (discovery.k8s.io/v1beta1)."""
 
         def raw(*, _preload_content: bool, _request_timeout: tuple[float, float]) -> Any:
-            method, url, headers, body, post = self.client.param_serialize(
-                method="GET",
-                resource_path=path,
-                query_params=query,
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            resp = self.client.call_api(method, url, header_params=headers, body=body, post_params=post,
-                                        _request_timeout=_request_timeout)
-            if not 200 <= resp.status <= 299:
-                resp.read()
-                raise ApiException.from_response(http_resp=resp, body=None, data=None)
-            return resp.response
+            return raw_get(self.client, path, query, _request_timeout)
 
         return self._parse(self.call(raw, read_timeout=read_timeout))
 
