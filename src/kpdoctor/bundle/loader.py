@@ -534,8 +534,7 @@ def _load_member(
         if isinstance(exit_code, int) and exit_code != 0 and f.stat().st_size == 0:
             stderr = str(entry.get("stderr") or "").strip().splitlines()
             why = stderr[0] if stderr else ""
-            ev.problems.append(InputProblem(rel, f"not collected (exit {exit_code}{': ' + why if why else ''})"))
-            ev.not_collected[rel] = f"exit {exit_code}{': ' + why if why else ''}"
+            _not_collected(ev, rel, why, exit_code)
             return 0
         attrs = dict(attrs)
         when = entry.get("collected_at") or entry.get("started_at")
@@ -576,6 +575,18 @@ def _is_cluster_info_dump(root: Path) -> bool:
     return (root / "nodes.json").is_file() and any(root.glob("*/pods.json"))
 
 
+def _not_collected(ev: Evidence, path: str, why: str, exit_code: int | None = None) -> None:
+    """``path`` could not be collected: a problem the report shows, and a fact the checks read
+    (what was not read is unknown, never empty)."""
+    if exit_code is None:
+        reason, said = why, f"not collected: {why}"
+    else:
+        reason = f"exit {exit_code}{': ' + why if why else ''}"
+        said = f"not collected ({reason})"
+    ev.problems.append(InputProblem(path, said))
+    ev.not_collected[path] = reason
+
+
 def add_collected(
     ev: Evidence,
     artifacts: Iterable[Collected],
@@ -594,16 +605,15 @@ def add_collected(
         kind, attrs = BUNDLE_PATHS[rel]
         if a.exit_code not in (0, None) and not a.data:
             why = a.stderr.strip().splitlines()[0] if a.stderr.strip() else ""
-            got.problems.append(InputProblem(rel, f"not collected (exit {a.exit_code}{': ' + why if why else ''})"))
-            ev.not_collected[rel] = f"exit {a.exit_code}{': ' + why if why else ''}"
+            _not_collected(got, rel, why, a.exit_code)
             continue
         attrs = {**attrs, **({"time": a.started_at} if a.started_at else {})}
         _add_inline(got, rel, Typed(kind, attrs), a.data.decode("utf-8-sig", errors="replace"), parsed=a.parsed)
     for n in absent:
-        got.problems.append(InputProblem(n.path, f"not collected: {n.reason}"))
-        ev.not_collected[n.path] = n.reason
+        _not_collected(got, n.path, n.reason)
     ev.artifacts[:0] = got.artifacts
     ev.problems[:0] = got.problems
+    ev.not_collected.update(got.not_collected)
     ev.node = ev.node or got.node
     ev.collected_at = ev.collected_at or got.collected_at
     return ev
@@ -635,8 +645,7 @@ def _read_manifest(ev: Evidence, path: Path, label: str) -> dict[str, dict[str, 
         for a in absent:
             if isinstance(a, dict) and isinstance(a.get("path"), str):
                 why = a.get("reason") or "no reason given"
-                ev.problems.append(InputProblem(str(a["path"]), f"not collected: {why}"))
-                ev.not_collected[str(a["path"])] = str(why)
+                _not_collected(ev, str(a["path"]), str(why))
     arts = doc.get("artifacts")
     if isinstance(arts, list):
         for a in arts:

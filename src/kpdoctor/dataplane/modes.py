@@ -6,9 +6,8 @@ A mode without a backend (dataplane/session.py chooses them) is *not evaluated*
 another mode's, so a healthy IPVS or nftables node is never told that its Service rules are
 missing.
 
-The proxy mode kube-proxy really runs in, and what each mode has left on the node.
-
-Configuration says what was asked for; it is not what runs. kube-proxy before 1.26 fell back from
+Which mode runs, and what each mode has left on the node: configuration says what was asked for;
+it is not what runs. kube-proxy before 1.26 fell back from
 IPVS to iptables when IPVS's prerequisites were missing, a ConfigMap that is not mounted leaves
 the default, and a mode switch leaves the old mode's rules behind. So the mode is told, in this
 order, by: kube-proxy's own log ("Using ipvs Proxier"); the state only one mode writes (iptables

@@ -109,12 +109,15 @@ class NotEvaluated:
 class NodeDataplane:
     """The node's rules in the mode kube-proxy runs, with the backend that evaluates them."""
 
-    def __init__(self, inputs: DataplaneInputs, backend: Backend, running: modes.RunningMode) -> None:
+    def __init__(
+        self, inputs: DataplaneInputs, backend: Backend, running: modes.RunningMode, rulesets: list[Ruleset]
+    ) -> None:
         self.inputs = inputs
         self.backend = backend
         self.running = running
+        self.rulesets = rulesets  # the iptables rules the backend evaluates
 
-    def verify(self, part: Part, rulesets: list[Ruleset]) -> Verification:
+    def verify(self, part: Part) -> Verification:
         """Every Service port of ``part`` against the rules (dataplane/verify.py)."""
         inputs, mode = self.inputs, self.running.mode
         m = modes.mode_named(mode)
@@ -125,7 +128,7 @@ class NodeDataplane:
             held, changed = (
                 self.backend.rule_changes(before) if isinstance(self.backend, RecordsReads) else (None, None)
             )
-            reuse.begin(self._reuse_setting(rulesets, local), self._line_of(), held, changed)
+            reuse.begin(self._reuse_setting(local), self._line_of(), held, changed)
         return run_verification(
             self.backend,
             inputs.services(),
@@ -154,12 +157,12 @@ class NodeDataplane:
         """The first ``limit`` of ``results`` traced step by step (``kpdoctor trace --service``)."""
         return trace_results(self.backend, self.inputs.services(), self.inputs.node(), results, limit)
 
-    def _reuse_setting(self, rulesets: list[Ruleset], local: list[IPAddress]) -> object:
+    def _reuse_setting(self, local: list[IPAddress]) -> object:
         """What every carried-over result shares (dataplane/reuse.py): a backend that records what
         each case looked at depends on its rules through those records, any other on all of them."""
         roles = [
             (rs.artifact, rs.variant, rs.family, rs.form, tuple(sorted(rs.tables)), has_service_rules(rs))
-            for rs in rulesets
+            for rs in self.rulesets
         ]
         texts = None if isinstance(self.backend, RecordsReads) else self.inputs.rule_texts()
         return reuse_setting(self.inputs.node().name, local, self.running.mode, roles, texts)
@@ -213,16 +216,20 @@ def open_dataplane(
     running = inputs.running()
     mode = running.mode
     backend = None
-    if tracing:  # every rule given is followed, a fragment's too
+    rulesets = inputs.rulesets() if tracing else evaluated_rulesets(inputs)  # a trace follows a fragment too
+    if tracing:
         mode = mode or "iptables"
-        backend = choose_backend(inputs, mode, inputs.rulesets(), record)
-    elif mode is not None:
-        rulesets = [rs for rs in inputs.rulesets() if rs.form in EVALUATED_FORMS]
-        if rulesets or mode in ("nftables", "ipvs"):
-            backend = choose_backend(inputs, mode, rulesets, record)
+        backend = choose_backend(inputs, mode, rulesets, record)
+    elif mode is not None and (rulesets or mode in ("nftables", "ipvs")):
+        backend = choose_backend(inputs, mode, rulesets, record)
     if backend is None:
         return NotEvaluated(_not_evaluated_reason(running, tracing), running.mode)
-    return NodeDataplane(inputs, backend, running)
+    return NodeDataplane(inputs, backend, running, rulesets)
+
+
+def evaluated_rulesets(inputs: DataplaneInputs) -> list[Ruleset]:
+    """The rule dumps a verification evaluates (:data:`EVALUATED_FORMS`)."""
+    return [rs for rs in inputs.rulesets() if rs.form in EVALUATED_FORMS]
 
 
 def _not_evaluated_reason(running: modes.RunningMode, tracing: bool) -> str:
@@ -281,7 +288,7 @@ def verify_part_packed(inputs: DataplaneInputs, part: Part) -> PackedShare:
 def verify_part(inputs: DataplaneInputs, part: Part) -> Verification | None:
     """The share ``part`` of the verification, in this process."""
     services = inputs.services()
-    rulesets = [rs for rs in inputs.rulesets() if rs.form in EVALUATED_FORMS]
+    rulesets = evaluated_rulesets(inputs)
     state = rulesets or inputs.ipvs() or inputs.nft_tables()
     if not services or not state:
         return None
@@ -290,7 +297,7 @@ def verify_part(inputs: DataplaneInputs, part: Part) -> Verification | None:
     if isinstance(dp, NotEvaluated):
         ver = unevaluated(dp.reason, services, inputs.slices(), inputs.endpoints(), running.mode)
     else:
-        ver = dp.verify(part, rulesets)
+        ver = dp.verify(part)
     ver.mode_why = running.how
     if part.stale:
         ver.stale += mode_leftovers(inputs, running, rulesets)

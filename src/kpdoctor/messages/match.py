@@ -43,7 +43,7 @@ class Matcher:
         self.catalogue = catalogue
         self._forms: list[tuple[Message, Compiled]] = []
         self._by_needle: dict[str, list[int]] = defaultdict(list)
-        self._component: dict[str, list[int]] = defaultdict(list)
+        self._component: dict[str, set[int]] = defaultdict(set)
         for m in catalogue:
             forms = [compile_template(m.template)]
             if m.structured is not None:
@@ -52,13 +52,13 @@ class Matcher:
                 i = len(self._forms)
                 self._forms.append((m, c))
                 self._by_needle[c.needle].append(i)
-                self._component[m.component].append(i)
+                self._component[m.component].add(i)
 
     def match(self, line: str, component: str | None = None) -> list[Match]:
         """Every message ``line`` is (of ``component`` only, when given), outermost first: the one
         that starts first in the line (a wrapper before the payload it holds), then the longest."""
         found: dict[str, Match] = {}
-        allowed = set(self._component.get(component, ())) if component is not None else None
+        allowed = self._component.get(component, set()) if component is not None else None
         for needle, forms in self._by_needle.items():
             if needle not in line:
                 continue
@@ -73,13 +73,10 @@ class Matcher:
                 payload = None
                 if m.payload:
                     rest = line[got.end() :] if not caps else _last(caps, c)
-                    payload = self._best(self.match(rest, m.payload)) if rest else None
+                    inner = self.match(rest, m.payload) if rest else []
+                    payload = inner[0] if inner else None
                 found[m.key] = Match(m, caps, got.start(), payload)
         return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
-
-    @staticmethod
-    def _best(matches: list[Match]) -> Match | None:
-        return matches[0] if matches else None
 
 
 def _last(captures: dict[str, str], compiled: Compiled) -> str:
