@@ -222,6 +222,29 @@ def test_stdin_that_never_ends_is_bounded_by_timeout() -> None:
     assert proc.returncode == 3 and b"gave up after 3 s (--timeout) while reading stdin" in err
 
 
+def test_the_timeout_holds_when_the_parent_left_signals_blocked() -> None:
+    """A mask inherited blocked (a parent that held signals while it forked) is lifted: the
+    --timeout's SIGALRM still arrives."""
+    import signal
+
+    def blocked() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+    argv = [sys.executable, "-m", "kpdoctor", "diagnose", "--timeout", "2", "-"]
+    with subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=blocked
+    ) as proc:
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.write(MISMATCH.encode())
+        proc.stdin.flush()  # and never closed
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.stdin.close()
+        err = proc.stderr.read()
+    assert proc.returncode == 3 and b"gave up after 2 s (--timeout) while reading stdin" in err
+
+
 # -- exit code 4 and the rest of the report ------------------------------------------------------
 
 

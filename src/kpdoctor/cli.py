@@ -1111,11 +1111,17 @@ def _catch_signals() -> None:
     """SIGINT, SIGTERM and SIGHUP become exceptions that unwind the run, so that no temporary folder
     outlives it. A signal the caller ignores (``nohup``) stays ignored; a command that handles
     signals itself (``agent``: SIGTERM/SIGINT stop it after the current cycle) installs its own
-    handlers over these."""
+    handlers over these. A mask inherited from the parent (a process manager, a test runner that
+    held signals while it forked) is lifted for them and for the --timeout's SIGALRM: blocked,
+    they would never arrive."""
+    caught = {signal.SIGALRM}
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(OSError, ValueError):
             if signal.getsignal(s) in (signal.SIG_DFL, signal.default_int_handler):
                 signal.signal(s, _on_signal)
+                caught.add(s)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, caught)
 
 
 def main() -> None:
