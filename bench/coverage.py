@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO / "src"))
 import kpdoctor  # noqa: E402
 import kpdoctor.checks  # noqa: E402 - declares the checks and signatures (an entry point)
 from kpdoctor.messages import catalogue  # noqa: E402
-from kpdoctor.messages.catalogue import Message  # noqa: E402
 from kpdoctor.messages.match import Matcher  # noqa: E402
+from kpdoctor.messages.schema import Message  # noqa: E402
 from kpdoctor.messages.templates import TemplateError, render  # noqa: E402
 from kpdoctor.model import Severity  # noqa: E402
 
@@ -84,26 +84,33 @@ def site_line(site: dict[str, object]) -> str:
         return text
 
 
-def _lines(m: Message, payloads: dict[str, list[Message]], wrappers: dict[str, list[Message]]) -> list[str]:
+Line = tuple[str, tuple[Message, ...]]  # a rendered line, and the messages that decide its cause (payload first)
+
+
+def _lines(m: Message, payloads: dict[str, list[Message]], wrappers: dict[str, list[Message]]) -> list[Line]:
     """The entry as the lines a user would paste: a kube-proxy message as its log line (both klog
     eras; a wrapper once with each payload its program prints); another program's message inside
     each kube-proxy wrapper that carries that program's output, else alone; the kernel's as dmesg
-    prints it."""
+    prints it. Each with the messages whose causes it should be named with: the payload's (and
+    the wrapper's, which reads it), else the message's own."""
     if m.component == "kernel":
-        return [f"[12345.678901] {render(m.template)}"]
+        return [(f"[12345.678901] {render(m.template)}", (m,))]
     if m.component != "kube-proxy":
         inner = render(m.template)
-        around = wrappers.get(m.component, [])
-        return [_glog(w, render(w.template, {"value": inner})) for w in around] or [inner]
-    texts = [render(m.template)]
-    if m.payload:
-        texts = [render(m.template, {"value": render(p.template)}) for p in payloads.get(m.payload, [])] or texts
-    out = [_glog(m, t) for t in texts]
+        # a routine message alone (inside a wrapper that says "failed", the wrapper alarms)
+        around = wrappers.get(m.component, []) if m.kind != "benign" else []
+        return [(_glog(w, render(w.template, {"value": inner})), (m, w)) for w in around] or [(inner, (m,))]
+    inner_msgs = payloads.get(m.payload or "", [])
+    out: list[Line] = []
+    if m.payload and inner_msgs:
+        out += [(_glog(m, render(m.template, {"value": render(p.template)})), (p, m)) for p in inner_msgs]
+    else:
+        out.append((_glog(m, render(m.template)), (m,)))
     if m.structured is not None:
-        inner_texts = [render(p.template) for p in payloads.get(m.payload or "", [])] or ["boom"]
-        for t in inner_texts:
+        for p in inner_msgs or [None]:
+            t = render(p.template) if p is not None else "boom"
             keys = " ".join(f'{k}="{t}"' for k in m.structured.keys)
-            out.append(_glog(m, f'"{m.structured.msg}" {keys}'.rstrip()))
+            out.append((_glog(m, f'"{m.structured.msg}" {keys}'.rstrip()), (p, m) if p is not None else (m,)))
     return out
 
 
@@ -111,42 +118,74 @@ def _glog(m: Message, text: str) -> str:
     return GLOG.format(level=m.level or "E", text=text)
 
 
-def naming() -> None:
+def _wanted(deciding: tuple[Message, ...]) -> set[str]:
+    """The causes a line should be named with: its payload's (when not routine) and the
+    wrapper's suggestions, else the wrapper's own."""
+    out: set[str] = set()
+    for m in deciding:
+        if m.kind == "benign":
+            continue
+        out.update(c for c in [m.cause, *m.suggests] if c)
+        if m.kind == "cause":
+            break
+    return out
+
+
+VERDICTS = ("named", "named, not first", "another cause", "nothing", "no cause in the data")
+
+
+def naming(show: str | None) -> None:
     cat = catalogue()
     payloads: dict[str, list[Message]] = defaultdict(list)
     wrappers: dict[str, list[Message]] = defaultdict(list)
     for m in cat:
         if m.kind != "benign":
             payloads[m.component].append(m)
-        if m.component == "kube-proxy" and m.payload:
+        if m.component == "kube-proxy" and m.payload and m.kind != "benign":
             wrappers[m.payload].append(m)
-    tally: dict[str, Counter[str]] = defaultdict(Counter)
+    lines: dict[str, Counter[str]] = defaultdict(Counter)
+    entries: dict[str, Counter[str]] = defaultdict(Counter)
     with tempfile.TemporaryDirectory() as tmp:
         for m in cat:
-            for i, line in enumerate(_lines(m, payloads, wrappers)):
+            worst = 0
+            for i, (line, deciding) in enumerate(_lines(m, payloads, wrappers)):
                 f = Path(tmp) / f"{m.component}-{m.id}-{i}.log"
                 f.write_text(line + "\n")
                 report = kpdoctor.run([f], min_severity=Severity.INFO)
                 causes = [x.cause for x in report.findings]
                 loud = [x for x in report.findings if x.severity >= Severity.WARNING]
                 if m.kind == "benign":
-                    tally[m.component]["benign alarm" if loud else "benign quiet"] += 1
+                    lines[m.component]["benign alarm" if loud else "benign quiet"] += 1
+                    if loud and show in (m.component, "all"):
+                        print(f"    alarm {m.key}: {line!r} -> {causes}")
                     continue
-                wanted = {c for c in [m.cause, *m.suggests] if c}
-                if causes and causes[0] in wanted:
-                    tally[m.component]["named"] += 1
+                wanted = _wanted(deciding)
+                if not wanted:
+                    verdict = "no cause in the data"
+                elif causes and causes[0] in wanted:
+                    verdict = "named"
                 elif set(causes) & wanted:
-                    tally[m.component]["named, not first"] += 1
+                    verdict = "named, not first"
                 elif causes:
-                    tally[m.component]["another cause"] += 1
+                    verdict = "another cause"
                 else:
-                    tally[m.component]["nothing"] += 1
-    for component, t in sorted(tally.items()):
-        shown = sum(v for k, v in t.items() if not k.startswith("benign"))
-        named = t["named"] / shown if shown else 0.0
+                    verdict = "nothing"
+                lines[m.component][verdict] += 1
+                worst = max(worst, VERDICTS.index(verdict))
+                if verdict != "named" and show in (m.component, "all"):
+                    print(f"    {verdict} {m.key}: {line[:160]!r} -> {causes[:3]} (wanted {sorted(wanted)})")
+            if m.kind != "benign":
+                entries[m.component][VERDICTS[worst]] += 1
+            else:
+                entries[m.component]["benign alarm" if lines[m.component]["benign alarm"] else "benign quiet"] += 0
+    for component in sorted(lines):
+        e, t = entries[component], lines[component]
+        shown = sum(e[v] for v in VERDICTS)
+        share = e["named"] / shown if shown else 0.0
         print(
-            f"naming {component:12} named {t['named']}/{shown} ({named:.0%}), not first {t['named, not first']}, "
-            f"another cause {t['another cause']}, nothing {t['nothing']}; benign alarms {t['benign alarm']}/"
+            f"naming {component:12} entries named {e['named']}/{shown} ({share:.0%}): "
+            + ", ".join(f"{v} {e[v]}" for v in VERDICTS[1:])
+            + f"; lines named {t['named']}/{sum(t[v] for v in VERDICTS)}; benign alarms {t['benign alarm']}/"
             f"{t['benign alarm'] + t['benign quiet']}"
         )
 
@@ -158,12 +197,13 @@ def main() -> int:
     ap.add_argument("--recall", action="store_true", help="only the recall against the call-site lists")
     ap.add_argument("--naming", action="store_true", help="only the naming of rendered entries")
     ap.add_argument("--missing", metavar="COMPONENT", help="list the call sites with no entry (or 'all')")
+    ap.add_argument("--show", metavar="COMPONENT", help="list the lines not named with their cause (or 'all')")
     a = ap.parse_args()
     both = not a.recall and not a.naming
     if a.recall or both:
         recall(a.missing)
     if a.naming or both:
-        naming()
+        naming(a.show)
     return 0
 
 

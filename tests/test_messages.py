@@ -9,8 +9,8 @@ from conftest import MISMATCH, SEED3_BLOCK
 
 from kpdoctor.knowledge import CHECKS
 from kpdoctor.messages import catalogue
-from kpdoctor.messages.catalogue import CatalogueError, load
 from kpdoctor.messages.match import Matcher
+from kpdoctor.messages.schema import CatalogueError, load
 from kpdoctor.messages.templates import TemplateError, compile_template, render
 from kpdoctor.messages.templates import captures as captures_of
 

@@ -9,14 +9,17 @@ letting a run type its inputs and scan its logs with no signature at all.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.messages.templates import regex_of
+from kpdoctor.messages.schema import Message
+from kpdoctor.messages.templates import Compiled, compile_structured, compile_template, regex_of
 from kpdoctor.model import Finding, Severity, Skipped
 
 SECTIONS = ("Symptom", "Cause", "How it is detected", "Fix", "References")
@@ -53,6 +56,10 @@ class Signature:
 
     ``generic``: other programs print the same line (``FLAG: --``, ``Version: v``), so it means
     something in a kube-proxy log but does not make a text one.
+
+    ``keyed``: hits whose groups differ are kept apart in the scan's sample (the first and last
+    hit of each value). A catalogue message no check reads is not: its captures (a payload, a
+    time) vary on every line, and would spend the scan's budget of kept variants.
     """
 
     id: str
@@ -62,13 +69,21 @@ class Signature:
     success: bool = False
     variant: str = ""
     generic: bool = False
+    keyed: bool = True
 
     def compiled(self) -> re.Pattern[str]:
         return regex_of(self.pattern)
 
+    def needle_in_pattern(self) -> bool:
+        """Is the needle literally in the pattern (a template's space, ``[ \\t]+``, read as one
+        space): the scan only looks at lines holding it."""
+        return self.needle in _SPACES.sub(" ", self.pattern).replace("\\", "")
 
+
+_SPACES = re.compile(r"\[ (?:\t|\\t)\]\+")  # a template's space: "[ <tab>]+" (or "[ \\t]+" as written)
 # Every signature declared, by id (the check modules declare theirs as they are imported).
 REGISTRY: dict[str, Signature] = {}
+OWNER: dict[str, set[str]] = {}  # signature id -> the modules that declared or read it
 
 
 def signature(
@@ -83,7 +98,7 @@ def signature(
 ) -> Signature:
     """Declare (and register) a signature; ids are unique across kpdoctor."""
     sig = Signature(id, needle, pattern, failure, success, variant, generic)
-    if needle not in pattern.replace("\\", ""):
+    if not sig.needle_in_pattern():
         raise ValueError(f"signature {id}: needle {needle!r} not in its pattern")
     if variant and re.compile(variant).groups:
         raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
@@ -91,15 +106,147 @@ def signature(
     if old is not None and old != sig:
         raise ValueError(f"signature {id!r} declared twice with different content")
     REGISTRY[id] = sig
+    OWNER.setdefault(id, set()).add(sys._getframe(1).f_globals.get("__name__", ""))
     return sig
+
+
+def owners(sig_ids: Iterable[str]) -> set[str]:
+    """The causes of the checks declared in the modules that declared these signatures (a
+    signature declared in a check module is that module's checks' reading of its lines)."""
+    modules = {m for s in sig_ids for m in OWNER.get(s, ())}
+    return {spec.cause for spec in CHECKS.values() if spec.func.__module__ in modules}
 
 
 def catalogue() -> tuple[Signature, ...]:
     """Every signature kpdoctor knows: what a run scans logs for and how the sniffer tells a text
-    from kube-proxy's world. Declared by the check modules, which the entry points import."""
+    from kube-proxy's world. The check modules declare theirs (the entry points import them);
+    every message of the messages catalogue is one too (:func:`message_signatures`)."""
     if not REGISTRY:
         raise RuntimeError("no log signature is declared: import kpdoctor.checks first (the entry points do)")
-    return tuple(REGISTRY.values())
+    return tuple(REGISTRY.values()) + message_signatures()
+
+
+# -- signatures made from the messages catalogue ---------------------------------------
+STRUCTURED_FORM = "#structured"
+# kube-proxy's own code: a message printed from these paths (and no other) tells a kube-proxy
+# log. pkg/util/iptables and the client libraries are kubelet's and the CNI agents' too.
+_KUBE_PROXY_PATHS = (
+    "cmd/kube-proxy/",
+    "pkg/proxy/",
+    "pkg/util/ipvs/",
+    "pkg/util/ipset/",
+    "pkg/util/conntrack/",
+    "vendor/sigs.k8s.io/knftables/",
+    "vendor/github.com/moby/ipvs/",
+    "vendor/github.com/docker/libnetwork/ipvs/",
+)
+
+
+_DISTINCT_NEEDLE = 16  # a one-word needle shorter than this tells nobody's log
+
+
+@dataclass(frozen=True, slots=True)
+class MessageForm:
+    """One printed form of a catalogue message, as the log scan sees it."""
+
+    message: Message
+    compiled: Compiled
+    structured: bool
+
+
+@functools.cache
+def _message_forms() -> dict[str, MessageForm]:
+    from kpdoctor.messages import catalogue as messages  # the data is read when a run needs it
+
+    out: dict[str, MessageForm] = {}
+    for m in messages():
+        out[m.key] = MessageForm(m, compile_template(m.template), False)
+        if m.structured is not None:
+            out[m.key + STRUCTURED_FORM] = MessageForm(m, compile_structured(m.structured.msg), True)
+    return out
+
+
+def message_form(sig_id: str) -> MessageForm | None:
+    """The catalogue message a signature id stands for (None for a check's own signature)."""
+    return _message_forms().get(sig_id) if "/" in sig_id else None
+
+
+def message_ids(*keys: str) -> tuple[str, ...]:
+    """The signature ids of these messages (``component/id``): each one's forms. A key the
+    catalogue does not hold is an error, at import: a check never waits on a message that is not
+    scanned for."""
+    forms = _message_forms()
+    out: list[str] = []
+    for key in keys:
+        if key not in forms:
+            raise ValueError(f"message {key!r} is not in the messages catalogue (src/kpdoctor/messages)")
+        out.append(key)
+        if key + STRUCTURED_FORM in forms:
+            out.append(key + STRUCTURED_FORM)
+    return tuple(out)
+
+
+def tells_kube_proxy(m: Message) -> bool:
+    """Does a line holding this message tell kube-proxy's world (a log to read, a fragment that
+    is evidence)? Every failure the catalogue holds, and the routine messages only kube-proxy's
+    own code prints; never a message short and plain enough for any program to print."""
+    needle = compile_template(m.template).needle
+    if len(needle) < _DISTINCT_NEEDLE and " " not in needle:
+        return False  # "Version: %+v", "Error: %v": any program prints that
+    if m.kind != "benign":
+        return True  # a failure of kube-proxy's world, whoever printed it (kubelet's iptables code too)
+    return m.component == "kube-proxy" and bool(m.files) and all(f.startswith(_KUBE_PROXY_PATHS) for f in m.files)
+
+
+@dataclass(frozen=True, slots=True)
+class Messages:
+    """A check's log signature made of catalogue messages: the signatures of every form of each
+    (``ids``, for ``facts.log.hits(*ids)``), read instead of a regular expression of its own.
+    What a line held is in its named captures (``facts.log.captures(hit)``)."""
+
+    id: str
+    keys: tuple[str, ...]
+    ids: tuple[str, ...]
+
+
+# the scan's flags a check gave the forms of messages it reads (failure, success, variant)
+_FLAGS: dict[str, tuple[bool, bool, str]] = {}
+
+
+def messages(id: str, *keys: str, failure: bool = False, success: bool = False, variant: str = "") -> Messages:
+    """Declare a check's reading of catalogue messages (``component/id`` keys): the messages are
+    scanned for anyway; this names them for the check, marks its module as their reader (the
+    generic KP130 leaves their lines to it) and gives the scan's flags (see :class:`Signature`)."""
+    if variant and re.compile(variant).groups:
+        raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
+    ids = message_ids(*keys)
+    module = sys._getframe(1).f_globals.get("__name__", "")
+    for sig_id in ids:
+        flags = (failure, success, variant)
+        if _FLAGS.setdefault(sig_id, flags) != flags:
+            raise ValueError(f"message {sig_id}: read with other scan flags by another check")
+        OWNER.setdefault(sig_id, set()).add(module)
+    return Messages(id, tuple(keys), ids)
+
+
+_SIGNATURES: list[tuple[int, tuple[Signature, ...]]] = []  # (flags declared, signatures)
+
+
+def message_signatures() -> tuple[Signature, ...]:
+    """Every form of every catalogue message as a log signature (id ``component/id``, and
+    ``component/id#structured`` for klog 2's message): what the scan looks for besides the
+    checks' own, so that any line the programs print is found, counted and cited."""
+    if _SIGNATURES and _SIGNATURES[0][0] == len(_FLAGS):
+        return _SIGNATURES[0][1]
+    out = []
+    for sig_id, form in _message_forms().items():
+        c = form.compiled
+        failure, success, variant = _FLAGS.get(sig_id, (False, False, ""))
+        generic = not tells_kube_proxy(form.message)
+        read = sig_id in _FLAGS  # a check reads it: its captures are kept apart as a check's are
+        out.append(Signature(sig_id, c.needle, c.pattern, failure, success, variant, generic, keyed=read))
+    _SIGNATURES[:] = [(len(_FLAGS), tuple(out))]
+    return _SIGNATURES[0][1]
 
 
 # -- checks -------------------------------------------------------------------------
@@ -141,6 +288,9 @@ class CheckSpec:
     # The check reads the dataplane's verification: it is called with it (``func(facts,
     # verified)``, a ``kpdoctor.dataplane.session.Verified``), as ``abstains`` always is.
     reads_verification: bool = False
+    # The check reads the messages catalogue's lines that name its cause itself
+    # (``checks.logged.messages_naming``); KP130 leaves them to it.
+    reads_messages: bool = False
 
     @property
     def doc(self) -> str:
@@ -198,6 +348,7 @@ def check(
     versions: Iterable[VersionRow] = (),
     counters: Iterable[str] = (),
     reads_verification: bool = False,
+    reads_messages: bool = False,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -224,6 +375,7 @@ def check(
             tuple(versions),
             tuple(counters),
             reads,
+            reads_messages,
         )
         return func
 

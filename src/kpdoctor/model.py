@@ -101,6 +101,9 @@ class Finding:
     # The cause (slug) whose evidence this finding reads otherwise, when nothing given tells the
     # two apart: a second candidate for the same lines, ranked on its own and never a parent.
     alternative_to: str | None = None
+    # Named from what fits it, not proven: a lead (with what decides it in the summary), ranked on
+    # its own and never a parent of a finding that is proven.
+    suspected: bool = False
     # Why the confidence is what it is: which kinds of evidence agree (a lone log line; the
     # signature and a matching version; and the node's state). Set by the check, or derived.
     confidence_reason: str = ""
@@ -109,7 +112,7 @@ class Finding:
         """True when another present finding explains this one (so it cannot be a parent); an
         alternative reading explains nothing."""
         return any(
-            c in by_cause and any(p is not self and not p.alternative_to for p in by_cause[c])
+            c in by_cause and any(p is not self and not p.alternative_to and not p.suspected for p in by_cause[c])
             for c in self.explained_by
         )
 
@@ -135,6 +138,8 @@ class Finding:
         }
         if self.alternative_to:
             out["alternative_to"] = self.alternative_to
+        if self.suspected:
+            out["suspected"] = True
         if self.folded:
             out["folded"] = [f.to_json() for f in self.folded]
         return out

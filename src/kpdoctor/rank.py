@@ -17,8 +17,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
     A parent takes the worst severity of what it explains: a warning-level misconfiguration
     that drops traffic through its consequence is the critical root cause. An alternative reading
-    of the same evidence (``alternative_to``) is ranked on its own and folds nothing: nothing given
-    says it is the cause, so it cannot take another finding's place.
+    of the same evidence (``alternative_to``) and a suspected cause (``suspected``) are ranked on
+    their own and fold nothing: nothing given says they are the cause, so they cannot take another
+    finding's place.
     """
     by_cause: dict[str, list[Finding]] = {}
     for f in findings:
@@ -32,17 +33,22 @@ def rank(findings: list[Finding]) -> list[Finding]:
                 p
                 for cause in f.explained_by
                 for p in by_cause.get(cause, [])
-                if p is not f and not p.alternative_to and not p.explained_by_any(by_cause)
+                if p is not f and not p.alternative_to and not p.suspected and not p.explained_by_any(by_cause)
             ),
             None,
         )
         if parent is None:
             top.append(f)
             continue
+        twin = next((g for g in parent.folded if g.cause == f.cause), None)
+        if twin is not None:  # a second reading of a consequence already folded: under that one
+            twin.folded.append(f)
+            continue
         parent.folded.append(f)
         if f.code not in parent.explains:
             parent.explains.append(f.code)
-        if f.severity > parent.severity:
+        if f.severity > parent.severity and f.cause != parent.cause:
+            # (the same cause read twice: the parent's own check weighed it, recovery included)
             parent.severity = f.severity
         if f.ongoing and not parent.ongoing:
             parent.ongoing = True if parent.ongoing is None else parent.ongoing

@@ -692,8 +692,10 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     typed = sniff(head_text, ev.signatures)
     if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
         typed = sniff_named(label, head_text) or typed
-    if typed.kind is None and whole is not None and has_prompt(whole):
-        # output first, then the command that counted it: a transcript after all
+    weakest = typed.kind is Kind.KUBE_PROXY_LOG and typed.attrs.get("fragment") == "true"
+    if (typed.kind is None or weakest) and whole is not None and has_prompt(whole):
+        # output first, then the command that counted it: a transcript after all (before reading
+        # the text as a mere fragment of log lines for the messages it holds)
         parts = split_transcript(whole, lenient=True)
         if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
             return

@@ -3,6 +3,7 @@
 Importing this package registers every check (and every log signature they use).
 """
 
+from kpdoctor.checks import logged
 from kpdoctor.checks.dataplane import (
     drop_rule,
     endpoints,
@@ -19,6 +20,7 @@ from kpdoctor.checks.sync import (
     backend_mismatch,
     cluster_cidr,
     config_checks,
+    config_invalid,
     conntrack_binary,
     conntrack_sysctl,
     endpoints_churn,
@@ -52,6 +54,7 @@ __all__ = [
     "backend_mismatch",
     "cluster_cidr",
     "config_checks",
+    "config_invalid",
     "conntrack",
     "conntrack_binary",
     "conntrack_sysctl",
@@ -71,6 +74,7 @@ __all__ = [
     "kernel_mark",
     "kubelet_chains",
     "local_endpoints",
+    "logged",
     "mtu",
     "multiple",
     "nft_binary",

@@ -173,7 +173,9 @@ class Facts:
     # -- logs ---------------------------------------------------------------------------
     @cached_property
     def log_artifacts(self) -> list[Artifact]:
-        logs = self.of(Kind.KUBE_PROXY_LOG)
+        # the kernel's log too: the messages catalogue reads its lines (kube-proxy's own
+        # signatures do not match them)
+        logs = self.of(Kind.KUBE_PROXY_LOG) + self.of(Kind.KERNEL_LOG)
         return sorted(logs, key=lambda a: 0 if a.previous else 1)
 
     @cached_property

@@ -11,11 +11,14 @@ two hits) is counted during the scan.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.knowledge import signature
+from kpdoctor.knowledge import message_form, signature
+from kpdoctor.messages import catalogue
+from kpdoctor.messages.match import Match, Matcher
 from kpdoctor.model import Cite
 from kpdoctor.parse.logscan import Hit, ScanResult
 from kpdoctor.versions import IptablesVersion
@@ -46,6 +49,15 @@ def restore_binary(hit: Hit) -> IptablesVersion | None:
     """
     i = hit.record.find("-restore v")
     return IptablesVersion.parse(hit.record[i:]) if i >= 0 else None
+
+
+def captures(hit: Hit) -> dict[str, str]:
+    """What a catalogue message's placeholders held in a hit of it, by name (``{}`` for a
+    check's own signature, whose groups are positional)."""
+    form = message_form(hit.sig)
+    if form is None:
+        return {}
+    return {n: v for n, v in zip(form.compiled.names, hit.groups, strict=False) if v is not None}
 
 
 def cite(hit: Hit, with_header: bool = True) -> list[Cite]:
@@ -157,3 +169,72 @@ class LogFacts:
         hs = sorted(hits, key=lambda h: h.order)
         total = self.count(*{h.sig for h in hs})
         return Occurrence(max(len(hs), total), hs[0], hs[-1], self.ongoing(hs))
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedMessage:
+    """Lines read as one catalogue message (and, for a wrapper, one payload message): the
+    reading, the kept hits (first and last of each line read so), and how many lines."""
+
+    match: Match
+    hits: tuple[Hit, ...]
+    count: int
+    # the checks' own signatures that read the same records (their checks speak for them)
+    read_by: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return self.match.message.key, self.match.payload.message.key if self.match.payload else None
+
+
+def logged_messages(log: LogFacts) -> list[LoggedMessage]:
+    """What the catalogue's messages read in the scan, line by line. A line holding several
+    messages is read as the outermost one (a wrapper, with the message of its payload)."""
+    by_line: dict[tuple[str, int], Hit] = {}
+    counts: dict[str, int] = {}
+    read_by: dict[tuple[str, int], set[str]] = {}  # record (artifact, header line) -> signatures
+    for sid, sample in log.scan.samples.items():
+        if message_form(sid) is None:
+            for h in sample.hits():
+                read_by.setdefault((h.artifact, h.header_line), set()).add(sid)
+            continue
+        counts[sid] = log.scan.counts.get(sid, 0)
+        for h in sample.hits():
+            by_line.setdefault((h.artifact, h.line), h)
+    if not by_line:
+        return []
+    matcher = _matcher()
+    groups: dict[tuple[str, str | None], list[tuple[Match, Hit]]] = {}
+    for hit in by_line.values():
+        found = matcher.match(hit.text)
+        if not found:
+            continue
+        m = found[0]
+        if m.message.payload and m.payload is None and hit.record != hit.text:
+            # the payload on the record's continuation lines (klog 2's err=< blocks)
+            again = matcher.match(hit.record)
+            m = next((x for x in again if x.message.key == m.message.key), m)
+        key = (m.message.key, m.payload.message.key if m.payload else None)
+        groups.setdefault(key, []).append((m, hit))
+    out = []
+    for readings in groups.values():
+        readings.sort(key=lambda mh: mh[1].order)
+        hits = tuple(h for _, h in readings)
+        sigs = {h.sig for h in hits}
+        total = sum(counts.get(s, 0) for s in sigs)
+        # the scan counts by message: exact when every line of its signatures is read this way
+        count = total if len(groups) == 1 or _only_reading(groups, sigs) else len(hits)
+        sigs_there = frozenset(x for h in hits for x in read_by.get((h.artifact, h.header_line), ()))
+        out.append(LoggedMessage(readings[0][0], hits, max(count, len(hits)), sigs_there))
+    out.sort(key=lambda lm: lm.hits[0].order)
+    return out
+
+
+def _only_reading(groups: dict[tuple[str, str | None], list[tuple[Match, Hit]]], sigs: set[str]) -> bool:
+    """Are ``sigs``' lines read one way only (so their count is this reading's)?"""
+    return sum(1 for readings in groups.values() if any(h.sig in sigs for _, h in readings)) == 1
+
+
+@functools.cache
+def _matcher() -> Matcher:
+    return Matcher(catalogue())

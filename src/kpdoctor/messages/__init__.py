@@ -1,5 +1,5 @@
 """What kube-proxy, its node tools and the kernel can print, read from their source: the data
-(one YAML file per component here), its schema and loader (:mod:`.catalogue`), templates as
+(one YAML file per component here), its schema and loader (:mod:`.schema`), templates as
 regular expressions (:mod:`.templates`) and one matcher for them all (:mod:`.match`).
 
 ``python -m kpdoctor.messages > docs/messages.md`` writes the documentation from the data.
@@ -12,7 +12,7 @@ import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kpdoctor.messages.catalogue import Catalogue
+    from kpdoctor.messages.schema import Catalogue
 
 __all__ = ["catalogue"]
 
@@ -20,6 +20,6 @@ __all__ = ["catalogue"]
 @functools.cache
 def catalogue() -> Catalogue:
     """The catalogue shipped with kpdoctor, loaded and validated once per process."""
-    from kpdoctor.messages.catalogue import load  # YAML is parsed only by a caller that needs it
+    from kpdoctor.messages.schema import load  # YAML is parsed only by a caller that needs it
 
     return load()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kpdoctor.messages import catalogue
-from kpdoctor.messages.catalogue import Catalogue
+from kpdoctor.messages.schema import Catalogue
 
 
 def _cell(text: str) -> str:
@@ -21,7 +21,7 @@ def render(cat: Catalogue) -> str:
         "",
         "What kube-proxy, its node tools and the kernel can print, read from their source and kept as",
         "data in `src/kpdoctor/messages/` (one YAML file per component; the schema is in",
-        "`src/kpdoctor/messages/catalogue.py`). Generated: `python -m kpdoctor.messages > docs/messages.md`.",
+        "`src/kpdoctor/messages/schema.py`). Generated: `python -m kpdoctor.messages > docs/messages.md`.",
         "",
         "| component | messages | cause | symptom | benign |",
         "|---|---|---|---|---|",

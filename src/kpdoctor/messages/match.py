@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from kpdoctor.messages.catalogue import Catalogue, Message
+from kpdoctor.messages.schema import Catalogue, Message
 from kpdoctor.messages.templates import Compiled, captures, compile_structured, compile_template
 
 

@@ -10,6 +10,7 @@ and :func:`render` writes a line the program could have printed (bench/coverage.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 # What each kind of placeholder matches, by its name (the last word of it: {src_port} is a port).
@@ -146,10 +147,20 @@ def compile_template(template: str) -> Compiled:
         n = used[name] = used.get(name, 0) + 1
         names.append(name if n == 1 else f"{name}_{n}")
         pattern.append(f"({shape})")
-    literals = [p for p in parts if isinstance(p, str)]
-    # one word: whitespace in a template matches any run of it, so only a word is surely in the line
-    needle = max((w for p in literals for w in p.split()), key=len)
-    return Compiled("".join(pattern), needle, tuple(names), tuple(parts))
+    # a template that starts with a word starts a word in the line ("Version:" is not "apiVersion:");
+    # \b is Python's and GNU grep -E's alike
+    start = "\\b" if isinstance(parts[0], str) and re.match(r"\w", parts[0]) else ""
+    needle = _needle(p for p in parts if isinstance(p, str))
+    return Compiled(start + "".join(pattern), needle, tuple(names), tuple(parts))
+
+
+def _needle(literals: Iterable[str]) -> str:
+    """The longest run of the literals' words joined by single spaces, as the program prints
+    them: a line holding the message holds it (unless spaces were added to it), and a phrase
+    ("Failed to execute iptables-restore") picks far fewer lines of a busy log than its longest
+    word would."""
+    phrases = [ph.strip() for lit in literals for ph in re.split(r"[ \t]{2,}|[\t\n]", lit)]
+    return max((ph for ph in phrases if ph), key=len)
 
 
 def _escape(text: str) -> str:
@@ -167,9 +178,10 @@ def compile_structured(msg: str) -> Compiled:
     """klog 2's quoted message (``"Failed to execute iptables-restore" err=...``) as a pattern:
     the text as given, a trailing period or space inside the quotes either way (releases differ:
     "Creating dualStackProxier for Windows kernel." and "...kernel" are one message)."""
-    text = msg.strip().rstrip(".").rstrip()
-    base = compile_template('"' + text.replace("{", "{{").replace("}", "}}") + '"')
-    return Compiled(base.pattern[:-1] + '\\.?[ \t]*"', base.needle, base.names, base.parts)
+    text = msg.strip().rstrip(".").rstrip().replace("{", "{{").replace("}", "}}")
+    base = compile_template('"' + text + '"')
+    # the needle leaves the quotes out: a log kept as JSON (docker's) escapes them
+    return Compiled(base.pattern[:-1] + '\\.?[ \t]*"', compile_template(text).needle, base.names, base.parts)
 
 
 def render(template: str, values: dict[str, str] | None = None) -> str:

@@ -671,25 +671,24 @@ class Scanner:
     def __init__(self, signatures: Iterable[Signature], workers: int | None = None, pure_python: bool = False) -> None:
         self.signatures = tuple(signatures)
         self.by_needle: dict[bytes, list[Signature]] = {}
-        by_needle: dict[bytes, list[_Entry]] = {}
+        by_needle: dict[bytes, list[int]] = {}
         variants: dict[str, int] = {}
         for i, sig in enumerate(self.signatures):
-            if sig.needle not in sig.pattern.replace("\\", ""):
+            if not sig.needle_in_pattern():
                 raise ValueError(f"signature {sig.id}: needle {sig.needle!r} not in its pattern")
             if "\n" in sig.needle:
                 raise ValueError(f"signature {sig.id}: a needle is matched within one line")
             needle = sig.needle.encode()
             self.by_needle.setdefault(needle, []).append(sig)
-            rx = sig.compiled()
-            # A bare ASCII line is searched as bytes, not decoded and unwrapped: the same answer,
-            # for a pattern without "^" (which would not match at a search start past 0).
-            rxb = re.compile(sig.pattern.encode()) if "^" not in sig.pattern.replace("[^", "") else None
-            vi = variants.setdefault(sig.variant, len(variants)) if sig.variant else -1
-            bsearch = rxb.search if rxb is not None else None
-            entry = (i, bsearch, rx.search, sig.failure, sig.success, vi, rx.groups > 0)
-            by_needle.setdefault(needle, []).append(entry)
+            if sig.variant:
+                variants.setdefault(sig.variant, len(variants))
+            by_needle.setdefault(needle, []).append(i)
         needles = list(self.by_needle)
-        self._entries: list[list[_Entry]] = [by_needle[nd] for nd in needles]  # by needle index
+        # by needle index: the signatures' searches, compiled when a line first holds the needle
+        # (thousands of catalogue messages are declared; a log holds few of them)
+        self._sig_of_needle: list[list[int]] = [by_needle[nd] for nd in needles]
+        self._entries: list[list[_Entry] | None] = [None] * len(needles)
+        self._variant_of: dict[str, int] = variants
         self._sig_needles = len(needles)
         # A variant's literal prefixes are needles too: the finder then gives the lines that can
         # hold a variant match, in the same pass.
@@ -711,6 +710,23 @@ class Scanner:
             AhoCorasickFinder(needles) if ahocorasick_rs is not None and not pure_python else FindLoopFinder(needles)
         )
         self.workers = workers if workers is not None else default_workers()
+
+    def _entries_of(self, nid: int) -> list[_Entry]:
+        """The searches of the signatures whose needle is ``nid``, compiled on first use."""
+        got = self._entries[nid]
+        if got is None:
+            got = self._entries[nid] = [self._entry(i) for i in self._sig_of_needle[nid]]
+        return got
+
+    def _entry(self, i: int) -> _Entry:
+        sig = self.signatures[i]
+        rx = sig.compiled()
+        # A bare ASCII line is searched as bytes, not decoded and unwrapped: the same answer,
+        # for a pattern without "^" (which would not match at a search start past 0).
+        rxb = re.compile(sig.pattern.encode()) if "^" not in sig.pattern.replace("[^", "") else None
+        vi = self._variant_of[sig.variant] if sig.variant else -1
+        bsearch = rxb.search if rxb is not None else None
+        return (i, bsearch, rx.search, sig.failure, sig.success, vi, rx.groups > 0 and sig.keyed)
 
     def scan(self, artifacts: list[Artifact]) -> ScanResult:
         result = ScanResult()
@@ -831,7 +847,7 @@ class Scanner:
             else:
                 fs, fe = list(compress(starts, mask)), list(compress(les, mask))
                 slow = [(ls, le) for ls, le, f in zip(starts, les, mask, strict=True) if not f]
-            for si, bsearch, ssearch, _failure, _success, vi, has_groups in self._entries[nid]:
+            for si, bsearch, ssearch, _failure, _success, vi, has_groups in self._entries_of(nid):
                 if bsearch is not None:
                     ms: list[re.Match[bytes] | None] = list(map(bsearch, repeat(data), fs, fe))
                     pos = list(compress(fs, ms))

@@ -1,0 +1,157 @@
+"""KP130: a failure kube-proxy, its node tools or the kernel printed, named from the messages
+catalogue (``src/kpdoctor/messages``) when no check of its own read the line.
+
+The catalogue holds every message those programs can print, each with its class: a root cause
+(with its slug), a symptom (with the causes it points to; a wrapper's payload decides first), or
+routine. So a line no check was written for still says what it means: this check turns each such
+reading into a finding, as sure as the message is (a cause the message proves; causes it only
+points to, suspected; a failure the catalogue names no cause for, reported as unexplained).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import start
+from kpdoctor.facts import Facts
+from kpdoctor.facts.log import LoggedMessage, logged_messages
+from kpdoctor.knowledge import CHECKS, check, owners
+from kpdoctor.messages.match import Match
+from kpdoctor.messages.schema import Message
+from kpdoctor.model import Confidence, Finding, Severity
+
+UNATTRIBUTED = "logged-failure"
+MAX_MESSAGES_SHOWN = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a logged message says: the cause it names (``proven``: the message itself is that
+    failure) or points to, the other causes it may mean, and the messages read."""
+
+    cause: str
+    proven: bool
+    alternatives: tuple[str, ...]
+
+
+def reading(match: Match) -> Reading | None:
+    """The cause a line's messages name, the innermost known one first (a wrapper's payload
+    decides, and a payload's own payload before it): a cause it proves, else the causes it and
+    the messages around it point to. None when the outermost or the innermost message read is
+    routine (``benign``): a clean-up of another mode's leftovers that failed, whatever nft said,
+    or a tool's banner around "0 flow entries have been deleted.", is no failure."""
+    chain: list[Message] = []
+    at: Match | None = match
+    while at is not None:
+        chain.append(at.message)
+        at = at.payload
+    if chain[0].kind == "benign" or chain[-1].kind == "benign":
+        return None  # a routine message (a clean-up of another mode) whatever it wraps
+    suggests: list[str] = []
+    for m in reversed(chain):
+        if m.kind == "cause" and m.cause and not suggests:
+            return Reading(m.cause, True, ())
+        if m.kind != "benign":
+            suggests += [c for c in [m.cause, *m.suggests] if c and c not in suggests]
+    if suggests:
+        return Reading(suggests[0], False, tuple(suggests[1:]))
+    return Reading(UNATTRIBUTED, False, ())
+
+
+def _read_by_own_check(cause: str) -> bool:
+    """Does a check of ``cause`` read the catalogue's messages for it itself?"""
+    return any(spec.cause == cause and spec.reads_messages for spec in CHECKS.values())
+
+
+def messages_naming(facts: Facts, cause: str) -> list[LoggedMessage]:
+    """The logged messages whose reading is ``cause`` (for a check that reads its own)."""
+    return [lm for lm in logged_messages(facts.log) if (r := reading(lm.match)) is not None and r.cause == cause]
+
+
+def _is_error(lm: LoggedMessage) -> bool:
+    """Was it printed as an error (klog E/F, logrus error; a node tool's or the kernel's message,
+    which carry no level, counts as one)?"""
+    levels = {h.level for h in lm.hits if h.level} or ({lm.match.message.level} if lm.match.message.level else set())
+    return not levels or bool(levels & {"E", "F"})
+
+
+def _said(m: Message) -> str:
+    return f"`{m.template}` ({m.component}: {m.meaning.rstrip('.')})"
+
+
+@check(
+    "KP130",
+    cause=UNATTRIBUTED,
+    title="A logged failure, named from the messages catalogue",
+    severity=Severity.WARNING,
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KERNEL_LOG],
+)
+def logged_failure(facts: Facts) -> Iterator[Finding]:
+    """A line kube-proxy, a node tool or the kernel printed means a failure that no other check read.
+
+    Symptom: kube-proxy's log (or a pasted fragment of it, or of an iptables, ipset, ipvsadm,
+        nft or conntrack error) holds error lines, and no finding explains them.
+    Cause: whatever the message says: the messages catalogue names, for every message these
+        programs can print, the root cause it proves or the causes it points to (a wrapper such
+        as `Failed to execute iptables-restore` is read by the message of its payload).
+    How it is detected: every line of kube-proxy's and the kernel's logs is matched against the
+        catalogue's templates (`docs/messages.md`); a record that a dedicated check of a cause it
+        may mean has read is left to that check. A
+        message that proves a cause gives that cause at medium confidence; one that only points
+        to causes gives the first as suspected, naming the others (at info when only info or
+        warning lines point to it); a failure the catalogue knows no cause for is reported as
+        unexplained (`logged-failure`), at info. A dedicated check's finding of the same cause
+        takes these lines in (they are folded under it).
+    Fix: see the named cause (`kpdoctor explain CAUSE`); for an unexplained failure, the message
+        and its meaning are the lead: send the log lines around it and the node's rule dumps.
+    References: https://github.com/kubernetes/kubernetes/tree/master/pkg/proxy
+    """
+    by_cause: dict[str, list[tuple[LoggedMessage, Reading]]] = {}
+    for lm in logged_messages(facts.log):
+        r = reading(lm.match)
+        if r is None or _read_by_own_check(r.cause) or owners(lm.read_by) & {r.cause, *r.alternatives}:
+            continue  # routine, or a dedicated check of a cause it may mean read the same lines
+        by_cause.setdefault(r.cause, []).append((lm, r))
+    for cause, items in by_cause.items():
+        yield _finding(facts, cause, items)
+
+
+def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]]) -> Finding:
+    hits = [h for lm, _ in items for h in lm.hits]
+    proven = any(r.proven for _, r in items)
+    unattributed = cause == UNATTRIBUTED
+    f = start(facts, "KP130", hits, confidence=Confidence.MEDIUM if proven else Confidence.LOW)
+    f.cause = cause
+    f.occurrences = sum(lm.count for lm, _ in items)
+    shown = [_said(lm.match.payload.message if lm.match.payload else lm.match.message) for lm, _ in items]
+    more = len(shown) - MAX_MESSAGES_SHOWN
+    listed = "; ".join(shown[:MAX_MESSAGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    alternatives = sorted({a for _, r in items for a in r.alternatives if a != cause})
+    if unattributed:
+        f.severity = Severity.INFO
+        f.title = "A logged failure kpdoctor cannot attribute to a cause"
+        f.summary = f"The log holds failures no check explains: {listed}."
+        f.fix = ["Send the log lines around these messages, and the node's rule dumps (`kpdoctor collect`)."]
+        return f
+    owner = next((spec for spec in sorted(CHECKS.values(), key=lambda s: s.code) if spec.cause == cause), None)
+    f.title = owner.title if owner is not None else cause
+    f.references = owner.reference_urls() if owner is not None else []
+    if owner is not None and owner.severity < f.severity:
+        f.severity = owner.severity
+    if f.ongoing is False:
+        f.severity = Severity.INFO  # syncs succeeded after the last of them
+    if proven:
+        f.summary = f"The log says so itself: {listed}."
+    else:
+        f.suspected = True
+        if not any(_is_error(lm) for lm, _ in items):
+            f.severity = Severity.INFO  # what info and warning lines point to is a lead, not an alarm
+        f.summary = f"Suspected from what the log says: {listed}."
+        if alternatives:
+            f.summary += f" The same messages can also mean: {', '.join(alternatives)}."
+    # a dedicated check's finding of the same cause (or of another reading) takes these lines in
+    f.explained_by = [cause, *alternatives]
+    f.fix = [f"`kpdoctor explain {cause}` says what confirms it and how to fix it."]
+    return f

@@ -1,0 +1,75 @@
+"""KP131: kube-proxy refuses its own configuration or flags at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.checks.common import note_version, start
+from kpdoctor.checks.logged import messages_naming
+from kpdoctor.facts import Facts
+from kpdoctor.knowledge import check
+from kpdoctor.model import Confidence, Finding, Severity
+
+CAUSE = "kube-proxy-config-invalid"
+
+
+@check(
+    "KP131",
+    cause=CAUSE,
+    title="kube-proxy rejects its configuration or flags",
+    severity=Severity.CRITICAL,
+    needs=[Kind.KUBE_PROXY_LOG],
+    reads_messages=True,
+)
+def config_invalid(facts: Facts) -> Iterator[Finding]:
+    """kube-proxy stops at start-up (or falls back to a default) because its configuration is invalid.
+
+    Symptom: kube-proxy restarts in a loop (CrashLoopBackOff) or runs in another mode than
+        configured; Services do not answer on the node; its log ends with an error about the
+        config file or a flag (`failed validate: ...`, `invalid config: Conntrack Max and
+        Conntrack MaxPerCore are mutually exclusive`, `unknown detect-local-mode`, `cluster is
+        IPv4 but healthzBindAddress is IPv6`).
+    Cause: the KubeProxyConfiguration (the kube-proxy ConfigMap) or the command line holds a value
+        kube-proxy cannot use: a field of the wrong type or family, settings that exclude each
+        other, a mode or detect-local mode missing what it needs, an unreadable config file.
+        kube-proxy then exits before it programs anything, and the node keeps whatever rules the
+        previous instance left, or none.
+    How it is detected: kube-proxy's own start-up messages about its configuration, read from the
+        messages catalogue (every release's wording, both klog eras). A fatal line (kube-proxy
+        exits) is critical; an error line, a setting refused while it went on, a warning; an
+        info line (lenient decoding ignoring an unknown field, a fallback) is information. A
+        later successful sync shows that a corrected instance started.
+    Fix: correct the field the message names in the kube-proxy ConfigMap (`kubectl -n kube-system
+        edit configmap kube-proxy`) or on its command line, then restart the kube-proxy Pods
+        (`kubectl -n kube-system rollout restart daemonset kube-proxy`). `kube-proxy --config FILE
+        --cleanup=false --v=2` run by hand prints the same validation errors.
+    References: https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/;
+        https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/
+    """
+    logged = messages_naming(facts, CAUSE)
+    if not logged:
+        return
+    hits = [h for lm in logged for h in lm.hits]
+    levels = {h.level or lm.match.message.level or "E" for lm in logged for h in lm.hits}
+    if "F" in levels:  # kube-proxy exits
+        f = start(facts, "KP131", hits, confidence=Confidence.HIGH)
+        f.summary = "kube-proxy exits at start-up: it refuses its configuration"
+    elif "E" in levels:
+        f = start(facts, "KP131", hits, confidence=Confidence.MEDIUM, severity=Severity.WARNING)
+        f.summary = "kube-proxy refuses part of its configuration"
+    else:  # an info or warning line: it went on without the setting (lenient decoding, a fallback)
+        f = start(facts, "KP131", hits, confidence=Confidence.MEDIUM, severity=Severity.INFO)
+        f.summary = "kube-proxy went on without part of its configuration"
+    f.occurrences = sum(lm.count for lm in logged)
+    said = "; ".join(f"`{lm.match.message.template}` ({lm.match.message.meaning.rstrip('.')})" for lm in logged[:3])
+    f.summary += f": {said}."
+    if f.ongoing is False and f.severity > Severity.INFO:
+        f.severity = Severity.INFO
+        f.summary += " A later sync succeeded: a corrected instance is running."
+    note_version(f, facts.kube_proxy_version, "kube-proxy")
+    f.fix = [
+        "Correct the setting the message names in the kube-proxy ConfigMap or command line, then restart "
+        "the kube-proxy Pods (`kubectl -n kube-system rollout restart daemonset kube-proxy`).",
+    ]
+    yield f
