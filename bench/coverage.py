@@ -100,14 +100,15 @@ def _lines(m: Message, payloads: dict[str, list[Message]], wrappers: dict[str, l
         # a routine message alone (inside a wrapper that says "failed", the wrapper alarms)
         around = wrappers.get(m.component, []) if m.kind != "benign" else []
         return [(_glog(w, render(w.template, {"value": inner})), (m, w)) for w in around] or [(inner, (m,))]
-    inner_msgs = payloads.get(m.payload or "", [])
+    # the kernel's messages are dmesg lines, not the errno text a wrapper of "kernel" carries
+    inner_msgs = payloads.get(m.payload or "", []) if m.payload != "kernel" else []
     out: list[Line] = []
     if m.payload and inner_msgs:
         out += [(_glog(m, render(m.template, {"value": render(p.template)})), (p, m)) for p in inner_msgs]
     else:
         out.append((_glog(m, render(m.template)), (m,)))
     if m.structured is not None:
-        for p in inner_msgs or [None]:
+        for p in (inner_msgs if m.structured.keys else []) or [None]:
             t = render(p.template) if p is not None else "boom"
             keys = " ".join(f'{k}="{t}"' for k in m.structured.keys)
             out.append((_glog(m, f'"{m.structured.msg}" {keys}'.rstrip()), (p, m) if p is not None else (m,)))

@@ -16,7 +16,7 @@ from conftest import all_findings
 import kpdoctor.checks  # noqa: F401  (registers every signature)
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.facts.log import SYNC_COMPLETE, LogFacts
-from kpdoctor.knowledge import REGISTRY
+from kpdoctor.knowledge import read_by_checks
 from kpdoctor.model import Report
 from kpdoctor.parse import logscan
 from kpdoctor.parse.logscan import Hit, Scanner, ScanResult, literal_prefixes
@@ -29,7 +29,7 @@ Diag = Callable[..., Report]
 
 
 def scan(path: Path, workers: int = 1, pure_python: bool = False) -> ScanResult:
-    return Scanner(REGISTRY.values(), workers=workers, pure_python=pure_python).scan(
+    return Scanner(read_by_checks(), workers=workers, pure_python=pure_python).scan(
         [Artifact(path.name, Kind.KUBE_PROXY_LOG, path=str(path))]
     )
 
@@ -75,7 +75,7 @@ def reference(path: Path) -> tuple[dict[str, list[tuple[int, int, str, tuple[str
         offsets.append(off)
         line = raw.decode("utf-8", errors="replace").rstrip("\r")
         inner = unwrap(line).inner
-        for sig in REGISTRY.values():
+        for sig in read_by_checks():
             if sig.needle in inner:
                 m = sig.compiled().search(inner)
                 if m:
@@ -86,7 +86,7 @@ def reference(path: Path) -> tuple[dict[str, list[tuple[int, int, str, tuple[str
 
 def reference_timeline(hits: dict[str, list[tuple[int, int, str, tuple[str | None, ...]]]]) -> list[int]:
     """The successful syncs' offsets, as the scan before D10 worked them out from every hit."""
-    failures = {s.id for s in REGISTRY.values() if s.failure}
+    failures = {s.id for s in read_by_checks() if s.failure}
     events = [(h[1], False) for sid in failures for h in hits.get(sid, [])]
     events += [(h[1], True) for h in hits.get(SYNC_COMPLETE.id, [])]
     successes, failed = [], False
@@ -206,7 +206,7 @@ def test_a_range_whose_first_sync_follows_an_earlier_failure(monkeypatch: pytest
 def test_past_the_variant_limit_hits_are_counted_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logscan, "MAX_VARIANTS", 3)
     text = "".join(f'I1113 16:00:0{i % 10}.000000       1 flags.go:64] FLAG: --flag-{i}="{i}"\n' for i in range(40))
-    res = Scanner(REGISTRY.values(), workers=1).scan([Artifact("f.log", Kind.KUBE_PROXY_LOG, text=text)])
+    res = Scanner(read_by_checks(), workers=1).scan([Artifact("f.log", Kind.KUBE_PROXY_LOG, text=text)])
     sample = res.samples["flag"]
     assert sample.count == 40 and len(sample.variants) == 3 and sample.untracked == 37
     hits = sample.hits()

@@ -126,11 +126,17 @@ def catalogue() -> tuple[Signature, ...]:
     return tuple(REGISTRY.values()) + message_signatures()
 
 
+def read_by_checks() -> tuple[Signature, ...]:
+    """The signatures the checks read: their own, and the catalogue messages they declared
+    (:func:`messages`); not the rest of the catalogue, which only KP130 reads."""
+    return tuple(REGISTRY.values()) + tuple(s for s in message_signatures() if s.id in _FLAGS)
+
+
 # -- signatures made from the messages catalogue ---------------------------------------
 STRUCTURED_FORM = "#structured"
 # kube-proxy's own code: a message printed from these paths (and no other) tells a kube-proxy
 # log. pkg/util/iptables and the client libraries are kubelet's and the CNI agents' too.
-_KUBE_PROXY_PATHS = (
+KUBE_PROXY_PATHS = (
     "cmd/kube-proxy/",
     "pkg/proxy/",
     "pkg/util/ipvs/",
@@ -186,6 +192,60 @@ def message_ids(*keys: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+# Basenames of kube-proxy's files that other Kubernetes programs' files share (kubelet's and the
+# apiserver's server.go, client libraries' config.go and util.go, CNI agents' ipset.go and
+# netlink.go, Windows CNI plugins' hns*.go): a klog header naming one tells nobody's log.
+SHARED_FILE_NAMES = frozenset(
+    [
+        "server.go",
+        "server_linux.go",
+        "server_windows.go",
+        "config.go",
+        "types.go",
+        "util.go",
+        "utils.go",
+        "node.go",
+        "service.go",
+        "endpoints.go",
+        "port.go",
+        "cleanup.go",
+        "init_linux.go",
+        "init_other.go",
+        "objects.go",
+        "netlink.go",
+        "netlink_linux.go",
+        "netlink_unsupported.go",
+        "ipvs.go",
+        "ipset.go",
+        "nftables.go",
+        "iptables.go",
+        "hns.go",
+        "hnsV1.go",
+        "hnsV2.go",
+        "hcnutils.go",
+        "roundrobin.go",
+        "traffic.go",
+        "topology.go",
+    ]
+)
+
+
+@functools.cache
+def kube_proxy_files() -> frozenset[str]:
+    """The basenames of kube-proxy's own source files that print a message (the catalogue's
+    ``files``, from every release read), less the names other programs' files share: a klog
+    header naming one (``proxier_health.go:123]``) is kube-proxy's."""
+    from kpdoctor.messages import catalogue as messages
+
+    names = {
+        f.split(" ", 1)[0].rsplit("/", 1)[-1]
+        for m in messages().of("kube-proxy")
+        for f in m.files
+        if f.startswith(KUBE_PROXY_PATHS)
+    }
+    return frozenset(n for n in names if n.endswith(".go")) - SHARED_FILE_NAMES
+
+
 def tells_kube_proxy(m: Message) -> bool:
     """Does a line holding this message tell kube-proxy's world (a log to read, a fragment that
     is evidence)? Every failure the catalogue holds, and the routine messages only kube-proxy's
@@ -195,7 +255,7 @@ def tells_kube_proxy(m: Message) -> bool:
         return False  # "Version: %+v", "Error: %v": any program prints that
     if m.kind != "benign":
         return True  # a failure of kube-proxy's world, whoever printed it (kubelet's iptables code too)
-    return m.component == "kube-proxy" and bool(m.files) and all(f.startswith(_KUBE_PROXY_PATHS) for f in m.files)
+    return m.component == "kube-proxy" and bool(m.files) and all(f.startswith(KUBE_PROXY_PATHS) for f in m.files)
 
 
 @dataclass(frozen=True, slots=True)

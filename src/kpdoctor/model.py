@@ -101,8 +101,8 @@ class Finding:
     # The cause (slug) whose evidence this finding reads otherwise, when nothing given tells the
     # two apart: a second candidate for the same lines, ranked on its own and never a parent.
     alternative_to: str | None = None
-    # Named from what fits it, not proven: a lead (with what decides it in the summary), ranked on
-    # its own and never a parent of a finding that is proven.
+    # Named from what fits it, not proven: a lead (with what decides it in the summary); it takes a
+    # consequence in only when no proven cause explains that.
     suspected: bool = False
     # Why the confidence is what it is: which kinds of evidence agree (a lone log line; the
     # signature and a matching version; and the node's state). Set by the check, or derived.

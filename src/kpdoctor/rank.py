@@ -17,9 +17,10 @@ def rank(findings: list[Finding]) -> list[Finding]:
 
     A parent takes the worst severity of what it explains: a warning-level misconfiguration
     that drops traffic through its consequence is the critical root cause. An alternative reading
-    of the same evidence (``alternative_to``) and a suspected cause (``suspected``) are ranked on
-    their own and fold nothing: nothing given says they are the cause, so they cannot take another
-    finding's place.
+    of the same evidence (``alternative_to``) is ranked on its own and folds nothing: nothing given
+    says it is the cause, so it cannot take another finding's place. A suspected cause
+    (``suspected``) takes a consequence in only when no proven cause explains it: it is then the
+    lead, and says it is suspected.
     """
     by_cause: dict[str, list[Finding]] = {}
     for f in findings:
@@ -28,15 +29,14 @@ def rank(findings: list[Finding]) -> list[Finding]:
         f.explained_by.extend(c for c in explained_by(f.cause) if c not in f.explained_by and c != f.cause)
     top: list[Finding] = []
     for f in findings:
-        parent = next(
-            (
-                p
-                for cause in f.explained_by
-                for p in by_cause.get(cause, [])
-                if p is not f and not p.alternative_to and not p.suspected and not p.explained_by_any(by_cause)
-            ),
-            None,
-        )
+        candidates = [
+            p
+            for cause in f.explained_by
+            for p in by_cause.get(cause, [])
+            if p is not f and not p.alternative_to and not p.explained_by_any(by_cause)
+        ]
+        # a proven cause first; a suspected one only when none is found (it is then the lead)
+        parent = next((p for p in candidates if not p.suspected), None) or next(iter(candidates), None)
         if parent is None:
             top.append(f)
             continue

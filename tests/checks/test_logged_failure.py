@@ -160,3 +160,37 @@ def test_a_setting_kube_proxy_ignored_is_information(tmp_path: Path) -> None:
     f.write_text(LENIENT)
     found = [x for x in run([f]).findings if x.cause == "kube-proxy-config-invalid"]
     assert found and found[0].severity == Severity.INFO and found[0].code == "KP131"
+
+
+# KP132 (kube-proxy-not-privileged) and KP313 (neighbour-table-overflow): causes read from the
+# tools' and the kernel's own messages.
+REFUSED = (  # posted: ysdragon/Pterodactyl-VPS-Egg#37 (iptables 1.8.10 without CAP_NET_ADMIN)
+    "iptables v1.8.10 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)"
+)
+
+
+def test_kube_proxy_refused_by_iptables_is_not_privileged(tmp_path: Path) -> None:
+    f = tmp_path / "kube-proxy.log"
+    f.write_text(
+        'E0115 10:00:00.000000       1 proxier.go:1557] "Failed to execute iptables-restore" err=<\n'
+        f"\texit status 4: {REFUSED}\n >\n"
+    )
+    top = run([f]).findings[0]
+    assert (top.code, top.cause, top.severity) == ("KP132", "kube-proxy-not-privileged", Severity.CRITICAL)
+
+
+def test_a_typed_command_without_root_is_only_a_missing_output(tmp_path: Path) -> None:
+    f = tmp_path / "session.txt"
+    f.write_text(REFUSED + "\n")
+    found = [x for x in run([f]).findings if x.cause == "kube-proxy-not-privileged"]
+    assert found and found[0].severity == Severity.INFO and "sudo" in " ".join(found[0].fix)
+
+
+def test_the_neighbour_table_overflow_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "dmesg.txt"
+    f.write_text(  # posted: rtr7/router7#31
+        "[843041.359054] neighbour: arp_cache: neighbor table overflow!\n"
+        "[843041.360011] neighbour: arp_cache: neighbor table overflow!\n"
+    )
+    top = run([f]).findings[0]
+    assert (top.code, top.cause) == ("KP313", "neighbour-table-overflow") and top.occurrences == 2

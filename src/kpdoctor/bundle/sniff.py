@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.knowledge import Signature
+from kpdoctor.knowledge import Signature, kube_proxy_files
 from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
@@ -25,18 +25,18 @@ from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, looks_like_package
 
 HEAD_BYTES = 256 * 1024
 
-# kube-proxy's own source files and messages: a klog log naming one is kube-proxy's. (Not
+# kube-proxy's own words: a klog log naming one is kube-proxy's, as is one whose headers name its
+# source files (_kube_proxy_source) or that holds its messages (has_signal). (Not
 # "iptables-restore" or "xtables lock": kubelet and CNI agents print those too; a failure of
 # theirs is still evidence, through the signatures.)
 _KP_LOG_MARKERS = re.compile(
-    r"proxier\.go|server_others\.go|graceful_termination\.go|kube-proxy|KubeProxy|"
+    r"kube-proxy|KubeProxy|"
     r"Proxier|proxy mode|ServiceConfig|service config controller|"
-    r"endpoint ?slice config controller|conntrack\.go|healthcheck\.go|"
+    r"endpoint ?slice config controller|"
     r"k8s\.io/kubernetes/pkg/proxy|k8s\.io/kubernetes/cmd/kube-proxy|"
     r"SyncProxyRules|syncProxyRules|proxy/ipvs|"
-    r"handler\.On(Service|Endpoints?|EndpointSlice|Node)|endpointslicecache\.go|"
+    r"handler\.On(Service|Endpoints?|EndpointSlice|Node)|"
     r"FLAG: --(?:proxy-mode|iptables-|ipvs-|masquerade-all|conntrack-|proxy-port-range|nodeport-addresses)|"
-    r"servicechangetracker|endpointschangetracker|service_health\.go|"
     # older eras: the ProxyServer, the ipset util of IPVS mode, v0.x "watch channel" messages
     r"ProxyServer|Unable to create prox(?:i?er)|ipset\.go:\d+\]|Watch(?:Services|Endpoints) channel|"
     # pkg/proxy/topology.go; client-go listing what only a proxy watches (kubelet lists Services too)
@@ -218,7 +218,7 @@ def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
     if workload is not None:
         return workload
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
-        if _KP_LOG_MARKERS.search(head) or signalled():
+        if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
     if _IPT_STDERR.match(first) and signalled():
@@ -264,6 +264,16 @@ def _is_rules_fragment(lines: list[str]) -> bool:
     rules = sum(1 for ln in ours if ln.lstrip().startswith(("-A", "-I", "[")))
     decls = sum(1 for ln in ours if ln.startswith(":"))
     return bool(lines) and (rules >= 1 or decls >= 2) and len(ours) >= max(1, 0.6 * len(lines))
+
+
+_GO_SOURCE = re.compile(r"([\w-]+\.go):\d+\]")
+
+
+def _kube_proxy_source(text: str) -> bool:
+    """Does a klog header (or a message copied with its ``file.go:NNN]``) name one of kube-proxy's
+    own source files (``knowledge.kube_proxy_files``: every file its messages come from)?"""
+    files = kube_proxy_files()
+    return any(m.group(1) in files for m in _GO_SOURCE.finditer(text))
 
 
 def has_signal(text: str, signatures: tuple[Signature, ...]) -> bool:

@@ -12,7 +12,7 @@ from kpdoctor.checks.dataplane import (
     service_rules,
     vip_node_address,
 )
-from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, ports, sockets, stale_udp
+from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, neighbours, ports, sockets, stale_udp
 from kpdoctor.checks.stage import run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
@@ -37,6 +37,7 @@ from kpdoctor.checks.sync import (
     nft_incompatible,
     node_ip,
     panics,
+    privileges,
     restore_failing,
     rule_generation,
     runtime_panic,
@@ -77,11 +78,13 @@ __all__ = [
     "logged",
     "mtu",
     "multiple",
+    "neighbours",
     "nft_binary",
     "nft_incompatible",
     "node_ip",
     "panics",
     "ports",
+    "privileges",
     "restore_failing",
     "rule_generation",
     "run_all",

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.knowledge import message_form, signature
+from kpdoctor.knowledge import OWNER, REGISTRY, message_form, signature
 from kpdoctor.messages import catalogue
 from kpdoctor.messages.match import Match, Matcher
 from kpdoctor.model import Cite
@@ -58,6 +58,26 @@ def captures(hit: Hit) -> dict[str, str]:
     if form is None:
         return {}
     return {n: v for n, v in zip(form.compiled.names, hit.groups, strict=False) if v is not None}
+
+
+_KEY_VALUE = re.compile(r'(?:^|[ \t])([A-Za-z][\w.-]*)=(?:"((?:[^"\\]|\\.)*)"|([^ \t"]+))')
+
+
+def structured_value(hit: Hit, key: str) -> str | None:
+    """The value klog 2 printed for ``key`` (``address="10.0.0.1"``) on the hit's line."""
+    for m in _KEY_VALUE.finditer(hit.text):
+        if m.group(1) == key:
+            return m.group(2) if m.group(2) is not None else m.group(3)
+    return None
+
+
+def matched(hit: Hit) -> str:
+    """The part of the hit's line its signature matched (the whole line when it cannot tell)."""
+    form = message_form(hit.sig)
+    sig = REGISTRY.get(hit.sig)
+    rx = form.compiled.regex() if form is not None else sig.compiled() if sig is not None else None
+    m = rx.search(hit.text) if rx is not None else None
+    return m.group(0) if m is not None else hit.text.strip()
 
 
 def cite(hit: Hit, with_header: bool = True) -> list[Cite]:
@@ -194,9 +214,10 @@ def logged_messages(log: LogFacts) -> list[LoggedMessage]:
     counts: dict[str, int] = {}
     read_by: dict[tuple[str, int], set[str]] = {}  # record (artifact, header line) -> signatures
     for sid, sample in log.scan.samples.items():
-        if message_form(sid) is None:
+        if sid in OWNER:  # a check's own signature, or a message a check declared it reads
             for h in sample.hits():
                 read_by.setdefault((h.artifact, h.header_line), set()).add(sid)
+        if message_form(sid) is None:
             continue
         counts[sid] = log.scan.counts.get(sid, 0)
         for h in sample.hits():

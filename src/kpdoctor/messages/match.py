@@ -75,8 +75,19 @@ class Matcher:
                     rest = line[got.end() :] if not caps else _last(caps, c)
                     inner = self.match(rest, m.payload) if rest else []
                     payload = inner[0] if inner else None
+                elif _ends_in_reason(c) and (rest := _last(caps, c)):
+                    # "Could not fetch rule set generation id: {reason}": the reason is often
+                    # another message of the same program ("Permission denied (you must be root)")
+                    inner = self.match(rest, m.component)
+                    payload = inner[0] if inner else None
                 found[m.key] = Match(m, caps, got.start(), payload)
         return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
+
+
+def _ends_in_reason(compiled: Compiled) -> bool:
+    """Does the template end with a placeholder that takes the rest of the line (a reason)?"""
+    last = compiled.parts[-1] if compiled.parts else ""
+    return not isinstance(last, str) and last[1] == ".*"
 
 
 def _last(captures: dict[str, str], compiled: Compiled) -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.knowledge import kube_proxy_files
+
 # klog header: level, MMDD, time, thread/pid, file:line]
 KLOG_HEADER = re.compile(
     r"(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)\s+"
@@ -158,6 +160,7 @@ ALL_IN_ONE = frozenset(
 )
 # klog source files only one component has (basenames). Files several share (iptables.go,
 # server.go, config.go, main.go, reflector.go, ipset.go ...) tell nothing and are not listed.
+# kube-proxy's are also every file its messages come from (knowledge.kube_proxy_files).
 _SOURCE_FILES: dict[str, str] = {
     **dict.fromkeys(
         [
@@ -260,7 +263,7 @@ def _source_file(header: str) -> str | None:
             return "calico-node"  # Calico's own format
         return None
     base = src.rsplit(":", 1)[0].rsplit("/", 1)[-1]
-    return _SOURCE_FILES.get(base)
+    return _SOURCE_FILES.get(base) or ("kube-proxy" if base in kube_proxy_files() else None)
 
 
 def writer_of(source: str | None, header: str, text: str = "") -> str | None:

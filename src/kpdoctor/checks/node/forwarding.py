@@ -8,7 +8,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
-from kpdoctor.knowledge import check, signature
+from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule, Ruleset, option
 
@@ -133,10 +133,8 @@ UNEXPECTED_SOURCE = signature(
     r"reply from unexpected source: ([0-9A-Fa-f.:]+)#([0-9]+), expected ([0-9A-Fa-f.:]+)#([0-9]+)",
 )
 # kube-proxy's own note at start when it cannot read the sysctl (br_netfilter not loaded) or it is 0
-BR_NETFILTER_NOTE = signature(
-    "br-netfilter-missing",
-    "br-netfilter module",
-    r"[Mm]issing br-netfilter module or unset sysctl br-nf-call-iptables",
+BR_NETFILTER_NOTE = messages(
+    "br-netfilter-missing", "kube-proxy/iptables-missing-br-netfilter", "kube-proxy/iptables-missing-br-netfilter-old"
 )
 
 
@@ -202,7 +200,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         for h in facts.log.hits(UNEXPECTED_SOURCE.id)
         if len(h.groups) > 2 and h.groups[0] and h.groups[2] and h.groups[0] != h.groups[2]
     ]
-    note = facts.log.hits(BR_NETFILTER_NOTE.id)
+    note = facts.log.hits(*BR_NETFILTER_NOTE.ids)
     off = setting is not None  # the value is 0 here
     # no net.bridge.* key proves br_netfilter inactive only in a complete listing (sysctl -a): a
     # few keys asked by name, or a grep, say nothing about the keys they leave out

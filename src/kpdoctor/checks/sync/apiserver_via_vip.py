@@ -9,14 +9,14 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer
-from kpdoctor.knowledge import check, signature
+from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Confidence, Finding, Severity
 
 # kube-proxy given neither a kubeconfig nor a master URL (or a config file that names none)
-IN_CLUSTER = signature(
+IN_CLUSTER = messages(
     "kube-proxy-in-cluster-config",
-    "Falling back to in-cluster config",
-    r"Neither kubeconfig file nor master URL was specified\. +Falling back to in-cluster config",
+    "kube-proxy/server-in-cluster-config-fallback",
+    "kube-proxy/server-in-cluster-config",
 )
 # kube-proxy's own request to the apiserver that never got through; the address it dialled
 APISERVER_DIAL_FAILED = signature(
@@ -84,7 +84,7 @@ def apiserver_via_vip(facts: Facts) -> Iterator[Finding]:
     ]
     if not failed:
         return
-    in_cluster = [h for h in facts.log.hits(IN_CLUSTER.id) if not is_other_writer(h)]
+    in_cluster = [h for h in facts.log.hits(*IN_CLUSTER.ids) if not is_other_writer(h)]
     vips = _kubernetes_vips(facts)
     dialled = {str(h.groups[0]).strip("[]") for h in failed}
     known = dialled & vips

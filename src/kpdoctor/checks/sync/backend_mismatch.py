@@ -11,8 +11,8 @@ from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verificati
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.iptables_variant import HostIptables, banner
-from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE
-from kpdoctor.knowledge import check, signature
+from kpdoctor.facts.log import RESTORE_FAILED, RESTORE_VARIANT, SYNC_COMPLETE, captures
+from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import FixRow, IptablesVersion
@@ -48,13 +48,7 @@ TABLE_INIT_FAILED = signature(
 # iptables-nft's batch error (its upper-case command names are nf_tables messages: a legacy restore
 # says "Too many links"): deleting a chain the kernel still holds references to. kube-proxy's nft
 # restore hits it on a legacy-only host (RHEL/CentOS 7), where the kernel's nf_tables is old.
-CHAIN_BUSY = signature(
-    "nft-chain-delete-busy",
-    "CHAIN_USER_DEL failed",
-    r"CHAIN_USER_DEL failed \(Device or resource busy\): chain (KUBE-[A-Z0-9-]+)",
-    failure=True,
-    variant=RESTORE_VARIANT,
-)
+CHAIN_BUSY = messages("nft-chain-delete-busy", "iptables/chain-user-del-busy", failure=True, variant=RESTORE_VARIANT)
 
 # Seed 000 (TKE): the first kube-proxy build of each line whose image follows the node's backend.
 FIXES = [
@@ -148,7 +142,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """
     strong = facts.log.hits(CANNOT_LOAD_TARGET.id, CHAIN_DOES_NOT_EXIST.id)
     table_init = [h for h in facts.log.hits(TABLE_INIT_FAILED.id) if _legacy(banner(h))]
-    busy = facts.log.hits(CHAIN_BUSY.id)
+    busy = [h for h in facts.log.hits(*CHAIN_BUSY.ids) if captures(h).get("chain", "").startswith("KUBE-")]
     failed = facts.log.hits(RESTORE_FAILED.id)
     host = facts.host_iptables
     image = facts.iptables_version("kube-proxy")
@@ -406,7 +400,7 @@ def _busy_chain(facts: Facts, hits: list[Hit], host: HostIptables | None) -> Fin
     if b is not None and b.effective_variant == "legacy":
         return None  # not an nf_tables restore
     binary = str(b) if b is not None else "iptables-restore (nf_tables)"
-    chain = next((h.groups[0] for h in hits if h.groups and h.groups[0]), "KUBE-SEP-...")
+    chain = next((c for h in hits if (c := captures(h).get("chain"))), "KUBE-SEP-...")
     says = host.says("legacy") if host is not None else None
     if says is False:
         return None  # an nf_tables node: busy chains are another problem

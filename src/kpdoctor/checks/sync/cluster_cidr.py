@@ -9,7 +9,7 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.facts import Facts
 from kpdoctor.facts.cluster import node_ips, pod_cidrs
-from kpdoctor.knowledge import check, signature
+from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
 from kpdoctor.parse.k8s import as_dict
@@ -20,13 +20,14 @@ EMPTY_SOURCE = signature("restore-rule-empty-source", "-s  -j", r"-A (KUBE-[A-Z0
 # Later releases say so at start: `detect-local-mode set to ClusterCIDR, but no cluster CIDR
 # defined` (a warning healthy clusters whose CNI masquerades itself print too), and
 # `clusterCIDR fd00::/104 has incorrect IP version: expect isIPv6=false` (kube-proxy stops).
-NO_CLUSTER_CIDR = signature("no-cluster-cidr", "luster CIDR", r"[Nn]o cluster CIDR (for family [A-Za-z0-9]+ )?defined")
-CIDR_WRONG_FAMILY = signature(
-    "cluster-cidr-wrong-family",
-    "has incorrect IP version",
-    r"[Cc]luster ?CIDR .* has incorrect IP version",
-    failure=True,
+NO_CLUSTER_CIDR = messages(
+    "no-cluster-cidr",
+    "kube-proxy/server-detect-local-no-cluster-cidr",
+    "kube-proxy/server-detect-local-no-cluster-cidr-for-family",
+    "kube-proxy/server-detect-local-no-ipv4-cluster-cidr",
+    "kube-proxy/server-detect-local-no-ipv6-cluster-cidr",
 )
+CIDR_WRONG_FAMILY = messages("cluster-cidr-wrong-family", "kube-proxy/proxier-cluster-cidr-wrong-family", failure=True)
 
 
 @check(
@@ -60,8 +61,8 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/issues/36835
     """
     empty = facts.log.hits(EMPTY_SOURCE.id)
-    wrong = facts.log.hits(CIDR_WRONG_FAMILY.id)
-    missing = facts.log.hits(NO_CLUSTER_CIDR.id)
+    wrong = facts.log.hits(*CIDR_WRONG_FAMILY.ids)
+    missing = facts.log.hits(*NO_CLUSTER_CIDR.ids)
     unset = _unset_in_config(facts)
     if not empty and not wrong and not missing and unset is None:
         return

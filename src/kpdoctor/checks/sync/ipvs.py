@@ -9,7 +9,7 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
-from kpdoctor.knowledge import VersionRow, check, signature
+from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
@@ -154,13 +154,16 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
-IPSET_MISSING = signature("ipvs-ipset-missing", "getting ipset version", r"getting ipset version, error: (.*)")
-IPVS_FALLBACK = signature(
-    "ipvs-fallback-to-iptables", "Can't use ipvs proxier", r"Can't use ipvs proxier, trying iptables proxier"
+IPSET_MISSING = messages("ipvs-ipset-missing", "kube-proxy/ipvs-get-ipset-version-failed")
+IPVS_FALLBACK = messages("ipvs-fallback-to-iptables", "kube-proxy/server-ipvs-fallback-to-iptables")
+IPVS_CANT_USE = messages(
+    "ipvs-cannot-use", "kube-proxy/server-cant-use-ipvs-proxier", "kube-proxy/server-cant-use-ipvs-proxier-fatal"
 )
-IPVS_CANT_USE = signature("ipvs-cannot-use", "an't use the IPVS proxier", r"[Cc]an't use the IPVS proxier.*")
-IPVS_MODULES = signature(
-    "ipvs-modules-not-loaded", "required kernel modules are not loaded", r"required kernel modules are not loaded: (.*)"
+IPVS_MODULES = messages(
+    "ipvs-modules-not-loaded",
+    "kube-proxy/ipvs-required-modules-not-loaded",
+    "kube-proxy/util-ipvs-preflight-modules-not-loaded",
+    "kube-proxy/util-ipvs-preflight-modules-not-loaded-1-12",
 )
 # The kernel refuses a virtual server whose scheduler module it cannot load with ENOENT
 # (ip_vs_ctl.c, ip_vs_add_service: "Scheduler module ip_vs_<name> not found"); kube-proxy only
@@ -208,7 +211,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     requested_ipvs = str(cfg_mode.value or "").lower() == "ipvs"
     running = facts.running_mode.claimed
     hits = facts.log.hits(
-        IPSET_MISSING.id, IPVS_FALLBACK.id, IPVS_CANT_USE.id, IPVS_MODULES.id, IPVS_SCHEDULER_MISSING.id
+        *IPSET_MISSING.ids, *IPVS_FALLBACK.ids, *IPVS_CANT_USE.ids, *IPVS_MODULES.ids, IPVS_SCHEDULER_MISSING.id
     )
     enoent = facts.log.hits(IPVS_ADD_ENOENT.id)
     hits = hits + enoent
@@ -244,7 +247,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
             "`sysctl -a` without net.ipv4.vs.*, or /lib/modules/$(uname -r)/modules.builtin, decides)"
         )
     what: list[str] = []
-    if facts.log.count(IPSET_MISSING.id):
+    if facts.log.count(*IPSET_MISSING.ids):
         what.append("the ipset binary")
     if conntrack:
         what.append("the conntrack binary")
@@ -257,14 +260,14 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
             f"its scheduler module (ip_vs_{sched}: the kernel answers ENOENT to every new virtual server "
             f"without it; {facts.log.count(IPVS_ADD_ENOENT.id)} 'Failed to add IPVS service' line(s))"
         )
-    elif facts.log.count(IPVS_MODULES.id) or missing_mods:
+    elif facts.log.count(*IPVS_MODULES.ids) or missing_mods:
         what.append("IPVS kernel modules" + (f" ({', '.join(missing_mods)})" if missing_mods else ""))
     f.summary = "IPVS mode is missing " + (" and ".join(what) if what else "a prerequisite") + "."
     if cfg_mode.origin in ("flag", "config") and cfg_mode.source:
         f.evidence.append(Cite(cfg_mode.source.artifact, cfg_mode.source.line, cfg_mode.source.text))
     if running and running[1]:
         f.evidence.append(running[1])
-    if fell_back or facts.log.count(IPVS_FALLBACK.id):
+    if fell_back or facts.log.count(*IPVS_FALLBACK.ids):
         f.summary += f" kube-proxy was configured for ipvs but runs in {running[0] if running else 'iptables'} mode."
     f.fix = ["Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them."]
     if mods is None or missing_mods:

@@ -16,29 +16,23 @@ from dataclasses import dataclass, field
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.facts import Facts
-from kpdoctor.knowledge import check, signature
+from kpdoctor.facts.log import captures, structured_value
+from kpdoctor.knowledge import check, messages
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 
-NODE_NOT_FOUND = signature(
-    "node-info-not-found",
-    "Failed to retrieve node",
-    r'Failed to retrieve node info: (nodes "([^"]+)" not found|.*)',
-)
-NODE_IP_UNKNOWN = signature("node-ip-unknown", "Failed to retrieve node", r"Failed to retrieve node IP: (.*)")
-INVALID_NODE_IP = signature(
-    "invalid-node-ip",
-    "invalid nodeIP, initializing kube-proxy with",
-    r"invalid nodeIP, initializing kube-proxy with 127\.0\.0\.1 as nodeIP",
-)
-CANT_DETERMINE_IP = signature(
+NODE_NOT_FOUND = messages("node-info-not-found", "kube-proxy/server-node-info-failed")
+NODE_IP_UNKNOWN = messages("node-ip-unknown", "kube-proxy/server-node-ip-failed")
+INVALID_NODE_IP = messages("invalid-node-ip", "kube-proxy/proxier-invalid-node-ip-fallback-localhost")
+CANT_DETERMINE_IP = messages(
     "cant-determine-node-ip",
-    "an't determine this node's IP",
-    r"[Cc]an't determine this node's IP, assuming (127\.0\.0\.1|loopback)",
+    "kube-proxy/server-node-ip-fallback-loopback",
+    "kube-proxy/server-node-ip-fallback-loopback-1-30",
 )
-DETECTED_LOOPBACK = signature(
-    "detected-node-ip-loopback", "Detected node IP", r'"Detected node IP" address="(127\.0\.0\.1|::1)"'
-)
+DETECTED = messages("detected-node-ip", "kube-proxy/server-detected-node-ip")
+LOOPBACK = ("127.0.0.1", "::1")
+# the apiserver's NotFound for the Node kube-proxy looked up, in the lookup's error
+_NODE_NOT_FOUND = re.compile(r'nodes "([^"]+)" not found')
 NO_LOCAL = "has no local endpoints"
 # The Service a "has no local endpoints" rule names, in any form of the rules: iptables-save and
 # -S (`--comment "ns/svc: has no local endpoints"`, 1.25+ `"ns/svc:port has no local endpoints"`)
@@ -52,9 +46,10 @@ TRUSTED_NODE_ORIGINS = ("--node", "manifest", "Node object")
 
 def lookup_name(facts: Facts) -> tuple[str, Hit] | None:
     """The node name kube-proxy looked up and did not find (from its log)."""
-    for h in facts.log.hits(NODE_NOT_FOUND.id):
-        if h.groups and len(h.groups) > 1 and h.groups[1]:
-            return h.groups[1], h
+    for h in facts.log.hits(*NODE_NOT_FOUND.ids):
+        m = _NODE_NOT_FOUND.search(h.record)
+        if m is not None:
+            return m.group(1), h
     return None
 
 
@@ -122,9 +117,13 @@ def name_problem(facts: Facts) -> NameProblem | None:
 
 def fallback_hits(facts: Facts) -> list[Hit]:
     """The log lines of the failed Node lookup and the loopback fallback."""
-    return facts.log.hits(
-        NODE_NOT_FOUND.id, NODE_IP_UNKNOWN.id, INVALID_NODE_IP.id, CANT_DETERMINE_IP.id, DETECTED_LOOPBACK.id
-    )
+    loopback = [
+        h
+        for h in facts.log.hits(*DETECTED.ids)
+        if (structured_value(h, "address") or captures(h).get("value", "")).strip() in LOOPBACK
+    ]
+    hits = facts.log.hits(*NODE_NOT_FOUND.ids, *NODE_IP_UNKNOWN.ids, *INVALID_NODE_IP.ids, *CANT_DETERMINE_IP.ids)
+    return sorted(hits + loopback, key=lambda h: h.order)
 
 
 def corroborated(facts: Facts) -> bool:

@@ -11,9 +11,9 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.facts import Facts
 from kpdoctor.facts.duplicates import duplicated_rules
-from kpdoctor.facts.log import cite_line, is_other_writer
+from kpdoctor.facts.log import cite_line, is_other_writer, matched
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
-from kpdoctor.knowledge import VersionRow, check, signature
+from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
@@ -22,9 +22,14 @@ from kpdoctor.versions import KubeVersion
 # `Bad argument `KUBE-SVC-X'`, `invalid mask `128' specified`, `host/network `fd00::1' not found`,
 # `Port `x' not valid`, `Invalid port:port syntax`. In kube-proxy's own restore this is a rule it
 # generated wrong for some input (an address of the other family, an empty value).
-RULE_REFUSED = (
-    signature("restore-rule-bad-argument", "Bad argument", r"Bad argument .([^']{1,80}).", failure=True),
-    signature("restore-rule-bad-mask", "invalid mask", r"invalid mask .([0-9]+). specified", failure=True),
+RULE_REFUSED_MESSAGES = messages(
+    "restore-rule-refused",
+    "iptables/bad-argument",
+    "iptables/invalid-mask",
+    "iptables/invalid-port-service",
+    failure=True,
+)
+RULE_REFUSED = (  # refusals the messages catalogue does not hold (their source was not read)
     signature("restore-rule-bad-host", "host/network", r"host/network .([^']{1,80}). not found", failure=True),
     signature("restore-rule-bad-port", "not valid", r"Port .([^']{1,40}). not valid", failure=True),
 )
@@ -201,15 +206,13 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         )
     refused = [
         h
-        for h in facts.log.hits(*(sig.id for sig in RULE_REFUSED))
+        for h in facts.log.hits(*RULE_REFUSED_MESSAGES.ids, *(sig.id for sig in RULE_REFUSED))
         # kube-proxy's own restore (its message, or a line known to be its): another writer's
         # refused rule (a CNI's, the runtime's) is that writer's bug
         if not is_other_writer(h) and (h.writer == "kube-proxy" or "Failed to execute ip" in (h.record or h.text))
     ]
     if refused and not found:
-        sig = next(x for x in RULE_REFUSED if x.id == refused[0].sig)
-        m = sig.compiled().search(refused[0].text)
-        said = m.group(0) if m else refused[0].text.strip()
+        said = matched(refused[0])
         found.append((UNLISTED, refused, [], f"iptables refuses a rule kube-proxy wrote ({said})"))
     if not found:
         return

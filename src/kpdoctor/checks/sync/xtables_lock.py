@@ -16,9 +16,15 @@ from kpdoctor.checks.common import (
     version_rows,
 )
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
-from kpdoctor.facts.log import RESTORE_VARIANT, cite_line, iptables_call, is_other_writer, restore_binary
+from kpdoctor.facts.log import (
+    RESTORE_VARIANT,
+    cite_line,
+    iptables_call,
+    is_other_writer,
+    restore_binary,
+)
 from kpdoctor.facts.workloads import is_fragment
-from kpdoctor.knowledge import check, signature
+from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.k8s import K8sObject
 from kpdoctor.parse.logscan import Hit
@@ -32,6 +38,9 @@ RESTORE_LINE_FAILED = signature(
     failure=True,
     variant=RESTORE_VARIANT,  # node_backend: the first hit naming each restore binary is kept
 )
+# The tail of iptables' lock messages ("Another app is currently holding the xtables lock. ..."),
+# not the whole message (iptables/lock-held-no-wait, lock-held-stopped-waiting in the catalogue):
+# `kubectl describe` wraps an event's message across lines, and the tail stays on one.
 LOCK_NO_WAIT = signature(
     "xtables-lock-no-wait",
     "holding the xtables lock",
@@ -39,11 +48,16 @@ LOCK_NO_WAIT = signature(
     failure=True,
     variant=RESTORE_VARIANT,
 )
-OWN_LOCK_TIMEOUT = signature(
-    "iptables-own-lock-timeout", " iptables lock: ", r"failed to acquire (new|old) iptables lock: (.*)", failure=True
+OWN_LOCK_TIMEOUT = messages(
+    "iptables-own-lock-timeout",
+    "kube-proxy/util-iptables-acquire-lock-failed",
+    "kube-proxy/util-iptables-acquire-old-lock-failed",
+    failure=True,
 )
-RESTORE_NO_WAIT_ASSUMED = signature(
-    "restore-wait-unsupported", "doesn't support --wait", r"assuming it doesn't support --wait"
+RESTORE_NO_WAIT_ASSUMED = messages(
+    "restore-wait-unsupported",
+    "kube-proxy/util-iptables-restore-version-unknown",
+    "kube-proxy/util-iptables-restore-version-unparsable",
 )
 # The kernel refused an iptables change because the table changed under it (EAGAIN, exit status
 # 4): two writers ran at once. Any writer's line is evidence (go-iptables callers print
@@ -399,10 +413,10 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         kubernetes pkg/util/iptables (WaitRestoreMinVersion = 1.6.2)
     """
     bad_arg = facts.log.hits(RESTORE_WAIT_ARG_REJECTED.id)
-    no_wait = facts.log.hits(LOCK_NO_WAIT.id, OWN_LOCK_TIMEOUT.id)
+    no_wait = facts.log.hits(LOCK_NO_WAIT.id, *OWN_LOCK_TIMEOUT.ids)
     own = [h for h in no_wait if not is_other_writer(h)]
     others = [h for h in no_wait if is_other_writer(h)] + facts.log.hits(FELIX_RESOURCE_PROBLEM.id)
-    assumed = facts.log.hits(RESTORE_NO_WAIT_ASSUMED.id)
+    assumed = facts.log.hits(*RESTORE_NO_WAIT_ASSUMED.ids)
     old: list[tuple[str, Cite]] = []
     for scope in ("host", "kube-proxy"):
         v = facts.iptables_version(scope)
@@ -427,7 +441,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         parts = []
         if any(h.sig == LOCK_NO_WAIT.id for h in own):
             parts.append("iptables-restore gave up at once because another process held the xtables lock")
-        if any(h.sig == OWN_LOCK_TIMEOUT.id for h in own):
+        if any(h.sig in OWN_LOCK_TIMEOUT.ids for h in own):
             parts.append("kube-proxy could not take the xtables lock itself within its 2 s poll")
         f.summary = " and ".join(parts) + " (it runs iptables-restore without --wait)."
         f.summary = f.summary[0].upper() + f.summary[1:]
@@ -651,12 +665,13 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
     if not hits and not any("wait for the same lock" in d for d, _, _ in holders):
         return
     if hits:
+        waited = hits[-1].groups[0] if hits[-1].groups else "?"
         f = start(
             facts,
             "KP104",
             hits,
             confidence=Confidence.HIGH,
-            summary=f"{_waiters(hits)} gave up waiting for the xtables lock after {hits[-1].groups[0]}s.",
+            summary=f"{_waiters(hits)} gave up waiting for the xtables lock after {waited}s.",
             severity=Severity.WARNING,
         )
         if f.ongoing is not False and (f.occurrences or 0) > 3:
