@@ -191,10 +191,13 @@ def test_no_check_holds_a_regex_for_a_message_the_catalogue_has() -> None:
 
 
 def test_a_check_cannot_read_a_message_the_catalogue_does_not_hold() -> None:
-    from kpdoctor.knowledge import messages
+    import kpdoctor.checks  # noqa: F401 - declares what the checks read
+    from kpdoctor.knowledge import DECLARED, Messages
 
+    for declared in DECLARED:
+        assert declared.ids, declared  # each key resolves to its forms
     with pytest.raises(ValueError, match="not in the messages catalogue"):
-        messages("nowhere", "kube-proxy/no-such-message")
+        _ = Messages("nowhere", ("kube-proxy/no-such-message",)).ids
 
 
 def test_a_message_read_by_a_check_is_scanned_with_its_flags_and_kept_apart_by_value() -> None:

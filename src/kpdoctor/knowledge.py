@@ -83,7 +83,7 @@ class Signature:
 _SPACES = re.compile(r"\[ (?:\t|\\t)\]\+")  # a template's space: "[ <tab>]+" (or "[ \\t]+" as written)
 # Every signature declared, by id (the check modules declare theirs as they are imported).
 REGISTRY: dict[str, Signature] = {}
-OWNER: dict[str, set[str]] = {}  # signature id -> the modules that declared or read it
+OWNER: dict[str, set[str]] = {}  # signature id, or message key -> the modules that declared or read it
 
 
 def signature(
@@ -113,7 +113,7 @@ def signature(
 def owners(sig_ids: Iterable[str]) -> set[str]:
     """The causes of the checks declared in the modules that declared these signatures (a
     signature declared in a check module is that module's checks' reading of its lines)."""
-    modules = {m for s in sig_ids for m in OWNER.get(s, ())}
+    modules = {m for s in sig_ids for m in readers(s)}
     return {spec.cause for spec in CHECKS.values() if spec.func.__module__ in modules}
 
 
@@ -126,10 +126,22 @@ def catalogue() -> tuple[Signature, ...]:
     return tuple(REGISTRY.values()) + message_signatures()
 
 
+def scanned(signatures: Iterable[Signature]) -> tuple[Signature, ...]:
+    """What a log scan looks for: every signature but the catalogue's routine messages no check
+    reads (a busy log prints them on most lines; they only tell a text kube-proxy's, which the
+    sniffer asks of the head of a file, not the scan)."""
+    return tuple(s for s in signatures if not _routine_unread(s.id))
+
+
+def _routine_unread(sig_id: str) -> bool:
+    form = message_form(sig_id)
+    return form is not None and form.message.kind == "benign" and form.message.key not in _FLAGS
+
+
 def read_by_checks() -> tuple[Signature, ...]:
     """The signatures the checks read: their own, and the catalogue messages they declared
     (:func:`messages`); not the rest of the catalogue, which only KP130 reads."""
-    return tuple(REGISTRY.values()) + tuple(s for s in message_signatures() if s.id in _FLAGS)
+    return tuple(REGISTRY.values()) + tuple(s for s in message_signatures() if _key_of(s.id) in _FLAGS)
 
 
 # -- signatures made from the messages catalogue ---------------------------------------
@@ -266,27 +278,48 @@ class Messages:
 
     id: str
     keys: tuple[str, ...]
-    ids: tuple[str, ...]
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return _ids_of(self.keys)
 
 
-# the scan's flags a check gave the forms of messages it reads (failure, success, variant)
+@functools.cache
+def _ids_of(keys: tuple[str, ...]) -> tuple[str, ...]:
+    return message_ids(*keys)
+
+
+# what checks declared they read (message key -> the scan's flags: failure, success, variant);
+# the catalogue itself is read when a run first needs it, not when the checks are imported
 _FLAGS: dict[str, tuple[bool, bool, str]] = {}
+DECLARED: list[Messages] = []
 
 
 def messages(id: str, *keys: str, failure: bool = False, success: bool = False, variant: str = "") -> Messages:
     """Declare a check's reading of catalogue messages (``component/id`` keys): the messages are
     scanned for anyway; this names them for the check, marks its module as their reader (the
-    generic KP130 leaves their lines to it) and gives the scan's flags (see :class:`Signature`)."""
+    generic KP130 leaves their lines to it) and gives the scan's flags (see :class:`Signature`).
+    A key the catalogue does not hold fails the run's first use of it, and the suite."""
     if variant and re.compile(variant).groups:
         raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
-    ids = message_ids(*keys)
     module = sys._getframe(1).f_globals.get("__name__", "")
-    for sig_id in ids:
+    for key in keys:
         flags = (failure, success, variant)
-        if _FLAGS.setdefault(sig_id, flags) != flags:
-            raise ValueError(f"message {sig_id}: read with other scan flags by another check")
-        OWNER.setdefault(sig_id, set()).add(module)
-    return Messages(id, tuple(keys), ids)
+        if _FLAGS.setdefault(key, flags) != flags:
+            raise ValueError(f"message {key}: read with other scan flags by another check")
+        OWNER.setdefault(key, set()).add(module)
+    declared = Messages(id, tuple(keys))
+    DECLARED.append(declared)
+    return declared
+
+
+def _key_of(sig_id: str) -> str:
+    return sig_id.removesuffix(STRUCTURED_FORM)
+
+
+def readers(sig_id: str) -> set[str]:
+    """The modules that declared a signature or read the message it is a form of."""
+    return OWNER.get(sig_id) or OWNER.get(_key_of(sig_id)) or set()
 
 
 _SIGNATURES: list[tuple[int, tuple[Signature, ...]]] = []  # (flags declared, signatures)
@@ -301,9 +334,9 @@ def message_signatures() -> tuple[Signature, ...]:
     out = []
     for sig_id, form in _message_forms().items():
         c = form.compiled
-        failure, success, variant = _FLAGS.get(sig_id, (False, False, ""))
+        failure, success, variant = _FLAGS.get(form.message.key, (False, False, ""))
         generic = not tells_kube_proxy(form.message)
-        read = sig_id in _FLAGS  # a check reads it: its captures are kept apart as a check's are
+        read = form.message.key in _FLAGS  # a check reads it: its captures are kept apart as a check's are
         out.append(Signature(sig_id, c.needle, c.pattern, failure, success, variant, generic, keyed=read))
     _SIGNATURES[:] = [(len(_FLAGS), tuple(out))]
     return _SIGNATURES[0][1]

@@ -24,7 +24,7 @@ from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
 from kpdoctor.facts.iptables_variant import HostIptables
 from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
 from kpdoctor.facts.node import NodeState
-from kpdoctor.knowledge import Signature
+from kpdoctor.knowledge import Signature, scanned
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
@@ -180,7 +180,7 @@ class Facts:
 
     @cached_property
     def log(self) -> LogFacts:
-        scan = Scanner(self.signatures).scan(self.log_artifacts)
+        scan = Scanner(scanned(self.signatures)).scan(self.log_artifacts)
         return LogFacts(scan, {s.id for s in self.signatures if s.failure})
 
     # -- rules --------------------------------------------------------------------------

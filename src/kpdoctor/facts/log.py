@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.knowledge import OWNER, REGISTRY, message_form, signature
+from kpdoctor.knowledge import REGISTRY, message_form, readers, signature
 from kpdoctor.messages import catalogue
 from kpdoctor.messages.match import Match, Matcher
 from kpdoctor.model import Cite
@@ -214,7 +214,7 @@ def logged_messages(log: LogFacts) -> list[LoggedMessage]:
     counts: dict[str, int] = {}
     read_by: dict[tuple[str, int], set[str]] = {}  # record (artifact, header line) -> signatures
     for sid, sample in log.scan.samples.items():
-        if sid in OWNER:  # a check's own signature, or a message a check declared it reads
+        if readers(sid):  # a check's own signature, or a message a check declared it reads
             for h in sample.hits():
                 read_by.setdefault((h.artifact, h.header_line), set()).add(sid)
         if message_form(sid) is None:

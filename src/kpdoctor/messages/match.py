@@ -10,7 +10,13 @@ templates' regular expressions then decide. A structured-era line is matched by 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+try:  # one compiled pass for every needle; the loop over them is the fallback
+    import ahocorasick_rs
+except ImportError:  # pragma: no cover - the dependency is optional
+    ahocorasick_rs = None  # type: ignore[assignment]
 
 from kpdoctor.messages.schema import Catalogue, Message
 from kpdoctor.messages.templates import Compiled, captures, compile_structured, compile_template
@@ -53,16 +59,26 @@ class Matcher:
                 self._forms.append((m, c))
                 self._by_needle[c.needle].append(i)
                 self._component[m.component].add(i)
+        self._needles = list(self._by_needle)
+        self._ac = ahocorasick_rs.AhoCorasick(self._needles) if ahocorasick_rs is not None else None
+
+    def _present(self, line: str) -> Iterable[str]:
+        """The needles ``line`` holds (one compiled pass when ahocorasick_rs is installed)."""
+        if self._ac is None:
+            return (n for n in self._by_needle if n in line)
+        # in the catalogue's order, as the loop gives them: ties in match() are broken alike
+        return [
+            self._needles[i]
+            for i in sorted({i for i, _, _ in self._ac.find_matches_as_indexes(line, overlapping=True)})
+        ]
 
     def match(self, line: str, component: str | None = None) -> list[Match]:
         """Every message ``line`` is (of ``component`` only, when given), outermost first: the one
         that starts first in the line (a wrapper before the payload it holds), then the longest."""
         found: dict[str, Match] = {}
         allowed = self._component.get(component, set()) if component is not None else None
-        for needle, forms in self._by_needle.items():
-            if needle not in line:
-                continue
-            for i in forms:
+        for needle in self._present(line):
+            for i in self._by_needle[needle]:
                 if allowed is not None and i not in allowed:
                     continue
                 m, c = self._forms[i]
