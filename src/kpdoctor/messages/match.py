@@ -96,7 +96,10 @@ class Matcher:
                     # another message of the same program ("Permission denied (you must be root)")
                     inner = self.match(rest, m.component)
                     payload = inner[0] if inner else None
-                found[m.key] = Match(m, caps, got.start(), payload)
+                # where its own words start: a template that opens with a placeholder ("{op}
+                # failed (...)") would otherwise start wherever the line does
+                start = got.end(1) if c.parts and not isinstance(c.parts[0], str) else got.start()
+                found[m.key] = Match(m, caps, start, payload)
         return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
 
 

@@ -20,6 +20,7 @@ _SHAPES: dict[str, str] = {
     "number": "-?[0-9]+",
     "port": "[0-9]+",
     "line": "[0-9]+",
+    "column": "[0-9][0-9-]*",  # nft's "87-100"
     "count": "[0-9]+",
     "pid": "[0-9]+",
     "cpu": "[0-9]+",
@@ -31,7 +32,22 @@ _SHAPES: dict[str, str] = {
     "protocol": "[A-Za-z]+",
 }
 # Names whose value is one word (a chain, a target, a set, a table, a program, an interface).
-_WORDS = ("target", "chain", "table", "set", "name", "program", "interface", "match", "module", "node", "service")
+_WORDS = (
+    "target",
+    "chain",
+    "table",
+    "set",
+    "name",
+    "program",
+    "interface",
+    "match",
+    "module",
+    "node",
+    "service",
+    "path",
+    "file",
+    "op",
+)
 _WORD = "[^ \t'`\"]+"
 _REST = ".*"  # the last placeholder of a template, when it ends it: a reason, an error, the payload
 _ANY = ".*?"  # a placeholder in the middle may be empty ("failed with message: ``")
@@ -44,6 +60,7 @@ _SAMPLES = {
     "number": "3",
     "port": "30080",
     "line": "16",
+    "column": "87-100",
     "count": "2",
     "pid": "1234",
     "cpu": "0",

@@ -28,14 +28,18 @@ SHIM = ("containerd-shim", "containerd-shim-runc-v2", "docker-containerd-shim", 
     title="More than one kube-proxy runs on this node",
     severity=Severity.WARNING,
     needs=[Kind.PROCESSES, Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.KUBECTL_PODS],
-    explains=SYNC_SYMPTOMS,
+    # the second instance (a DaemonSet next to a distribution's static Pod, a host service) is
+    # often started without the first one's privileges: its refusals are its own
+    explains=(*SYNC_SYMPTOMS, "kube-proxy-not-privileged"),
 )
 def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     """Two kube-proxies program the node; the one that wins is not the one the DaemonSet manages.
 
     Symptom: upgrading or reconfiguring the kube-proxy DaemonSet changes nothing on the node;
         `ps -ef | grep kube-proxy` shows two processes; one of them logs
-        `listen tcp 0.0.0.0:10256: bind: address already in use` (healthz) or `:10249` (metrics).
+        `listen tcp 0.0.0.0:10256: bind: address already in use` (healthz) or `:10249` (metrics),
+        or, started without the first one's privileges, iptables' `Permission denied (you must
+        be root)`.
     Cause: a leftover kube-proxy started outside the Pod (a systemd unit from an old install, or
         a container runtime whose storage directory was moved without migrating its state, so
         a second copy was started), running next to the DaemonSet's Pod.
