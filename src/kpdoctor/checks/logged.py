@@ -77,6 +77,13 @@ def _is_error(lm: LoggedMessage) -> bool:
     return not levels or bool(levels & {"E", "F"})
 
 
+def _innermost(match: Match) -> Message:
+    """The message that says most: the payload of the payload... of a wrapper."""
+    while match.payload is not None:
+        match = match.payload
+    return match.message
+
+
 def _said(m: Message) -> str:
     return f"`{m.template}` ({m.component}: {m.meaning.rstrip('.')})"
 
@@ -101,7 +108,8 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
         may mean has read is left to that check. A
         message that proves a cause gives that cause at medium confidence; one that only points
         to causes gives the first as suspected, naming the others (at info when only info or
-        warning lines point to it); a failure the catalogue knows no cause for is reported as
+        warning lines point to it, or when the cause's own check could read this evidence and
+        did not find it); a failure the catalogue knows no cause for is reported as
         unexplained (`logged-failure`), at info. A dedicated check's finding of the same cause
         takes these lines in (they are folded under it).
     Fix: see the named cause (`kpdoctor explain CAUSE`); for an unexplained failure, the message
@@ -125,7 +133,7 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
     f = start(facts, "KP130", hits, confidence=Confidence.MEDIUM if proven else Confidence.LOW)
     f.cause = cause
     f.occurrences = sum(lm.count for lm, _ in items)
-    shown = [_said(lm.match.payload.message if lm.match.payload else lm.match.message) for lm, _ in items]
+    shown = [_said(_innermost(lm.match)) for lm, _ in items]
     more = len(shown) - MAX_MESSAGES_SHOWN
     listed = "; ".join(shown[:MAX_MESSAGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     alternatives = sorted({a for _, r in items for a in r.alternatives if a != cause})
@@ -146,8 +154,12 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
         f.summary = f"The log says so itself: {listed}."
     else:
         f.suspected = True
+        judged = [spec.code for spec in CHECKS.values() if spec.cause == cause and spec.can_run(facts)]
         if not any(_is_error(lm) for lm, _ in items):
             f.severity = Severity.INFO  # what info and warning lines point to is a lead, not an alarm
+        elif judged:
+            # the cause's own check read this evidence and did not find it: a lead, not an alarm
+            f.severity = Severity.INFO
         f.summary = f"Suspected from what the log says: {listed}."
         if alternatives:
             f.summary += f" The same messages can also mean: {', '.join(alternatives)}."
