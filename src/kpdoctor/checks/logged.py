@@ -34,6 +34,7 @@ class Reading:
     cause: str
     proven: bool
     alternatives: tuple[str, ...]
+    wrapper: bool = False  # what a wrapper says by itself (the class of failure it reports)
 
 
 def reading(match: Match) -> Reading | None:
@@ -58,6 +59,19 @@ def reading(match: Match) -> Reading | None:
     if suggests:
         return Reading(suggests[0], False, tuple(suggests[1:]))
     return Reading(UNATTRIBUTED, False, ())
+
+
+def wrapper_reading(match: Match) -> Reading | None:
+    """What a kube-proxy wrapper says by itself, whatever its payload: "nftables sync failed"
+    proves that a sync failed (its first suggestion, the class of failure it reports) while the
+    payload's message only points to why. None for a message that wraps nothing, is routine, or
+    is a tool's banner."""
+    outer = match.message
+    if match.payload is None or not outer.payload or outer.kind == "benign" or not outer.suggests:
+        return None
+    if outer.component != "kube-proxy":
+        return None  # a tool's banner ("iptables v1.8.9 (legacy): ...") reports no failure of its own
+    return Reading(outer.suggests[0], True, (), wrapper=True)
 
 
 def _read_by_own_check(cause: str) -> bool:
@@ -110,8 +124,10 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
         to causes gives the first as suspected, naming the others (at info when only info or
         warning lines point to it, or when the cause's own check could read this evidence and
         did not find it); a failure the catalogue knows no cause for is reported as
-        unexplained (`logged-failure`), at info. A dedicated check's finding of the same cause
-        takes these lines in (they are folded under it).
+        unexplained (`logged-failure`), at info. A wrapper proves its own class of failure
+        besides ("nftables sync failed": the sync failed, rule-sync-stale), whatever its payload
+        points to. A dedicated check's finding of the same cause takes these lines in (they are
+        folded under it).
     Fix: see the named cause (`kpdoctor explain CAUSE`); for an unexplained failure, the message
         and its meaning are the lead: send the log lines around it and the node's rule dumps.
     References: https://github.com/kubernetes/kubernetes/tree/master/pkg/proxy
@@ -119,9 +135,15 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
     by_cause: dict[str, list[tuple[LoggedMessage, Reading]]] = {}
     for lm in logged_messages(facts.log):
         r = reading(lm.match)
-        if r is None or _read_by_own_check(r.cause) or owners(lm.read_by) & {r.cause, *r.alternatives}:
+        if r is None or owners(lm.read_by) & {r.cause, *r.alternatives}:
             continue  # routine, or a dedicated check of a cause it may mean read the same lines
-        by_cause.setdefault(r.cause, []).append((lm, r))
+        readings = [r]
+        said = wrapper_reading(lm.match)
+        if said is not None and said.cause != r.cause:
+            readings.append(said)
+        for x in readings:
+            if not _read_by_own_check(x.cause):
+                by_cause.setdefault(x.cause, []).append((lm, x))
     for cause, items in by_cause.items():
         yield _finding(facts, cause, items)
 
@@ -133,7 +155,8 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
     f = start(facts, "KP130", hits, confidence=Confidence.MEDIUM if proven else Confidence.LOW)
     f.cause = cause
     f.occurrences = sum(lm.count for lm, _ in items)
-    shown = [_said(_innermost(lm.match)) for lm, _ in items]
+    # a wrapper's own reading quotes the wrapper; any other, the innermost message read
+    shown = list(dict.fromkeys(_said(lm.match.message if r.wrapper else _innermost(lm.match)) for lm, r in items))
     more = len(shown) - MAX_MESSAGES_SHOWN
     listed = "; ".join(shown[:MAX_MESSAGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     alternatives = sorted({a for _, r in items for a in r.alternatives if a != cause})
@@ -164,6 +187,8 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
         if alternatives:
             f.summary += f" The same messages can also mean: {', '.join(alternatives)}."
     # a dedicated check's finding of the same cause (or of another reading) takes these lines in
-    f.explained_by = [cause, *alternatives]
+    # (not under its own consequences: "the sync failed" is what the suspected cause would explain)
+    consequences = {e for spec in CHECKS.values() if spec.cause == cause for e in spec.explains}
+    f.explained_by = [cause, *(a for a in alternatives if a not in consequences)]
     f.fix = [f"`kpdoctor explain {cause}` says what confirms it and how to fix it."]
     return f

@@ -203,8 +203,18 @@ class LoggedMessage:
     read_by: frozenset[str] = frozenset()
 
     @property
-    def key(self) -> tuple[str, str | None]:
-        return self.match.message.key, self.match.payload.message.key if self.match.payload else None
+    def key(self) -> tuple[str, ...]:
+        return chain_of(self.match)
+
+
+def chain_of(match: Match) -> tuple[str, ...]:
+    """The keys of a reading's messages, outermost first (a wrapper, its payload, the payload's)."""
+    out = []
+    at: Match | None = match
+    while at is not None:
+        out.append(at.message.key)
+        at = at.payload
+    return tuple(out)
 
 
 def logged_messages(log: LogFacts) -> list[LoggedMessage]:
@@ -225,7 +235,7 @@ def logged_messages(log: LogFacts) -> list[LoggedMessage]:
     if not by_line:
         return []
     matcher = _matcher()
-    groups: dict[tuple[str, str | None], list[tuple[Match, Hit]]] = {}
+    groups: dict[tuple[str, ...], list[tuple[Match, Hit]]] = {}
     for hit in by_line.values():
         found = matcher.match(hit.text)
         if not found:
@@ -235,7 +245,7 @@ def logged_messages(log: LogFacts) -> list[LoggedMessage]:
             # the payload on the record's continuation lines (klog 2's err=< blocks)
             again = matcher.match(hit.record)
             m = next((x for x in again if x.message.key == m.message.key), m)
-        key = (m.message.key, m.payload.message.key if m.payload else None)
+        key = chain_of(m)
         groups.setdefault(key, []).append((m, hit))
     out = []
     for readings in groups.values():
@@ -251,7 +261,7 @@ def logged_messages(log: LogFacts) -> list[LoggedMessage]:
     return out
 
 
-def _only_reading(groups: dict[tuple[str, str | None], list[tuple[Match, Hit]]], sigs: set[str]) -> bool:
+def _only_reading(groups: dict[tuple[str, ...], list[tuple[Match, Hit]]], sigs: set[str]) -> bool:
     """Are ``sigs``' lines read one way only (so their count is this reading's)?"""
     return sum(1 for readings in groups.values() if any(h.sig in sigs for _, h in readings)) == 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import note_version, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.logged import messages_naming
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
@@ -21,6 +21,7 @@ CAUSE = "kube-proxy-config-invalid"
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     reads_messages=True,
+    explains=RESTORE_SYMPTOMS,
 )
 def config_invalid(facts: Facts) -> Iterator[Finding]:
     """kube-proxy stops at start-up (or falls back to a default) because its configuration is invalid.

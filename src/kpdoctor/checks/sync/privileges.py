@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.logged import messages_naming
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
@@ -21,6 +21,7 @@ CAUSE = "kube-proxy-not-privileged"
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG],
     reads_messages=True,
+    explains=(*RESTORE_SYMPTOMS, "stale-udp-conntrack"),
 )
 def not_privileged(facts: Facts) -> Iterator[Finding]:
     """iptables, ipvsadm, nft or conntrack refuse kube-proxy with "you must be root".
@@ -51,6 +52,7 @@ def not_privileged(facts: Facts) -> Iterator[Finding]:
     ]
     if ours:
         f = start(facts, "KP132", ours, confidence=Confidence.HIGH)
+        f.occurrences = sum(lm.count for lm in logged if any(h in ours for h in lm.hits))
         f.summary = (
             "The node's netfilter tools refuse kube-proxy: it runs without CAP_NET_ADMIN in the node's "
             "network namespace, so no rule it writes takes effect."
