@@ -179,7 +179,9 @@ def naming(show: str | None) -> None:
                 entries[m.component][VERDICTS[worst]] += 1
             else:
                 entries[m.component]["benign alarm" if lines[m.component]["benign alarm"] else "benign quiet"] += 0
-    for component in sorted(lines):
+    entries["all"] = sum(entries.values(), Counter())
+    lines["all"] = sum(lines.values(), Counter())
+    for component in [*sorted(c for c in lines if c != "all"), "all"]:
         e, t = entries[component], lines[component]
         shown = sum(e[v] for v in VERDICTS)
         share = e["named"] / shown if shown else 0.0
