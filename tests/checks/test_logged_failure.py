@@ -194,3 +194,17 @@ def test_the_neighbour_table_overflow_is_named(tmp_path: Path) -> None:
     )
     top = run([f]).findings[0]
     assert (top.code, top.cause) == ("KP313", "neighbour-table-overflow") and top.occurrences == 2
+
+
+def test_conntrack_invalid_packets_are_named_and_the_liberal_setting_weighs(tmp_path: Path) -> None:
+    dmesg = tmp_path / "dmesg.txt"
+    dmesg.write_text(  # the kernel's wording with nf_conntrack_log_invalid set (net/netfilter/nf_conntrack_proto_tcp.c)
+        "[ 1234.567890] nf_ct_proto_6: SEQ is over the upper bound (over the window of the receiver) IN= OUT=eth0 "
+        "SRC=10.244.1.5 DST=10.96.0.10 LEN=1500 TOS=0x00 PREC=0x00 TTL=64 ID=0 DF PROTO=TCP SPT=443 DPT=51234\n"
+    )
+    top = run([dmesg]).findings[0]
+    assert (top.code, top.cause, top.severity) == ("KP314", "conntrack-invalid-packets", Severity.WARNING)
+    sysctl = tmp_path / "sysctl.txt"
+    sysctl.write_text("net.netfilter.nf_conntrack_tcp_be_liberal = 1\nnet.ipv4.ip_forward = 1\n")
+    liberal = run([dmesg, sysctl]).findings[0]
+    assert liberal.code == "KP314" and liberal.severity == Severity.INFO

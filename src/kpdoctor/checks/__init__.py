@@ -12,7 +12,17 @@ from kpdoctor.checks.dataplane import (
     service_rules,
     vip_node_address,
 )
-from kpdoctor.checks.node import conntrack, forwarding, ipvs_reuse, mtu, neighbours, ports, sockets, stale_udp
+from kpdoctor.checks.node import (
+    conntrack,
+    conntrack_invalid,
+    forwarding,
+    ipvs_reuse,
+    mtu,
+    neighbours,
+    ports,
+    sockets,
+    stale_udp,
+)
 from kpdoctor.checks.stage import run_all
 from kpdoctor.checks.sync import (
     apiserver_stale,
@@ -58,6 +68,7 @@ __all__ = [
     "config_invalid",
     "conntrack",
     "conntrack_binary",
+    "conntrack_invalid",
     "conntrack_sysctl",
     "drop_rule",
     "endpoints",
