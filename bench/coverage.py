@@ -33,7 +33,7 @@ import kpdoctor.checks  # noqa: E402 - declares the checks and signatures (an en
 from kpdoctor.messages import catalogue  # noqa: E402
 from kpdoctor.messages.match import Matcher  # noqa: E402
 from kpdoctor.messages.schema import Message  # noqa: E402
-from kpdoctor.messages.templates import TemplateError, render  # noqa: E402
+from kpdoctor.messages.templates import TemplateError, compile_template, render  # noqa: E402
 from kpdoctor.model import Severity  # noqa: E402
 
 CALLSITES = REPO / "bench" / "callsites"
@@ -102,9 +102,13 @@ def _lines(m: Message, payloads: dict[str, list[Message]], wrappers: dict[str, l
         return [(_glog(w, render(w.template, {"value": inner})), (m, w)) for w in around] or [(inner, (m,))]
     # the kernel's messages are dmesg lines, not the errno text a wrapper of "kernel" carries
     inner_msgs = payloads.get(m.payload or "", []) if m.payload != "kernel" else []
+    if not compile_template(m.template).names:
+        inner_msgs_printf: list[Message] = []  # no placeholder: the printf form prints no payload
+    else:
+        inner_msgs_printf = inner_msgs
     out: list[Line] = []
-    if m.payload and inner_msgs:
-        out += [(_glog(m, render(m.template, {"value": render(p.template)})), (p, m)) for p in inner_msgs]
+    if m.payload and inner_msgs_printf:
+        out += [(_glog(m, render(m.template, {"value": render(p.template)})), (p, m)) for p in inner_msgs_printf]
     else:
         out.append((_glog(m, render(m.template)), (m,)))
     if m.structured is not None:

@@ -428,6 +428,9 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         yield from _long_wait_only(facts, usage)
     if others:
         yield _other_writer_no_wait(facts, others)
+    if not bad_arg and not own and assumed and not old:
+        yield _assumed_no_wait(facts, assumed)
+        return
     if bad_arg or (not own and not (old and assumed)):
         return
     if own:
@@ -714,3 +717,18 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
         "Keep kube-proxy's minSyncPeriod at 1s or more so it does not add to the contention.",
     ]
     yield f
+
+
+def _assumed_no_wait(facts: Facts, assumed: list[Hit]) -> Finding:
+    """kube-proxy says it runs iptables-restore without --wait, and nothing yet shows it failing:
+    suspected, with what decides it."""
+    f = start(facts, "KP103", assumed, confidence=Confidence.LOW, severity=Severity.INFO)
+    f.suspected = True
+    f.summary = (
+        "kube-proxy could not read its iptables-restore's version and runs it without --wait: while another "
+        "writer holds the xtables lock, a sync then fails at once (exit status 4) instead of waiting. Whether "
+        "it will depends on that binary: `iptables-restore --version` inside kube-proxy's container decides "
+        "(--wait exists from 1.6.2)."
+    )
+    f.fix = ["Send `iptables-restore --version` (and `iptables --version`) from inside the kube-proxy container."]
+    return f
