@@ -169,7 +169,6 @@ class MessageForm:
 
     message: Message
     compiled: Compiled
-    structured: bool
 
 
 @functools.cache
@@ -178,9 +177,9 @@ def _message_forms() -> dict[str, MessageForm]:
 
     out: dict[str, MessageForm] = {}
     for m in messages():
-        out[m.key] = MessageForm(m, compile_template(m.template), False)
+        out[m.key] = MessageForm(m, compile_template(m.template))
         if m.structured is not None:
-            out[m.key + STRUCTURED_FORM] = MessageForm(m, compile_structured(m.structured.msg), True)
+            out[m.key + STRUCTURED_FORM] = MessageForm(m, compile_structured(m.structured.msg))
     return out
 
 

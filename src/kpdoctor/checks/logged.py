@@ -10,7 +10,7 @@ points to, suspected; a failure the catalogue names no cause for, reported as un
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
@@ -84,6 +84,21 @@ def messages_naming(facts: Facts, cause: str) -> list[LoggedMessage]:
     return [lm for lm in logged_messages(facts.log) if (r := reading(lm.match)) is not None and r.cause == cause]
 
 
+def start_logged(
+    facts: Facts,
+    code: str,
+    logged: Sequence[LoggedMessage],
+    *,
+    confidence: Confidence,
+    severity: Severity | None = None,
+) -> Finding:
+    """A finding of check ``code`` on catalogue messages read in the log: their kept lines cited,
+    every line read that way counted."""
+    f = start(facts, code, [h for lm in logged for h in lm.hits], confidence=confidence, severity=severity)
+    f.occurrences = sum(lm.count for lm in logged)
+    return f
+
+
 def _is_error(lm: LoggedMessage) -> bool:
     """Was it printed as an error (klog E/F, logrus error; a node tool's or the kernel's message,
     which carry no level, counts as one)?"""
@@ -149,12 +164,12 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
 
 
 def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]]) -> Finding:
-    hits = [h for lm, _ in items for h in lm.hits]
     proven = any(r.proven for _, r in items)
     unattributed = cause == UNATTRIBUTED
-    f = start(facts, "KP130", hits, confidence=Confidence.MEDIUM if proven else Confidence.LOW)
+    f = start_logged(
+        facts, "KP130", [lm for lm, _ in items], confidence=Confidence.MEDIUM if proven else Confidence.LOW
+    )
     f.cause = cause
-    f.occurrences = sum(lm.count for lm, _ in items)
     # a wrapper's own reading quotes the wrapper; any other, the innermost message read
     shown = list(dict.fromkeys(_said(lm.match.message if r.wrapper else _innermost(lm.match)) for lm, r in items))
     more = len(shown) - MAX_MESSAGES_SHOWN

@@ -202,10 +202,6 @@ class LoggedMessage:
     # the checks' own signatures that read the same records (their checks speak for them)
     read_by: frozenset[str] = frozenset()
 
-    @property
-    def key(self) -> tuple[str, ...]:
-        return chain_of(self.match)
-
 
 def chain_of(match: Match) -> tuple[str, ...]:
     """The keys of a reading's messages, outermost first (a wrapper, its payload, the payload's)."""

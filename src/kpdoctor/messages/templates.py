@@ -9,6 +9,7 @@ and :func:`render` writes a line the program could have printed (bench/coverage.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -121,8 +122,10 @@ def _go_shape(verb: str, last: bool) -> tuple[str, str]:
     return "value", (_REST if last else _ANY)
 
 
+@functools.cache
 def compile_template(template: str) -> Compiled:
-    """The template's regular expression (see the module docstring)."""
+    """The template's regular expression (see the module docstring); once per template and
+    process (the loader, the scan's signatures, the matcher and render all ask for it)."""
     tokens = list(_PLACEHOLDER.finditer(template))
     parts: list[str | tuple[str, str]] = []
     pos = 0
@@ -191,6 +194,7 @@ def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:
     return {name: v for name, v in zip(compiled.names, found.groups(), strict=True) if v is not None}
 
 
+@functools.cache
 def compile_structured(msg: str) -> Compiled:
     """klog 2's quoted message (``"Failed to execute iptables-restore" err=...``) as a pattern:
     the text as given, a trailing period or space inside the quotes either way (releases differ:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
-from kpdoctor.checks.logged import messages_naming
+from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -63,9 +62,7 @@ def conntrack_invalid(facts: Facts) -> Iterator[Finding]:
     logged = messages_naming(facts, CAUSE)
     if not logged:
         return
-    hits = [h for lm in logged for h in lm.hits]
-    f = start(facts, "KP314", hits, confidence=Confidence.MEDIUM)
-    f.occurrences = sum(lm.count for lm in logged)
+    f = start_logged(facts, "KP314", logged, confidence=Confidence.MEDIUM)
     f.summary = "conntrack marks packets of live TCP connections INVALID (the kernel logs them)."
     liberal = facts.node_state.setting(LIBERAL)
     if liberal is not None and liberal.int() == 1:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
-from kpdoctor.checks.logged import messages_naming
+from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -48,8 +47,7 @@ def neighbour_overflow(facts: Facts) -> Iterator[Finding]:
     logged = messages_naming(facts, CAUSE)
     if not logged:
         return
-    hits = [h for lm in logged for h in lm.hits]
-    f = start(facts, "KP313", hits, confidence=Confidence.HIGH)
+    f = start_logged(facts, "KP313", logged, confidence=Confidence.HIGH)
     f.summary = "The kernel's neighbour table is full: it drops packets to neighbours it has no entry for."
     node = facts.node_state
     limits = [(k, s) for k in GC_THRESH if (s := node.setting(k)) is not None]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
-from kpdoctor.checks.logged import messages_naming
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version
+from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -51,18 +51,16 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
     logged = messages_naming(facts, CAUSE)
     if not logged:
         return
-    hits = [h for lm in logged for h in lm.hits]
     levels = {h.level or lm.match.message.level or "E" for lm in logged for h in lm.hits}
     if "F" in levels:  # kube-proxy exits
-        f = start(facts, "KP131", hits, confidence=Confidence.HIGH)
+        f = start_logged(facts, "KP131", logged, confidence=Confidence.HIGH)
         f.summary = "kube-proxy exits at start-up: it refuses its configuration"
     elif "E" in levels:
-        f = start(facts, "KP131", hits, confidence=Confidence.MEDIUM, severity=Severity.WARNING)
+        f = start_logged(facts, "KP131", logged, confidence=Confidence.MEDIUM, severity=Severity.WARNING)
         f.summary = "kube-proxy refuses part of its configuration"
     else:  # an info or warning line: it went on without the setting (lenient decoding, a fallback)
-        f = start(facts, "KP131", hits, confidence=Confidence.MEDIUM, severity=Severity.INFO)
+        f = start_logged(facts, "KP131", logged, confidence=Confidence.MEDIUM, severity=Severity.INFO)
         f.summary = "kube-proxy went on without part of its configuration"
-    f.occurrences = sum(lm.count for lm in logged)
     said = "; ".join(f"`{lm.match.message.template}` ({lm.match.message.meaning.rstrip('.')})" for lm in logged[:3])
     f.summary += f": {said}."
     if f.ongoing is False and f.severity > Severity.INFO:

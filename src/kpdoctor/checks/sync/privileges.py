@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
-from kpdoctor.checks.logged import messages_naming
+from kpdoctor.checks.common import RESTORE_SYMPTOMS
+from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -45,14 +45,14 @@ def not_privileged(facts: Facts) -> Iterator[Finding]:
     logged = messages_naming(facts, CAUSE)
     if not logged:
         return
-    hits = [h for lm in logged for h in lm.hits]
     # kube-proxy's own: a kube-proxy message wraps the refusal, or kube-proxy wrote the line
     ours = [
-        h for lm in logged for h in lm.hits if lm.match.message.component == "kube-proxy" or h.writer == "kube-proxy"
+        lm
+        for lm in logged
+        if lm.match.message.component == "kube-proxy" or any(h.writer == "kube-proxy" for h in lm.hits)
     ]
     if ours:
-        f = start(facts, "KP132", ours, confidence=Confidence.HIGH)
-        f.occurrences = sum(lm.count for lm in logged if any(h in ours for h in lm.hits))
+        f = start_logged(facts, "KP132", ours, confidence=Confidence.HIGH)
         f.summary = (
             "The node's netfilter tools refuse kube-proxy: it runs without CAP_NET_ADMIN in the node's "
             "network namespace, so no rule it writes takes effect."
@@ -66,7 +66,7 @@ def not_privileged(facts: Facts) -> Iterator[Finding]:
         ]
         yield f
         return
-    f = start(facts, "KP132", hits, confidence=Confidence.MEDIUM, severity=Severity.INFO)
+    f = start_logged(facts, "KP132", logged, confidence=Confidence.MEDIUM, severity=Severity.INFO)
     f.summary = (
         'A command in the evidence was refused for want of root ("you must be root"): its output is missing, '
         "not empty. Nothing here shows kube-proxy itself refused."
