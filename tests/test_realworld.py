@@ -55,6 +55,17 @@ def test_the_third_held_out_round_follows_the_same_rules() -> None:
     assert not [c.id for c in third if str(c.meta["source"]).rstrip("/") in seen]
 
 
+def test_the_later_held_out_rounds_follow_the_same_rules() -> None:
+    """fresh-4 and fresh-5: each case follows the README, and none is a thread or page of an
+    earlier round."""
+    seen = {str(c.meta["source"]).rstrip("/") for c in accuracy.load_cases()}
+    for folder, at_least in (("fresh", 33), ("fresh-3", 9), ("fresh-4", 19), ("fresh-5", 20)):
+        cases = accuracy.load_cases(accuracy.CORPUS / folder)
+        assert len(cases) >= at_least, folder
+        assert not [c.id for c in cases if str(c.meta["source"]).rstrip("/") in seen], folder
+        seen |= {str(c.meta["source"]).rstrip("/") for c in cases}
+
+
 def test_a_case_with_a_slug_outside_the_taxonomy_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "k8s-1"
     folder.mkdir()
