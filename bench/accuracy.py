@@ -10,6 +10,11 @@ would, and prints:
   that names a kube-proxy or node cause (the workload family excepted);
 - **not read**: no check could run on anything in the case (every input unrecognised, or typed
   to a kind that parsed to nothing a check consumes);
+- **no finding**: positives that got no finding at all (not even an unexplained signal or a
+  suspected cause: the report called them clean); **accepted at any rank**: positives whose
+  findings (folded ones included) name an accepted cause anywhere; **negatives warned**:
+  negatives with any finding at warning or above, and of those, with an unexplained-signal
+  (KP140) warning;
 - a per-cause table, and each figure for all positive cases and for those whose cause has a
   check today; both at ``--min-severity info`` and at the default threshold (warning).
 
@@ -208,6 +213,10 @@ class Verdict:
     top3: bool
     clean: bool
     first: str  # the first finding's cause, or "-"
+    found: bool = False  # any finding at all (at this threshold)
+    anywhere: bool = False  # an accepted cause at any rank, folded ones included
+    warned: bool = False  # a finding at warning or above
+    unexplained_warning: bool = False  # an unexplained-signal (KP140) finding at warning or above
 
 
 def judge(out: Outcome, slugs: dict[str, str], threshold: str = "info") -> Verdict:
@@ -224,7 +233,19 @@ def judge(out: Outcome, slugs: dict[str, str], threshold: str = "info") -> Verdi
         if f.get("severity") == "critical"
         or (f.get("severity") == "warning" and f.get("confidence") == "high" and f.get("cause") in node_causes)
     ]
-    return Verdict(out.case, read, top1, top3, not alarming, str(top[0].get("cause")) if top else "-")
+    warnings = [f for f in top if SEVERITIES.get(str(f.get("severity")), 0) >= SEVERITIES["warning"]]
+    return Verdict(
+        out.case,
+        read,
+        top1,
+        top3,
+        not alarming,
+        str(top[0].get("cause")) if top else "-",
+        found=bool(top),
+        anywhere=any(_causes_of(f) & accept for f in top),
+        warned=bool(warnings),
+        unexplained_warning=any(f.get("code") == "KP140" for f in warnings),
+    )
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -239,6 +260,10 @@ class Figures:
     clean: int = 0
     not_read: int = 0
     cases: int = 0
+    no_finding: int = 0  # positives with no finding at all
+    anywhere: int = 0  # positives with an accepted cause at any rank
+    negatives_warned: int = 0
+    negatives_unexplained_warning: int = 0
     by_cause: dict[str, list[int]] = field(default_factory=dict)  # slug -> [cases, top1, top3]
 
     def pct(self, n: int, of: int) -> str:
@@ -255,8 +280,12 @@ def figures(verdicts: Iterable[Verdict], keep: Callable[[Case], bool] = lambda c
         if v.case.negative:
             f.negatives += 1
             f.clean += v.clean
+            f.negatives_warned += v.warned
+            f.negatives_unexplained_warning += v.unexplained_warning
             continue
         f.positives += 1
+        f.no_finding += not v.found
+        f.anywhere += v.anywhere
         f.top1 += v.top1
         f.top3 += v.top3
         row = f.by_cause.setdefault(v.case.primary, [0, 0, 0])
@@ -301,7 +330,11 @@ def render(
             f"{with_check.pct(with_check.top1, with_check.positives)}",
             f"  top-3  all {every.pct(every.top3, every.positives):>15}   cause has a check "
             f"{with_check.pct(with_check.top3, with_check.positives)}",
+            f"  accepted at any rank {every.pct(every.anywhere, every.positives)}",
+            f"  no finding at all    {every.pct(every.no_finding, every.positives)} of positives",
             f"  negatives clean {every.pct(every.clean, every.negatives)}",
+            f"  negatives warned     {every.pct(every.negatives_warned, every.negatives)} "
+            f"(an unexplained-signal warning: {every.negatives_unexplained_warning})",
             f"  nothing read    {every.pct(every.not_read, every.cases)}",
             "",
         ]
@@ -409,6 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "top1": v.top1,
                 "top3": v.top3,
                 "clean": v.clean,
+                "found": v.found,
+                "anywhere": v.anywhere,
+                "warned": v.warned,
+                "unexplained_warning": v.unexplained_warning,
                 "top1_default": d.top1,
                 "top3_default": d.top3,
                 "clean_default": d.clean,
