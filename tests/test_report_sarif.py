@@ -171,7 +171,7 @@ def test_a_report_with_no_findings_is_valid_with_zero_results() -> None:
     run = doc["runs"][0]
     assert run["results"] == []
     assert run["invocations"][0].items() >= {"exitCode": 0, "executionSuccessful": True}.items()
-    assert run["properties"]["verdict"] == "clean" and run["invocations"][0]["properties"]["verdict"] == "clean"
+    assert run["properties"]["verdict"] == "healthy" and run["invocations"][0]["properties"]["verdict"] == "healthy"
     assert len(run["tool"]["driver"]["rules"]) == len(CHECKS) + 1
     assert run["artifacts"][0]["location"]["uri"] == "kube-proxy/log.txt"
 

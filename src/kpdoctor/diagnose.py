@@ -20,6 +20,7 @@ from kpdoctor.about import __version__
 from kpdoctor.bundle.artifacts import CONTEXT_KINDS, Kind
 from kpdoctor.bundle.loader import Evidence, load
 from kpdoctor.checks.stage import run_all
+from kpdoctor.coverage import coverage_of
 from kpdoctor.dataplane.results import service_matches
 from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.session import DataplaneInputs, Verified, failing_traces, verify
@@ -101,7 +102,7 @@ def pipeline(
         def ready(name: str) -> bool:
             return not partial or name in vars(facts)
 
-        ident, ver = None, verified.verification
+        ident, ver, covered = None, verified.verification, None
         deadline.stage("assembling the report")
         try:
             if ready("objects"):
@@ -119,6 +120,7 @@ def pipeline(
                 ver = ver.only(service)
                 findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
             findings = rank(findings)
+            covered = coverage_of(findings, skipped, only, collected=evidence.collected_at is not None)
         except Exception as exc:  # a bug: the report is still written, with what is known
             errors.append(InternalError.of("assembling the report", exc))
         traces: dict[tuple[str, str], list[Any]] = {}
@@ -151,6 +153,7 @@ def pipeline(
             context_only=context_only(evidence),
             traces=traces,
             files=files_here(evidence),
+            coverage=covered,
         )
         return Run(report, facts, inputs)
     finally:

@@ -104,6 +104,9 @@ class Finding:
     # Named from what fits it, not proven: a lead (with what decides it in the summary); it takes a
     # consequence in only when no proven cause explains that.
     suspected: bool = False
+    # For a suspected cause: the commands whose output confirms it or rules it out (the check's
+    # own missing proof, said as what to run).
+    decided_by: list[str] = field(default_factory=list)
     # Why the confidence is what it is: which kinds of evidence agree (a lone log line; the
     # signature and a matching version; and the node's state). Set by the check, or derived.
     confidence_reason: str = ""
@@ -140,6 +143,8 @@ class Finding:
             out["alternative_to"] = self.alternative_to
         if self.suspected:
             out["suspected"] = True
+        if self.decided_by:
+            out["decided_by"] = list(self.decided_by)
         if self.folded:
             out["folded"] = [f.to_json() for f in self.folded]
         return out
@@ -265,6 +270,69 @@ class InternalError:
         return cls(stage, f"{type(exc).__name__}: {exc}")
 
 
+@dataclass(frozen=True, slots=True)
+class FamilyCoverage:
+    """How much of one family of causes a run could check."""
+
+    family: str
+    codes: str  # the family's check-code prefix ("KP3")
+    ran: int
+    total: int
+    ruled_out: bool  # enough of its checks ran for "nothing found" to mean "not this family"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "codes": self.codes,
+            "checks_run": self.ran,
+            "checks": self.total,
+            "ruled_out": self.ruled_out,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """What a run could rule out (kpdoctor.coverage): a clean bill of health needs all of it."""
+
+    checks_run: int
+    checks: int
+    families: tuple[FamilyCoverage, ...]
+    unexplained: int  # findings of what nothing explains, at any severity (folded ones too)
+    suspected: int  # suspected causes, at any severity
+    send: tuple[str, ...]  # what to send so that the rest can be checked
+
+    @property
+    def complete(self) -> bool:
+        """Every family ruled out, nothing unexplained and nothing suspected."""
+        return all(f.ruled_out for f in self.families) and not self.unexplained and not self.suspected
+
+    def not_ruled_out(self) -> list[str]:
+        return [f.family for f in self.families if not f.ruled_out]
+
+    def why(self) -> str:
+        """Why a run that found nothing is not a clean bill of health, in one sentence."""
+        parts = []
+        if open_ := self.not_ruled_out():
+            parts.append(f"{self.checks_run} of {self.checks} checks could run; not ruled out: " + "; ".join(open_))
+        if self.unexplained:
+            parts.append(f"{self.unexplained} unexplained signal(s) below the threshold")
+        if self.suspected:
+            parts.append(f"{self.suspected} suspected cause(s) below the threshold")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "checks_run": self.checks_run,
+            "checks": self.checks,
+            "families": [f.to_json() for f in self.families],
+            "not_ruled_out": self.not_ruled_out(),
+            "unexplained": self.unexplained,
+            "suspected": self.suspected,
+            "send": list(self.send),
+        }
+
+
 @dataclass(slots=True)
 class Report:
     """Everything a renderer needs; renderers add no logic of their own."""
@@ -300,6 +368,8 @@ class Report:
     # artifact name -> the file here that holds it whole (a folder bundle's kube-proxy/log.txt is
     # ./bundle/kube-proxy/log.txt): where a report that shows context reads the cited lines again
     files: dict[str, str] = field(default_factory=dict)
+    # what the run could rule out (kpdoctor.coverage); None when no check stage ran
+    coverage: Coverage | None = None
 
     def visible(self) -> list[Finding]:
         """Ranked findings at or above the requested severity."""
@@ -322,6 +392,7 @@ class Report:
             "min_severity": self.min_severity.label,
             "internal_errors": [e.to_json() for e in self.errors],
             "inputs": [i.to_json() for i in self.inputs],
+            **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
             **({"timed_out": self.timed_out} if self.timed_out else {}),
             **({"verification": self.verification.to_json()} if self.verification is not None else {}),
         }

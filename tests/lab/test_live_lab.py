@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import UPSTREAM
+from conftest import DATA, UPSTREAM
 
 from .iptables_capture import load
 from .netns import Netns, require_lab
@@ -289,6 +289,48 @@ def test_the_saved_bundle_gives_the_same_diagnosis_offline(tmp_path: Path) -> No
 
     assert key(offline) == key(live)
     assert copy.deepcopy(offline["verification"]["results"]) == live["verification"]["results"]
+
+
+def test_a_healthy_node_collected_live_is_healthy_and_a_lone_listing_is_not(tmp_path: Path) -> None:
+    """Everything --live collects, with kube-proxy's log (the lab runs no kube-proxy: a real healthy
+    one's log is given, as a user on a node whose kube-proxy runs elsewhere would), lets most
+    checks of every family of causes run: a healthy node is then "healthy" (exit 0). Without the
+    log, sync failures are not ruled out and the log is what to send. Its iptables-save alone, the
+    same rules, is only "nothing found in what was given", naming the families it could not rule
+    out and the live run."""
+    files = [write(tmp_path, "cluster.json", json.dumps(cluster()))]
+    files.append(DATA / "logs" / "healthy-structured-era-2.log")  # an iptables-mode kube-proxy
+    with node() as lab:
+        live, _ = diagnose_live(lab.node, tmp_path, files)
+        saved = lab.node.check(["iptables-legacy-save"])
+    cov = live["coverage"]
+    assert [f for f in live["findings"] if f["severity"] != "info"] == []
+    assert cov["complete"] and cov["not_ruled_out"] == [] and cov["send"] == [], json.dumps(cov, indent=1)
+    text = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", str(tmp_path / "live.tar.gz"), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0 and "HEALTHY" in text.stdout.splitlines()[1], text.stdout[:500]
+    lone = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", str(write(tmp_path, "rules.txt", saved))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = " ".join(lone.stdout.split())  # the terminal report wraps its lines
+    assert lone.returncode == 0 and "NOTHING FOUND IN WHAT WAS GIVEN" in said, lone.stdout[:500]
+    assert "not ruled out" in said and "--live" in said
+    no_log = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", str(tmp_path / "live.tar.gz"), str(files[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    cov = json.loads(no_log.stdout)["coverage"]
+    assert cov["not_ruled_out"] == ["rule sync failures"] and not any("--live" in s for s in cov["send"])
+    assert any("kube-proxy" in s and "logs" in s for s in cov["send"]), cov["send"]
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -102,3 +102,22 @@ class Artifact:
     def previous(self) -> bool:
         """True for the log of a previous (crashed) container."""
         return self.attrs.get("previous") == "true"
+
+
+# How to give each kind of evidence (Kind values), said to a user who gave too little (a skipped
+# check's hint, a suspected cause's deciding command, what a run that covered little asks for).
+HOW_TO_GIVE = {
+    "kube-proxy log": "`kubectl -n kube-system logs <kube-proxy pod>` (add `-p` after a crash)",
+    "Kubernetes objects": "`kubectl get svc,endpointslices -A -o yaml` and the Node (`kubectl get node NAME -o yaml`)",
+    "iptables-save output": "`iptables-save` on the node (`iptables-legacy-save` and `iptables-nft-save` if both)",
+    "iptables --version": "`iptables --version` on the node and inside the kube-proxy container",
+    "kube-proxy command line": "`ps -ef | grep kube-proxy` on the node",
+    "KubeProxyConfiguration": "`kubectl -n kube-system get cm kube-proxy -o yaml`",
+    "process list": "`ps -ef` on the node",
+    "/proc/locks": "`cat /proc/locks` on the node",
+    "/proc/modules": "`cat /proc/modules` on the node",
+    "ipvsadm output": "`ipvsadm -Ln` on the node",
+    "sysctl output": "`sysctl -a` on the node",
+    "conntrack -S output": "`conntrack -S` on the node, twice a few seconds apart",
+    "kernel log (dmesg)": "`dmesg -T` on the node",
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from kpdoctor.facts import Facts, Versioned
@@ -62,6 +63,18 @@ def start(
     if occ is not None:
         f.occurrences = occ.count  # hs is a sample: the count is the scan's
         f.first_seen, f.last_seen, f.ongoing = occ.first.timestamp, occ.last.timestamp, occ.ongoing
+    return f
+
+
+def suspect(f: Finding, why: str, decided_by: Iterable[str], confidence: Confidence = Confidence.LOW) -> Finding:
+    """``f`` as a suspected cause: the evidence fits it (``why``, said as its confidence's reason)
+    but the condition that proves it was not given; ``decided_by``: the commands whose output
+    confirms it or rules it out. A check says this itself, from its own conditions: what it
+    found is the suspicion, what it lacked is the proof."""
+    f.suspected = True
+    f.confidence = min(f.confidence, confidence)
+    f.confidence_reason = why
+    f.decided_by = list(decided_by)
     return f
 
 

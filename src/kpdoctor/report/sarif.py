@@ -142,6 +142,7 @@ def _result(
         "rank": rank,
         "versions": {"found": dict(f.versions_found), "fixed_in": list(f.fixed_in)},
         "fix": list(f.fix),
+        "decided_by": list(f.decided_by),
         "references": list(f.references),
         "subject": {k: v for k, v in f.subject.items()} if f.subject else {},
     }

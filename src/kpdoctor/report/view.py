@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE
 from kpdoctor.collect.redact import redact_secrets
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
 from kpdoctor.dataplane.results import Result
@@ -20,22 +21,6 @@ from kpdoctor.model import Cite, Finding, InputProblem, InputRead, Report, Sever
 from kpdoctor.report import verification
 from kpdoctor.report.verification import Row
 
-# How to give what a skipped check lacked, by the evidence's kind (bundle/artifacts.Kind values).
-HOW_TO_GIVE = {
-    "kube-proxy log": "`kubectl -n kube-system logs <kube-proxy pod>` (add `-p` after a crash)",
-    "Kubernetes objects": "`kubectl get svc,endpointslices -A -o yaml` and the Node (`kubectl get node NAME -o yaml`)",
-    "iptables-save output": "`iptables-save` on the node (`iptables-legacy-save` and `iptables-nft-save` if both)",
-    "iptables --version": "`iptables --version` on the node and inside the kube-proxy container",
-    "kube-proxy command line": "`ps -ef | grep kube-proxy` on the node",
-    "KubeProxyConfiguration": "`kubectl -n kube-system get cm kube-proxy -o yaml`",
-    "process list": "`ps -ef` on the node",
-    "/proc/locks": "`cat /proc/locks` on the node",
-    "/proc/modules": "`cat /proc/modules` on the node",
-    "ipvsadm output": "`ipvsadm -Ln` on the node",
-    "sysctl output": "`sysctl -a` on the node",
-    "conntrack -S output": "`conntrack -S` on the node, twice a few seconds apart",
-    "kernel log (dmesg)": "`dmesg -T` on the node",
-}
 LIVE = "or run `kpdoctor diagnose --live` on the node"
 EVIDENCE_SHOWN = 4  # evidence lines per finding on a human's first screen (-v: all)
 CONTEXT_LINES = 3  # lines of its artifact shown before and after an evidence line (the HTML report)
@@ -323,9 +308,14 @@ def _path(r: Result) -> ServicePath:
 
 
 def finding_meta(f: Finding, times: str = "{n}x") -> str:
-    """The line under a finding's summary, the same in every renderer: its confidence and why,
-    whether it is an alternative reading, how often and when, whether it still happens."""
-    meta = [f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else "")]
+    """The line under a finding's summary, the same in every renderer: whether it is suspected
+    and what decides it, its confidence and why, whether it is an alternative reading, how often
+    and when, whether it still happens."""
+    meta = []
+    if f.suspected:
+        said = "; ".join(c if "`" in c else f"`{c}`" for c in f.decided_by)
+        meta.append("SUSPECTED" + (f", decided by {said}" if said else ""))
+    meta.append(f"confidence {f.confidence.label}" + (f" ({f.confidence_reason})" if f.confidence_reason else ""))
     if f.alternative_to:
         meta.append(f"an alternative to {f.alternative_to}")
     if f.occurrences:
@@ -342,7 +332,9 @@ def verdict(report: Report) -> Verdict:
     """The exit code and its word (DESIGN.md): 4 a bug met (the report still stands), 2 nothing
     usable, 1 findings at or above the threshold (``verify``: a mismatch or stale rules), 3
     inconclusive (a run cut short, damaged evidence, only versions given, nothing checked, or
-    uncertain results), else 0."""
+    uncertain results), else 0: "healthy" only when every family of causes could be checked
+    and nothing suspected or unexplained was found (kpdoctor.coverage), else "nothing found in
+    what was given"."""
     if report.errors:
         return Verdict(4, "internal error", "kpdoctor met a bug; the rest of the report stands")
     if not report.artifacts:
@@ -372,7 +364,11 @@ def verdict(report: Report) -> Verdict:
         return Verdict(3, "inconclusive", "the input was readable but no check could run")
     if report.context_only:
         return Verdict(3, "inconclusive", "only versions and identity were given, not the node's state")
-    return Verdict(0, "clean", f"nothing at or above {report.min_severity.label}")
+    nothing = f"nothing at or above {report.min_severity.label}"
+    cov = report.coverage
+    if cov is not None and not cov.complete:
+        return Verdict(0, "nothing found in what was given", f"{nothing}; {cov.why()}")
+    return Verdict(0, "healthy", f"{nothing}, and every family of causes could be checked")
 
 
 def group_skipped(skipped: list[Skipped], every: bool = False) -> list[SkipGroup]:

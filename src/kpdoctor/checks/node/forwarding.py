@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
 from kpdoctor.knowledge import check, messages, signature
@@ -257,6 +257,13 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     )
     f.evidence = ([setting.cite] if setting else [absent] if unloaded and absent else []) + bridge_cites + f.evidence
     f.ongoing = True if off or symptom else None
+    if symptom and not off:
+        suspect(
+            f,
+            "the symptom of a bridge that skips iptables; the bridge settings were not given",
+            ["sysctl net.bridge.bridge-nf-call-iptables", "lsmod | grep br_netfilter", "ip -d link"],
+            confidence=f.confidence,
+        )
     f.fix = [
         "modprobe br_netfilter (persist in /etc/modules-load.d/k8s.conf) and sysctl -w "
         "net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1 (persist in /etc/sysctl.d/)."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -42,7 +42,11 @@ def _busy_old_kernel(facts: Facts) -> Finding | None:
         return None
     rs, vs, a = max(busy, key=lambda b: b[0].inactive or 0)
     f = start(facts, "KP307", [], confidence=Confidence.LOW, severity=Severity.WARNING)
-    f.confidence_reason = "IPVS in use on an old kernel with port churn; the net.ipv4.vs settings were not given"
+    suspect(
+        f,
+        "IPVS in use on an old kernel with port churn; the net.ipv4.vs settings were not given",
+        ["sysctl net.ipv4.vs.conn_reuse_mode net.ipv4.vs.conntrack"],
+    )
     f.summary = (
         f"IPVS on {old}, before the 5.9 fix, and real server {rs.address} of {vs.address} holds {rs.inactive} "
         "inactive connections: clients that open connections this fast come back from source ports still in "
@@ -75,10 +79,14 @@ def _connects_wait_for_retransmits(facts: Facts) -> Finding | None:
     ct, cite = waited[0]
     ipvs = mode == "ipvs" or bool(facts.ipvs_listed)
     f = start(facts, "KP307", [], confidence=Confidence.MEDIUM if ipvs else Confidence.LOW, severity=Severity.WARNING)
-    f.confidence_reason = (
+    suspect(
+        f,
         "connects bunched at the SYN retransmit timer with IPVS in use"
         if ipvs
-        else "connects bunched at the SYN retransmit timer; the proxy mode was not given"
+        else "connects bunched at the SYN retransmit timer; the proxy mode was not given",
+        ["sysctl net.ipv4.vs.conn_reuse_mode net.ipv4.vs.conntrack", "uname -r"]
+        + ([] if ipvs else ["curl -s localhost:10249/proxyMode"]),
+        confidence=f.confidence,
     )
     slow = f", the slowest {ct.slowest:.0f} ms" if ct.some_waited and ct.some_waited > (ct.most_waited or 0) else ""
     f.summary = (

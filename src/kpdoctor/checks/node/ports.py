@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.facts.node import Setting
 from kpdoctor.knowledge import check, signature
@@ -266,6 +266,13 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         f"Reserve them: sysctl -w net.ipv4.ip_local_reserved_ports={keep} (keep existing entries; persist in "
         "/etc/sysctl.d/), or narrow net.ipv4.ip_local_port_range to exclude them (kernel default 32768 60999).",
     ]
+    if assumed and not failures:
+        suspect(
+            f,
+            "ports inside the kernel's default ephemeral range; the node's own range was not given",
+            ["sysctl net.ipv4.ip_local_port_range net.ipv4.ip_local_reserved_ports"],
+            confidence=f.confidence,
+        )
     yield f
 
 

@@ -13,6 +13,7 @@ from kpdoctor.checks.common import (
     note_version,
     quiet_if_recovered,
     start,
+    suspect,
     version_rows,
 )
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
@@ -723,7 +724,11 @@ def _assumed_no_wait(facts: Facts, assumed: list[Hit]) -> Finding:
     """kube-proxy says it runs iptables-restore without --wait, and nothing yet shows it failing:
     suspected, with what decides it."""
     f = start(facts, "KP103", assumed, confidence=Confidence.LOW, severity=Severity.INFO)
-    f.suspected = True
+    suspect(
+        f,
+        "kube-proxy's own words that it runs iptables-restore without --wait; its binary's version was not given",
+        ["kubectl -n kube-system exec <kube-proxy pod> -- iptables-restore --version"],
+    )
     f.summary = (
         "kube-proxy could not read its iptables-restore's version and runs it without --wait: while another "
         "writer holds the xtables lock, a sync then fails at once (exit status 4) instead of waiting. Whether "

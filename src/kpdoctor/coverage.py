@@ -1,0 +1,81 @@
+"""What a run could rule out: per family of causes, how many of its checks ran.
+
+"Nothing found" means little when almost nothing could run: a single pasted listing that five
+checks read says nothing of the other fifty. A run is a clean bill of health ("healthy") only
+when most checks of every family ran and nothing it found is suspected or unexplained; otherwise
+the verdict says "nothing found in what was given", names the families not ruled out and what
+to send. Computed once, after ranking, from the checks that ran and were skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE
+from kpdoctor.knowledge import CHECKS, UNEXPLAINED
+from kpdoctor.model import Coverage, FamilyCoverage, Finding, Skipped
+
+# The families of TAXONOMY.md, by the first digit of their check codes (DESIGN.md).
+FAMILIES = (
+    ("KP1", "rule sync failures"),
+    ("KP2", "rules that disagree with the cluster"),
+    ("KP3", "packet loss on the node"),
+    ("KP4", "connections lost when Pods stop"),
+)
+# A family is ruled out when at least this share of its checks ran: a node's full collection
+# runs most of them (the rest read what only a paste holds, or another proxy mode's state).
+RULED_OUT_SHARE = 0.5
+
+LIVE_COMMAND = "`kpdoctor diagnose --live` on the node (or `kpdoctor collect` there, then diagnose the bundle)"
+MAX_SEND = 4  # commands named besides the live run
+
+
+def _counted(code: str) -> bool:
+    """The checks coverage counts: not the ones that report what nothing explains (they say
+    nothing about a family)."""
+    return CHECKS[code].cause not in UNEXPLAINED
+
+
+def coverage_of(
+    findings: Sequence[Finding],
+    skipped: Sequence[Skipped],
+    only: tuple[str, ...] | None = None,
+    collected: bool = False,
+) -> Coverage:
+    """The run's coverage: ``findings`` ranked (folded ones inside), ``skipped`` the checks that
+    could not run, ``only`` the code prefixes the run was limited to (``verify``), ``collected``:
+    the evidence is a node's collection already (a bundle, --live), so what to send is only what
+    it lacked, not the live run again."""
+    codes = [c for c in CHECKS if _counted(c) and (only is None or c.startswith(only))]
+    not_run = {s.code for s in skipped}
+    families = []
+    lacking: dict[str, int] = {}
+    for prefix, name in FAMILIES:
+        mine = [c for c in codes if c.startswith(prefix)]
+        if not mine:
+            continue
+        ran = sum(1 for c in mine if c not in not_run)
+        families.append(FamilyCoverage(name, prefix, ran, len(mine), ran >= RULED_OUT_SHARE * len(mine)))
+        if ran < RULED_OUT_SHARE * len(mine):
+            for s in skipped:
+                if s.code.startswith(prefix):
+                    for kind in s.lacking[:1]:
+                        lacking[kind] = lacking.get(kind, 0) + 1
+    every = list(_all(findings))
+    unexplained = sum(1 for f in every if f.cause in UNEXPLAINED)
+    suspected = sum(1 for f in every if f.suspected)
+    ran_total = sum(1 for c in codes if c not in not_run)
+    send: list[str] = []
+    if not all(f.ruled_out for f in families):
+        if not collected:
+            send.append(LIVE_COMMAND)
+        for kind, _ in sorted(lacking.items(), key=lambda kv: -kv[1]):
+            if kind in HOW_TO_GIVE and len(send) <= MAX_SEND:
+                send.append(HOW_TO_GIVE[kind])
+    return Coverage(ran_total, len(codes), tuple(families), unexplained, suspected, tuple(send))
+
+
+def _all(findings: Iterable[Finding]) -> Iterable[Finding]:
+    for f in findings:
+        yield f
+        yield from _all(f.folded)
