@@ -649,3 +649,31 @@ def test_cycles_never_overlap_and_requests_are_answered_together() -> None:
     stop.set()
     loop.join(timeout=10)
     assert not loop.is_alive()
+
+
+def test_what_nothing_explains_never_raises_the_condition() -> None:
+    """kube-proxy's log ends with an error nothing knows, again and again: the report says so (a
+    low-confidence warning, KP140), but the agent holds it back from the Node condition and its
+    Events: an unexplained line is a lead for a reader, not a node problem."""
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+
+    log = (Path(__file__).parent / "data" / "logs" / "healthy-glog-era-2.log").read_text()
+    log += "".join(
+        f'E1204 15:{m:02d}:29.100000       1 proxier.go:900] "Frobnicating the widget failed" err="quux {m}"\n'
+        for m in range(30, 60)
+    )
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        return [
+            Collected("kube-proxy/log.txt", log.encode(), "kubectl logs"),
+            Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save"),
+        ], []
+
+    agent = Agent(AgentOptions(node="test-node", nice=0), collect=collect)
+    report = agent.run_cycle()
+    assert report is not None
+    assert any(f.code == "KP140" and f.severity.label == "warning" for f in report.visible())
+    st = agent.status()
+    assert [f.code for f in st.findings if f.code == "KP140"] == [] and any(f.code == "KP140" for f in st.held)
+    assert st.condition is not None and st.condition.status == "False", st.condition

@@ -383,6 +383,9 @@ class CheckSpec:
     # The check reads the messages catalogue's lines that name its cause itself
     # (``checks.logged.messages_naming``); KP130 leaves them to it.
     reads_messages: bool = False
+    # The check reads what the others found (it runs after them, called ``func(facts, found)``
+    # with their findings): what no finding explains is its subject (KP140, unexplained signals).
+    reads_findings: bool = False
 
     @property
     def doc(self) -> str:
@@ -441,6 +444,7 @@ def check(
     counters: Iterable[str] = (),
     reads_verification: bool = False,
     reads_messages: bool = False,
+    reads_findings: bool = False,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -448,8 +452,13 @@ def check(
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice")
         reads = reads_verification or abstains is not None
-        if len(inspect.signature(func).parameters) != (2 if reads else 1):
-            raise ValueError(f"check {code}: takes (facts, verified) exactly when it reads the verification")
+        if reads and reads_findings:
+            raise ValueError(f"check {code}: reads either the verification or the other findings, not both")
+        if len(inspect.signature(func).parameters) != (2 if reads or reads_findings else 1):
+            raise ValueError(
+                f"check {code}: takes (facts, verified) or (facts, found) exactly when it reads the verification "
+                "or the other checks' findings"
+            )
         missing = [s for s in SECTIONS if f"{s}:" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"check {code} docstring lacks sections: {', '.join(missing)}")
@@ -468,10 +477,17 @@ def check(
             tuple(counters),
             reads,
             reads_messages,
+            reads_findings,
         )
         return func
 
     return deco
+
+
+# The causes of what nothing known explains: a logged failure the catalogue names no cause for
+# (KP130), a line or counter nothing reads (KP140). A root cause found beside them folds them
+# (rank.py); the node agent does not raise its condition for them at low confidence.
+UNEXPLAINED = ("logged-failure", "unexplained-signal")
 
 
 def explained_by(cause: str) -> list[str]:

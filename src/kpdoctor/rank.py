@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kpdoctor.knowledge import explained_by
-from kpdoctor.model import Finding
+from kpdoctor.knowledge import UNEXPLAINED, explained_by
+from kpdoctor.model import Finding, Severity
 
 _ONGOING = {True: 2, None: 1, False: 0}
 
@@ -20,7 +20,8 @@ def rank(findings: list[Finding]) -> list[Finding]:
     of the same evidence (``alternative_to``) is ranked on its own and folds nothing: nothing given
     says it is the cause, so it cannot take another finding's place. A suspected cause
     (``suspected``) takes a consequence in only when no proven cause explains it: it is then the
-    lead, and says it is suspected.
+    lead, and says it is suspected. What nothing explains folds under the first proven root
+    cause (see :func:`_fold_unexplained`).
     """
     by_cause: dict[str, list[Finding]] = {}
     for f in findings:
@@ -53,4 +54,21 @@ def rank(findings: list[Finding]) -> list[Finding]:
         if f.ongoing and not parent.ongoing:
             parent.ongoing = True if parent.ongoing is None else parent.ongoing
     top.sort(key=score, reverse=True)
-    return top
+    return _fold_unexplained(top)
+
+
+def _fold_unexplained(top: list[Finding]) -> list[Finding]:
+    """What nothing explains goes under the first proven root cause at warning or above, when
+    there is one: the run has an answer, and these lines are what is left to read beside it."""
+    root = next(
+        (f for f in top if f.cause not in UNEXPLAINED and not f.suspected and f.severity >= Severity.WARNING), None
+    )
+    if root is None:
+        return top
+    rest = []
+    for f in top:
+        if f.cause in UNEXPLAINED and f.severity <= root.severity:
+            root.folded.append(f)
+        else:
+            rest.append(f)
+    return rest

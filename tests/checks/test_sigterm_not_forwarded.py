@@ -119,3 +119,42 @@ def test_containerds_stop_timeout(diagnose: Diag) -> None:
     assert h.runtime == "containerd" and h.line == 2
     (f,) = of(diagnose({"containerd.log": CONTAINERD}), "KP403")
     assert "containerd had to kill" in f.summary and "99a97d5c7094" in f.summary
+
+
+# `ps -ef` run here as PID 1's child in a new PID namespace (`unshare -fp --mount-proc`), as a
+# container shows it, pasted below the `docker exec` that printed it.
+PS_SCRIPT = """\
+$ docker exec web ps -ef
+UID          PID    PPID  C STIME TTY          TIME CMD
+root           1       0  0 23:08 ?        00:00:00 sh /tmp/docker-entrypoint.sh
+root           2       1  0 23:08 ?        00:00:00 sleep 30
+root           3       1  0 23:08 ?        00:00:00 ps -ef
+"""
+PS_TRAP = """\
+$ docker exec web ps -ef
+UID          PID    PPID  C STIME TTY          TIME CMD
+root           1       0  0 23:08 ?        00:00:00 sh -c trap "kill -TERM \\$p" TERM; sleep 30 & p=$!; ps -ef; kill $p
+root           2       1  0 23:08 ?        00:00:00 sleep 30
+root           3       1  0 23:08 ?        00:00:00 ps -ef
+"""
+
+
+def test_a_shell_pid1_with_the_app_as_its_child_is_suspected(tmp_path: Path) -> None:
+    p = tmp_path / "ps.txt"
+    p.write_text(PS_SCRIPT)
+    f = one(run([p]), "KP403")
+    assert f.suspected and f.confidence == Confidence.LOW and f.severity == Severity.WARNING
+    assert f.decided_by == ["cat /tmp/docker-entrypoint.sh", "time docker stop <container>"]
+    assert [c.line for c in f.evidence] == [3, 4] and "PID 2: `sleep 30`" in f.summary
+
+
+def test_a_shell_pid1_that_traps_term_is_not_suspected(tmp_path: Path) -> None:
+    p = tmp_path / "ps.txt"
+    p.write_text(PS_TRAP)
+    assert [f for f in run([p]).findings if f.code == "KP403"] == []
+
+
+def test_the_nodes_own_process_list_is_not_a_container(tmp_path: Path) -> None:
+    p = tmp_path / "ps.txt"
+    p.write_text(PS_SCRIPT.replace("$ docker exec web ps -ef", "$ ps -ef"))
+    assert [f for f in run([p]).findings if f.code == "KP403"] == []

@@ -45,7 +45,7 @@ from kpdoctor.collect.runner import Host, Runner
 from kpdoctor.dataplane.reuse import Carried, Reuse
 from kpdoctor.diagnose import pipeline
 from kpdoctor.facts import Facts
-from kpdoctor.model import Finding, Report, Severity
+from kpdoctor.model import Confidence, Finding, Report, Severity
 
 log = logging.getLogger("kpdoctor.agent")
 
@@ -372,9 +372,13 @@ class Agent:
         """A finding of a check that reads packet-loss counters is reported while one of those
         counters spikes (counters.py), or when the kernel's log says it happens (a timestamped
         line, not a total); otherwise it is held back, whatever settings or rules it also cites
-        (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total)."""
+        (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total). What
+        nothing explains, at low confidence, is held back too: it is for a reader of the report."""
         shown, held = [], []
         for f in findings:
+            if f.cause in knowledge.UNEXPLAINED and f.confidence <= Confidence.LOW:
+                held.append(f)  # a lead for a reader, not a node condition (or an Event)
+                continue
             spec = knowledge.CHECKS.get(f.code)
             on_counters = spec is not None and spec.counters and not any(e.artifact == KERNEL_LOG for e in f.evidence)
             if on_counters and spec is not None and not self.gate.any_spiking(spec.counters):

@@ -3,7 +3,7 @@
 Importing this package registers every check (and every log signature they use).
 """
 
-from kpdoctor.checks import logged
+from kpdoctor.checks import logged, unexplained
 from kpdoctor.checks.dataplane import (
     drop_rule,
     endpoints,
@@ -105,6 +105,7 @@ __all__ = [
     "sockets",
     "stale_udp",
     "sync_health",
+    "unexplained",
     "vip_node_address",
     "xtables_lock",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import LoggedMessage, logged_messages
@@ -23,6 +23,9 @@ from kpdoctor.messages.schema import Message
 from kpdoctor.model import Confidence, Finding, Severity
 
 UNATTRIBUTED = "logged-failure"
+# What a client printed (curl, a Go program's dial error): where the path failed, never why. What
+# it points to is a lead, at info, whatever the line's level.
+CLIENT = "client"
 MAX_MESSAGES_SHOWN = 3
 
 
@@ -80,8 +83,13 @@ def _read_by_own_check(cause: str) -> bool:
 
 
 def messages_naming(facts: Facts, cause: str) -> list[LoggedMessage]:
-    """The logged messages whose reading is ``cause`` (for a check that reads its own)."""
-    return [lm for lm in logged_messages(facts.log) if (r := reading(lm.match)) is not None and r.cause == cause]
+    """The logged messages whose reading is ``cause`` (for a check that reads its own); never a
+    client's (where the path failed is a lead for KP130, not a check's evidence)."""
+    return [
+        lm
+        for lm in logged_messages(facts.log)
+        if lm.match.message.component != CLIENT and (r := reading(lm.match)) is not None and r.cause == cause
+    ]
 
 
 def start_logged(
@@ -99,7 +107,7 @@ def start_logged(
     return f
 
 
-def _is_error(lm: LoggedMessage) -> bool:
+def is_error(lm: LoggedMessage) -> bool:
     """Was it printed as an error (klog E/F, logrus error; a node tool's or the kernel's message,
     which carry no level, counts as one)?"""
     levels = {h.level for h in lm.hits if h.level} or ({lm.match.message.level} if lm.match.message.level else set())
@@ -157,10 +165,19 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
         if said is not None and said.cause != r.cause:
             readings.append(said)
         for x in readings:
-            if not _read_by_own_check(x.cause):
+            # a client's line is never a check's own evidence (messages_naming): KP130 names it
+            if lm.match.message.component == CLIENT or not _read_by_own_check(x.cause):
                 by_cause.setdefault(x.cause, []).append((lm, x))
     for cause, items in by_cause.items():
         yield _finding(facts, cause, items)
+
+
+def _deciding(facts: Facts, cause: str) -> list[str]:
+    """What decides a suspected cause: the commands for the evidence its own checks read that
+    was not given (given, it would have been judged there)."""
+    kinds = [k for spec in CHECKS.values() if spec.cause == cause for k in (*spec.needs, *spec.needs_all)]
+    wanted = dict.fromkeys(k.value for k in kinds if not facts.has(k) and k.value in HOW_TO_GIVE)
+    return [HOW_TO_GIVE[k] for k in wanted][:3]
 
 
 def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]]) -> Finding:
@@ -193,12 +210,15 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
     else:
         f.suspected = True
         judged = [spec.code for spec in CHECKS.values() if spec.cause == cause and spec.can_run(facts)]
-        if not any(_is_error(lm) for lm, _ in items):
+        if not any(is_error(lm) for lm, _ in items):
             f.severity = Severity.INFO  # what info and warning lines point to is a lead, not an alarm
+        elif all(lm.match.message.component == CLIENT for lm, _ in items):
+            f.severity = Severity.INFO  # a client's error says where the path failed, not why
         elif judged:
             # the cause's own check read this evidence and did not find it: a lead, not an alarm
             f.severity = Severity.INFO
         f.summary = f"Suspected from what the log says: {listed}."
+        f.decided_by = _deciding(facts, cause)
         if alternatives:
             f.summary += f" The same messages can also mean: {', '.join(alternatives)}."
     # a dedicated check's finding of the same cause (or of another reading) takes these lines in

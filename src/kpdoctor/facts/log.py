@@ -265,3 +265,10 @@ def _only_reading(groups: dict[tuple[str, ...], list[tuple[Match, Hit]]], sigs: 
 @functools.cache
 def _matcher() -> Matcher:
     return Matcher(catalogue())
+
+
+def chain_read(text: str) -> tuple[str, ...] | None:
+    """The chain of catalogue messages a line reads as (outermost first, as
+    :func:`logged_messages` groups lines), or None when no message reads it."""
+    found = _matcher().match(text)
+    return chain_of(found[0]) if found else None

@@ -51,6 +51,39 @@ MEANINGS: dict[str, Meaning] = {
     "conntrack.early_drop": Meaning(
         "entries evicted early", ("conntrack.insert",), "new entries plus evictions", zero_base_uncounted=True
     ),
+    # Losses no check of its own reads (KP140 reports them as unexplained). Names as nstat prints
+    # the kernel's SNMP MIBs (include/uapi/linux/snmp.h) and conntrack its per-CPU statistics.
+    "TcpExtTCPBacklogDrop": Meaning(
+        "TCP segments dropped at a full socket backlog", ("TcpInSegs",), "TCP segments received", True
+    ),
+    "TcpExtTCPOFODrop": Meaning(
+        "out-of-order TCP segments dropped (receive memory)", ("TcpInSegs",), "TCP segments received", True
+    ),
+    "TcpExtTCPZeroWindowDrop": Meaning(
+        "TCP segments dropped at a zero window", ("TcpInSegs",), "TCP segments received", True
+    ),
+    "TcpExtTCPReqQFullDrop": Meaning(
+        "SYNs dropped at a full request queue", ("TcpPassiveOpens",), "connection attempts (passive opens plus drops)"
+    ),
+    "TcpExtTCPAbortOnMemory": Meaning(
+        "TCP connections aborted for lack of memory", ("TcpActiveOpens", "TcpPassiveOpens"), "connections opened"
+    ),
+    "IpInDiscards": Meaning(
+        "incoming IP packets discarded (no buffer space)", ("IpInReceives",), "IP packets received", True
+    ),
+    "IpOutDiscards": Meaning(
+        "outgoing IP packets discarded (no buffer space)", ("IpOutRequests",), "IP packets sent", True
+    ),
+    "IpFragFails": Meaning(
+        "IP packets that had to be fragmented and could not be (DF set)", ("IpOutRequests",), "IP packets sent", True
+    ),
+    "IpReasmFails": Meaning("IP fragments that failed to reassemble", ("IpReasmReqds",), "fragments received", True),
+    "conntrack.chaintoolong": Meaning(
+        "conntrack inserts refused: hash chain too long",
+        ("conntrack.insert",),
+        "attempted inserts",
+        zero_base_uncounted=True,
+    ),
 }
 
 

@@ -125,6 +125,7 @@ class PreStop:
     seconds: float | None = None  # the sleeps added up, when that is all it waits
     loop: str | None = None  # an unbounded wait (`while ...; do sleep 5; done`): only the grace period ends it
     text: str = ""  # the hook as written, for citing
+    fails: str | None = None  # the hook fails at once (a `sleep` given words that are not durations)
 
 
 _SLEEP = re.compile(r"(?<![\w-])sleep\s+((?:[0-9]+(?:\.[0-9]+)?[smhd]?(?=[\s;&|)]|$)\s*)+)")
@@ -202,10 +203,32 @@ def judge_script(script: str, text: str) -> PreStop:
         return PreStop(True, counted, text=text)
     if _LOOP.search(script) or re.search(r"(?<![\w-])for\s", script):
         return PreStop(True, text=text)  # a bounded loop: how long it runs is not read
+    broken = _broken_sleep(script)
+    if broken is not None:
+        return PreStop(True, 0.0, text=text, fails=broken)
     sleeps = _SLEEP.findall(script)
     if not sleeps:
         return PreStop(True, text=text)
     return PreStop(True, sum(_sleep_seconds(w) for w in sleeps), text=text)
+
+
+_SIMPLE = re.compile(r"[^;&|\n]+")
+_NOT_A_DURATION = re.compile(r"^(?:[/A-Za-z]|-)(?!nf(?:inity)?$)")
+
+
+def _broken_sleep(script: str) -> str | None:
+    """A ``sleep`` given a word that is no duration (``sleep 20 /usr/sbin/nginx -s quit``, what a
+    YAML folded scalar ``>`` makes of two lines): GNU sleep then prints "invalid time interval"
+    (or "invalid option" for a word starting with -) and exits at once, so the hook waits nothing
+    and the rest never runs. The command,
+    or None (a variable, ``$DELAY``, is not judged)."""
+    for m in _SIMPLE.finditer(script):
+        words = m.group(0).split()
+        if len(words) < 2 or words[0].rsplit("/", 1)[-1] != "sleep":
+            continue
+        if any(_NOT_A_DURATION.match(w) and w not in ("inf", "infinity") for w in words[1:]):
+            return " ".join(words)
+    return None
 
 
 _FOR = re.compile(r"(?<![\w-])for\s+\w+\s+in\s+([^;\n]*?)\s*(?:;|\n)\s*do\b(.*?)(?<![\w-])done\b", re.S)
@@ -260,7 +283,9 @@ def no_prestop(facts: Facts, verified: Verified) -> Iterator[Finding]:
         stopped accepting.
     How it is detected: containers of workloads that back a Service (without Services in the
         evidence: workloads that look like servers, at low confidence) without a
-        `lifecycle.preStop` hook; a pasted fragment that leaves `lifecycle` out is not judged.
+        `lifecycle.preStop` hook, or one that fails at once (a `sleep` given words that are no
+        duration: `sleep 20 /usr/sbin/nginx -s quit`, what a YAML folded scalar makes of two
+        lines); a pasted fragment that leaves `lifecycle` out is not judged.
         Info by default (many applications tolerate it); a warning for
         a Service whose node rules still send traffic to backends that are gone (the
         verification's stale backends: the evidence of errors during a rollout).
@@ -275,7 +300,8 @@ def no_prestop(facts: Facts, verified: Verified) -> Iterator[Finding]:
     missing = []
     for w in served_workloads(facts):
         hooks = [prestop(c, is_fragment(w.obj)) for c in w.containers()]
-        if hooks and all(h.present is False for h in hooks):  # a fragment without lifecycle: unknown
+        # a fragment without lifecycle: unknown; a hook that fails at once waits nothing
+        if hooks and all(h.present is False or h.fails is not None for h in hooks):
             missing.append(w)
     if not missing:
         return
@@ -303,6 +329,14 @@ def no_prestop(facts: Facts, verified: Verified) -> Iterator[Finding]:
                 + (NO_SERVICE_NOTE if assumed else "")
             ),
         )
+        failing = [h.fails for w in group for c in w.containers() if (h := prestop(c, is_fragment(w.obj))).fails]
+        if failing:
+            f.summary += (
+                f" Its preStop hook fails at once: `{failing[0]}` gives sleep words that are no duration, so sleep "
+                "exits at once with an error (GNU sleep: \"invalid time interval\", or \"invalid option\" for a "
+                "word starting with -) without waiting (a YAML folded scalar `>` joins the "
+                "script's lines into one command: use `|`, or separate the commands with `;`)."
+            )
         f.subject = _subject(group[0])
         f.evidence = [w.cite for w in group[:5]]
         f.fix = [

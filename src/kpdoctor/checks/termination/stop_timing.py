@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.entrypoint import Entrypoint, analyse
+from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse
+from kpdoctor.parse.system import parse_processes
 from kpdoctor.parse.timing import RuntimeStop, TimedStop, is_term, run_command, runtime_stops, timed_stops
 
 FIX_EXEC = (
@@ -32,7 +33,7 @@ FIX_APP = "Make sure the application handles SIGTERM: stop accepting, finish in-
     cause="sigterm-not-forwarded",
     title="A container stopped only when its stop timeout ran out: PID 1 did not exit on SIGTERM",
     severity=Severity.WARNING,
-    needs=[Kind.STOP_TIMING, Kind.RUNTIME_LOG],
+    needs=[Kind.STOP_TIMING, Kind.RUNTIME_LOG, Kind.PROCESSES],
 )
 def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
     """Stopping a container takes exactly its stop timeout: SIGTERM did nothing and the process was killed.
@@ -59,7 +60,11 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         is named (high confidence when it is a shell that does not pass SIGTERM on); otherwise
         medium: an application that shuts down slower than the timeout looks the same.
         dockerd's "failed to exit within 10 seconds of kill" (not even SIGKILL worked) is not
-        this.
+        this. Suspected (the stop itself not shown): a process list taken inside a container
+        (`docker exec X ps`, `kubectl exec ... -- ps`) whose PID 1 is a shell running a script
+        while the application runs as its child: the script did not `exec` it, and a shell as
+        PID 1 passes SIGTERM on only when the script traps it (the script, or a timed stop,
+        decides).
     Fix: start the application with `exec`, or under an init that forwards signals (`docker run
         --init`, tini, dumb-init), or trap TERM and forward it; make the application handle
         SIGTERM. If it does and simply needs longer, raise the timeout (`docker stop -t`,
@@ -76,6 +81,47 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         hits = runtime_stops(a.read_text())
         if hits:
             yield _runtime(facts, a, hits)
+    for a in facts.of(Kind.PROCESSES):
+        if a.attrs.get("scope") == "container" and (f := _shell_as_pid1(facts, a)) is not None:
+            yield f
+
+
+def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
+    """A container's process list whose PID 1 is a shell with the application as its child
+    (a script that did not `exec` it): the stop signal reaches the shell only, which passes it
+    on only if the script traps it. What proves it (a timed stop, the script) is not shown."""
+    procs = parse_processes(a.read_text(), a.first_line)
+    pid1 = next((p for p in procs if p.pid == 1), None)
+    if pid1 is None or pid1.program not in SHELLS:
+        return None
+    children = [p for p in procs if p.pid != 1 and p.program not in ("ps", *SHELLS) and p.ppid in (None, 1)]
+    if not children:
+        return None
+    judged = analyse(pid1.argv, [])
+    if judged is not None and judged.forwards is not False:
+        return None  # an `sh -c` script that execs or forwards (parse/entrypoint.py)
+    child = children[0]
+    f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.evidence = [Cite(a.name, pid1.line, pid1.command), Cite(a.name, child.line, child.command)]
+    f.summary = (
+        f"In this container PID 1 is `{_short(pid1.command)}`, a shell, and the application runs as its child "
+        f"(PID {child.pid}: `{_short(child.command)}`): the script did not `exec` it. On a stop, SIGTERM goes to "
+        "PID 1 only; a shell passes it on only when the script traps TERM, so the application is killed when the "
+        "stop timeout (the grace period) runs out, mid-request." + (f" {judged.reason}." if judged is not None else "")
+    )
+    script = next((w for w in pid1.argv[1:] if not w.startswith("-")), None)
+    suspect(
+        f,
+        "a shell as PID 1 with the application as its child; whether the script traps TERM is not shown",
+        ([f"cat {script}"] if script else []) + ["time docker stop <container>"],
+    )
+    f.summary += (
+        f" `cat {script}` inside the container decides (an `exec` of the application, or a `trap` on TERM, clears it)"
+        if script
+        else " The script decides"
+    ) + "; so does a timed stop: one that takes the whole timeout means SIGTERM did nothing."
+    f.fix = [FIX_EXEC, FIX_APP]
+    return f
 
 
 def _pid1(facts: Facts, a: Artifact, stop: TimedStop) -> tuple[Entrypoint, Cite] | None:

@@ -1,0 +1,438 @@
+"""KP140: what says something went wrong and nothing known reads, reported rather than dropped.
+
+A kube-proxy error line no signature and no catalogue message knows, a node tool's or the
+kernel's error, a packet-loss counter no check reads: kpdoctor cannot say what they mean, but
+a report that leaves them out reads as "the node is fine" (DESIGN.md: never a false all-clear).
+Each is reported as unexplained, grouped by what it says, counted, with its first and last line,
+and with what to send next; a root cause found in the same run folds them under it (rank.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.checks.common import start
+from kpdoctor.checks.logged import is_error, reading
+from kpdoctor.checks.node.common import MEANINGS, read_counters
+from kpdoctor.facts import Facts
+from kpdoctor.facts.log import chain_of, chain_read, logged_messages
+from kpdoctor.knowledge import CHECKS, catalogue, check, message_form
+from kpdoctor.messages.templates import regex_of
+from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
+
+CAUSE = "unexplained-signal"
+MAX_GROUPS = 12  # findings for distinct unexplained lines; the rest are counted in the last one
+MAX_CANDIDATES = 20_000  # candidate lines looked at per artifact (a log of nothing but errors)
+LATEST_SHARE = 0.1  # "the latest interval": the last tenth of a log's lines
+MIN_LINES_FOR_INTERVAL = 20  # a shorter paste has no "latest interval" to speak of
+
+# A line that carries a level: klog's header (anywhere: wrappers come first), logrus' key. Two
+# scans, each with a literal start the regular expression engine finds fast (one alternation of
+# both is six times slower on a large log).
+_LEVELLED = (re.compile(r"[EWF]\d{4} \d\d:\d\d:\d\d"), re.compile(r"level=(?:error|fatal|panic|warn)"))
+# A node tool's own error line: the program's name (and version banner) before its message,
+# as iptables, ipset, conntrack, modprobe, sysctl print them; nft's and ip's own forms.
+_TOOL = re.compile(
+    r"(?:(?P<tool>ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?|ebtables|arptables|ipset|ipvsadm|conntrack|"
+    r"nft|modprobe|insmod|sysctl|ethtool|tc)(?: v?\d[\w.~+-]*(?: \([^)]*\))?)?: |(?P<bare>Error: |RTNETLINK "
+    r"answers: |FATAL: |ERROR: ))(?P<msg>\S.*)"
+)
+# What in a kubelet's (or an unnamed writer's) line concerns the Service path on the node.
+_PROXY_WORDS = re.compile(
+    r"iptables|ip6tables|nftables|\bnft\b|\bKUBE-|conntrack|ipvs|IPVS|ipset|hairpin|masquerade|br_netfilter|"
+    r"bridge-nf|ip_forward|kube-proxy|proxier|[Ee]ndpoint[Ss]lice|nodePort|NodePort|clusterIP|ClusterIP"
+)
+# The kernel: a networking subsystem's prefix opening the message ("nf_conntrack: ...", "IPVS:
+# ...", "TCP: ...", "cni0: port 2(veth1) ..."), and words that say something failed.
+_KERNEL_NET = re.compile(
+    r"^(?:nf_conntrack|nf_tables|nf_nat|nf_ct_\w+|netfilter|x_tables|ip6?_tables|xt_\w+|ipt_\w+|nft_\w+|IPVS|ip_vs\w*|"
+    r"TCP|UDP|neighbour|br_netfilter|bridge|cni\d*|cbr\d*|docker\d*|flannel\.\d+|vxlan\w*|veth\w*|eth\d+\w*|"
+    r"ens\w+|eno\w+|enp\w+|bond\d+|NETDEV WATCHDOG|net_ratelimit)\b"
+)
+_KERNEL_BAD = re.compile(
+    r"\b(?:[Ee]rror|[Ff]ail(?:ed|ure|s)?|[Dd]rop(?:ping|ped|s)?|overflow|timed? ?out|refus\w*|denied|invalid|"
+    r"[Uu]nable|cannot|can't|not found|exceed\w*|full|no memory|out of memory)\b|\bBUG\b|\bWARNING\b|Oops"
+)
+# A kernel oops or warning in networking code, whatever its words (its trace names the code).
+_KERNEL_OOPS = re.compile(r"^(?:BUG: |kernel BUG at |general protection fault|WARNING: CPU: \d+ PID: \d+ at net/)")
+_DMESG = re.compile(r"\[\s*\d+\.\d+\] (?:kernel: )?|kernel: ")
+_NORMALISE = (
+    (re.compile(r'"(?:[^"\\]|\\.)*"'), '"…"'),
+    (re.compile(r"\b[0-9a-f]{8,}\b|\b[0-9a-f:]*::[0-9a-f:]*\b"), "X"),
+    (re.compile(r"\d+"), "N"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+@dataclass(slots=True)
+class Group:
+    """Lines that say the same thing (the same message with other numbers and names)."""
+
+    writer: str  # kube-proxy, kubelet, the tool's name, kernel, or "a log"
+    message: str  # the first line's message, unwrapped
+    error: bool  # printed as an error (not a warning)
+    artifact: str
+    lines: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of each occurrence kept
+    times: list[str] = field(default_factory=list)
+    last_position: float = 0.0  # where the last one sits in its log (0 first line, 1 last)
+    log_lines: int = 0
+    read_as: list[str] = field(default_factory=list)  # signatures that read it (their checks said nothing)
+    count: int | None = None  # every occurrence, when ``lines`` is a sample (a scan's kept hits)
+    still: bool | None = None  # ongoing as the scan's sync timeline says (a catalogue message's lines)
+    from_scan: bool = False
+
+    def occurrences(self) -> int:
+        return self.count if self.count is not None else len(self.lines)
+
+    def ongoing(self) -> bool | None:
+        """Seen again in the latest interval of its log (None: a paste too short to tell)."""
+        if self.from_scan:
+            return self.still if self.occurrences() > 1 else (None if self.still is None else False)
+        if self.log_lines < MIN_LINES_FOR_INTERVAL:
+            return None
+        return len(self.lines) > 1 and self.last_position >= 1 - LATEST_SHARE
+
+
+@functools.cache
+def _signatures() -> tuple[tuple[str, str, str], ...]:
+    """(id, needle, pattern) of every line kpdoctor knows: a check's signature, or a catalogue
+    message of any class, routine ones too."""
+    return tuple((s.id, s.needle, s.pattern) for s in catalogue())
+
+
+def signatures_of(text: str) -> set[str]:
+    """The ids of the signatures and catalogue messages that read this line."""
+    return {sid for sid, needle, pattern in _signatures() if needle in text and regex_of(pattern).search(text)}
+
+
+def routine(sig_ids: set[str]) -> bool:
+    """Does the catalogue know the line as routine (it never counts, whatever else reads it)?"""
+    return any((form := message_form(sid)) is not None and form.message.kind == "benign" for sid in sig_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """What the other checks' findings (and what they fold) explain: the lines they cite, the
+    checks' own signatures those lines match, and the catalogue messages they read as (the same
+    message elsewhere in the log is the same failure, explained once; a wrapper is the same
+    message only with the same payload)."""
+
+    lines: frozenset[tuple[str, int | None]]
+    signatures: frozenset[str]
+    chains: frozenset[tuple[str, ...]]
+
+    @classmethod
+    def by(cls, found: Sequence[Finding]) -> Explained:
+        cites: list[Cite] = []
+        todo = list(found)
+        while todo:
+            f = todo.pop()
+            cites += f.evidence
+            todo += f.folded
+        sigs: set[str] = set()
+        chains: set[tuple[str, ...]] = set()
+        for text in {c.text for c in cites}:
+            sigs |= {s for s in signatures_of(text) if message_form(s) is None}
+            if (chain := chain_read(text)) is not None:
+                chains.add(chain)
+        return cls(frozenset((c.artifact, c.line) for c in cites), frozenset(sigs), frozenset(chains))
+
+
+def normalised(message: str) -> str:
+    out = message
+    for rx, repl in _NORMALISE:
+        out = rx.sub(repl, out)
+    return out.strip()[:160]
+
+
+def _signal(line: str) -> tuple[str, str, bool, str | None] | None:
+    """(writer, message, is an error, timestamp) of a line that says something went wrong, or
+    None. Levelled lines count when kube-proxy (or an all-in-one binary running it, or a writer
+    the line does not name) wrote them, or kubelet about the Service path; a tool's error line
+    counts whoever printed it."""
+    u = unwrap(line.rstrip("\r"))
+    inner = u.inner
+    head = KLOG_HEADER.search(inner)
+    if head is not None and head.start() <= 40:
+        level = head.group("level")
+        if level == "I":
+            return None
+        message = inner[head.end() :]
+        writer = writer_of(u.source, inner[head.start() :], message)
+        when = u.timestamp or f"{head.group('mm')}-{head.group('dd')} {head.group('time')}"
+        return _levelled(writer, message, level in "EF", when)
+    lr = LOGRUS.search(inner)
+    if lr is not None:
+        level = lr.group("level").lower()
+        if level not in ("error", "fatal", "panic", "warn", "warning"):
+            return None
+        message = inner[lr.end() :]
+        writer = writer_of(u.source, inner, message)
+        return _levelled(writer, message, level in ("error", "fatal", "panic"), u.timestamp or lr.group("ts"))
+    dmesg = _DMESG.match(inner)
+    if dmesg is not None or (u.ident or "").lower() == "kernel":
+        message = inner[dmesg.end() :] if dmesg is not None else inner
+        return ("kernel", message, True, u.timestamp) if _kernel_signal(message) else None
+    tool = _TOOL.match(inner.lstrip("$# "))
+    if tool is not None:
+        name = tool.group("tool") or tool.group("bare").split(":")[0].split()[0].lower()
+        return name, tool.group("msg"), True, u.timestamp
+    return None
+
+
+def _levelled(
+    writer: str | None, message: str, error: bool, when: str | None
+) -> tuple[str, str, bool, str | None] | None:
+    if writer in (None, "kube-proxy") or (writer or "") in ALL_IN_ONE:
+        if writer is None and not _PROXY_WORDS.search(message):
+            return None  # an unnamed writer's line that is not about the Service path
+        return writer or "a log", message, error, when
+    if writer == "kubelet" and _PROXY_WORDS.search(message):
+        return writer, message, error, when
+    return None  # another component's (a CNI's, CoreDNS'...): not kube-proxy's or the node's
+
+
+def _kernel_signal(message: str) -> bool:
+    """A kernel line that says networking failed: a networking subsystem's message with a word
+    of failure in it, or an oops."""
+    text = message.strip()
+    return bool(_KERNEL_NET.match(text) and _KERNEL_BAD.search(text)) or bool(_KERNEL_OOPS.match(text))
+
+
+def _candidates(text: str) -> Iterator[tuple[int, str]]:
+    """(line index, line) of the lines that may be signals: levelled warning/error lines found
+    by one scan of the whole text, and in a short text (a paste) every line (a tool's error has
+    no marker a scan could look for)."""
+    if len(text) < 2_000_000:
+        yield from enumerate(text.splitlines())
+        return
+    starts = sorted({m.start() for rx in _LEVELLED for m in rx.finditer(text)})
+    pos = lineno = 0
+    last_line = -1
+    for seen, at in enumerate(starts):
+        if seen >= MAX_CANDIDATES:
+            return
+        start = text.rfind("\n", 0, at) + 1
+        if start == last_line:
+            continue  # two marks on one line
+        last_line = start
+        end = text.find("\n", at)
+        lineno += text.count("\n", pos, start)
+        pos = start
+        yield lineno, text[start : end if end >= 0 else len(text)]
+
+
+def _line_groups(facts: Facts, explained: Explained) -> list[Group]:
+    groups: dict[tuple[str, str], Group] = {}
+    for a in facts.of(Kind.KUBE_PROXY_LOG):
+        _read_log(a, groups)
+    for a in facts.of(Kind.KERNEL_LOG):  # a tool's error pasted among the kernel's lines
+        _read_log(a, groups, kernel_lines=False)
+    for a, k in facts.node_state.kernel_log:
+        if _kernel_signal(k.message):
+            g = groups.setdefault(("kernel", normalised(k.message)), Group("kernel", k.message, True, a.name))
+            g.lines.append((k.line, k.text))
+            g.times += [k.timestamp] if k.timestamp else []
+    out = _catalogued(facts, explained)
+    for g in groups.values():
+        if any((g.artifact, n) in explained.lines for n, _ in g.lines):
+            continue  # a finding cites it
+        sigs = signatures_of(g.lines[0][1]) | signatures_of(g.message)
+        if routine(sigs) or sigs & explained.signatures or any(message_form(s) is not None for s in sigs):
+            continue  # routine, the same message a finding cites, or a catalogue message (read above)
+        g.read_as = sorted(sigs)
+        out.append(g)
+    return out
+
+
+def _catalogued(facts: Facts, explained: Explained) -> list[Group]:
+    """The catalogue's failure messages (any level, any program: the kernel's and the tools'
+    too) that no finding took up: a dedicated check read them and found nothing, and KP130 left
+    them to it."""
+    out = []
+    for lm in logged_messages(facts.log):
+        if reading(lm.match) is None:
+            continue  # routine
+        sigs = {h.sig for h in lm.hits}
+        if chain_of(lm.match) in explained.chains or any((h.artifact, h.line) in explained.lines for h in lm.hits):
+            continue
+        first = lm.hits[0]
+        head = KLOG_HEADER.match(first.text)
+        g = Group(
+            lm.match.message.component,
+            first.text[head.end() :].strip() if head is not None else first.text.strip(),
+            is_error(lm),
+            first.artifact,
+            lines=[(h.line, h.text.strip()) for h in lm.hits],
+            times=[h.timestamp for h in lm.hits if h.timestamp],
+            read_as=sorted(lm.read_by or sigs),
+            count=lm.count,
+            still=facts.log.ongoing(lm.hits),
+            from_scan=True,
+        )
+        out.append(g)
+    return out
+
+
+def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: bool = True) -> None:
+    """The signals of one log (``kernel_lines``: its kernel lines too; a kernel log's are read
+    from its own parse, which knows every format dmesg and journald print)."""
+    text = a.read_text()
+    total = max(1, text.count("\n") + 1)
+    for i, line in _candidates(text):
+        sig = _signal(line)
+        if sig is None:
+            continue
+        writer, message, error, when = sig
+        if writer == "kernel" and not kernel_lines:
+            continue
+        key = normalised(message)
+        g = groups.setdefault((writer, key), Group(writer, message.strip(), error, a.name, log_lines=total))
+        g.lines.append((a.first_line + i, line.strip()))
+        g.error = g.error or error
+        if when:
+            g.times.append(when)
+        g.last_position = i / total if total > 1 else 1.0
+
+
+def _what_to_send(writer: str) -> str:
+    if writer == "kernel":
+        return "Send the whole `dmesg -T` around these lines, `uname -r` and `lsmod`."
+    if writer in ("kube-proxy", "a log") or writer in ALL_IN_ONE:
+        return (
+            "Send kube-proxy's log around these lines (`kubectl -n kube-system logs <kube-proxy pod> --timestamps`, "
+            "`-p` after a restart), its version, and the node's rules (`iptables-save`, `ipvsadm -Ln` or "
+            "`nft list ruleset`), or run `kpdoctor diagnose --live` on the node."
+        )
+    if writer == "kubelet":
+        return "Send kubelet's log around these lines (`journalctl -u kubelet`) and the node's `iptables-save`."
+    return (
+        f"Send the whole command that printed it, its `--version`, and the node's rules (`iptables-save`, "
+        f"`ipset list`, `nft list ruleset`): {writer}'s message names what it refused."
+    )
+
+
+def _line_finding(facts: Facts, g: Group, rest: list[Group]) -> Finding:
+    ongoing = g.ongoing()
+    severity = Severity.WARNING if ongoing and g.error else Severity.INFO
+    f = start(facts, "KP140", [], confidence=Confidence.LOW, severity=severity)
+    f.title = f"A{'n error' if g.error else ' warning'} {g.writer} printed that nothing known explains"
+    shown = g.lines[:1] + g.lines[-1:] if len(g.lines) > 1 else g.lines
+    f.evidence = [Cite(g.artifact, n, text) for n, text in shown]
+    f.occurrences = g.occurrences()
+    f.first_seen, f.last_seen = (g.times[0], g.times[-1]) if g.times else (None, None)
+    f.ongoing = ongoing
+    f.summary = (
+        f"{g.writer} printed `{g.message[:240]}`"
+        + (f" {g.occurrences()} times" if g.occurrences() > 1 else "")
+        + (
+            f": {', '.join(g.read_as[:3])} read{'s' if len(g.read_as) == 1 else ''} it, and no check found "
+            "a cause in it. "
+            if g.read_as
+            else ": no check and no message of the catalogue reads it, so kpdoctor cannot say what it means. "
+        )
+        + "It is reported so that it is not taken for a clean bill of health."
+    )
+    if rest:
+        more = sum(r.occurrences() for r in rest)
+        f.summary += f" {len(rest)} more such message(s) ({more} line(s)), first: `{rest[0].message[:120]}`."
+        f.evidence += [Cite(r.artifact, r.lines[0][0], r.lines[0][1]) for r in rest[:3]]
+    f.confidence_reason = (
+        "a line no check found a cause in" if g.read_as else "a line no known message matches: its meaning is unknown"
+    )
+    f.fix = [_what_to_send(g.writer)]
+    return f
+
+
+def _owned_counters() -> set[str]:
+    return {c for spec in CHECKS.values() for c in spec.counters}
+
+
+def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
+    """Loss counters no check reads, non-zero: growing between two snapshots (ongoing, a
+    warning), or a since-boot total that is a large share of its traffic, or whose traffic
+    was not given (info: when it happened is unknown)."""
+    names = [n for n in MEANINGS if n not in _owned_counters()]
+    if not names:
+        return
+    reading = read_counters(facts.node_state, names)
+    totals = [
+        t
+        for t in reading.totals
+        if (t.share is None or t.share >= 0.01) and (t.sample.cite.artifact, t.sample.cite.line) not in explained.lines
+    ]
+    if not reading.growing and not totals:
+        return
+    f = start(
+        facts, "KP140", [], confidence=Confidence.LOW, severity=Severity.WARNING if reading.growing else Severity.INFO
+    )
+    f.title = "Packet-loss counters that no check explains"
+    f.evidence = list(
+        dict.fromkeys(
+            [c for _, ch in reading.growing for c in (ch.first.cite, ch.last.cite)] + [t.sample.cite for t in totals]
+        )
+    )
+    said = "; ".join([ch.describe(n) for n, ch in reading.growing] + [t.describe() for t in totals])
+    f.summary = f"The node counts losses no check reads: {said}. kpdoctor cannot name what causes them."
+    f.ongoing = True if reading.growing else None
+    f.confidence_reason = "counters that count losses; what causes them is not in the evidence"
+    f.fix = [
+        "Send two snapshots a minute apart of `nstat -az` (or `netstat -s`) and `conntrack -S`, with `sysctl -a`, "
+        "`ip -s link` and `dmesg -T`, or run `kpdoctor diagnose --live` on the node."
+    ]
+    yield f
+
+
+def _rank_key(g: Group) -> tuple[int, int, int]:
+    return (int(bool(g.ongoing())), int(g.error), g.occurrences())
+
+
+@check(
+    "KP140",
+    cause=CAUSE,
+    title="An error line or a loss counter that nothing known explains",
+    severity=Severity.INFO,
+    needs=[
+        Kind.KUBE_PROXY_LOG,
+        Kind.KERNEL_LOG,
+        Kind.NSTAT,
+        Kind.NETSTAT,
+        Kind.CONNTRACK_STATS,
+        Kind.NF_CONNTRACK_STAT,
+    ],
+    reads_findings=True,
+)
+def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Finding]:
+    """Something says it went wrong, and kpdoctor does not know what it means.
+
+    Symptom: an error or warning line of kube-proxy (or of kubelet about the Service path), a
+        node tool's error (iptables, ipset, conntrack, nft, modprobe, sysctl, ip), a kernel
+        networking message that says something failed, or a packet-loss counter that grows.
+    Cause: unknown: no check reads it and the messages catalogue does not know it. Reporting it
+        keeps a report from reading as "the node is fine" when the evidence says otherwise.
+    How it is detected: after every other check, every line of kube-proxy's and the kernel's
+        logs (and pasted log lines) that carries an error or warning level, or a tool's error
+        form, grouped by what it says with numbers and names taken out. A group is explained
+        when a finding cites one of its lines or a line of the same message (signature or
+        catalogue entry), and never counts when the catalogue knows it as routine; another
+        component's lines (a CNI's, CoreDNS') are left out. Loss counters no other check reads
+        count when they grow between two snapshots, or when a since-boot total is at least 1%
+        of its traffic or its traffic was not given. Info at low confidence; a warning only
+        while ongoing (an error seen again in the last tenth of its log, or a counter growing).
+        A root cause found in the same run folds them under it; the node agent's condition
+        and Events leave them out.
+    Fix: none to give: the finding says what to send next so that the line can be read (and,
+        when it matters, added to the catalogue).
+    References: https://github.com/kubernetes/kubernetes/tree/master/pkg/proxy
+    """
+    explained = Explained.by(found)
+    groups = sorted(_line_groups(facts, explained), key=_rank_key, reverse=True)
+    shown, rest = groups[:MAX_GROUPS], groups[MAX_GROUPS:]
+    for i, g in enumerate(shown):
+        yield _line_finding(facts, g, rest if i == len(shown) - 1 else [])
+    yield from _counter_findings(facts, explained)
