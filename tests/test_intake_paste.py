@@ -43,6 +43,67 @@ def test_a_log_pasted_into_a_markdown_list_and_quote_is_read_with_its_line_numbe
     assert _causes(p) == _causes(XTABLES_LOG)
 
 
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_log_broken_at_a_terminals_width_is_joined_back_on_its_lines(tmp_path: Path, width: int) -> None:
+    """`fold -w 80` (what a terminal or a mail client does to a long line): each record is whole
+    again on its first line, the lines its other pieces were on are empty, and the cause and the
+    cited line are those of the log as printed."""
+    log = XTABLES_LOG.read_text()
+    folded = []
+    for line in log.splitlines():
+        folded += [line[i : i + width] for i in range(0, len(line), width)] or [""]
+    p = tmp_path / "folded.log"
+    p.write_text("\n".join(folded) + "\n")
+    un = unwrap_paste(p.read_text())
+    assert un.removed == ("hard line breaks",)
+    assert [ln for ln in un.text.splitlines() if ln] == [ln for ln in log.splitlines() if ln]
+    rep, _ = diagnose_paths([p])
+    whole, _ = diagnose_paths([XTABLES_LOG])
+    assert [f.cause for f in rep.findings] == [f.cause for f in whole.findings]
+    lines = p.read_text().splitlines()
+    for c in rep.findings[0].evidence:  # each cited line is where the record starts in the folded file
+        assert c.line is not None and c.text[:20] in lines[c.line - 1]
+
+
+def test_a_padded_table_is_not_taken_for_a_wrapped_text() -> None:
+    """ufw's numbered status pads its columns, so many rows end at the same column: rows, not a wrap."""
+    table = (DATA / "node" / "ufw" / "status-numbered-pods.txt").read_text()
+    assert "hard line breaks" not in unwrap_paste(table).removed
+
+
+def test_log_lines_between_a_yamls_lines_are_read_apart(tmp_path: Path) -> None:
+    """A Deployment's YAML (posted) with a CoreDNS log (posted) tailing into it, a line every
+    fourth: the YAML is read as if alone, on its own line numbers, and the log lines apart."""
+    yaml_text = (CASES / "k8s-43576" / "zero-downtime-test.yaml").read_text().splitlines()
+    other = [ln for ln in (CASES / "coredns-2087" / "coredns.log").read_text().splitlines() if "[INFO]" in ln]
+    mixed = []
+    for i, ln in enumerate(yaml_text):
+        mixed.append(ln)
+        if i % 4 == 3:
+            mixed.append(other[i % len(other)])
+    p = tmp_path / "mixed.txt"
+    p.write_text("\n".join(mixed) + "\n")
+    alone, _ = diagnose_paths([CASES / "k8s-43576" / "zero-downtime-test.yaml"])
+    rep, ev = diagnose_paths([p])
+    assert [f.cause for f in rep.findings] == [f.cause for f in alone.findings] != []
+    kinds = sorted(a.kind.value for a in ev.artifacts)
+    assert "Kubernetes objects" in kinds
+    (objects,) = [a for a in ev.artifacts if a.kind == Kind.K8S_OBJECTS]
+    lines = objects.text.splitlines()
+    assert all(not ln or ln in yaml_text for ln in lines) and len(lines) == len(mixed)
+
+
+def test_notes_in_another_language_between_rules_are_left_out(tmp_path: Path) -> None:
+    rules = (DATA / "iptables" / "real" / "legacy-S.txt").read_text().splitlines()
+    noted = [*rules[:3], "# 这里开始报错", *rules[3:6], "// здесь ошибка", *rules[6:]]
+    p = tmp_path / "rules.txt"
+    p.write_text("\n".join(noted) + "\n")
+    ev = load([p])
+    (art,) = ev.artifacts
+    assert art.kind == Kind.IPTABLES_RULES_S and "2 note line(s) left out" in art.attrs["paste"]
+    assert "报错" not in art.text and art.text.splitlines()[6] == rules[5]
+
+
 def test_grep_n_prefixes_and_separators_are_taken_off() -> None:
     log = XTABLES_LOG.read_text().splitlines()
     grepped = [f"{i}:{line}" for i, line in enumerate(log[:3], 10)] + ["--"] + [f"40-{log[3]}"]

@@ -5,7 +5,11 @@ name and line number to each line (and put ``--`` between groups), and a single 
 in backticks. Each of these is undone line by line, never joining, splitting or dropping a line,
 so line N of the result is line N of the user's file and evidence citations stay right.
 
-Used only for text that is not recognised as it is: a file that reads well is never rewritten.
+A hard wrap (a terminal or a mail client that broke every long line at the same column) is the
+one exception to "never joining": each broken line is joined back onto its first piece and the
+lines its other pieces were on are left empty, so that line N is still line N.
+
+Used only for text that is not recognised as it is, or that reads better without its wrapping.
 """
 
 from __future__ import annotations
@@ -113,12 +117,77 @@ def _dedent(lines: list[str]) -> tuple[list[str], int]:
     return [ln[cut:] if ln.strip() else "" for ln in lines], cut
 
 
+# Columns terminals and mail clients wrap at: a single line broken there is a wrap.
+_TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240})
+# What starts a line of its own, never a wrapped line's next piece: a log record's header or
+# timestamp, a dmesg time, a rule, a table line, a prompt, a comment, an indented block's line
+# (a tab or two spaces: a piece may start with the one space the break fell before).
+_STARTS_A_LINE = re.compile(
+    r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
+    r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|$)"
+)
+_MIN_WRAP = 60
+# A shell prompt: a command line that ends exactly at a terminal's width is followed by its output.
+_PROMPT = re.compile(r"^(?:[\w.-]+@[\w.-]+\S*\s?[#$%]|\[[^\]]+\][#$]|[#$]) ")
+
+
+def _shape(text: str) -> str:
+    """A line's opening, as its kinds of characters ("[ 1] 22/tcp" -> "[ 9] 9")."""
+    return re.sub(r"[A-Za-z]", "a", re.sub(r"\d", "9", text[:6]))
+
+
+def _continues(line: str, nxt: str) -> bool:
+    """Can ``nxt`` be the next piece of ``line`` broken at its end? Not when it starts a line of
+    its own, when it opens as ``line`` does (the next row of a table), or when ``line`` ends in
+    padding (a table's column filled to the width)."""
+    body = line.rstrip("\r")
+    return (
+        bool(nxt.strip()) and not _STARTS_A_LINE.match(nxt) and _shape(nxt) != _shape(body) and not body.endswith("  ")
+    )
+
+
+def _hard_wrapped(lines: list[str]) -> list[str] | None:
+    """Lines broken at one column joined back (see the module docstring), or None. The column
+    is the longest line's length when several lines end exactly there (a wall no natural text
+    has), or one line does at a terminal's width (not a prompt's: its output follows); a line is
+    joined to the next only when the next does not start a line of its own (a record's header,
+    a rule, an indented line)."""
+    lengths = [len(ln.rstrip("\r")) for ln in lines]
+    width = max(lengths, default=0)
+    if width < _MIN_WRAP:
+        return None
+    at_wall = [i for i, n in enumerate(lengths[:-1]) if n == width and _continues(lines[i], lines[i + 1])]
+    if not at_wall or (len(at_wall) < 2 and (width not in _TERMINAL_WIDTHS or _PROMPT.match(lines[at_wall[0]]))):
+        return None
+    out = list(lines)
+    i = 0
+    while i < len(out) - 1:
+        if len(out[i].rstrip("\r")) != width or not _continues(out[i], out[i + 1]):
+            i += 1
+            continue
+        head, j = out[i].rstrip("\r"), i + 1
+        while j < len(out) and out[j] and _continues(lines[i], out[j]):
+            piece = out[j].rstrip("\r")
+            head += piece
+            out[j] = ""
+            j += 1
+            if len(piece) != width:
+                break  # the last piece of this line
+        out[i] = head
+        i = j
+    return out
+
+
 def unwrap_paste(text: str) -> Unwrapped:
     """The text as the command printed it, as far as the wrapping can be told from the text."""
     lines = text.split("\n")
     removed: list[str] = []
     for _ in range(3):  # a quoted, indented grep: each layer once, outermost first
         before = len(removed)
+        joined = _hard_wrapped(lines) if "hard line breaks" not in removed else None
+        if joined is not None:
+            lines = joined
+            removed.append("hard line breaks")
         if _share(lines, _QUOTE) >= _MOST:
             while _share(lines, _QUOTE) >= _MOST:  # "> > nested" quotes
                 lines = [_QUOTE.sub("", ln, count=1) for ln in lines]
@@ -145,3 +214,52 @@ def unwrap_paste(text: str) -> Unwrapped:
         if len(removed) == before:
             break
     return Unwrapped("\n".join(lines), tuple(removed))
+
+
+# A log record's first line, whoever wrote it: klog's header, CoreDNS' "[INFO] " (after Go's
+# log date or not), logrus' `time="..." level=`, a CRI or an ISO-timestamped line.
+_LOG_RECORD = re.compile(
+    r"^[ \t]*(?:[IWEF]\d{4} \d\d:\d\d:\d\d|(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d )?\[(?:INFO|WARNING|WARN|ERROR|DEBUG|FATAL)\] |"
+    r"time=\"?[^\" ]+\"? level=|"
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? +(?:stdout|stderr) )"
+)
+# A note the user wrote between the lines: a comment in a human language (letters no tool prints
+# in a comment of its own), or a C-style one no shell output starts with.
+_NOTE = re.compile(r"^[ \t]*(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
+
+
+@dataclass(frozen=True, slots=True)
+class Aside:
+    """A paste split in two, line numbers kept (each line is in one part, empty in the other):
+    ``main``, what remains, and ``logs``, the log records set aside from it (their continuation
+    lines with them); the user's notes are in neither."""
+
+    main: str
+    logs: str
+    notes: int
+
+
+def set_aside(text: str) -> Aside | None:
+    """Log records of some program interleaved with another kind of output (a log tailing into a
+    rule listing, kubelet's lines among a Pod's YAML), and notes written between the lines, taken
+    out of it, when most of the text is that other output. None when there is nothing to set
+    aside or the text is mostly log records (a log reads its own lines)."""
+    lines = text.split("\n")
+    content = [i for i, ln in enumerate(lines) if ln.strip()]
+    notes = {i for i in content if _NOTE.match(lines[i])}
+    logs: set[int] = set()
+    for i in content:
+        if i in notes:
+            continue
+        if _LOG_RECORD.match(lines[i]):
+            logs.add(i)
+            j = i + 1  # its continuation lines: klog 2's multi-line values and traces are tab-indented
+            while j < len(lines) and lines[j].startswith("\t") and j not in notes:
+                logs.add(j)
+                j += 1
+    rest = len(content) - len(notes) - len(logs)
+    if not (logs or notes) or rest < 2 or len(logs) >= rest:
+        return None
+    main = ["" if i in logs or i in notes else ln for i, ln in enumerate(lines)]
+    aside = [ln if i in logs else "" for i, ln in enumerate(lines)]
+    return Aside("\n".join(main), "\n".join(aside) if logs else "", len(notes))
