@@ -219,7 +219,8 @@ def unwrap_paste(text: str) -> Unwrapped:
 # A log record's first line, whoever wrote it: klog's header, CoreDNS' "[INFO] " (after Go's
 # log date or not), logrus' `time="..." level=`, a CRI or an ISO-timestamped line.
 _LOG_RECORD = re.compile(
-    r"^[ \t]*(?:[IWEF]\d{4} \d\d:\d\d:\d\d|(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d )?\[(?:INFO|WARNING|WARN|ERROR|DEBUG|FATAL)\] |"
+    r"^[ \t]*(?:[IWEF]\d{4} \d\d:\d\d:\d\d|"
+    r"(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d )?\[(?:INFO|WARNING|WARN|ERROR|DEBUG|FATAL)\] |"
     r"time=\"?[^\" ]+\"? level=|"
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? +(?:stdout|stderr) )"
 )
