@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
-from kpdoctor.bundle.paste import unwrap_paste
+from kpdoctor.bundle.paste import set_aside, unwrap_paste
 from kpdoctor.bundle.sniff import sniff
 from kpdoctor.bundle.transcript import hint_from_command, split_transcript
 from kpdoctor.diagnose import diagnose_paths
@@ -527,3 +529,30 @@ def test_a_dollar_prompt_starts_a_part_whatever_its_command(tmp_path: Path) -> N
     rep, _ = diagnose_paths([p])
     f = rep.findings[0]
     assert f.code == "KP122" and "2814 rules" in f.summary and f.confidence.label == "high"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="ab1 \t:>-#[]", max_size=90),
+            st.sampled_from(
+                [
+                    XTABLES_LOG.read_text().splitlines()[1][:80],
+                    "    TCP  10.96.0.1:443 rr",
+                    "> E1011 06:22:27.231396       1 proxier.go:732] x",
+                    "# 这里开始报错",
+                ]
+            ),
+        ),
+        max_size=40,
+    )
+)
+def test_unwrapping_a_paste_never_moves_a_line(lines: list[str]) -> None:
+    """Whatever is taken off (wraps joined back, notes and other logs set aside), line N of the
+    result is line N of the paste: evidence citations point into the user's own file."""
+    text = "\n".join(lines)
+    assert len(unwrap_paste(text).text.split("\n")) == len(text.split("\n"))
+    aside = set_aside(text)
+    if aside is not None:
+        assert len(aside.main.split("\n")) == len(aside.logs.split("\n") if aside.logs else lines) == len(lines)

@@ -121,12 +121,14 @@ def _dedent(lines: list[str]) -> tuple[list[str], int]:
 _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240})
 # What starts a line of its own, never a wrapped line's next piece: a log record's header or
 # timestamp, a dmesg time, a rule, a table line, a prompt, a comment, an indented block's line
-# (a tab or two spaces: a piece may start with the one space the break fell before).
+# (a tab or two spaces: a piece may start with the one space the break fell before), an
+# ipvsadm virtual server.
 _STARTS_A_LINE = re.compile(
     r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
-    r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|$)"
+    r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|(?:TCP|UDP|SCTP|FWM) +\S|$)"
 )
 _MIN_WRAP = 60
+_TABLE_SHARE = 0.9
 # A shell prompt: a command line that ends exactly at a terminal's width is followed by its output.
 _PROMPT = re.compile(r"^(?:[\w.-]+@[\w.-]+\S*\s?[#$%]|\[[^\]]+\][#$]|[#$]) ")
 
@@ -156,6 +158,8 @@ def _hard_wrapped(lines: list[str]) -> list[str] | None:
     width = max(lengths, default=0)
     if width < _MIN_WRAP:
         return None
+    if sum(1 for n in lengths if n == width) >= _TABLE_SHARE * sum(1 for ln in lines if ln.strip()):
+        return None  # nearly every line as long: an aligned table, not broken text (a wrap's last pieces are shorter)
     at_wall = [i for i, n in enumerate(lengths[:-1]) if n == width and _continues(lines[i], lines[i + 1])]
     if not at_wall or (len(at_wall) < 2 and (width not in _TERMINAL_WIDTHS or _PROMPT.match(lines[at_wall[0]]))):
         return None
