@@ -10,6 +10,7 @@ and with what to send next; a root cause found in the same run folds them under 
 from __future__ import annotations
 
 import functools
+import heapq
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,16 @@ class Group:
     count: int | None = None  # every occurrence, when ``lines`` is a sample (a scan's kept hits)
     still: bool | None = None  # ongoing as the scan's sync timeline says (a catalogue message's lines)
     from_scan: bool = False
+
+    def add(self, line: int, text: str, position: float) -> None:
+        """One more occurrence: counted, the first and the last kept (their times are read from
+        them when the finding is written)."""
+        self.count = (self.count or len(self.lines)) + 1
+        if len(self.lines) > 1:
+            self.lines[-1] = (line, text)
+        else:
+            self.lines.append((line, text))
+        self.last_position = position
 
     def occurrences(self) -> int:
         return self.count if self.count is not None else len(self.lines)
@@ -211,7 +222,7 @@ def _candidates(text: str) -> Iterator[tuple[int, str]]:
     if len(text) < 2_000_000:
         yield from enumerate(text.splitlines())
         return
-    starts = sorted({m.start() for rx in _LEVELLED for m in rx.finditer(text)})
+    starts = heapq.merge(*(map(re.Match.start, rx.finditer(text)) for rx in _LEVELLED))
     pos = lineno = 0
     last_line = -1
     for seen, at in enumerate(starts):
@@ -281,23 +292,34 @@ def _catalogued(facts: Facts, explained: Explained) -> list[Group]:
 
 def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: bool = True) -> None:
     """The signals of one log (``kernel_lines``: its kernel lines too; a kernel log's are read
-    from its own parse, which knows every format dmesg and journald print)."""
+    from its own parse, which knows every format dmesg and journald print). A line whose text
+    without its digits was seen before is that line's group again, read once: a busy log
+    repeats a few messages thousands of times."""
     text = a.read_text()
     total = max(1, text.count("\n") + 1)
+    known: dict[str, Group | None] = {}  # the line without digits -> its group (None: no signal)
     for i, line in _candidates(text):
+        quick = line.translate(_NO_DIGITS)[:_QUICK_KEY]
+        if quick in known:
+            g = known[quick]
+            if g is not None:
+                g.add(a.first_line + i, line.strip(), i / total)
+            continue
         sig = _signal(line)
-        if sig is None:
+        if sig is None or (sig[0] == "kernel" and not kernel_lines):
+            known[quick] = None
             continue
-        writer, message, error, when = sig
-        if writer == "kernel" and not kernel_lines:
-            continue
-        key = normalised(message)
-        g = groups.setdefault((writer, key), Group(writer, message.strip(), error, a.name, log_lines=total))
-        g.lines.append((a.first_line + i, line.strip()))
+        writer, message, error, _when = sig
+        g = groups.setdefault(
+            (writer, normalised(message)), Group(writer, message.strip(), error, a.name, log_lines=total)
+        )
         g.error = g.error or error
-        if when:
-            g.times.append(when)
-        g.last_position = i / total if total > 1 else 1.0
+        g.add(a.first_line + i, line.strip(), i / total)
+        known[quick] = g
+
+
+_NO_DIGITS = str.maketrans("", "", "0123456789")
+_QUICK_KEY = 240  # characters of a line (digits out) that tell its message apart
 
 
 def _what_to_send(writer: str) -> str:
@@ -325,7 +347,8 @@ def _line_finding(facts: Facts, g: Group, rest: list[Group]) -> Finding:
     shown = g.lines[:1] + g.lines[-1:] if len(g.lines) > 1 else g.lines
     f.evidence = [Cite(g.artifact, n, text) for n, text in shown]
     f.occurrences = g.occurrences()
-    f.first_seen, f.last_seen = (g.times[0], g.times[-1]) if g.times else (None, None)
+    times = g.times or [w for _, text in g.lines[:1] + g.lines[-1:] if (sig := _signal(text)) and (w := sig[3])]
+    f.first_seen, f.last_seen = (times[0], times[-1]) if times else (None, None)
     f.ongoing = ongoing
     f.summary = (
         f"{g.writer} printed `{g.message[:240]}`"
