@@ -88,6 +88,22 @@ def test_a_line_no_message_knows_is_nothing() -> None:
             {"value": "ensure", "value_2": "boom"},
         ),
         ("literal {{braces}} and %d%%", "literal {braces} and 42%", {"number": "42"}),
+        # an address masked before posting is still an address: the message is the same
+        (
+            "IPVS: rr: {protocol} {address}:{port} - no destination available",
+            "IPVS: rr: TCP 10.x.x.x:443 - no destination available",
+            {"protocol": "TCP", "address": "10.x.x.x", "port": "443"},
+        ),
+        (
+            "Failed to retrieve node IP: {address} x",
+            "Failed to retrieve node IP: <redacted> x",
+            {"address": "<redacted>"},
+        ),
+        (
+            "node {node} has address {ip}",
+            "node ip-10-0-1-2 has address [NODE_IP]",
+            {"node": "ip-10-0-1-2", "ip": "[NODE_IP]"},
+        ),
     ],
 )
 def test_templates_read_real_lines(template: str, line: str, captures: dict[str, str]) -> None:

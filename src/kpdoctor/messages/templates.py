@@ -17,6 +17,8 @@ from dataclasses import dataclass
 # What each kind of placeholder matches, by its name (the last word of it: {src_port} is a port).
 # Every pattern is in the subset that Python's ``re`` and POSIX ERE read alike (as the log scan's
 # signatures are: parse/logscan.py), with no group of its own: each placeholder is one group.
+_MASKED = "[0-9xX*]{1,3}[.][0-9xX*]{1,3}[.][0-9xX*]{1,3}[.][0-9xX*]{1,3}"
+_ADDRESS = "[0-9A-Fa-f][0-9A-Fa-f:./]*|" + _MASKED + "[/0-9]*|<[^<> ]*>|\\[[A-Za-z_-]+\\]"
 _SHAPES: dict[str, str] = {
     "number": "-?[0-9]+",
     "port": "[0-9]+",
@@ -26,9 +28,12 @@ _SHAPES: dict[str, str] = {
     "pid": "[0-9]+",
     "cpu": "[0-9]+",
     "seconds": "[0-9][0-9.]*",
-    "address": "[0-9A-Fa-f][0-9A-Fa-f:./]*",
-    "ip": "[0-9A-Fa-f][0-9A-Fa-f:./]*",
-    "cidr": "[0-9A-Fa-f][0-9A-Fa-f:.]*/[0-9]+",
+    # an address as printed, or as users mask it before they post ("10.x.x.x", "<redacted>",
+    # "[NODE_IP]"): the message is the same whatever the address was (no group of its own: the
+    # placeholder's parentheses make the alternatives one)
+    "address": _ADDRESS,
+    "ip": _ADDRESS,
+    "cidr": "[0-9A-Fa-f][0-9A-Fa-f:.]*/[0-9]+|" + _MASKED + "/[0-9]+|<[^<> ]*>",
     "version": "v?[0-9][A-Za-z0-9_.+~-]*",
     "protocol": "[A-Za-z]+",
 }
