@@ -43,6 +43,8 @@ _TOOL = re.compile(
     r"nft|modprobe|insmod|sysctl|ethtool|tc)(?: v?\d[\w.~+-]*(?: \([^)]*\))?)?: |(?P<bare>Error: |RTNETLINK "
     r"answers: |FATAL: |ERROR: ))(?P<msg>\S.*)"
 )
+# Who prints the bare forms: nft's errors, ip's netlink answers, module-init-tools' modprobe.
+_BARE_FORMS = {"Error": "nft", "RTNETLINK answers": "ip", "FATAL": "modprobe", "ERROR": "modprobe"}
 # What in a kubelet's (or an unnamed writer's) line concerns the Service path on the node.
 _PROXY_WORDS = re.compile(
     r"iptables|ip6tables|nftables|\bnft\b|\bKUBE-|conntrack|ipvs|IPVS|ipset|hairpin|masquerade|br_netfilter|"
@@ -191,7 +193,7 @@ def _signal(line: str) -> tuple[str, str, bool, str | None] | None:
         return ("kernel", message, True, u.timestamp) if _kernel_signal(message) else None
     tool = _TOOL.match(inner.lstrip("$# "))
     if tool is not None:
-        name = tool.group("tool") or tool.group("bare").split(":")[0].split()[0].lower()
+        name = tool.group("tool") or _BARE_FORMS[tool.group("bare").split(":")[0]]
         return name, tool.group("msg"), True, u.timestamp
     return None
 
