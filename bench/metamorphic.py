@@ -194,13 +194,18 @@ def prompt(text: str, ctx: Context) -> str:
     return f"root@node-7:~# cat {ctx.name}\n" + text
 
 
-def interleave(text: str, ctx: Context) -> str:
+def _after_every(text: str, n: int, pool: Sequence[str]) -> str:
+    """A line of ``pool`` after every ``n``-th line of ``text``."""
     out = []
     for i, ln in enumerate(_lines(text)):
         out.append(ln)
-        if i % 3 == 2:
-            out.append(_OTHER_LINES[i % len(_OTHER_LINES)])
+        if i % n == n - 1:
+            out.append(pool[i % len(pool)])
     return "\n".join(out)
+
+
+def interleave(text: str, ctx: Context) -> str:
+    return _after_every(text, 3, _OTHER_LINES)
 
 
 def mask_x(text: str, ctx: Context) -> str:
@@ -212,12 +217,7 @@ def mask_redacted(text: str, ctx: Context) -> str:
 
 
 def comments(text: str, ctx: Context) -> str:
-    out = []
-    for i, ln in enumerate(_lines(text)):
-        out.append(ln)
-        if i % 4 == 3:
-            out.append(_COMMENTS[i % len(_COMMENTS)])
-    return "\n".join(out)
+    return _after_every(text, 4, _COMMENTS)
 
 
 TRANSFORMS: dict[str, Transform] = {
