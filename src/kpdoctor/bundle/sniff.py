@@ -18,6 +18,7 @@ from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
+from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -319,6 +320,14 @@ _LIST_ROW = re.compile(
 )
 
 
+def _mostly_netstat_lines(lines: list[str]) -> bool:
+    """Counter lines grep'd out of ``netstat -s`` (phrases only one section prints), most of the
+    text: the command line or a "--" may be among them."""
+    content = [ln for ln in lines[:200] if ln.strip() and ln.strip() != "--"]
+    known = sum(1 for ln in content if netstat_phrase(ln) is not None)
+    return known >= 1 and known >= 0.6 * len(content)
+
+
 def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
     """The node's counters and settings (seed 004): conntrack, sysctl, netstat, ss, ip, dmesg."""
     if _CT_STATS.search(text):
@@ -329,6 +338,8 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.CONNTRACK_ENTRIES, {})
     if len(_NETSTAT_SECTION.findall(text)) >= 2:
         return Typed(Kind.NETSTAT, {})
+    if _mostly_netstat_lines(lines):  # `netstat -s | grep ...`: its lines without their sections
+        return Typed(Kind.NETSTAT, {"fragment": "true"})
     if _NSTAT.match(first) and len(_NSTAT.findall(text)) >= 2:
         return Typed(Kind.NSTAT, {})
     if (

@@ -270,8 +270,30 @@ def _template(s: str) -> tuple[str, int] | None:
     return tmpl, value
 
 
+def _phrases_of_one_section() -> dict[str, tuple[str, str]]:
+    """Each phrase that only one section prints (``% times the listen queue of a socket
+    overflowed`` is TcpExt's), with that section and its counter: what a line grep'd out of
+    ``netstat -s`` without its section header still says."""
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for section in ("Ip", "Icmp", "Tcp", "Udp", "TcpExt"):
+        for phrase, suffix in _tables(section).items():
+            seen.setdefault(phrase, []).append((section, suffix))
+    return {phrase: places[0] for phrase, places in seen.items() if len(places) == 1}
+
+
+def netstat_phrase(line: str) -> tuple[str, str, int] | None:
+    """(section, counter suffix, value) of a ``netstat -s`` line only one section prints."""
+    t = _template(line.strip())
+    if t is None:
+        return None
+    place = _ONE_SECTION.get(t[0])
+    return (place[0], place[1], t[1]) if place else None
+
+
 def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
-    """net-tools ``netstat -s`` / ``netstat -s -6``, keyed by nstat names."""
+    """net-tools ``netstat -s`` / ``netstat -s -6``, keyed by nstat names; also its lines grep'd
+    out without their section headers (``netstat -s | grep -E 'drop|overflow'``), by the
+    phrases only one section prints."""
     c = Counters(source="netstat -s")
     section = ""
     hist = ""
@@ -285,6 +307,9 @@ def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
             section, hist = m.group(1), ""
             continue
         if not section:
+            known = netstat_phrase(s)
+            if known is not None:
+                c._set(known[0] + known[1], known[2], line, s)
             continue
         low = s.lower()
         if low in ("icmp input histogram:", "icmp output histogram:"):
@@ -315,6 +340,7 @@ def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
     return c
 
 
+_ONE_SECTION = _phrases_of_one_section()
 _NSTAT = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s+(\d+)(?:\s+\S+)?$")
 
 
