@@ -57,6 +57,8 @@ COMMANDS = (
     "netstat -s | grep -E 'drop|overflow'",
     "conntrack -S",
     "ss -lnt",
+    "sysctl -a 2>/dev/null | grep conntrack",
+    "sysctl -a 2>/dev/null",
 )
 
 
@@ -98,6 +100,20 @@ def test_each_counter_command_is_read_full_and_filtered(
     assert sample is not None, (counter, outputs[cmd][:400])
     if counter != "conntrack.insert_failed":  # the staged overload shows in these
         assert sample.value > 0
+
+
+@pytest.mark.parametrize("prompt", [True, False], ids=["with-prompt", "bare"])
+@pytest.mark.parametrize("cmd", ["sysctl -a 2>/dev/null", "sysctl -a 2>/dev/null | grep conntrack"])
+def test_sysctl_is_read_full_and_grepped_and_says_which(
+    outputs: dict[str, str], tmp_path: Path, cmd: str, prompt: bool
+) -> None:
+    """Both give the conntrack settings; only the full listing proves a key absent (a grep'd
+    one is "not shown" for anything it filtered out)."""
+    ev = load([_pasted(tmp_path, cmd, outputs[cmd], prompt)])
+    assert [a.kind for a in ev.artifacts] == [Kind.SYSCTL], (ev.artifacts, ev.problems)
+    node = Facts(ev).node_state
+    assert node.setting("net.netfilter.nf_conntrack_max") is not None
+    assert (node.sysctl_complete is not None) == ("grep" not in cmd)
 
 
 @pytest.mark.parametrize("prompt", [True, False], ids=["with-prompt", "bare"])
