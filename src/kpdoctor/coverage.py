@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from kpdoctor.bundle.artifacts import HOW_TO_GIVE
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
 from kpdoctor.knowledge import CHECKS, UNEXPLAINED
 from kpdoctor.model import Coverage, FamilyCoverage, Finding, Skipped
 
@@ -22,8 +22,9 @@ FAMILIES = (
     ("KP3", "packet loss on the node"),
     ("KP4", "connections lost when Pods stop"),
 )
-# A family is ruled out when at least this share of its checks ran: a node's full collection
-# runs most of them (the rest read what only a paste holds, or another proxy mode's state).
+# A family is ruled out when at least this share of its checks ran on evidence given whole (not
+# only on fragments): a node's full collection runs most of them (the rest read what only a
+# paste holds, or another proxy mode's state).
 RULED_OUT_SHARE = 0.5
 
 LIVE_COMMAND = "`kpdoctor diagnose --live` on the node (or `kpdoctor collect` there, then diagnose the bundle)"
@@ -41,11 +42,15 @@ def coverage_of(
     skipped: Sequence[Skipped],
     only: tuple[str, ...] | None = None,
     collected: bool = False,
+    whole: frozenset[Kind] | None = None,
 ) -> Coverage:
     """The run's coverage: ``findings`` ranked (folded ones inside), ``skipped`` the checks that
     could not run, ``only`` the code prefixes the run was limited to (``verify``), ``collected``:
     the evidence is a node's collection already (a bundle, --live), so what to send is only what
-    it lacked, not the live run again."""
+    it lacked, not the live run again; ``whole``: the kinds given whole, not only as fragments
+    (log lines without their log, rules without their tables). A check whose evidence was given
+    only as fragments ran, but rules nothing out: what a fragment leaves out is unknown. None:
+    every kind given counts as whole."""
     codes = [c for c in CHECKS if _counted(c) and (only is None or c.startswith(only))]
     not_run = {s.code for s in skipped}
     families = []
@@ -55,8 +60,10 @@ def coverage_of(
         if not mine:
             continue
         ran = sum(1 for c in mine if c not in not_run)
-        families.append(FamilyCoverage(name, prefix, ran, len(mine), ran >= RULED_OUT_SHARE * len(mine)))
-        if ran < RULED_OUT_SHARE * len(mine):
+        judged = sum(1 for c in mine if c not in not_run and (whole is None or set(CHECKS[c].needs) & whole))
+        ruled_out = judged >= RULED_OUT_SHARE * len(mine)
+        families.append(FamilyCoverage(name, prefix, ran, len(mine), ruled_out))
+        if not ruled_out:
             for s in skipped:
                 if s.code.startswith(prefix):
                     for kind in s.lacking[:1]:

@@ -120,7 +120,8 @@ def pipeline(
                 ver = ver.only(service)
                 findings = [f for f in findings if service_matches(f.subject.get("service"), service)]
             findings = rank(findings)
-            covered = coverage_of(findings, skipped, only, collected=evidence.collected_at is not None)
+            whole = frozenset(a.kind for a in evidence.artifacts if not a.attrs.get("fragment"))
+            covered = coverage_of(findings, skipped, only, collected=evidence.collected_at is not None, whole=whole)
         except Exception as exc:  # a bug: the report is still written, with what is known
             errors.append(InternalError.of("assembling the report", exc))
         traces: dict[tuple[str, str], list[Any]] = {}

@@ -174,3 +174,18 @@ def test_every_catalogue_error_line_is_explained_or_reported(tmp_path: Path, ind
         line,
         [(f.code, f.cause, [c.text for c in f.evidence]) for f in every],
     )
+
+
+def test_checks_that_read_only_a_fragment_rule_nothing_out(tmp_path: Path) -> None:
+    """A client's error pasted alone is read as log lines: the sync checks run on it, but a few
+    lines without their log cannot say kube-proxy syncs well, so sync failures stay open."""
+    p = _write(
+        tmp_path,
+        "curl.txt",
+        "curl: (7) Failed to connect to 10.96.12.7 port 8080 after 3 ms: Couldn't connect to server\n",
+    )
+    rep = diagnose_paths([p])[0]
+    assert rep.coverage is not None and rep.checks_run > 0
+    assert "rule sync failures" in rep.coverage.not_ruled_out()
+    whole = diagnose_paths([DATA / "logs" / "healthy-structured-era-2.log"])[0]
+    assert whole.coverage is not None and "rule sync failures" not in whole.coverage.not_ruled_out()
