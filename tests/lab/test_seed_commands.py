@@ -11,6 +11,9 @@ captured listing, filtered the way people filter it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,33 +27,10 @@ from kpdoctor.facts import Facts
 from kpdoctor.model import Severity
 
 from .netns import Netns, require_lab
+from .test_node_counters import OVERLOAD
 
 require_lab()
 
-# A listener with backlog 1 that never accepts, hit by 40 connections, and a UDP socket with a
-# 1 kB receive buffer sent 300 datagrams it never reads; then the seed's commands, each output
-# kept under its command line.
-STAGE = r"""
-import socket, subprocess, sys, time
-lst = socket.socket(); lst.bind(("127.0.0.1", 8080)); lst.listen(1)
-held = []
-for _ in range(40):
-    c = socket.socket(); c.setblocking(False)
-    try:
-        c.connect(("127.0.0.1", 8080))
-    except BlockingIOError:
-        pass
-    held.append(c)
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024); u.bind(("127.0.0.1", 0))
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(300):
-    s.sendto(b"x" * 512, u.getsockname())
-time.sleep(1.5)
-for cmd in sys.argv[1:]:
-    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=20).stdout
-    sys.stdout.write("\x00" + cmd + "\x01" + out)
-"""
 COMMANDS = (
     "netstat -s",
     'netstat -s | grep "buffer errors"',
@@ -64,14 +44,21 @@ COMMANDS = (
 
 @pytest.fixture(scope="module")
 def outputs() -> Iterator[dict[str, str]]:
+    """Each command's output while the lab's overload (test_node_counters.OVERLOAD: a listener
+    with backlog 1 that never accepts, a UDP socket with a 1 kB buffer) holds its sockets."""
+    out = {}
     with Netns() as ns:
         ns.check(["ip", "link", "set", "lo", "up"])
-        printed = ns.check(["python3", "-c", STAGE, *COMMANDS], timeout=60)
-    out = {}
-    for block in printed.split("\x00")[1:]:
-        cmd, _, text = block.partition("\x01")
-        out[cmd] = text
-    assert set(out) == set(COMMANDS), out
+        load = subprocess.Popen(
+            ns.exec_argv([sys.executable, "-c", OVERLOAD]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert load.stdout is not None and load.stdout.readline().strip()  # its port: the overload is done
+            time.sleep(1)
+            for cmd in COMMANDS:
+                out[cmd] = ns.check(["sh", "-c", cmd], timeout=30)
+        finally:
+            load.communicate("", timeout=30)
     yield out
 
 
