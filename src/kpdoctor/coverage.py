@@ -9,7 +9,7 @@ to send. Computed once, after ranking, from the checks that ran and were skipped
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
 from kpdoctor.knowledge import CHECKS, UNEXPLAINED
@@ -68,7 +68,7 @@ def coverage_of(
                 if s.code.startswith(prefix):
                     for kind in s.lacking[:1]:
                         lacking[kind] = lacking.get(kind, 0) + 1
-    every = list(_all(findings))
+    every = [f for top in findings for f in top.with_folded()]
     unexplained = sum(1 for f in every if f.cause in UNEXPLAINED)
     suspected = sum(1 for f in every if f.suspected)
     ran_total = sum(1 for c in codes if c not in not_run)
@@ -80,9 +80,3 @@ def coverage_of(
             if kind in HOW_TO_GIVE and len(send) <= MAX_SEND:
                 send.append(HOW_TO_GIVE[kind])
     return Coverage(ran_total, len(codes), tuple(families), unexplained, suspected, tuple(send))
-
-
-def _all(findings: Iterable[Finding]) -> Iterable[Finding]:
-    for f in findings:
-        yield f
-        yield from _all(f.folded)

@@ -7,6 +7,7 @@ may be added, never removed or renamed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,14 @@ class Finding:
             c in by_cause and any(p is not self and not p.alternative_to and not p.suspected for p in by_cause[c])
             for c in self.explained_by
         )
+
+    def with_folded(self) -> Iterator[Finding]:
+        """This finding and every finding folded under it, at any depth."""
+        todo = [self]
+        while todo:
+            f = todo.pop()
+            yield f
+            todo += f.folded
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -141,12 +141,7 @@ class Explained:
 
     @classmethod
     def by(cls, found: Sequence[Finding]) -> Explained:
-        cites: list[Cite] = []
-        todo = list(found)
-        while todo:
-            f = todo.pop()
-            cites += f.evidence
-            todo += f.folded
+        cites = [c for top in found for f in top.with_folded() for c in f.evidence]
         sigs: set[str] = set()
         chains: set[tuple[str, ...]] = set()
         for text in {c.text for c in cites}:

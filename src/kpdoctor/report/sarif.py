@@ -187,14 +187,11 @@ def _named(findings: list[Finding]) -> tuple[set[str], list[str]]:
     sums up the Services past a check's cap by name): those mismatches are results already."""
     subjects: set[str] = set()
     summaries: list[str] = []
-    stack = list(findings)
-    while stack:
-        f = stack.pop()
+    for f in (f for top in findings for f in top.with_folded()):
         svc = f.subject.get("service") if f.subject else None
         if svc:
             subjects.add(svc)
         summaries.append(f.summary)
-        stack.extend(f.folded)
     return subjects, summaries
 
 

@@ -104,12 +104,7 @@ class View:
         """Each evidence line of the causes (and what they explain) and of the findings below the
         threshold, among its artifact's lines (see :func:`excerpts`). Read on demand: only a
         renderer that shows context pays for reading the files again."""
-        cites: list[Cite] = []
-        todo = [*self.causes, *self.below]
-        while todo:
-            f = todo.pop()
-            cites += f.evidence
-            todo += f.folded
+        cites = [c for top in [*self.causes, *self.below] for f in top.with_folded() for c in f.evidence]
         return excerpts(cites, files=self.report.files)
 
 
