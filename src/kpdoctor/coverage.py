@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE, LIVE_RUN, Kind
 from kpdoctor.knowledge import CHECKS, UNEXPLAINED
 from kpdoctor.model import Coverage, FamilyCoverage, Finding, Skipped
 
@@ -27,7 +27,7 @@ FAMILIES = (
 # paste holds, or another proxy mode's state).
 RULED_OUT_SHARE = 0.5
 
-LIVE_COMMAND = "`kpdoctor diagnose --live` on the node (or `kpdoctor collect` there, then diagnose the bundle)"
+LIVE_COMMAND = f"{LIVE_RUN} (or `kpdoctor collect` there, then diagnose the bundle)"
 MAX_SEND = 4  # commands named besides the live run
 
 

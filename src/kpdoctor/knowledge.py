@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -124,6 +124,12 @@ def catalogue() -> tuple[Signature, ...]:
     if not REGISTRY:
         raise RuntimeError("no log signature is declared: import kpdoctor.checks first (the entry points do)")
     return tuple(REGISTRY.values()) + message_signatures()
+
+
+def matching_signatures(text: str, signatures: Iterable[Signature]) -> Iterator[Signature]:
+    """The signatures whose regular expression matches in ``text`` (the needle tried first: the
+    cheap test; the needle alone says nothing, "Using " or "MARK")."""
+    return (s for s in signatures if s.needle in text and s.compiled().search(text) is not None)
 
 
 def scanned(signatures: Iterable[Signature]) -> tuple[Signature, ...]:

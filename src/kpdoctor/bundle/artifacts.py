@@ -104,6 +104,8 @@ class Artifact:
         return self.attrs.get("previous") == "true"
 
 
+# The one command that gives every kind of evidence at once.
+LIVE_RUN = "`kpdoctor diagnose --live` on the node"
 # How to give each kind of evidence (Kind values), said to a user who gave too little (a skipped
 # check's hint, a suspected cause's deciding command, what a run that covered little asks for).
 HOW_TO_GIVE = {

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.knowledge import Signature, kube_proxy_files
+from kpdoctor.knowledge import Signature, kube_proxy_files, matching_signatures
 from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
@@ -281,7 +281,7 @@ def has_signal(text: str, signatures: tuple[Signature, ...]) -> bool:
     """Does one of ``signatures`` (lines only kube-proxy's world prints) match in ``text``?
 
     Its regular expression, not its needle: "Using " or "MARK" alone say nothing."""
-    return any(sig.needle in text and sig.compiled().search(text) is not None for sig in signatures if not sig.generic)
+    return any(True for _ in matching_signatures(text, (sig for sig in signatures if not sig.generic)))
 
 
 _JSON_START = re.compile(r"^(?:\{|\[\s*(?:[\[{\"\]\d-]|true|false|null|$))")

@@ -9,7 +9,6 @@ and with what to send next; a root cause found in the same run folds them under 
 
 from __future__ import annotations
 
-import functools
 import heapq
 import re
 from collections.abc import Iterator, Sequence
@@ -21,8 +20,7 @@ from kpdoctor.checks.logged import is_error, reading
 from kpdoctor.checks.node.common import MEANINGS, read_counters
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import chain_of, chain_read, logged_messages
-from kpdoctor.knowledge import CHECKS, catalogue, check, message_form
-from kpdoctor.messages.templates import regex_of
+from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
 
@@ -111,16 +109,9 @@ class Group:
         return len(self.lines) > 1 and self.last_position >= 1 - LATEST_SHARE
 
 
-@functools.cache
-def _signatures() -> tuple[tuple[str, str, str], ...]:
-    """(id, needle, pattern) of every line kpdoctor knows: a check's signature, or a catalogue
-    message of any class, routine ones too."""
-    return tuple((s.id, s.needle, s.pattern) for s in catalogue())
-
-
 def signatures_of(text: str) -> set[str]:
-    """The ids of the signatures and catalogue messages that read this line."""
-    return {sid for sid, needle, pattern in _signatures() if needle in text and regex_of(pattern).search(text)}
+    """The ids of the signatures and catalogue messages (routine ones too) that read this line."""
+    return {s.id for s in matching_signatures(text, catalogue())}
 
 
 def routine(sig_ids: set[str]) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kpdoctor.bundle.artifacts import HOW_TO_GIVE
+from kpdoctor.bundle.artifacts import HOW_TO_GIVE, LIVE_RUN
 from kpdoctor.collect.redact import redact_secrets
 from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
 from kpdoctor.dataplane.results import Result
@@ -21,7 +21,7 @@ from kpdoctor.model import Cite, Finding, InputProblem, InputRead, Report, Sever
 from kpdoctor.report import verification
 from kpdoctor.report.verification import Row
 
-LIVE = "or run `kpdoctor diagnose --live` on the node"
+LIVE = f"or run {LIVE_RUN}"
 EVIDENCE_SHOWN = 4  # evidence lines per finding on a human's first screen (-v: all)
 CONTEXT_LINES = 3  # lines of its artifact shown before and after an evidence line (the HTML report)
 CONTEXT_READ_LIMIT = 256 * 2**20  # bytes of one artifact read to find its evidence lines, at most
