@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.shellwords import PROMPT
+
 # What a wrapper must cover to be taken off: most lines, not one that happens to look like it.
 _MOST = 0.8
 
@@ -129,8 +131,6 @@ _STARTS_A_LINE = re.compile(
 )
 _MIN_WRAP = 60
 _TABLE_SHARE = 0.9
-# A shell prompt: a command line that ends exactly at a terminal's width is followed by its output.
-_PROMPT = re.compile(r"^(?:[\w.-]+@[\w.-]+\S*\s?[#$%]|\[[^\]]+\][#$]|[#$]) ")
 
 
 def _shape(text: str) -> str:
@@ -161,7 +161,8 @@ def _hard_wrapped(lines: list[str]) -> list[str] | None:
     if sum(1 for n in lengths if n == width) >= _TABLE_SHARE * sum(1 for ln in lines if ln.strip()):
         return None  # nearly every line as long: an aligned table, not broken text (a wrap's last pieces are shorter)
     at_wall = [i for i, n in enumerate(lengths[:-1]) if n == width and _continues(lines[i], lines[i + 1])]
-    if not at_wall or (len(at_wall) < 2 and (width not in _TERMINAL_WIDTHS or _PROMPT.match(lines[at_wall[0]]))):
+    # one line at a terminal's width is a wrap, unless it is a command line (its output follows)
+    if not at_wall or (len(at_wall) < 2 and (width not in _TERMINAL_WIDTHS or PROMPT.match(lines[at_wall[0]]))):
         return None
     out = list(lines)
     i = 0

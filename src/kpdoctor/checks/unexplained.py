@@ -87,14 +87,16 @@ class Group:
     still: bool | None = None  # ongoing as the scan's sync timeline says (a catalogue message's lines)
     from_scan: bool = False
 
-    def add(self, line: int, text: str, position: float) -> None:
-        """One more occurrence: counted, the first and the last kept (their times are read from
-        them when the finding is written)."""
+    def add(self, line: int, text: str, position: float = 1.0, when: str | None = None) -> None:
+        """One more occurrence: counted, the first and the last kept, with their times when the
+        caller has them (else they are read from the lines when the finding is written)."""
         self.count = (self.count or len(self.lines)) + 1
         if len(self.lines) > 1:
             self.lines[-1] = (line, text)
         else:
             self.lines.append((line, text))
+        if when:
+            self.times = [self.times[0], when] if self.times else [when]
         self.last_position = position
 
     def occurrences(self) -> int:
@@ -235,8 +237,7 @@ def _line_groups(facts: Facts, explained: Explained) -> list[Group]:
     for a, k in facts.node_state.kernel_log:
         if _kernel_signal(k.message):
             g = groups.setdefault(("kernel", normalised(k.message)), Group("kernel", k.message, True, a.name))
-            g.lines.append((k.line, k.text))
-            g.times += [k.timestamp] if k.timestamp else []
+            g.add(k.line, k.text, when=k.timestamp)
     out = _catalogued(facts, explained)
     for g in groups.values():
         if any((g.artifact, n) in explained.lines for n, _ in g.lines):
