@@ -143,6 +143,7 @@ class LogFacts:
         # failure_sigs: which signatures are failures is now read from Signature.failure while
         # scanning (the timeline is counted there); the argument is kept for callers.
         self.scan = scan
+        self.read_messages: tuple[LoggedMessage, ...] | None = None  # logged_messages(), once per run
 
     def hits(self, *sig_ids: str) -> list[Hit]:
         out: list[Hit] = []
@@ -213,9 +214,16 @@ def chain_of(match: Match) -> tuple[str, ...]:
     return tuple(out)
 
 
-def logged_messages(log: LogFacts) -> list[LoggedMessage]:
+def logged_messages(log: LogFacts) -> tuple[LoggedMessage, ...]:
     """What the catalogue's messages read in the scan, line by line. A line holding several
-    messages is read as the outermost one (a wrapper, with the message of its payload)."""
+    messages is read as the outermost one (a wrapper, with the message of its payload). Read
+    once per run: KP130, the checks that read their own messages and KP140 all ask."""
+    if log.read_messages is None:
+        log.read_messages = tuple(_read_messages(log))
+    return log.read_messages
+
+
+def _read_messages(log: LogFacts) -> list[LoggedMessage]:
     by_line: dict[tuple[str, int], Hit] = {}
     counts: dict[str, int] = {}
     read_by: dict[tuple[str, int], set[str]] = {}  # record (artifact, header line) -> signatures
