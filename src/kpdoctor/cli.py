@@ -468,10 +468,12 @@ def diagnose(
     snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods tables, Pod-spec fragments, preStop scripts, timed
     `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status, package versions
-    (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X | wc -l`), and terminal
-    transcripts holding any of them; also as pasted (markdown quotes or indentation, grep -n
-    prefixes, lines without their header, rules grep'd out of a dump, a heredoc, `...` where
-    something was left out). The report's "Inputs read" says how each file was read.
+    (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X | wc -l`), curl's and
+    Go programs' connection errors, and terminal transcripts holding any of them; also as pasted
+    (markdown quotes or indentation, grep -n prefixes, lines without their header, rules or
+    `netstat -s` lines grep'd out, lines a terminal broke at one column, other programs' log lines
+    mixed in, notes between the lines, a heredoc, `...` where something was left out). The
+    report's "Inputs read" says how each file was read.
 
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
