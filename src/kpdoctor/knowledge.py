@@ -392,6 +392,12 @@ class CheckSpec:
     # The check reads what the others found (it runs after them, called ``func(facts, found)``
     # with their findings): what no finding explains is its subject (KP140, unexplained signals).
     reads_findings: bool = False
+    # The check compares the node's rules with the cluster's objects as both were read at one
+    # moment. kube-proxy applies a change within its sync (minSyncPeriod, then the sync itself),
+    # so a finding about a Service that changed just before the rules were read may be a change
+    # not applied yet: the node agent, which knows when each change arrived, holds it until the
+    # change has had time to settle (agent/loop.py).
+    settles: bool = False
 
     @property
     def doc(self) -> str:
@@ -451,6 +457,7 @@ def check(
     reads_verification: bool = False,
     reads_messages: bool = False,
     reads_findings: bool = False,
+    settles: bool = False,
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -484,6 +491,7 @@ def check(
             reads,
             reads_messages,
             reads_findings,
+            settles,
         )
         return func
 

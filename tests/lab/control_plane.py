@@ -984,6 +984,22 @@ class ControlPlane:
         self._write_kubeconfig(path, self.server, token, f"system:serviceaccount:{namespace}:{name}")
         return token, path
 
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (etcd keeps the objects): the API away, as in an outage."""
+        for p in [p for p in self._procs if p.name == "kube-apiserver"]:
+            p.popen.terminate()
+            try:
+                p.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait(timeout=15)
+            self._procs.remove(p)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again (after :meth:`stop_apiserver`); returns once it is ready."""
+        self._start_apiserver()
+        self._wait_ready()
+
     def logs(self) -> dict[str, str]:
         """The tail of each process's log (for failure messages)."""
         return {p.name: p.tail() for p in self._procs}

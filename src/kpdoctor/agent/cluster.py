@@ -59,6 +59,8 @@ MAX_PAGES = 2000  # 1,000,000 objects: a list that has not ended by then never w
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch event (an object is at most 1.5 MB in etcd)
 PARSE_BATCH = 2000  # objects parsed by one json.loads (their keys shared)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
+CHANGES_KEPT = 3600.0  # seconds a Service's last change is remembered (the agent asks about the last few)
+SERVICE_LABEL = "kubernetes.io/service-name"
 
 
 @dataclass
@@ -160,6 +162,8 @@ class ClusterCache:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.generation = 0  # bumped by every change applied
+        # namespace/name of a Service -> when a change to it or to its endpoints arrived (monotonic)
+        self._changed_at: dict[str, float] = {}
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -256,6 +260,37 @@ class ClusterCache:
     def errors(self) -> dict[str, str]:
         with self._lock:
             return {p: s.error for p, s in self.state.items() if s.error}
+
+    def changed_at(self, service: str | None) -> float | None:
+        """When (monotonic) the last change to Service ``namespace/name``, or to its EndpointSlices
+        (its Endpoints), arrived: by a watch event, or found by a list that replaced the one
+        before it (``None``: to any Service). None: none since the first list (or for more than
+        :data:`CHANGES_KEPT`)."""
+        with self._lock:
+            if service is None:
+                return max(self._changed_at.values(), default=None)
+            return self._changed_at.get(service)
+
+    def _note_change(self, r: Resource, obj: Obj, at: float) -> None:
+        """Note a change to ``obj`` (a Service, EndpointSlice or Endpoints) for its Service;
+        called with the lock held."""
+        meta = obj.get("metadata") or {}
+        if not isinstance(meta, dict):
+            return
+        if r.kind == "EndpointSlice":
+            labels = meta.get("labels") or {}
+            name = labels.get(SERVICE_LABEL) if isinstance(labels, dict) else None
+        elif r.kind in ("Service", "Endpoints"):
+            name = meta.get("name")
+        else:
+            return
+        if not name:
+            return
+        self._changed_at[f"{meta.get('namespace') or ''}/{name}"] = at
+        if len(self._changed_at) > 1024:
+            old = at - CHANGES_KEPT
+            for k in [k for k, t in self._changed_at.items() if t < old]:
+                del self._changed_at[k]
 
     # -- the watch loop ----------------------------------------------------------------------
     def _run(self, r: Resource) -> None:
@@ -372,6 +407,12 @@ class ClusterCache:
                 raise RuntimeError("the API server gave the same continue token twice: the list would not end")
             tokens.add(token)
         with self._changed:
+            if st.synced:  # a list again (after 410 Gone or an outage): what it changed is a change
+                now = time.monotonic()
+                gone_or_new = objects.keys() ^ st.objects.keys()
+                differ = {k for k in objects.keys() & st.objects.keys() if objects[k] != st.objects[k]}
+                for key in gone_or_new | differ:
+                    self._note_change(r, json.loads(objects.get(key) or st.objects[key]), now)
             st.objects, st.resource_version, st.synced, st.pages = objects, rv, True, pages
             st.error, st.error_since = "", None
             self.generation += 1
@@ -441,6 +482,8 @@ class ClusterCache:
                 st.objects[_key(obj)] = raw
             elif kind == "DELETED":
                 st.objects.pop(_key(obj), None)
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._note_change(r, obj, time.monotonic())
             if rv:
                 st.resource_version = rv
             if kind != "BOOKMARK":

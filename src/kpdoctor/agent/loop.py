@@ -53,6 +53,11 @@ COUNTERS = "node/counters/"
 KERNEL_LOG = "node/dmesg.txt"
 AGENT_LOG_TAIL = 4 * 1024**2  # a few minutes of kube-proxy's log, not its history
 WRITE_SECONDS = 15.0  # a cycle's Events and condition, at most (less with a short --timeout)
+# kube-proxy applies a Service's change within its minSyncPeriod (1 s by default) and the sync
+# itself (well under a second for a few hundred Services, seconds for tens of thousands): a
+# finding about a Service changed less than this before the node was read may be that change on
+# its way (CheckSpec.settles). It is held, and the node read again once the change has settled.
+SETTLE_SECONDS = 10.0
 
 
 @dataclass
@@ -105,7 +110,7 @@ class AgentStatus:
     last_error: str = ""
     report: Report | None = None
     findings: list[Finding] = field(default_factory=list)  # reported (after the counter gate)
-    held: list[Finding] = field(default_factory=list)  # held back by the counter gate
+    held: list[Finding] = field(default_factory=list)  # held back (counters not spiking, a change settling)
     mode: str | None = None
     evaluated: int = 0
     reused: int = 0
@@ -182,6 +187,7 @@ class Agent:
         self._status = AgentStatus(started=time.monotonic())
         self.cluster_note = ""  # why there is no cluster view (yet): said as not collected
         self.sync_until: float | None = None  # the next cycle waits for the first lists until then (monotonic)
+        self.recheck_at: float | None = None  # a held finding's change settles then: a cycle soon after (monotonic)
         self._attached = threading.Event()  # the cluster's view is there, or will not be
         if cluster is not None:
             self._attached.set()
@@ -253,6 +259,8 @@ class Agent:
             spread = self.opts.interval * self.opts.jitter
             due = done + max(took, self.opts.interval + random.uniform(-spread, spread))
             earliest = done + took  # asked for: as soon as the last cycle's length has passed
+            if self.recheck_at is not None:  # a change settling: read the node again once it has
+                due = min(due, max(earliest, self.recheck_at))
             with self._cv:
                 while not stop.is_set():
                     left = (earliest if self._requested > st.cycle else due) - time.monotonic()
@@ -317,7 +325,7 @@ class Agent:
         return report
 
     def _cycle(self) -> Report:
-        c0 = _cpu()
+        c0, read_at = _cpu(), time.monotonic()
         artifacts, absent = self.collect()
         c1 = _cpu()
         now = [a for a in artifacts if a.path.startswith(COUNTERS)]
@@ -355,7 +363,7 @@ class Agent:
         vars(facts).clear()  # its parts refer to it: let go of them now, not at a collection
         del run, facts
         self._previous = reuse.next if report.verification is not None else None
-        shown, held = self._gated(report.visible())
+        shown, held = self._gated(report.visible(), read_at)
         self._tell(shown, report, node_obj)
         with self._lock:
             st = self._status
@@ -368,16 +376,27 @@ class Agent:
             st.stage_cpu = {k: round(v, 3) for k, v in spent.items()}
         return report
 
-    def _gated(self, findings: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    def _gated(self, findings: list[Finding], read_at: float) -> tuple[list[Finding], list[Finding]]:
         """A finding of a check that reads packet-loss counters is reported while one of those
         counters spikes (counters.py), or when the kernel's log says it happens (a timestamped
         line, not a total); otherwise it is held back, whatever settings or rules it also cites
         (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total). What
-        nothing explains, at low confidence, is held back too: it is for a reader of the report."""
+        nothing explains, at low confidence, is held back too: it is for a reader of the report.
+        A finding comparing the rules with the cluster (CheckSpec.settles) about a Service that
+        changed less than :data:`SETTLE_SECONDS` before the node was read (``read_at``) is held
+        until the change settled, and the node read again then (:attr:`recheck_at`): kube-proxy
+        may not have applied it yet. A change kube-proxy never applies is found by that cycle; a
+        finding already reported stays reported through further changes."""
         shown, held = [], []
+        self.recheck_at = None
         for f in findings:
             if f.cause in knowledge.UNEXPLAINED and f.confidence <= Confidence.LOW:
                 held.append(f)  # a lead for a reader, not a node condition (or an Event)
+                continue
+            settles = self._settles(f, read_at)
+            if settles is not None and finding_key(f) not in self._known:  # a reported one stays
+                held.append(f)
+                self.recheck_at = max(self.recheck_at or settles, settles)
                 continue
             spec = knowledge.CHECKS.get(f.code)
             on_counters = spec is not None and spec.counters and not any(e.artifact == KERNEL_LOG for e in f.evidence)
@@ -386,6 +405,19 @@ class Agent:
             else:
                 shown.append(f)
         return shown, held
+
+    def _settles(self, f: Finding, read_at: float) -> float | None:
+        """When the Service change behind ``f`` settles (monotonic), if it had not settled when the
+        node was read; None otherwise. A finding naming no Service (several summed up) waits for
+        the latest change to any Service."""
+        spec = knowledge.CHECKS.get(f.code)
+        if spec is None or not spec.settles or self.cluster is None:
+            return None
+        label = str(f.subject.get("service") or "")
+        changed = self.cluster.changed_at(label.split(":", 1)[0] if label else None)
+        if changed is None or changed <= read_at - SETTLE_SECONDS:
+            return None
+        return changed + SETTLE_SECONDS
 
     def reporter_condition(self, findings: list[Finding], report: Report) -> Condition:
         inconclusive = None

@@ -194,7 +194,10 @@ def summary(agent: Agent) -> dict[str, Any]:
         "cpu_by_stage": {k: round(v, 3) for k, v in st.stage_cpu.items()},
         "mode": st.mode,
         "cases": {"evaluated": st.evaluated, "carried_over": st.reused, "full": st.full},
-        "findings": [{"code": f.code, "cause": f.cause, "summary": f.summary} for f in st.findings],
+        "findings": [
+            {"code": f.code, "cause": f.cause, "service": f.subject.get("service"), "summary": f.summary}
+            for f in st.findings
+        ],
         "held_back": [f.code for f in st.held],
         "condition": None if st.condition is None else st.condition.__dict__,
         "error": st.last_error or None,

@@ -84,6 +84,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
     partial=_rejected_without_objects,
+    settles=True,
 )
 def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """The rules send a Service's traffic to Pods that are gone, or miss Pods that are ready.

@@ -80,6 +80,7 @@ def _empty_without_objects(facts: Facts) -> Iterator[Finding]:
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
     partial=_empty_without_objects,
+    settles=True,
 )
 def ipvs_virtual_server_empty(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """IPVS mode: the Service's virtual server exists but holds no real server that takes new

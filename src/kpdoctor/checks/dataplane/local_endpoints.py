@@ -40,6 +40,7 @@ def _applies(r: Result) -> bool:
     severity=Severity.CRITICAL,
     needs=RULES,
     abstains=verification_not_evaluated,
+    settles=True,
 )
 def local_endpoints_not_recognised(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """externalTrafficPolicy=Local (or internalTrafficPolicy=Local) traffic is dropped as "has no

@@ -31,6 +31,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    settles=True,
 )
 def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """The cluster has the Service, the node's rules do nothing with its traffic.
@@ -100,6 +101,7 @@ _LEFTOVER_FIX = {
     needs=RULES,
     needs_all=CLUSTER,
     reads_verification=True,
+    settles=True,
 )
 def stale_service_rules(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """Rules for a Service that no longer exists (or no longer has that address) still forward.

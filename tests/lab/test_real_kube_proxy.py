@@ -1,0 +1,284 @@
+"""kpdoctor on a node run by the real programs (:mod:`.real_node`): kube-apiserver v1.20 with etcd,
+kubelet's chains, and kube-proxy v1.20 programming the node's rules from the API, on both
+iptables backends.
+
+A healthy node must be healthy to every command (``diagnose --live``, ``verify --live``,
+``collect`` then ``diagnose`` of the bundle, ``trace``), with real traffic reaching the Pods; the
+agent must stay quiet for ten cycles, follow EndpointSlice churn without a false alarm, raise
+its condition within a cycle of a real fault and clear it within a cycle of the repair, give the
+findings the command line gives, ride out an apiserver restart, and say what RBAC denies it.
+The faults are produced by the real kube-proxy (stopped while the cluster changes; writing to
+one backend while kubelet writes to the other), not written into the rules by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .control_plane import Binaries
+from .real_node import NODE, PODS, RealNode, in_node, real_node
+
+KPDOCTOR = [sys.executable, "-m", "kpdoctor"]
+CYCLE = re.compile(r"cycle (\d+): .*; (\d+) finding\(s\), (\d+) held back")
+
+
+def _kubeconfig(rn: RealNode) -> list[str]:
+    return ["--kubeconfig", str(rn.cp.kubeconfig_in_netns), "--node", NODE]
+
+
+def diagnose(rn: RealNode, *extra: str) -> tuple[int, dict[str, Any]]:
+    res = in_node(rn, [*KPDOCTOR, "diagnose", "--live", *_kubeconfig(rn), "--interval", "1", "--format", "json",
+                       *extra])  # fmt: skip
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    return res.returncode, json.loads(res.stdout)
+
+
+def visible(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted(
+        (f["code"], f["cause"], str((f.get("subject") or {}).get("service") or ""))
+        for f in report["findings"]
+        if f["severity"] in ("critical", "warning")
+    )
+
+
+def agent_once(rn: RealNode, kubeconfig: Path | None = None) -> tuple[int, dict[str, Any]]:
+    """``kpdoctor agent --once`` on the node: one cycle of the agent's own code path."""
+    conf = ["--kubeconfig", str(kubeconfig or rn.cp.kubeconfig_in_netns), "--node", NODE]
+    res = in_node(rn, [*KPDOCTOR, "agent", "--once", *conf, "--no-events", "--no-condition"])
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    return res.returncode, json.loads(res.stdout)
+
+
+def agent_findings(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted((f["code"], f["cause"], str(f.get("service") or "")) for f in summary["findings"])
+
+
+@contextmanager
+def agent(rn: RealNode, every: float = 5, kubeconfig: Path | None = None) -> Iterator[AgentProcess]:
+    """``kpdoctor agent --every N`` running in the node namespace (its Events and condition real)."""
+    proc = AgentProcess(rn, every, kubeconfig)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+class AgentProcess:
+    def __init__(self, rn: RealNode, every: float, kubeconfig: Path | None) -> None:
+        self.log = rn.dir / f"agent-{time.monotonic_ns()}.log"
+        conf = ["--kubeconfig", str(kubeconfig or rn.cp.kubeconfig_in_netns), "--node", NODE]
+        with open(self.log, "wb") as out:
+            self.popen = subprocess.Popen(
+                rn.lab.node.exec_argv(
+                    ["env", f"PATH={os.environ.get('PATH', '')}", *KPDOCTOR, "agent", "--every", str(every), *conf]
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def cycles(self) -> list[tuple[int, int, int]]:
+        """(cycle, findings, held back) of every cycle logged so far."""
+        return [(int(a), int(b), int(c)) for a, b, c in CYCLE.findall(self.text())]
+
+    def wait_cycles(self, n: int, timeout: float) -> list[tuple[int, int, int]]:
+        end = time.monotonic() + timeout
+        while len(self.cycles()) < n:
+            assert self.popen.poll() is None, f"the agent exited ({self.popen.returncode}):\n{self.text()[-3000:]}"
+            assert time.monotonic() < end, f"{n} cycles not logged in {timeout}s:\n{self.text()[-3000:]}"
+            time.sleep(0.5)
+        return self.cycles()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+
+def _until(ok: Any, what: str, timeout: float, interval: float = 0.5) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        got = ok()
+        if got:
+            return got
+        assert time.monotonic() < end, f"not within {timeout}s: {what}"
+        time.sleep(interval)
+
+
+# -- a healthy node ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["legacy", "nft"])
+def test_a_healthy_node_is_healthy_to_every_command(lab_binaries: Binaries, backend: str, tmp_path: Path) -> None:
+    with real_node(lab_binaries, backend=backend) as rn:
+        web = rn.service("web", PODS[:2])
+        rn.service("nodeport", PODS[2:], port=8443, type="NodePort")
+        rn.wait_synced()
+        assert f"-d {web}/32" in rn.rules() and "default/nodeport:http" in rn.rules()
+        assert "KUBE-SERVICES" not in rn.rules("nft" if backend == "legacy" else "legacy")
+        with rn.lab.servers(8080):
+            reached = rn.lab.connect(web, 80, count=12)
+            assert set(reached) == set(PODS[:2]), reached  # real traffic, both Pods
+
+            code, report = diagnose(rn, "--save-bundle", str(tmp_path / "node.tar.gz"))
+            assert code == 0 and visible(report) == [], visible(report)
+            assert report["coverage"]["complete"], report["coverage"]
+            assert not [f for f in report["findings"] if f["cause"] == "unexplained-signal"], report["findings"]
+
+            res = in_node(rn, [*KPDOCTOR, "verify", "--live", *_kubeconfig(rn), "--format", "json"])
+            assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+            res = in_node(rn, [*KPDOCTOR, "trace", "--live", *_kubeconfig(rn), "--service", "default/web", "--format",
+                               "json"])  # fmt: skip
+            assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+            traced = json.loads(res.stdout)
+            assert {f"{ip}:8080" for ip in PODS[:2]} <= set(re.findall(r"\d+\.\d+\.\d+\.\d+:8080", json.dumps(traced)))
+
+        # the bundle, read later elsewhere: the same answer
+        res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / "node.tar.gz"), "--format", "json"],
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        offline = json.loads(res.stdout)
+        assert visible(offline) == visible(report) == []
+        assert offline["coverage"]["complete"]
+
+        code, summary = agent_once(rn)
+        assert code == 0 and summary["findings"] == [] and summary["error"] is None, summary
+        assert summary["mode"] == "iptables" and not summary["not_collected"].get("cluster/endpointslices.json")
+
+
+# -- the agent -----------------------------------------------------------------------------
+
+
+def test_the_agent_is_quiet_on_a_healthy_node_and_follows_a_real_fault(lab_binaries: Binaries) -> None:
+    with real_node(lab_binaries) as rn:
+        web = rn.service("web", PODS[:2])
+        rn.wait_synced()
+        with agent(rn, every=5) as ag:
+            cycles = ag.wait_cycles(10, timeout=120)
+            assert [c[1] for c in cycles[:10]] == [0] * 10, ag.text()[-3000:]
+            cond = rn.node_condition()
+            assert cond is not None and cond["status"] == "False", cond
+            assert not [e for e in rn.events() if e["type"] == "Warning"]
+
+            # the fault: kube-proxy stops; the Service's Pod moves (.2 -> .3) meanwhile
+            rn.stop_kube_proxy()
+            rn.set_endpoints("web", [PODS[0], PODS[2]])
+            changed = len(ag.cycles())
+            raised = _until(lambda: (c := rn.node_condition()) and c["status"] == "True" and c, "condition True", 40)
+            assert raised["reason"] == "EndpointsOutOfSync", raised
+            late = [c for c in ag.cycles()[changed:] if c[1]]
+            # the first cycle to see the change held it while it could still be on its way; the
+            # cycle it asked for, SETTLE_SECONDS later, reports it (not a whole interval later)
+            assert len(ag.cycles()) - changed <= 3, ag.cycles()
+            assert late, ag.text()[-2000:]
+            warnings = [e for e in rn.events() if e["type"] == "Warning"]
+            assert [e["reason"] for e in warnings] == ["EndpointsOutOfSync"], warnings
+            assert "default/web" in warnings[0]["message"]
+
+            # the CLI and the agent's own path say the same of the same state
+            code, report = diagnose(rn)
+            _, summary = agent_once(rn)
+            cli = visible(report)
+            assert code == 1 and ("KP202", "endpoints-out-of-sync") in [c[:2] for c in cli], cli
+            assert [c[:2] for c in agent_findings(summary)] == [c[:2] for c in cli], (summary, cli)
+
+            # the repair: kube-proxy runs again and syncs; the next cycle clears the condition
+            rn.start_kube_proxy()
+            repaired = len(ag.cycles())
+            cleared = _until(lambda: (c := rn.node_condition()) and c["status"] == "False" and c, "cleared", 30)
+            assert cleared["reason"] == "KubeProxyHealthy"
+            assert len(ag.cycles()) - repaired <= 2, ag.cycles()
+            assert any(e["reason"] == "EndpointsOutOfSyncResolved" for e in rn.events())
+            with rn.lab.servers(8080):
+                assert set(rn.lab.connect(web, 80, count=10)) == {PODS[0], PODS[2]}
+
+
+def test_endpointslice_churn_raises_nothing(lab_binaries: Binaries) -> None:
+    """Endpoints changing every fraction of a second for half a minute, kube-proxy keeping up: the
+    agent, cycling every second, sees many changes on their way and reports none of them."""
+    sets = [PODS[:1], PODS, PODS[1:2], [PODS[2], PODS[0]]]
+    with real_node(lab_binaries) as rn:
+        rn.service("web", PODS[:2])
+        rn.wait_synced()
+        with agent(rn, every=1) as ag:
+            ag.wait_cycles(2, timeout=60)
+            t0, i = time.monotonic(), 0
+            while time.monotonic() - t0 < 30:
+                rn.set_endpoints("web", sets[i % len(sets)])
+                i += 1
+                time.sleep(0.3 + 0.4 * (i % 4))
+            rn.wait_synced(after=0)
+            n = len(ag.cycles())
+            ag.wait_cycles(n + 3, timeout=60)
+            cycles = ag.cycles()
+        assert len(cycles) >= 15, cycles
+        assert all(c[1] == 0 for c in cycles), ag.text()[-3000:]
+        assert any(c[2] for c in cycles), "no cycle saw a change on its way: the churn did not test anything"
+        assert not [e for e in rn.events() if e["type"] == "Warning"], rn.events()
+        cond = rn.node_condition()
+        assert cond is not None and cond["status"] == "False"
+
+
+def test_the_agent_rides_out_an_apiserver_restart(lab_binaries: Binaries) -> None:
+    with real_node(lab_binaries) as rn:
+        rn.service("web", PODS[:2])
+        rn.wait_synced()
+        with agent(rn, every=2) as ag:
+            ag.wait_cycles(2, timeout=60)
+            rn.cp.stop_apiserver()
+            down = len(ag.cycles())
+            ag.wait_cycles(down + 3, timeout=60)
+            assert "not current" in ag.text() or "watching" in ag.text()
+            rn.cp.start_apiserver()
+            back = len(ag.cycles())
+            ag.wait_cycles(back + 4, timeout=120)
+            # while away and after: no finding (the objects last seen are still the truth)
+            assert all(c[1] == 0 for c in ag.cycles()), ag.text()[-3000:]
+            # the change made after the restart is followed (the watch resumed, or listed again)
+            rn.set_endpoints("web", PODS)
+            rn.wait_synced()
+            code, summary = agent_once(rn)
+            assert code == 0 and summary["findings"] == [], summary
+        cond = rn.node_condition()
+        assert cond is not None and cond["status"] == "False"
+        assert not [e for e in rn.events() if e["type"] == "Warning"]
+
+
+def test_an_agent_rbac_denies_says_what_it_may_not_do_and_finds_nothing(lab_binaries: Binaries) -> None:
+    with real_node(lab_binaries) as rn:
+        rn.service("web", PODS[:2])
+        rn.wait_synced()
+        rn.stop_kube_proxy()
+        rn.set_endpoints("web", [PODS[2]])  # a real fault, which the agent may not see the cluster side of
+        _, kubeconfig = rn.cp.service_account_kubeconfig("no-rights")
+        netns_conf = rn.dir / "kubeconfig-no-rights"
+        conf = json.loads(kubeconfig.read_text())
+        conf["clusters"][0]["cluster"]["server"] = f"https://{rn.cp.address}:{rn.cp.PORT}"
+        netns_conf.write_text(json.dumps(conf))
+        _, summary = agent_once(rn, netns_conf)
+    assert summary["findings"] == [], summary  # never verified against a view it could not read
+    missing = summary["not_collected"]
+    assert "cluster/services.json" in missing, summary
+    why = missing["cluster/services.json"]
+    assert "system:serviceaccount:default:no-rights" in why and "list" in why and "services" in why, why
+    assert "grant" in why or "RBAC" in why, why
