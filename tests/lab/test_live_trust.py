@@ -8,11 +8,13 @@ version, flags and config collected.
 
 The processes here are small static programs this module compiles: on ``--version`` they print a
 kube-proxy version and leave a mark saying which uid ran them; otherwise they wait. Every process
-is killed and every file removed when a test ends; collection runs in a lab network namespace.
+is killed and every file removed when a test ends; the processes and the collection run in a lab
+network namespace (kube-proxy shares the node's: one in another namespace is another node's).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,14 +82,31 @@ def build(dest: Path, mark: Path) -> Path:
     return dest
 
 
+def _enter(netns: str, user: int | None) -> Callable[[], None]:
+    """In the child: join the lab namespace (as a host-network kube-proxy shares the node's), then
+    become ``user`` (after: joining needs root)."""
+
+    def enter() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), "setns")
+        os.close(fd)
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user)
+            os.setuid(user)
+
+    return enter
+
+
 @contextmanager
-def running(argv: list[str], executable: str, user: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def running(argv: list[str], executable: str, ns: Netns, user: int | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` (its argv[0] as given: ``exec -a``) from ``executable``, in the lab namespace ``ns``."""
     proc = subprocess.Popen(
         argv,
         executable=executable,
-        user=user,
-        group=user,
-        extra_groups=[] if user is not None else None,
+        preexec_fn=_enter(ns.name, user),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -99,11 +118,10 @@ def running(argv: list[str], executable: str, user: int | None = None) -> Iterat
         proc.wait(timeout=10)
 
 
-def collect(out: Path) -> dict[str, bytes]:
-    """``kpdoctor collect`` as root in a lab namespace: the bundle's files by path."""
-    with Netns() as ns:
-        argv = [sys.executable, "-m", "kpdoctor", "collect", "--no-cluster", "--interval", "0", "--timeout", "40"]
-        res = ns.run([*argv, "-o", str(out)], timeout=90)
+def collect(ns: Netns, out: Path) -> dict[str, bytes]:
+    """``kpdoctor collect`` as root in the lab namespace: the bundle's files by path."""
+    argv = [sys.executable, "-m", "kpdoctor", "collect", "--no-cluster", "--interval", "0", "--timeout", "40"]
+    res = ns.run([*argv, "-o", str(out)], timeout=90)
     assert res.returncode == 0, res.stderr
     files: dict[str, bytes] = {}
     with tarfile.open(out) as tf:
@@ -137,8 +155,8 @@ def test_a_process_calling_itself_kube_proxy_is_neither_run_nor_read(workdir: Pa
     secret.write_text(f"root-only marker {os.getpid()}\n")
     secret.chmod(0o600)
     argv = ["kube-proxy", f"--config={secret}", "--hostname-override=n1"]
-    with running(argv, str(binary), user=user) as proc:
-        files = collect(tmp_path / "b.tar.gz")
+    with Netns() as ns, running(argv, str(binary), ns, user=user) as proc:
+        files = collect(ns, tmp_path / "b.tar.gz")
     assert not mark.exists(), f"the fake binary was run: {mark.read_text()}"
     assert "kube-proxy/version.txt" not in files and "kube-proxy/config.yaml" not in files
     assert not any(b"root-only marker" in data for data in files.values())
@@ -147,12 +165,12 @@ def test_a_process_calling_itself_kube_proxy_is_neither_run_nor_read(workdir: Pa
 
 
 @contextmanager
-def container(root: Path, config_path: str) -> Iterator[subprocess.Popen[bytes]]:
+def container(ns: Netns, root: Path, config_path: str) -> Iterator[subprocess.Popen[bytes]]:
     """A root kube-proxy in its own mount namespace whose root is ``root``, as a runtime starts
     one: ``unshare --mount`` then ``chroot``; --kill-child takes it down with the unshare."""
     argv = ["unshare", "--mount", "--fork", "--kill-child", "chroot", str(root), "/usr/local/bin/kube-proxy"]
     argv += [f"--config={config_path}", "--hostname-override=test-node", "--v=2"]
-    with running(argv, shutil.which("unshare") or "unshare") as proc:
+    with running(argv, shutil.which("unshare") or "unshare", ns) as proc:
         yield proc
 
 
@@ -171,8 +189,8 @@ def test_a_containerised_root_kube_proxy_is_found_and_collected(workdir: Path, t
     root = image(workdir, Path("/ran.txt"))
     mark.touch()
     mark.chmod(0o666)
-    with container(root, "/var/lib/kube-proxy/config.conf"):
-        files = collect(tmp_path / "b.tar.gz")
+    with Netns() as ns, container(ns, root, "/var/lib/kube-proxy/config.conf"):
+        files = collect(ns, tmp_path / "b.tar.gz")
     assert files["kube-proxy/version.txt"].strip() == b"Kubernetes v1.28.4"
     # run for its version, but as nobody: never with the root it runs as
     assert mark.read_text() == f"ran as uid={NOBODY} euid={NOBODY}\n"
@@ -186,8 +204,8 @@ def test_a_containerised_root_kube_proxy_is_found_and_collected(workdir: Path, t
 
 def test_a_config_flag_naming_a_kubeconfig_is_not_stored(workdir: Path, tmp_path: Path) -> None:
     root = image(workdir, Path("/ran.txt"))
-    with container(root, "/var/lib/kube-proxy/kubeconfig.conf"):
-        files = collect(tmp_path / "b.tar.gz")
+    with Netns() as ns, container(ns, root, "/var/lib/kube-proxy/kubeconfig.conf"):
+        files = collect(ns, tmp_path / "b.tar.gz")
     assert "kube-proxy/config.yaml" not in files
     assert not any(b"lab-token-0123456789" in data for data in files.values())
     why = [r for r in not_collected(files) if r.startswith("kube-proxy/config.yaml")]

@@ -34,6 +34,8 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/conntrack-list.txt": (Kind.CONNTRACK_ENTRIES, {}),
     "kube-proxy/log.txt": (Kind.KUBE_PROXY_LOG, {}),
     "kube-proxy/log-previous.txt": (Kind.KUBE_PROXY_LOG, {"previous": "true"}),
+    # a host kube-proxy's standard output, when it goes to another file than its log (its stderr)
+    "kube-proxy/log-stdout.txt": (Kind.KUBE_PROXY_LOG, {"stream": "stdout"}),
     "kube-proxy/cmdline.txt": (Kind.KUBE_PROXY_CMDLINE, {}),
     "kube-proxy/config.yaml": (Kind.KUBE_PROXY_CONFIG, {}),
     "kube-proxy/version.txt": (Kind.KUBE_PROXY_VERSION, {}),

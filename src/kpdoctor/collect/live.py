@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from kpdoctor import deadline
 from kpdoctor.bundle.writer import Bundle
-from kpdoctor.collect.kube_proxy import collect_kube_proxy
+from kpdoctor.collect.kube_proxy import LOG, LOG_PREVIOUS, collect_kube_proxy
 from kpdoctor.collect.node import collect_node
-from kpdoctor.collect.record import Budget, NotCollected, Progress, quiet, utc_now
+from kpdoctor.collect.record import Budget, Collected, NotCollected, Progress, quiet, utc_now
 from kpdoctor.collect.redact import IpPseudonyms, redact_secrets, redact_text
 from kpdoctor.collect.runner import Host, Runner
 
@@ -90,6 +90,7 @@ def collect(opts: LiveOptions, progress: Progress = quiet) -> Bundle:
             bundle.skipped.append(NotCollected("cluster/", cluster.error))
         bundle.node = opts.node or cluster.node
         bundle.info["cluster"] = cluster.error or "collected"
+        _one_log_entry(bundle)
     else:
         bundle.skipped.append(NotCollected("cluster/", "not asked for (--no-cluster)"))
         bundle.info["cluster"] = "not asked for"
@@ -140,6 +141,29 @@ def _cluster(opts: LiveOptions, hostname: str | None, addresses: list[str], budg
         if path not in have:
             got.skipped.append(NotCollected(path, why))
     return got
+
+
+def _one_log_entry(bundle: Bundle) -> None:
+    """One manifest entry per kube-proxy log path, when the node and the API both spoke of it: a
+    log either had (the API's Pod log, the node's file) wins over the other's reason it is
+    missing, a log with lines over an empty one, and two reasons become one saying both (the
+    node's why no log is there, and the API's why no Pod log either)."""
+    paths = (LOG, LOG_PREVIOUS)
+    kept: dict[str, Collected] = {}
+    for a in bundle.artifacts:
+        if a.path in paths and (a.path not in kept or (a.data and not kept[a.path].data)):
+            kept[a.path] = a
+    bundle.artifacts = [a for a in bundle.artifacts if a.path not in paths or kept[a.path] is a]
+    reasons: dict[str, list[str]] = {}
+    for s in bundle.skipped:
+        if s.path in paths and s.path not in kept:
+            reasons.setdefault(s.path, []).append(s.reason)
+    rest = [s for s in bundle.skipped if s.path not in paths]
+    said = ("on the node: ", "from the API: ")
+    for path, why in reasons.items():
+        text = why[0] if len(why) == 1 else "; ".join(said[min(i, 1)] + w for i, w in enumerate(why))
+        rest.append(NotCollected(path, text))
+    bundle.skipped = rest
 
 
 def _redact(bundle: Bundle, ips: bool) -> None:

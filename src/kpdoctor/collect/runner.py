@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kpdoctor.collect.node_files import NodeFileError, node_text, read_node_file, resolve_in_root
+from kpdoctor.collect.node_files import NodeFileError, file_kind, node_text, read_node_file, resolve_in_root
 from kpdoctor.collect.record import Budget, Collected, NotCollected, utc_now
 
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -91,26 +91,39 @@ class Identity:
         return cls(uids[0], uids[1], gids[0], gids[1], groups)
 
 
-# The confined reader: enters ROOT, becomes UID:GID (with GROUPS) and only then opens PATH, so the
-# kernel resolves every link inside ROOT and checks the permissions of that identity. Only a
-# regular file is read (a FIFO would block, a device never end), at most LIMIT bytes.
+# The confined reader: enters ROOT, becomes UID:GID (with GROUPS) and only then looks at PATH, so
+# the kernel resolves every link inside ROOT and checks the permissions of that identity. Only a
+# regular file is opened (a FIFO would block, a device never end, and opening some devices does
+# something): what else is there is named by its mode and left shut. At most LIMIT bytes are read,
+# with TAIL the last ones (a log), after a line saying the file's size on stderr.
 _CONFINED_READ = """
 import os, stat, sys
-root, uid, gid, groups, path, limit = sys.argv[1:7]
+root, uid, gid, groups, path, limit, tail = sys.argv[1:8]
 os.chroot(root)
 os.chdir("/")
 os.setgroups([int(g) for g in groups.split(",") if g])
 os.setresgid(int(gid), int(gid), int(gid))
 os.setresuid(int(uid), int(uid), int(uid))
+def refuse(mode):
+    sys.stderr.write("mode %o\\n" % mode)
+    sys.exit(5)
 try:
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        refuse(mode)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
 except FileNotFoundError:
     sys.exit(3)
 except PermissionError:
     sys.exit(4)
-if not stat.S_ISREG(os.fstat(fd).st_mode):
-    sys.exit(5)
+st = os.fstat(fd)
+if not stat.S_ISREG(st.st_mode):
+    refuse(st.st_mode)
 left, out = int(limit) + 1, sys.stdout.buffer
+if tail == "tail" and st.st_size > int(limit):
+    os.lseek(fd, st.st_size - int(limit), os.SEEK_SET)
+    left = int(limit)
+    sys.stderr.write("size %d\\n" % st.st_size)
 while left > 0:
     chunk = os.read(fd, min(left, 1 << 20))
     if not chunk:
@@ -264,21 +277,34 @@ class Runner:
             _VERSIONS[key] = got
         return got
 
-    def read_as(self, path: str, root: str, inside: str, who: Identity, limit: int) -> Collected | NotCollected:
+    def read_as(
+        self, path: str, root: str, inside: str, who: Identity, limit: int, *, tail: bool = False
+    ) -> Collected | NotCollected:
         """Read ``inside`` (a path as seen in ``root``) with the identity ``who``, as the process
-        whose file it is would: a file that process could not read is not read for it either."""
+        whose file it is would: a file that process could not read is not read for it either.
+        At most ``limit`` bytes: the first ones, or with ``tail`` the last ones (a log; the cut
+        first line dropped, as :meth:`read` does)."""
         limit_s = self.budget.timeout(5.0)
         if limit_s <= 0.05:
             return NotCollected(path, f"{inside} not read: the collection's time bound was reached")
         groups = ",".join(str(g) for g in who.groups)
         argv = [sys.executable, "-I", "-S", "-c", _CONFINED_READ, root, str(who.euid), str(who.egid), groups]
-        got = run_argv(path, [*argv, inside, str(limit)], limit_s, shown=f"read {inside} in {root} as uid {who.euid}")
+        argv += [inside, str(limit), "tail" if tail else "head"]
+        got = run_argv(path, argv, limit_s, shown=f"read {inside} in {root} as uid {who.euid}")
+        said = got.stderr.strip().splitlines()
+        if got.exit_code == 5 and said and said[-1].startswith("mode "):
+            return NotCollected(path, f"{inside} in {root} is {file_kind(int(said[-1][5:], 8))}: not read")
         if got.exit_code in _CONFINED_EXIT:
             return NotCollected(path, f"{inside} {_CONFINED_EXIT[got.exit_code]} in {root}")
         if got.exit_code != 0:
-            last = (got.stderr.strip().splitlines() or [f"exit {got.exit_code}"])[-1]
+            last = (said or [f"exit {got.exit_code}"])[-1]
             return NotCollected(path, f"cannot read {inside} in {root}: {last}")
-        if len(got.data) > limit:
+        if tail and said and said[0].startswith("size ") and said[0][5:].isdigit():
+            size = int(said[0][5:])
+            got.stderr = ""
+            got.data = got.data.split(b"\n", 1)[1] if b"\n" in got.data else got.data  # the partial first line
+            got.note = f"last {_size(limit)} of {_size(size)}"
+        elif len(got.data) > limit:
             got.data, got.note = got.data[:limit], f"first {limit} bytes only"
         return got
 
@@ -338,3 +364,8 @@ def _text(err: bytes) -> str:
 
 def _ms(t0: float) -> int:
     return round((time.monotonic() - t0) * 1000)
+
+
+def _size(n: int) -> str:
+    """A size as a note says it: whole MiB when it is at least one, else bytes."""
+    return f"{n // 1024**2} MiB" if n >= 1024**2 else f"{n:,} bytes"
