@@ -299,6 +299,19 @@ class ReplayServer:
                     return ex
             return None
 
+    def _scripted_discovery(self) -> tuple[int, Any]:
+        """``GET /apis/discovery.k8s.io`` as the scripted server would answer it (a real one
+        always does): the versions its exchanges serve EndpointSlices in (a scripted 404 for a
+        version's list: not served), or 404 when it serves none (a server older than the group)."""
+        with self._lock:
+            scripted = [*self.remaining, *self.served]
+        versions = []
+        for v in ("v1", "v1beta1"):
+            lists = [e for e in scripted if e["request"]["path"] == f"/apis/discovery.k8s.io/{v}/endpointslices"]
+            if lists and any(int(e["response"]["status"]) != 404 for e in lists):
+                versions.append(v)
+        return (200, discovery_group(versions)) if versions else (404, not_found_path())
+
     def _unexpected(self, method: str, path: str, query: dict[str, str]) -> None:
         with self._lock:
             self.unexpected.append({"method": method, "path": path, "query": query})
@@ -447,6 +460,8 @@ class ReplayServer:
                         return
                     if cluster is not None:
                         reply = cluster.respond(method, path, query, ctype, raw)
+                    if reply is None and method == "GET" and path.rstrip("/") == "/apis/discovery.k8s.io":
+                        reply = server._scripted_discovery()
                     if reply is None:
                         server._unexpected(method, path, query)
                         reply = (404, not_found_path())

@@ -470,7 +470,8 @@ def test_a_resource_the_agent_may_not_list_is_reported_not_fatal() -> None:
     _, report, text = one_cycle(live, collect)
     assert report is not None and not report.errors
     why = [p.message for p in report.problems if "endpointslices" in p.source]
-    assert why and "403" in why[0] and "forbidden" in why[0].lower(), report.problems
+    assert why and why[0].startswith("not collected: forbidden: "), report.problems
+    assert "needs a ClusterRole" in why[0] and "resources: [endpointslices], verbs: [list]" in why[0], why
     up = {
         s.labels["resource"]: s.value
         for fam in text_string_to_metric_families(text)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubeapi_replay import ReplayServer, cluster_exchanges, load_recording
+from kubeapi_replay import ReplayServer, cluster_exchanges, discovery_group, get_exchange, load_recording
 
 from kpdoctor.collect.cluster import ClusterCollection, collect_cluster
 from kpdoctor.collect.record import Budget, Collected
@@ -228,7 +228,9 @@ def test_forbidden_endpointslices_are_said_and_the_rest_collected(run: Any) -> N
     reason = r.skipped()["cluster/endpointslices.json"]
     assert reason == ('forbidden: endpointslices.discovery.k8s.io is forbidden: User '
                       '"system:serviceaccount:default:kpdoctor" cannot list resource "endpointslices" in API group '
-                      '"discovery.k8s.io" at the cluster scope')
+                      '"discovery.k8s.io" at the cluster scope (RBAC: system:serviceaccount:default:kpdoctor needs a '
+                      'ClusterRole (and a ClusterRoleBinding) with the rule apiGroups: ["discovery.k8s.io"], '
+                      'resources: [endpointslices], verbs: [list])')
     # an older role that still grants v1 Endpoints: the backends are known anyway
     endpoints = r.items("cluster/endpoints.json")
     assert {e["kind"] for e in endpoints} == {"Endpoints"} and len(endpoints) == 7
@@ -251,7 +253,8 @@ def test_forbidden_services_say_the_apis_message(run: Any) -> None:
     r.assert_consumed()
     assert r.skipped()["cluster/services.json"] == (
         'forbidden: services is forbidden: User "system:serviceaccount:default:kpdoctor" cannot list resource '
-        '"services" in API group "" at the cluster scope')
+        '"services" in API group "" at the cluster scope (RBAC: system:serviceaccount:default:kpdoctor needs a '
+        'ClusterRole (and a ClusterRoleBinding) with the rule apiGroups: [""], resources: [services], verbs: [list])')
     assert len(r.items("cluster/endpointslices.json")) == 7
 
 
@@ -259,15 +262,15 @@ def test_old_cluster_without_endpointslices_gives_endpoints(run: Any) -> None:
     r = run("old-cluster")
     r.assert_consumed()
     assert "cluster/endpointslices.json" not in {a.path for a in r.result.artifacts}
-    assert "discovery.k8s.io/v1 and v1beta1: 404" in r.skipped()["cluster/endpointslices.json"]
+    assert "serves no EndpointSlices" in r.skipped()["cluster/endpointslices.json"]
     endpoints = r.artifact("cluster/endpoints.json")
     assert endpoints.source == "GET /api/v1/endpoints?limit=500 (1 page)"
     web = next(e for e in r.items("cluster/endpoints.json") if e["metadata"]["name"] == "web")
     assert web["apiVersion"] == "v1" and [a["ip"] for a in web["subsets"][0]["addresses"]] == \
         ["10.244.1.12", "10.244.1.13"]
     paths = [q["path"] for q in r.server.requests]
-    assert paths.index("/apis/discovery.k8s.io/v1/endpointslices") < \
-        paths.index("/apis/discovery.k8s.io/v1beta1/endpointslices") < paths.index("/api/v1/endpoints")
+    assert paths.index("/apis/discovery.k8s.io") < paths.index("/api/v1/endpoints")  # asked what it serves first
+    assert not [p for p in paths if p.endswith("/endpointslices")]
 
 
 def test_v1beta1_endpointslices_when_v1_is_not_served(run: Any) -> None:
@@ -279,8 +282,9 @@ def test_v1beta1_endpointslices_when_v1_is_not_served(run: Any) -> None:
         e["request"]["path"] = "/apis/discovery.k8s.io/v1beta1/endpointslices"
         e["response"]["body"]["apiVersion"] = "discovery.k8s.io/v1beta1"
         beta.append(e)
-    exchanges = [e for e in exchanges if "v1beta1" not in e["request"]["path"] and
-                 e["request"]["path"] != "/api/v1/endpoints"] + beta
+    served = get_exchange("/apis/discovery.k8s.io", discovery_group(["v1beta1"]))
+    exchanges = [e for e in exchanges if e["request"]["path"] not in ("/apis/discovery.k8s.io", "/api/v1/endpoints")]
+    exchanges += [served, *beta]
     r = run(exchanges)
     r.assert_consumed()
     slices = r.items("cluster/endpointslices.json")
@@ -457,7 +461,10 @@ def test_forbidden_nodes_select_pods_by_the_given_name_with_a_note(run: Any) -> 
     r = run(exchanges, logs=True)
     r.assert_consumed()
     assert r.result.node is None and r.result.error is None
-    assert r.skipped()["cluster/nodes.json"] == f"forbidden: {denied_get['message']}; forbidden: {denied_list['message']}"
+    grant = ("(RBAC: system:serviceaccount:default:kpdoctor needs a ClusterRole (and a ClusterRoleBinding) with the "
+             'rule apiGroups: [""], resources: [nodes], verbs: [{}])')
+    assert r.skipped()["cluster/nodes.json"] == (f"forbidden: {denied_get['message']} {grant.format('get')}; "
+                                                 f"forbidden: {denied_list['message']} {grant.format('list')}")
     pods = r.artifact("cluster/pods.json")
     assert len(r.items("cluster/pods.json")) == 7
     assert pods.note.startswith("the Node could not be read (forbidden: ") and \

@@ -2,7 +2,7 @@
 
 The agent and ``collect_cluster`` keep a cluster's objects without ``managedFields``, kubectl's
 last-applied copy, and (Services, EndpointSlices, Endpoints) the metadata no check reads and the
-slices' ``targetRef``\\ s (``collect.cluster.trim``). Here every object of real evidence (the
+slices' ``targetRef``\\ s (``collect.kubeapi.trim``). Here every object of real evidence (the
 upstream kube-proxy fixtures, in both backends; the demo bundles' cluster objects) is given what
 kube-apiserver adds, then diagnosed as it is and trimmed: the findings, the verification and the
 checks run are the same (line numbers aside: the trimmed files are shorter).
@@ -22,7 +22,7 @@ from conftest import UPSTREAM
 
 from kpdoctor import memo
 from kpdoctor.bundle.loader import load
-from kpdoctor.collect.cluster import trim
+from kpdoctor.collect.kubeapi import trim
 from kpdoctor.demo import demo_path
 from kpdoctor.diagnose import diagnose_evidence
 

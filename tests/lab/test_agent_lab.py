@@ -130,10 +130,13 @@ def test_agent_follows_a_node_breaking_and_healing() -> None:
         api_client = k8s.ApiClient(k8s.Configuration(host=api.url))
         cache = ClusterCache(api_client, NODE, watch_seconds=30)
         reporter = NodeReporter(api_client, NODE, refill_seconds=1.0)
-        opts = AgentOptions(node=NODE, interval=3600, full_every=100, timeout=60, nice=0)
+        # settle=0: the changes below are the state to judge, not changes on their way (the real
+        # kube-proxy's lab, test_real_kube_proxy.py, tests the holding of changes on their way)
+        opts = AgentOptions(node=NODE, interval=3600, full_every=100, timeout=60, nice=0, settle=0)
         agent = Agent(opts, cluster=cache, reporter=reporter, host=host)
         # the same node judged from scratch every cycle: what the incremental one must equal
-        full = Agent(AgentOptions(node=NODE, interval=3600, full_every=1, timeout=60, nice=0), cluster=cache, host=host)
+        full = Agent(AgentOptions(node=NODE, interval=3600, full_every=1, timeout=60, nice=0, settle=0), cluster=cache,
+                     host=host)
         server = AgentServer(agent, "127.0.0.1", 0)
         stop = threading.Event()
         loop = threading.Thread(target=agent.run, args=(stop,), daemon=True)

@@ -13,7 +13,7 @@ whole within :data:`LIST_SECONDS` (an overall deadline, not a read timeout: see
 kpdoctor.deadline), a watch connection is cut :data:`WATCH_MARGIN` seconds after its
 ``timeoutSeconds`` whatever the server keeps sending (and resumed), a page or a watch event
 larger than an object can be is refused, and a list that does not end is given up. An object
-is kept as its compact JSON, trimmed of what no check reads (collect.cluster.trim): 100,000
+is kept as its compact JSON, trimmed of what no check reads (collect.kubeapi.trim): 100,000
 Services cost their JSON, not Python's dicts, until a cycle parses them (bench/agent_memory.py);
 the cycle keeps what it parsed, so only a changed object is parsed again.
 """
@@ -34,13 +34,18 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from kpdoctor import deadline
-from kpdoctor.collect.cluster import (
+from kpdoctor.collect.kubeapi import (
     CONNECT_TIMEOUT,
+    SLICES_V1,
+    EndpointsSource,
     TooLarge,
     Unanswered,
+    api_reason,
     bounded_connections,
     fetch,
+    pages,
     raw_get,
+    served_endpoints,
     trim,
 )
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
@@ -115,12 +120,7 @@ def compact(obj: Obj, kind: str, api_version: str) -> bytes:
 
 def _reason(e: BaseException) -> str:
     if isinstance(e, ApiException):
-        try:
-            body = json.loads(e.body or b"{}")
-            msg = body.get("message") if isinstance(body, dict) else None
-        except ValueError:
-            msg = None
-        return f"{e.status} {e.reason or ''}: {msg or ''}".strip(": ")
+        return api_reason(e)
     if isinstance(e, (Unanswered, TooLarge)):
         return str(e)
     return " ".join(f"{type(e).__name__}: {e}".split())[:300]
@@ -329,27 +329,24 @@ class ClusterCache:
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
     def _served_slices(self, r: Resource) -> None:
-        """The EndpointSlice version the API server serves (discovery.k8s.io/v1 from 1.21,
-        v1beta1 in 1.17-1.24), or core Endpoints when it serves neither, as kube-proxy reads
-        them; decided once, before the first list. An unanswered discovery is retried as any
-        failed list is (the resource stays "not listed yet", never read as empty)."""
+        """The endpoints' source the API server serves (collect.kubeapi.served_endpoints:
+        EndpointSlices v1, else v1beta1, else core Endpoints, as kube-proxy reads them); decided
+        once, before the first list. An unanswered discovery is retried as any failed list is
+        (the resource stays "not listed yet", never read as empty)."""
         try:
-            body = json.loads(fetch(self._path_lister("/apis/discovery.k8s.io"), seconds=LIST_SECONDS))
+            group = json.loads(fetch(self._path_lister("/apis/discovery.k8s.io"), seconds=LIST_SECONDS))
         except ApiException as e:
             if e.status != 404:
                 raise
-            body = {}
-        served = [v.get("version") for v in (body.get("versions") or []) if isinstance(v, dict)]
-        if "v1" in served:
+            group = None
+        source: EndpointsSource = served_endpoints(group if isinstance(group, dict) else None)
+        if source is SLICES_V1:
             return
-        if "v1beta1" in served:
-            r.api_version = "discovery.k8s.io/v1beta1"
-            r.lister = self._path_lister("/apis/discovery.k8s.io/v1beta1/endpointslices")
-        else:
+        if source.bundle_path != r.path:
             with self._lock:
-                self.state["cluster/endpoints.json"] = self.state.pop(r.path)
-            r.path, r.kind, r.api_version = "cluster/endpoints.json", "Endpoints", "v1"
-            r.lister = self._core.list_endpoints_for_all_namespaces
+                self.state[source.bundle_path] = self.state.pop(r.path)
+        r.path, r.kind, r.api_version = source.bundle_path, source.kind, source.api_version
+        r.lister = self._path_lister(source.path) if source.slices else self._core.list_endpoints_for_all_namespaces
         log.info("cluster: the API server serves %s: reading %s", r.api_version, r.kind)
 
     def _path_lister(self, path: str) -> Callable[..., Any]:
@@ -380,32 +377,24 @@ class ClusterCache:
         if st.listing_since is None:
             st.listing_since = time.monotonic()
         objects: dict[str, bytes] = {}
-        token: str | None = None
-        tokens: set[str] = set()
         rv = ""
-        pages = 0
-        while True:
-            if pages >= MAX_PAGES:
-                raise RuntimeError(f"the list did not end after {pages} pages of {PAGE} ({len(objects)} objects)")
+        read = 0
+
+        def page(token: str | None) -> Obj:
             kwargs: dict[str, Any] = {"limit": PAGE, **r.selector}
             if token:
                 kwargs["_continue"] = token
             body = json.loads(_read(r.lister, LIST_SECONDS, **kwargs))
-            pages += 1
             if not isinstance(body, dict):
                 raise ValueError("the API server's answer is not a JSON object")
-            for item in body.get("items") or []:
+            return body
+
+        for body in pages(page, MAX_PAGES):
+            read += 1
+            for item in body.pop("items", None) or []:
                 if isinstance(item, dict):
                     objects[_key(item)] = compact(item, r.kind, r.api_version)
-            body.pop("items", None)
-            meta = body.get("metadata") or {}
-            rv = str(meta.get("resourceVersion") or rv)
-            token = str(meta.get("continue") or "") or None
-            if not token:
-                break
-            if token in tokens:
-                raise RuntimeError("the API server gave the same continue token twice: the list would not end")
-            tokens.add(token)
+            rv = str((body.get("metadata") or {}).get("resourceVersion") or rv)
         with self._changed:
             if st.synced:  # a list again (after 410 Gone or an outage): what it changed is a change
                 now = time.monotonic()
@@ -413,7 +402,7 @@ class ClusterCache:
                 differ = {k for k in objects.keys() & st.objects.keys() if objects[k] != st.objects[k]}
                 for key in gone_or_new | differ:
                     self._note_change(r, json.loads(objects.get(key) or st.objects[key]), now)
-            st.objects, st.resource_version, st.synced, st.pages = objects, rv, True, pages
+            st.objects, st.resource_version, st.synced, st.pages = objects, rv, True, read
             st.error, st.error_since = "", None
             self.generation += 1
             self._changed.notify_all()
@@ -496,7 +485,7 @@ class _Gone(Exception):
 
 
 def _read(lister: Callable[..., Any], seconds: float, **kwargs: Any) -> bytes:
-    """One page, whole within ``seconds`` (collect.cluster.fetch); a 410 is :class:`_Gone`."""
+    """One page, whole within ``seconds`` (collect.kubeapi.fetch); a 410 is :class:`_Gone`."""
     try:
         return fetch(lister, seconds=seconds, **kwargs)
     except ApiException as e:

@@ -71,6 +71,7 @@ class AgentOptions:
     min_severity: Severity = Severity.WARNING
     log_tail: int = AGENT_LOG_TAIL
     nice: int = 10
+    settle: float = SETTLE_SECONDS  # a Service change younger than this when the node is read may be on its way
 
 
 class Durations:
@@ -383,7 +384,7 @@ class Agent:
         (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total). What
         nothing explains, at low confidence, is held back too: it is for a reader of the report.
         A finding comparing the rules with the cluster (CheckSpec.settles) about a Service that
-        changed less than :data:`SETTLE_SECONDS` before the node was read (``read_at``) is held
+        changed less than ``settle`` seconds (:data:`SETTLE_SECONDS`) before the node was read (``read_at``) is held
         until the change settled, and the node read again then (:attr:`recheck_at`): kube-proxy
         may not have applied it yet. A change kube-proxy never applies is found by that cycle; a
         finding already reported stays reported through further changes."""
@@ -415,9 +416,9 @@ class Agent:
             return None
         label = str(f.subject.get("service") or "")
         changed = self.cluster.changed_at(label.split(":", 1)[0] if label else None)
-        if changed is None or changed <= read_at - SETTLE_SECONDS:
+        if changed is None or changed <= read_at - self.opts.settle:
             return None
-        return changed + SETTLE_SECONDS
+        return changed + self.opts.settle
 
     def reporter_condition(self, findings: list[Finding], report: Report) -> Condition:
         inconclusive = None

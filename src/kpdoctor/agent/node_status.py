@@ -13,7 +13,7 @@ condition. Nothing else in the cluster is ever changed.
 
 A write that fails (the apiserver away, RBAC allowing only part of it) is counted and said in
 the agent's status; the next cycle tries again. Nothing here ever raises into the cycle, nor
-holds it: each write has an overall deadline (:data:`WRITE_SECONDS`, collect.cluster.fetch),
+holds it: each write has an overall deadline (:data:`WRITE_SECONDS`, collect.kubeapi.fetch),
 the writes of one cycle share the time :meth:`NodeReporter.begin` gives them, and after a write
 the API server did not answer the cycle's other writes are not tried.
 """
@@ -33,7 +33,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from kpdoctor.agent.counters import TokenBucket
-from kpdoctor.collect.cluster import Unanswered, bounded_connections, fetch
+from kpdoctor.collect.kubeapi import Unanswered, bounded_connections, fetch
 from kpdoctor.model import Finding
 
 log = logging.getLogger("kpdoctor.agent")

@@ -78,7 +78,7 @@ class ClusterLink:
             self.cache.stop()
 
     def _connect(self) -> None:
-        from kpdoctor.collect.cluster import api_client
+        from kpdoctor.collect.kubeapi import api_client
 
         try:
             client: Any = api_client(self.kubeconfig, self.context)

@@ -22,42 +22,44 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote, urlencode
 
 import urllib3
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from kpdoctor import deadline
+from kpdoctor.collect.kubeapi import (
+    ENDPOINTS_V1,
+    MAX_RESPONSE_BYTES,
+    ConfigError,
+    ListNeverEnds,
+    Obj,
+    TooLarge,
+    Unanswered,
+    api_reason,
+    bounded_connections,
+    fetch,
+    load_config,
+    pages,
+    raw_get,
+    served_endpoints,
+    transport_reason,
+    trim,
+)
 from kpdoctor.collect.record import Budget, Collected, NotCollected, Progress, utc_now
 
 PAGE_SIZE = 500
 MAX_PAGES = 400
 MAX_RESTARTS = 3  # a list restarted from the beginning after 410 Gone (expired continue token)
-CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 LOG_READ_TIMEOUT = 60.0
 LOG_LIMIT_BYTES = 32 * 1024 * 1024
-# One answer read at most: a page of 500 objects is a few MB (an object is at most 1.5 MB in etcd).
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-ERROR_BODY_BYTES = 64 * 1024  # of a non-2xx answer, the Status is all that is wanted
-CHUNK_BYTES = 256 * 1024
 MAX_RETRY_AFTER = 2.0  # seconds waited once on 429 Too Many Requests
 MAX_OWNER_DEPTH = 3  # Pod -> ReplicaSet -> Deployment; Pod -> Job -> CronJob
-
-Obj = dict[str, Any]
-
-# The client's loaders are untyped; these are the signatures used here.
-_load_kube_config: Callable[..., None] = k8s_config.load_kube_config
-_load_incluster_config: Callable[..., None] = k8s_config.load_incluster_config
 
 
 @dataclass
@@ -85,230 +87,6 @@ class _CallFailed(Exception):
         self.reason = reason
         self.status = status
 
-
-def _status_body(e: ApiException) -> Obj:
-    """The ``Status`` the API server sent with an error, or ``{}``."""
-    try:
-        body = json.loads(e.body or "")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _api_reason(e: ApiException, body: Obj) -> str:
-    """``forbidden: <the API's message>`` and the like, from a non-2xx answer."""
-    message = str(body.get("message") or "").strip()
-    if not message and isinstance(e.body, str):
-        message = e.body.strip()[:300]
-    message = " ".join(message.split()) or str(e.reason or "")
-    if e.status == 403:
-        return f"forbidden: {message}"
-    if e.status == 401:
-        return f"unauthorized (401): {message}"
-    if e.status == 404:
-        return f"not found: {message}"
-    return f"HTTP {e.status} {body.get('reason') or e.reason or ''}: {message}".replace(" :", ":")
-
-
-def _transport_reason(e: BaseException) -> str:
-    """One line for a connection error or timeout (never the request's headers)."""
-    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
-        e = e.reason
-    if isinstance(e, urllib3.exceptions.ReadTimeoutError):
-        return "timed out waiting for the API server's answer"
-    if isinstance(e, urllib3.exceptions.NewConnectionError):
-        text = str(e)
-        cause = text.split(": ", 1)[1] if ": " in text else text
-        return f"cannot connect: {cause}"
-    if isinstance(e, urllib3.exceptions.ConnectTimeoutError):
-        return "timed out connecting to the API server"
-    if isinstance(e, ApiException):  # the client's wrapper for TLS errors (status 0)
-        return "TLS: " + " ".join(str(e.reason or "").split())
-    return " ".join(f"{type(e).__name__}: {e}".split())
-
-
-# -- one exchange, bounded ------------------------------------------------------------------------------
-
-
-class Unanswered(Exception):
-    """No complete answer within the call's overall deadline (a hung or trickling API server)."""
-
-
-class TooLarge(Exception):
-    """The answer is larger than the caller reads."""
-
-
-def bounded_connections(api_client: Any) -> Any:
-    """Make ``api_client``'s calls answer to :func:`kpdoctor.deadline.bounded` (each new socket,
-    and each kept-alive one when it waits for an answer, is handed to
-    :func:`~kpdoctor.deadline.guard`), and read at most :data:`ERROR_BODY_BYTES` of a non-2xx
-    answer (the client would read it whole, however large); returns it. Idempotent."""
-    if getattr(api_client, "_kpdoctor_bounded", False):
-        return api_client
-    pm = api_client.rest_client.pool_manager
-    pm.pool_classes_by_scheme = {k: _bounded_pool(v) for k, v in pm.pool_classes_by_scheme.items()}
-    call_api = api_client.call_api
-
-    def capped(*args: Any, **kwargs: Any) -> Any:
-        resp = call_api(*args, **kwargs)
-        if not 200 <= int(resp.status) <= 299 and resp.data is None:
-            resp.data = _read_capped(resp.response, ERROR_BODY_BYTES)  # what the client's read() returns
-        return resp
-
-    api_client.call_api = capped
-    api_client._kpdoctor_bounded = True
-    return api_client
-
-
-_BOUNDED: dict[type, type] = {}
-
-
-def _bounded_pool(pool_cls: type) -> type:
-    if getattr(pool_cls, "_kpdoctor_bounded", False):
-        return pool_cls
-    if pool_cls in _BOUNDED:
-        return _BOUNDED[pool_cls]
-    conn_cls: Any = pool_cls.ConnectionCls  # type: ignore[attr-defined]
-
-    def _new_conn(self: Any) -> Any:
-        sock = conn_cls._new_conn(self)
-        deadline.guard(sock)
-        return sock
-
-    def getresponse(self: Any) -> Any:
-        if self.sock is not None:
-            deadline.guard(self.sock)
-        return conn_cls.getresponse(self)
-
-    conn = type(f"Bounded{conn_cls.__name__}", (conn_cls,), {"_new_conn": _new_conn, "getresponse": getresponse})
-    pool = type(f"Bounded{pool_cls.__name__}", (pool_cls,), {"ConnectionCls": conn, "_kpdoctor_bounded": True})
-    _BOUNDED[pool_cls] = pool
-    return pool
-
-
-def _read_capped(resp: Any, limit: int) -> bytes:
-    """The first ``limit`` bytes of a raw answer; the connection is dropped if more was sent."""
-    chunks: list[bytes] = []
-    size = 0
-    complete = False
-    try:
-        while size < limit:
-            chunk = resp.read(min(CHUNK_BYTES, limit - size))
-            if not chunk:
-                complete = True
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        if not complete:
-            resp.close()
-        resp.release_conn()
-    return b"".join(chunks)
-
-
-def fetch(fn: Callable[..., Any], *args: Any, seconds: float, max_bytes: int = MAX_RESPONSE_BYTES,
-          truncate: bool = False, **kwargs: Any) -> bytes:
-    """The body of ``fn(*args, **kwargs)`` (a client method of a :func:`bounded_connections`
-    client, called for its raw answer), read whole within ``seconds`` from now, connecting
-    included. Raises :class:`Unanswered` past the deadline, :class:`TooLarge` for a body above
-    ``max_bytes`` (``truncate``: its first ``max_bytes`` are returned instead),
-    ``ApiException`` with the API's Status for a non-2xx answer, and urllib3's and the socket's
-    own errors for a connection that fails."""
-    timeout = (max(0.05, min(CONNECT_TIMEOUT, seconds)), max(0.05, seconds))
-    with deadline.bounded(seconds) as bound:
-        try:
-            resp = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
-            return read_body(resp, bound, max_bytes, truncate=truncate)
-        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError, ApiException):
-            if bound.expired:
-                raise Unanswered(f"no complete answer within {round(seconds, 1):g}s") from None
-            raise
-
-
-def raw_get(client: Any, path: str, query: list[tuple[str, str]], request_timeout: Any) -> Any:
-    """``GET path`` through an ``ApiClient``, for its raw answer: a path the generated client has
-    no method for (an older API version, group discovery); a non-2xx answer raises
-    ``ApiException`` with the server's Status."""
-    method, url, headers, body, post = client.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    resp = client.call_api(method, url, header_params=headers, body=body, post_params=post,
-                           _request_timeout=request_timeout)  # fmt: skip
-    if not 200 <= resp.status <= 299:
-        resp.read()
-        raise ApiException.from_response(http_resp=resp, body=None, data=None)
-    return resp.response
-
-
-def read_body(resp: Any, bound: deadline.Bound, limit: int, *, truncate: bool = False) -> bytes:
-    """A raw response's body in chunks, at most ``limit`` bytes; the connection goes back to the
-    pool only when the body was read whole."""
-    declared = str((getattr(resp, "headers", None) or {}).get("Content-Length") or "")
-    complete = False
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        if not truncate and declared.isdigit() and int(declared) > limit:
-            raise TooLarge(f"the API server's answer is {int(declared) >> 20} MiB, more than the "
-                           f"{limit >> 20} MiB read: not read")
-        while not bound.expired:
-            chunk = resp.read(CHUNK_BYTES)
-            if not chunk:
-                complete = True
-                break
-            size += len(chunk)
-            if size > limit:
-                if truncate:
-                    chunks.append(chunk[: len(chunk) - (size - limit)])
-                    break
-                raise TooLarge(f"the API server's answer is more than the {limit >> 20} MiB read: not read")
-            chunks.append(chunk)
-        if bound.expired:
-            raise urllib3.exceptions.ReadTimeoutError(None, "", "overall deadline")  # type: ignore[arg-type]
-        return b"".join(chunks)
-    finally:
-        if not complete:
-            resp.close()
-        release = getattr(resp, "release_conn", None)
-        if release is not None:
-            release()
-
-
-def trim(obj: Obj, kind: str | None = None) -> Obj:
-    """``obj`` (of ``kind``, else its own) without what the API adds that no check reads; changed
-    in place. Every kind loses ``metadata.managedFields`` (often half of an object), ``selfLink``
-    and kubectl's last-applied copy of the object (an annotation). The kinds a cluster holds by
-    the hundred thousand keep, of their metadata, only what the checks read (name, namespace,
-    resourceVersion, labels, annotations: not uid, creationTimestamp, generation, ownerReferences),
-    and an EndpointSlice's endpoints lose their ``targetRef`` (which Pod: no check reads it).
-    Nodes, Pods and workloads keep the rest of their metadata (uid, ownerReferences and
-    creationTimestamp are read: facts/workloads.py, the agent's Events)."""
-    kind = kind or str(obj.get("kind") or "")
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        if kind in _BULK_KINDS:
-            for k in [k for k in meta if k not in _BULK_META]:
-                del meta[k]
-        else:
-            meta.pop("managedFields", None)
-            meta.pop("selfLink", None)
-        notes = meta.get("annotations")
-        if isinstance(notes, dict):
-            notes.pop(LAST_APPLIED, None)
-    if kind == "EndpointSlice" and isinstance(obj.get("endpoints"), list):
-        for ep in obj["endpoints"]:
-            if isinstance(ep, dict):
-                ep.pop("targetRef", None)
-    return obj
-
-
-_BULK_KINDS = frozenset({"Service", "EndpointSlice", "Endpoints"})
-_BULK_META = frozenset({"name", "namespace", "resourceVersion", "labels", "annotations"})
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 # -- the API, one call at a time --------------------------------------------------------------------------
@@ -351,9 +129,8 @@ class _Api:
                 raise _CallFailed(str(e)) from None
             except ApiException as e:
                 if not e.status:  # TLS failure, wrapped by the client
-                    self._unusable(_transport_reason(e))
-                body = _status_body(e)
-                reason = _api_reason(e, body)
+                    self._unusable(transport_reason(e))
+                reason = api_reason(e)
                 if e.status == 401:
                     self._unusable(reason)
                 self.answered = True
@@ -365,13 +142,13 @@ class _Api:
                 # A kept-alive connection the server had closed: ask once more on a new one.
                 if attempt == 1 and self.answered:
                     continue
-                self._unusable(_transport_reason(e))
+                self._unusable(transport_reason(e))
             except urllib3.exceptions.ReadTimeoutError as e:
                 if not self.answered:
-                    self._unusable(_transport_reason(e))
-                raise _CallFailed(f"{_transport_reason(e)} (after {seconds:.0f}s)") from None
+                    self._unusable(transport_reason(e))
+                raise _CallFailed(f"{transport_reason(e)} (after {seconds:.0f}s)") from None
             except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
-                self._unusable(_transport_reason(e))
+                self._unusable(transport_reason(e))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _pause(self, e: ApiException) -> None:
@@ -435,38 +212,34 @@ def _list(
     kind: str,
     api_version: str,
 ) -> _Listed:
-    """Every page of a chunked list (``fetch(continue_token)``), restarted after 410 Gone."""
+    """Every page of a chunked list (``fetch(continue_token)``, kubeapi.pages), restarted after 410
+    Gone; a list that fails or does not end after some pages is kept as far as it was read."""
     started_at, t0 = utc_now(), time.monotonic()
-    items: list[Obj] = []
-    token: str | None = None
-    pages = restarts = 0
-    note = ""
+    restarts = 0
     while True:
-        if pages >= MAX_PAGES:
-            note = f"truncated after {len(items)} objects ({MAX_PAGES} pages of {PAGE_SIZE})"
-            break
+        items: list[Obj] = []
+        read = 0
+        note = ""
         try:
-            body = fetch(token)
+            for body in pages(fetch, MAX_PAGES):
+                read += 1
+                items.extend(_with_type(trim(it, kind), kind, api_version) for it in body.get("items") or []
+                             if isinstance(it, dict))  # fmt: skip
+        except ListNeverEnds as e:
+            note = f"truncated after {len(items)} objects ({read} pages of {PAGE_SIZE}): {e}"
         except _CallFailed as e:
-            if e.status == 410 and token is not None:
+            if e.status == 410 and read:
                 if restarts < MAX_RESTARTS:
                     restarts += 1
-                    items, token, pages = [], None, 0
                     continue
                 note = (f"partial: the list expired (410 Gone) {restarts + 1} times; "
-                        f"{len(items)} objects read before the last expiry")
-                break
-            if not items:
+                        f"{len(items)} objects read before the last expiry")  # fmt: skip
+            elif not items:
                 raise
-            note = f"partial: {len(items)} objects, then page {pages + 1} failed: {e.reason}"
-            break
-        pages += 1
-        items.extend(_with_type(trim(it, kind), kind, api_version) for it in body.get("items") or []
-                     if isinstance(it, dict))
-        token = str((body.get("metadata") or {}).get("continue") or "") or None
-        if token is None:
-            break
-    detail = f"{pages} page{'s' if pages != 1 else ''}"
+            else:
+                note = f"partial: {len(items)} objects, then page {read + 1} failed: {e.reason}"
+        break
+    detail = f"{read} page{'s' if read != 1 else ''}"
     if restarts:
         detail += f", restarted {restarts}x after 410 Gone (expired continue token)"
     return _Listed(items, f"{_source(path, {**params, 'limit': str(PAGE_SIZE)})} ({detail})", note, started_at,
@@ -624,42 +397,45 @@ class _Collector:
             "/api/v1/services", {}, "Service", "v1")
 
     def endpoints(self) -> None:
+        """EndpointSlices in the version the server serves (kubeapi.served_endpoints), else core
+        Endpoints; Endpoints too when the slices are forbidden (roles older than EndpointSlices
+        grant Endpoints only)."""
         self.progress("cluster: endpointslices")
-        path_v1 = "/apis/discovery.k8s.io/v1/endpointslices"
-        list_v1 = self.api.discovery.list_endpoint_slice_for_all_namespaces
-        path_beta = "/apis/discovery.k8s.io/v1beta1/endpointslices"
-
-        def v1(tok: str | None) -> Obj:
-            return self.api.json(list_v1, limit=PAGE_SIZE, _continue=tok)
-
-        def beta(tok: str | None) -> Obj:
-            return self.api.get_path(path_beta, [("limit", str(PAGE_SIZE))] + ([("continue", tok)] if tok else []))
-
-        tries = ((v1, path_v1, "discovery.k8s.io/v1"), (beta, path_beta, "discovery.k8s.io/v1beta1"))
-        for fetch, path, version in tries:
-            try:
-                listed = _list(fetch, path, {}, "EndpointSlice", version)
-            except _CallFailed as e:
-                if e.status == 404:
-                    continue  # not served: the older version, then v1 Endpoints
-                self.skip("cluster/endpointslices.json", e.reason)
-                if e.status == 403 and fetch is v1:  # old roles grant endpoints, not endpointslices
-                    self.endpoints_v1()
+        try:
+            group: Obj | None = self.api.get_path("/apis/discovery.k8s.io", [])
+        except _CallFailed as e:
+            if e.status != 404:
+                self.skip("cluster/endpointslices.json", f"GET /apis/discovery.k8s.io: {e.reason}")
                 return
-            self.add(_artifact("cluster/endpointslices.json", listed.items, listed.source, listed.started_at,
-                               listed.duration_ms, listed.note))
+            group = None
+        source = served_endpoints(group)
+        if not source.slices:
+            self.skip("cluster/endpointslices.json", "the API serves no EndpointSlices (discovery.k8s.io: neither v1 "
+                      "nor v1beta1); v1 Endpoints instead")  # fmt: skip
+            self.endpoints_v1()
             return
-        self.skip("cluster/endpointslices.json",
-                  "the API serves no EndpointSlices (discovery.k8s.io/v1 and v1beta1: 404); v1 Endpoints instead")
-        self.endpoints_v1()
+
+        def page(tok: str | None) -> Obj:
+            query = [("limit", str(PAGE_SIZE))] + ([("continue", tok)] if tok else [])
+            return self.api.get_path(source.path, query)
+
+        try:
+            listed = _list(page, source.path, {}, source.kind, source.api_version)
+        except _CallFailed as e:
+            self.skip(source.bundle_path, e.reason)
+            if e.status == 403:  # old roles grant endpoints, not endpointslices
+                self.endpoints_v1()
+            return
+        self.add(_artifact(source.bundle_path, listed.items, listed.source, listed.started_at, listed.duration_ms,
+                           listed.note))  # fmt: skip
 
     def endpoints_v1(self) -> None:
         self.progress("cluster: endpoints")
         core = self.api.core
         self.collect_list(
-            "cluster/endpoints.json",
+            ENDPOINTS_V1.bundle_path,
             lambda tok: self.api.json(core.list_endpoints_for_all_namespaces, limit=PAGE_SIZE, _continue=tok),
-            "/api/v1/endpoints", {}, "Endpoints", "v1")
+            ENDPOINTS_V1.path, {}, ENDPOINTS_V1.kind, ENDPOINTS_V1.api_version)
 
     def pods(self, node: str, note: str = "") -> list[Obj] | None:
         self.progress("cluster: pods")
@@ -803,61 +579,6 @@ class _Collector:
                            duration_ms=int((time.monotonic() - t0) * 1000), note=note))
 
 
-# -- configuration ------------------------------------------------------------------------------------
-
-
-def _load_config(kubeconfig: str | None, context: str | None) -> Any:
-    """A fresh client ``Configuration`` (never the global default), from a kubeconfig or in-cluster."""
-    cfg = k8s.Configuration()
-    if kubeconfig:
-        if not Path(kubeconfig).expanduser().is_file():
-            raise _Fatal(f"kubeconfig {kubeconfig} not found: cluster objects not collected")
-        source = kubeconfig
-    else:
-        env = os.environ.get("KUBECONFIG", "")
-        paths = [p for p in env.split(os.pathsep) if p]
-        default = Path("~/.kube/config").expanduser()
-        if any(Path(p).expanduser().is_file() for p in paths):
-            source = env
-        elif not paths and default.is_file():
-            source = str(default)
-        else:
-            looked = f"$KUBECONFIG={env}" if paths else "~/.kube/config"
-            try:
-                _load_incluster_config(client_configuration=cfg)
-            except k8s_config.ConfigException:
-                raise _Fatal(f"no kubeconfig ({looked} not found) and not in a Pod: cluster objects not collected"
-                             ) from None
-            return cfg
-    try:
-        _load_kube_config(config_file=source, context=context, client_configuration=cfg,
-                                    persist_config=False)
-    except Exception as e:  # ConfigException, YAML errors, exec plugins failing: all one line for the report
-        msg = _config_error(e)
-        raise _Fatal(f"kubeconfig {source}: {msg}: cluster objects not collected") from None
-    return cfg
-
-
-def api_client(kubeconfig: str | None, context: str | None) -> Any:
-    """A client of the cluster's API (kubeconfig, or the Pod's service account), for a caller that
-    keeps it (the node agent); raises ``ValueError`` with one line saying why there is none."""
-    try:
-        cfg = _load_config(kubeconfig, context)
-    except _Fatal as e:
-        raise ValueError(str(e).removesuffix(": cluster objects not collected")) from None
-    return k8s.ApiClient(cfg)
-
-
-def _config_error(e: Exception) -> str:
-    """One line about a kubeconfig that would not load, without quoting the file (it holds credentials)."""
-    if isinstance(e, yaml.MarkedYAMLError):
-        where = f" at line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1}" if e.problem_mark else ""
-        return f"not valid YAML ({e.problem or e.context or type(e).__name__}{where})"
-    if isinstance(e, yaml.YAMLError):
-        return f"not valid YAML ({type(e).__name__})"
-    return " ".join(str(e).split())[:300]
-
-
 # -- the step ------------------------------------------------------------------------------------------
 
 
@@ -881,9 +602,9 @@ def collect_cluster(
     the collection to fill as it goes (a caller that stops waiting keeps what was read)."""
     out = into if into is not None else ClusterCollection()
     try:
-        cfg = _load_config(kubeconfig, context)
-    except _Fatal as e:
-        out.error = str(e)
+        cfg = load_config(kubeconfig, context)
+    except ConfigError as e:
+        out.error = f"{e}: cluster objects not collected"
         return out
     cfg.retries = False  # urllib3 must not retry on its own: each call is bounded by one timeout (_Api.call)
     host = str(cfg.host)

@@ -18,7 +18,7 @@ class ConnectError(Exception):
 
 def api_client(kubeconfig: str | None, context: str | None) -> Any:
     """A ``kubernetes`` ApiClient, from the same loader the agent uses."""
-    from kpdoctor.collect.cluster import api_client as load
+    from kpdoctor.collect.kubeapi import api_client as load
 
     try:
         return load(kubeconfig, context)

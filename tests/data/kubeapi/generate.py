@@ -534,10 +534,8 @@ def recordings() -> dict[str, list[Obj]]:
         + endpoints() + rest()
     )
 
-    old = [get_exchange("/apis/discovery.k8s.io/v1/endpointslices", not_found_path(), status_code=404,
-                        query={"limit": "500"}),
-           get_exchange("/apis/discovery.k8s.io/v1beta1/endpointslices", not_found_path(), status_code=404,
-                        query={"limit": "500"})]
+    # a server older than EndpointSlices (1.16 and before): the group is not served at all
+    old = [get_exchange("/apis/discovery.k8s.io", not_found_path(), status_code=404)]
     rec["old-cluster"] = node_by_name() + services() + old + endpoints() + rest()
 
     # --node not given, hostname "host17" is not a Node's name: found by the node's address 10.0.1.17.
