@@ -678,3 +678,51 @@ def test_what_nothing_explains_never_raises_the_condition() -> None:
     st = agent.status()
     assert [f.code for f in st.findings if f.code == "KP140"] == [] and any(f.code == "KP140" for f in st.held)
     assert st.condition is not None and st.condition.status == "False", st.condition
+
+
+def test_a_finding_about_a_service_that_just_changed_waits_until_the_change_settled() -> None:
+    """A Service's EndpointSlice changes; the node's rules (the fixture's, never updated) still have
+    the old endpoint. The cycle right after the change holds the mismatch (kube-proxy may be
+    applying it) and asks for a cycle once it settled; that cycle reports it. With no kube-proxy
+    running there is nothing on its way: reported at once."""
+    from kpdoctor.agent.cluster import ClusterCache
+    from kpdoctor.agent.loop import Agent, AgentOptions
+    from kpdoctor.bundle.contents import Collected
+
+    def collect() -> tuple[list[Collected], list[Any]]:
+        return [Collected("node/iptables-legacy-save.txt", RULES.encode(), "iptables-legacy-save")], []
+
+    live = LiveCluster(copy.deepcopy(CLUSTER)["items"])
+    with ReplayServer(cluster=live) as server, k8s.ApiClient(k8s.Configuration(host=server.url)) as client:
+        cache = ClusterCache(client, "test-node", watch_seconds=30)
+        cache.start()
+        try:
+            assert cache.wait_synced(30)
+            agent = Agent(AgentOptions(node="test-node", nice=0, settle=1.5), cluster=cache, collect=collect)
+            assert agent.run_cycle() is not None and agent.status().findings == []
+            shrunk = copy.deepcopy(_items(CLUSTER, "EndpointSlice", "svc4-1"))
+            shrunk["endpoints"] = shrunk["endpoints"][1:]
+            live.apply(shrunk)
+            deadline = time.monotonic() + 10
+            while cache.changed_at("ns4/svc4") is None:  # the watch event arrives
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            changed = cache.changed_at("ns4/svc4")
+            agent.run_cycle()
+            st = agent.status()
+            assert st.findings == [] and [f.code for f in st.held] == ["KP202"], (st.findings, st.held)
+            assert agent.recheck_at is not None and changed is not None
+            assert agent.recheck_at == pytest.approx(changed + 1.5)
+            time.sleep(max(0.0, agent.recheck_at - time.monotonic()) + 0.1)
+            agent.run_cycle()
+            st = agent.status()
+            assert [(f.code, f.subject["service"].split(":")[0]) for f in st.findings] == [("KP202", "ns4/svc4")]
+            assert agent.recheck_at is None
+
+            # kube-proxy not running: no change can be on its way
+            fresh = Agent(AgentOptions(node="test-node", nice=0, settle=600), cluster=cache, collect=collect)
+            fresh.proxy_running = False
+            fresh.run_cycle()
+            assert [f.code for f in fresh.status().findings] == ["KP202"]
+        finally:
+            cache.stop()

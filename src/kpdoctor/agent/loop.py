@@ -189,6 +189,7 @@ class Agent:
         self.cluster_note = ""  # why there is no cluster view (yet): said as not collected
         self.sync_until: float | None = None  # the next cycle waits for the first lists until then (monotonic)
         self.recheck_at: float | None = None  # a held finding's change settles then: a cycle soon after (monotonic)
+        self.proxy_running: bool | None = None  # the last collection found kube-proxy's process (None: not looked)
         self._attached = threading.Event()  # the cluster's view is there, or will not be
         if cluster is not None:
             self._attached.set()
@@ -215,6 +216,7 @@ class Agent:
         runner = Runner(self._host, Budget(self.opts.timeout))
         node = collect_node(runner, quiet, interval=0, second_snapshot=False, conntrack_entries=False)
         kp = collect_kube_proxy(runner, quiet, in_node_netns=not self._host.enter_netns, log_tail=self.opts.log_tail)
+        self.proxy_running = kp.pid is not None
         got = [a for a in node.artifacts + kp.artifacts if isinstance(a, Collected)]
         for a in got:
             a.data = redact_secrets(a.path, a.data)
@@ -386,7 +388,8 @@ class Agent:
         A finding comparing the rules with the cluster (CheckSpec.settles) about a Service that
         changed less than ``settle`` seconds (:data:`SETTLE_SECONDS`) before the node was read (``read_at``) is held
         until the change settled, and the node read again then (:attr:`recheck_at`): kube-proxy
-        may not have applied it yet. A change kube-proxy never applies is found by that cycle; a
+        may not have applied it yet (unless no kube-proxy runs at all). A change kube-proxy never
+        applies is found by that cycle; a
         finding already reported stays reported through further changes."""
         shown, held = [], []
         self.recheck_at = None
@@ -412,8 +415,8 @@ class Agent:
         node was read; None otherwise. A finding naming no Service (several summed up) waits for
         the latest change to any Service."""
         spec = knowledge.CHECKS.get(f.code)
-        if spec is None or not spec.settles or self.cluster is None:
-            return None
+        if spec is None or not spec.settles or self.cluster is None or self.proxy_running is False:
+            return None  # no kube-proxy runs: no change is on its way
         label = str(f.subject.get("service") or "")
         changed = self.cluster.changed_at(label.split(":", 1)[0] if label else None)
         if changed is None or changed <= read_at - self.opts.settle:

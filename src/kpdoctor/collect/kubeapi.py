@@ -102,12 +102,13 @@ def transport_reason(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split())
 
 
-# The API server's own wording of an RBAC denial (k8s.io/apiserver's forbidden message, every
-# release since 1.8): `services is forbidden: User "system:serviceaccount:ns:sa" cannot list
-# resource "services" in API group "" at the cluster scope` (or `in the namespace "kube-system"`),
-# with `: <reason>` after it when a webhook authorizer gave one.
+# The API server's own wording of an RBAC denial (k8s.io/apiserver's forbidden message): since
+# 1.14 `services is forbidden: User "system:serviceaccount:ns:sa" cannot list resource "services"
+# in API group "" at the cluster scope` (or `in the namespace "kube-system"`); before it, `User
+# "..." cannot list services at the cluster scope` (the core group implied, or `services.apps`);
+# `: <reason>` after it when an authorizer gave one.
 _FORBIDDEN = re.compile(
-    r'User "(?P<user>[^"]+)" cannot (?P<verb>[\w-]+) resource "(?P<resource>[^"]+)"'
+    r'User "(?P<user>[^"]+)" cannot (?P<verb>[\w-]+) (?:resource "(?P<resource>[^"]+)"|(?P<bare>[\w./-]+))'
     r'(?: in API group "(?P<group>[^"]*)")?'
     r'(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'
 )
@@ -119,12 +120,15 @@ def missing_permission(message: str) -> str | None:
     m = _FORBIDDEN.search(message)
     if m is None:
         return None
-    group = json.dumps(m["group"] or "")
+    resource, group_name = m["resource"], m["group"] or ""
+    if resource is None:  # the older wording: resource.group, the group left out for the core one
+        resource, _, group_name = m["bare"].partition(".")
+    group = json.dumps(group_name)
     if m["namespace"]:
         where = f"a Role in namespace {m['namespace']} (and a RoleBinding)"
     else:
         where = "a ClusterRole (and a ClusterRoleBinding)"
-    return (f"RBAC: {m['user']} needs {where} with the rule apiGroups: [{group}], resources: [{m['resource']}], "
+    return (f"RBAC: {m['user']} needs {where} with the rule apiGroups: [{group}], resources: [{resource}], "
             f"verbs: [{m['verb']}]")  # fmt: skip
 
 

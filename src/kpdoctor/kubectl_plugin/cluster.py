@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.agent.node_status import COMPONENT, DEFAULT_CONDITION, HEALTHY_REASON, camel
-from kpdoctor.kubectl_plugin.kube import body
 
 STALE_SECONDS = 30 * 60  # the agent writes its condition at least every 10 minutes
 SCHEMA = "kpdoctor.cluster/v1"
 # groups that are not a cause, in the order they are shown after the causes
 HEALTHY, INCONCLUSIVE, NO_AGENT = "(healthy)", "(inconclusive)", "(no agent)"
 NAMES_SHOWN = 5
+PAGE, MAX_PAGES = 500, 2000  # a list in pages of 500; one that has not ended after 1,000,000 objects never will
+PAGE_SECONDS = 60.0  # one page, whole
 
 
 @dataclass
@@ -106,16 +107,31 @@ def current_findings(events: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
+def _listed(lister: Any, **selector: Any) -> list[dict[str, Any]]:
+    """Every item of a list, in pages, each page whole within :data:`PAGE_SECONDS` (the shared
+    reader: collect/kubeapi.py)."""
+    from kpdoctor.collect.kubeapi import fetch, pages
+
+    def page(token: str | None) -> dict[str, Any]:
+        args: dict[str, Any] = {"limit": PAGE, **selector, **({"_continue": token} if token else {})}
+        got = json.loads(fetch(lister, seconds=PAGE_SECONDS, **args))
+        return got if isinstance(got, dict) else {}
+
+    return [it for p in pages(page, MAX_PAGES) for it in p.get("items") or [] if isinstance(it, dict)]
+
+
 def gather(api: Any, condition_type: str = DEFAULT_CONDITION, now: dt.datetime | None = None) -> list[NodeState]:
     """Every Node, its condition and its current findings (two lists: Nodes, the agents' Events)."""
     from kubernetes import client as k8s
 
-    core: Any = k8s.CoreV1Api(api)
-    nodes = body(core.list_node(_preload_content=False)).get("items") or []
+    from kpdoctor.collect.kubeapi import bounded_connections
+
+    core: Any = k8s.CoreV1Api(bounded_connections(api))
+    nodes = _listed(core.list_node)
     selector = f"involvedObject.kind=Node,source={COMPONENT}"
-    events = body(core.list_event_for_all_namespaces(field_selector=selector, _preload_content=False))
+    events = _listed(core.list_event_for_all_namespaces, field_selector=selector)
     per_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for ev in events.get("items") or []:
+    for ev in events:
         per_node[str((ev.get("involvedObject") or {}).get("name") or "")].append(ev)
     now = now or dt.datetime.now(dt.UTC)
     out = []

@@ -65,10 +65,8 @@ def api_error(e: Exception) -> str:
     """One line for an API failure: the Status message when there is one."""
     from kubernetes.client.exceptions import ApiException
 
+    from kpdoctor.collect.kubeapi import api_reason
+
     if isinstance(e, ApiException):
-        try:
-            msg = json.loads(e.body or "{}").get("message")
-        except (ValueError, AttributeError):
-            msg = None
-        return f"{e.status} {msg or e.reason or ''}".strip()
+        return api_reason(e)
     return " ".join(f"{type(e).__name__}: {e}".split())[:300]
