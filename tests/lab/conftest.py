@@ -8,7 +8,10 @@ and kube-apiserver in a namespace of their own for one test module. See :mod:`.c
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +46,15 @@ def control_plane(lab_binaries: Binaries) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver in a fresh network namespace; stopped and deleted afterwards."""
     with ControlPlane(lab_binaries) as cp:
         yield cp
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A root-owned folder every user may enter (tmp_path is root's alone), removed afterwards:
+    for programs the lab runs as another user, or whose files it plants."""
+    d = Path(tempfile.mkdtemp(prefix="kpd-work-", dir="/tmp"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

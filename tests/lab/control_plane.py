@@ -625,6 +625,17 @@ class _Relay:
             s.close()
 
 
+def stop(popen: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited in 15 s; waits for it either way."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout=15)
+
+
 def _kill_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL if the test process dies without tearing down."""
     _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -714,13 +725,7 @@ class ControlPlane:
             self._relay.close()
             self._relay = None
         for p in reversed(self._procs):
-            if p.popen.poll() is None:
-                p.popen.terminate()
-                try:
-                    p.popen.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
-                    p.popen.wait(timeout=15)
+            stop(p.popen)
         self._procs.clear()
         try:
             if self._entered_netns and self._own_netns:
@@ -987,12 +992,7 @@ class ControlPlane:
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver (etcd keeps the objects): the API away, as in an outage."""
         for p in [p for p in self._procs if p.name == "kube-apiserver"]:
-            p.popen.terminate()
-            try:
-                p.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                p.popen.wait(timeout=15)
+            stop(p.popen)
             self._procs.remove(p)
 
     def start_apiserver(self) -> None:

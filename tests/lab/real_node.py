@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .control_plane import Binaries, ControlPlane, _kill_with_parent, endpointslice
+from .control_plane import Binaries, ControlPlane, _kill_with_parent, endpointslice, stop
 from .topology import Lab
 
 NODE = "lab-node"
@@ -146,13 +146,8 @@ class RealNode:
         self._until(lambda: self.syncs() > before, "kube-proxy's first sync", 60)
 
     def stop_kube_proxy(self) -> None:
-        if self.proxy is not None and self.proxy.poll() is None:
-            self.proxy.terminate()
-            try:
-                self.proxy.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proxy.kill()
-                self.proxy.wait(timeout=15)
+        if self.proxy is not None:
+            stop(self.proxy)
         if self._log_handle is not None:
             self._log_handle.close()
             self._log_handle = None

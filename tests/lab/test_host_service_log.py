@@ -21,13 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from .control_plane import Binaries
 from .netns import Netns, require_lab
@@ -94,17 +90,6 @@ finally:
     proc.kill()
     proc.wait()
 """
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """A root-owned folder others may enter, removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="kpd-hostlog-", dir="/tmp"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def running_from(binary: Path) -> list[int]:

@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,17 +52,6 @@ int main(int argc, char **argv) {
 """
 CONFIG = (UPSTREAM / "iptables" / "TestOverallIPTablesRules.kube-proxy.yaml").read_text()
 KUBECONFIG = "apiVersion: v1\nkind: Config\nusers:\n- name: kube-proxy\n  user:\n    token: lab-token-0123456789\n"
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """A folder every user may enter (tmp_path is root's alone), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="kpd-trust-", dir="/tmp"))
-    d.chmod(0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def build(dest: Path, mark: Path) -> Path:

@@ -39,7 +39,9 @@ def _kubeconfig(rn: RealNode) -> list[str]:
 
 
 def diagnose(rn: RealNode, *extra: str) -> tuple[int, dict[str, Any]]:
-    res = in_node(rn, [*KPDOCTOR, "diagnose", "--live", *_kubeconfig(rn), "--interval", "1", "--format", "json",
+    """``diagnose --live`` on the node, which it finds among the Nodes by its addresses (no --node)."""
+    conf = ["--kubeconfig", str(rn.cp.kubeconfig_in_netns)]
+    res = in_node(rn, [*KPDOCTOR, "diagnose", "--live", *conf, "--interval", "1", "--format", "json",
                        *extra])  # fmt: skip
     assert res.returncode in (0, 1), res.stderr[-3000:]
     return res.returncode, json.loads(res.stdout)
@@ -142,6 +144,9 @@ def test_a_healthy_node_is_healthy_to_every_command(lab_binaries: Binaries, back
     with real_node(lab_binaries, backend=backend) as rn:
         web = rn.service("web", PODS[:2])
         rn.service("nodeport", PODS[2:], port=8443, type="NodePort")
+        other = {"address": "192.168.0.3", "type": "InternalIP"}  # another node of the cluster
+        rn.api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "lab-node-2"},
+                                         "status": {"addresses": [other]}})  # fmt: skip
         rn.wait_synced()
         assert f"-d {web}/32" in rn.rules() and "default/nodeport:http" in rn.rules()
         assert "KUBE-SERVICES" not in rn.rules("nft" if backend == "legacy" else "legacy")
@@ -163,13 +168,16 @@ def test_a_healthy_node_is_healthy_to_every_command(lab_binaries: Binaries, back
             traced = json.loads(res.stdout)
             assert {f"{ip}:8080" for ip in PODS[:2]} <= set(re.findall(r"\d+\.\d+\.\d+\.\d+:8080", json.dumps(traced)))
 
-        # the bundle, read later elsewhere: the same answer
-        res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / "node.tar.gz"), "--format", "json"],
-                             capture_output=True, text=True, timeout=180)  # fmt: skip
+        # `kpdoctor collect` on the node, the bundle read later elsewhere: the same answer
+        res = in_node(rn, [*KPDOCTOR, "collect", *_kubeconfig(rn), "--interval", "1", "-o", str(tmp_path / "c.tar.gz")])
         assert res.returncode == 0, res.stderr[-2000:]
-        offline = json.loads(res.stdout)
-        assert visible(offline) == visible(report) == []
-        assert offline["coverage"]["complete"]
+        for bundle in ("node.tar.gz", "c.tar.gz"):
+            res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / bundle), "--format", "json"],
+                                 capture_output=True, text=True, timeout=180)  # fmt: skip
+            assert res.returncode == 0, res.stderr[-2000:]
+            offline = json.loads(res.stdout)
+            assert visible(offline) == visible(report) == []
+            assert offline["coverage"]["complete"], (bundle, offline["coverage"])
 
         code, summary = agent_once(rn)
         assert code == 0 and summary["findings"] == [] and summary["error"] is None, summary
