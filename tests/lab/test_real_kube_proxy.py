@@ -323,3 +323,45 @@ def test_kubelet_and_kube_proxy_on_different_backends(lab_binaries: Binaries) ->
         assert any("has no local endpoints" in e["text"] for e in top["evidence"])
         _, summary = agent_once(rn)
         assert [(f["code"], f["cause"]) for f in summary["findings"]][:1] == [("KP121", "kubelet-chains-missing")]
+
+
+# -- the shipped RBAC ------------------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"
+PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+
+
+def test_the_agent_does_its_work_with_the_rbac_it_ships_with(lab_binaries: Binaries) -> None:
+    """deploy/base's ServiceAccount, ClusterRole and bindings, applied to the real apiserver: the
+    agent with that ServiceAccount's token reads everything it watches (no list or watch
+    forbidden), and writes its condition and Events when a fault appears."""
+    import yaml
+
+    with real_node(lab_binaries) as rn:
+        for name in ("serviceaccount.yaml", "rbac.yaml"):
+            for doc in yaml.safe_load_all((DEPLOY / name).read_text()):
+                path = PATHS[doc["kind"]].format(ns=doc["metadata"].get("namespace", ""))
+                rn.api("POST", path, doc)
+        _, kubeconfig = rn.cp.service_account_kubeconfig("kpdoctor", "kube-system")
+        conf = json.loads(kubeconfig.read_text())
+        conf["clusters"][0]["cluster"]["server"] = f"https://{rn.cp.address}:{rn.cp.PORT}"
+        in_netns = rn.dir / "kubeconfig-kpdoctor"
+        in_netns.write_text(json.dumps(conf))
+        rn.service("web", PODS[:2])
+        rn.wait_synced()
+        with agent(rn, every=2, kubeconfig=in_netns) as ag:
+            ag.wait_cycles(2, timeout=60)
+            cond = rn.node_condition()
+            assert cond is not None and cond["status"] == "False", cond
+            rn.stop_kube_proxy()
+            rn.set_endpoints("web", [PODS[2]])
+            _until(lambda: (c := rn.node_condition()) and c["status"] == "True", "condition True", 40)
+            assert [e["reason"] for e in rn.events() if e["type"] == "Warning"] == ["EndpointsOutOfSync"]
+            log = ag.text()
+        assert "forbidden" not in log.lower(), log[-3000:]

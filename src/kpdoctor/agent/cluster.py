@@ -50,7 +50,7 @@ from kpdoctor.collect.kubeapi import (
 )
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
 from kpdoctor.parse.diagnostics import Diagnostic
-from kpdoctor.parse.k8s import K8sObject, ObjectDiagnostic, Objects, read_object
+from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, ObjectDiagnostic, Objects, read_object
 
 log = logging.getLogger("kpdoctor.agent")
 
@@ -65,7 +65,6 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch event (an object is at most 1.5 
 PARSE_BATCH = 2000  # objects parsed by one json.loads (their keys shared)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 CHANGES_KEPT = 3600.0  # seconds a Service's last change is remembered (the agent asks about the last few)
-SERVICE_LABEL = "kubernetes.io/service-name"
 
 
 @dataclass
@@ -279,7 +278,7 @@ class ClusterCache:
             return
         if r.kind == "EndpointSlice":
             labels = meta.get("labels") or {}
-            name = labels.get(SERVICE_LABEL) if isinstance(labels, dict) else None
+            name = labels.get(SERVICE_NAME_LABEL) if isinstance(labels, dict) else None
         elif r.kind in ("Service", "Endpoints"):
             name = meta.get("name")
         else:

@@ -386,11 +386,11 @@ class Agent:
         (the MASQUERADE rules without --random-fully beside conntrack's insert_failed total). What
         nothing explains, at low confidence, is held back too: it is for a reader of the report.
         A finding comparing the rules with the cluster (CheckSpec.settles) about a Service that
-        changed less than ``settle`` seconds (:data:`SETTLE_SECONDS`) before the node was read (``read_at``) is held
-        until the change settled, and the node read again then (:attr:`recheck_at`): kube-proxy
-        may not have applied it yet (unless no kube-proxy runs at all). A change kube-proxy never
-        applies is found by that cycle; a
-        finding already reported stays reported through further changes."""
+        changed less than ``settle`` seconds (:data:`SETTLE_SECONDS`) before the node was read
+        (``read_at``) is held until the change settled, and the node read again then
+        (:attr:`recheck_at`): kube-proxy may not have applied it yet (unless no kube-proxy runs at
+        all). A change kube-proxy never applies is found by that cycle; a finding already
+        reported stays reported through further changes."""
         shown, held = [], []
         self.recheck_at = None
         for f in findings:

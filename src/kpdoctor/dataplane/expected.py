@@ -18,10 +18,9 @@ from typing import Any, NamedTuple
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, endpoint_text, host_address
 from kpdoctor.dataplane.service_info import DEFAULT_AFFINITY_TIMEOUT, read_service
 from kpdoctor.model import Cite
-from kpdoctor.parse.k8s import K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
+from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
 from kpdoctor.versions import KubeVersion
 
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 # The traffic classes verified per Service port: (short label for tables, who sends to what).

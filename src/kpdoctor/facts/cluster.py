@@ -15,10 +15,8 @@ from typing import Any
 
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, Span, address_span
 from kpdoctor.dataplane.service_info import read_service
-from kpdoctor.parse.k8s import K8sObject, Objects, as_dict, as_list, is_ip, port_value
+from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, Objects, as_dict, as_list, is_ip, port_value
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
-
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 def _strings(v: object) -> tuple[str, ...]:

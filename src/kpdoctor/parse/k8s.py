@@ -22,6 +22,7 @@ from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")  # what kube-proxy programs
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # an EndpointSlice's Service
 
 
 @dataclass(frozen=True, slots=True)
