@@ -63,6 +63,17 @@ CONTEXT_KINDS = frozenset(
 )
 
 
+# What each network namespace holds of its own: read inside another one (``ip netns exec``,
+# ``nsenter -t PID -n``), it is that namespace's state, a Pod's, not the node's.
+NETNS_KINDS = frozenset(
+    {
+        Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT,
+        Kind.IPVSADM, Kind.IPSET, Kind.IP_ADDR, Kind.IP_LINK, Kind.SYSCTL, Kind.NETSTAT, Kind.NSTAT,
+        Kind.LISTENERS, Kind.CONNTRACK_ENTRIES, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT,
+    }
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Artifact:
     """One typed piece of evidence.

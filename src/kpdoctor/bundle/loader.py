@@ -43,7 +43,7 @@ from typing import BinaryIO
 
 from kpdoctor import deadline
 from kpdoctor.bundle.archive import MAX_DEPTH, TOO_DEEP, ArchiveError, extract, is_archive
-from kpdoctor.bundle.artifacts import Artifact, Kind
+from kpdoctor.bundle.artifacts import NETNS_KINDS, Artifact, Kind
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.paste import Aside, set_aside, unwrap_paste
@@ -818,6 +818,8 @@ def _load_transcript(
             when = p.text.strip().splitlines()[0]
             continue
         hints = hint_from_command(p.argv) if p.argv else {}
+        if p.scope is not None and (p.scope in ("host", "netns") or "scope" not in hints):
+            hints["scope"] = p.scope  # nsenter/ip netns exec over kubectl exec, kubectl exec over the prompt
         if when is not None:
             hints["time"] = when
         if paste:
@@ -850,6 +852,12 @@ def _load_transcript(
             what = f"output of `{p.command}`" if p.argv else "the text before the first command"
             where = f"{label}:{p.first_line - 1}" if p.argv else f"{label}:1"
             problems.append(InputProblem(where, f"{what}: {typed.reason}"))
+            continue
+        if hints.get("scope") == "netns" and typed.kind in NETNS_KINDS:
+            why = (f"output of `{p.command}`: {typed.kind} of another network namespace (`{p.where}`: a Pod's), "
+                   "not the node's: not read as the node's")  # fmt: skip
+            ev.problems.append(InputProblem(f"{label}:{p.first_line - 1}", why))
+            used += 1
             continue
         _add_inline(ev, label, typed, text, {**hints, "command": p.command}, first_line=p.first_line)
         used += 1

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
-from kpdoctor.parse.shellwords import shell_split, unwrapped
+from kpdoctor.parse.shellwords import entered, shell_split, unwrapped
 from kpdoctor.parse.sysctl import sysctl_write
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
@@ -111,12 +111,40 @@ _COMMAND_WORD = re.compile(r"^[\w.+-]+$")
 @dataclass(frozen=True, slots=True)
 class Part:
     command: str
-    argv: list[str]
+    argv: list[str]  # the command run (inside ``nsenter``, ``ip netns exec``, ``chroot /host``)
     text: str
     first_line: int  # 1-based line number of the first output line in the original file
+    # whose state the output shows, when the command line or the prompt says (``where``): "host",
+    # "netns" (another network namespace), "kube-proxy" or "container"; None: the node's
+    scope: str | None = None
+    where: str = ""  # what said so: "nsenter -t 4242 -n", "the prompt root@nginx-7d9c-x2kq:/#"
 
 
-def _command_of(line: str) -> tuple[str, list[str]] | None:
+# Whose shell a prompt is, from its user@host part or its form (a prompt that is only a path, as
+# busybox's and most images' `sh` print it, is a container's): kube-proxy's Pod (its DaemonSet's
+# name-xxxxx), or a Deployment's Pod (name-<ReplicaSet hash>-xxxxx, the suffixes of k8s's
+# alphabet for generated names: no vowels, no 0/1/3).
+_PROMPT_HOST = re.compile(r"(?:^|\[|\s)[\w.\-]+@(?P<host>[\w.\-]+)")
+_POD_SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
+_KUBE_PROXY_POD = re.compile(rf"^kube-proxy-{_POD_SUFFIX}$")
+_DEPLOYMENT_POD = re.compile(rf"^[a-z0-9][-a-z0-9]*-[bcdfghjklmnpqrstvwxz2456789]{{6,10}}-{_POD_SUFFIX}$")
+_PATH_PROMPT = re.compile(r"^[ \t]*/[\w./-]*\s[#$]\s")
+
+
+def prompt_scope(prompt: str) -> str | None:
+    """Whose shell ``prompt`` (the text before the command) is, when it shows: "kube-proxy",
+    "container", or None (a node's, or unknown)."""
+    m = _PROMPT_HOST.search(prompt)
+    if m is not None:
+        host = m.group("host")
+        if _KUBE_PROXY_POD.match(host):
+            return "kube-proxy"
+        return "container" if _DEPLOYMENT_POD.match(host) else None
+    return "container" if _PATH_PROMPT.match(prompt) else None
+
+
+def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
+    """(command, argv run, scope, what said the scope) of a prompt line (see :class:`Part`)."""
     m = _PROMPT.match(line)
     if not m:
         return None
@@ -127,6 +155,15 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
     except ValueError:
         argv = cmd.split()
     argv = unwrapped(argv)
+    inner, scope = entered(argv)
+    where = ""
+    if scope is not None:
+        where = " ".join(argv[: len(argv) - len(inner)])
+        argv = unwrapped(inner)
+    else:
+        prompt = line[: m.start("cmd")]
+        scope = prompt_scope(prompt)
+        where = f"the prompt {prompt.strip()}" if scope is not None else ""
     if not argv:
         return None
     prog = argv[0].rsplit("/", 1)[-1]
@@ -145,17 +182,17 @@ def _command_of(line: str) -> tuple[str, list[str]] | None:
         return None  # "# iptables" alone is more likely a comment
     if bare_hash and prog == "kube-proxy" and not argv[1].startswith("-"):
         return None
-    return cmd, argv
+    return cmd, argv, scope, where
 
 
 _PROMPT_START = frozenset("[$#%>/")  # a prompt starts so, or is user@host
 
 
-def _prompt(line: str) -> tuple[str, list[str]] | None:
+def _prompt(line: str) -> tuple[str, list[str], str | None, str] | None:
     """The command of a prompt line (the cheap test first: most lines cannot be one)."""
     start = line.lstrip(" \t")[:1]
     if start and (start in _PROMPT_START or "@" in line):
-        return _command_of(line)
+        return _typed_command(line)
     return None
 
 
@@ -181,14 +218,14 @@ def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
     parts: list[Part] = []
     if prompts[0][0] > first_content:
         parts.append(Part("", [], "\n".join(lines[: prompts[0][0]]) + "\n", 1))
-    for n, (i, (cmd, argv)) in enumerate(prompts):
+    for n, (i, (cmd, argv, scope, where)) in enumerate(prompts):
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
         body = lines[i + 1 : end]
         if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
             # a write to /proc/sys prints nothing: the command line itself is the evidence
-            parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1))
+            parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1, scope, where))
             continue
-        parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2))
+        parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
     return parts
 
 

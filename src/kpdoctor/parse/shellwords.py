@@ -46,6 +46,45 @@ def unwrapped(words: list[str], wrappers: frozenset[str] = COMMAND_WRAPPERS) -> 
     return words[i:]
 
 
+# nsenter's options that take a value as the next word (util-linux): the target and the ids.
+_NSENTER_VALUED = frozenset({"-t", "--target", "-S", "--setuid", "-G", "--setgid", "-r", "--root", "-w", "--wd"})
+
+
+def entered(words: list[str]) -> tuple[list[str], str | None]:
+    """The command run inside another namespace, and whose network state it then shows: ``ip
+    netns exec NAME CMD`` (a named network namespace: a Pod's, ``cni-...``) and ``nsenter
+    [--net[=FILE] | -n] ... CMD`` give "netns" (another network namespace), except ``nsenter -t 1
+    -n`` or ``--net=/proc/1/ns/net`` (the node's own, entered from a debug Pod) and ``chroot
+    /host`` (a debug Pod's view of the node) which give "host". Anything else: ``(words, None)``."""
+    prog = words[0].rsplit("/", 1)[-1] if words else ""
+    if prog == "ip" and words[1:3] == ["netns", "exec"] and len(words) > 4:
+        return words[4:], "netns"
+    if prog == "chroot" and len(words) > 2 and words[1].rstrip("/") == "/host":
+        return words[2:], "host"
+    if prog != "nsenter":
+        return words, None
+    i, target, net = 1, "", None
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        w = words[i]
+        name, eq, value = w.partition("=")
+        if name in _NSENTER_VALUED and not eq:
+            value, i = (words[i + 1] if i + 1 < len(words) else ""), i + 1
+        if name in ("-t", "--target"):
+            target = value
+        elif w.startswith("-t") and len(w) > 2 and w[2:].isdigit():  # -t1
+            target = w[2:]
+        elif name in ("-n", "--net"):
+            net = value or ""
+        elif not w.startswith("--") and "n" in w[1:] and w[1:].isalpha():  # -mnu
+            net = ""
+        i += 1
+    inner = words[i + 1 :] if i < len(words) and words[i] == "--" else words[i:]
+    if net is None:  # the network namespace is not entered: the one nsenter ran in
+        return inner, None
+    node = net == "/proc/1/ns/net" or (not net and target == "1")
+    return inner, "host" if node else "netns"
+
+
 def _unescape_double_quoted(text: str) -> str:
     """Inside double quotes a backslash escapes only " and a backslash (and stays otherwise)."""
     if "\\" not in text:
