@@ -68,6 +68,21 @@ def test_another_namespaces_rules_are_not_the_nodes(tmp_path: Path) -> None:
     assert not [f for f in rep.findings if f.code.startswith("KP2")]  # nothing verified against a Pod's rules
 
 
+def test_a_pods_listen_queue_is_still_read_and_says_whose_it_is(tmp_path: Path) -> None:
+    """Sockets are no dataplane of the node's: a Pod's overflowing listen queue is that Pod's real
+    problem, read with the scope that says where it was seen."""
+    p = tmp_path / "session.txt"
+    p.write_text(
+        "root@worker-1:~# nsenter -t 4242 -n ss -ltn\n"
+        "State  Recv-Q Send-Q Local Address:Port Peer Address:Port\n"
+        "LISTEN 129    128    0.0.0.0:8080      0.0.0.0:*\n"
+    )
+    [ss] = load([p]).of(Kind.LISTENERS)
+    assert ss.attrs["scope"] == "netns"
+    rep, _ = diagnose_paths([p])
+    assert [f.cause for f in rep.findings][:1] == ["listen-queue-overflow"]
+
+
 def test_the_nodes_namespace_entered_from_a_debug_pod_is_the_nodes(tmp_path: Path) -> None:
     p = tmp_path / "session.txt"
     p.write_text(f"/ # nsenter -t 1 -n -- iptables-save\n{RULES}")  # the debug Pod's shell, the node's rules

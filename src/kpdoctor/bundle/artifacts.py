@@ -63,13 +63,16 @@ CONTEXT_KINDS = frozenset(
 )
 
 
-# What each network namespace holds of its own: read inside another one (``ip netns exec``,
-# ``nsenter -t PID -n``), it is that namespace's state, a Pod's, not the node's.
+# The node's dataplane as each network namespace holds its own: kube-proxy's rules, virtual
+# servers and sets, the node's addresses and links, the connection tracking its NAT works in.
+# Read inside another namespace (``ip netns exec``, ``nsenter -t PID -n``) they are a Pod's, not
+# the node's. A Pod's sockets, TCP counters and settings are not among them: a listen queue that
+# overflows in a Pod's namespace is that Pod's real problem (seed 004), and said with its scope.
 NETNS_KINDS = frozenset(
     {
         Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT,
-        Kind.IPVSADM, Kind.IPSET, Kind.IP_ADDR, Kind.IP_LINK, Kind.SYSCTL, Kind.NETSTAT, Kind.NSTAT,
-        Kind.LISTENERS, Kind.CONNTRACK_ENTRIES, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT,
+        Kind.IPVSADM, Kind.IPSET, Kind.IP_ADDR, Kind.IP_LINK, Kind.CONNTRACK_ENTRIES, Kind.CONNTRACK_STATS,
+        Kind.NF_CONNTRACK_STAT,
     }
 )  # fmt: skip
 

@@ -855,7 +855,7 @@ def _load_transcript(
             continue
         if hints.get("scope") == "netns" and typed.kind in NETNS_KINDS:
             why = (f"output of `{p.command}`: {typed.kind} of another network namespace (`{p.where}`: a Pod's), "
-                   "not the node's: not read as the node's")  # fmt: skip
+                   "not the node's dataplane: not read as the node's")  # fmt: skip
             ev.problems.append(InputProblem(f"{label}:{p.first_line - 1}", why))
             used += 1
             continue

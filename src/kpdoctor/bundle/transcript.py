@@ -212,7 +212,8 @@ def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
     prompts = [(i, c) for i, line in enumerate(lines) if (c := _prompt(line)) is not None]
     if not prompts:
         return None
-    first_content = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    # a markdown fence opening the paste is not content: the prompt after it starts the session
+    first_content = next((i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)), 0)
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient:
         return None
     parts: list[Part] = []
@@ -229,6 +230,7 @@ def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
     return parts
 
 
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w-]*\s*$")
 _RUNTIMES = ("kubectl", "k", "crictl", "docker", "nerdctl", "podman", "ctr")
 _PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
