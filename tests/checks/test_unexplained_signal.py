@@ -189,3 +189,27 @@ def test_checks_that_read_only_a_fragment_rule_nothing_out(tmp_path: Path) -> No
     assert "rule sync failures" in rep.coverage.not_ruled_out()
     whole = diagnose_paths([DATA / "logs" / "healthy-structured-era-2.log"])[0]
     assert whole.coverage is not None and "rule sync failures" not in whole.coverage.not_ruled_out()
+
+
+def test_a_large_logs_unknown_error_is_found_where_it_is(tmp_path: Path) -> None:
+    """A log past the size read line by line (2 MB: then it is scanned for its levelled lines):
+    the unknown error line is reported with the line number it has in the file, ongoing when it
+    repeats in the log's latest part, as in a short paste."""
+    LARGE = 2_000_000
+    healthy = HEALTHY.read_text().splitlines()
+    lines: list[str] = []
+    while sum(len(x) + 1 for x in lines) < LARGE + 200_000:
+        lines += healthy
+    unknown = GLOG.format(text="Failed to frobnicate the flux capacitor: device busy")
+    at = [len(lines) // 3, len(lines) - 5]
+    for n in sorted(at, reverse=True):
+        lines.insert(n, unknown)
+    big = _write(tmp_path, "kube-proxy.log", "\n".join(lines) + "\n")
+    assert big.stat().st_size >= LARGE
+    report, _ = diagnose_paths([big])
+    [f] = [
+        f for f in _unexplained(report) if "frobnicate" in f.summary or any("frobnicate" in e.text for e in f.evidence)
+    ]
+    cited = sorted(e.line for e in f.evidence if "frobnicate" in e.text)
+    assert cited == [at[0] + 1, at[1] + 2]  # 1-based, the second one after the first was inserted
+    assert f.occurrences == 2 and f.ongoing
