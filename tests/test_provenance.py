@@ -112,3 +112,23 @@ def test_a_deployments_pod_prompt_is_not_the_node(tmp_path: Path) -> None:
     ev = load([p])
     [osr] = ev.of(Kind.OS_RELEASE)
     assert osr.attrs["scope"] == "container"
+
+
+def test_a_process_listing_says_each_processs_network_namespace() -> None:
+    """procps' `ps -eww -o user,pid,ppid,c,stime,tty,time,netns,args` (what the live collection
+    runs), as it prints it: the listing's own ps row tells the namespace it was taken in; a
+    kernel thread's "-" is no namespace."""
+    from kpdoctor.parse.system import parse_processes
+
+    listing = (
+        "USER       PID  PPID  C STIME TT           TIME      NETNS COMMAND\n"
+        "root         2     0  0 Nov28 ?        00:00:00          - [kthreadd]\n"
+        "root      4242  4200  0 03:08 ?        00:00:01 4026532417 /usr/local/bin/kube-proxy --hostname-override=kind-worker\n"
+        "root      5227  5182  0 03:08 ?        00:00:00 4026531833 ps -eww -o user,pid,ppid,c,stime,tty,time,netns,args\n"
+    )
+    procs = parse_processes(listing)
+    assert [(p.pid, p.netns, p.program) for p in procs] == [
+        (2, "", "[kthreadd]"),
+        (4242, "4026532417", "kube-proxy"),
+        (5227, "4026531833", "ps"),
+    ]

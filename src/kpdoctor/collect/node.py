@@ -63,6 +63,9 @@ class Kernel:
         return resolve_dir(self._root, f"/sys/module/{module}") is not None
 
 
+PS_WITH_NETNS = ["ps", "-eww", "-o", "user,pid,ppid,c,stime,tty,time,netns,args"]
+
+
 def collect_node(
     runner: Runner,
     progress: Progress,
@@ -94,7 +97,12 @@ def collect_node(
     out.add(runner.read("node/modules.txt", "/proc/modules"))
     out.add(runner.read("node/locks.txt", "/proc/locks"))
     progress("node: processes")
-    out.add(runner.command("node/processes.txt", ["ps", "-efww"], 10))
+    # with each process's network namespace (a kube-proxy in another one is another node's: kind's
+    # nodes on this host); a ps without the column (busybox) gives the plain listing
+    listed = runner.command("node/processes.txt", PS_WITH_NETNS, 10)
+    if not (isinstance(listed, Collected) and listed.exit_code == 0 and listed.data.strip()):
+        listed = runner.command("node/processes.txt", ["ps", "-efww"], 10)
+    out.add(listed)
 
     progress("node: addresses, routes, links")
     addr = out.add(runner.command("node/ip-addr.json", ["ip", "-j", "addr"], 10))

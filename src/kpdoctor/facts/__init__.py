@@ -339,6 +339,22 @@ class Facts:
             out.extend(system.parse_processes(a.text, a.first_line))
         return out
 
+    @cached_property
+    def listing_netns(self) -> str | None:
+        """The network namespace a process listing was taken in: the one its own ``ps -o ...netns``
+        row runs in (the node's, for a live collection); None when the listing does not say."""
+        for p in self.processes:
+            if p.netns and p.program == "ps" and "netns" in p.command:
+                return p.netns
+        return None
+
+    def in_listing_netns(self, p: system.Process) -> bool:
+        """Whether ``p`` runs in the network namespace the listing was taken in (or that is not
+        known): a kube-proxy in another one programs another node's rules (kind's nodes on one
+        host, a nested cluster)."""
+        here = self.listing_netns
+        return here is None or not p.netns or p.netns == here
+
     def process_artifact(self) -> str:
         arts = self.of(Kind.PROCESSES)
         return arts[0].name if arts else "processes"
@@ -594,7 +610,7 @@ class Facts:
             src = Source(a.name, a.first_line, " ".join(argv)[:300])
             return kpconfig.parse_argv(args, src)
         for p in self.processes:
-            args = kpconfig.kube_proxy_args(p.argv)
+            args = kpconfig.kube_proxy_args(p.argv) if self.in_listing_netns(p) else None
             if args is not None:
                 return kpconfig.parse_argv(args, Source(self.process_artifact(), p.line, p.command[:300]))
         for obj in self.kube_proxy_pods + self.kube_proxy_workloads if objects else []:

@@ -112,6 +112,7 @@ class Process:
     user: str
     command: str  # full command line as printed
     line: int
+    netns: str = ""  # its network namespace (``ps -o netns``: an inode number), when the listing has it
 
     @property
     def argv(self) -> list[str]:
@@ -126,7 +127,7 @@ class Process:
 # Column names `ps` prints (procps, busybox); a header of only these, ending in the command
 # column, is a process table whatever columns `-o` chose.
 _PS_COLUMN_NAMES = """PID PPID UID USER RUSER GROUP C %CPU %MEM VSZ RSS SZ TTY TT STAT S F START STIME TIME
-ELAPSED NI PRI PSR LWP NLWP WCHAN ADDR"""
+ELAPSED NI PRI PSR LWP NLWP WCHAN ADDR NETNS"""
 PS_COLUMNS = frozenset(_PS_COLUMN_NAMES.split())
 PS_COMMAND = frozenset(("CMD", "COMMAND", "ARGS"))
 
@@ -159,7 +160,8 @@ def parse_processes(text: str, first_line: int = 1) -> list[Process]:
         if pid is None:
             continue
         user = row.get("USER") or row.get("UID") or row.get("RUSER") or ""
-        procs.append(Process(pid, to_int(row.get("PPID")), user, parts[-1], first_line + i))
+        netns = row.get("NETNS", "").strip("-")  # "-": a kernel thread's, or not allowed to look
+        procs.append(Process(pid, to_int(row.get("PPID")), user, parts[-1], first_line + i, netns))
     return procs
 
 

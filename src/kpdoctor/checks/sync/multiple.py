@@ -43,12 +43,13 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     Cause: a leftover kube-proxy started outside the Pod (a systemd unit from an old install, or
         a container runtime whose storage directory was moved without migrating its state, so
         a second copy was started), running next to the DaemonSet's Pod.
-    How it is detected: more than one kube-proxy process in the process list (and which of them
-        is not under a container shim); the healthz/metrics port clash in the log; several
-        kube-proxy Pods scheduled to this node, from the Pod objects or from the rows of a
-        `kubectl get pods -o wide` table (with or without its header; two or more kube-proxy
-        Pods Running on one NODE, on this node when its name is known; a table without the
-        NODE column proves nothing here).
+    How it is detected: more than one kube-proxy process in the process list, in the network
+        namespace the list was taken in when it says (`ps -o netns`: kind's nodes on one host each
+        run theirs), and which of them is not under a container shim; the healthz/metrics port
+        clash in the log; several kube-proxy Pods scheduled to this node, from the Pod objects
+        or from the rows of a `kubectl get pods -o wide` table (with or without its header; two
+        or more kube-proxy Pods Running on one NODE, on this node when its name is known; a
+        table without the NODE column proves nothing here).
     Fix: stop and disable the unmanaged process (`systemctl disable --now kube-proxy`, or kill
         the bare process; TKE provides fix-kube-proxy.sh); then restart the DaemonSet's Pod so
         it owns ports 10256/10249 and the rules.
@@ -58,7 +59,9 @@ def multiple_kube_proxy(facts: Facts) -> Iterator[Finding]:
     procs = [
         p
         for p in facts.processes
-        if p.program in ("kube-proxy", "hyperkube") and kpconfig.kube_proxy_args(p.argv) is not None
+        if p.program in ("kube-proxy", "hyperkube")
+        and kpconfig.kube_proxy_args(p.argv) is not None
+        and facts.in_listing_netns(p)  # one in another network namespace is another node's
     ]
     by_pid = {p.pid: p for p in facts.processes}
     bare = [
