@@ -625,6 +625,39 @@ class _Relay:
             s.close()
 
 
+# A kubeconfig for an API server that is not there: a kube-proxy started with it runs, and logs its
+# start-up lines and its failures to reach the API (real lines, for the host-service tests).
+NOWHERE_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: lab
+  cluster:
+    server: https://127.0.0.1:6443
+    insecure-skip-tls-verify: true
+users:
+- name: kube-proxy
+  user:
+    token: lab-token-not-a-secret
+contexts:
+- name: lab
+  context: {cluster: lab, user: kube-proxy}
+current-context: lab
+"""
+
+
+def host_install(binaries: Binaries, workdir: Path) -> tuple[Path, Path]:
+    """kube-proxy as a binary install has it (``workdir/kube-proxy``, root's, mode 0755: what the
+    collector trusts), and a kubeconfig for an API server that is not there."""
+    binary = workdir / "kube-proxy"
+    shutil.copyfile(binaries.kube_proxy, binary)
+    os.chown(binary, 0, 0)
+    binary.chmod(0o755)
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(NOWHERE_KUBECONFIG)
+    return binary, kubeconfig
+
+
 def stop(popen: subprocess.Popen[Any]) -> None:
     """SIGTERM, then SIGKILL if it has not exited in 15 s; waits for it either way."""
     if popen.poll() is None:

@@ -18,35 +18,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .control_plane import Binaries
+from .control_plane import Binaries, host_install
 from .netns import Netns, require_lab
 
 require_lab()
 
-KUBECONFIG = """\
-apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster:
-    server: https://127.0.0.1:6443
-    insecure-skip-tls-verify: true
-users:
-- name: kube-proxy
-  user:
-    token: lab-token-not-a-secret
-contexts:
-- name: lab
-  context: {cluster: lab, user: kube-proxy}
-current-context: lab
-"""
 FAILED = "Failed to retrieve node info"  # what v1.20 logs while the API does not answer
 WARNED = "server.go:226] WARNING: all flags other than --config"  # an info-era line klog's file has, stderr not
 
@@ -106,12 +88,7 @@ def running_from(binary: Path) -> list[int]:
 
 
 def run_kube_proxy(lab_binaries: Binaries, workdir: Path, streams: Path, watched: Path, *flags: str) -> dict[str, Any]:
-    binary = workdir / "kube-proxy"
-    shutil.copyfile(lab_binaries.kube_proxy, binary)
-    os.chown(binary, 0, 0)
-    binary.chmod(0o755)
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG)
+    binary, kubeconfig = host_install(lab_binaries, workdir)
     argv = [str(binary), f"--kubeconfig={kubeconfig}", "--hostname-override=lab-node", "--proxy-mode=iptables",
             "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
             "--conntrack-tcp-timeout-close-wait=0", "--v=2", *flags]  # fmt: skip

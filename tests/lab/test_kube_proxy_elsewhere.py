@@ -8,8 +8,6 @@ two in the node's namespace are."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -17,25 +15,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from .control_plane import Binaries, stop
+from .control_plane import Binaries, host_install, stop
 from .netns import Netns, require_lab
 
 require_lab()
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}
-users:
-- name: kube-proxy
-  user: {token: lab-token-not-a-secret}
-contexts:
-- name: lab
-  context: {cluster: lab, user: kube-proxy}
-current-context: lab
-"""
-
 
 @contextmanager
 def kube_proxy(ns: Netns, binary: Path, kubeconfig: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
@@ -67,12 +50,7 @@ def kp109(bundle: Path) -> list[dict[str, object]]:
 
 
 def test_a_kube_proxy_in_another_namespace_is_not_a_second_one(lab_binaries: Binaries, workdir: Path) -> None:
-    binary = workdir / "kube-proxy"
-    shutil.copyfile(lab_binaries.kube_proxy, binary)
-    os.chown(binary, 0, 0)
-    binary.chmod(0o755)
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(KUBECONFIG)
+    binary, kubeconfig = host_install(lab_binaries, workdir)
     with ExitStack() as stack:
         node, other = stack.enter_context(Netns()), stack.enter_context(Netns())
         for ns in (node, other):

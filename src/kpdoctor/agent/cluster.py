@@ -38,13 +38,12 @@ from kpdoctor.collect.kubeapi import (
     CONNECT_TIMEOUT,
     SLICES_V1,
     EndpointsSource,
-    TooLarge,
     Unanswered,
-    api_reason,
     bounded_connections,
     fetch,
     pages,
     raw_get,
+    reason,
     served_endpoints,
     trim,
 )
@@ -115,14 +114,6 @@ def compact(obj: Obj, kind: str, api_version: str) -> bytes:
     gives it), trimmed."""
     body = {k: v for k, v in trim(obj, kind).items() if k not in ("kind", "apiVersion")}
     return json.dumps({"kind": kind, "apiVersion": api_version, **body}, separators=(",", ":")).encode()
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, ApiException):
-        return api_reason(e)
-    if isinstance(e, (Unanswered, TooLarge)):
-        return str(e)
-    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
 
 
 class ClusterCache:
@@ -316,7 +307,7 @@ class ClusterCache:
                         return
                     backoff = min(BACKOFF_MAX, backoff * 2)
             except Exception as e:  # the apiserver away, forbidden, a broken stream: retry later
-                why = _reason(e)
+                why = reason(e)
                 with self._changed:
                     if not st.error:
                         st.error_since = time.monotonic()

@@ -122,17 +122,13 @@ def other_netns(host: Host, pid: int) -> str | None:
     """The network namespace process ``pid`` runs in (``net:[4026532...]``) when it is not the
     node's; None when it is the node's, or when that cannot be told (it is then taken as the
     node's: a host-network kube-proxy shares it)."""
-    try:
-        theirs = os.stat(host.path(f"/proc/{pid}/ns/net"))
-        ours = os.stat(host.path(host.net_proc("ns/net")))
-    except OSError:
-        return None
-    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+    theirs = host.path(f"/proc/{pid}/ns/net")
+    if same_file(theirs, host.path(host.net_proc("ns/net"))):
         return None
     try:
-        return os.readlink(host.path(f"/proc/{pid}/ns/net"))
+        return os.readlink(theirs)
     except OSError:
-        return f"net:[{theirs.st_ino}]"
+        return "another network namespace"
 
 
 def distrust(root: str, pid: int) -> str | None:
@@ -563,16 +559,21 @@ def _mtime(path: str) -> float:
     return 0.0
 
 
+def _cgroups(root: str, pid: int) -> str | None:
+    """The process's ``/proc/PID/cgroup``, or None when it cannot be read."""
+    return node_text(root, f"/proc/{pid}/cgroup", 64 * 1024)
+
+
 def _pod_cgroup(root: str, pid: int) -> str | None:
     """The cgroup of a Pod's container the process is in (the kubelet's ``kubepods`` tree, either
     cgroup driver); None for a process of the host."""
-    text = node_text(root, f"/proc/{pid}/cgroup", 64 * 1024)
+    text = _cgroups(root, pid)
     m = re.search(r"^[^:\n]*:[^:\n]*:(/[^\n]*kubepods[^\n]*)$", text or "", re.M)
     return m.group(1) if m else None
 
 
 def _systemd_unit(root: str, pid: int) -> str | None:
-    text = node_text(root, f"/proc/{pid}/cgroup", 64 * 1024)
+    text = _cgroups(root, pid)
     if text is None:
         return None
     m = re.search(r"/([\w@.-]+\.service)(?:/|$)", text, re.M)

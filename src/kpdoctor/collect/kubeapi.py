@@ -132,6 +132,16 @@ def missing_permission(message: str) -> str | None:
             f"verbs: [{m['verb']}]")  # fmt: skip
 
 
+def reason(e: BaseException) -> str:
+    """One line for any failure of an exchange: the API's answer (:func:`api_reason`), a deadline
+    or size bound passed, else the exception's type and text."""
+    if isinstance(e, ApiException):
+        return api_reason(e)
+    if isinstance(e, (Unanswered, TooLarge)):
+        return str(e)
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
 def api_reason(e: ApiException) -> str:
     """One line for a non-2xx answer: ``forbidden: <what RBAC denies and how to grant it>``,
     ``not found: ...``, ``HTTP 500 InternalError: ...`` (the API's own message)."""

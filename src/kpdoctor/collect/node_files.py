@@ -112,6 +112,16 @@ def _link(name: str, dir_fd: int) -> str | None:
         return None
 
 
+def size_text(n: int) -> str:
+    """A size as a note says it: whole MiB when it is at least one, else bytes."""
+    return f"{n // 1024**2} MiB" if n >= 1024**2 else f"{n:,} bytes"
+
+
+def tail_note(limit: int, size: int) -> str:
+    """What a log read from its end left out."""
+    return f"last {size_text(limit)} of {size_text(size)}"
+
+
 def read_node_file(
     root: str, inside: str, limit: int, *, tail: bool = False, deadline: float | None = None
 ) -> tuple[bytes, str]:
@@ -126,7 +136,7 @@ def read_node_file(
             size = os.fstat(fd).st_size
             if size > limit:
                 os.lseek(fd, size - limit, os.SEEK_SET)
-                note = f"last {limit // 1024**2} MiB of {size // 1024**2} MiB"
+                note = tail_note(limit, size)
         chunks, got = [], 0
         want = limit if tail else limit + 1
         while got < want:

@@ -28,7 +28,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-from kpdoctor.collect.node_files import NodeFileError, file_kind, node_text, read_node_file, resolve_in_root
+from kpdoctor.collect.node_files import (
+    NodeFileError,
+    file_kind,
+    node_text,
+    read_node_file,
+    resolve_in_root,
+    tail_note,
+)
 from kpdoctor.collect.record import Budget, Collected, NotCollected, utc_now
 
 SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -303,7 +310,7 @@ class Runner:
             size = int(said[0][5:])
             got.stderr = ""
             got.data = got.data.split(b"\n", 1)[1] if b"\n" in got.data else got.data  # the partial first line
-            got.note = f"last {_size(limit)} of {_size(size)}"
+            got.note = tail_note(limit, size)
         elif len(got.data) > limit:
             got.data, got.note = got.data[:limit], f"first {limit} bytes only"
         return got
@@ -365,7 +372,3 @@ def _text(err: bytes) -> str:
 def _ms(t0: float) -> int:
     return round((time.monotonic() - t0) * 1000)
 
-
-def _size(n: int) -> str:
-    """A size as a note says it: whole MiB when it is at least one, else bytes."""
-    return f"{n // 1024**2} MiB" if n >= 1024**2 else f"{n:,} bytes"

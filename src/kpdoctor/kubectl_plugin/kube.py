@@ -62,11 +62,7 @@ def body(resp: Any) -> Any:
 
 
 def api_error(e: Exception) -> str:
-    """One line for an API failure: the Status message when there is one."""
-    from kubernetes.client.exceptions import ApiException
+    """One line for an API failure: the Status message when there is one (collect.kubeapi.reason)."""
+    from kpdoctor.collect.kubeapi import reason
 
-    from kpdoctor.collect.kubeapi import api_reason
-
-    if isinstance(e, ApiException):
-        return api_reason(e)
-    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return reason(e)
