@@ -13,16 +13,17 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
+from kpdoctor.dataplane.addresses import IPAddress, Span, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
 from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
 from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
+from kpdoctor.dataplane.iptables.native import NativeEntry, NativeEvaluator, native_walks
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
 from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
 from kpdoctor.parse.ipset import IpSet
-from kpdoctor.parse.iptables import Ruleset
+from kpdoctor.parse.iptables import Rule, Ruleset
 
 _SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
 
@@ -90,7 +91,7 @@ class FamilyRules:
     """The rules one address family is evaluated with."""
 
     family: int
-    primary: list[tuple[Ruleset, Evaluator]]  # one, or two when Service rules are in both backends
+    primary: list[tuple[Ruleset, Evaluator | NativeEvaluator]]  # one, or two when Service rules are in both backends
     missing: str | None = None  # why there is nothing to evaluate
 
 
@@ -106,15 +107,27 @@ def family_rules(
     uniq = one_per_backend(rs for rs in rulesets if rs.family == family and rs.form in ("save", "S"))
     if not uniq:
         return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
-    compiled = {id(rs): compile_tables(rs.tables, rs.artifact) for rs in uniq}
     kube = [rs for rs in uniq if has_service_rules(rs)]
     local = list(local)
+    made: dict[int, dict[str, CompiledTable]] = {}
+
+    def compiled(rs: Ruleset) -> dict[str, CompiledTable]:
+        got = made.get(id(rs))
+        if got is None:
+            got = made[id(rs)] = compile_tables(rs.tables, rs.artifact)
+        return got
+
+    def evaluator(primary: Ruleset, others: list[Ruleset]) -> Evaluator | NativeEvaluator:
+        # the native core walks a verification's packets; steps kept (trace) and ipsets read
+        # (IPVS mode) are the Python evaluator's still
+        if not record and ipsets is None and native_walks():
+            return NativeEvaluator(primary, others, local, compiled)
+        return Evaluator(compiled(primary), local, ipsets, [compiled(rs) for rs in others], record=record)
+
     if len(kube) >= 2:
-        return FamilyRules(family, [(rs, Evaluator(compiled[id(rs)], local, ipsets, record=record)) for rs in kube])
+        return FamilyRules(family, [(rs, evaluator(rs, [])) for rs in kube])
     primary = kube[0] if kube else uniq[0]
-    layers: list[dict[str, CompiledTable]] = [compiled[id(rs)] for rs in uniq if rs is not primary]
-    ev = Evaluator(compiled[id(primary)], local, ipsets, layers=layers, record=record)
-    return FamilyRules(family, [(primary, ev)])
+    return FamilyRules(family, [(primary, evaluator(primary, [rs for rs in uniq if rs is not primary]))])
 
 
 def step_cite(rs: Ruleset, step: Step | None) -> Cite | None:
@@ -144,6 +157,28 @@ def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tu
         )
         if cite is not None:
             rules[cite] = None
+    return entries, list(rules), reasons
+
+
+def native_entries(
+    rs: Ruleset, native: list[NativeEntry], tag: str | None
+) -> tuple[list[Entry], list[Cite], list[str]]:
+    """:func:`outcome_entries` of the native core's walk (it chose the step to cite)."""
+    entries: list[Entry] = []
+    rules: dict[Cite, None] = {}
+    reasons: list[str] = []
+    for prob, verdict, reason, backend, step, open_table in native:
+        if verdict == "UNCERTAIN":
+            reasons.append(reason)
+        cite = chain = None
+        if step is not None:
+            table, chain, line, text = step
+            if line is None:
+                cite = Cite(rs.artifact, None, f"{table} {chain} {text}")
+            else:
+                cite = rule_cite(rs.artifact, line, text)
+            rules[cite] = None
+        entries.append(Entry(backend, verdict, prob, cite, chain, tag, chain_owner(chain), open_table=open_table))
     return entries, list(rules), reasons
 
 
@@ -189,13 +224,18 @@ class IptablesBackend:
         pkt = _packet(case)
         views = []
         for rs, ev in fam.primary:
+            tag = rs.variant if len(fam.primary) > 1 else None
+            if isinstance(ev, NativeEvaluator) and self.deps is None:
+                native, undecided = ev.entries(pkt, case.hook)
+                entries, rules, reasons = native_entries(rs, native, tag)
+                views.append(View(tag, entries, rules, reasons, undecided_note(undecided)))
+                continue
             ev.deps = self.deps
             try:
                 outcomes = ev.run(pkt, case.hook, postrouting=False)
             finally:
                 ev.deps = None
             notes = undecided_note(ev.undecided)
-            tag = rs.variant if len(fam.primary) > 1 else None
             entries, rules, reasons = outcome_entries(rs, outcomes, tag)
             views.append(View(tag, entries, rules, reasons, notes))
         return views
@@ -331,6 +371,25 @@ def trace_branch(rs: Ruleset, o: Outcome) -> TraceBranch:
     return TraceBranch(o.probability, o.verdict, o.endpoint, steps, o.reason, state.masquerade, list(state.affinity))
 
 
+def port_rules(
+    rs: Ruleset, ev: Evaluator | NativeEvaluator, table: str
+) -> list[tuple[Rule, int, str, Span | None, bool]]:
+    """The rules of ``table`` that match one destination port of one protocol: only those can
+    name a Service's address (see :meth:`NativeEvaluator.port_rules`)."""
+    if isinstance(ev, NativeEvaluator):
+        return ev.port_rules(table)
+    tab, compiled = rs.tables.get(table), ev.tables.get(table)
+    if tab is None or compiled is None:
+        return []
+    out = []
+    # most of them compiled already, by the walks of the Services' own traffic
+    for cr in compiled.compiled([r for r in tab.rules if "-dport" in r.text]):
+        port, proto = cr.exact_dport, cr.proto
+        if port is not None and proto is not None and not cr.proto_neg:
+            out.append((cr.rule, port, proto, cr.dst, cr.dst_neg))
+    return out
+
+
 def find_stale(
     fam: FamilyRules,
     owned_ips: set[tuple[int, str, int]],
@@ -344,20 +403,10 @@ def find_stale(
     out: list[StaleRule] = []
     node_ip = node.primary(fam.family)
     for rs, ev in fam.primary:
-        nat = rs.tables.get("nat")
-        compiled = ev.tables.get("nat")
-        if nat is None or compiled is None:
-            continue
         seen: set[tuple[int | None, str, int]] = set()
-        # only rules that match a destination port can name a Service's address (most of them
-        # compiled already, by the walks of the Services' own traffic)
-        for cr in compiled.compiled([r for r in nat.rules if "-dport" in r.text]):
-            rule = cr.rule
-            port, proto = cr.exact_dport, cr.proto
-            if port is None or proto is None or cr.proto_neg:
-                continue
-            dst = cr.exact_dst
-            if dst is not None and cr.dst is not None and cr.dst[0] == fam.family:
+        for rule, port, proto, span, span_neg in port_rules(rs, ev, "nat"):
+            dst = span[1] if span is not None and not span_neg and span[1] == span[2] else None
+            if dst is not None and span is not None and span[0] == fam.family:
                 if (dst, proto, port) in owned_ips or (dst, proto, port) in seen or (dst, ANY_PORT, 0) in owned_ips:
                     continue
                 if node_ip is not None and dst == int(node_ip) and (proto, port) in owned_ports:
@@ -366,7 +415,7 @@ def find_stale(
                 addr = ipaddress.ip_address(dst) if fam.family == 4 else ipaddress.IPv6Address(dst)
                 pkt = Packet(pod_src, addr, proto, port)
                 nodeport = False
-            elif cr.dst is None or cr.dst_neg or (cr.dst[0] == 4 and cr.dst[1] >> 24 == 127):
+            elif span is None or span_neg or (span[0] == 4 and span[1] >> 24 == 127):
                 if (proto, port) in owned_ports or (None, proto, port) in seen or node_ip is None:
                     continue
                 seen.add((None, proto, port))

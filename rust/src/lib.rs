@@ -1,0 +1,214 @@
+//! `kpdoctor._core`: the dataplane's hot path in Rust. Python stays the front (facts, checks,
+//! reports); this module holds one address family's iptables rules compiled once and walks
+//! packets through them (`kpdoctor/dataplane/iptables/native.py` is its only caller).
+
+mod addr;
+mod compile;
+mod table;
+mod tokens;
+mod walk;
+
+use std::collections::HashSet;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::table::{RawRule, Source, Table};
+use crate::walk::{Outcome, Packet, Rules, Step};
+
+/// One iptables table as Python hands it over: its name, its chains with their policies (None
+/// for a user chain), and per rule (in the dump's order) its chain, line and text without
+/// counters; with the `kpdoctor.parse.iptables.Rule` objects themselves, whose Python-made
+/// tokens are taken for the rare line only a shell-word parser splits right.
+type TableIn<'py> = (String, Vec<(String, Option<String>)>, Vec<String>, Vec<i64>, Vec<String>, Bound<'py, PyList>);
+
+fn read_table(table: TableIn<'_>) -> PyResult<Table> {
+    let (name, declared, chains, lines, bodies, objects) = table;
+    if chains.len() != lines.len() || chains.len() != bodies.len() || chains.len() != objects.len() {
+        return Err(PyValueError::new_err("a table's chains, lines, texts and rules differ in number"));
+    }
+    let py = objects.py();
+    let mut rules = Vec::with_capacity(chains.len());
+    for (i, ((chain, line), body)) in chains.into_iter().zip(lines).zip(bodies).enumerate() {
+        let body = body.trim_matches(addr::py_space);
+        let source = if !tokens::needs_shell(body) {
+            Source::Body(body.to_owned())
+        } else {
+            Source::Args(objects.get_item(i)?.getattr(pyo3::intern!(py, "args"))?.extract()?)
+        };
+        rules.push((chain, RawRule { line, source }));
+    }
+    Ok(Table::new(name, declared, rules))
+}
+
+/// One address family's iptables rules, compiled on first use, ready to walk.
+#[pyclass(frozen, module = "kpdoctor._core")]
+struct IptablesRules {
+    rules: Rules,
+}
+
+fn step_tuple<'py>(py: Python<'py>, rules: &Rules, s: &Step) -> PyResult<Bound<'py, PyTuple>> {
+    let tab = &rules.layers[s.layer as usize][s.table as usize];
+    let chain = tab.chains[s.chain as usize].name.as_str();
+    (s.layer, s.table, chain, s.rule, s.prob).into_pyobject(py)
+}
+
+fn outcome_tuple<'py>(py: Python<'py>, rules: &Rules, o: &Outcome) -> PyResult<Bound<'py, PyTuple>> {
+    let st = &o.state;
+    let steps = PyList::empty(py);
+    for s in &st.steps {
+        steps.append(step_tuple(py, rules, s)?)?;
+    }
+    let drop_mark = st.drop_mark_step.as_ref().map(|s| step_tuple(py, rules, s)).transpose()?;
+    let head = (o.prob, o.verdict.text(), o.reason.as_str(), o.by_mark, o.open_table, o.undecided_step);
+    let state = (st.dnat.clone(), st.dst, st.dport, st.mark, st.masquerade, st.notrack, st.affinity.clone());
+    (head, state, steps, st.dnat_step, drop_mark).into_pyobject(py)
+}
+
+#[pymethods]
+impl IptablesRules {
+    /// `layers`: the primary set of tables first, then the other backend's that the kernel runs
+    /// at the same hooks; `local`: the node's own addresses as (IP version, integer).
+    #[new]
+    fn new(layers: Vec<Vec<TableIn<'_>>>, local: Vec<(u8, u128)>) -> PyResult<Self> {
+        let mut out = Vec::with_capacity(layers.len());
+        for layer in layers {
+            out.push(layer.into_iter().map(read_table).collect::<PyResult<Vec<_>>>()?);
+        }
+        Ok(IptablesRules { rules: Rules::new(out, local.into_iter().collect::<HashSet<_>>()) })
+    }
+
+    /// Every outcome of a new connection's first packet entering at `hook` (prerouting or
+    /// output), and the undecidable rules that did not matter. Each outcome:
+    /// `((probability, verdict, reason, by_mark, open_table, undecided_step),
+    ///   (dnat, dst, dport, mark, masquerade, notrack, affinity), steps, dnat_step, drop_mark_step)`
+    /// with each step `(layer, table, chain, rule or None for the policy, probability)`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook, postrouting))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        version: u8,
+        src: u128,
+        dst: u128,
+        proto: String,
+        dport: u32,
+        sport: u32,
+        iif: Option<String>,
+        oif: Option<String>,
+        mark: u32,
+        hook: &str,
+        postrouting: bool,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
+        let prerouting = prerouting(hook)?;
+        let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
+        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, postrouting));
+        let out = PyList::empty(py);
+        for o in &outcomes {
+            out.append(outcome_tuple(py, &self.rules, o)?)?;
+        }
+        Ok((out, undecided))
+    }
+
+    /// The primary rules of `table` that match one destination port of one protocol (neither
+    /// negated), in the dump's order: where a destination no Service owns may still be
+    /// forwarded (the stale-rule search). Only lines that name a destination port are compiled.
+    fn port_rules(&self, table: &str) -> Vec<PortRule> {
+        let Some(tab) = self.rules.layers.first().and_then(|l| l.iter().find(|t| t.name == table)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for cid in 0..tab.chains.len() as u32 {
+            if !tab.chain_rules(cid).any(|r| r.names_dport()) {
+                continue;
+            }
+            for (idx, cr) in &tab.compiled(cid).rules {
+                if !tab.rules[*idx as usize].names_dport() {
+                    continue;
+                }
+                if let (Some(port), Some(proto), false) = (cr.exact_dport(), &cr.proto, cr.proto_neg) {
+                    out.push((*idx, port, proto.clone(), cr.dst, cr.dst_neg));
+                }
+            }
+        }
+        out.sort_by_key(|r| r.0);
+        out
+    }
+
+    /// What a verification reads of a walk, most likely first (`merge_outcomes`' order): per
+    /// outcome `(probability, verdict, reason, backend, cited step or None, open_table)`, the
+    /// cited step being the DNAT rule of an accepted and translated packet, else the rule or
+    /// policy that decided; and the undecidable rules that did not matter.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook))]
+    fn entries<'py>(
+        &self,
+        py: Python<'py>,
+        version: u8,
+        src: u128,
+        dst: u128,
+        proto: String,
+        dport: u32,
+        sport: u32,
+        iif: Option<String>,
+        oif: Option<String>,
+        mark: u32,
+        hook: &str,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
+        let prerouting = prerouting(hook)?;
+        let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
+        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, false));
+        let keyed: Vec<(f64, Option<String>)> = outcomes.iter().map(|o| (walk::round_to(o.prob, 7), o.endpoint(&pkt))).collect();
+        let mut order: Vec<usize> = (0..outcomes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (ka, kb) = (&keyed[a], &keyed[b]);
+            kb.0.total_cmp(&ka.0)
+                .then_with(|| outcomes[a].verdict.text().cmp(outcomes[b].verdict.text()))
+                .then_with(|| ka.1.as_deref().unwrap_or("").cmp(kb.1.as_deref().unwrap_or("")))
+        });
+        let out = PyList::empty(py);
+        for i in order {
+            let o = &outcomes[i];
+            let st = &o.state;
+            let cited = if o.verdict == walk::Verdict::Accept {
+                if st.dnat.is_some() { st.dnat_step.map(|k| &st.steps[k]) } else { None }
+            } else if o.by_mark && st.drop_mark_step.is_some() {
+                st.drop_mark_step.as_ref()
+            } else {
+                st.steps.last()
+            };
+            let cited = cited.map(|s| step_tuple(py, &self.rules, s)).transpose()?;
+            let backend = keyed[i].1.clone();
+            out.append((o.prob, o.verdict.text(), o.reason.as_str(), backend, cited, o.open_table).into_pyobject(py)?)?;
+        }
+        Ok((out, undecided))
+    }
+}
+
+/// A rule of `port_rules`: its index among its table's rules, destination port, protocol,
+/// destination range and whether that is negated.
+type PortRule = (u32, u128, String, Option<(u8, u128, u128)>, bool);
+
+fn prerouting(hook: &str) -> PyResult<bool> {
+    match hook {
+        "prerouting" => Ok(true),
+        "output" => Ok(false),
+        _ => Err(PyValueError::new_err(format!("hook {hook:?}: prerouting or output"))),
+    }
+}
+
+/// The `-A CHAIN` rule's tokens as the core reads them, or None where it takes the Python
+/// parser's (for parity tests).
+#[pyfunction]
+fn rule_args(body: &str) -> Option<Vec<String>> {
+    tokens::rule_args(body)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<IptablesRules>()?;
+    m.add_function(wrap_pyfunction!(rule_args, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! One iptables table's chains: rules stored once as text, compiled the first time a packet
+//! enters their chain, and long chains indexed by exact destination address (or port) so a
+//! lookup in KUBE-SERVICES does not walk 10,000 rules (`CompiledTable` and `ChainIndex` in
+//! `iptables/compile.py`).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::compile::{compile, CompiledRule};
+use crate::tokens::rule_args;
+
+/// Chains longer than this get a destination index.
+pub const INDEX_THRESHOLD: usize = 24;
+
+/// A rule as read: its line in the user's file and its text (or, for a line only a shell-word
+/// parser splits right, the tokens the Python parser gave).
+pub struct RawRule {
+    pub line: i64,
+    pub source: Source,
+}
+
+pub enum Source {
+    Body(String),
+    Args(Vec<String>),
+}
+
+impl RawRule {
+    /// Whether the line names a destination port (`--dport`, `--dports`).
+    pub fn names_dport(&self) -> bool {
+        match &self.source {
+            Source::Body(body) => body.contains("-dport"),
+            Source::Args(args) => args.iter().any(|a| a.contains("-dport")),
+        }
+    }
+
+    fn compiled(&self) -> CompiledRule {
+        match &self.source {
+            Source::Body(body) => compile(&rule_args(body).unwrap_or_default()),
+            Source::Args(args) => compile(args),
+        }
+    }
+}
+
+pub struct ChainIndex {
+    pub by_dst: bool,
+    buckets: HashMap<u128, Vec<u32>>,
+    rest: Vec<u32>,
+}
+
+impl ChainIndex {
+    fn build(rules: &[(u32, CompiledRule)]) -> Option<ChainIndex> {
+        let by_dst_n = rules.iter().filter(|(_, r)| r.exact_dst().is_some()).count();
+        let by_port_n = rules.iter().filter(|(_, r)| r.exact_dport().is_some()).count();
+        let by_dst = by_dst_n >= by_port_n;
+        if by_dst_n.max(by_port_n) < rules.len() / 2 {
+            return None;
+        }
+        let mut buckets: HashMap<u128, Vec<u32>> = HashMap::new();
+        let mut rest = Vec::new();
+        for (i, (_, r)) in rules.iter().enumerate() {
+            let key = if by_dst { r.exact_dst() } else { r.exact_dport() };
+            match key {
+                Some(k) => buckets.entry(k).or_default().push(i as u32),
+                None => rest.push(i as u32),
+            }
+        }
+        Some(ChainIndex { by_dst, buckets, rest })
+    }
+
+    /// The positions a packet with this key can match, in the chain's order.
+    pub fn positions(&self, key: u128) -> Vec<u32> {
+        let hit = match self.buckets.get(&key) {
+            Some(h) if !h.is_empty() => h,
+            _ => return self.rest.clone(),
+        };
+        if self.rest.is_empty() {
+            return hit.clone();
+        }
+        let mut out = Vec::with_capacity(hit.len() + self.rest.len());
+        let (mut a, mut b) = (0, 0);
+        while a < hit.len() || b < self.rest.len() {
+            if b == self.rest.len() || (a < hit.len() && hit[a] < self.rest[b]) {
+                out.push(hit[a]);
+                a += 1;
+            } else {
+                out.push(self.rest[b]);
+                b += 1;
+            }
+        }
+        out
+    }
+}
+
+/// A chain's rules compiled (each with its index among the table's rules) and its index.
+pub struct CompiledChain {
+    pub rules: Vec<(u32, CompiledRule)>,
+    pub index: Option<ChainIndex>,
+}
+
+pub struct Chain {
+    pub name: String,
+    /// positions of the chain's rules among the table's
+    members: Vec<u32>,
+    compiled: OnceLock<CompiledChain>,
+}
+
+pub struct Table {
+    pub name: String,
+    pub policies: HashMap<String, String>,
+    pub chains: Vec<Chain>,
+    by_name: HashMap<String, u32>,
+    pub rules: Vec<RawRule>,
+}
+
+impl Table {
+    /// `declared`: every chain and its policy (None for a user chain), in the dump's order;
+    /// `rules`: each rule's chain and the rule, in the dump's order.
+    pub fn new(name: String, declared: Vec<(String, Option<String>)>, rules: Vec<(String, RawRule)>) -> Table {
+        let mut t = Table { name, policies: HashMap::new(), chains: Vec::new(), by_name: HashMap::new(), rules: Vec::new() };
+        for (chain, policy) in declared {
+            t.chain_id(&chain);
+            if let Some(p) = policy.filter(|p| !p.is_empty()) {
+                t.policies.insert(chain, p);
+            }
+        }
+        for (i, (chain, rule)) in rules.into_iter().enumerate() {
+            let id = t.chain_id(&chain);
+            t.chains[id as usize].members.push(i as u32);
+            t.rules.push(rule);
+        }
+        t
+    }
+
+    fn chain_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.by_name.get(name) {
+            return id;
+        }
+        let id = self.chains.len() as u32;
+        self.chains.push(Chain { name: name.to_owned(), members: Vec::new(), compiled: OnceLock::new() });
+        self.by_name.insert(name.to_owned(), id);
+        id
+    }
+
+    pub fn find(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    /// A chain's compiled rules and index (compiled on first use).
+    pub fn compiled(&self, id: u32) -> &CompiledChain {
+        let chain = &self.chains[id as usize];
+        chain.compiled.get_or_init(|| {
+            let rules: Vec<(u32, CompiledRule)> =
+                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled())).collect();
+            let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
+            CompiledChain { rules, index }
+        })
+    }
+
+    /// A chain's rules as read.
+    pub fn chain_rules(&self, id: u32) -> impl Iterator<Item = &RawRule> {
+        self.chains[id as usize].members.iter().map(|&i| &self.rules[i as usize])
+    }
+
+    pub fn size(&self) -> usize {
+        self.rules.len()
+    }
+}

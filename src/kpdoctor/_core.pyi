@@ -1,0 +1,48 @@
+"""Types of kpdoctor's native core (rust/src/lib.rs): what kpdoctor/dataplane/iptables/native.py calls."""
+
+__version__: str
+
+# (layer, table, chain, rule index among the table's rules or None for the policy, probability)
+_Step = tuple[int, int, str, int | None, float]
+_Outcome = tuple[
+    tuple[float, str, str, bool, str | None, bool],
+    tuple[tuple[str, int | None] | None, int, int, int, bool, bool, list[int]],
+    list[_Step],
+    int | None,
+    _Step | None,
+]
+# (name, chains with their policies, each rule's chain, line and text without counters, the Rule objects)
+_Table = tuple[str, list[tuple[str, str | None]], list[str], list[int], list[str], list[object]]
+
+class IptablesRules:
+    def __init__(self, layers: list[list[_Table]], local: list[tuple[int, int]]) -> None: ...
+    def run(
+        self,
+        version: int,
+        src: int,
+        dst: int,
+        proto: str,
+        dport: int,
+        sport: int,
+        iif: str | None,
+        oif: str | None,
+        mark: int,
+        hook: str,
+        postrouting: bool,
+    ) -> tuple[list[_Outcome], list[str]]: ...
+    def entries(
+        self,
+        version: int,
+        src: int,
+        dst: int,
+        proto: str,
+        dport: int,
+        sport: int,
+        iif: str | None,
+        oif: str | None,
+        mark: int,
+        hook: str,
+    ) -> tuple[list[tuple[float, str, str, str | None, _Step | None, str | None]], list[str]]: ...
+    def port_rules(self, table: str) -> list[tuple[int, int, str, tuple[int, int, int] | None, bool]]: ...
+
+def rule_args(body: str) -> list[str] | None: ...

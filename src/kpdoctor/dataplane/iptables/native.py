@@ -1,0 +1,208 @@
+"""The iptables walk in the native core (``kpdoctor._core``, built from ``rust/``).
+
+A verification walks every Service port and traffic class through the node's rules: at 10,000
+Services that is 22,000 walks over a quarter of a million rules, the hot path of ``kpdoctor
+verify`` and of the agent. The core holds one address family's tables (rules stored once,
+compiled the first time a packet enters their chain) and walks a packet through them with the
+same semantics as :class:`~kpdoctor.dataplane.iptables.evaluate.Evaluator` (tests/test_native_parity.py
+holds the two equal over every dump the tests know).
+
+:class:`NativeEvaluator` is what the iptables backend calls for a verification; what the core
+does not do yet it hands to the Python evaluator, built only when first needed: walks that keep
+every step (``trace``, explaining a mismatch), walks that record which chains they read (the
+agent's carried-over results), and rules that read ipsets (IPVS mode).
+
+``KPDOCTOR_CORE=python`` makes every walk the Python evaluator's (to compare the two).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from kpdoctor.dataplane.addresses import IPAddress, Span
+from kpdoctor.dataplane.backend import Packet
+from kpdoctor.dataplane.iptables.compile import CompiledTable
+from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
+from kpdoctor.dataplane.walk import Outcome, State, Step, merge_outcomes
+from kpdoctor.parse.iptables import Rule, Ruleset
+
+if TYPE_CHECKING:
+    from kpdoctor._core import IptablesRules
+
+# One outcome as a verification reads it (NativeEvaluator.entries)
+NativeEntry = tuple[float, str, str, str | None, tuple[str, str, int | None, str] | None, str | None]
+
+# the environment variable that chooses the walk: "native" (the default) or "python"
+CORE_SETTING = "KPDOCTOR_CORE"
+
+
+class CoreMissing(RuntimeError):
+    """The native core is not built or does not load: what happened and how to fix it."""
+
+
+@functools.cache
+def core() -> ModuleType:
+    """``kpdoctor._core``, or :class:`CoreMissing` saying how to build it."""
+    try:
+        import kpdoctor._core as _core
+    except ImportError as exc:
+        raise CoreMissing(
+            f"kpdoctor's native core (kpdoctor._core) does not load ({exc}): install kpdoctor from its source "
+            "with `pip install .` (which builds it; needs Rust's cargo and rustc 1.80 or later), or set "
+            f"{CORE_SETTING}=python to use the slower Python evaluator"
+        ) from None
+    return _core
+
+
+def native_walks() -> bool:
+    """Whether verifications walk the rules in the native core (``KPDOCTOR_CORE``)."""
+    return os.environ.get(CORE_SETTING, "native").strip().lower() != "python"
+
+
+class NativeEvaluator:
+    """One address family's rules as the native core walks them, with the Python evaluator's
+    interface as the iptables backend uses it (``run``, ``undecided``, ``deps``, ``tables``,
+    ``layers``, ``recording``).
+
+    ``primary``: the dump whose Service rules are judged; ``others``: the other iptables
+    backend's dumps, whose tables the kernel runs at the same hooks; ``compiled``: the Python
+    evaluator's compiled tables of a dump, made when first asked for."""
+
+    def __init__(
+        self,
+        primary: Ruleset,
+        others: list[Ruleset],
+        local: Iterable[IPAddress],
+        compiled: Callable[[Ruleset], dict[str, CompiledTable]],
+    ) -> None:
+        self.local = list(local)
+        self._rulesets = [primary, *others]
+        self._compiled = compiled
+        # the tables each layer holds, in the order the core was given them: a step's
+        # (layer, table) points here
+        self._tables = [[(name, t) for name, t in rs.tables.items()] for rs in self._rulesets]
+        layers = [
+            [
+                (
+                    name,
+                    list(t.chains.items()),
+                    [r.chain for r in t.rules],
+                    [r.line for r in t.rules],
+                    [r.body for r in t.rules],
+                    t.rules,
+                )
+                for name, t in tabs
+            ]
+            for tabs in self._tables
+        ]
+        self._core: IptablesRules = core().IptablesRules(layers, [(a.version, int(a)) for a in self.local])
+        self.undecided: list[str] = []
+        self.deps: set[Dep] | None = None  # set: this walk is the Python evaluator's (it records)
+        self.record = False  # the core keeps only the steps a verification cites
+
+    @functools.cached_property
+    def python(self) -> Evaluator:
+        """The Python evaluator of the same rules (for what the core does not do yet)."""
+        primary, *others = self._rulesets
+        return Evaluator(self._compiled(primary), self.local, None, [self._compiled(rs) for rs in others], record=False)
+
+    @property
+    def tables(self) -> dict[str, CompiledTable]:
+        return self.python.tables
+
+    @property
+    def layers(self) -> list[dict[str, CompiledTable]]:
+        return self.python.layers
+
+    def recording(self) -> Evaluator:
+        return self.python.recording()
+
+    def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
+        """Every outcome of the packet's new connection (see ``Evaluator.run``)."""
+        if self.deps is not None:
+            ev = self.python
+            ev.deps = self.deps
+            try:
+                return ev.run(packet, hook, postrouting)
+            finally:
+                ev.deps = None
+                self.undecided = ev.undecided
+        raw, undecided = self._core.run(
+            packet.dst.version,
+            int(packet.src),
+            int(packet.dst),
+            packet.proto,
+            packet.dport,
+            packet.sport,
+            packet.iif,
+            packet.oif,
+            packet.mark,
+            hook,
+            postrouting,
+        )
+        self.undecided = undecided
+        return merge_outcomes([self._outcome(packet, o) for o in raw])
+
+    def entries(self, packet: Packet, hook: str) -> tuple[list[NativeEntry], list[str]]:
+        """A verification's walk (no nat POSTROUTING) as its entries need it, most likely
+        first: ``(probability, verdict, reason, backend, step, open_table)``, ``step`` the rule
+        or policy to cite as ``(table, chain, line or None, text)``; and the undecidable rules
+        that did not matter."""
+        raw, undecided = self._core.entries(
+            packet.dst.version,
+            int(packet.src),
+            int(packet.dst),
+            packet.proto,
+            packet.dport,
+            packet.sport,
+            packet.iif,
+            packet.oif,
+            packet.mark,
+            hook,
+        )
+        self.undecided = undecided
+        out: list[NativeEntry] = []
+        for prob, verdict, reason, backend, step, open_table in raw:
+            cited: tuple[str, str, int | None, str] | None = None
+            if step is not None:
+                layer, table, chain, rule, _ = step
+                name, tab = self._tables[layer][table]
+                if rule is None:
+                    cited = (name, chain, None, f"policy {tab.chains.get(chain) or 'ACCEPT'}")
+                else:
+                    r = tab.rules[rule]
+                    cited = (name, chain, r.line, r.text)
+            out.append((prob, verdict, reason, backend, cited, open_table))
+        return out, undecided
+
+    def port_rules(self, table: str) -> list[tuple[Rule, int, str, Span | None, bool]]:
+        """The primary rules of ``table`` matching one destination port of one protocol, in
+        the dump's order: (rule, port, protocol, destination, destination negated)."""
+        tabs = dict(self._tables[0])
+        if table not in tabs:
+            return []
+        rules = tabs[table].rules
+        return [(rules[i], port, proto, dst, neg) for i, port, proto, dst, neg in self._core.port_rules(table)]
+
+    def _step(self, raw: tuple[int, int, str, int | None, float], stripped: bool = False) -> Step:
+        layer, table, chain, rule, prob = raw
+        name, tab = self._tables[layer][table]
+        if rule is None:
+            return Step(name, chain, None, f"policy {tab.chains.get(chain) or 'ACCEPT'}", prob)
+        r = tab.rules[rule]
+        return Step(name, chain, r.line, r.text.strip() if stripped else r.text, prob)
+
+    def _outcome(self, packet: Packet, raw: Any) -> Outcome:
+        (prob, verdict, reason, by_mark, open_table, undecided_step), state, steps, dnat_step, drop_mark = raw
+        dnat, dst, dport, mark, masquerade, notrack, affinity = state
+        st = State(packet, packet.dst.version, int(packet.src), dst, dport, mark)
+        st.steps = [self._step(s, undecided_step) for s in steps]
+        st.dnat = dnat
+        st.masquerade, st.notrack, st.affinity = masquerade, notrack, affinity
+        st.dnat_step = st.steps[dnat_step] if dnat_step is not None else None
+        st.drop_mark_step = self._step(drop_mark) if drop_mark is not None else None
+        return Outcome(prob, verdict, st, reason, by_mark, open_table)
