@@ -21,7 +21,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # kpdoctor and its dependencies as wheels, built here: the root filesystem installs them offline.
-# The wheels must match the suite's Python (bookworm: 3.11) and this machine's architecture.
+# The wheels must match the suite's Python (bookworm: 3.11) and this machine's architecture;
+# kpdoctor's own wheel holds its native core, built by cargo (needed here; its wheel is abi3, so
+# any CPython from 3.11 on loads it, and it needs a glibc no newer than this machine's).
 "$python" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$work/wheels" "$repo"
 
 # No iptables, nftables, ipvsadm, ipset or conntrack: kpdoctor uses the node's own.
