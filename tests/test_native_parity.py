@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from kpdoctor.bundle.loader import load
 from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.iptables.backend import FamilyRules, family_rules, native_entries, outcome_entries
-from kpdoctor.dataplane.iptables.evaluate import Evaluator
+from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
 from kpdoctor.dataplane.iptables.native import CORE_SETTING, NativeEvaluator
 from kpdoctor.dataplane.walk import Outcome, Step
 from kpdoctor.facts import Facts
@@ -90,10 +90,19 @@ def assert_same(python: FamilyRules, native: FamilyRules, packets: list[Packet])
                     assert [_outcome(o) for o in got] == [_outcome(o) for o in want], where
                     assert nat_ev.undecided == want_undecided, where
                     walks += 1
-                want = py_ev.run(pkt, hook, postrouting=False)
-                entries, undecided = nat_ev.entries(pkt, hook)
+                # with what each walk read: a fresh Python evaluator (its memo of other packets'
+                # walks would add their reads); the core reads the same parts, and records the
+                # index key of each branch's own packet where the memo reuses another branch's
+                fresh = Evaluator(py_ev.tables, (), None, py_ev.layers[1:], record=False)
+                fresh.local = py_ev.local
+                fresh.deps = want_reads = set()
+                want = fresh.run(pkt, hook, postrouting=False)
+                got_reads: set[Dep] = set()
+                entries, undecided = nat_ev.entries(pkt, hook, got_reads)
                 assert native_entries(rs, entries, "t") == outcome_entries(rs, want, "t"), f"{rs.artifact}: {pkt}"
-                assert undecided == py_ev.undecided
+                assert undecided == fresh.undecided
+                assert want_reads <= got_reads, f"{rs.artifact}: {pkt}: {want_reads - got_reads}"
+                assert all(isinstance(d[3], tuple) for d in got_reads - want_reads), got_reads - want_reads
     return walks
 
 

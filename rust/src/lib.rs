@@ -103,7 +103,7 @@ impl IptablesRules {
     ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
         let prerouting = prerouting(hook)?;
         let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
-        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, postrouting));
+        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, postrouting, None));
         let out = PyList::empty(py);
         for o in &outcomes {
             out.append(outcome_tuple(py, &self.rules, o)?)?;
@@ -139,9 +139,11 @@ impl IptablesRules {
     /// What a verification reads of a walk, most likely first (`merge_outcomes`' order): per
     /// outcome `(probability, verdict, reason, backend, cited step or None, open_table)`, the
     /// cited step being the DNAT rule of an accepted and translated packet, else the rule or
-    /// policy that decided; and the undecidable rules that did not matter.
+    /// policy that decided; the undecidable rules that did not matter; and, with `reads`, every
+    /// part of the rules the walk read, `(layer, table, chain or None, part)` with part None
+    /// (the whole chain), `"*"` or `("dst" | "dport", key)` (an indexed chain's).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook))]
+    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook, reads=false))]
     fn entries<'py>(
         &self,
         py: Python<'py>,
@@ -155,10 +157,14 @@ impl IptablesRules {
         oif: Option<String>,
         mark: u32,
         hook: &str,
-    ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
+        reads: bool,
+    ) -> PyResult<Entries<'py>> {
         let prerouting = prerouting(hook)?;
         let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
-        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, false));
+        let ((outcomes, undecided), deps) = py.detach(|| {
+            let deps: Option<walk::Deps> = reads.then(Default::default);
+            (self.rules.run(&pkt, prerouting, false, deps.as_ref()), deps.map(walk::Deps::into_inner))
+        });
         let keyed: Vec<(f64, Option<String>)> = outcomes.iter().map(|o| (walk::round_to(o.prob, 7), o.endpoint(&pkt))).collect();
         let mut order: Vec<usize> = (0..outcomes.len()).collect();
         order.sort_by(|&a, &b| {
@@ -182,9 +188,27 @@ impl IptablesRules {
             let backend = keyed[i].1.clone();
             out.append((o.prob, o.verdict.text(), o.reason.as_str(), backend, cited, o.open_table).into_pyobject(py)?)?;
         }
-        Ok((out, undecided))
+        let read = match deps {
+            None => None,
+            Some(deps) => {
+                let list = PyList::empty(py);
+                for d in deps {
+                    let part: Bound<'py, PyAny> = match d.part {
+                        walk::Part::Whole => py.None().into_bound(py),
+                        walk::Part::Star => "*".into_pyobject(py)?.into_any(),
+                        walk::Part::Key(by_dst, k) => (if by_dst { "dst" } else { "dport" }, k).into_pyobject(py)?.into_any(),
+                    };
+                    list.append((d.layer, d.table, d.chain, part))?;
+                }
+                Some(list)
+            }
+        };
+        Ok((out, undecided, read))
     }
 }
+
+/// `entries`' answer: the outcomes, the undecidable rules that did not matter, the parts read.
+type Entries<'py> = (Bound<'py, PyList>, Vec<String>, Option<Bound<'py, PyList>>);
 
 /// A rule of `port_rules`: its index among its table's rules, destination port, protocol,
 /// destination range and whether that is negated.

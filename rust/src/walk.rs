@@ -6,6 +6,7 @@
 //! told, an unknown module) is tried both ways, and when the two differ the outcome is
 //! uncertain at that rule, never a guess.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use crate::compile::{CompiledRule, CondKind, MarkOp};
@@ -131,6 +132,28 @@ impl Outcome {
     }
 }
 
+/// Which part of a chain a walk read (`Dep` in evaluate.py): all of it, or, in an indexed
+/// chain, what every packet sees and the rules its key selects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    Whole,
+    Star,
+    /// (indexed by destination address?, the packet's key)
+    Key(bool, u128),
+}
+
+/// What a walk looked at: a table of a layer (`chain` None: whether the table exists), a
+/// chain, a part of it. A result the agent carries over depends on these only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dep {
+    pub layer: u32,
+    pub table: String,
+    pub chain: Option<String>,
+    pub part: Part,
+}
+
+pub type Deps = RefCell<HashSet<Dep>>;
+
 /// Why a walk stopped short: a rule it cannot decide (tried both ways by the caller), or
 /// branches that multiply beyond what the rules account for.
 enum Stop {
@@ -154,6 +177,7 @@ struct Walk<'a> {
     rules: &'a Rules,
     pkt: &'a Packet,
     forced: &'a HashMap<u64, bool>,
+    deps: Option<&'a Deps>,
 }
 
 /// Python's `f"{n:,}"`.
@@ -222,10 +246,11 @@ impl Rules {
 
     /// Every outcome of a new connection entering at `prerouting` or `output`, and which
     /// undecidable rules did not matter (`walk_packet` and `run_forked`).
-    pub fn run(&self, pkt: &Packet, prerouting: bool, postrouting: bool) -> (Vec<Outcome>, Vec<String>) {
+    /// `deps`: when given, every part of the rules the walk reads is added to it.
+    pub fn run(&self, pkt: &Packet, prerouting: bool, postrouting: bool, deps: Option<&Deps>) -> (Vec<Outcome>, Vec<String>) {
         let mut forced = HashMap::new();
         let mut undecided = Vec::new();
-        match self.forked(pkt, prerouting, postrouting, &mut forced, &mut undecided, 0) {
+        match self.forked(pkt, (prerouting, postrouting), deps, &mut forced, &mut undecided, 0) {
             Ok(out) => (out, undecided),
             Err(msg) => {
                 (vec![Outcome::new(1.0, Verdict::Uncertain, State::start(pkt), msg)], undecided)
@@ -236,13 +261,13 @@ impl Rules {
     fn forked(
         &self,
         pkt: &Packet,
-        prerouting: bool,
-        postrouting: bool,
+        (prerouting, postrouting): (bool, bool),
+        deps: Option<&Deps>,
         forced: &mut HashMap<u64, bool>,
         undecided: &mut Vec<String>,
         depth: usize,
     ) -> Result<Vec<Outcome>, String> {
-        let walk = Walk { rules: self, pkt, forced };
+        let walk = Walk { rules: self, pkt, forced, deps };
         match walk.once(prerouting, postrouting) {
             Ok(out) => Ok(out),
             Err(Stop::TooMany(msg)) => Err(msg),
@@ -263,9 +288,9 @@ impl Rules {
                     return Ok(uncertain_at());
                 }
                 forced.insert(key, true);
-                let taken = self.forked(pkt, prerouting, postrouting, forced, undecided, depth + 1)?;
+                let taken = self.forked(pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
                 forced.insert(key, false);
-                let not_taken = self.forked(pkt, prerouting, postrouting, forced, undecided, depth + 1)?;
+                let not_taken = self.forked(pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
                 forced.remove(&key);
                 if signature(&taken, pkt) == signature(&not_taken, pkt) {
                     undecided.push(format!("line {line} ({reason})"));
@@ -396,7 +421,9 @@ impl Walk<'_> {
     /// A built-in chain of one table, in every layer: the branches that go on.
     fn hook(&self, table: &str, chain: &str, mut branches: Vec<Branch>, finals: &mut Vec<Outcome>) -> Result<Vec<Branch>, Stop> {
         for (li, layer) in self.rules.layers.iter().enumerate() {
-            let Some((ti, tab)) = layer.iter().enumerate().find(|(_, t)| t.name == table) else { continue };
+            let found = layer.iter().enumerate().find(|(_, t)| t.name == table);
+            self.read(li as u32, table, found.map(|_| chain), Part::Whole);
+            let Some((ti, tab)) = found else { continue };
             let Some(cid) = tab.find(chain) else { continue };
             let mut out: Vec<Branch> = Vec::new();
             for (p, st) in branches {
@@ -423,6 +450,13 @@ impl Walk<'_> {
         Ok(branches)
     }
 
+    /// Note a part of the rules this walk read (when reads are recorded).
+    fn read(&self, layer: u32, table: &str, chain: Option<&str>, part: Part) {
+        if let Some(deps) = self.deps {
+            deps.borrow_mut().insert(Dep { layer, table: table.to_owned(), chain: chain.map(str::to_owned), part });
+        }
+    }
+
     fn table(&self, layer: u32, table: u32) -> &Table {
         &self.rules.layers[layer as usize][table as usize]
     }
@@ -434,7 +468,18 @@ impl Walk<'_> {
             return Ok(vec![(p, st, Verdict::Uncertain, why)]);
         }
         let compiled = tab.compiled(cid);
-        let order = compiled.index.as_ref().map(|idx| idx.positions(if idx.by_dst { st.dst } else { st.dport as u128 }));
+        let key = compiled.index.as_ref().map(|idx| (idx.by_dst, if idx.by_dst { st.dst } else { st.dport as u128 }));
+        if self.deps.is_some() {
+            let name = tab.chains[cid as usize].name.as_str();
+            match key {
+                Some((by_dst, k)) => {
+                    self.read(layer, &tab.name, Some(name), Part::Key(by_dst, k));
+                    self.read(layer, &tab.name, Some(name), Part::Star);
+                }
+                None => self.read(layer, &tab.name, Some(name), Part::Whole),
+            }
+        }
+        let order = compiled.index.as_ref().zip(key).map(|(idx, (_, k))| idx.positions(k));
         self.rules_from(layer, ti, cid, order.as_deref(), p, st, depth)
     }
 
@@ -551,6 +596,7 @@ impl Walk<'_> {
                     continue;
                 }
                 let Some(next) = tab.find(name) else {
+                    self.read(layer, &tab.name, Some(name), Part::Whole);
                     results.push((p, st, Verdict::Uncertain, format!("unknown target {name} at line {line}")));
                     break None;
                 };

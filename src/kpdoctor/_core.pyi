@@ -42,7 +42,12 @@ class IptablesRules:
         oif: str | None,
         mark: int,
         hook: str,
-    ) -> tuple[list[tuple[float, str, str, str | None, _Step | None, str | None]], list[str]]: ...
+        reads: bool = False,
+    ) -> tuple[
+        list[tuple[float, str, str, str | None, _Step | None, str | None]],
+        list[str],
+        list[tuple[int, str, str | None, str | tuple[str, int] | None]] | None,
+    ]: ...
     def port_rules(self, table: str) -> list[tuple[int, int, str, tuple[int, int, int] | None, bool]]: ...
 
 def rule_args(body: str) -> list[str] | None: ...

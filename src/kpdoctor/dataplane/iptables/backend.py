@@ -225,8 +225,8 @@ class IptablesBackend:
         views = []
         for rs, ev in fam.primary:
             tag = rs.variant if len(fam.primary) > 1 else None
-            if isinstance(ev, NativeEvaluator) and self.deps is None:
-                native, undecided = ev.entries(pkt, case.hook)
+            if isinstance(ev, NativeEvaluator):
+                native, undecided = ev.entries(pkt, case.hook, self.deps)
                 entries, rules, reasons = native_entries(rs, native, tag)
                 views.append(View(tag, entries, rules, reasons, undecided_note(undecided)))
                 continue

@@ -147,12 +147,13 @@ class NativeEvaluator:
         self.undecided = undecided
         return merge_outcomes([self._outcome(packet, o) for o in raw])
 
-    def entries(self, packet: Packet, hook: str) -> tuple[list[NativeEntry], list[str]]:
+    def entries(self, packet: Packet, hook: str, reads: set[Dep] | None = None) -> tuple[list[NativeEntry], list[str]]:
         """A verification's walk (no nat POSTROUTING) as its entries need it, most likely
         first: ``(probability, verdict, reason, backend, step, open_table)``, ``step`` the rule
         or policy to cite as ``(table, chain, line or None, text)``; and the undecidable rules
-        that did not matter."""
-        raw, undecided = self._core.entries(
+        that did not matter. ``reads``: a set to add every part of the rules the walk read to
+        (the agent's carried-over results depend on those parts only)."""
+        raw, undecided, read = self._core.entries(
             packet.dst.version,
             int(packet.src),
             int(packet.dst),
@@ -163,7 +164,11 @@ class NativeEvaluator:
             packet.oif,
             packet.mark,
             hook,
+            reads is not None,
         )
+        if reads is not None and read is not None:
+            origins = [rs.artifact for rs in self._rulesets]
+            reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
         self.undecided = undecided
         out: list[NativeEntry] = []
         for prob, verdict, reason, backend, step, open_table in raw:
