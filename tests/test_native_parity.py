@@ -79,7 +79,10 @@ def assert_same(python: FamilyRules, native: FamilyRules, packets: list[Packet])
     of walks compared."""
     walks = 0
     for (rs, py_ev), (_, nat_ev) in zip(python.primary, native.primary, strict=True):
-        assert isinstance(py_ev, Evaluator) and isinstance(nat_ev, NativeEvaluator)
+        assert isinstance(py_ev, Evaluator)
+        if not isinstance(nat_ev, NativeEvaluator):  # only text that is not UTF-8 stays the Python walk's
+            assert any(not r.text.isascii() and _surrogates(r.text) for t in rs.tables.values() for r in t.rules)
+            continue
         for pkt in packets:
             for hook in HOOKS:
                 for post in (False, True):
@@ -104,6 +107,14 @@ def assert_same(python: FamilyRules, native: FamilyRules, packets: list[Packet])
                 assert want_reads <= got_reads, f"{rs.artifact}: {pkt}: {want_reads - got_reads}"
                 assert all(isinstance(d[3], tuple) for d in got_reads - want_reads), got_reads - want_reads
     return walks
+
+
+def _surrogates(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def packets_for(rulesets: list[Ruleset], family: int, limit: int = 120) -> list[Packet]:
@@ -259,6 +270,10 @@ MATCHES = st.sampled_from(
         "-m foo --bar baz",
         '-m comment --comment "default/web:http cluster IP"',
         "-m comment --comment plain",
+        '-m comment --comment "caf\u00e9 \u00a0x"',
+        "-m comment --comment \udcff\udcfe",
+        "-m comment --comment tab\there",
+        "-m comment --comment \"it's\"",
         "-m icmp --icmp-type 8",
     ]
 )

@@ -3,7 +3,7 @@
 //! `-j DNAT` do, never what kube-proxy calls its chains). A match it does not know is kept as
 //! an unknown condition, which makes a walk that reaches it uncertain instead of guessing.
 
-use crate::addr::{self, Span};
+use crate::addr::{self, Net, Span};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CondKind {
@@ -38,8 +38,16 @@ pub enum MarkOp {
     AndMark,
 }
 
+/// What a rule does when it matches: a target without options (a verdict, a chain, an
+/// extension given none) inline, anything with options boxed (most rules of a dump are jumps).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    Plain { name: Box<str>, goto: bool },
+    Full(Box<TargetSpec>),
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Target {
+pub struct TargetSpec {
     pub name: String,
     pub goto: bool,
     /// DNAT --to-destination: (host, port)
@@ -53,29 +61,61 @@ pub struct Target {
     pub problem: Option<String>,
 }
 
+impl Target {
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Plain { name, .. } => name,
+            Target::Full(t) => &t.name,
+        }
+    }
+
+    pub fn goto(&self) -> bool {
+        match self {
+            Target::Plain { goto, .. } => *goto,
+            Target::Full(t) => t.goto,
+        }
+    }
+
+    pub fn notrack(&self) -> bool {
+        match self {
+            Target::Plain { name, .. } => &**name == "NOTRACK",
+            Target::Full(t) => t.notrack,
+        }
+    }
+
+    /// The options, when the target has any.
+    pub fn spec(&self) -> Option<&TargetSpec> {
+        match self {
+            Target::Plain { .. } => None,
+            Target::Full(t) => Some(t),
+        }
+    }
+}
+
+/// A rule as the walk checks it: the common matches as plain fields, the rest as conditions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompiledRule {
-    pub src: Option<Span>,
-    pub src_neg: bool,
-    pub dst: Option<Span>,
-    pub dst_neg: bool,
-    pub proto: Option<String>,
-    pub proto_neg: bool,
-    pub dport: Option<Vec<(u32, u32)>>,
-    pub dport_neg: bool,
+    pub src: Option<Net>,
+    pub dst: Option<Net>,
+    pub proto: Option<Box<str>>,
+    pub dport: Option<Box<[(u32, u32)]>>,
     /// the rule's only condition is `-m statistic --mode random`: checked inline
     pub prob: Option<f64>,
-    pub conds: Vec<Cond>,
+    pub conds: Box<[Cond]>,
     pub target: Option<Target>,
+    pub src_neg: bool,
+    pub dst_neg: bool,
+    pub proto_neg: bool,
+    pub dport_neg: bool,
 }
 
 impl CompiledRule {
     /// The single destination address the rule requires, if any (for the chain index).
     pub fn exact_dst(&self) -> Option<u128> {
-        match self.dst {
-            Some((_, lo, hi)) if !self.dst_neg && lo == hi => Some(lo),
-            _ => None,
+        if self.dst_neg {
+            return None;
         }
+        self.dst.as_ref().and_then(Net::exact)
     }
 
     pub fn exact_dport(&self) -> Option<u128> {
@@ -171,10 +211,10 @@ pub fn compile(toks: &[String]) -> CompiledRule {
                     None => conds.push(unknown(format!("{t} {nxt}"), neg)),
                     Some(span) => {
                         if matches!(kind, Tok::Dst) {
-                            cr.dst = Some(span);
+                            cr.dst = Some(Net::of(span));
                             cr.dst_neg = neg;
                         } else {
-                            cr.src = Some(span);
+                            cr.src = Some(Net::of(span));
                             cr.src_neg = neg;
                         }
                     }
@@ -182,7 +222,7 @@ pub fn compile(toks: &[String]) -> CompiledRule {
                 i += 2;
             }
             Some(Tok::Proto) => {
-                cr.proto = Some(nxt.to_lowercase());
+                cr.proto = Some(nxt.to_lowercase().into());
                 cr.proto_neg = neg;
                 i += 2;
             }
@@ -195,7 +235,7 @@ pub fn compile(toks: &[String]) -> CompiledRule {
                 match addr::ports(nxt) {
                     None => conds.push(unknown(format!("{t} {nxt}"), neg)),
                     Some(p) => {
-                        cr.dport = Some(p);
+                        cr.dport = Some(p.into());
                         cr.dport_neg = neg;
                     }
                 }
@@ -231,7 +271,7 @@ pub fn compile(toks: &[String]) -> CompiledRule {
     }
     match conds.as_slice() {
         [Cond { kind: CondKind::Random(p), negated: false }] => cr.prob = Some(*p),
-        _ => cr.conds = conds,
+        _ => cr.conds = conds.into(),
     }
     cr
 }
@@ -311,7 +351,7 @@ fn head(s: &str, k: usize) -> &str {
 }
 
 /// `_dnat`: `ip`, `ip:port`, `[ip6]:port` (a range keeps its first port).
-fn dnat(dest: &str, goto: bool) -> Target {
+fn dnat(dest: &str, goto: bool) -> TargetSpec {
     let (host, port): (&str, &str) = if let Some(rest) = dest.strip_prefix('[') {
         match rest.find("]:") {
             Some(i) => (&rest[..i], &rest[i + 2..]),
@@ -326,7 +366,7 @@ fn dnat(dest: &str, goto: bool) -> Target {
     let span = addr::parse_span(host);
     let to_span = span.filter(|s| s.1 == s.2);
     let number = if port.is_empty() { None } else { addr::port_number(port.split('-').next().unwrap_or("")) };
-    let mut t = Target { name: "DNAT".into(), goto, ..Target::default() };
+    let mut t = TargetSpec { name: "DNAT".into(), goto, ..TargetSpec::default() };
     if !port.is_empty() && !number.is_some_and(|p| p != 0) {
         t.to_destination = Some((host.to_owned(), None));
         t.problem = Some(format!("DNAT --to-destination {} (port not readable)", head(dest, 80)));
@@ -357,10 +397,10 @@ fn target(toks: &[String], i: usize) -> (Target, usize) {
     }
     let notrack_name = name == "NOTRACK";
     if opts.is_empty() && flags.is_empty() {
-        return (Target { name, goto, notrack: notrack_name, ..Target::default() }, j);
+        return (Target::Plain { name: name.into(), goto }, j);
     }
     let opt = |k: &str| opts.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
-    let mut t = Target { goto, ..Target::default() };
+    let mut t = TargetSpec { goto, ..TargetSpec::default() };
     if name == "DNAT" {
         if let Some(dest) = opt("--to-destination") {
             let dn = dnat(dest, goto);
@@ -395,7 +435,7 @@ fn target(toks: &[String], i: usize) -> (Target, usize) {
     }
     t.notrack = notrack_name || (name == "CT" && flags.contains(&"--notrack"));
     t.name = name;
-    (t, j)
+    (Target::Full(Box::new(t)), j)
 }
 
 #[cfg(test)]
@@ -414,19 +454,21 @@ mod tests {
         assert_eq!(r.exact_dst(), Some(0x0a60_000a));
         assert_eq!(r.proto.as_deref(), Some("udp"));
         assert_eq!(r.exact_dport(), Some(53));
-        assert_eq!(r.target.as_ref().unwrap().name, "KUBE-SVC-TCOU7JCQXEZGVUNU");
+        assert_eq!(r.target.as_ref().unwrap().name(), "KUBE-SVC-TCOU7JCQXEZGVUNU");
         let r = compile(&toks("-A KUBE-SVC-X -m statistic --mode random --probability 0.33333333349 -j KUBE-SEP-A"));
         assert_eq!(r.prob, Some(0.33333333349));
         assert!(r.conds.is_empty());
         let r = compile(&toks("-A KUBE-SEP-A -p tcp -m tcp -j DNAT --to-destination 10.244.1.5:8080"));
         let t = r.target.unwrap();
+        let t = t.spec().unwrap();
         assert_eq!(t.to_destination, Some(("10.244.1.5".into(), Some(8080))));
         assert!(t.to_span.is_some());
         let r = compile(&toks("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000"));
-        assert_eq!(r.target.unwrap().mark, Some((MarkOp::SetXmark, 0x4000, 0x4000)));
+        assert_eq!(r.target.unwrap().spec().unwrap().mark, Some((MarkOp::SetXmark, 0x4000, 0x4000)));
+        assert!(std::mem::size_of::<CompiledRule>() <= 120, "{}", std::mem::size_of::<CompiledRule>());
         let r = compile(&toks("-A X -m foo --bar baz -j ACCEPT"));
         assert_eq!(r.conds.len(), 3);
         let r = compile(&toks("-A X -j DNAT --to-destination 10.0.0.1:0x50"));
-        assert!(r.target.unwrap().problem.unwrap().contains("port not readable"));
+        assert!(r.target.unwrap().spec().unwrap().problem.as_ref().unwrap().contains("port not readable"));
     }
 }

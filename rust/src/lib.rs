@@ -12,7 +12,7 @@ use std::collections::HashSet;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::table::{RawRule, Source, Table};
 use crate::walk::{Outcome, Packet, Rules, Step};
@@ -21,21 +21,28 @@ use crate::walk::{Outcome, Packet, Rules, Step};
 /// for a user chain), and per rule (in the dump's order) its chain, line and text without
 /// counters; with the `kpdoctor.parse.iptables.Rule` objects themselves, whose Python-made
 /// tokens are taken for the rare line only a shell-word parser splits right.
-type TableIn<'py> = (String, Vec<(String, Option<String>)>, Vec<String>, Vec<i64>, Vec<String>, Bound<'py, PyList>);
+type TableIn<'py> = (String, Vec<(String, Option<String>)>, Vec<String>, Vec<i64>, Bound<'py, PyList>, Bound<'py, PyList>);
 
 fn read_table(table: TableIn<'_>) -> PyResult<Table> {
-    let (name, declared, chains, lines, bodies, objects) = table;
-    if chains.len() != lines.len() || chains.len() != bodies.len() || chains.len() != objects.len() {
+    let (name, declared, chains, lines, texts, objects) = table;
+    let n = chains.len();
+    if lines.len() != n || texts.len() != n || objects.len() != n {
         return Err(PyValueError::new_err("a table's chains, lines, texts and rules differ in number"));
     }
     let py = objects.py();
-    let mut rules = Vec::with_capacity(chains.len());
-    for (i, ((chain, line), body)) in chains.into_iter().zip(lines).zip(bodies).enumerate() {
-        let body = body.trim_matches(addr::py_space);
-        let source = if !tokens::needs_shell(body) {
-            Source::Body(body.to_owned())
+    let mut rules = Vec::with_capacity(n);
+    for (i, ((chain, line), text)) in chains.into_iter().zip(lines).zip(texts.iter()).enumerate() {
+        let text = text.cast_into::<PyString>()?;
+        // text that is not UTF-8 (bytes the reader kept as surrogate escapes) is refused: the
+        // caller walks such a dump with the Python evaluator
+        let Ok(t) = text.to_str() else {
+            return Err(PyValueError::new_err(format!("line {line} is not UTF-8")));
+        };
+        // a line only a shell-word parser splits right: the Python parser's tokens
+        let source = if tokens::needs_shell(t) {
+            Source::Args(objects.get_item(i)?.getattr(pyo3::intern!(py, "args"))?.extract::<Vec<String>>()?.into())
         } else {
-            Source::Args(objects.get_item(i)?.getattr(pyo3::intern!(py, "args"))?.extract()?)
+            Source::Text(text.unbind())
         };
         rules.push((chain, RawRule { line, source }));
     }
@@ -103,7 +110,7 @@ impl IptablesRules {
     ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
         let prerouting = prerouting(hook)?;
         let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
-        let (outcomes, undecided) = py.detach(|| self.rules.run(&pkt, prerouting, postrouting, None));
+        let (outcomes, undecided) = self.rules.run(py, &pkt, prerouting, postrouting, None);
         let out = PyList::empty(py);
         for o in &outcomes {
             out.append(outcome_tuple(py, &self.rules, o)?)?;
@@ -114,21 +121,21 @@ impl IptablesRules {
     /// The primary rules of `table` that match one destination port of one protocol (neither
     /// negated), in the dump's order: where a destination no Service owns may still be
     /// forwarded (the stale-rule search). Only lines that name a destination port are compiled.
-    fn port_rules(&self, table: &str) -> Vec<PortRule> {
+    fn port_rules(&self, py: Python<'_>, table: &str) -> Vec<PortRule> {
         let Some(tab) = self.rules.layers.first().and_then(|l| l.iter().find(|t| t.name == table)) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         for cid in 0..tab.chains.len() as u32 {
-            if !tab.chain_rules(cid).any(|r| r.names_dport()) {
+            if !tab.chain_rules(cid).any(|r| r.names_dport(py)) {
                 continue;
             }
-            for (idx, cr) in &tab.compiled(cid).rules {
-                if !tab.rules[*idx as usize].names_dport() {
+            for (idx, cr) in &tab.compiled(py, cid).rules {
+                if !tab.rules[*idx as usize].names_dport(py) {
                     continue;
                 }
                 if let (Some(port), Some(proto), false) = (cr.exact_dport(), &cr.proto, cr.proto_neg) {
-                    out.push((*idx, port, proto.clone(), cr.dst, cr.dst_neg));
+                    out.push((*idx, port, proto.to_string(), cr.dst.as_ref().map(addr::Net::span), cr.dst_neg));
                 }
             }
         }
@@ -161,10 +168,9 @@ impl IptablesRules {
     ) -> PyResult<Entries<'py>> {
         let prerouting = prerouting(hook)?;
         let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
-        let ((outcomes, undecided), deps) = py.detach(|| {
-            let deps: Option<walk::Deps> = reads.then(Default::default);
-            (self.rules.run(&pkt, prerouting, false, deps.as_ref()), deps.map(walk::Deps::into_inner))
-        });
+        let deps: Option<walk::Deps> = reads.then(Default::default);
+        let (outcomes, undecided) = self.rules.run(py, &pkt, prerouting, false, deps.as_ref());
+        let deps = deps.map(walk::Deps::into_inner);
         let keyed: Vec<(f64, Option<String>)> = outcomes.iter().map(|o| (walk::round_to(o.prob, 7), o.endpoint(&pkt))).collect();
         let mut order: Vec<usize> = (0..outcomes.len()).collect();
         order.sort_by(|&a, &b| {

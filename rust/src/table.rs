@@ -6,36 +6,43 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
 use crate::compile::{compile, CompiledRule};
 use crate::tokens::rule_args;
 
 /// Chains longer than this get a destination index.
 pub const INDEX_THRESHOLD: usize = 24;
 
-/// A rule as read: its line in the user's file and its text (or, for a line only a shell-word
-/// parser splits right, the tokens the Python parser gave).
+/// A rule as read: its line in the user's file and its text: the Python parser's own string
+/// (not copied: read when the rule is compiled), or, for a line only a shell-word parser splits
+/// right, the tokens the Python parser gave.
 pub struct RawRule {
     pub line: i64,
     pub source: Source,
 }
 
 pub enum Source {
-    Body(String),
-    Args(Vec<String>),
+    Text(Py<PyString>),
+    Args(Box<[String]>),
 }
 
 impl RawRule {
     /// Whether the line names a destination port (`--dport`, `--dports`).
-    pub fn names_dport(&self) -> bool {
+    pub fn names_dport(&self, py: Python<'_>) -> bool {
         match &self.source {
-            Source::Body(body) => body.contains("-dport"),
+            Source::Text(text) => text.bind(py).to_str().is_ok_and(|t| t.contains("-dport")),
             Source::Args(args) => args.iter().any(|a| a.contains("-dport")),
         }
     }
 
-    fn compiled(&self) -> CompiledRule {
+    fn compiled(&self, py: Python<'_>) -> CompiledRule {
         match &self.source {
-            Source::Body(body) => compile(&rule_args(body).unwrap_or_default()),
+            Source::Text(text) => {
+                let toks = text.bind(py).to_str().ok().and_then(|t| rule_args(t.trim_matches(crate::addr::py_space)));
+                compile(&toks.unwrap_or_default())
+            }
             Source::Args(args) => compile(args),
         }
     }
@@ -146,11 +153,11 @@ impl Table {
     }
 
     /// A chain's compiled rules and index (compiled on first use).
-    pub fn compiled(&self, id: u32) -> &CompiledChain {
+    pub fn compiled(&self, py: Python<'_>, id: u32) -> &CompiledChain {
         let chain = &self.chains[id as usize];
         chain.compiled.get_or_init(|| {
             let rules: Vec<(u32, CompiledRule)> =
-                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled())).collect();
+                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py))).collect();
             let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
             CompiledChain { rules, index }
         })

@@ -9,6 +9,8 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
+use pyo3::Python;
+
 use crate::compile::{CompiledRule, CondKind, MarkOp};
 use crate::table::Table;
 
@@ -174,6 +176,7 @@ pub struct Rules {
 }
 
 struct Walk<'a> {
+    py: Python<'a>,
     rules: &'a Rules,
     pkt: &'a Packet,
     forced: &'a HashMap<u64, bool>,
@@ -247,10 +250,12 @@ impl Rules {
     /// Every outcome of a new connection entering at `prerouting` or `output`, and which
     /// undecidable rules did not matter (`walk_packet` and `run_forked`).
     /// `deps`: when given, every part of the rules the walk reads is added to it.
-    pub fn run(&self, pkt: &Packet, prerouting: bool, postrouting: bool, deps: Option<&Deps>) -> (Vec<Outcome>, Vec<String>) {
+    /// `py`: rules are compiled from the Python parser's text the first time a walk enters
+    /// their chain.
+    pub fn run(&self, py: Python<'_>, pkt: &Packet, prerouting: bool, postrouting: bool, deps: Option<&Deps>) -> (Vec<Outcome>, Vec<String>) {
         let mut forced = HashMap::new();
         let mut undecided = Vec::new();
-        match self.forked(pkt, (prerouting, postrouting), deps, &mut forced, &mut undecided, 0) {
+        match self.forked(py, pkt, (prerouting, postrouting), deps, &mut forced, &mut undecided, 0) {
             Ok(out) => (out, undecided),
             Err(msg) => {
                 (vec![Outcome::new(1.0, Verdict::Uncertain, State::start(pkt), msg)], undecided)
@@ -258,8 +263,10 @@ impl Rules {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forked(
         &self,
+        py: Python<'_>,
         pkt: &Packet,
         (prerouting, postrouting): (bool, bool),
         deps: Option<&Deps>,
@@ -267,7 +274,7 @@ impl Rules {
         undecided: &mut Vec<String>,
         depth: usize,
     ) -> Result<Vec<Outcome>, String> {
-        let walk = Walk { rules: self, pkt, forced, deps };
+        let walk = Walk { py, rules: self, pkt, forced, deps };
         match walk.once(prerouting, postrouting) {
             Ok(out) => Ok(out),
             Err(Stop::TooMany(msg)) => Err(msg),
@@ -288,9 +295,9 @@ impl Rules {
                     return Ok(uncertain_at());
                 }
                 forced.insert(key, true);
-                let taken = self.forked(pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
+                let taken = self.forked(py, pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
                 forced.insert(key, false);
-                let not_taken = self.forked(pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
+                let not_taken = self.forked(py, pkt, (prerouting, postrouting), deps, forced, undecided, depth + 1)?;
                 forced.remove(&key);
                 if signature(&taken, pkt) == signature(&not_taken, pkt) {
                     undecided.push(format!("line {line} ({reason})"));
@@ -467,7 +474,7 @@ impl Walk<'_> {
             let why = format!("chain nesting deeper than {MAX_DEPTH} at {}/{}", tab.name, tab.chains[cid as usize].name);
             return Ok(vec![(p, st, Verdict::Uncertain, why)]);
         }
-        let compiled = tab.compiled(cid);
+        let compiled = tab.compiled(self.py, cid);
         let key = compiled.index.as_ref().map(|idx| (idx.by_dst, if idx.by_dst { st.dst } else { st.dport as u128 }));
         if self.deps.is_some() {
             let name = tab.chains[cid as usize].name.as_str();
@@ -489,7 +496,7 @@ impl Walk<'_> {
     fn rules_from(&self, layer: u32, ti: u32, cid: u32, order: Option<&[u32]>, p: f64, st: State, depth: usize) -> Result<Vec<Res>, Stop> {
         let tab = self.table(layer, ti);
         let chain_name = tab.chains[cid as usize].name.as_str();
-        let rules = &tab.compiled(cid).rules;
+        let rules = &tab.compiled(self.py, cid).rules;
         let mut results: Vec<Res> = Vec::new();
         let end = order.map_or(rules.len(), <[u32]>::len);
         let mut todo: Vec<(usize, f64, State, bool)> = vec![(0, p, st, false)];
@@ -529,7 +536,8 @@ impl Walk<'_> {
                     pos += 1;
                     continue;
                 };
-                let name = tgt.name.as_str();
+                let name = tgt.name();
+                let spec = tgt.spec();
                 if matches!(name, "DROP" | "REJECT" | "DNAT" | "REDIRECT") {
                     st.steps.push(step(cid, p, Some(idx)));
                 }
@@ -547,13 +555,13 @@ impl Walk<'_> {
                     results.push((p, st, v, String::new()));
                     break None;
                 }
-                if let Some(problem) = &tgt.problem {
+                if let Some(problem) = spec.and_then(|t| t.problem.as_ref()) {
                     results.push((p, st, Verdict::Uncertain, format!("cannot read {problem} at line {line}")));
                     break None;
                 }
-                if name == "DNAT" {
-                    if let Some((host, port)) = &tgt.to_destination {
-                        let Some(span) = tgt.to_span else {
+                if let (true, Some(t)) = (name == "DNAT", spec) {
+                    if let Some((host, port)) = &t.to_destination {
+                        let Some(span) = t.to_span else {
                             results.push((p, st, Verdict::Uncertain, format!("DNAT to {host} at line {line}")));
                             break None;
                         };
@@ -568,8 +576,9 @@ impl Walk<'_> {
                 if name == "REDIRECT" {
                     let v4 = self.pkt.version == 4;
                     st.dst = if v4 { 0x7F00_0001 } else { 1 };
-                    st.dport = tgt.to_ports.filter(|&x| x != 0).unwrap_or(st.dport);
-                    st.dnat = Some((if v4 { "127.0.0.1" } else { "::1" }.to_owned(), tgt.to_ports));
+                    let to_ports = spec.and_then(|t| t.to_ports);
+                    st.dport = to_ports.filter(|&x| x != 0).unwrap_or(st.dport);
+                    st.dnat = Some((if v4 { "127.0.0.1" } else { "::1" }.to_owned(), to_ports));
                     st.dnat_step = st.steps.len().checked_sub(1);
                     results.push((p, st, Verdict::Accept, String::new()));
                     break None;
@@ -580,13 +589,13 @@ impl Walk<'_> {
                     break None;
                 }
                 if name == "MARK" {
-                    if let Some(op) = tgt.mark {
+                    if let Some(op) = spec.and_then(|t| t.mark) {
                         st.mark = apply_mark(st.mark, op);
                         pos += 1;
                         continue;
                     }
                 }
-                if tgt.notrack {
+                if tgt.notrack() {
                     st.notrack = true;
                     pos += 1;
                     continue;
@@ -603,7 +612,7 @@ impl Walk<'_> {
                 let mut back: Vec<(usize, f64, State, bool)> = Vec::new();
                 for (q, s2, verdict, reason) in self.chain(layer, ti, next, p, st, depth + 1)? {
                     if matches!(verdict, Verdict::Return | Verdict::End) {
-                        if tgt.goto {
+                        if tgt.goto() {
                             results.push((q, s2, Verdict::Return, String::new()));
                         } else {
                             back.push((pos + 1, q, s2, false));
@@ -634,18 +643,18 @@ impl Walk<'_> {
     /// `-d`, `-s`, `-p`, `--dport`: the matches most rules fail on.
     fn fields_match(&self, r: &CompiledRule, st: &State) -> bool {
         let v = self.pkt.version;
-        if let Some((ver, lo, hi)) = r.dst {
-            if (ver == v && lo <= st.dst && st.dst <= hi) == r.dst_neg {
+        if let Some(net) = &r.dst {
+            if net.contains(v, st.dst) == r.dst_neg {
                 return false;
             }
         }
-        if let Some((ver, lo, hi)) = r.src {
-            if (ver == v && lo <= self.pkt.src && self.pkt.src <= hi) == r.src_neg {
+        if let Some(net) = &r.src {
+            if net.contains(v, self.pkt.src) == r.src_neg {
                 return false;
             }
         }
         if let Some(pr) = &r.proto {
-            if (*pr == self.pkt.proto || pr == "all") == r.proto_neg {
+            if (**pr == *self.pkt.proto || &**pr == "all") == r.proto_neg {
                 return false;
             }
         }

@@ -121,7 +121,11 @@ def family_rules(
         # the native core walks a verification's packets; steps kept (trace) and ipsets read
         # (IPVS mode) are the Python evaluator's still
         if not record and ipsets is None and native_walks():
-            return NativeEvaluator(primary, others, local, compiled)
+            try:
+                return NativeEvaluator(primary, others, local, compiled)
+            except (UnicodeError, ValueError):
+                pass  # text that is not UTF-8 (kept as surrogate escapes): the Python evaluator reads it
+
         return Evaluator(compiled(primary), local, ipsets, [compiled(rs) for rs in others], record=record)
 
     if len(kube) >= 2:
