@@ -843,6 +843,7 @@ class Facts:
             rule_texts=self._rule_texts,
             artifact_lines=self._artifact_lines,
             rules_size=sum(a.size or len(a.text) for a in rules),
+            iptables_size=sum(a.size or len(a.text) for a in self.of(Kind.IPTABLES_SAVE)),
             reuse=self.reuse,
         )
 
