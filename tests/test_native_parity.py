@@ -377,3 +377,31 @@ def test_generated_rule_sets_walk_the_same(dump: str, packets: list[Packet]) -> 
     with pytest.MonkeyPatch.context() as mp:
         python, native = both([rs], 4, mp)
         assert_same(python, native, packets)
+
+
+def test_a_core_that_does_not_load_is_named_with_its_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kpdoctor installed without its native core (a copy of the sources, a broken build): the
+    node is still verified, by the Python evaluator, and the command warns why and how to fix
+    it; ``KPDOCTOR_CORE=python`` (a choice, not a fault) says nothing."""
+    from click.testing import CliRunner
+
+    from kpdoctor.cli import app
+    from kpdoctor.dataplane.iptables import native
+
+    save, cluster = gen_cluster.write(tmp_path, 20, 2)
+    monkeypatch.setitem(sys.modules, "kpdoctor._core", None)  # import kpdoctor._core raises ImportError
+    native.core.cache_clear()
+    monkeypatch.setattr("kpdoctor.cli._exit", sys.exit)
+    try:
+        with pytest.raises(native.CoreMissing, match=r"pip install \.") as exc:
+            native.core()
+        assert "KPDOCTOR_CORE=python" in str(exc.value)
+        for core, said in (("native", True), ("python", False)):
+            monkeypatch.setenv(CORE_SETTING, core)
+            res = CliRunner().invoke(app, ["verify", "-f", "json", str(save), str(cluster)])
+            assert res.exit_code == 0, res.output
+            report = json.loads(res.stdout)
+            assert report["verification"]["ok"] > 0 and not report.get("internal_errors")
+            assert ("pip install ." in res.stderr and "Python evaluator instead" in res.stderr) == said, res.stderr
+    finally:
+        native.core.cache_clear()

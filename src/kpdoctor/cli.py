@@ -88,6 +88,15 @@ def _err(msg: str) -> None:
     print(f"kpdoctor: {printable(msg)}", file=sys.stderr)
 
 
+def _core_notice() -> None:
+    """A kpdoctor whose native core does not load still verifies (the Python evaluator walks the
+    rules, the same results, slower): said on stderr, with the fix."""
+    from kpdoctor.dataplane.iptables.native import core_missing, native_walks
+
+    if native_walks() and (why := core_missing()) is not None:
+        _err(f"warning: {why}; the rules are walked by the Python evaluator instead (the same results, slower)")
+
+
 class _Argument(click.Argument):
     """A positional argument with a help text, listed under "Arguments" (kept apart from
     Click's own ``help``, which only Click 8.5 and later has for arguments)."""
@@ -478,6 +487,7 @@ def diagnose(
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
     """
+    _core_notice()
     lv = Live.of(live, node)
     deadline.arm(live["timeout"])
     raise Exit(_run(list(paths), Format(fmt), output, min_severity, node, live=lv, verbose=verbose))
@@ -581,6 +591,7 @@ def verify(
     proxy mode kpdoctor does not read yet); 2: nothing usable given, or --service names no Service
     (the closest names are suggested).
     """
+    _core_notice()
     from kpdoctor.dataplane.selection import ServiceNotFound, resolve_service
     from kpdoctor.parse.k8s import K8sObject
 
@@ -1037,6 +1048,7 @@ def agent(
     the node's / at --host-root) and, for the cluster, RBAC to list/watch Services,
     EndpointSlices, Nodes and Pods, create/patch Events and patch nodes/status.
     """
+    _core_notice()
     import logging
 
     from kpdoctor.agent.loop import AgentOptions

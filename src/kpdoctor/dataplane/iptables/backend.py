@@ -18,7 +18,7 @@ from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
 from kpdoctor.dataplane.iptables.compile import CompiledTable, compile_tables
 from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
-from kpdoctor.dataplane.iptables.native import NativeEntry, NativeEvaluator, native_walks
+from kpdoctor.dataplane.iptables.native import CoreMissing, NativeEntry, NativeEvaluator, native_walks
 from kpdoctor.dataplane.results import Entry, Result, StaleRule, TraceBranch, TraceStep, rule_cite
 from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
@@ -123,9 +123,10 @@ def family_rules(
         if not record and ipsets is None and native_walks():
             try:
                 return NativeEvaluator(primary, others, local, compiled)
+            except CoreMissing:
+                pass  # the same walk, slower (the command says why: cli._core_notice)
             except (UnicodeError, ValueError):
                 pass  # text that is not UTF-8 (kept as surrogate escapes): the Python evaluator reads it
-
         return Evaluator(compiled(primary), local, ipsets, [compiled(rs) for rs in others], record=record)
 
     if len(kube) >= 2:

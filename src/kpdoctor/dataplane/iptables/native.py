@@ -9,8 +9,9 @@ holds the two equal over every dump the tests know).
 
 :class:`NativeEvaluator` is what the iptables backend calls for a verification; what the core
 does not do yet it hands to the Python evaluator, built only when first needed: walks that keep
-every step (``trace``, explaining a mismatch), walks that record which chains they read (the
-agent's carried-over results), and rules that read ipsets (IPVS mode).
+every step (``trace``, explaining a mismatch) and rules that read ipsets (IPVS mode). What a
+verification's walk read (the agent carries a result over while those parts are unchanged) the
+core records itself (:meth:`NativeEvaluator.entries`).
 
 ``KPDOCTOR_CORE=python`` makes every walk the Python evaluator's (to compare the two).
 """
@@ -53,9 +54,18 @@ def core() -> ModuleType:
         raise CoreMissing(
             f"kpdoctor's native core (kpdoctor._core) does not load ({exc}): install kpdoctor from its source "
             "with `pip install .` (which builds it; needs Rust's cargo and rustc 1.80 or later), or set "
-            f"{CORE_SETTING}=python to use the slower Python evaluator"
+            f"{CORE_SETTING}=python to choose the slower Python evaluator"
         ) from None
     return _core
+
+
+def core_missing() -> str | None:
+    """Why the native core does not load, with the fix; None when it does."""
+    try:
+        core()
+    except CoreMissing as exc:
+        return str(exc)
+    return None
 
 
 def native_walks() -> bool:
