@@ -91,25 +91,9 @@ impl IptablesRules {
     /// `((probability, verdict, reason, by_mark, open_table, undecided_step),
     ///   (dnat, dst, dport, mark, masquerade, notrack, affinity), steps, dnat_step, drop_mark_step)`
     /// with each step `(layer, table, chain, rule or None for the policy, probability)`.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook, postrouting))]
-    fn run<'py>(
-        &self,
-        py: Python<'py>,
-        version: u8,
-        src: u128,
-        dst: u128,
-        proto: String,
-        dport: u32,
-        sport: u32,
-        iif: Option<String>,
-        oif: Option<String>,
-        mark: u32,
-        hook: &str,
-        postrouting: bool,
-    ) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
+    fn run<'py>(&self, py: Python<'py>, packet: PacketIn, hook: &str, postrouting: bool) -> PyResult<(Bound<'py, PyList>, Vec<String>)> {
         let prerouting = prerouting(hook)?;
-        let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
+        let pkt = packet_of(packet);
         let (outcomes, undecided) = self.rules.run(py, &pkt, prerouting, postrouting, None);
         let out = PyList::empty(py);
         for o in &outcomes {
@@ -149,25 +133,10 @@ impl IptablesRules {
     /// policy that decided; the undecidable rules that did not matter; and, with `reads`, every
     /// part of the rules the walk read, `(layer, table, chain or None, part)` with part None
     /// (the whole chain), `"*"` or `("dst" | "dport", key)` (an indexed chain's).
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (version, src, dst, proto, dport, sport, iif, oif, mark, hook, reads=false))]
-    fn entries<'py>(
-        &self,
-        py: Python<'py>,
-        version: u8,
-        src: u128,
-        dst: u128,
-        proto: String,
-        dport: u32,
-        sport: u32,
-        iif: Option<String>,
-        oif: Option<String>,
-        mark: u32,
-        hook: &str,
-        reads: bool,
-    ) -> PyResult<Entries<'py>> {
+    #[pyo3(signature = (packet, hook, reads=false))]
+    fn entries<'py>(&self, py: Python<'py>, packet: PacketIn, hook: &str, reads: bool) -> PyResult<Entries<'py>> {
         let prerouting = prerouting(hook)?;
-        let pkt = Packet { version, src, dst, proto, dport, sport, iif, oif, mark };
+        let pkt = packet_of(packet);
         let deps: Option<walk::Deps> = reads.then(Default::default);
         let (outcomes, undecided) = self.rules.run(py, &pkt, prerouting, false, deps.as_ref());
         let deps = deps.map(walk::Deps::into_inner);
@@ -211,6 +180,15 @@ impl IptablesRules {
         };
         Ok((out, undecided, read))
     }
+}
+
+/// A packet as Python hands it over: (IP version, source, destination, protocol, destination
+/// port, source port, input interface, output interface, mark).
+type PacketIn = (u8, u128, u128, String, u32, u32, Option<String>, Option<String>, u32);
+
+fn packet_of(p: PacketIn) -> Packet {
+    let (version, src, dst, proto, dport, sport, iif, oif, mark) = p;
+    Packet { version, src, dst, proto, dport, sport, iif, oif, mark }
 }
 
 /// `entries`' answer: the outcomes, the undecidable rules that did not matter, the parts read.

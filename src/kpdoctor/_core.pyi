@@ -11,38 +11,16 @@ _Outcome = tuple[
     int | None,
     _Step | None,
 ]
+# (IP version, source, destination, protocol, destination port, source port, in and out interface, mark)
+_Packet = tuple[int, int, int, str, int, int, str | None, str | None, int]
 # (name, chains with their policies, each rule's chain, line and text without counters, the Rule objects)
 _Table = tuple[str, list[tuple[str, str | None]], list[str], list[int], list[str], list[object]]
 
 class IptablesRules:
     def __init__(self, layers: list[list[_Table]], local: list[tuple[int, int]]) -> None: ...
-    def run(
-        self,
-        version: int,
-        src: int,
-        dst: int,
-        proto: str,
-        dport: int,
-        sport: int,
-        iif: str | None,
-        oif: str | None,
-        mark: int,
-        hook: str,
-        postrouting: bool,
-    ) -> tuple[list[_Outcome], list[str]]: ...
+    def run(self, packet: _Packet, hook: str, postrouting: bool) -> tuple[list[_Outcome], list[str]]: ...
     def entries(
-        self,
-        version: int,
-        src: int,
-        dst: int,
-        proto: str,
-        dport: int,
-        sport: int,
-        iif: str | None,
-        oif: str | None,
-        mark: int,
-        hook: str,
-        reads: bool = False,
+        self, packet: _Packet, hook: str, reads: bool = False
     ) -> tuple[
         list[tuple[float, str, str, str | None, _Step | None, str | None]],
         list[str],

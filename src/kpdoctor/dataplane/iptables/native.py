@@ -73,6 +73,11 @@ def native_walks() -> bool:
     return os.environ.get(CORE_SETTING, "native").strip().lower() != "python"
 
 
+def _packet(p: Packet) -> tuple[int, int, int, str, int, int, str | None, str | None, int]:
+    """A packet as the core takes it."""
+    return (p.dst.version, int(p.src), int(p.dst), p.proto, p.dport, p.sport, p.iif, p.oif, p.mark)
+
+
 class NativeEvaluator:
     """One address family's rules as the native core walks them, with the Python evaluator's
     interface as the iptables backend uses it (``run``, ``undecided``, ``deps``, ``tables``,
@@ -141,19 +146,7 @@ class NativeEvaluator:
             finally:
                 ev.deps = None
                 self.undecided = ev.undecided
-        raw, undecided = self._core.run(
-            packet.dst.version,
-            int(packet.src),
-            int(packet.dst),
-            packet.proto,
-            packet.dport,
-            packet.sport,
-            packet.iif,
-            packet.oif,
-            packet.mark,
-            hook,
-            postrouting,
-        )
+        raw, undecided = self._core.run(_packet(packet), hook, postrouting)
         self.undecided = undecided
         return merge_outcomes([self._outcome(packet, o) for o in raw])
 
@@ -163,19 +156,7 @@ class NativeEvaluator:
         or policy to cite as ``(table, chain, line or None, text)``; and the undecidable rules
         that did not matter. ``reads``: a set to add every part of the rules the walk read to
         (the agent's carried-over results depend on those parts only)."""
-        raw, undecided, read = self._core.entries(
-            packet.dst.version,
-            int(packet.src),
-            int(packet.dst),
-            packet.proto,
-            packet.dport,
-            packet.sport,
-            packet.iif,
-            packet.oif,
-            packet.mark,
-            hook,
-            reads is not None,
-        )
+        raw, undecided, read = self._core.entries(_packet(packet), hook, reads is not None)
         if reads is not None and read is not None:
             origins = [rs.artifact for rs in self._rulesets]
             reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
