@@ -465,7 +465,8 @@ mod tests {
         assert!(t.to_span.is_some());
         let r = compile(&toks("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000"));
         assert_eq!(r.target.unwrap().spec().unwrap().mark, Some((MarkOp::SetXmark, 0x4000, 0x4000)));
-        assert!(std::mem::size_of::<CompiledRule>() <= 120, "{}", std::mem::size_of::<CompiledRule>());
+        // a quarter of a million are kept at 10,000 Services: no larger than two cache lines
+        assert!(std::mem::size_of::<CompiledRule>() <= 128, "{}", std::mem::size_of::<CompiledRule>());
         let r = compile(&toks("-A X -m foo --bar baz -j ACCEPT"));
         assert_eq!(r.conds.len(), 3);
         let r = compile(&toks("-A X -j DNAT --to-destination 10.0.0.1:0x50"));
