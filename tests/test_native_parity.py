@@ -405,3 +405,20 @@ def test_a_core_that_does_not_load_is_named_with_its_fix(tmp_path: Path, monkeyp
             assert ("pip install ." in res.stderr and "Python evaluator instead" in res.stderr) == said, res.stderr
     finally:
         native.core.cache_clear()
+
+
+def test_a_chain_that_doubles_its_paths_at_every_level_is_uncertain_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two probabilistic jumps of a chain to itself double the paths at each of 64 levels (found
+    by bench/fuzz_native.py: both walks hung, growing without bound). Every split counts against
+    one bound for the whole walk: the outcome is uncertain, at once, the same in both walks."""
+    dump = (
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:KUBE-SVC-A - [0:0]\n"
+        "-A OUTPUT -j KUBE-SVC-A\n"
+        "-A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SVC-A\n"
+        "-A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SVC-A\nCOMMIT\n"
+    )
+    python, native = both([parse_save(dump, "loop", "legacy", 4)], 4, monkeypatch)
+    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
+    assert_same(python, native, [pkt])
+    (o,) = native.primary[0][1].run(pkt, "output", False)
+    assert o.verdict == "UNCERTAIN" and o.reason.startswith("more than 4,099 paths through nat KUBE-SVC-A"), o.reason

@@ -6,7 +6,7 @@
 //! told, an unknown module) is tried both ways, and when the two differ the outcome is
 //! uncertain at that rule, never a guess.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 use pyo3::Python;
@@ -181,6 +181,9 @@ struct Walk<'a> {
     pkt: &'a Packet,
     forced: &'a HashMap<u64, bool>,
     deps: Option<&'a Deps>,
+    /// probabilistic splits so far: a chain that jumps to itself twice doubles its paths at
+    /// every level, so every split counts against one bound for the whole walk
+    splits: Cell<usize>,
 }
 
 /// Python's `f"{n:,}"`.
@@ -274,7 +277,7 @@ impl Rules {
         undecided: &mut Vec<String>,
         depth: usize,
     ) -> Result<Vec<Outcome>, String> {
-        let walk = Walk { py, rules: self, pkt, forced, deps };
+        let walk = Walk { py, rules: self, pkt, forced, deps, splits: Cell::new(0) };
         match walk.once(prerouting, postrouting) {
             Ok(out) => Ok(out),
             Err(Stop::TooMany(msg)) => Err(msg),
@@ -524,6 +527,15 @@ impl Walk<'_> {
                             continue;
                         }
                         if pm < 1.0 {
+                            self.splits.set(self.splits.get() + 1);
+                            let limit = self.rules.max_branches;
+                            if self.splits.get() > limit {
+                                return Err(Stop::TooMany(format!(
+                                    "more than {} paths through {} {chain_name}: rules whose probabilistic branches multiply are not evaluated",
+                                    grouped(limit),
+                                    tab.name
+                                )));
+                            }
                             todo.push((pos, p * pm, st.clone(), true));
                             p *= 1.0 - pm;
                             pos += 1;

@@ -23,6 +23,7 @@ from kpdoctor.dataplane.walk import (
     Result,
     State,
     Step,
+    TooManyBranches,
     Uncertain,
     Undecided,
     merge_outcomes,
@@ -73,6 +74,7 @@ class Evaluator:
         self._cache_deps: dict[tuple[object, ...], set[Dep]] = {}  # what each cached walk looked at
         self._stages_cache: dict[tuple[str, bool, bool], tuple[tuple[str, str], ...]] = {}
         self._forced: dict[int, bool] = {}  # undecidable rules (by identity) taken as matching or not
+        self._splits = 0  # probabilistic splits of the walk so far (bounded: max_branches)
         self.undecided: list[str] = []  # of the last run: undecidable rules that did not matter
         self._mentions: dict[tuple[int, tuple[tuple[str, str], ...]], Mentions] = {}
         # when set: every (artifact, table, chain, index key) a walk looked at is added, so that a
@@ -100,6 +102,7 @@ class Evaluator:
             return [(p, st, "ACCEPT", "")]
         if table == "nat" and st.notrack:
             return [(p, st, "ACCEPT", "")]
+        self._splits = 0
         return self._chain(tab, chain, entry, p, st, 0)
 
     # -- public ------------------------------------------------------------------------
@@ -124,6 +127,7 @@ class Evaluator:
 
     def _run_once(self, packet: Packet, hook: str, postrouting: bool) -> list[Outcome]:
         chain = "PREROUTING" if hook == "prerouting" else "OUTPUT"
+        self._splits = 0
         branches: list[Branch] = [(1.0, State.start(packet))]
         finals: list[Outcome] = []
         for table in ("raw", "mangle", "nat"):
@@ -348,6 +352,14 @@ class Evaluator:
                             pos += 1
                             continue
                         if pm < 1.0:  # probabilistic: the untaken share goes on from the next rule first
+                            # a chain that jumps to itself twice doubles its paths at every level:
+                            # every split counts against one bound for the whole walk
+                            self._splits += 1
+                            if self._splits > self.max_branches:
+                                raise TooManyBranches(
+                                    f"more than {self.max_branches:,} paths through {tab.name} {chain}: rules "
+                                    "whose probabilistic branches multiply are not evaluated"
+                                )
                             todo.append((pos, p * pm, st, True))
                             pos, p, st = pos + 1, p * (1 - pm), st.copy()
                             continue
