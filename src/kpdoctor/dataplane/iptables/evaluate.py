@@ -247,6 +247,7 @@ class Evaluator:
             st.dnat is not None,
             st.notrack,
             local,
+            _multicast(st.version, st.dst) if m.dst_type else None,
         )
 
     def _is_local(self, version: int, addr: int) -> bool:
@@ -493,8 +494,7 @@ class Evaluator:
             if typ == "LOCAL":
                 return 1.0 if self._is_local(st.version, addr) else 0.0
             if typ == "UNICAST":
-                multicast = (addr >> 28 == 0xE) if st.version == 4 else (addr >> 120 == 0xFF)
-                return 0.0 if multicast else 1.0
+                return 0.0 if _multicast(st.version, addr) else 1.0
             raise Uncertain(f"address type {typ} not known")
         if k == "mark":
             value, mask = cast(tuple[int, int], c.value)
@@ -541,6 +541,9 @@ class Mentions:
         self.ports: set[int] = set()
         self.port_ranges: list[tuple[int, int]] = []
         self.opaque = False
+        # a rule asks the destination's address type (UNICAST: is it multicast?): packets to a
+        # multicast and to a unicast address walk those tables differently
+        self.dst_type = False
 
     @classmethod
     def of(cls, layers: list[dict[str, CompiledTable]], version: int, roots: tuple[tuple[str, str], ...]) -> Mentions:
@@ -569,6 +572,8 @@ class Mentions:
                             ranges.add((lo, hi))
                     if any(c.kind == "set" for c in r.conds):
                         m.opaque = True
+                    if any(c.kind == "addrtype" and c.value[0] == "dst" for c in r.conds):  # type: ignore[index]
+                        m.dst_type = True
                     t = r.target
                     if t is not None and tab.has_chain(t.name) and (tname, t.name) not in seen:
                         seen.add((tname, t.name))
@@ -583,6 +588,10 @@ class Mentions:
     def port_key(self, port: int) -> tuple[int, tuple[int, ...]]:
         exact = port if port in self.ports else -1
         return exact, tuple(i for i, (lo, hi) in enumerate(self.port_ranges) if lo <= port <= hi)
+
+
+def _multicast(version: int, addr: int) -> bool:
+    return (addr >> 28 == 0xE) if version == 4 else (addr >> 120 == 0xFF)
 
 
 def _set_key(s: IpSet, dirs: str, st: State) -> tuple[object, ...] | None:
