@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import traceback
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
