@@ -441,3 +441,17 @@ def test_the_filter_walk_tells_a_multicast_destination_from_a_unicast_one(monkey
     assert_same(python, native, [pkt])
     fates = {o.endpoint: o.verdict for o in python.primary[0][1].run(pkt, "output", False)}
     assert fates == {"224.0.0.1:8080": "ACCEPT", "10.96.0.11:8080": "DROP"}
+
+
+def test_a_branch_the_rules_did_not_masquerade_is_not_masqueraded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half of the traffic masqueraded in nat PREROUTING, half not: the Python walk's memo of the
+    later tables once merged the first branch's masquerade into the second (found by
+    bench/fuzz_native.py after 48,000 rule sets)."""
+    dump = (
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-MARK-MASQ\n"
+        "-A KUBE-MARK-MASQ -m statistic --mode random --probability 0.50000000000 -j MASQUERADE\nCOMMIT\n"
+    )
+    python, native = both([parse_save(dump, "masq", "legacy", 4)], 4, monkeypatch)
+    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
+    assert_same(python, native, [pkt])
+    assert sorted(o.state.masquerade for o in python.primary[0][1].run(pkt, "prerouting", False)) == [False, True]

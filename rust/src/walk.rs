@@ -398,6 +398,7 @@ impl Walk<'_> {
         let mut probe = st.clone();
         probe.steps.clear();
         probe.affinity.clear();
+        probe.masquerade = false;
         let mut sub_finals: Vec<Outcome> = Vec::new();
         let mut branches: Vec<Branch> = vec![(1.0, probe)];
         for (table, chain) in Self::stages(prerouting, local, postrouting) {

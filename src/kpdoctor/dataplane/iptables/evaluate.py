@@ -186,8 +186,10 @@ class Evaluator:
         if deps is not None and key not in self._cache_deps:
             cached = None  # worked out without recording what it looked at: once more, recording
         if cached is None:
+            # what the walk does, not what the packet came with: the memo's key does not hold
+            # the steps, the affinity or whether an earlier rule masqueraded the packet
             probe = st.copy()
-            probe.steps, probe.affinity = [], []
+            probe.steps, probe.affinity, probe.masquerade = [], [], False
             sub_finals: list[Outcome] = []
             branches: list[Branch] = [(1.0, probe)]
             if deps is not None:
