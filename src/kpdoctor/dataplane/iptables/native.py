@@ -80,8 +80,8 @@ def _packet(p: Packet) -> tuple[int, int, int, str, int, int, str | None, str | 
 
 class NativeEvaluator:
     """One address family's rules as the native core walks them, with the Python evaluator's
-    interface as the iptables backend uses it (``run``, ``undecided``, ``deps``, ``tables``,
-    ``layers``, ``recording``).
+    interface as the iptables backend uses it (``run``, ``undecided``, ``tables``, ``layers``,
+    ``recording``), and what a verification reads (``entries``, ``port_rules``).
 
     ``primary``: the dump whose Service rules are judged; ``others``: the other iptables
     backend's dumps, whose tables the kernel runs at the same hooks; ``compiled``: the Python
@@ -116,7 +116,6 @@ class NativeEvaluator:
         ]
         self._core: IptablesRules = core().IptablesRules(layers, [(a.version, int(a)) for a in self.local])
         self.undecided: list[str] = []
-        self.deps: set[Dep] | None = None  # set: this walk is the Python evaluator's (it records)
         self.record = False  # the core keeps only the steps a verification cites
 
     @functools.cached_property
@@ -138,14 +137,6 @@ class NativeEvaluator:
 
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
         """Every outcome of the packet's new connection (see ``Evaluator.run``)."""
-        if self.deps is not None:
-            ev = self.python
-            ev.deps = self.deps
-            try:
-                return ev.run(packet, hook, postrouting)
-            finally:
-                ev.deps = None
-                self.undecided = ev.undecided
         raw, undecided = self._core.run(_packet(packet), hook, postrouting)
         self.undecided = undecided
         return merge_outcomes([self._outcome(packet, o) for o in raw])
