@@ -202,7 +202,11 @@ def choose_backend(inputs: DataplaneInputs, mode: str, rulesets: list[Ruleset], 
     place a backend is chosen."""
     local = inputs.local_addresses(mode)
     if mode == "iptables":
-        return IptablesBackend(rulesets, local, record=record)
+        # the agent's cycles evaluate a few hundred changed cases over rules parsed with the
+        # previous cycle's (their compiled forms kept on the Rule objects): the Python walk is
+        # cheaper there than building the core's tables again each cycle (bench/agent_cycle.py)
+        native = native_walks() and inputs.reuse is None
+        return IptablesBackend(rulesets, local, record=record, native=native)
     if mode == "nftables" and (tables := inputs.nft_rules()):
         return NftablesBackend(tables, rulesets, local, record=record)
     if mode == "ipvs" and (servers := inputs.ipvs()):
