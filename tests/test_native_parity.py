@@ -408,6 +408,14 @@ def test_a_core_that_does_not_load_is_named_with_its_fix(tmp_path: Path, monkeyp
         native.core.cache_clear()
 
 
+def walked_alike(dump: str, monkeypatch: pytest.MonkeyPatch) -> tuple[FamilyRules, FamilyRules, Packet]:
+    """One dump's rules for both walks, and a Pod's packet to a ClusterIP they walk alike."""
+    python, native = both([parse_save(dump, "dump", "legacy", 4)], 4, monkeypatch)
+    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
+    assert_same(python, native, [pkt])
+    return python, native, pkt
+
+
 def test_a_chain_that_doubles_its_paths_at_every_level_is_uncertain_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two probabilistic jumps of a chain to itself double the paths at each of 64 levels (found
     by bench/fuzz_native.py: both walks hung, growing without bound). Every split counts against
@@ -418,9 +426,7 @@ def test_a_chain_that_doubles_its_paths_at_every_level_is_uncertain_not_a_hang(m
         "-A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SVC-A\n"
         "-A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SVC-A\nCOMMIT\n"
     )
-    python, native = both([parse_save(dump, "loop", "legacy", 4)], 4, monkeypatch)
-    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
-    assert_same(python, native, [pkt])
+    _python, native, pkt = walked_alike(dump, monkeypatch)
     (o,) = native.primary[0][1].run(pkt, "output", False)
     assert o.verdict == "UNCERTAIN" and o.reason.startswith("more than 4,099 paths through nat KUBE-SVC-A"), o.reason
 
@@ -436,9 +442,7 @@ def test_the_filter_walk_tells_a_multicast_destination_from_a_unicast_one(monkey
         "-A OUTPUT -j DNAT --to-destination 10.96.0.11:8080\nCOMMIT\n"
         "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -m addrtype --dst-type UNICAST -j DROP\nCOMMIT\n"
     )
-    python, native = both([parse_save(dump, "types", "legacy", 4)], 4, monkeypatch)
-    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
-    assert_same(python, native, [pkt])
+    python, _native, pkt = walked_alike(dump, monkeypatch)
     fates = {o.endpoint: o.verdict for o in python.primary[0][1].run(pkt, "output", False)}
     assert fates == {"224.0.0.1:8080": "ACCEPT", "10.96.0.11:8080": "DROP"}
 
@@ -451,7 +455,5 @@ def test_a_branch_the_rules_did_not_masquerade_is_not_masqueraded(monkeypatch: p
         "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-MARK-MASQ\n"
         "-A KUBE-MARK-MASQ -m statistic --mode random --probability 0.50000000000 -j MASQUERADE\nCOMMIT\n"
     )
-    python, native = both([parse_save(dump, "masq", "legacy", 4)], 4, monkeypatch)
-    pkt = Packet(ipaddress.ip_address("10.244.1.7"), ipaddress.ip_address("10.96.0.10"))
-    assert_same(python, native, [pkt])
+    python, _native, pkt = walked_alike(dump, monkeypatch)
     assert sorted(o.state.masquerade for o in python.primary[0][1].run(pkt, "prerouting", False)) == [False, True]
