@@ -457,3 +457,18 @@ def test_a_branch_the_rules_did_not_masquerade_is_not_masqueraded(monkeypatch: p
     )
     python, _native, pkt = walked_alike(dump, monkeypatch)
     assert sorted(o.state.masquerade for o in python.primary[0][1].run(pkt, "prerouting", False)) == [False, True]
+
+
+def test_a_panic_in_the_core_is_an_error_the_verification_contains() -> None:
+    """PyO3 raises a Rust panic as PanicException, a BaseException: the verification stage,
+    which contains every Exception (the run's other stages and the report go on), would let it
+    through. The core's calls turn it into an error; Ctrl-C stays Ctrl-C."""
+    from kpdoctor.dataplane.iptables import native
+
+    class PanicException(BaseException):  # the name PyO3 gives the type (pyo3_runtime.PanicException)
+        pass
+
+    with pytest.raises(RuntimeError, match="native core failed: index out of bounds"), native._contained():
+        raise PanicException("index out of bounds")
+    with pytest.raises(KeyboardInterrupt), native._contained():
+        raise KeyboardInterrupt

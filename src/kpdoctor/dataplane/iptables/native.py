@@ -18,9 +18,10 @@ core records itself (:meth:`NativeEvaluator.entries`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,20 @@ def native_walks() -> bool:
     return os.environ.get(CORE_SETTING, "native").strip().lower() != "python"
 
 
+@contextlib.contextmanager
+def _contained() -> Iterator[None]:
+    """A bug in the core (a Rust panic, raised as PyO3's PanicException, which is no Exception)
+    becomes an error the verification stage contains and reports, like any other bug."""
+    try:
+        yield
+    except Exception:
+        raise
+    except BaseException as exc:
+        if type(exc).__name__ == "PanicException":
+            raise RuntimeError(f"kpdoctor's native core failed: {exc}") from exc
+        raise
+
+
 def _packet(p: Packet) -> tuple[int, int, int, str, int, int, str | None, str | None, int]:
     """A packet as the core takes it."""
     return (p.dst.version, int(p.src), int(p.dst), p.proto, p.dport, p.sport, p.iif, p.oif, p.mark)
@@ -114,7 +129,9 @@ class NativeEvaluator:
             ]
             for tabs in self._tables
         ]
-        self._core: IptablesRules = core().IptablesRules(layers, [(a.version, int(a)) for a in self.local])
+        module = core()
+        with _contained():
+            self._core: IptablesRules = module.IptablesRules(layers, [(a.version, int(a)) for a in self.local])
         self.undecided: list[str] = []
         self.record = False  # the core keeps only the steps a verification cites
 
@@ -137,7 +154,8 @@ class NativeEvaluator:
 
     def run(self, packet: Packet, hook: str = "prerouting", postrouting: bool = True) -> list[Outcome]:
         """Every outcome of the packet's new connection (see ``Evaluator.run``)."""
-        raw, undecided = self._core.run(_packet(packet), hook, postrouting)
+        with _contained():
+            raw, undecided = self._core.run(_packet(packet), hook, postrouting)
         self.undecided = undecided
         return merge_outcomes([self._outcome(packet, o) for o in raw])
 
@@ -147,7 +165,8 @@ class NativeEvaluator:
         or policy to cite as ``(table, chain, line or None, text)``; and the undecidable rules
         that did not matter. ``reads``: a set to add every part of the rules the walk read to
         (the agent's carried-over results depend on those parts only)."""
-        raw, undecided, read = self._core.entries(_packet(packet), hook, reads is not None)
+        with _contained():
+            raw, undecided, read = self._core.entries(_packet(packet), hook, reads is not None)
         if reads is not None and read is not None:
             origins = [rs.artifact for rs in self._rulesets]
             reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
@@ -173,7 +192,9 @@ class NativeEvaluator:
         if table not in tabs:
             return []
         rules = tabs[table].rules
-        return [(rules[i], port, proto, dst, neg) for i, port, proto, dst, neg in self._core.port_rules(table)]
+        with _contained():
+            found = self._core.port_rules(table)
+        return [(rules[i], port, proto, dst, neg) for i, port, proto, dst, neg in found]
 
     def _step(self, raw: tuple[int, int, str, int | None, float], stripped: bool = False) -> Step:
         layer, table, chain, rule, prob = raw
