@@ -472,3 +472,28 @@ def test_a_panic_in_the_core_is_an_error_the_verification_contains() -> None:
         raise PanicException("index out of bounds")
     with pytest.raises(KeyboardInterrupt), native._contained():
         raise KeyboardInterrupt
+
+
+def test_each_backend_s_own_index_bucket_is_read_where_the_walk_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Service's two backends pass an indexed filter chain (KUBE-SERVICES, by destination):
+    each branch reads its own backend's bucket, and what the walk reads says so for both, in
+    both walks (the Python walk once took the second branch's filter walk from its memo, with
+    the first branch's bucket: a rule added later for the second backend's address would not
+    have made the agent evaluate the Service again)."""
+    cluster_ips = "".join(f"-A KUBE-SERVICES -d 10.96.1.{i}/32 -p tcp -j REJECT\n" for i in range(30))
+    dump = (
+        "*nat\n:PREROUTING ACCEPT [0:0]\n"
+        "-A PREROUTING -m statistic --mode random --probability 0.50000000000 -j DNAT --to-destination 10.244.1.5:80\n"
+        "-A PREROUTING -j DNAT --to-destination 10.244.2.6:80\nCOMMIT\n"
+        "*filter\n:FORWARD ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A FORWARD -j KUBE-SERVICES\n" + cluster_ips + "COMMIT\n"
+    )
+    python, native, pkt = walked_alike(dump, monkeypatch)
+    ev = python.primary[0][1]
+    assert isinstance(ev, Evaluator)
+    ev.deps = reads = set()
+    ev.run(pkt, "prerouting", postrouting=False)
+    buckets = {d[3] for d in reads if d[2] == "KUBE-SERVICES" and isinstance(d[3], tuple)}
+    assert buckets == {("dst", int(ipaddress.ip_address(a))) for a in ("10.244.1.5", "10.244.2.6")}
+    core_reads: set[Dep] = set()
+    native.primary[0][1].entries(pkt, "prerouting", core_reads)
+    assert reads <= core_reads

@@ -180,8 +180,10 @@ class Evaluator:
         stages = self._stages_cache.get(skey)
         if stages is None:
             stages = self._stages_cache[skey] = tuple(self._stages(hook, local, postrouting))
-        key = self._stage_key(st, local, stages)
         deps = self.deps
+        # not memoised while recording what the walk reads: a walk taken from the memo was
+        # worked out for another destination, whose index buckets it read, not this one's
+        key = self._stage_key(st, local, stages) if deps is None else None
         cached = self._cache.get(key) if key is not None else None
         if deps is not None and key not in self._cache_deps:
             cached = None  # worked out without recording what it looked at: once more, recording
