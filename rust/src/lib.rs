@@ -206,17 +206,9 @@ fn prerouting(hook: &str) -> PyResult<bool> {
     }
 }
 
-/// The `-A CHAIN` rule's tokens as the core reads them, or None where it takes the Python
-/// parser's (for parity tests).
-#[pyfunction]
-fn rule_args(body: &str) -> Option<Vec<String>> {
-    tokens::rule_args(body)
-}
-
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IptablesRules>()?;
-    m.add_function(wrap_pyfunction!(rule_args, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

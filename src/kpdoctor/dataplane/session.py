@@ -205,8 +205,7 @@ def choose_backend(inputs: DataplaneInputs, mode: str, rulesets: list[Ruleset], 
         # the agent's cycles evaluate a few hundred changed cases over rules parsed with the
         # previous cycle's (their compiled forms kept on the Rule objects): the Python walk is
         # cheaper there than building the core's tables again each cycle (bench/agent_cycle.py)
-        native = native_walks() and inputs.reuse is None
-        return IptablesBackend(rulesets, local, record=record, native=native)
+        return IptablesBackend(rulesets, local, record=record, native=inputs.reuse is None)
     if mode == "nftables" and (tables := inputs.nft_rules()):
         return NftablesBackend(tables, rulesets, local, record=record)
     if mode == "ipvs" and (servers := inputs.ipvs()):

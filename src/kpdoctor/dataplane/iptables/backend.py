@@ -202,7 +202,7 @@ class IptablesBackend:
         self.rulesets = rulesets
         self.local = list(local)
         self.record = record
-        self.native = native  # walk in the native core where it can (KPDOCTOR_CORE permitting)
+        self.native = native  # walk in the native core where it can (family_rules: KPDOCTOR_CORE permitting)
         self._families: dict[int, FamilyRules] = {}
         # set around one evaluation to learn what it looked at (dataplane/reuse.py)
         self.deps: set[Dep] | None = None
