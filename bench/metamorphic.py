@@ -16,7 +16,10 @@ finding's cause is compared with the untransformed one:
 - **interleave** (a line of other components' logs after every third line);
 - **mask-x** (IPv4 addresses as ``10.x.x.x``), **mask-redacted** (as ``<redacted>``);
 - **comments** (a comment in another language after every fourth line);
-- **compose**: seeded random pairs and triples of the above.
+- **compose**: seeded random pairs and triples of the above;
+- **one-paste** (cases of several files): every file of the case in one paste, in the case's
+  order, a blank line between them, as people put everything into one issue body; and
+  **one-paste-headed**, the same with a markdown heading naming each file before it.
 
 A case with no finding after a transformation counts as changed. The transformations are generic:
 none was written with a particular case in mind. Prints the share kept per transformation and
@@ -238,6 +241,30 @@ TRANSFORMS: dict[str, Transform] = {
 }
 
 
+def _one_paste(headed: bool) -> Callable[[Sequence[tuple[str, str]]], str]:
+    def join(files: Sequence[tuple[str, str]]) -> str:
+        blocks = [(f"### {name}\n\n" if headed else "") + text.strip("\n") for name, text in files]
+        return "\n\n".join(blocks) + "\n"
+
+    return join
+
+
+# Transformations of a case's files as a whole (cases of several files only).
+CASE_TRANSFORMS: dict[str, Callable[[Sequence[tuple[str, str]]], str]] = {
+    "one-paste": _one_paste(False),
+    "one-paste-headed": _one_paste(True),
+}
+
+
+def joined(case: accuracy.Case, name: str, dest: Path) -> accuracy.Case:
+    """The case with its files joined into one (``CASE_TRANSFORMS[name]``)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{case.id}--{name}-", dir=dest))
+    files = [(f.name, f.read_text(encoding="utf-8", errors="replace")) for f in case.files]
+    out = folder / "paste.txt"
+    out.write_bytes(CASE_TRANSFORMS[name](files).encode("utf-8"))
+    return dataclasses.replace(case, folder=folder, files=(out,))
+
+
 def compositions(case_id: str) -> list[tuple[str, ...]]:
     """Seeded pairs and triples of transformations (the same for a case in every run)."""
     rng = random.Random(f"{SEED}:{case_id}")
@@ -291,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     folders = args.cases or [accuracy.CASES]
     cases = [c for folder in folders for c in accuracy.load_cases(folder, args.case) if not c.negative]
     names = [n for n in TRANSFORMS if not args.only or n in args.only]
-    kept: dict[str, list[int]] = {n: [0, 0] for n in [*names, "compose"]}
+    whole = [n for n in CASE_TRANSFORMS if not args.only or n in args.only]
+    kept: dict[str, list[int]] = {n: [0, 0] for n in [*names, "compose", *whole]}
     changed: list[str] = []
     baseline = 0
     with tempfile.TemporaryDirectory(prefix="kpdoctor-metamorphic-") as tmp:
@@ -305,8 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = [(n, (n,)) for n in names]
             if not args.no_compose and not args.only:
                 runs += [("compose", combo) for combo in compositions(case.id)]
-            for label, combo in runs:
-                after = first_cause(accuracy.run_in_process(transformed(case, combo, ctx, Path(tmp))).report)
+            jobs = [(label, combo, transformed(case, combo, ctx, Path(tmp))) for label, combo in runs]
+            if len(case.files) > 1:
+                jobs += [(n, (n,), joined(case, n, Path(tmp))) for n in whole]
+            for label, combo, variant in jobs:
+                after = first_cause(accuracy.run_in_process(variant).report)
                 kept[label][1] += 1
                 if after == before:
                     kept[label][0] += 1

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
-from kpdoctor.bundle.paste import set_aside, unwrap_paste
+from kpdoctor.bundle.paste import unwrap_paste
+from kpdoctor.bundle.segments import segment
 from kpdoctor.bundle.sniff import sniff
 from kpdoctor.bundle.transcript import hint_from_command, split_transcript
 from kpdoctor.diagnose import diagnose_paths
@@ -102,7 +103,8 @@ def test_notes_in_another_language_between_rules_are_left_out(tmp_path: Path) ->
     p.write_text("\n".join(noted) + "\n")
     ev = load([p])
     (art,) = ev.artifacts
-    assert art.kind == Kind.IPTABLES_RULES_S and "2 note line(s) left out" in art.attrs["paste"]
+    assert art.kind == Kind.IPTABLES_RULES_S and "2 line(s) of notes or headings" in art.attrs["part"]
+    assert "здесь" not in art.text and art.text.split("\n")[3] == ""  # left out, line numbers kept
     assert "报错" not in art.text and art.text.splitlines()[6] == rules[5]
 
 
@@ -549,10 +551,12 @@ def test_a_dollar_prompt_starts_a_part_whatever_its_command(tmp_path: Path) -> N
     )
 )
 def test_unwrapping_a_paste_never_moves_a_line(lines: list[str]) -> None:
-    """Whatever is taken off (wraps joined back, notes and other logs set aside), line N of the
-    result is line N of the paste: evidence citations point into the user's own file."""
+    """Whatever is taken off (wraps joined back) or read apart (parts of several kinds, notes and
+    other logs), line N of the result is line N of the paste: evidence citations point into the
+    user's own file."""
     text = "\n".join(lines)
     assert len(unwrap_paste(text).text.split("\n")) == len(text.split("\n"))
-    aside = set_aside(text)
-    if aside is not None:
-        assert len(aside.main.split("\n")) == len(aside.logs.split("\n") if aside.logs else lines) == len(lines)
+    seg = segment(text, catalogue())
+    for part in seg.segments if seg is not None else ():
+        for n, line in enumerate(part.text.split("\n")[:-1]):
+            assert line in ("", lines[part.first_line - 1 + n])

@@ -185,7 +185,7 @@ def verify_stage(inputs: DataplaneInputs) -> tuple[Verified, list[InternalError]
 
 
 # What of an artifact's attributes tells the user how it was read (the rest is bookkeeping).
-_SHOWN = ("scope", "backend", "family", "command", "paste", "fragment", "previous", "snapshot", "stderr")
+_SHOWN = ("scope", "backend", "family", "command", "paste", "part", "fragment", "previous", "snapshot", "stderr")
 
 
 def inputs_read(evidence: Evidence) -> list[InputRead]:

@@ -190,19 +190,24 @@ class InputRead:
     details: dict[str, str] = field(default_factory=dict)  # scope, backend, family, command, paste...
 
     def where(self) -> str:
-        if self.last_line is None or (self.first_line == 1 and self.details.get("command") is None):
+        whole = self.details.get("command") is None and self.details.get("part") is None
+        if self.last_line is None or (self.first_line == 1 and whole):
             return self.source
         return f"{self.source}:{self.first_line}-{self.last_line}"
 
     def describe(self) -> str:
         """``file:3-9 -> iptables-save output (backend nft; output of `iptables-save -t nat`)``."""
-        notes = [f"{k} {v}" for k, v in self.details.items() if k not in ("command", "paste", "fragment", "family")]
+        notes = [
+            f"{k} {v}" for k, v in self.details.items() if k not in ("command", "paste", "part", "fragment", "family")
+        ]
         if "family" in self.details:
             notes.insert(0, self.details["family"])
         if "command" in self.details:
             notes.append(f"output of `{self.details['command']}`")
         if "paste" in self.details:
             notes.append(f"{self.details['paste']} taken off")
+        if "part" in self.details:
+            notes.append(self.details["part"])
         if "fragment" in self.details:
             notes.append(self.details["fragment"])
         return f"{self.where()} -> {self.kind}" + (f" ({'; '.join(notes)})" if notes else "")

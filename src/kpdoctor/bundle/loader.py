@@ -46,7 +46,8 @@ from kpdoctor.bundle.archive import MAX_DEPTH, TOO_DEEP, ArchiveError, extract, 
 from kpdoctor.bundle.artifacts import NETNS_KINDS, Artifact, Kind
 from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
-from kpdoctor.bundle.paste import Aside, set_aside, unwrap_paste
+from kpdoctor.bundle.paste import unwrap_paste
+from kpdoctor.bundle.segments import Segmented, segment
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.knowledge import Signature, catalogue
@@ -699,40 +700,41 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         parts = split_transcript(whole, lenient=True)
         if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
             return
-    if whole is not None and typed.kind not in _LOG_KINDS:
-        # another kind of output with log lines or the user's notes between its lines
-        aside = set_aside(whole)
-        if aside is not None and _load_aside(ev, label, aside):
-            return
+    if whole is not None and _load_segmented(ev, label, whole, hint=typed):
+        return  # several kinds of output in one paste, each read as what it is
     if typed.kind is None:
         ev.problems.append(InputProblem(label, typed.reason))
         return
     _add_typed(ev, path, label, typed)
 
 
-# Kinds that are logs: their own reader takes whatever lines they hold (another program's too).
-_LOG_KINDS = (Kind.KUBE_PROXY_LOG, Kind.KERNEL_LOG, Kind.RUNTIME_LOG)
 
 
-def _load_aside(
-    ev: Evidence, label: str, aside: Aside, first_line: int = 1, extra: dict[str, str] | None = None
+def _load_segmented(
+    ev: Evidence,
+    label: str,
+    text: str,
+    first_line: int = 1,
+    extra: dict[str, str] | None = None,
+    hint: Typed | None = None,
 ) -> bool:
-    """A paste whose log lines and notes were set aside (paste.set_aside): what remains, read as
-    the kind it is, and the log lines as a log of their own; True when what remains is read."""
-    typed = sniff(aside.main[:HEAD_BYTES], ev.signatures)
-    if typed.kind is None or typed.kind in _LOG_KINDS:
+    """A paste of several kinds of output (bundle/segments.py), each part read as the kind it is;
+    True when it is one and a part of it was read. A part nothing reads is said, with its lines."""
+    seg: Segmented | None = segment(text, ev.signatures, hint) if len(text) <= MAX_PASTE_BYTES else None
+    if seg is None or not any(s.typed.kind is not None for s in seg.segments):
         return False
-    said = [f"{aside.notes} note line(s) left out"] if aside.notes else []
-    if aside.logs:
-        said.append("log lines between its lines read apart")
-    _add_inline(ev, label, typed, aside.main, {**(extra or {}), "paste": ", ".join(said)}, first_line=first_line)
-    if aside.logs:
-        logs = sniff(aside.logs[:HEAD_BYTES], ev.signatures)
-        if logs.kind in _LOG_KINDS:
-            apart = {**(extra or {}), "paste": "log lines set aside from the rest"}
-            _add_inline(ev, label, logs, aside.logs, apart, first_line=first_line)
-        else:
-            ev.problems.append(InputProblem(label, f"log lines between its lines: {logs.reason or 'not read'}"))
+    said = f"one of {len(seg.segments)} parts of the paste, read apart by the shape of its lines"
+    if len(seg.segments) == 1:
+        said = f"{seg.asides} line(s) of notes or headings between its lines left out"
+    elif seg.asides:
+        said += f" ({seg.asides} note or heading line(s) in none)"
+    for s in seg.segments:
+        start = first_line + s.first_line - 1
+        if s.typed.kind is None:
+            end = start + s.text.count("\n") - 1
+            ev.problems.append(InputProblem(f"{label}:{start}-{end}", s.typed.reason or "not read"))
+            continue
+        _add_inline(ev, label, s.typed, s.text, {**(extra or {}), "part": said}, first_line=start)
     return True
 
 
@@ -748,6 +750,8 @@ def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
     if parts is not None:
         return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed)
     typed = sniff(un.text[:HEAD_BYTES], ev.signatures)
+    if _load_segmented(ev, label, un.text, extra={"paste": ", ".join(un.removed)}, hint=typed):
+        return True
     if typed.kind is None:
         return False
     _add_inline(ev, label, typed, un.text, {"paste": ", ".join(un.removed)})
@@ -835,15 +839,16 @@ def _load_transcript(
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
             typed = Typed(forced, {}) if forced else sniff(text, ev.signatures)
+        by_content = typed.kind is not None or forced is not None
         if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
             typed = sniff_command(p.command, text) or typed
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
             hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
-        if typed.kind not in _LOG_KINDS and (aside := set_aside(text)) is not None:
-            extra = {**hints, "command": p.command}
-            if _load_aside(ev, label, aside, first_line=p.first_line, extra=extra):
-                used += 1
-                continue
+        extra = {**hints, "command": p.command}
+        mixed = (by_content or typed.kind is None) and not forced
+        if mixed and _load_segmented(ev, label, text, p.first_line, extra, typed):
+            used += 1
+            continue
         if typed.kind is None and p.argv and p.argv[0].rsplit("/", 1)[-1] in _NOT_EVIDENCE:
             continue  # `exit`, `cd`: what they print says nothing about the node
         if typed.kind is None and _EMPTY_OUTPUT.match(text.strip()):

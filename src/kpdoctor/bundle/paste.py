@@ -97,16 +97,20 @@ _HEREDOC = re.compile(r"""^[ \t]*(?:\$[ \t]*)?(?:sudo[ \t]+)?(?:cat|tee)\b[^<\n]
 
 
 def _strip_heredoc(lines: list[str]) -> list[str] | None:
-    """The heredoc's body: its opening command and closing delimiter lines blanked (the body
-    keeps its line numbers), when the paste is that heredoc and nothing else."""
-    content = [i for i, ln in enumerate(lines) if ln.strip()]
-    if len(content) < 3:
-        return None
-    m = _HEREDOC.match(lines[content[0]])
-    if m is None or lines[content[-1]].strip() != m.group("end"):
-        return None
-    out = list(lines)
-    out[content[0]] = out[content[-1]] = ""
+    """Each heredoc's body: its opening command and closing delimiter lines blanked (the body
+    keeps its line numbers), wherever it sits in the paste; None when there is none."""
+    out: list[str] | None = None
+    i = 0
+    while i < len(lines):
+        m = _HEREDOC.match(lines[i])
+        end = m.group("end") if m else None
+        close = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == end), None) if end else None
+        if close is None or not any(ln.strip() for ln in lines[i + 1 : close]):
+            i += 1
+            continue
+        out = out if out is not None else list(lines)
+        out[i] = out[close] = ""
+        i = close + 1
     return out
 
 
@@ -219,53 +223,3 @@ def unwrap_paste(text: str) -> Unwrapped:
         if len(removed) == before:
             break
     return Unwrapped("\n".join(lines), tuple(removed))
-
-
-# A log record's first line, whoever wrote it: klog's header, CoreDNS' "[INFO] " (after Go's
-# log date or not), logrus' `time="..." level=`, a CRI or an ISO-timestamped line.
-_LOG_RECORD = re.compile(
-    r"^[ \t]*(?:[IWEF]\d{4} \d\d:\d\d:\d\d|"
-    r"(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d )?\[(?:INFO|WARNING|WARN|ERROR|DEBUG|FATAL)\] |"
-    r"time=\"?[^\" ]+\"? level=|"
-    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? +(?:stdout|stderr) )"
-)
-# A note the user wrote between the lines: a comment in a human language (letters no tool prints
-# in a comment of its own), or a C-style one no shell output starts with.
-_NOTE = re.compile(r"^[ \t]*(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
-
-
-@dataclass(frozen=True, slots=True)
-class Aside:
-    """A paste split in two, line numbers kept (each line is in one part, empty in the other):
-    ``main``, what remains, and ``logs``, the log records set aside from it (their continuation
-    lines with them); the user's notes are in neither."""
-
-    main: str
-    logs: str
-    notes: int
-
-
-def set_aside(text: str) -> Aside | None:
-    """Log records of some program interleaved with another kind of output (a log tailing into a
-    rule listing, kubelet's lines among a Pod's YAML), and notes written between the lines, taken
-    out of it, when most of the text is that other output. None when there is nothing to set
-    aside or the text is mostly log records (a log reads its own lines)."""
-    lines = text.split("\n")
-    content = [i for i, ln in enumerate(lines) if ln.strip()]
-    notes = {i for i in content if _NOTE.match(lines[i])}
-    logs: set[int] = set()
-    for i in content:
-        if i in notes:
-            continue
-        if _LOG_RECORD.match(lines[i]):
-            logs.add(i)
-            j = i + 1  # its continuation lines: klog 2's multi-line values and traces are tab-indented
-            while j < len(lines) and lines[j].startswith("\t") and j not in notes:
-                logs.add(j)
-                j += 1
-    rest = len(content) - len(notes) - len(logs)
-    if not (logs or notes) or rest < 2 or len(logs) >= rest:
-        return None
-    main = ["" if i in logs or i in notes else ln for i, ln in enumerate(lines)]
-    aside = [ln if i in logs else "" for i, ln in enumerate(lines)]
-    return Aside("\n".join(main), "\n".join(aside) if logs else "", len(notes))

@@ -48,6 +48,10 @@ _KP_LOG_MARKERS = re.compile(
 # source file and line are still there.
 # kube-proxy logs the payload of a restore that failed after the error: `Rules:` then `*nat`...
 _RESTORE_ECHO = re.compile(r"^Rules:\s*\n\*(nat|filter|mangle|raw)\b", re.M)
+# Any program's log echoing the input it fed iptables-restore (Calico's felix: "Input was:"), from
+# a log record's first line (an ISO or klog time) on: a log, whatever the payload looks like.
+_LOG_FIRST = re.compile(r"^(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d)")
+_ECHOED_INPUT = re.compile(r"^[^\n*:#-][^\n]*:[ \t]*\n\*(?:nat|filter|mangle|raw|security)[ \t]*$", re.M)
 _KLOG_FRAGMENT = re.compile(r"^\s*[\w-]+\.go:\d+\] \S", re.M)
 _PANIC = re.compile(r"^(?:panic: |goroutine \d+ \[)", re.M)
 _LOGRUS = re.compile(r'^time="[^"\n]{8,40}" level=[a-z]+ msg=', re.M)
@@ -163,6 +167,12 @@ def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
     if KLOG_HEADER.match(first) and _RESTORE_ECHO.search(head):
         # kube-proxy's own failed restore, the payload it echoes after "Rules:": its log
         return Typed(Kind.KUBE_PROXY_LOG, {})
+    if _LOG_FIRST.match(first) and _ECHOED_INPUT.search(head):
+        if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head):
+            return Typed(Kind.KUBE_PROXY_LOG, {})
+        if signalled():  # a failure kube-proxy's world knows, in another program's log
+            return Typed(Kind.KUBE_PROXY_LOG, {"fragment": "true"})
+        return Typed(None, {}, "a program's log echoing what it fed iptables-restore, no kube-proxy lines in it")
     if _SAVE_TABLE.search(head):  # a whole dump (its COMMIT may lie past the head of a big one)
         return Typed(Kind.IPTABLES_SAVE, save_attrs(head))
     if _LIST_CHAIN.search(head) and _LIST_HEADER.search(head):

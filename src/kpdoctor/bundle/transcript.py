@@ -214,7 +214,7 @@ def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
         return None
     # a markdown fence opening the paste is not content: the prompt after it starts the session
     first_content = next((i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)), 0)
-    if len(prompts) < 2 and prompts[0][0] != first_content and not lenient:
+    if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None
     parts: list[Part] = []
     if prompts[0][0] > first_content:
@@ -231,6 +231,15 @@ def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
 
 
 _FENCE = re.compile(r"^\s*(?:```|~~~)[\w-]*\s*$")
+
+
+def _strong(line: str) -> bool:
+    """A prompt no file's comment looks like (``root@node3:~#``, ``[root@node3 ~]#``, ``$ ``):
+    one such prompt after other output starts a session of its own."""
+    m = _PROMPT.match(line)
+    return m is not None and (bool(m.group("strong")) or line.lstrip(" \t*_").startswith("$ "))
+
+
 _RUNTIMES = ("kubectl", "k", "crictl", "docker", "nerdctl", "podman", "ctr")
 _PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
