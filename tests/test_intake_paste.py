@@ -560,3 +560,23 @@ def test_unwrapping_a_paste_never_moves_a_line(lines: list[str]) -> None:
     for part in seg.segments if seg is not None else ():
         for n, line in enumerate(part.text.split("\n")[:-1]):
             assert line in ("", lines[part.first_line - 1 + n])
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "web-7d9c4b8f6-x2kqz:~#",  # busybox ash's default prompt (\h:\w\$) in a Pod
+        "node1:/etc/kubernetes#",
+        "\u276f",  # zsh themes (pure, starship)
+        "\u279c",  # oh-my-zsh's robbyrussell
+    ],
+)
+def test_shell_prompts_of_other_shells_start_a_command(prompt: str) -> None:
+    text = f"{prompt} iptables-save | grep KUBE-FIREWALL\n-A KUBE-FIREWALL -j DROP\n{prompt} uname -r\n5.10.0-21-amd64\n"
+    parts = split_transcript(text)
+    assert parts is not None and [p.argv[0] for p in parts] == ["iptables-save", "uname"]
+
+
+def test_a_url_or_a_yaml_path_is_not_a_prompt() -> None:
+    assert split_transcript("see https://github.com/kubernetes/kubernetes/issues/1 # here\n") is None
+    assert split_transcript("kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\nmode: ipvs\n") is None

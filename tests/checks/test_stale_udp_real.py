@@ -425,3 +425,31 @@ def test_the_same_entry_in_a_session_45_s_apart_is_stuck(tmp_path: Path) -> None
         assert f.severity == severity, f.summary
         if severity == Severity.CRITICAL:
             assert "in two listings 45 s apart" in f.summary and "10.96.0.10:53" in f.summary
+
+
+# -- without the Services: a suspected stuck entry ------------------------------------------------
+
+
+def test_a_never_translated_unanswered_flow_without_the_services_is_suspected(ns: Netns, tmp_path: Path) -> None:
+    """Only the listing: the flow fits a stuck entry if its destination is a Service's, which
+    only the Services tell (a dead server elsewhere looks the same)."""
+    insert(ns, Flow("10.244.1.8", 43145, STATSD, STATSD.ip))
+    f = kp312(diagnose(tmp_path, {"ct.txt": listing(ns)}))
+    assert f.suspected and (f.severity, f.confidence) == (Severity.INFO, Confidence.LOW)
+    assert any(STATSD.ip in d and "kubectl get svc" in d for d in f.decided_by)
+    # with the Services given and the address none of theirs: nothing to suspect
+    other = Svc("default", "web", "10.96.7.7", 80, "http")
+    none_of(diagnose(tmp_path, {"ct.txt": listing(ns), "svc.json": services(other)}), "KP312")
+
+
+def test_addresses_masked_before_posting_are_still_one_entry(tmp_path: Path) -> None:
+    """`src=<SRC IP A>`: a label in angle brackets, spaces and all, is read as an address; the
+    same label on both sides says the flow was not translated."""
+    line = (
+        "udp 17 29 src=<SRC IP A> dst=<SVC EXT IP> sport=51287 dport=6343 packets=111046 bytes=144979158 "
+        "[UNREPLIED] src=<SVC EXT IP> dst=<SRC IP A> sport=6343 dport=51287 packets=0 bytes=0 mark=0 use=1\n"
+    )
+    (e,) = parse_conntrack_entries(line)
+    assert (e.dst, e.reply_src, e.dport) == ("<SVC_EXT_IP>", "<SVC_EXT_IP>", 6343) and not e.dnat
+    f = kp312(diagnose(tmp_path, {"ct.txt": line}))
+    assert f.suspected and "never translated and never answered" in f.summary

@@ -122,7 +122,7 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "conntrack-entry",
         Kind.CONNTRACK_ENTRIES,
-        rf"(?:ipv[46]\s+\d+\s+)?{_PROTO}\s+\d+\s+\d+\s.*\bsrc=\S+ dst=|"
+        rf"(?:ipv[46]\s+\d+\s+)?{_PROTO}\s+\d+\s+\d+\s.*\bsrc=(?:<[^<>=\n]*>|\S+) dst=|"
         r"conntrack v[\d.]+ \(conntrack-tools\): \d+ flow entries",
     ),
     LineShape("conntrack-stats", Kind.CONNTRACK_STATS, r"cpu=\s*\d+\s+\w+=\d+"),

@@ -94,7 +94,9 @@ _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 _CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
 _CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
-_CT_ENTRY = re.compile(r"^(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=\S+ dst=", re.M)
+_CT_ENTRY = re.compile(
+    r"^(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=(?:<[^<>=\n]*>|\S+) dst=", re.M
+)
 _SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
 _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M

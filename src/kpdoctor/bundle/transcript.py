@@ -185,13 +185,13 @@ def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
     return cmd, argv, scope, where
 
 
-_PROMPT_START = frozenset("[$#%>/")  # a prompt starts so, or is user@host
+_PROMPT_START = frozenset("[$#%>/\u276f\u279c")  # a prompt starts so, or is user@host or host:~#
 
 
 def _prompt(line: str) -> tuple[str, list[str], str | None, str] | None:
     """The command of a prompt line (the cheap test first: most lines cannot be one)."""
     start = line.lstrip(" \t")[:1]
-    if start and (start in _PROMPT_START or "@" in line):
+    if start and (start in _PROMPT_START or "@" in line or ":~" in line or ":/" in line):
         return _typed_command(line)
     return None
 

@@ -186,8 +186,13 @@ def _seconds(v: str) -> int | None:
 _EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
 
 
+# An address masked before posting, as a label in angle brackets: `src=<SRC IP A>`. One word here
+# (the same label twice is the same address: NAT is still told from the tuples).
+_MASK = re.compile(r"(?<==)<[^<>=\n]*>")
+
+
 def _entry(s: str, line: int) -> ConntrackEntry | None:
-    toks = s.split()
+    toks = _MASK.sub(lambda m: m.group(0).replace(" ", "_"), s).split()
     family = None
     while toks and _EVENT.match(toks[0]):
         toks.pop(0)
@@ -250,7 +255,7 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
 PROTOCOLS = "tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown"  # what conntrack names a flow's protocol
 QUOTED_ENTRY = re.compile(
     r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s"
-    r"[^\"“”`]*?\bsrc=\S+ dst=.*)"
+    r"[^\"“”`]*?\bsrc=(?:<[^<>=\n]*>|\S+) dst=.*)"
 )
 _CLOSING_QUOTES = "\"“”'‘’`"
 # conntrack's own summary (stderr), pasted on the same line: not part of the entry

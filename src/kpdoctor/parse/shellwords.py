@@ -19,14 +19,16 @@ _SHELL_SPACE = re.compile(r"[ \t\r\n]+")
 
 # A shell prompt and the command typed after it, as users paste them: `[root@node3 ~]# cmd`,
 # `root@node3:~# cmd`, `user@host$ cmd`, `/some/path # cmd` (a container's shell), or a bare `#`,
-# `%`, `>` or `$` (the group "strong" is set for the first four: those run any command word).
+# `%`, `>`, `$` or zsh themes' `❯`/`➜` (the group "strong" is set for the forms with a host or a
+# path: those run any command word).
 PROMPT = re.compile(
     r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
     r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
     r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
     r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
+    r"|[\w.\-]+:[~/][^\s#$]*\s?[#$]"  # busybox ash's default (\h:\w\$): web-7d9c-x2kq:~#
     r"|/[\w./-]*\s[#$])\s+"  # /some/path # (a container's shell)
-    r"|[#%>]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods")
+    r"|[#%>\u276f\u279c]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods"); zsh's ❯ ➜
     r")(?P<cmd>[^\s#$].*)$"
 )
 

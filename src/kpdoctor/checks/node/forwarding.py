@@ -132,10 +132,22 @@ UNEXPECTED_SOURCE = signature(
     "reply from unexpected source",
     r"reply from unexpected source: ([0-9A-Fa-f.:]+)#([0-9]+), expected ([0-9A-Fa-f.:]+)#([0-9]+)",
 )
+# The sysctl's file exists only while br_netfilter is loaded: any program that found it missing
+# says the module is not loaded: Go's stat error (flannel's "Failed to check br_netfilter: stat
+# ..."), procps' sysctl ("cannot stat ...: No such file or directory"), kubeadm's preflight
+# ("... does not exist").
+BRIDGE_SYSCTL_MISSING = signature(
+    "bridge-sysctl-missing",
+    "bridge-nf-call-ip",
+    r"/proc/sys/net/bridge/bridge-nf-call-ip6?tables(?::\s*[Nn]o such file or directory| does not exist)",
+)
 # kube-proxy's own note at start when it cannot read the sysctl (br_netfilter not loaded) or it is 0
 BR_NETFILTER_NOTE = messages(
     "br-netfilter-missing", "kube-proxy/iptables-missing-br-netfilter", "kube-proxy/iptables-missing-br-netfilter-old"
 )
+
+
+_FOUND_MISSING = "a program found no /proc/sys/net/bridge/bridge-nf-call-iptables"
 
 
 def _bridge(facts: Facts) -> tuple[bool | None, list[Cite], str]:
@@ -174,14 +186,18 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     How it is detected: net.bridge.bridge-nf-call-iptables = 0 in sysctl output, or written
         by a command in a transcript (`echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables`,
         `sysctl -w`); a bridge device with Pod veths attached (`ip -d link`: master); the DNS
-        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note; no
+        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note; any
+        program's error that the sysctl's file does not exist (flannel's "Failed to check
+        br_netfilter: stat ...", sysctl's "cannot stat", kubeadm's preflight: the file exists
+        only while br_netfilter is loaded); no
         net.bridge.* key in a complete listing (`sysctl -a`: br_netfilter neither loaded nor
         built in). A key missing from a few keys asked by name or a grep is unknown, never off.
         The value 0 is critical with a bridge or the symptom, a warning with medium confidence
         when whether Pods sit on a bridge is unknown (routed CNIs such as Calico are
         unaffected); the symptom alone is a warning with medium confidence; no net.bridge.*
-        key in a complete listing on a bridged node is a warning. Nothing when the links show
-        no bridge, or the value is 1.
+        key in a complete listing, or the file found missing, on a bridged node is a warning;
+        the file found missing with the links not given is a suspected cause (info, low). Nothing
+        when the links show no bridge, or the value is 1.
     Fix: `modprobe br_netfilter` (persist in /etc/modules-load.d/k8s.conf) and
         `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1`.
     References: https://kubernetes.io/docs/concepts/extend-kubernetes/compute-storage-net/network-plugins/#network-plugin-requirements;
@@ -201,6 +217,8 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         if len(h.groups) > 2 and h.groups[0] and h.groups[2] and h.groups[0] != h.groups[2]
     ]
     note = facts.log.hits(*BR_NETFILTER_NOTE.ids)
+    missing = facts.log.hits(BRIDGE_SYSCTL_MISSING.id)  # br_netfilter not loaded, as a program found
+    note = missing + [h for h in note if h not in missing]
     off = setting is not None  # the value is 0 here
     # no net.bridge.* key proves br_netfilter inactive only in a complete listing (sysctl -a): a
     # few keys asked by name, or a grep, say nothing about the keys they leave out
@@ -237,9 +255,20 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     elif unloaded:
         severity, confidence = Severity.WARNING, Confidence.MEDIUM
         summary = lead + "a complete sysctl listing has no net.bridge.* setting (br_netfilter not loaded)" + bypass
+    elif bridged and missing:
+        severity, confidence = Severity.WARNING, Confidence.MEDIUM
+        summary = lead + f"{_FOUND_MISSING} (br_netfilter not loaded)" + bypass
     elif bridged:
         severity, confidence = Severity.WARNING, Confidence.MEDIUM
         summary = lead + "kube-proxy says br_netfilter is missing or bridge-nf-call-iptables unset" + bypass
+    elif missing:
+        severity, confidence = Severity.INFO, Confidence.LOW
+        summary = (
+            f"{_FOUND_MISSING[0].upper() + _FOUND_MISSING[1:]}: br_netfilter is not loaded, so traffic between "
+            "two Pods on one Linux bridge (flannel's cni0, the bridge plugin, kubenet's cbr0) is switched past "
+            "iptables and their Service traffic bypasses kube-proxy's rules (routed CNIs such as Calico are "
+            "unaffected): give `ip -d link`."
+        )
     else:
         severity, confidence = Severity.INFO, Confidence.LOW
         summary = (
@@ -257,6 +286,13 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     )
     f.evidence = ([setting.cite] if setting else [absent] if unloaded and absent else []) + bridge_cites + f.evidence
     f.ongoing = True if off or symptom else None
+    if missing and not (off or symptom or bridged):
+        suspect(
+            f,
+            "br_netfilter is not loaded; whether this node's Pods sit on a Linux bridge was not given",
+            ["ip -d link", "lsmod | grep br_netfilter"],
+            confidence=f.confidence,
+        )
     if symptom and not off:
         suspect(
             f,

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.dataplane.addresses import endpoint_text
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.session import Verified
@@ -451,6 +451,32 @@ def _unanswered(facts: Facts, flows: list[_Flow]) -> Finding:
     return f
 
 
+def _untold(facts: Facts, flows: list[_Flow]) -> Finding:
+    """UDP flows nothing translated and nothing answered, with no Service given: a stuck entry
+    if the destination is a Service's address (the Services decide), a dead server's otherwise."""
+    e = flows[0].last
+    f = start(facts, "KP312", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    f.summary = (
+        f"{len(flows)} UDP flow(s) to {e.dst}:{e.dport}{_dns(e.dport)} were never translated and never answered "
+        "([UNREPLIED], the reply expected from the destination itself). If that address is a Service's (its "
+        "ClusterIP, an external or load-balancer address, a NodePort), the entry began while the Service had no "
+        "endpoint and holds every packet of the flow away from the endpoints it has now, for as long as the client "
+        "keeps sending; if it is not, the server there does not answer."
+    )
+    f.evidence = _shown(flows)
+    f.fix = [
+        f"If {e.dst} is a Service's address, delete the entries (`conntrack -D -p udp --orig-dst {e.dst}`) and find "
+        "why kube-proxy did not: its log (conntrack binary missing, netlink errors) and its version (k/k#125467's "
+        "event-based clean-up)."
+    ]
+    return suspect(
+        f,
+        "a UDP flow nothing translated and nothing answered; the Services were not given to say whether its "
+        "destination is one",
+        [f"`kubectl get svc -A -o wide | grep -w {e.dst}` (and the Service's EndpointSlices)"],
+    )
+
+
 @check(
     "KP312",
     cause="stale-udp-conntrack",
@@ -486,7 +512,9 @@ def stale_udp_conntrack(facts: Facts, verified: Verified) -> Iterator[Finding]:
         given translate nothing for the address now; otherwise it is a medium warning, a
         leftover that lasts while its client keeps sending, and a second listing 30+ s later
         would tell. A never-translated flow that was answered is not reported. Without the
-        endpoints, a translated flow never answered is reported at low confidence.
+        endpoints, a translated flow never answered is reported at low confidence; without the
+        Services, a flow never translated and never answered is a suspected stuck entry (info,
+        low), the Services deciding.
     Fix: delete the entries (`conntrack -D -p udp --orig-dst SERVICE_IP`), then find why
         kube-proxy did not: its log (conntrack binary missing, netlink errors) and version
         (k/k#48370 fixed the empty-to-non-empty case in 1.7; k/k#125467 event-based clean-up).
@@ -506,12 +534,15 @@ def stale_udp_conntrack(facts: Facts, verified: Verified) -> Iterator[Finding]:
     never: list[tuple[_Flow, _Target | None]] = []
     dead: list[tuple[_Flow, _Target]] = []
     unanswered: list[_Flow] = []
+    untold: list[_Flow] = []  # never translated, never answered, and no Service given to say whose
     for flow in flows:
         e = flow.last
         target = services.of(e)
         if not _translated(e):
             if not _answered(e) and (target is not None or (_ip(e.dst), e.dport) in virtual):
                 never.append((flow, target))
+            elif not _answered(e) and not facts.cluster.services:
+                untold.append(flow)
         elif target is not None and target.backends is not None:
             if _ip(e.reply_src) not in target.backends:
                 dead.append((flow, target))
@@ -523,6 +554,8 @@ def stale_udp_conntrack(facts: Facts, verified: Verified) -> Iterator[Finding]:
     if not parts:
         if unanswered:
             yield _unanswered(facts, unanswered)
+        elif untold:
+            yield _untold(facts, untold)
         return
     parts.sort(key=lambda p: (p.severity, p.confidence), reverse=True)
     top = parts[0]
