@@ -212,13 +212,11 @@ class _Run:
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One part of a paste: its kind, its text (from its first line; other parts' lines within
-    it left empty), the line its text starts at (1-based, in the text split), and how many runs
-    it joins."""
+    it left empty), and the line its text starts at (1-based, in the text split)."""
 
     typed: Typed
     text: str
     first_line: int
-    runs: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,8 +304,8 @@ def _typed(text: str, shape: LineShape | None, hint: Typed, signatures: tuple[Si
     typed = sniff(text[:HEAD_BYTES], signatures)
     if typed.kind is not None or shape is None:
         return typed
-    if shape.log:
-        return hint if hint.kind in _LOG_KINDS else typed
+    if shape.log:  # whose records: kube-proxy's when the paste says so (a kernel log says so itself)
+        return hint if hint.kind is Kind.KUBE_PROXY_LOG or hint.kind == shape.kind else typed
     if shape.kind is None:
         return typed
     return Typed(shape.kind, {"fragment": "true"} if shape.kind in _PARTIAL_KINDS else {})
@@ -429,4 +427,4 @@ def _segment(group: list[_Run], lines: list[str], signatures: tuple[Signature, .
     if len(group) > 1 and typed.kind is not None:  # the joined text may say more (a whole dump)
         again = sniff(text[:HEAD_BYTES], signatures)
         typed = again if again.kind == typed.kind else typed
-    return Segment(typed, text, first + 1, len(group))
+    return Segment(typed, text, first + 1)
