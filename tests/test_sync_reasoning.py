@@ -16,6 +16,7 @@ def test_a_heredoc_is_read_as_the_file_it_writes() -> None:
     lines = u.text.split("\n")
     assert lines[0] == "" and lines[9] == "" and lines[2] == "kind: KubeProxyConfiguration"
     assert "a heredoc's command and delimiter" in u.removed
-    # Not a heredoc: a delimiter that is not the last line, or no delimiter at all.
-    assert unwrap_paste("cat <<EOF > x\na: 1\nEOF\nmore\n").removed == ()
+    # A heredoc with other output after it is still the file it writes (the rest read apart);
+    # without its delimiter it is not a heredoc.
+    assert unwrap_paste("cat <<EOF > x\na: 1\nEOF\nmore\n").text.split("\n")[:4] == ["", "a: 1", "", "more"]
     assert unwrap_paste("cat <<EOF > x\na: 1\nb: 2\n").removed == ()
