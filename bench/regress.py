@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,20 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gen_cluster  # noqa: E402
 import gen_kubeproxy_log  # noqa: E402
+
+
+def _core_for_base(tree: Path, base: str) -> str:
+    """The native core (``kpdoctor._core``, built by ``pip install``, not in git) for the base's
+    sources: this tree's build when the base's ``rust/`` is the same, so that both sides walk
+    the rules alike; otherwise the base runs its Python walk, and the line says so."""
+    built = sorted((REPO / "src" / "kpdoctor").glob("_core*.so"))
+    if not (tree / "rust").is_dir():
+        return "the base has no native core: both sides as they are"
+    same = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", base, "--", "rust"], capture_output=True)
+    if built and same.returncode == 0:
+        shutil.copy2(built[0], tree / "src" / "kpdoctor" / built[0].name)
+        return f"the base's rust/ is this tree's: both sides use the core built here ({built[0].name})"
+    return "the base's rust/ differs (or no core is built here): the base walks rules in Python"
 
 
 def _run(src: Path, argv: Sequence[str]) -> float:
@@ -91,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             print(f"base {rev.stdout.strip()} vs this working tree; {a.pairs} interleaved pairs each", flush=True)
+            print(_core_for_base(tree, a.base), flush=True)
             save, cluster = gen_cluster.write(work / "cluster", a.services, 5)
             log = work / "kube-proxy.log"
             gen_kubeproxy_log.generate(log, a.log_mb, failure_every=4)
