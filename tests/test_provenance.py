@@ -68,6 +68,21 @@ def test_another_namespaces_rules_are_not_the_nodes(tmp_path: Path) -> None:
     assert not [f for f in rep.findings if f.code.startswith("KP2")]  # nothing verified against a Pod's rules
 
 
+def test_another_namespaces_rules_are_not_the_nodes_in_a_mixed_output_either(tmp_path: Path) -> None:
+    """One command in a Pod's namespace printed rules and sockets (`sh -c '...; ...'`): read
+    apart, the rules are still not the node's, the sockets still the Pod's."""
+    p = tmp_path / "session.txt"
+    p.write_text(
+        "root@worker-1:~# nsenter -t 4242 -n sh -c 'iptables-save; ss -ltn'\n"
+        f"{RULES}\n"
+        "State  Recv-Q Send-Q Local Address:Port Peer Address:Port\n"
+        "LISTEN 129    128    0.0.0.0:8080      0.0.0.0:*\n"
+    )
+    ev = load([p])
+    assert ev.of(Kind.IPTABLES_SAVE) == [] and len(ev.of(Kind.LISTENERS)) == 1
+    assert [x for x in ev.problems if "another network namespace" in x.message and "nsenter -t 4242 -n" in x.message]
+
+
 def test_a_pods_listen_queue_is_still_read_and_says_whose_it_is(tmp_path: Path) -> None:
     """Sockets are no dataplane of the node's: a Pod's overflowing listen queue is that Pod's real
     problem, read with the scope that says where it was seen."""

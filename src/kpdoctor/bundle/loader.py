@@ -708,8 +708,6 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     _add_typed(ev, path, label, typed)
 
 
-
-
 def _load_segmented(
     ev: Evidence,
     label: str,
@@ -717,9 +715,12 @@ def _load_segmented(
     first_line: int = 1,
     extra: dict[str, str] | None = None,
     hint: Typed | None = None,
+    netns: str = "",
 ) -> bool:
     """A paste of several kinds of output (bundle/segments.py), each part read as the kind it is;
-    True when it is one and a part of it was read. A part nothing reads is said, with its lines."""
+    True when it is one and a part of it was read. A part nothing reads is said, with its lines;
+    so is a part of the dataplane when the paste is another network namespace's (``netns``: what
+    entered it)."""
     seg: Segmented | None = segment(text, ev.signatures, hint) if len(text) <= MAX_PASTE_BYTES else None
     if seg is None or not any(s.typed.kind is not None for s in seg.segments):
         return False
@@ -730,12 +731,19 @@ def _load_segmented(
         said += f" ({seg.asides} note or heading line(s) in none)"
     for s in seg.segments:
         start = first_line + s.first_line - 1
+        end = start + s.text.count("\n") - 1
         if s.typed.kind is None:
-            end = start + s.text.count("\n") - 1
             ev.problems.append(InputProblem(f"{label}:{start}-{end}", s.typed.reason or "not read"))
-            continue
-        _add_inline(ev, label, s.typed, s.text, {**(extra or {}), "part": said}, first_line=start)
+        elif netns and s.typed.kind in NETNS_KINDS:
+            ev.problems.append(InputProblem(f"{label}:{start}-{end}", _other_netns(s.typed.kind, netns)))
+        else:
+            _add_inline(ev, label, s.typed, s.text, {**(extra or {}), "part": said}, first_line=start)
     return True
+
+
+def _other_netns(kind: Kind, where: str) -> str:
+    """Why the node's dataplane read in another network namespace is not read as the node's."""
+    return f"{kind} of another network namespace (`{where}`: a Pod's), not the node's dataplane: not read as the node's"
 
 
 def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
@@ -839,14 +847,15 @@ def _load_transcript(
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
             typed = Typed(forced, {}) if forced else sniff(text, ev.signatures)
-        by_content = typed.kind is not None or forced is not None
+        by_command = None
         if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
-            typed = sniff_command(p.command, text) or typed
+            by_command = sniff_command(p.command, text)
+            typed = by_command or typed
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
             hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
         extra = {**hints, "command": p.command}
-        mixed = (by_content or typed.kind is None) and not forced
-        if mixed and _load_segmented(ev, label, text, p.first_line, extra, typed):
+        netns = p.where if hints.get("scope") == "netns" else ""
+        if not forced and by_command is None and _load_segmented(ev, label, text, p.first_line, extra, typed, netns):
             used += 1
             continue
         if typed.kind is None and p.argv and p.argv[0].rsplit("/", 1)[-1] in _NOT_EVIDENCE:
@@ -858,9 +867,8 @@ def _load_transcript(
             where = f"{label}:{p.first_line - 1}" if p.argv else f"{label}:1"
             problems.append(InputProblem(where, f"{what}: {typed.reason}"))
             continue
-        if hints.get("scope") == "netns" and typed.kind in NETNS_KINDS:
-            why = (f"output of `{p.command}`: {typed.kind} of another network namespace (`{p.where}`: a Pod's), "
-                   "not the node's dataplane: not read as the node's")  # fmt: skip
+        if netns and typed.kind in NETNS_KINDS:
+            why = f"output of `{p.command}`: {_other_netns(typed.kind, netns)}"
             ev.problems.append(InputProblem(f"{label}:{p.first_line - 1}", why))
             used += 1
             continue
