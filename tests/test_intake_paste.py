@@ -103,7 +103,7 @@ def test_notes_in_another_language_between_rules_are_left_out(tmp_path: Path) ->
     p.write_text("\n".join(noted) + "\n")
     ev = load([p])
     (art,) = ev.artifacts
-    assert art.kind == Kind.IPTABLES_RULES_S and "2 line(s) of notes or headings" in art.attrs["part"]
+    assert art.kind == Kind.IPTABLES_RULES_S and "2 line(s) of headings, fences or notes left out" in art.attrs["part"]
     assert "здесь" not in art.text and art.text.split("\n")[3] == ""  # left out, line numbers kept
     assert "报错" not in art.text and art.text.splitlines()[6] == rules[5]
 

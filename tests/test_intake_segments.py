@@ -206,3 +206,16 @@ def test_a_paste_of_one_kind_is_not_split() -> None:
     assert segment(text, catalogue(), Typed(Kind.IPTABLES_SAVE, {})) is None
     log = (DATA / "logs" / "ipvs-startup-panic.log").read_text()
     assert segment(log, catalogue(), Typed(Kind.KUBE_PROXY_LOG, {})) is None
+
+
+def test_only_the_first_part_of_a_commands_output_is_said_to_be_its_output(tmp_path: Path) -> None:
+    """After a command's output, a fence and a line the user pasted from elsewhere: that line is
+    read, but not as the command's output."""
+    entry = _sample(Kind.CONNTRACK_ENTRIES).split("\n")[1]
+    text = f"[root@node-3 ~]# sysctl net.ipv4.ip_forward\nnet.ipv4.ip_forward = 1\n```\n\n{entry}\n"
+    p = tmp_path / "paste.txt"
+    p.write_text(text)
+    ev = load([p])
+    (sysctl,), (ct,) = ev.of(Kind.SYSCTL), ev.of(Kind.CONNTRACK_ENTRIES)
+    assert sysctl.attrs["command"] == "sysctl net.ipv4.ip_forward" and "command" not in ct.attrs
+    assert ct.first_line == 5

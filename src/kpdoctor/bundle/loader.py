@@ -724,12 +724,13 @@ def _load_segmented(
     seg: Segmented | None = segment(text, ev.signatures, hint) if len(text) <= MAX_PASTE_BYTES else None
     if seg is None or not any(s.typed.kind is not None for s in seg.segments):
         return False
+    aside = f"{seg.asides} line(s) of headings, fences or notes left out" if seg.asides else ""
     said = f"one of {len(seg.segments)} parts of the paste, read apart by the shape of its lines"
-    if len(seg.segments) == 1:
-        said = f"{seg.asides} line(s) of notes or headings between its lines left out"
-    elif seg.asides:
-        said += f" ({seg.asides} note or heading line(s) in none)"
-    for s in seg.segments:
+    said = aside if len(seg.segments) == 1 else f"{said}; {aside}" if aside else said
+    for n, s in enumerate(seg.segments):
+        # the command printed the first part; what follows a heading or another kind of output
+        # may be anything the user added (its scope still holds: never the node's if not)
+        hints = {k: v for k, v in (extra or {}).items() if n == 0 or k in ("scope", "paste")}
         start = first_line + s.first_line - 1
         end = start + s.text.count("\n") - 1
         if s.typed.kind is None:
@@ -737,7 +738,7 @@ def _load_segmented(
         elif netns and s.typed.kind in NETNS_KINDS:
             ev.problems.append(InputProblem(f"{label}:{start}-{end}", _other_netns(s.typed.kind, netns)))
         else:
-            _add_inline(ev, label, s.typed, s.text, {**(extra or {}), "part": said}, first_line=start)
+            _add_inline(ev, label, s.typed, s.text, {**hints, "part": said}, first_line=start)
     return True
 
 
