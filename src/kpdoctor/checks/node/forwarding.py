@@ -139,7 +139,7 @@ UNEXPECTED_SOURCE = signature(
 BRIDGE_SYSCTL_MISSING = signature(
     "bridge-sysctl-missing",
     "bridge-nf-call-ip",
-    r"/proc/sys/net/bridge/bridge-nf-call-ip6?tables(?::\s*[Nn]o such file or directory| does not exist)",
+    r"/proc/sys/net/bridge/bridge-nf-call-ip6?tables(: *[Nn]o such file or directory| does not exist)",
 )
 # kube-proxy's own note at start when it cannot read the sysctl (br_netfilter not loaded) or it is 0
 BR_NETFILTER_NOTE = messages(
