@@ -28,8 +28,21 @@ import re
 from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, sniff
+from kpdoctor.bundle.sniff import (
+    _CT_STATS,
+    _DMESG,
+    _IP_LINK,
+    _IPVS_RS,
+    _IPVS_VS,
+    _NFT_VERSION,
+    _SYSCTL_LINE,
+    _UNAME_A,
+    HEAD_BYTES,
+    Typed,
+    sniff,
+)
 from kpdoctor.knowledge import Signature
+from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.netstat import netstat_phrase
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
@@ -49,9 +62,14 @@ class LineShape:
     opens: str = ""  # of its lines, those only a new listing starts with (after a blank line)
 
 
-_IP4PORT = r"\d{1,3}(?:\.\d{1,3}){3}:\d+"
 _ADDR_PORT = r"(?:\[[0-9a-fA-F:.]+\]|[\d.]+|\*|[0-9a-fA-F:]+%?\w*)[:.](?:\d+|\*)"
-_PROTO = r"(?:tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown)"
+
+
+def _line(rx: re.Pattern[str]) -> str:
+    """A line pattern the content sniffer already has (anchored at a line's start), as a shape:
+    one definition of what such a line looks like."""
+    return rx.pattern.removeprefix("^")
+
 
 # The registry of line shapes, strongest first (a line takes the first shape that matches).
 SHAPES: tuple[LineShape, ...] = (
@@ -72,8 +90,7 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "dmesg",
         Kind.KERNEL_LOG,
-        r"(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
-        r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*+(?:\s++[\d:.]++)?\S*+ \S+ kernel: )",
+        _line(_DMESG),
         log=True,
     ),
     # any other program's records: an ISO time (Python's logging, containerd, a CRI line), or
@@ -101,8 +118,8 @@ SHAPES: tuple[LineShape, ...] = (
         "ipvsadm",
         Kind.IPVSADM,
         r"IP Virtual Server version|Prot LocalAddress:Port|->\s*RemoteAddress:Port|"
-        r"(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf|twos)\b|\d+[KMGT]?\s+\d)|"
-        r"->\s*\S+:\d+\s+\w+\s+\d+|-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+|-a -[tuf] \S+ -r ",
+        f"{_line(_IPVS_VS)}|{_line(_IPVS_RS)}|"
+        r"-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+|-a -[tuf] \S+ -r ",
         opens=r"IP Virtual Server version",
     ),
     # ipset list / save
@@ -122,10 +139,9 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "conntrack-entry",
         Kind.CONNTRACK_ENTRIES,
-        rf"(?:ipv[46]\s+\d+\s+)?{_PROTO}\s+\d+\s+\d+\s.*\bsrc=(?:<[^<>=\n]*>|\S+) dst=|"
-        r"conntrack v[\d.]+ \(conntrack-tools\): \d+ flow entries",
+        ENTRY_START + r"|conntrack v[\d.]+ \(conntrack-tools\): \d+ flow entries",
     ),
-    LineShape("conntrack-stats", Kind.CONNTRACK_STATS, r"cpu=\s*\d+\s+\w+=\d+"),
+    LineShape("conntrack-stats", Kind.CONNTRACK_STATS, _line(_CT_STATS)),
     LineShape(
         "nf_conntrack-stat",
         Kind.NF_CONNTRACK_STAT,
@@ -148,26 +164,22 @@ SHAPES: tuple[LineShape, ...] = (
         r"COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE|"
         r"\S+\s+\d+\s+(?:\d+\s+)?\S+\s+\w+\s+IPv[46]\s+\S+\s+\S+\s+(?:TCP|UDP)\s+\S",
     ),
-    LineShape(
-        "sysctl",
-        Kind.SYSCTL,
-        r"(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?",
-    ),
-    LineShape("ip-link", Kind.IP_LINK, r"\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+"),
+    LineShape("sysctl", Kind.SYSCTL, _line(_SYSCTL_LINE)),
+    LineShape("ip-link", Kind.IP_LINK, _line(_IP_LINK)),
     LineShape(
         "processes",
         Kind.PROCESSES,
         r"UID\s+PID\s+PPID\s+C\s+STIME|USER\s+PID\s+%CPU\s+%MEM|"
         r"\S+\s+\d+\s+\d+\s+\d+\s+\S+\s+\S+\s+\d+:\d\d(?::\d\d)?\s+\S",
     ),
-    LineShape("uname", Kind.UNAME, r"Linux \S+ \d+\.\d+\S* #\S+"),
+    LineShape("uname", Kind.UNAME, _line(_UNAME_A)),
     LineShape("os-release", Kind.OS_RELEASE, r"(?:PRETTY_NAME|NAME|ID|ID_LIKE|VERSION_ID|VERSION)=\S"),
     LineShape(
         "iptables-version",
         Kind.IPTABLES_VERSION,
         r"ip6?tables(?:-legacy|-nft)?(?:-restore|-save)? v\d+\.\d+(?:\.\d+)*(?: \((?:legacy|nf_tables)\))?\s*$",
     ),
-    LineShape("nft-version", Kind.NFT_VERSION, r"nftables v\d+\.\d+"),
+    LineShape("nft-version", Kind.NFT_VERSION, _line(_NFT_VERSION)),
 )
 
 _LINE = re.compile(r"[ \t]*(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")

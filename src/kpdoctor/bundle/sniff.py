@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, kube_proxy_files, matching_signatures
 from kpdoctor.parse import clients, kubectl_table, loadtest, timing
-from kpdoctor.parse.conntrack import PROTOCOLS, QUOTED_ENTRY
+from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
@@ -94,9 +94,7 @@ _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 _CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
 _CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
-_CT_ENTRY = re.compile(
-    r"^(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=(?:<[^<>=\n]*>|\S+) dst=", re.M
-)
+_CT_ENTRY = re.compile("^" + ENTRY_START, re.M)
 _SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
 _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M

@@ -188,7 +188,8 @@ _EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1
 
 # An address masked before posting, as a label in angle brackets: `src=<SRC IP A>`. One word here
 # (the same label twice is the same address: NAT is still told from the tuples).
-_MASK = re.compile(r"(?<==)<[^<>=\n]*>")
+MASKED = r"<[^<>=\n]*>"
+_MASK = re.compile(r"(?<==)" + MASKED)
 
 
 def _entry(s: str, line: int) -> ConntrackEntry | None:
@@ -253,9 +254,11 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
 # An entry quoted inside a sentence: `Response : "udp  17 27 src=10.0.0.5 dst=... [UNREPLIED] ..."`
 # (straight or typographic quotes, backticks); a line that starts with one is matched as it is.
 PROTOCOLS = "tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown"  # what conntrack names a flow's protocol
+# An entry's start up to its first destination, as a line of `conntrack -L` begins (for typing)
+ENTRY_START = r"(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=(?:" + MASKED + r"|\S+) dst="
 QUOTED_ENTRY = re.compile(
     r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s"
-    r"[^\"“”`]*?\bsrc=(?:<[^<>=\n]*>|\S+) dst=.*)"
+    r"[^\"“”`]*?\bsrc=(?:" + MASKED + r"|\S+) dst=.*)"
 )
 _CLOSING_QUOTES = "\"“”'‘’`"
 # conntrack's own summary (stderr), pasted on the same line: not part of the entry
