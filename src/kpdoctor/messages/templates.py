@@ -203,8 +203,10 @@ def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:
 def compile_structured(msg: str) -> Compiled:
     """klog 2's quoted message (``"Failed to execute iptables-restore" err=...``) as a pattern:
     the text as given, a trailing period or space inside the quotes either way (releases differ:
-    "Creating dualStackProxier for Windows kernel." and "...kernel" are one message)."""
-    text = msg.strip().rstrip(".").rstrip().replace("{", "{{").replace("}", "}}")
+    "Creating dualStackProxier for Windows kernel." and "...kernel" are one message). A Go verb
+    in it is printed as written: klog formats no structured message (1.34's "Timed out waiting for
+    node %q to exist" is logged with the %q)."""
+    text = msg.strip().rstrip(".").rstrip().replace("{", "{{").replace("}", "}}").replace("%", "%%")
     base = compile_template('"' + text + '"')
     # the needle leaves the quotes out: a log kept as JSON (docker's) escapes them
     return Compiled(base.pattern[:-1] + '\\.?[ \t]*"', compile_template(text).needle, base.names, base.parts)
