@@ -74,6 +74,53 @@ def test_a_padded_table_is_not_taken_for_a_wrapped_text() -> None:
     assert "hard line breaks" not in unwrap_paste(table).removed
 
 
+def _wrapped_at_every_word(text: str, start: int, end: int, indent: str = "") -> list[tuple[str, str]]:
+    """Every way a word wrap can break ``text`` in two at a space between ``start`` and ``end``
+    (the indent kept on both pieces)."""
+    at = [i for i, ch in enumerate(text) if ch == " " and start < i < end]
+    return [(indent + text[:i], indent + text[i + 1 :]) for i in at]
+
+
+@pytest.mark.parametrize(
+    "key", ["iptables/lock-held-no-wait", "iptables/lock-held-stopped-waiting", "kube-proxy/iptables-restore-failed"]
+)
+def test_a_message_broken_across_lines_by_a_word_wrap_is_read_whole_on_its_first_line(key: str) -> None:
+    """An editor's or a tracker's word wrap breaks a message anywhere between its words (a
+    caller's text before it, an indented quote): wherever it broke, the two lines are joined back
+    onto the first, the second left empty, and the joined line reads as the message."""
+    from kpdoctor.messages import catalogue as messages
+    from kpdoctor.messages import matcher
+    from kpdoctor.messages.templates import render
+
+    caller = "could not set up pod iptables rules: "
+    template = messages().get(key).template
+    words = template.split("%")[0].split("{")[0].rstrip()  # its words, up to what varies
+    line = caller + render(template)
+    pieces = _wrapped_at_every_word(line, len(caller), len(caller) + len(words), indent="    ")
+    assert len(pieces) >= 3
+    for first, second in pieces:
+        un = unwrap_paste(f"{first}\n{second}\n")
+        got = un.text.split("\n")
+        assert got[1] == "" and "line breaks inside a message" in un.removed, (first, second)
+        assert any(m.message.key == key for m in matcher().match(got[0])), got[0]
+
+
+def test_lines_are_not_joined_unless_a_message_is_broken_between_them() -> None:
+    """Log records, rules and prose that hold no broken message keep their lines."""
+    records = XTABLES_LOG.read_text()
+    assert "line breaks inside a message" not in unwrap_paste(records).removed
+    for text in (
+        records,
+        (DATA / "iptables" / "real" / "legacy-save.txt").read_text(),
+        (DATA / "iptables" / "real" / "nft-L-nv.txt").read_text(),
+        "Another app is\nrunning on this port, see the docs\n",
+        # a broken message whose second piece starts a line of its own is a new record, not a piece
+        "E1008 21:01:55.367127  145725 proxier.go:1285] Failed to execute\n"
+        "I1008 21:01:55.367127  145725 proxier.go:1285] iptables-restore: exit status 1\n",
+    ):
+        assert "line breaks inside a message" not in unwrap_paste(text).removed, text[:60]
+
+
 def test_log_lines_between_a_yamls_lines_are_read_apart(tmp_path: Path) -> None:
     """A Deployment's YAML (posted) with a CoreDNS log (posted) tailing into it, a line every
     fourth: the YAML is read as if alone, on its own line numbers, and the log lines apart."""

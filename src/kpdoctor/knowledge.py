@@ -183,8 +183,11 @@ def _message_forms() -> dict[str, MessageForm]:
 
     out: dict[str, MessageForm] = {}
     for m in messages():
-        out[m.key] = MessageForm(m, compile_template(m.template))
-        if m.structured is not None:
+        printf = compile_template(m.template)
+        out[m.key] = MessageForm(m, printf)
+        # klog 2's form, unless the printf form reads its lines already (the same words, no
+        # placeholder: "syncProxyRules complete"): one line, one hit of the message
+        if m.structured is not None and printf.regex().search(f'"{m.structured.msg}"') is None:
             out[m.key + STRUCTURED_FORM] = MessageForm(m, compile_structured(m.structured.msg))
     return out
 
@@ -296,20 +299,28 @@ def _ids_of(keys: tuple[str, ...]) -> tuple[str, ...]:
 
 # what checks declared they read (message key -> the scan's flags: failure, success, variant);
 # the catalogue itself is read when a run first needs it, not when the checks are imported
-_FLAGS: dict[str, tuple[bool, bool, str]] = {}
+_FLAGS: dict[str, tuple[bool, bool, str, bool]] = {}
 DECLARED: list[Messages] = []
 
 
-def messages(id: str, *keys: str, failure: bool = False, success: bool = False, variant: str = "") -> Messages:
+def messages(
+    id: str,
+    *keys: str,
+    failure: bool = False,
+    success: bool = False,
+    variant: str = "",
+    keyed: bool = True,
+) -> Messages:
     """Declare a check's reading of catalogue messages (``component/id`` keys): the messages are
     scanned for anyway; this names them for the check, marks its module as their reader (the
-    generic KP130 leaves their lines to it) and gives the scan's flags (see :class:`Signature`).
-    A key the catalogue does not hold fails the run's first use of it, and the suite."""
+    generic KP130 leaves their lines to it) and gives the scan's flags (see :class:`Signature`;
+    ``keyed=False`` for a reading whose captures vary on every line: a sync's duration, a
+    payload). A key the catalogue does not hold fails the run's first use of it, and the suite."""
     if variant and re.compile(variant).groups:
         raise ValueError(f"signature {id}: a variant has no capturing groups (use (?:...))")
     module = sys._getframe(1).f_globals.get("__name__", "")
     for key in keys:
-        flags = (failure, success, variant)
+        flags = (failure, success, variant, keyed)
         if _FLAGS.setdefault(key, flags) != flags:
             raise ValueError(f"message {key}: read with other scan flags by another check")
         OWNER.setdefault(key, set()).add(module)
@@ -339,10 +350,10 @@ def message_signatures() -> tuple[Signature, ...]:
     out = []
     for sig_id, form in _message_forms().items():
         c = form.compiled
-        failure, success, variant = _FLAGS.get(form.message.key, (False, False, ""))
+        # a message a check reads has its captures kept apart as a check's are (unless it says not)
+        failure, success, variant, keyed = _FLAGS.get(form.message.key, (False, False, "", False))
         generic = not tells_kube_proxy(form.message)
-        read = form.message.key in _FLAGS  # a check reads it: its captures are kept apart as a check's are
-        out.append(Signature(sig_id, c.needle, c.pattern, failure, success, variant, generic, keyed=read))
+        out.append(Signature(sig_id, c.needle, c.pattern, failure, success, variant, generic, keyed=keyed))
     _SIGNATURES[:] = [(len(_FLAGS), tuple(out))]
     return _SIGNATURES[0][1]
 

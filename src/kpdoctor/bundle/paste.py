@@ -5,9 +5,11 @@ name and line number to each line (and put ``--`` between groups), and a single 
 in backticks. Each of these is undone line by line, never joining, splitting or dropping a line,
 so line N of the result is line N of the user's file and evidence citations stay right.
 
-A hard wrap (a terminal or a mail client that broke every long line at the same column) is the
-one exception to "never joining": each broken line is joined back onto its first piece and the
-lines its other pieces were on are left empty, so that line N is still line N.
+A hard wrap (a terminal or a mail client that broke every long line at the same column) is one
+exception to "never joining": each broken line is joined back onto its first piece and the lines
+its other pieces were on are left empty, so that line N is still line N. The other is a message
+of the catalogue broken across lines at any column (an editor's or a tracker's word wrap): the
+lines are joined where their join, and neither line, reads as one of the programs' messages.
 
 Used only for text that is not recognised as it is, or that reads better without its wrapping.
 """
@@ -187,6 +189,37 @@ def _hard_wrapped(lines: list[str]) -> list[str] | None:
     return out
 
 
+# A message no longer than this many lines is joined back (a wrap breaks a line in few places).
+_MAX_PIECES = 4
+
+
+def _rejoin_messages(lines: list[str]) -> list[str] | None:
+    """Lines that hold one message of the catalogue between them joined back onto the first (the
+    others left empty); None when no message is broken. A line that starts a line of its own (a
+    log record's header, a rule, a prompt) is never another's piece."""
+    from kpdoctor.messages import matcher  # the catalogue is read only when a paste asks
+
+    m = matcher()
+    out: list[str] | None = None
+    i = 0
+    while i < len(lines) - 1:
+        head, j = lines[i], i + 1
+        while (
+            j < len(lines)
+            and j - i < _MAX_PIECES
+            and head.strip()
+            and not _STARTS_A_LINE.match(lines[j])
+            and m.broken_between(head, lines[j])
+        ):
+            head = head.rstrip() + " " + lines[j].lstrip()
+            j += 1
+        if j > i + 1:
+            out = out if out is not None else list(lines)
+            out[i:j] = [head] + [""] * (j - i - 1)
+        i = j
+    return out
+
+
 def unwrap_paste(text: str) -> Unwrapped:
     """The text as the command printed it, as far as the wrapping can be told from the text."""
     lines = text.split("\n")
@@ -204,6 +237,10 @@ def unwrap_paste(text: str) -> Unwrapped:
         lines, cut = _dedent(lines)
         if cut:
             removed.append(f"an indentation of {cut}")
+        rejoined = _rejoin_messages(lines) if "line breaks inside a message" not in removed else None
+        if rejoined is not None:
+            lines = rejoined
+            removed.append("line breaks inside a message")
         ticked = [m.group("indent") + m.group("inner") if (m := _BACKTICKED.match(ln)) else ln for ln in lines]
         if ticked != lines:
             lines = ticked

@@ -22,7 +22,16 @@ from kpdoctor.dataplane.session import DataplaneInputs
 from kpdoctor.facts import iptables_variant
 from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
 from kpdoctor.facts.iptables_variant import HostIptables
-from kpdoctor.facts.log import FLAG, K3S_RUNNING, PROXY_MODE, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, LogFacts
+from kpdoctor.facts.log import (
+    FLAG,
+    K3S_RUNNING,
+    PROXY_MODE,
+    SYNC_MODE,
+    VERSION_GLOG,
+    VERSION_STRUCTURED,
+    LogFacts,
+    mode_of,
+)
 from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import Signature, scanned
 from kpdoctor.model import Cite
@@ -639,7 +648,7 @@ class Facts:
 
     def _claimed_mode(self) -> tuple[str, Cite | None] | None:
         """The proxy mode kube-proxy says it runs (log) or is configured with (RunningMode.claimed)."""
-        logged = self._logged_mode(PROXY_MODE.id)
+        logged = self._logged_mode(PROXY_MODE.ids)
         if logged is not None:
             return logged
         configured = self._configured_mode
@@ -649,13 +658,13 @@ class Facts:
             return "iptables", None
         return None
 
-    def _logged_mode(self, *signatures: str) -> tuple[str, Cite] | None:
-        """The mode the last of these log lines names (the first signature that has lines)."""
-        for sig in signatures:
-            hits = self.log.hits(sig)
+    def _logged_mode(self, *readings: tuple[str, ...]) -> tuple[str, Cite] | None:
+        """The mode the last of these log lines names (the first reading that has lines)."""
+        for ids in readings:
+            hits = self.log.hits(*ids)
             if hits:
                 h = hits[-1]
-                return (h.groups[0] or "iptables"), Cite(h.artifact, h.line, h.text)
+                return (mode_of(h) or "iptables"), Cite(h.artifact, h.line, h.text)
         return None
 
     @cached_property
@@ -671,7 +680,7 @@ class Facts:
         """The proxy-mode answer: the mode kube-proxy really runs in, from its log, the state each
         mode leaves on the node, its configuration, or the default, with how that is known and
         what kube-proxy itself claims (:mod:`kpdoctor.dataplane.modes`)."""
-        logged = self._logged_mode(PROXY_MODE.id, SYNC_MODE.id)
+        logged = self._logged_mode(PROXY_MODE.ids, SYNC_MODE.ids)
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
         states = modes.iptables_states(rulesets)
         ipvs = modes.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])

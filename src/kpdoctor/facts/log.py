@@ -11,14 +11,13 @@ two hits) is counted during the scan.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kpdoctor.knowledge import REGISTRY, message_form, readers, signature
-from kpdoctor.messages import catalogue
-from kpdoctor.messages.match import Match, Matcher
+from kpdoctor.knowledge import REGISTRY, message_form, messages, readers, signature
+from kpdoctor.messages import matcher
+from kpdoctor.messages.match import Match
 from kpdoctor.model import Cite
 from kpdoctor.parse.logscan import Hit, ScanResult
 from kpdoctor.versions import IptablesVersion
@@ -27,19 +26,58 @@ from kpdoctor.versions import IptablesVersion
 # binary a restore error names, so "all from ip6tables?" and "which backend failed?" are exact.
 RESTORE_VARIANT = r"ip6tables|-restore v[0-9.]+ *(?:\((?:legacy|nf_tables)\))?"
 
-SYNC_COMPLETE = signature("sync-complete", "yncProxyRules", r"[Ss]yncProxyRules (complete|took)", success=True)
-SYNC_FAILED = signature("sync-failed", "Sync failed", r"Sync failed", failure=True, generic=True)
-RESTORE_FAILED = signature(
-    "restore-failed", "-restore", r"Failed to execute iptables-restore", failure=True, variant=RESTORE_VARIANT
+# The sync timeline and the running mode, read from kube-proxy's own messages (every release's
+# wording is an entry of the messages catalogue; src/kpdoctor/messages/kube-proxy.yaml).
+SYNC_COMPLETE = messages(
+    "sync-complete",
+    "kube-proxy/proxier-sync-complete",  # "syncProxyRules took %v", "SyncProxyRules complete"
+    "kube-proxy/ipvs-sync-complete",
+    "kube-proxy/userspace-userspace-syncproxyrules-took",
+    "kube-proxy/userspace-userspace-syncproxyrules-complete",
+    "kube-proxy/winkernel-syncing-proxy-rules-complete",
+    success=True,
+    keyed=False,  # the sync's duration
+)
+# "Sync failed; retrying in 30s", "Sync failed" retryingTime="30s" (not the error value of the
+# same name 1.34 returns with it: one line, one failure)
+SYNC_FAILED = messages("sync-failed", "kube-proxy/proxier-sync-failed-retrying", failure=True, keyed=False)
+RESTORE_FAILED = messages(
+    "restore-failed",
+    "kube-proxy/iptables-restore-failed",
+    "kube-proxy/iptables-cleanup-restore-failed",
+    failure=True,
+    variant=RESTORE_VARIANT,  # kept apart by restore binary and IP family, not by payload
+    keyed=False,
 )
 VERSION_GLOG = signature("version-glog", "Version: v", r"Version: v([0-9]+\.[0-9]+\.[0-9]+[^ \"]*)", generic=True)
 VERSION_STRUCTURED = signature("version-structured", '"Version info" version=', r'"Version info" version="(v[^"]+)"')
 FLAG = signature("flag", "FLAG: --", r'FLAG: --([a-z0-9-]+)="(.*)"', generic=True)
 K3S_RUNNING = signature("k3s-running-kube-proxy", "Running kube-proxy", r"Running kube-proxy (--.*)")
-PROXY_MODE = signature("proxy-mode", "Using ", r"Using (iptables|ipvs|nftables|userspace|kernelspace) [Pp]rox(y|ier)")
-# The proxier of each mode says what it syncs (structured era): the mode, when the start-up line is
-# not in the evidence ("Syncing iptables rules", "Syncing nftables rules", "Syncing ipvs rules").
-SYNC_MODE = signature("sync-mode", "Syncing ", r'"Syncing (iptables|nftables|ipvs) rules"', generic=True)
+# The mode each start-up message names.
+_STARTED_IN = {
+    "kube-proxy/server-using-iptables-proxier": "iptables",
+    "kube-proxy/server-using-iptables-proxy": "iptables",
+    "kube-proxy/server-using-ipvs-proxier": "ipvs",
+    "kube-proxy/server-using-nftables-proxier": "nftables",
+    "kube-proxy/server-using-userspace-proxier": "userspace",
+    "kube-proxy/server-using-kernelspace-proxier": "kernelspace",
+}
+PROXY_MODE = messages("proxy-mode", *_STARTED_IN)
+# The proxier of each mode says what it syncs: the mode, when the start-up line is not in the
+# evidence ("Syncing iptables rules", "Syncing ipvs proxier rules", "Syncing nftables rules").
+_SYNCS_IN = {
+    "kube-proxy/iptables-syncing-rules": "iptables",
+    "kube-proxy/ipvs-syncing-rules-old": "ipvs",
+    "kube-proxy/ipvs-syncing-rules": "ipvs",
+    "kube-proxy/nftables-syncing-rules": "nftables",
+}
+SYNC_MODE = messages("sync-mode", *_SYNCS_IN)
+
+
+def mode_of(hit: Hit) -> str | None:
+    """The proxy mode a PROXY_MODE or SYNC_MODE hit names."""
+    form = message_form(hit.sig)
+    return None if form is None else _STARTED_IN.get(form.message.key) or _SYNCS_IN.get(form.message.key)
 
 
 def restore_binary(hit: Hit) -> IptablesVersion | None:
@@ -238,16 +276,16 @@ def _read_messages(log: LogFacts) -> list[LoggedMessage]:
             by_line.setdefault((h.artifact, h.line), h)
     if not by_line:
         return []
-    matcher = _matcher()
+    reader = matcher()
     groups: dict[tuple[str, ...], list[tuple[Match, Hit]]] = {}
     for hit in by_line.values():
-        found = matcher.match(hit.text)
+        found = reader.match(hit.text)
         if not found:
             continue
         m = found[0]
         if m.message.payload and m.payload is None and hit.record != hit.text:
             # the payload on the record's continuation lines (klog 2's err=< blocks)
-            again = matcher.match(hit.record)
+            again = reader.match(hit.record)
             m = next((x for x in again if x.message.key == m.message.key), m)
         key = chain_of(m)
         groups.setdefault(key, []).append((m, hit))
@@ -270,13 +308,8 @@ def _only_reading(groups: dict[tuple[str, ...], list[tuple[Match, Hit]]], sigs: 
     return sum(1 for readings in groups.values() if any(h.sig in sigs for _, h in readings)) == 1
 
 
-@functools.cache
-def _matcher() -> Matcher:
-    return Matcher(catalogue())
-
-
 def chain_read(text: str) -> tuple[str, ...] | None:
     """The chain of catalogue messages a line reads as (outermost first, as
     :func:`logged_messages` groups lines), or None when no message reads it."""
-    found = _matcher().match(text)
+    found = matcher().match(text)
     return chain_of(found[0]) if found else None

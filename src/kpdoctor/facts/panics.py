@@ -67,7 +67,7 @@ def panics(facts: Facts, sig_id: str = GO_PANIC.id) -> list[Panic]:
     """
     hits = facts.log.hits(sig_id)
     frames = facts.log.hits(KUBE_PROXY_FRAME.id)
-    syncs = facts.log.hits(SYNC_COMPLETE.id)
+    syncs = facts.log.hits(*SYNC_COMPLETE.ids)
     out: list[Panic] = []
     seen: list[Hit] = []
     for i, p in enumerate(hits):

@@ -12,9 +12,10 @@ import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kpdoctor.messages.match import Matcher
     from kpdoctor.messages.schema import Catalogue
 
-__all__ = ["catalogue"]
+__all__ = ["catalogue", "matcher"]
 
 
 @functools.cache
@@ -23,3 +24,11 @@ def catalogue() -> Catalogue:
     from kpdoctor.messages.schema import load  # YAML is parsed only by a caller that needs it
 
     return load()
+
+
+@functools.cache
+def matcher() -> Matcher:
+    """One matcher of the shipped catalogue per process (the intake and the checks share it)."""
+    from kpdoctor.messages.match import Matcher
+
+    return Matcher(catalogue())

@@ -102,6 +102,23 @@ class Matcher:
                 found[m.key] = Match(m, caps, start, payload)
         return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
 
+    def broken_between(self, first: str, second: str) -> bool:
+        """Is a message broken between these two lines (a word wrap, an editor's, a mail's, a
+        tracker's): a form of it reads their join across the break, and neither line alone?"""
+        joined = first.rstrip() + " " + second.lstrip()
+        cut = len(first.rstrip())
+        alone = {*self._present(first), *self._present(second)}
+        for needle in self._present(joined):
+            for i in self._by_needle[needle]:
+                rx = self._forms[i][1].regex()
+                got = rx.search(joined)
+                if got is None or not got.start() < cut < got.end():
+                    continue
+                if needle in alone and (rx.search(first) or rx.search(second)):
+                    continue  # read on its line already
+                return True
+        return False
+
 
 def _ends_in_reason(compiled: Compiled) -> bool:
     """Does the template end with a placeholder that takes the rest of the line (a reason)?"""

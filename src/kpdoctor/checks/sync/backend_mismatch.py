@@ -143,7 +143,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     strong = facts.log.hits(CANNOT_LOAD_TARGET.id, CHAIN_DOES_NOT_EXIST.id)
     table_init = [h for h in facts.log.hits(TABLE_INIT_FAILED.id) if _legacy(banner(h))]
     busy = [h for h in facts.log.hits(*CHAIN_BUSY.ids) if captures(h).get("chain", "").startswith("KUBE-")]
-    failed = facts.log.hits(RESTORE_FAILED.id)
+    failed = facts.log.hits(*RESTORE_FAILED.ids)
     host = facts.host_iptables
     image = facts.iptables_version("kube-proxy")
     split, split_cites = _split(facts)
@@ -396,7 +396,7 @@ def _busy_chain(facts: Facts, hits: list[Hit], host: HostIptables | None) -> Fin
     nf_tables kube-proxy on a host whose iptables and kernel are legacy-only."""
     b = next((x for h in hits if (x := banner(h)) is not None), None)
     if b is None:
-        b = next((x for h in facts.log.hits(RESTORE_FAILED.id) if (x := banner(h)) is not None), None)
+        b = next((x for h in facts.log.hits(*RESTORE_FAILED.ids) if (x := banner(h)) is not None), None)
     if b is not None and b.effective_variant == "legacy":
         return None  # not an nf_tables restore
     binary = str(b) if b is not None else "iptables-restore (nf_tables)"
@@ -493,7 +493,7 @@ def _one_side_known(
       legacy-only iptables) write to legacy; with kube-proxy's version that is decided, else a
       note naming what to compare.
     """
-    if image is not None or facts.log.count(SYNC_COMPLETE.id):
+    if image is not None or facts.log.count(*SYNC_COMPLETE.ids):
         return None
     warn = next((rs for rs in facts.rulesets if rs.legacy_warning_line and not rs.legacy_warning_spliced), None)
     if warn is not None and warn.legacy_warning_line is not None:

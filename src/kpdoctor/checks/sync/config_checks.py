@@ -11,7 +11,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import SYNC_MODE, cite_line
+from kpdoctor.facts.log import SYNC_MODE, cite_line, mode_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import (
@@ -160,7 +160,7 @@ def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Findi
     syncs at once instead of queueing, k/k#111219)."""
     if min_sync <= 0:
         return
-    starts = [h for h in facts.log.hits(SYNC_MODE.id) if h.groups and h.groups[0] == section]
+    starts = [h for h in facts.log.hits(*SYNC_MODE.ids) if mode_of(h) == section]
     close = []
     for a, b in itertools.pairwise(starts):
         ta, tb = _seconds(a), _seconds(b)

@@ -109,7 +109,7 @@ def ipvs_sync_deadlock(facts: Facts) -> Iterator[Finding]:
     empty_with_eps = [(vs, a) for vs, a in empty if vs.address.rsplit(":", 1)[0].strip("[]") in ready_ips]
     kpv = facts.kube_proxy_version
     affected, fixed = deadlock_affected(kpv.value) if kpv else (None, None)
-    syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(SYNC_COMPLETE.id))
+    syncs_after = bool(gt) and any(h.order > gt[-1].order for h in facts.log.hits(*SYNC_COMPLETE.ids))
     stalled = facts.log.count(GT_DELETE_RS.id, GT_DELETE_FAILED.id, GT_ERRORS.id) >= 3 and not syncs_after
     lost = facts.log.hits(NETLINK_EMPTY_REPLY.id)
     if not gt and not affected:

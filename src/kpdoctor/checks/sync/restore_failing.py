@@ -40,11 +40,11 @@ def restore_failing(facts: Facts) -> Iterator[Finding]:
         https://github.com/kubernetes/kubernetes/blob/master/pkg/proxy/iptables/proxier.go (syncProxyRules);
         https://cloud.tencent.com/document/product/457/79797
     """
-    hits = facts.log.hits(RESTORE_FAILED.id, SYNC_FAILED.id)
+    hits = facts.log.hits(*RESTORE_FAILED.ids, *SYNC_FAILED.ids)
     if not hits:
         return
-    restore = facts.log.hits(RESTORE_FAILED.id) or hits
-    failed = facts.log.count(RESTORE_FAILED.id) or facts.log.count(SYNC_FAILED.id)
+    restore = facts.log.hits(*RESTORE_FAILED.ids) or hits
+    failed = facts.log.count(*RESTORE_FAILED.ids) or facts.log.count(*SYNC_FAILED.ids)
     f = start(facts, "KP100", restore, confidence=Confidence.HIGH, summary=f"iptables-restore failed {failed} time(s).")
     f.fix = ["Fix the root cause reported with this finding, then confirm a sync succeeds."]
     v6_only = all("ip6tables" in h.record for h in restore)

@@ -19,6 +19,7 @@ from kpdoctor.checks.common import (
 from kpdoctor.facts import Facts, containers_of, pod_spec_of
 from kpdoctor.facts.log import (
     RESTORE_VARIANT,
+    captures,
     cite_line,
     iptables_call,
     is_other_writer,
@@ -39,16 +40,8 @@ RESTORE_LINE_FAILED = signature(
     failure=True,
     variant=RESTORE_VARIANT,  # node_backend: the first hit naming each restore binary is kept
 )
-# The tail of iptables' lock messages ("Another app is currently holding the xtables lock. ..."),
-# not the whole message (iptables/lock-held-no-wait, lock-held-stopped-waiting in the catalogue):
-# `kubectl describe` wraps an event's message across lines, and the tail stays on one.
-LOCK_NO_WAIT = signature(
-    "xtables-lock-no-wait",
-    "holding the xtables lock",
-    r"holding the xtables lock. Perhaps you want to use the -w option",
-    failure=True,
-    variant=RESTORE_VARIANT,
-)
+# iptables' lock messages (a message broken across lines in a paste is joined back by the intake)
+LOCK_NO_WAIT = messages("xtables-lock-no-wait", "iptables/lock-held-no-wait", failure=True, variant=RESTORE_VARIANT)
 OWN_LOCK_TIMEOUT = messages(
     "iptables-own-lock-timeout",
     "kube-proxy/util-iptables-acquire-lock-failed",
@@ -113,12 +106,8 @@ _EXPLAINED_RESTORE = re.compile(
     r"invalid option|unknown option|Couldn't load (?:target|match)|No chain/target/match by that name|"
     r"Bad argument|does not exist|Chain '[^']+' does not exist"
 )
-LOCK_STOPPED_WAITING = signature(
-    "xtables-lock-timeout",
-    "holding the xtables lock",
-    r"holding the xtables lock. Stopped waiting after ([0-9]+)s",
-    failure=True,
-    variant=RESTORE_VARIANT,
+LOCK_STOPPED_WAITING = messages(
+    "xtables-lock-timeout", "iptables/lock-held-stopped-waiting", failure=True, variant=RESTORE_VARIANT
 )
 
 # Workloads that run iptables on the host (kube-proxy, CNIs, network-policy agents).
@@ -192,7 +181,7 @@ def node_backend(facts: Facts) -> tuple[str | None, Cite | None]:
             return v.value.short_variant, v.cite
         if v and not v.value.at_least(1, 8):
             return "legacy", v.cite
-    for h in facts.log.hits(RESTORE_LINE_FAILED.id, LOCK_NO_WAIT.id, LOCK_STOPPED_WAITING.id):
+    for h in facts.log.hits(RESTORE_LINE_FAILED.id, *LOCK_NO_WAIT.ids, *LOCK_STOPPED_WAITING.ids):
         binary = restore_binary(h)
         if binary is not None and binary.short_variant:
             return binary.short_variant, Cite(h.artifact, h.line, h.text)
@@ -414,7 +403,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
         kubernetes pkg/util/iptables (WaitRestoreMinVersion = 1.6.2)
     """
     bad_arg = facts.log.hits(RESTORE_WAIT_ARG_REJECTED.id)
-    no_wait = facts.log.hits(LOCK_NO_WAIT.id, *OWN_LOCK_TIMEOUT.ids)
+    no_wait = facts.log.hits(*LOCK_NO_WAIT.ids, *OWN_LOCK_TIMEOUT.ids)
     own = [h for h in no_wait if not is_other_writer(h)]
     others = [h for h in no_wait if is_other_writer(h)] + facts.log.hits(FELIX_RESOURCE_PROBLEM.id)
     assumed = facts.log.hits(*RESTORE_NO_WAIT_ASSUMED.ids)
@@ -443,7 +432,7 @@ def restore_no_wait(facts: Facts) -> Iterator[Finding]:
             severity=Severity.WARNING,
         )
         parts = []
-        if any(h.sig == LOCK_NO_WAIT.id for h in own):
+        if any(h.sig in LOCK_NO_WAIT.ids for h in own):
             parts.append("iptables-restore gave up at once because another process held the xtables lock")
         if any(h.sig in OWN_LOCK_TIMEOUT.ids for h in own):
             parts.append("kube-proxy could not take the xtables lock itself within its 2 s poll")
@@ -664,12 +653,12 @@ def lock_held_too_long(facts: Facts) -> Iterator[Finding]:
     References: seed 000; https://github.com/cloudnativelabs/kube-router/issues/1057;
         https://github.com/kubernetes/kubernetes/issues/57428
     """
-    hits = facts.log.hits(LOCK_STOPPED_WAITING.id)
+    hits = facts.log.hits(*LOCK_STOPPED_WAITING.ids)
     holders = lock_holders(facts) if facts.has(Kind.LOCKS) else []
     if not hits and not any("wait for the same lock" in d for d, _, _ in holders):
         return
     if hits:
-        waited = hits[-1].groups[0] if hits[-1].groups else "?"
+        waited = captures(hits[-1]).get("seconds", "?")
         f = start(
             facts,
             "KP104",
