@@ -64,6 +64,19 @@ def test_a_structured_record_is_read_by_its_message_and_payload() -> None:
     assert m.payload.captures["option"] == "--xor-mark"
 
 
+def test_of_two_wrappers_that_start_alike_the_one_that_reads_its_payload_comes_first() -> None:
+    """kube-proxy's "error checking rule: %v" and "error checking rule: %v: %s" both read a line
+    whose payload has a colon of its own: the reading that knows the payload is the answer."""
+    from kpdoctor.messages import matcher as shipped
+
+    [m, *_] = shipped().match("error checking rule: iptables: Index of insertion too big.")
+    assert m.message.key == "kube-proxy/util-iptables-check-rule-save-error"
+    assert m.payload is not None and m.payload.message.key == "iptables/index-too-big"
+    # with the exit status first, as -C failures print it, the two-part form reads it
+    [m, *_] = shipped().match("error checking rule: exit status 1: iptables: Index of insertion too big.")
+    assert m.payload is not None and m.payload.message.key == "iptables/index-too-big"
+
+
 def test_a_line_no_message_knows_is_nothing() -> None:
     assert matcher().match('I1113 16:15:07.931317 1 proxier.go:820] "SyncProxyRules complete"') == []
 

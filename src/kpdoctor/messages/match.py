@@ -74,7 +74,8 @@ class Matcher:
 
     def match(self, line: str, component: str | None = None) -> list[Match]:
         """Every message ``line`` is (of ``component`` only, when given), outermost first: the one
-        that starts first in the line (a wrapper before the payload it holds), then the longest."""
+        that starts first in the line (a wrapper before the payload it holds), then one whose
+        payload is read, then the longest."""
         found: dict[str, Match] = {}
         allowed = self._component.get(component, set()) if component is not None else None
         for needle in self._present(line):
@@ -100,7 +101,12 @@ class Matcher:
                 # failed (...)") would otherwise start wherever the line does
                 start = got.end(1) if c.parts and not isinstance(c.parts[0], str) else got.start()
                 found[m.key] = Match(m, caps, start, payload)
-        return sorted(found.values(), key=lambda x: (x.start, -len(x.message.template)))
+        # of two readings that start alike, the one that reads its payload as a known message
+        # ("error checking rule: %v" before "...: %v: %s" when the rest is iptables' own words)
+        return sorted(
+            found.values(),
+            key=lambda x: (x.start, x.message.payload is not None and x.payload is None, -len(x.message.template)),
+        )
 
     def broken_between(self, first: str, second: str) -> bool:
         """Is a message broken between these two lines (a word wrap, an editor's, a mail's, a
