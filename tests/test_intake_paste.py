@@ -304,7 +304,8 @@ def test_the_report_says_how_each_input_and_each_transcript_part_was_read() -> N
         "command": "iptables -t nat -S | grep KUBE-MARK-DROP",
         "fragment": "rules without their table lines: proves what is in it, not what is not",
     }
-    assert inputs[1]["kind"] == "log lines" and inputs[1]["paste"] == "an indentation of 4"
+    assert inputs[1]["kind"] == "log lines"
+    assert inputs[1]["paste"] == "an indentation of 4, line breaks inside a message"
 
 
 def test_json_is_written_when_nothing_could_be_read(tmp_path: Path) -> None:

@@ -162,6 +162,29 @@ def test_a_setting_kube_proxy_ignored_is_information(tmp_path: Path) -> None:
     assert found and found[0].severity == Severity.INFO and found[0].code == "KP131"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # klog.Fatal(opts.Run()) (1.10-1.22) with client-go's ErrEmptyConfig of 1.10-1.16 and of 1.18+
+        "F0119 08:02:11.201375   10943 server.go:475] invalid configuration: no configuration has been provided\n",
+        "F0119 08:02:11.201375       1 server.go:495] invalid configuration: no configuration has been provided, "
+        "try setting KUBERNETES_MASTER environment variable\n",
+        # structured era: "Error running ProxyServer" with clientcmd's aggregate of two reasons
+        'E0823 17:40:52.933169       1 server.go:558] "Error running ProxyServer" err="invalid configuration: '
+        '[context was not found for specified context: kube-proxy, cluster has no server defined]"\n',
+        'F0823 17:40:52.933169       1 server.go:495] error loading config file "/var/lib/kube-proxy/kubeconfig.conf": '
+        "yaml: line 5: mapping values are not allowed in this context\n",
+    ],
+)
+def test_kube_proxy_exiting_on_an_unusable_kubeconfig_is_named(tmp_path: Path, line: str) -> None:
+    """client-go's kubeconfig errors (tools/clientcmd), as kube-proxy prints them when it exits."""
+    f = tmp_path / "kube-proxy.log"
+    f.write_text(line)
+    top = run([f]).findings[0]
+    assert (top.code, top.cause) == ("KP131", "kube-proxy-config-invalid")
+    assert "invalid configuration: %v" not in top.summary  # the reason is quoted, not the wrapper
+
+
 # KP132 (kube-proxy-not-privileged) and KP313 (neighbour-table-overflow): causes read from the
 # tools' and the kernel's own messages.
 REFUSED = (  # posted: ysdragon/Pterodactyl-VPS-Egg#37 (iptables 1.8.10 without CAP_NET_ADMIN)

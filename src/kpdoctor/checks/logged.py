@@ -114,7 +114,7 @@ def is_error(lm: LoggedMessage) -> bool:
     return not levels or bool(levels & {"E", "F"})
 
 
-def _innermost(match: Match) -> Message:
+def innermost(match: Match) -> Message:
     """The message that says most: the payload of the payload... of a wrapper."""
     while match.payload is not None:
         match = match.payload
@@ -188,7 +188,7 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
     )
     f.cause = cause
     # a wrapper's own reading quotes the wrapper; any other, the innermost message read
-    shown = list(dict.fromkeys(_said(lm.match.message if r.wrapper else _innermost(lm.match)) for lm, r in items))
+    shown = list(dict.fromkeys(_said(lm.match.message if r.wrapper else innermost(lm.match)) for lm, r in items))
     more = len(shown) - MAX_MESSAGES_SHOWN
     listed = "; ".join(shown[:MAX_MESSAGES_SHOWN]) + (f"; and {more} more" if more > 0 else "")
     alternatives = sorted({a for _, r in items for a in r.alternatives if a != cause})

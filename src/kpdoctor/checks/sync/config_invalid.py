@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version
-from kpdoctor.checks.logged import messages_naming, start_logged
+from kpdoctor.checks.logged import innermost, messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
@@ -61,7 +61,8 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
     else:  # an info or warning line: it went on without the setting (lenient decoding, a fallback)
         f = start_logged(facts, "KP131", logged, confidence=Confidence.MEDIUM, severity=Severity.INFO)
         f.summary = "kube-proxy went on without part of its configuration"
-    said = "; ".join(f"`{lm.match.message.template}` ({lm.match.message.meaning.rstrip('.')})" for lm in logged[:3])
+    # what the message says most about (a wrapper's payload: "invalid configuration: %v" says little)
+    said = "; ".join(f"`{m.template}` ({m.meaning.rstrip('.')})" for m in (innermost(lm.match) for lm in logged[:3]))
     f.summary += f": {said}."
     if f.ongoing is False and f.severity > Severity.INFO:
         f.severity = Severity.INFO
