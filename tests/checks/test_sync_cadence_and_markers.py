@@ -26,9 +26,53 @@ SPACED = (
 )
 
 
-def test_full_syncs_closer_than_min_sync_period(diagnose: Diagnose) -> None:
-    f = one(diagnose({"kube-proxy.log": BACK_TO_BACK}), "KP108")
-    assert "177 ms apart" in f.summary and len(f.evidence) == 2
+THIRD = '2022-07-05T07:15:18.350117291Z I0705 07:15:18.350101    2171 proxier.go:865] "Syncing iptables rules"\n'
+
+
+def test_two_syncs_in_a_row_are_the_runners_burst_before_1_35(diagnose: Diagnose) -> None:
+    """kube-proxy's runner (pkg/util/async, burstSyncs 2) lets two syncs start back to back, as
+    a healthy kube-proxy does at start; a third within minSyncPeriod is more than it allows."""
+    none_of(diagnose({"kube-proxy.log": BACK_TO_BACK}), "KP108")
+    f = one(diagnose({"kube-proxy.log": BACK_TO_BACK + THIRD}), "KP108")
+    assert "3 full iptables syncs within 364 ms" in f.summary and len(f.evidence) == 2
+
+
+def test_from_1_35_two_syncs_closer_than_min_sync_period_are_too_many() -> None:
+    """pkg/proxy/runner keeps minSyncPeriod between any two runs: iptables from 1.35, nftables
+    from 1.34; before, pkg/util/async's runner let two run back to back."""
+    from kpdoctor.checks.sync.config_checks import burst_syncs
+    from kpdoctor.versions import KubeVersion
+
+    v = KubeVersion.parse
+    assert [burst_syncs("iptables", v(x)) for x in ("v1.20.2", "v1.34.9", "v1.35.0")] == [2, 2, 1]
+    assert [burst_syncs("nftables", v(x)) for x in ("v1.33.1", "v1.34.9")] == [2, 1]
+    assert burst_syncs("iptables", None) == 2  # unknown: what the most lenient release allows
+
+
+# A real kube-proxy 1.20.2's start (the lab's, tests/lab): version and flags, then three syncs
+# within 175 ms as its informers sync, then the runner's cadence.
+START_UP = (
+    'I1129 09:50:44.597421    5859 flags.go:59] FLAG: --iptables-min-sync-period="1s"\n'
+    "I1129 09:50:44.603640    5859 proxier.go:333] iptables(IPv4) sync params: minSyncPeriod=1s, syncPeriod=30s, "
+    "burstSyncs=2\n"
+    "I1129 09:50:44.603708    5859 server.go:650] Version: v1.20.2\n"
+    "I1129 09:50:44.905419    5859 proxier.go:861] Syncing iptables rules\n"
+    "I1129 09:50:44.934447    5859 proxier.go:825] syncProxyRules took 29.246879ms\n"
+    "I1129 09:50:45.028931    5859 proxier.go:861] Syncing iptables rules\n"
+    "I1129 09:50:45.051133    5859 proxier.go:825] syncProxyRules took 22.312993ms\n"
+    "I1129 09:50:45.079936    5859 proxier.go:861] Syncing iptables rules\n"
+    "I1129 09:50:45.105689    5859 proxier.go:825] syncProxyRules took 25.866153ms\n"
+    "I1129 09:50:46.106161    5859 proxier.go:861] Syncing iptables rules\n"
+    "I1129 09:50:46.131928    5859 proxier.go:825] syncProxyRules took 26.043033ms\n"
+)
+
+
+def test_the_syncs_of_kube_proxys_start_up_are_not_a_cadence(diagnose: Diagnose) -> None:
+    """Every release syncs at once when its informers have synced: a start-up flurry is normal;
+    the same flurry later in the process's life is not."""
+    none_of(diagnose({"kube-proxy.log": START_UP}), "KP108")
+    later = START_UP.replace("09:50:4", "09:55:4").split("\n")[3:]  # the syncs again, 5 minutes on
+    one(diagnose({"kube-proxy.log": START_UP + "\n".join(later)}), "KP108")
 
 
 def test_syncs_at_the_normal_cadence_are_nothing(diagnose: Diagnose) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +10,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start
 from kpdoctor.checks.sync.node_ip import lookup_name
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import SYNC_MODE, cite_line, mode_of
+from kpdoctor.facts.log import FLAG, SYNC_MODE, VERSION_GLOG, VERSION_STRUCTURED, cite_line, mode_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import (
@@ -115,7 +114,8 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
             evidence.append(c)
         severity = Severity.WARNING if problems[0].startswith(section + " syncPeriod") else Severity.INFO
     if not problems:
-        yield from _back_to_back(facts, section, min_s if min_s is not None else default_min_sync(section, cfg.version))
+        min_s = min_s if min_s is not None else default_min_sync(section, cfg.version)
+        yield from _back_to_back(facts, section, min_s, burst_syncs(section, cfg.version))
         return
     rec = (
         "Set `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (ipvs.minSyncPeriod: 0s, ipvs.syncPeriod: 30s)."
@@ -154,15 +154,58 @@ def _seconds(hit: Hit) -> float | None:
     return (((int(mo) * 31 + int(d)) * 24 + int(h)) * 60 + int(mi)) * 60 + float(sec)
 
 
-def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Finding]:
+# The first release whose proxier runs its syncs through pkg/proxy/runner, which keeps
+# minSyncPeriod between any two runs; before it, pkg/util/async's runner let burstSyncs (2) run
+# back to back (read in the iptables and nftables proxiers of 1.19 to 1.36).
+_NO_BURST_FROM = {"iptables": (1, 35), "nftables": (1, 34)}
+
+
+def burst_syncs(section: str, version: KubeVersion | None) -> int:
+    """How many syncs kube-proxy's runner lets start within one minSyncPeriod (an unknown
+    release: the most any release allows, so that no release's normal start is taken for a
+    fault)."""
+    first = _NO_BURST_FROM.get(section)
+    return 1 if first is not None and version is not None and version.line >= first else 2
+
+
+def _after_start_up(facts: Facts, starts: list[Hit], min_sync: float) -> list[Hit]:
+    """The sync starts after kube-proxy's start-up, where its log shows it starting (its version
+    and flags before the first sync): every release syncs at once, outside its runner, when its
+    Service and EndpointSlice informers have synced, so the first syncs of a process come in a
+    flurry that says nothing (a real 1.20.2 starts three within 175 ms). The flurry ends at the
+    first start a minSyncPeriod after the one before it."""
+    started: dict[str, tuple[int, int]] = {}  # artifact -> where its first start-up line is
+    for h in facts.log.hits(VERSION_GLOG.id, VERSION_STRUCTURED.id, FLAG.id):
+        started[h.artifact] = min(started.get(h.artifact, h.order), h.order)
+    out: list[Hit] = []
+    flurry: dict[str, Hit] = {}  # artifact -> the last start of its start-up flurry so far
+    for h in starts:
+        first = not any(x.artifact == h.artifact for x in out) and h.artifact not in flurry
+        if first and h.artifact in started and started[h.artifact] < h.order:
+            flurry[h.artifact] = h
+            continue
+        last = flurry.get(h.artifact)
+        if last is not None:
+            ta, tb = _seconds(last), _seconds(h)
+            if ta is not None and tb is not None and 0 <= tb - ta < min_sync:
+                flurry[h.artifact] = h
+                continue
+            del flurry[h.artifact]
+        out.append(h)
+    return out
+
+
+def _back_to_back(facts: Facts, section: str, min_sync: float, burst: int) -> Iterator[Finding]:
     """Full syncs that start closer together than minSyncPeriod allows: kube-proxy's log says
     it syncs more often than its settings should let it (minSyncPeriod 0, or a code path that
-    syncs at once instead of queueing, k/k#111219)."""
+    syncs at once instead of queueing, k/k#111219). Releases before pkg/proxy/runner allow two
+    syncs in a row (burstSyncs): only a third within one minSyncPeriod is more than they allow."""
     if min_sync <= 0:
         return
-    starts = [h for h in facts.log.hits(*SYNC_MODE.ids) if mode_of(h) == section]
+    starts = _after_start_up(facts, [h for h in facts.log.hits(*SYNC_MODE.ids) if mode_of(h) == section], min_sync)
     close = []
-    for a, b in itertools.pairwise(starts):
+    for i in range(len(starts) - burst):
+        a, b = starts[i], starts[i + burst]
         ta, tb = _seconds(a), _seconds(b)
         if ta is not None and tb is not None and a.artifact == b.artifact and 0 <= tb - ta < min_sync:
             close.append((a, b, tb - ta))
@@ -171,9 +214,9 @@ def _back_to_back(facts: Facts, section: str, min_sync: float) -> Iterator[Findi
     a, b, gap = min(close, key=lambda x: x[2])
     f = start(facts, "KP108", [], confidence=Confidence.MEDIUM, severity=Severity.WARNING)
     f.summary = (
-        f"kube-proxy starts full {section} syncs {gap * 1000:.0f} ms apart, closer than its minSyncPeriod "
-        f"({min_sync:g}s) allows: every event triggers a whole rewrite (a minSyncPeriod of 0, or a release "
-        "that syncs on some events at once instead of queueing them)."
+        f"kube-proxy starts {burst + 1} full {section} syncs within {gap * 1000:.0f} ms, more than its "
+        f"minSyncPeriod ({min_sync:g}s) allows: every event triggers a whole rewrite (a minSyncPeriod of 0, "
+        "or a release that syncs on some events at once instead of queueing them)."
     )
     f.evidence = [cite_line(a), cite_line(b)]
     kpv = facts.kube_proxy_version
