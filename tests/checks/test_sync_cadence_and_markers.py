@@ -9,7 +9,7 @@ from collections.abc import Callable
 from checks.helpers import CASES, Diag
 from conftest import all_findings, none_of, one
 
-from kpdoctor.model import Report
+from kpdoctor.model import Report, Severity
 
 Diagnose = Callable[..., Report]
 
@@ -32,8 +32,11 @@ THIRD = '2022-07-05T07:15:18.350117291Z I0705 07:15:18.350101    2171 proxier.go
 def test_two_syncs_in_a_row_are_the_runners_burst_before_1_35(diagnose: Diagnose) -> None:
     """kube-proxy's runner (pkg/util/async, burstSyncs 2) lets two syncs start back to back, as
     a healthy kube-proxy does at start; a third within minSyncPeriod is more than it allows."""
-    none_of(diagnose({"kube-proxy.log": BACK_TO_BACK}), "KP108")
+    two = one(diagnose({"kube-proxy.log": BACK_TO_BACK}), "KP108")  # suspected: what decides is named
+    assert two.suspected and two.severity == Severity.INFO and two.decided_by
+    assert "177 ms apart" in two.summary
     f = one(diagnose({"kube-proxy.log": BACK_TO_BACK + THIRD}), "KP108")
+    assert not f.suspected and f.severity == Severity.WARNING
     assert "3 full iptables syncs within 364 ms" in f.summary and len(f.evidence) == 2
 
 
