@@ -73,9 +73,13 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
         --config is given), compared to upstream defaults for the version found. In a config
         file a zero period (`0s`, as `--write-config-to` style dumps print every unset field) is
         "unset": kube-proxy's defaulting replaces it (30s / 1s), so it is never reported; a
-        flag's `0s` is a value. Without settings that explain it, the log's own cadence: full
-        syncs starting closer together than minSyncPeriod (a release that syncs on some events
-        at once, k/k#111219).
+        flag's `0s` is a value. Without settings that explain it, the log's own cadence: more
+        full syncs starting within one minSyncPeriod than kube-proxy's runner lets run (a
+        release that syncs on some events at once, k/k#111219). Releases before
+        pkg/proxy/runner (iptables 1.35, nftables 1.34) let two run back to back: two alone
+        are a suspected fault, at info, a third the warning. The syncs of a start-up (every
+        release syncs at once when its informers sync) are left out where the log shows the
+        process starting.
     Fix: IPVS: `--ipvs-min-sync-period=0s --ipvs-sync-period=30s` (the defaults: event-driven
         with a 30 s safety resync). iptables/nftables: syncPeriod 30s and minSyncPeriod 1s (the
         default since 1.19). Set them where they take effect: in the config file when kube-proxy
