@@ -99,10 +99,11 @@ def test_a_message_broken_across_lines_by_a_word_wrap_is_read_whole_on_its_first
     pieces = _wrapped_at_every_word(line, len(caller), len(caller) + len(words), indent="    ")
     assert len(pieces) >= 3
     for first, second in pieces:
-        un = unwrap_paste(f"{first}\n{second}\n")
-        got = un.text.split("\n")
-        assert got[1] == "" and "line breaks inside a message" in un.removed, (first, second)
-        assert any(m.message.key == key for m in matcher().match(got[0])), got[0]
+        for above in ("", "- the Pod's events:\n\n"):  # alone, or indented under a list item
+            un = unwrap_paste(f"{above}{first}\n{second}\n")
+            got = un.text.split("\n")[above.count("\n") :]
+            assert got[1] == "" and "line breaks inside a message" in un.removed, (above, first, second)
+            assert any(m.message.key == key for m in matcher().match(got[0])), got[0]
 
 
 def test_lines_are_not_joined_unless_a_message_is_broken_between_them() -> None:

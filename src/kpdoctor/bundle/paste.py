@@ -196,7 +196,8 @@ _MAX_PIECES = 4
 def _rejoin_messages(lines: list[str]) -> list[str] | None:
     """Lines that hold one message of the catalogue between them joined back onto the first (the
     others left empty); None when no message is broken. A line that starts a line of its own (a
-    log record's header, a rule, a prompt) is never another's piece."""
+    log record's header, a rule, a prompt) is never another's piece; the indentation the first
+    line has (a quoted block's) is not what starts one."""
     from kpdoctor.messages import matcher  # the catalogue is read only when a paste asks
 
     m = matcher()
@@ -204,11 +205,12 @@ def _rejoin_messages(lines: list[str]) -> list[str] | None:
     i = 0
     while i < len(lines) - 1:
         head, j = lines[i], i + 1
+        indent = head[: len(head) - len(head.lstrip(" \t"))]
         while (
             j < len(lines)
             and j - i < _MAX_PIECES
             and head.strip()
-            and not _STARTS_A_LINE.match(lines[j])
+            and not _STARTS_A_LINE.match(lines[j].removeprefix(indent))
             and m.broken_between(head, lines[j])
         ):
             head = head.rstrip() + " " + lines[j].lstrip()
