@@ -158,3 +158,34 @@ def test_the_nodes_own_process_list_is_not_a_container(tmp_path: Path) -> None:
     p = tmp_path / "ps.txt"
     p.write_text(PS_SCRIPT.replace("$ docker exec web ps -ef", "$ ps -ef"))
     assert [f for f in run([p]).findings if f.code == "KP403"] == []
+
+
+# `ps -eo user,pid,args` run here inside `unshare -pf --mount-proc sh -c 'sleep 30 & ps -eo
+# user,pid,args'`: Debian's dash as PID 1 of a new PID namespace, as a container shows it; pasted
+# alone, with nothing saying where it was taken.
+PS_BARE_SH_C = """\
+USER         PID COMMAND
+root           1 sh -c sleep 30 & ps -eo user,pid,args
+root           2 sleep 30
+root           3 ps -eo user,pid,args
+"""
+
+
+def test_a_listing_whose_pid1_is_a_shell_is_a_containers_and_its_script_decides(tmp_path: Path) -> None:
+    """No command says where the listing was taken, but a node's PID 1 is its init: a shell as
+    PID 1 is a container's. Its `-c` script is on the line (ps joins the words): with no trap on
+    TERM, the shell that kept the application as its child is shown, not suspected."""
+    p = tmp_path / "ps.txt"
+    p.write_text(PS_BARE_SH_C)
+    f = one(run([p]), "KP403")
+    assert not f.suspected and f.confidence == Confidence.HIGH
+    assert [c.line for c in f.evidence] == [2, 3] and "no `trap` on TERM" in f.summary
+    trapped = PS_BARE_SH_C.replace("sh -c sleep", 'sh -c trap "kill \\$p" TERM; sleep')
+    p.write_text(trapped)
+    assert [f for f in run([p]).findings if f.code == "KP403"] == []
+
+
+def test_a_bare_listing_whose_pid1_is_an_init_is_the_nodes(tmp_path: Path) -> None:
+    p = tmp_path / "ps.txt"
+    p.write_text(PS_BARE_SH_C.replace("sh -c sleep 30 & ps -eo user,pid,args", "/sbin/init splash"))
+    assert [f for f in run([p]).findings if f.code == "KP403"] == []

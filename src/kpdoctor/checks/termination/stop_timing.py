@@ -8,6 +8,7 @@ nothing, and the runtime killed the process when its timeout ran out (parse/timi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
@@ -60,11 +61,13 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         is named (high confidence when it is a shell that does not pass SIGTERM on); otherwise
         medium: an application that shuts down slower than the timeout looks the same.
         dockerd's "failed to exit within 10 seconds of kill" (not even SIGKILL worked) is not
-        this. Suspected (the stop itself not shown): a process list taken inside a container
-        (`docker exec X ps`, `kubectl exec ... -- ps`) whose PID 1 is a shell running a script
-        while the application runs as its child: the script did not `exec` it, and a shell as
-        PID 1 passes SIGTERM on only when the script traps it (the script, or a timed stop,
-        decides).
+        this. From a process list taken inside a container (`docker exec X ps`, `kubectl exec
+        ... -- ps`, or a listing nothing says the place of whose PID 1 is a shell: a node's PID
+        1 is its init) whose PID 1 is a shell while the application runs as its child: the
+        shell did not `exec` it, and a shell as PID 1 passes SIGTERM on only when its script
+        traps it. A `-c` script is on the line (ps joins the words): without a trap on TERM this
+        is shown (high); a script file's content is not, so that is suspected (the script, or a
+        timed stop, decides).
     Fix: start the application with `exec`, or under an init that forwards signals (`docker run
         --init`, tini, dumb-init), or trap TERM and forward it; make the application handle
         SIGTERM. If it does and simply needs longer, raise the timeout (`docker stop -t`,
@@ -82,8 +85,15 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         if hits:
             yield _runtime(facts, a, hits)
     for a in facts.of(Kind.PROCESSES):
-        if a.attrs.get("scope") == "container" and (f := _shell_as_pid1(facts, a)) is not None:
+        # a container's listing: said so by the command that printed it, or, when nothing says
+        # where it was taken, by its PID 1 being a shell (a node's PID 1 is its init)
+        said = "scope" in a.attrs or "command" in a.attrs
+        if (a.attrs.get("scope") == "container" or not said) and (f := _shell_as_pid1(facts, a)) is not None:
             yield f
+
+
+_INLINE_SCRIPT = re.compile(r"^\S+\s+(?:-[a-z]*\s+)*-[a-z]*c[a-z]*\s+(.*)$")
+_TRAPS_TERM = re.compile(r"\btrap\b.*\b(?:SIG)?TERM\b|\btrap\b.*\b15\b")
 
 
 def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
@@ -97,9 +107,11 @@ def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
     children = [p for p in procs if p.pid != 1 and p.program not in ("ps", *SHELLS) and p.ppid in (None, 1)]
     if not children:
         return None
-    judged = analyse(pid1.argv, [])
-    if judged is not None and judged.forwards is not False:
-        return None  # an `sh -c` script that execs or forwards (parse/entrypoint.py)
+    # `ps` prints the words of a command line joined by spaces: after `-c`, the rest is the script
+    inline = _INLINE_SCRIPT.match(pid1.command)
+    judged = analyse([pid1.argv[0], "-c", inline.group(1)], []) if inline else None
+    if judged is not None and (judged.forwards is True or _TRAPS_TERM.search(inline.group(1) if inline else "")):
+        return None  # a script that forwards the signal itself (or execs the application next)
     child = children[0]
     f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
     f.evidence = [Cite(a.name, pid1.line, pid1.command), Cite(a.name, child.line, child.command)]
@@ -107,8 +119,13 @@ def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
         f"In this container PID 1 is `{_short(pid1.command)}`, a shell, and the application runs as its child "
         f"(PID {child.pid}: `{_short(child.command)}`): the script did not `exec` it. On a stop, SIGTERM goes to "
         "PID 1 only; a shell passes it on only when the script traps TERM, so the application is killed when the "
-        "stop timeout (the grace period) runs out, mid-request." + (f" {judged.reason}." if judged is not None else "")
+        "stop timeout (the grace period) runs out, mid-request."
     )
+    if judged is not None:  # the whole script is on the line, and no trap passes TERM on: shown, not suspected
+        f.confidence = Confidence.HIGH
+        f.summary += " Its script, on the line above, has no `trap` on TERM."
+        f.fix = [FIX_EXEC, FIX_APP]
+        return f
     script = next((w for w in pid1.argv[1:] if not w.startswith("-")), None)
     suspect(
         f,
