@@ -68,6 +68,20 @@ def test_a_log_broken_at_a_terminals_width_is_joined_back_on_its_lines(tmp_path:
         assert c.line is not None and c.text[:20] in lines[c.line - 1]
 
 
+def test_a_folded_log_indented_after_folding_is_joined_whole_before_any_message_is(tmp_path: Path) -> None:
+    """A log folded at a terminal's width and then indented as a markdown block: the hard wrap is
+    joined whole (every broken record), not only the records that hold a catalogue message."""
+    log = XTABLES_LOG.read_text()
+    folded = []
+    for line in log.splitlines():
+        folded += ["    " + line[i : i + 120] for i in range(0, len(line), 120)] or [""]
+    p = tmp_path / "folded.md"
+    p.write_text("\n".join(folded) + "\n")
+    un = unwrap_paste(p.read_text())
+    assert "hard line breaks" in un.removed and "line breaks inside a message" not in un.removed
+    assert [ln for ln in un.text.splitlines() if ln] == [ln for ln in log.splitlines() if ln]
+
+
 def test_a_padded_table_is_not_taken_for_a_wrapped_text() -> None:
     """ufw's numbered status pads its columns, so many rows end at the same column: rows, not a wrap."""
     table = (DATA / "node" / "ufw" / "status-numbered-pods.txt").read_text()

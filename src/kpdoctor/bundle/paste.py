@@ -239,10 +239,6 @@ def unwrap_paste(text: str) -> Unwrapped:
         lines, cut = _dedent(lines)
         if cut:
             removed.append(f"an indentation of {cut}")
-        rejoined = _rejoin_messages(lines) if "line breaks inside a message" not in removed else None
-        if rejoined is not None:
-            lines = rejoined
-            removed.append("line breaks inside a message")
         ticked = [m.group("indent") + m.group("inner") if (m := _BACKTICKED.match(ln)) else ln for ln in lines]
         if ticked != lines:
             lines = ticked
@@ -261,4 +257,9 @@ def unwrap_paste(text: str) -> Unwrapped:
             removed.append("a heredoc's command and delimiter")
         if len(removed) == before:
             break
+    # last: a message still broken once every wrapper is off (a hard wrap is joined whole above)
+    rejoined = _rejoin_messages(lines)
+    if rejoined is not None:
+        lines = rejoined
+        removed.append("line breaks inside a message")
     return Unwrapped("\n".join(lines), tuple(removed))
