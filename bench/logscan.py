@@ -1,6 +1,7 @@
 """Benchmark: kpdoctor's log scan against ``grep -E -c -f`` with the same patterns, same file.
 
-Every registered signature's ``pattern`` (info-level ones included) is written to a pattern file;
+Every signature the checks read (``knowledge.read_by_checks``: their own, info-level ones
+included, and the catalogue messages they declared) has its ``pattern`` written to a pattern file;
 grep and kpdoctor's ``Scanner`` each read the same synthetic kube-proxy log, in the same run,
 after one untimed ``cat`` has put the file in the page cache. kpdoctor runs in a child process
 (on one core, then with its default worker count) so its peak RSS can be read.
@@ -42,9 +43,9 @@ importlib.import_module(sys.argv[3])  # registers the signatures
 from kpdoctor.bundle.artifacts import Artifact, Kind
 import os
 from kpdoctor.parse.logscan import PARALLEL_MIN_BYTES, Scanner
-from kpdoctor.knowledge import REGISTRY
+from kpdoctor.knowledge import read_by_checks
 workers = int(sys.argv[2]) if sys.argv[2] != "default" else None
-scanner = Scanner(REGISTRY.values(), workers=workers)
+scanner = Scanner(read_by_checks(), workers=workers)
 t = time.perf_counter()
 res = scanner.scan([Artifact("kube-proxy.log", Kind.KUBE_PROXY_LOG, path=sys.argv[1])])
 dt = time.perf_counter() - t
@@ -85,9 +86,10 @@ def load_registry() -> tuple[str, dict[str, Any], bool]:
         import kpdoctor.facts.log  # noqa: F401
 
         module, complete = "kpdoctor.facts.log", False
-    from kpdoctor.knowledge import REGISTRY
+    from kpdoctor.knowledge import read_by_checks
 
-    return module, dict(REGISTRY), complete
+    # what the checks read: their own signatures and the catalogue messages they declared
+    return module, {s.id: s for s in read_by_checks()}, complete
 
 
 def run_grep(patterns: Path, log: Path, repeat: int) -> tuple[float, int]:
