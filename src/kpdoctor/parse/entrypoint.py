@@ -54,14 +54,36 @@ def analyse(command: list[str], args: list[str]) -> Entrypoint | None:
     return _judge(prog, script, shown)
 
 
-def _script(opts: list[str]) -> str | None:
-    """The string after ``-c`` (``-c``, ``-ec``, ``-xc``... or ``-c`` after other options)."""
+def _script(opts: list[str], printed: bool = False) -> str | None:
+    """The string after ``-c`` (``-c``, ``-ec``, ``-xc``... or ``-c`` after other options);
+    ``printed``: the words as ``ps`` shows them, quoting lost, so the script is all that follows."""
     for i, o in enumerate(opts):
         if o.startswith("-") and not o.startswith("--") and "c" in o[1:]:
+            if printed:
+                return " ".join(opts[i + 1 :])
             return opts[i + 1] if i + 1 < len(opts) else ""
         if not o.startswith("-"):
             return None
     return None
+
+
+def script_as_printed(command: str) -> str | None:
+    """A shell's ``-c`` script from its command line as ``ps`` prints it (its words joined by
+    spaces: the rest of the line after ``-c``); None when it runs no ``-c`` script."""
+    words = command.split()
+    return _script(words[1:], printed=True) if words else None
+
+
+_TERM = ("TERM", "SIGTERM", "15")
+
+
+def _traps(words: list[str], signals: tuple[str, ...]) -> bool:
+    return "trap" in words and any(w in signals for w in words)
+
+
+def traps_term(script: str) -> bool:
+    """Does the script set a trap on SIGTERM?"""
+    return _traps([w for c, _ in _commands(script)[0] for w in c], _TERM)
 
 
 def _commands(script: str) -> tuple[list[tuple[list[str], str]], bool]:
@@ -91,7 +113,7 @@ def _judge(shell: str, script: str, shown: str) -> Entrypoint:
     cmds, clean = _commands(script)
     words = [w for c, _ in cmds for w in c]
     has_trap = "trap" in words
-    if has_trap and any(w in ("TERM", "SIGTERM", "15", "EXIT") for w in words) and "wait" in words:
+    if _traps(words, (*_TERM, "EXIT")) and "wait" in words:
         return Entrypoint(True, shell, "the shell traps SIGTERM and waits for its children", shown)
     if not cmds or not clean:
         return Entrypoint(False, shell, f"{shell} runs a script it cannot hand over to", shown)

@@ -182,32 +182,32 @@ def _after_start_up(facts: Facts, starts: list[Hit], min_sync: float) -> list[Hi
     for h in facts.log.hits(VERSION_GLOG.id, VERSION_STRUCTURED.id, FLAG.id):
         started[h.artifact] = min(started.get(h.artifact, h.order), h.order)
     out: list[Hit] = []
+    seen: set[str] = set()
     flurry: dict[str, Hit] = {}  # artifact -> the last start of its start-up flurry so far
     for h in starts:
-        first = not any(x.artifact == h.artifact for x in out) and h.artifact not in flurry
-        if first and h.artifact in started and started[h.artifact] < h.order:
-            flurry[h.artifact] = h
-            continue
-        last = flurry.get(h.artifact)
-        if last is not None:
-            ta, tb = _seconds(last), _seconds(h)
-            if ta is not None and tb is not None and 0 <= tb - ta < min_sync:
+        if h.artifact not in seen:
+            seen.add(h.artifact)
+            if started.get(h.artifact, h.order) < h.order:
                 flurry[h.artifact] = h
                 continue
-            del flurry[h.artifact]
+        last = flurry.pop(h.artifact, None)
+        if last is not None and (gap := _gap(last, h)) is not None and gap < min_sync:
+            flurry[h.artifact] = h
+            continue
         out.append(h)
     return out
 
 
+def _gap(a: Hit, b: Hit) -> float | None:
+    """Seconds from ``a`` to a later ``b`` of the same log, when both times are known."""
+    ta, tb = _seconds(a), _seconds(b)
+    return tb - ta if ta is not None and tb is not None and a.artifact == b.artifact and tb >= ta else None
+
+
 def _within(starts: list[Hit], burst: int, min_sync: float) -> list[tuple[Hit, Hit, float]]:
     """Each start with the one ``burst`` starts later, when both are less than minSyncPeriod apart."""
-    out = []
-    for i in range(len(starts) - burst):
-        a, b = starts[i], starts[i + burst]
-        ta, tb = _seconds(a), _seconds(b)
-        if ta is not None and tb is not None and a.artifact == b.artifact and 0 <= tb - ta < min_sync:
-            out.append((a, b, tb - ta))
-    return out
+    pairs = ((starts[i], starts[i + burst]) for i in range(len(starts) - burst))
+    return [(a, b, gap) for a, b in pairs if (gap := _gap(a, b)) is not None and gap < min_sync]
 
 
 def _back_to_back(facts: Facts, section: str, min_sync: float, burst: int) -> Iterator[Finding]:

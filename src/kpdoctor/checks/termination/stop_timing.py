@@ -8,7 +8,6 @@ nothing, and the runtime killed the process when its timeout ran out (parse/timi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
@@ -16,7 +15,7 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse
+from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse, script_as_printed, traps_term
 from kpdoctor.parse.system import parse_processes
 from kpdoctor.parse.timing import RuntimeStop, TimedStop, is_term, run_command, runtime_stops, timed_stops
 
@@ -92,10 +91,6 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
             yield f
 
 
-_INLINE_SCRIPT = re.compile(r"^\S+\s+(?:-[a-z]*\s+)*-[a-z]*c[a-z]*\s+(.*)$")
-_TRAPS_TERM = re.compile(r"\btrap\b.*\b(?:SIG)?TERM\b|\btrap\b.*\b15\b")
-
-
 def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
     """A container's process list whose PID 1 is a shell with the application as its child
     (a script that did not `exec` it): the stop signal reaches the shell only, which passes it
@@ -107,10 +102,9 @@ def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
     children = [p for p in procs if p.pid != 1 and p.program not in ("ps", *SHELLS) and p.ppid in (None, 1)]
     if not children:
         return None
-    # `ps` prints the words of a command line joined by spaces: after `-c`, the rest is the script
-    inline = _INLINE_SCRIPT.match(pid1.command)
-    judged = analyse([pid1.argv[0], "-c", inline.group(1)], []) if inline else None
-    if judged is not None and (judged.forwards is True or _TRAPS_TERM.search(inline.group(1) if inline else "")):
+    inline = script_as_printed(pid1.command)
+    judged = analyse([pid1.argv[0], "-c", inline], []) if inline is not None else None
+    if inline is not None and judged is not None and (judged.forwards is True or traps_term(inline)):
         return None  # a script that forwards the signal itself (or execs the application next)
     child = children[0]
     f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
