@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.sniff import (
-    _CT_STATS,
-    _DMESG,
-    _IP_LINK,
-    _IPVS_RS,
-    _IPVS_VS,
-    _NFT_VERSION,
-    _SYSCTL_LINE,
-    _UNAME_A,
+    CT_STATS_LINE,
+    DMESG_LINE,
     HEAD_BYTES,
+    IP_LINK_LINE,
+    IPVS_RS_LINE,
+    IPVS_VS_LINE,
+    NFT_VERSION_LINE,
+    SYSCTL_LINE,
+    UNAME_A_LINE,
     Typed,
     sniff,
 )
@@ -90,7 +90,7 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "dmesg",
         Kind.KERNEL_LOG,
-        _line(_DMESG),
+        _line(DMESG_LINE),
         log=True,
     ),
     # any other program's records: an ISO time (Python's logging, containerd, a CRI line), or
@@ -118,7 +118,7 @@ SHAPES: tuple[LineShape, ...] = (
         "ipvsadm",
         Kind.IPVSADM,
         r"IP Virtual Server version|Prot LocalAddress:Port|->\s*RemoteAddress:Port|"
-        f"{_line(_IPVS_VS)}|{_line(_IPVS_RS)}|"
+        f"{_line(IPVS_VS_LINE)}|{_line(IPVS_RS_LINE)}|"
         r"-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+|-a -[tuf] \S+ -r ",
         opens=r"IP Virtual Server version",
     ),
@@ -141,7 +141,7 @@ SHAPES: tuple[LineShape, ...] = (
         Kind.CONNTRACK_ENTRIES,
         ENTRY_START + r"|conntrack v[\d.]+ \(conntrack-tools\): \d+ flow entries",
     ),
-    LineShape("conntrack-stats", Kind.CONNTRACK_STATS, _line(_CT_STATS)),
+    LineShape("conntrack-stats", Kind.CONNTRACK_STATS, _line(CT_STATS_LINE)),
     LineShape(
         "nf_conntrack-stat",
         Kind.NF_CONNTRACK_STAT,
@@ -164,22 +164,22 @@ SHAPES: tuple[LineShape, ...] = (
         r"COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE|"
         r"\S+\s+\d+\s+(?:\d+\s+)?\S+\s+\w+\s+IPv[46]\s+\S+\s+\S+\s+(?:TCP|UDP)\s+\S",
     ),
-    LineShape("sysctl", Kind.SYSCTL, _line(_SYSCTL_LINE)),
-    LineShape("ip-link", Kind.IP_LINK, _line(_IP_LINK)),
+    LineShape("sysctl", Kind.SYSCTL, _line(SYSCTL_LINE)),
+    LineShape("ip-link", Kind.IP_LINK, _line(IP_LINK_LINE)),
     LineShape(
         "processes",
         Kind.PROCESSES,
         r"UID\s+PID\s+PPID\s+C\s+STIME|USER\s+PID\s+%CPU\s+%MEM|"
         r"\S+\s+\d+\s+\d+\s+\d+\s+\S+\s+\S+\s+\d+:\d\d(?::\d\d)?\s+\S",
     ),
-    LineShape("uname", Kind.UNAME, _line(_UNAME_A)),
+    LineShape("uname", Kind.UNAME, _line(UNAME_A_LINE)),
     LineShape("os-release", Kind.OS_RELEASE, r"(?:PRETTY_NAME|NAME|ID|ID_LIKE|VERSION_ID|VERSION)=\S"),
     LineShape(
         "iptables-version",
         Kind.IPTABLES_VERSION,
         r"ip6?tables(?:-legacy|-nft)?(?:-restore|-save)? v\d+\.\d+(?:\.\d+)*(?: \((?:legacy|nf_tables)\))?\s*$",
     ),
-    LineShape("nft-version", Kind.NFT_VERSION, _line(_NFT_VERSION)),
+    LineShape("nft-version", Kind.NFT_VERSION, _line(NFT_VERSION_LINE)),
 )
 
 _LINE = re.compile(r"[ \t]*(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")

@@ -66,12 +66,12 @@ _SAVE_WARNING_SPLICED = re.compile(r"^-[AI] \S+ [^\n]*" + re.escape(LEGACY_WARNI
 _RULES_S = re.compile(r"^-P (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) (ACCEPT|DROP)\s*$", re.M)
 _LIST_HEADER = re.compile(r"^\s*(?:num\s+)?(?:pkts\s+bytes\s+)?target\s+prot", re.M)
 _LIST_CHAIN = re.compile(r"^Chain \S+ \((policy \w+|\d+ references)", re.M)
-_NFT_VERSION = re.compile(r"^\s*nftables v\d+\.\d+")  # nft --version: "nftables v1.0.6 (Lester Gooch #5)"
+NFT_VERSION_LINE = re.compile(r"^\s*nftables v\d+\.\d+")  # nft --version: "nftables v1.0.6 (Lester Gooch #5)"
 _IPT_VERSION = re.compile(
     r"^\s*(ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?) v\d+\.\d+(?:\.\d+)*(?: \((legacy|nf_tables)\))?\s*$"
 )
 _KP_VERSION = re.compile(r"^\s*Kubernetes v\d+\.\d+\S*\s*$")
-_UNAME_A = re.compile(r"^Linux \S+ \d+\.\d+\S* #\S+")
+UNAME_A_LINE = re.compile(r"^Linux \S+ \d+\.\d+\S* #\S+")
 _UNAME_R = re.compile(r"^\d+\.\d+(?:\.\d+)?(?:[-.+~][\w.+~-]+)?$")
 _OS_RELEASE = re.compile(r"^(PRETTY_NAME|NAME|ID|VERSION_ID)=", re.M)
 _LSB_RELEASE = re.compile(r"^(Distributor ID|Description|Release|Codename):\s", re.M)  # lsb_release -a
@@ -85,17 +85,17 @@ _IPVSADM = re.compile(
 # ipvsadm -Ln without its headers (grep'd, or the header left out of a paste): virtual servers
 # with what follows them (the scheduler, or --stats/--rate counters), and "->" real servers (indented or not: pastes
 # collapse whitespace)
-_IPVS_VS = re.compile(
+IPVS_VS_LINE = re.compile(
     r"^\s*(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf|twos)\b|\d+[KMGT]?\s+\d)",
     re.M,
 )
-_IPVS_RS = re.compile(r"^\s*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
+IPVS_RS_LINE = re.compile(r"^\s*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
-_CT_STATS = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
+CT_STATS_LINE = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
 _CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
 _CT_ENTRY = re.compile("^" + ENTRY_START, re.M)
-_SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
+SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
 _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M
 )
@@ -103,8 +103,8 @@ _NSTAT = re.compile(r"^#kernel\s*$|^(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w*\s+\d+\s+
 _LSOF_HEADER = re.compile(r"^COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE\s+DEVICE\s+SIZE/OFF\s+NODE\s+NAME")
 _SS_HEADER = re.compile(r"^(?:Netid\s+)?(?:State\s+)?Recv-Q\s+Send-Q\s+Local Address:Port", re.M)
 _NETSTAT_LISTEN = re.compile(r"^Proto\s+Recv-Q\s+Send-Q\s+Local Address\s+Foreign Address\s+State", re.M)
-_IP_LINK = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
-_DMESG = re.compile(
+IP_LINK_LINE = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
+DMESG_LINE = re.compile(
     r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
     # possessive: overlapping digit runs backtracked for minutes on "Oct 9999...9" (fuzzing)
     r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*+(?:\s++[\d:.]++)?\S*+ \S+ kernel: )",
@@ -193,9 +193,9 @@ def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
         return Typed(Kind.IPTABLES_VERSION, attrs)
     if _KP_VERSION.match(first) and len(stripped.splitlines()) <= 3:
         return Typed(Kind.KUBE_PROXY_VERSION, {})
-    if _NFT_VERSION.match(first) and len(stripped.splitlines()) <= 3:
+    if NFT_VERSION_LINE.match(first) and len(stripped.splitlines()) <= 3:
         return Typed(Kind.NFT_VERSION, {})
-    if _UNAME_A.match(first) or (_UNAME_R.match(first.strip()) and len(stripped.splitlines()) == 1):
+    if UNAME_A_LINE.match(first) or (_UNAME_R.match(first.strip()) and len(stripped.splitlines()) == 1):
         return Typed(Kind.UNAME, {})
     if len(_OS_RELEASE.findall(head)) >= 2 or len(_LSB_RELEASE.findall(head)) >= 2:
         return Typed(Kind.OS_RELEASE, {})
@@ -220,8 +220,8 @@ def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
     node = _sniff_node(stripped, first, lines)
     if node is not None:
         return node
-    if _IPVSADM.search(head) or _mostly(lines, _IPVS_VS, _IPVS_RS, at_least=_IPVS_VS):
-        saved = "IP Virtual Server version" not in head and not _IPVS_VS.search(head)
+    if _IPVSADM.search(head) or _mostly(lines, IPVS_VS_LINE, IPVS_RS_LINE, at_least=IPVS_VS_LINE):
+        saved = "IP Virtual Server version" not in head and not IPVS_VS_LINE.search(head)
         return Typed(Kind.IPVSADM, {"format": "save"} if saved else {})
     if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
@@ -340,7 +340,7 @@ def _mostly_netstat_lines(lines: list[str]) -> bool:
 
 def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
     """The node's counters and settings (seed 004): conntrack, sysctl, netstat, ss, ip, dmesg."""
-    if _CT_STATS.search(text):
+    if CT_STATS_LINE.search(text):
         return Typed(Kind.CONNTRACK_STATS, {})
     if _CT_PROC_STAT.match(first):
         return Typed(Kind.NF_CONNTRACK_STAT, {})
@@ -358,12 +358,12 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         or _mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
     ):
         return Typed(Kind.LISTENERS, {})
-    if _IP_LINK.match(first):
+    if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})
-    sysctl_lines = _SYSCTL_LINE.findall(text)
+    sysctl_lines = SYSCTL_LINE.findall(text)
     if sysctl_lines and (len(sysctl_lines) >= 2 or len(text.splitlines()) == 1):
         return Typed(Kind.SYSCTL, {})
-    if _DMESG.match(first) and len(_DMESG.findall(text[:65536])) >= max(1, min(3, len(text.splitlines()) // 2)):
+    if DMESG_LINE.match(first) and len(DMESG_LINE.findall(text[:65536])) >= max(1, min(3, len(text.splitlines()) // 2)):
         return Typed(Kind.KERNEL_LOG, {})
     return None
 
