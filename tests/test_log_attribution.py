@@ -42,6 +42,12 @@ EVENT = (
     'Warning  FailedMount  MountVolume.SetUp failed for volume "xtables-lock" : hostPath type check failed: '
     "/run/xtables.lock is not a file"
 )
+# kubelet's sandbox event (pkg/kubelet/events), its CNI plugin's failure as the reason
+SANDBOX = (
+    "Warning  FailedCreatePodSandBox  3m  kubelet  Failed to create pod sandbox: rpc error: code = Unknown desc = "
+    "failed to setup network for sandbox: could not set up pod iptables rules: Another app is currently holding "
+    "the xtables lock. Stopped waiting after 5s."
+)
 # minikube-1158: localkube (all-in-one: kube-proxy runs inside it) in journald.
 LOCALKUBE_PROXY = (
     "Jul 05 19:14:02 minikube localkube[3498]: I0705 19:14:02.157562    3498 healthcheck.go:223] Not saving "
@@ -73,6 +79,7 @@ def who(line: str) -> str | None:
         (KUBE_ROUTER, "kube-router"),
         (FLANNEL, "flannel"),
         (EVENT, "kubelet"),
+        (SANDBOX, "kubelet"),
         (LOCALKUBE_PROXY, "kube-proxy"),  # the source file resolves the all-in-one binary
         (LOCALKUBE_OTHER, "localkube"),
         (KP_AGGREGATED, "kube-proxy"),

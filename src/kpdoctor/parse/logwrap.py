@@ -242,7 +242,15 @@ _SOURCE_FILES: dict[str, str] = {
 # In this order: a kubelet event about the kube-proxy Pod is kubelet's. A word such as
 # "kube-proxy" or "iptables" says nothing about who wrote the line.
 _MESSAGES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"MountVolume\.|UnmountVolume\.|FailedMount|Error syncing pod|hostPath type check failed"), "kubelet"),
+    # kubelet's events and messages (pkg/kubelet/events: FailedMount, FailedCreatePodSandBox;
+    # kuberuntime's "Failed to create pod sandbox": a CNI plugin's failure, reported by kubelet)
+    (
+        re.compile(
+            r"MountVolume\.|UnmountVolume\.|FailedMount|Error syncing pod|hostPath type check failed|"
+            r"FailedCreatePodSandBox|Failed to create pod sandbox"
+        ),
+        "kubelet",
+    ),
     (re.compile(r"Failed to ensure iptables rules|[Ff]lannel"), "flannel"),
     (re.compile(r"Using (?:iptables|ipvs|nftables|userspace) [Pp]rox|[Ss]yncProxyRules"), "kube-proxy"),
 )
