@@ -90,6 +90,8 @@ class RealNode:
     proxy_log: Path = field(default_factory=Path)
     proxy_starts: int = 0
     _log_handle: Any = None
+    # syncs logged before the first change since the last wait: a sync after it has seen the change
+    _before_change: int | None = None
 
     # -- kubelet and kube-proxy ------------------------------------------------------------
 
@@ -163,9 +165,12 @@ class RealNode:
         return self.proxy_log_text().count(SYNCED)
 
     def wait_synced(self, after: int | None = None, timeout: float = 30) -> None:
-        """Until kube-proxy has logged a sync after ``after`` syncs (default: now) and then been
-        quiet for a second (its minSyncPeriod: a change arriving during a sync gets one more)."""
-        start = self.syncs() if after is None else after
+        """Until kube-proxy has logged a sync after ``after`` syncs (default: the count before the
+        first change made since the last wait, else now: a sync that came before this call but
+        after the change counts) and then been quiet for a second (its minSyncPeriod: a change
+        arriving during a sync gets one more)."""
+        start = after if after is not None else self._before_change if self._before_change is not None else self.syncs()
+        self._before_change = None
         self._until(lambda: self.syncs() > start, "a kube-proxy sync", timeout)
         last = self.syncs()
         while True:
@@ -190,6 +195,8 @@ class RealNode:
     # -- the cluster's objects -------------------------------------------------------------
 
     def api(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)) -> Any:
+        if method != "GET" and self._before_change is None and self.proxy is not None:
+            self._before_change = self.syncs()
         status, out = self.cp.request(method, path, body)
         if status not in ok:
             raise RuntimeError(f"{method} {path}: {status} {out}")
