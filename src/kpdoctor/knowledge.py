@@ -110,6 +110,16 @@ def signature(
     return sig
 
 
+# Signatures, or what gives them when first needed: typing a file reads them only for a text
+# its shape does not type (a run given rules and objects never reads the messages catalogue).
+Signatures = tuple[Signature, ...] | Callable[[], tuple[Signature, ...]]
+
+
+def signatures_of(given: Signatures) -> tuple[Signature, ...]:
+    """The signatures ``given`` stands for."""
+    return given() if callable(given) else given
+
+
 def owners(sig_ids: Iterable[str]) -> set[str]:
     """The causes of the checks declared in the modules that declared these signatures (a
     signature declared in a check module is that module's checks' reading of its lines)."""
@@ -121,9 +131,14 @@ def catalogue() -> tuple[Signature, ...]:
     """Every signature kpdoctor knows: what a run scans logs for and how the sniffer tells a text
     from kube-proxy's world. The check modules declare theirs (the entry points import them);
     every message of the messages catalogue is one too (:func:`message_signatures`)."""
+    require_declared()
+    return tuple(REGISTRY.values()) + message_signatures()
+
+
+def require_declared() -> None:
+    """Raise, saying what to do, when no check module was imported (no signature declared)."""
     if not REGISTRY:
         raise RuntimeError("no log signature is declared: import kpdoctor.checks first (the entry points do)")
-    return tuple(REGISTRY.values()) + message_signatures()
 
 
 def matching_signatures(text: str, signatures: Iterable[Signature]) -> Iterator[Signature]:

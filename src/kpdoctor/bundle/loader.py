@@ -50,7 +50,7 @@ from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.segments import Segmented, segment
 from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
-from kpdoctor.knowledge import Signature, catalogue
+from kpdoctor.knowledge import Signature, catalogue, require_declared
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.counts import parse_line_count
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -96,9 +96,21 @@ class Evidence:
     # what a collection says it could not read: bundle path -> why (a listing that failed is
     # unknown, never empty: an EndpointSlice list that failed does not mean no endpoints)
     not_collected: dict[str, str] = field(default_factory=dict)
-    # the log signatures its texts were typed with, and the logs are scanned for (every one known)
-    signatures: tuple[Signature, ...] = field(default_factory=catalogue, repr=False)
+    # the log signatures its texts are typed with, and the logs are scanned for (None: every one
+    # known, :func:`catalogue`, read when first needed: a run given only rules and objects never
+    # reads the messages catalogue)
+    given_signatures: tuple[Signature, ...] | None = field(default=None, repr=False)
     _tempdirs: list[str] = field(default_factory=list)
+
+    @property
+    def signatures(self) -> tuple[Signature, ...]:
+        if self.given_signatures is None:
+            self.given_signatures = catalogue()
+        return self.given_signatures
+
+    def lazy_signatures(self) -> tuple[Signature, ...]:
+        """:attr:`signatures`, as typing a file takes them (read when a text needs them)."""
+        return self.signatures
 
     def of(self, kind: Kind) -> list[Artifact]:
         return [a for a in self.artifacts if a.kind == kind]
@@ -280,7 +292,9 @@ def _locked(folder: str) -> bool:
 def load(paths: Iterable[str | Path], signatures: tuple[Signature, ...] | None = None) -> Evidence:
     """Load every path; unusable ones become problems, never exceptions. ``signatures``: the log
     lines that tell kube-proxy's world (every one declared: :func:`kpdoctor.knowledge.catalogue`)."""
-    ev = Evidence() if signatures is None else Evidence(signatures=signatures)
+    if signatures is None:
+        require_declared()  # said at once, not as an error met while reading a text
+    ev = Evidence(given_signatures=signatures)
     seen: set[tuple[int, int]] = set()  # (device, inode) of every file read: a file given twice is read once
     try:
         for raw in paths:
@@ -690,7 +704,7 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         if parts is not None:
             _load_transcript(ev, label, parts)
             return
-    typed = sniff(head_text, ev.signatures)
+    typed = sniff(head_text, ev.lazy_signatures)
     if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
         typed = sniff_named(label, head_text) or typed
     weakest = typed.kind is Kind.KUBE_PROXY_LOG and typed.attrs.get("fragment") == "true"
@@ -721,7 +735,7 @@ def _load_segmented(
     True when it is one and a part of it was read. A part nothing reads is said, with its lines;
     so is a part of the dataplane when the paste is another network namespace's (``netns``: what
     entered it)."""
-    seg: Segmented | None = segment(text, ev.signatures, hint) if len(text) <= MAX_PASTE_BYTES else None
+    seg: Segmented | None = segment(text, ev.lazy_signatures, hint) if len(text) <= MAX_PASTE_BYTES else None
     if seg is None or not any(s.typed.kind is not None for s in seg.segments):
         return False
     aside = f"{seg.asides} line(s) of headings, fences or notes left out" if seg.asides else ""
@@ -758,7 +772,7 @@ def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
     parts = split_transcript(un.text)
     if parts is not None:
         return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed)
-    typed = sniff(un.text[:HEAD_BYTES], ev.signatures)
+    typed = sniff(un.text[:HEAD_BYTES], ev.lazy_signatures)
     if _load_segmented(ev, label, un.text, extra={"paste": ", ".join(un.removed)}, hint=typed):
         return True
     if typed.kind is None:
@@ -842,12 +856,12 @@ def _load_transcript(
             forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
         text = p.text
         un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
-        retyped = sniff(un.text, ev.signatures) if un.removed and not forced else Typed(None, {})
+        retyped = sniff(un.text, ev.lazy_signatures) if un.removed and not forced else Typed(None, {})
         if retyped.kind is not None:
             typed, text = retyped, un.text
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
-            typed = Typed(forced, {}) if forced else sniff(text, ev.signatures)
+            typed = Typed(forced, {}) if forced else sniff(text, ev.lazy_signatures)
         by_command = None
         if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
             by_command = sniff_command(p.command, text)

@@ -41,7 +41,7 @@ from kpdoctor.bundle.sniff import (
     Typed,
     sniff,
 )
-from kpdoctor.knowledge import Signature
+from kpdoctor.knowledge import Signatures
 from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.netstat import netstat_phrase
 
@@ -309,7 +309,7 @@ def _text(lines: list[str], start: int, end: int) -> str:
     return "\n".join(lines[start : end + 1])
 
 
-def _typed(text: str, shape: LineShape | None, hint: Typed, signatures: tuple[Signature, ...]) -> Typed:
+def _typed(text: str, shape: LineShape | None, hint: Typed, signatures: Signatures) -> Typed:
     """A run's kind by its own content; else, for a log's records, the whole paste's (a log that
     names kube-proxy elsewhere: its flags, its command line), and for a listing too short to
     tell, its lines' shape."""
@@ -328,7 +328,7 @@ _PARTIAL_KINDS = (Kind.IPTABLES_SAVE, Kind.IPTABLES_LIST)
 _LOG_KINDS = (Kind.KUBE_PROXY_LOG, Kind.KERNEL_LOG, Kind.RUNTIME_LOG)
 
 
-def _settle(runs: list[_Run], lines: list[str], hint: Typed, signatures: tuple[Signature, ...]) -> list[_Run]:
+def _settle(runs: list[_Run], lines: list[str], hint: Typed, signatures: Signatures) -> list[_Run]:
     """Each run typed; runs of unshaped lines whose content says nothing joined with the like
     runs after them when together they say something (a command line, then what it printed),
     else with the run before them (after a heading: the run after them)."""
@@ -392,7 +392,7 @@ def _goes_on(before: _Run, line: str) -> bool:
     return before.typed.kind not in _STRUCTURED or _CONTINUES_DOCUMENT.match(line) is not None
 
 
-def segment(text: str, signatures: tuple[Signature, ...], hint: Typed | None = None) -> Segmented | None:
+def segment(text: str, signatures: Signatures, hint: Typed | None = None) -> Segmented | None:
     """The parts of a paste that mixes kinds of output, or None when it is one kind. ``hint``:
     the whole text's kind (:func:`~kpdoctor.bundle.sniff.sniff`), for runs too short to say."""
     lines = text.split("\n")
@@ -433,7 +433,7 @@ def _joined(group: list[_Run], lines: list[str]) -> tuple[str, int]:
     return "\n".join(lines[i] if i in mine else "" for i in range(first, last + 1)) + "\n", first
 
 
-def _segment(group: list[_Run], lines: list[str], signatures: tuple[Signature, ...]) -> Segment:
+def _segment(group: list[_Run], lines: list[str], signatures: Signatures) -> Segment:
     text, first = _joined(group, lines)
     typed = group[0].typed
     if len(group) > 1 and typed.kind is not None:  # the joined text may say more (a whole dump)

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.knowledge import Signature, kube_proxy_files, matching_signatures
+from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
 from kpdoctor.parse import clients, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
@@ -143,9 +143,10 @@ _IPT_STDERR = re.compile(
 _ELISION = re.compile(r"^\s*(?:\.{3,}|…|\[(?:\.{3}|…)\]|\((?:\.{3}|…)\)|<snip>|\[snip\]|-+\s*snip\s*-+)\s*$", re.I)
 
 
-def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
+def sniff(head: str, signatures: Signatures) -> Typed:
     """Type a file by the first part of its content (``signatures``: the log lines that make a
-    text one of kube-proxy's world, :func:`kpdoctor.knowledge.catalogue`)."""
+    text one of kube-proxy's world, :func:`kpdoctor.knowledge.catalogue`; read only when the
+    text's shape does not type it)."""
     stripped = head.lstrip("\ufeff \t\r\n")
     if not stripped:
         return Typed(None, {}, "empty file")
@@ -156,7 +157,7 @@ def sniff(head: str, signatures: tuple[Signature, ...]) -> Typed:
 
     def signalled() -> bool:
         if not signal:
-            signal.append(has_signal(head, signatures))
+            signal.append(has_signal(head, signatures_of(signatures)))
         return signal[0]
 
     if "\x00" in head and _CMDLINE.search(head):

@@ -33,7 +33,7 @@ from kpdoctor.facts.log import (
     mode_of,
 )
 from kpdoctor.facts.node import NodeState
-from kpdoctor.knowledge import Signature, scanned
+from kpdoctor.knowledge import Messages, Signature, scanned
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
@@ -45,7 +45,7 @@ from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
-from kpdoctor.parse.logscan import Scanner
+from kpdoctor.parse.logscan import Scanner, ScanResult
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
@@ -151,7 +151,7 @@ class Facts:
         # the previous verification's results, carried over where nothing changed (the agent)
         self.reuse = reuse
         # the signatures the log scan looks for (the evidence's, unless a caller narrows them)
-        self.signatures = signatures if signatures is not None else evidence.signatures
+        self._signatures = signatures
         self._node_flag = node
         self._nothing: dict[Kind, str | None] = {}
         # what parsing found wrong in an artifact, outside the parsers that keep their own
@@ -180,6 +180,12 @@ class Facts:
         return self.evidence.of(kind)
 
     # -- logs ---------------------------------------------------------------------------
+    @property
+    def signatures(self) -> tuple[Signature, ...]:
+        """The signatures the log scan looks for: the evidence's (read when first asked for),
+        unless a caller narrowed them."""
+        return self._signatures if self._signatures is not None else self.evidence.signatures
+
     @cached_property
     def log_artifacts(self) -> list[Artifact]:
         # the kernel's log too: the messages catalogue reads its lines (kube-proxy's own
@@ -189,6 +195,8 @@ class Facts:
 
     @cached_property
     def log(self) -> LogFacts:
+        if not self.log_artifacts:  # nothing to scan: the catalogue is not read for it
+            return LogFacts(ScanResult())
         scan = Scanner(scanned(self.signatures)).scan(self.log_artifacts)
         return LogFacts(scan, {s.id for s in self.signatures if s.failure})
 
@@ -648,7 +656,7 @@ class Facts:
 
     def _claimed_mode(self) -> tuple[str, Cite | None] | None:
         """The proxy mode kube-proxy says it runs (log) or is configured with (RunningMode.claimed)."""
-        logged = self._logged_mode(PROXY_MODE.ids)
+        logged = self._logged_mode(PROXY_MODE)
         if logged is not None:
             return logged
         configured = self._configured_mode
@@ -658,10 +666,12 @@ class Facts:
             return "iptables", None
         return None
 
-    def _logged_mode(self, *readings: tuple[str, ...]) -> tuple[str, Cite] | None:
+    def _logged_mode(self, *readings: Messages) -> tuple[str, Cite] | None:
         """The mode the last of these log lines names (the first reading that has lines)."""
-        for ids in readings:
-            hits = self.log.hits(*ids)
+        if not self.log_artifacts:  # (the readings' ids would read the catalogue for nothing)
+            return None
+        for reading in readings:
+            hits = self.log.hits(*reading.ids)
             if hits:
                 h = hits[-1]
                 return (mode_of(h) or "iptables"), Cite(h.artifact, h.line, h.text)
@@ -680,7 +690,7 @@ class Facts:
         """The proxy-mode answer: the mode kube-proxy really runs in, from its log, the state each
         mode leaves on the node, its configuration, or the default, with how that is known and
         what kube-proxy itself claims (:mod:`kpdoctor.dataplane.modes`)."""
-        logged = self._logged_mode(PROXY_MODE.ids, SYNC_MODE.ids)
+        logged = self._logged_mode(PROXY_MODE, SYNC_MODE)
         rulesets = [rs for rs in self.rulesets if rs.form in ("save", "S", "fragment")]
         states = modes.iptables_states(rulesets)
         ipvs = modes.ipvs_state(self.ipvs_virtual_servers, [(a.name, ln) for a, ln in self.node_state.links])
