@@ -61,6 +61,19 @@ fn step_tuple<'py>(py: Python<'py>, rules: &Rules, s: &Step) -> PyResult<Bound<'
     (s.layer, s.table, chain, s.rule, s.prob).into_pyobject(py)
 }
 
+/// A verdict's name, one Python string per name (a verification reads 100,000 of them).
+fn verdict_text(py: Python<'_>, v: walk::Verdict) -> Bound<'_, PyString> {
+    match v {
+        walk::Verdict::Accept => pyo3::intern!(py, "ACCEPT"),
+        walk::Verdict::Drop => pyo3::intern!(py, "DROP"),
+        walk::Verdict::Reject => pyo3::intern!(py, "REJECT"),
+        walk::Verdict::Return => pyo3::intern!(py, "RETURN"),
+        walk::Verdict::End => pyo3::intern!(py, "END"),
+        walk::Verdict::Uncertain => pyo3::intern!(py, "UNCERTAIN"),
+    }
+    .clone()
+}
+
 fn outcome_tuple<'py>(py: Python<'py>, rules: &Rules, o: &Outcome) -> PyResult<Bound<'py, PyTuple>> {
     let st = &o.state;
     let steps = PyList::empty(py);
@@ -102,6 +115,15 @@ impl IptablesRules {
         Ok((out, undecided))
     }
 
+    /// The name of a chain a step of `entries` names by its indices.
+    fn chain_name(&self, layer: u32, table: u32, chain: u32) -> PyResult<String> {
+        let tab = self.rules.layers.get(layer as usize).and_then(|l| l.get(table as usize));
+        match tab.and_then(|t| t.chains.get(chain as usize)) {
+            Some(ch) => Ok(ch.name.clone()),
+            None => Err(PyValueError::new_err("no such chain")),
+        }
+    }
+
     /// The primary rules of `table` that match one destination port of one protocol (neither
     /// negated), in the dump's order: where a destination no Service owns may still be
     /// forwarded (the stale-rule search). Only lines that name a destination port are compiled.
@@ -130,7 +152,8 @@ impl IptablesRules {
     /// What a verification reads of a walk, most likely first (`merge_outcomes`' order): per
     /// outcome `(probability, verdict, reason, backend, cited step or None, open_table)`, the
     /// cited step being the DNAT rule of an accepted and translated packet, else the rule or
-    /// policy that decided; the undecidable rules that did not matter; and, with `reads`, every
+    /// policy that decided, as `(layer, table, chain, rule or None for the policy)` (indices:
+    /// `chain_name` names the chain); the undecidable rules that did not matter; and, with `reads`, every
     /// part of the rules the walk read, `(layer, table, chain or None, part)` with part None
     /// (the whole chain), `"*"` or `("dst" | "dport", key)` (an indexed chain's).
     #[pyo3(signature = (packet, hook, reads=false))]
@@ -159,9 +182,11 @@ impl IptablesRules {
             } else {
                 st.steps.last()
             };
-            let cited = cited.map(|s| step_tuple(py, &self.rules, s)).transpose()?;
+            // the step as numbers only: the caller reads each rule's citation once
+            let cited = cited.map(|s| (s.layer, s.table, s.chain, s.rule));
             let backend = keyed[i].1.clone();
-            out.append((o.prob, o.verdict.text(), o.reason.as_str(), backend, cited, o.open_table).into_pyobject(py)?)?;
+            let reason = if o.reason.is_empty() { pyo3::intern!(py, "").clone() } else { PyString::new(py, &o.reason) };
+            out.append((o.prob, verdict_text(py, o.verdict), reason, backend, cited, o.open_table).into_pyobject(py)?)?;
         }
         let read = match deps {
             None => None,

@@ -22,8 +22,9 @@ class IptablesRules:
     def entries(
         self, packet: _Packet, hook: str, reads: bool = False
     ) -> tuple[
-        list[tuple[float, str, str, str | None, _Step | None, str | None]],
+        list[tuple[float, str, str, str | None, tuple[int, int, int, int | None] | None, str | None]],
         list[str],
         list[tuple[int, str, str | None, str | tuple[str, int] | None]] | None,
     ]: ...
+    def chain_name(self, layer: int, table: int, chain: int) -> str: ...
     def port_rules(self, table: str) -> list[tuple[int, int, str, tuple[int, int, int] | None, bool]]: ...

@@ -30,13 +30,16 @@ from kpdoctor.dataplane.backend import Packet
 from kpdoctor.dataplane.iptables.compile import CompiledTable
 from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
 from kpdoctor.dataplane.walk import Outcome, State, Step, merge_outcomes
+from kpdoctor.model import Cite
 from kpdoctor.parse.iptables import Rule, Ruleset
 
 if TYPE_CHECKING:
     from kpdoctor._core import IptablesRules
 
+# A step of a walk as the core names it: (layer, table, chain, rule or None for the policy)
+StepKey = tuple[int, int, int, int | None]
 # One outcome as a verification reads it (NativeEvaluator.entries)
-NativeEntry = tuple[float, str, str, str | None, tuple[str, str, int | None, str] | None, str | None]
+NativeEntry = tuple[float, str, str, str | None, StepKey | None, str | None]
 
 # the environment variable that chooses the walk: "native" (the default) or "python"
 CORE_SETTING = "KPDOCTOR_CORE"
@@ -134,6 +137,8 @@ class NativeEvaluator:
             self._core: IptablesRules = module.IptablesRules(layers, [(a.version, int(a)) for a in self.local])
         self.undecided: list[str] = []
         self.record = False  # the core keeps only the steps a verification cites
+        # a cited step's citation, chain and owner (backend.native_entries fills it)
+        self.citations: dict[StepKey, tuple[Cite, str, str | None]] = {}
 
     @functools.cached_property
     def python(self) -> Evaluator:
@@ -162,28 +167,28 @@ class NativeEvaluator:
     def entries(self, packet: Packet, hook: str, reads: set[Dep] | None = None) -> tuple[list[NativeEntry], list[str]]:
         """A verification's walk (no nat POSTROUTING) as its entries need it, most likely
         first: ``(probability, verdict, reason, backend, step, open_table)``, ``step`` the rule
-        or policy to cite as ``(table, chain, line or None, text)``; and the undecidable rules
-        that did not matter. ``reads``: a set to add every part of the rules the walk read to
-        (the agent's carried-over results depend on those parts only)."""
+        or policy to cite as a key of :meth:`cited`; and the undecidable rules that did not
+        matter. ``reads``: a set to add every part of the rules the walk read to (the agent's
+        carried-over results depend on those parts only)."""
         with _contained():
             raw, undecided, read = self._core.entries(_packet(packet), hook, reads is not None)
         if reads is not None and read is not None:
             origins = [rs.artifact for rs in self._rulesets]
             reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
         self.undecided = undecided
-        out: list[NativeEntry] = []
-        for prob, verdict, reason, backend, step, open_table in raw:
-            cited: tuple[str, str, int | None, str] | None = None
-            if step is not None:
-                layer, table, chain, rule, _ = step
-                name, tab = self._tables[layer][table]
-                if rule is None:
-                    cited = (name, chain, None, f"policy {tab.chains.get(chain) or 'ACCEPT'}")
-                else:
-                    r = tab.rules[rule]
-                    cited = (name, chain, r.line, r.text)
-            out.append((prob, verdict, reason, backend, cited, open_table))
-        return out, undecided
+        return raw, undecided
+
+    def cited(self, step: StepKey) -> tuple[str, str, int | None, str]:
+        """The rule or policy a step of :meth:`entries` names: (table, chain, line or None,
+        text; a policy's text is ``policy X``)."""
+        layer, table, chain, rule = step
+        name, tab = self._tables[layer][table]
+        if rule is None:
+            with _contained():
+                chain_name = self._core.chain_name(layer, table, chain)
+            return name, chain_name, None, f"policy {tab.chains.get(chain_name) or 'ACCEPT'}"
+        r = tab.rules[rule]
+        return name, r.chain, r.line, r.text
 
     def port_rules(self, table: str) -> list[tuple[Rule, int, str, Span | None, bool]]:
         """The primary rules of ``table`` matching one destination port of one protocol, in
