@@ -9,15 +9,20 @@ their cause: tests/checks/test_sigterm_not_forwarded.py and test_grace_period_to
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from checks.helpers import CASES, DOCKERD, DOCKERD_NEW, of
+from conftest import none_of, one
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
+from kpdoctor.bundle.transcript import bare_command
 from kpdoctor.model import Report
+from kpdoctor.parse.shellwords import exec_parts
+from kpdoctor.parse.system import parse_cmdline
 from kpdoctor.parse.timing import run_command, runtime_stops, stop_command, timed_stops
 
 Diag = Callable[..., Report]
@@ -69,6 +74,43 @@ def test_zsh_and_gnu_time_formats() -> None:
     assert g.seconds == pytest.approx(10.41)
 
 
+def _date(fmt: list[str], at: int) -> str:
+    """What this machine's `date` prints for the time ``at`` (C locale, UTC)."""
+    env = {"LC_ALL": "C", "TZ": "UTC", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["date", *fmt, "-d", f"@{at}"], capture_output=True, text=True, env=env, check=True).stdout
+
+
+@pytest.mark.parametrize("fmt", [[], ["-R"], ["-Is"], ["--rfc-3339=ns"]], ids=["default", "rfc-2822", "iso", "ns"])
+def test_a_stop_timed_with_date_before_and_after(fmt: list[str]) -> None:
+    """`date; kubectl delete pod x && date`: the two readings time the deletion, which kubectl
+    makes wait until the Pod is gone (to the second: whole-second readings may show 29 s)."""
+    t0 = 1_669_714_484
+    out = _date(fmt, t0) + 'pod "web-7d9c-x2kq" deleted\n' + _date(fmt, t0 + 31)
+    (s,) = timed_stops(out, "date; kubectl delete pod web-7d9c-x2kq && date")
+    assert s.seconds == pytest.approx(31) and s.killed and s.command.targets == ("web-7d9c-x2kq",)
+    assert (s.start_line, s.line) == (0, 2)
+    # the whole paste, prompt included; and a stop that took 2 s is no kill
+    (w,) = timed_stops("$ date; kubectl delete pod web-7d9c-x2kq && date\n" + out)
+    assert w.command_line == 0 and w.seconds == pytest.approx(31)
+    (quick,) = timed_stops(_date(fmt, t0) + "web\n" + _date(fmt, t0 + 2), "date && docker stop web; date")
+    assert quick.command.tool == "docker" and not quick.killed
+    # whole seconds: a kill at 30 s may read 29
+    (edge,) = timed_stops(_date(fmt, t0) + 'pod "w" deleted\n' + _date(fmt, t0 + 29), "date; kubectl delete pod w; date")
+    assert edge.killed == (fmt != ["--rfc-3339=ns"])
+
+
+def test_the_en_us_locale_s_twelve_hour_date_and_readings_that_time_nothing() -> None:
+    """coreutils' date in en_US prints a 12-hour clock ("Thu Feb 23 11:46:25 PM UTC 2023", as
+    posted in a shell session); readings around no stop, or running backwards, time nothing."""
+    text = 'Thu Feb 23 11:59:50 AM UTC 2023\npod "w" deleted\nThu Feb 23 12:00:21 PM UTC 2023\n'
+    (s,) = timed_stops(text, "date; kubectl delete pod w && date")
+    assert s.seconds == pytest.approx(31) and s.killed
+    assert timed_stops("Thu Feb 23 11:59:50 AM UTC 2023\nThu Feb 23 12:00:21 PM UTC 2023\n", "date; date") == []
+    backwards = 'Thu Mar  2 00:00:10 UTC 2023\npod "w" deleted\nWed Mar  1 23:59:40 UTC 2023\n'
+    assert timed_stops(backwards, "date; kubectl delete pod w; date") == []
+    assert timed_stops("Thu Feb 23 11:59:50 AM UTC 2023\npod \"w\" deleted\n", "date; kubectl delete pod w") == []
+
+
 def test_docker_run_is_read_for_its_pid_1() -> None:
     run = run_command("docker run -d --rm --name test busybox sh -c 'while true; do sleep 1; done'")
     assert run is not None and run.name == "test" and run.image == "busybox"
@@ -118,3 +160,108 @@ def test_a_timing_line_of_blanks_is_read_in_linear_time(blanks: int) -> None:
     assert clock.perf_counter() - t0 < 0.5
     assert got[0] is None and got[1] == (1.5, "x")
     assert _elapsed("docker stop test  0.05s user 0.02s system 0% cpu 10.408 total") == (10.408, "docker stop test")
+
+
+# -- a container's PID 1 read from /proc/1/cmdline ------------------------------------------------
+# kubectl's own notice for the exec form without `--` (staging/src/k8s.io/kubectl/pkg/cmd/exec)
+_KUBECTL_EXEC_NOTICE = (
+    "kubectl exec [POD] [COMMAND] is DEPRECATED and will be removed in a future version. "
+    "Use kubectl exec [POD] -- [COMMAND] instead."
+)
+
+
+def _cmdline_of(argv: list[str], tmp_path: Path) -> bytes:
+    """The bytes of /proc/PID/cmdline of a real process started here with ``argv`` (in
+    ``tmp_path``): its words, each ended by a NUL."""
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            raw = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            if raw.count(b"\0") >= len(argv):  # exec done (before it, the forked python's own)
+                return raw
+            subprocess.run(["sleep", "0.02"], check=True)
+        raise AssertionError(f"/proc/{proc.pid}/cmdline never showed {argv}")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_pid_1_cmdline_as_a_terminal_shows_it_nuls_lost_or_kept(tmp_path: Path) -> None:
+    """`cat /proc/1/cmdline` prints the words NUL-separated; a terminal shows the NULs as
+    nothing, so a shell's path runs into its script's ("/bin/bash./entrypoint.sh")."""
+    (tmp_path / "entrypoint.sh").write_text("sleep 30\n")
+    raw = _cmdline_of(["/bin/bash", "./entrypoint.sh"], tmp_path)
+    assert raw == b"/bin/bash\0./entrypoint.sh\0"
+    for shown in (raw.decode(), raw.replace(b"\0", b"").decode()):
+        (p,) = parse_cmdline(shown, 1, 5)
+        assert (p.pid, p.argv, p.program, p.line) == (1, ["/bin/bash", "./entrypoint.sh"], "bash", 5)
+    inline = _cmdline_of(["/bin/sh", "-c", "sleep 30; echo done"], tmp_path).replace(b"\0", b"").decode()
+    (p,) = parse_cmdline(inline, 1)
+    assert p.argv == ["/bin/sh", "-c", "sleep 30; echo done"]
+    assert parse_cmdline(_KUBECTL_EXEC_NOTICE + "\n" + inline + "\n", 1)[0].argv[0] == "/bin/sh"
+    assert [q.program for q in parse_cmdline("gunicorn app:app -w 4", 1)] == ["gunicorn"]
+
+
+@pytest.mark.parametrize(
+    "line,target,inner",
+    [
+        ("kubectl exec -it web-7d9c8b6f4-x2kqz -- cat /proc/1/cmdline", "web-7d9c8b6f4-x2kqz", ["cat", "/proc/1/cmdline"]),
+        ("k exec -it web-0 cat /proc/1/cmdline", "web-0", ["cat", "/proc/1/cmdline"]),
+        ("kubectl -n shop exec web-0 -c app -- ps -ef", "web-0", ["ps", "-ef"]),
+        ("docker exec --user=root api cat /proc/1/cmdline", "api", ["cat", "/proc/1/cmdline"]),
+        ("kubectl exec web-0", "web-0", []),
+        ("kubectl get pods", None, []),
+    ],
+)  # fmt: skip
+def test_what_an_exec_enters_and_runs(line: str, target: str | None, inner: list[str]) -> None:
+    assert exec_parts(line.split()) == (target, inner)
+
+
+@pytest.mark.parametrize(
+    "line,taken",
+    [
+        ("kubectl exec -it web-0 -- cat /proc/1/cmdline", True),
+        ("k exec -it web-0 cat /proc/1/cmdline", True),
+        ("iptables-save | grep KUBE-SVC", True),
+        ("cat /proc/sys/net/ipv4/ip_forward", True),
+        ("cat is what I ran first", False),
+        ("more logs below", False),
+        ("k8s 1.24 on ubuntu", False),
+        ("$ kubectl get pods", False),  # a prompt: the transcript's own
+        ("kubectl", False),
+    ],
+)  # fmt: skip
+def test_a_command_pasted_without_its_prompt(line: str, taken: bool) -> None:
+    assert (bare_command(line) is not None) == taken
+
+
+def test_a_container_pid_1_shell_read_from_its_cmdline(tmp_path: Path, diagnose: Diag) -> None:
+    """The paste as users post it (the command without a prompt, kubectl's notice, the words run
+    together): a shell still PID 1 while the container runs did not exec the application. A
+    script file's content is not shown (suspected); a -c script without a trap is (shown); with
+    a timed deletion of a Pod of the same ReplicaSet, the deletion's finding names PID 1."""
+    (tmp_path / "entrypoint.sh").write_text("sleep 30\n")
+    glued = _cmdline_of(["/bin/bash", "./entrypoint.sh"], tmp_path).replace(b"\0", b"").decode()
+    paste = f"k exec -it api-579b8875fb-zrbtn cat /proc/1/cmdline\n{_KUBECTL_EXEC_NOTICE}\n{glued}\n"
+    f = one(diagnose({"pid1.txt": paste}), "KP403")
+    assert f.suspected and f.confidence.name == "LOW"
+    assert "kubectl exec api-579b8875fb-zrbtn -- cat ./entrypoint.sh" in f.decided_by
+    assert [c.line for c in f.evidence] == [1, 3] and f.evidence[1].text == "/bin/bash./entrypoint.sh"
+    inline = _cmdline_of(["/bin/sh", "-c", "sleep 30; echo done"], tmp_path).replace(b"\0", b"").decode()
+    g = one(diagnose({"pid1.txt": paste.replace(glued, inline)}), "KP403")
+    assert not g.suspected and g.confidence.name == "HIGH"
+    trapped = _cmdline_of(["/bin/sh", "-c", "trap 'kill $p' TERM; sleep 30 & p=$!; wait"], tmp_path)
+    none_of(diagnose({"pid1.txt": paste.replace(glued, trapped.replace(b"\0", b"").decode())}), "KP403")
+    t0 = 1_669_714_484
+    timing = (
+        "$ date; kubectl delete pod api-579b8875fb-jzmb2 && date\n"
+        + _date([], t0)
+        + 'pod "api-579b8875fb-jzmb2" deleted\n'
+        + _date([], t0 + 31)
+    )
+    report = diagnose({"pid1.txt": paste, "timing.txt": timing})
+    h = one(report, "KP403")
+    assert h.confidence.name == "HIGH" and "read as PID 1 of Pod api-579b8875fb-zrbtn" in h.summary
+    assert h.evidence[0].text == "/bin/bash./entrypoint.sh"
+    # a node's `cat /proc/1/cmdline` (no exec: its init) says nothing of containers
+    none_of(diagnose({"node.txt": "$ cat /proc/1/cmdline\n/sbin/init\n"}), "KP403")

@@ -74,6 +74,7 @@ _KIND_HINTS = {
     "hostname": Kind.HOSTNAME,
     "locks": Kind.LOCKS,
     "cmdline": Kind.KUBE_PROXY_CMDLINE,
+    "process-cmdline": Kind.PROCESSES,  # a container's process's /proc/N/cmdline (attrs format, pid)
     "os-release": Kind.OS_RELEASE,
     "modules": Kind.MODULES,
     "nf_conntrack-stat": Kind.NF_CONNTRACK_STAT,
@@ -712,6 +713,11 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         # output first, then the command that counted it: a transcript after all (before reading
         # the text as a mere fragment of log lines for the messages it holds)
         parts = split_transcript(whole, lenient=True)
+        if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
+            return
+    if typed.kind is None and whole is not None:
+        # a command pasted without its prompt, above what it printed: read as that command's
+        parts = split_transcript(whole, lenient=True, bare=True)
         if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
             return
     if whole is not None and _load_segmented(ev, label, whole, hint=typed):

@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.parse.k8s import GENERATED
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
-from kpdoctor.parse.shellwords import entered, shell_split, unwrapped
+from kpdoctor.parse.shellwords import entered, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.sysctl import sysctl_write
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
@@ -125,9 +126,9 @@ class Part:
 # name-xxxxx), or a Deployment's Pod (name-<ReplicaSet hash>-xxxxx, the suffixes of k8s's
 # alphabet for generated names: no vowels, no 0/1/3).
 _PROMPT_HOST = re.compile(r"(?:^|\[|\s)[\w.\-]+@(?P<host>[\w.\-]+)")
-_POD_SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
+_POD_SUFFIX = f"{GENERATED}{{5}}"
 _KUBE_PROXY_POD = re.compile(rf"^kube-proxy-{_POD_SUFFIX}$")
-_DEPLOYMENT_POD = re.compile(rf"^[a-z0-9][-a-z0-9]*-[bcdfghjklmnpqrstvwxz2456789]{{6,10}}-{_POD_SUFFIX}$")
+_DEPLOYMENT_POD = re.compile(rf"^[a-z0-9][-a-z0-9]*-{GENERATED}{{6,10}}-{_POD_SUFFIX}$")
 _PATH_PROMPT = re.compile(r"^[ \t]*/[\w./-]*\s[#$]\s")
 
 
@@ -148,7 +149,35 @@ def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
     m = _PROMPT.match(line)
     if not m:
         return None
-    cmd = m.group("cmd").strip()
+    return _command(line, m.group("cmd").strip(), line[: m.start("cmd")], bool(m.group("strong")))
+
+
+# Command words that start English sentences as readily as commands: a line pasted without its
+# prompt that starts with one is a command only when an option or a path follows.
+_PROSE_WORDS = frozenset({"cat", "grep", "egrep", "tail", "head", "less", "more", "ps"})
+_KUBECTL_VERBS = frozenset({"exec", "logs", "get", "describe", "delete", "-n", "--namespace", "debug"})
+
+
+def bare_command(line: str) -> tuple[str, list[str], str | None, str] | None:
+    """The command of a line pasted without its prompt, above what it printed (``kubectl exec
+    web-0 -- cat /proc/1/cmdline``): a command kpdoctor reads the output of, with arguments."""
+    cmd = line.strip()
+    if not cmd or _PROMPT.match(line) or len(cmd) > MAX_COMMAND:
+        return None
+    got = _command(line, cmd, "", False)
+    if got is None or len(got[1]) < 2:
+        return None
+    words = cmd.split()
+    if words[0] == "k":  # kubectl's usual alias, or a letter
+        return got if words[1] in _KUBECTL_VERBS else None
+    if words[0] in _PROSE_WORDS and not words[1].startswith(("-", "/")):
+        return None
+    return got
+
+
+def _command(line: str, cmd: str, prompt: str, strong: bool) -> tuple[str, list[str], str | None, str] | None:
+    """(command, argv run, scope, what said the scope) of the command typed on ``line`` after
+    ``prompt`` (``strong``: a prompt with a host or a path, which runs any command word)."""
     try:
         # a very long "prompt" line is not a command typed
         argv = shell_split(cmd) if len(cmd) <= MAX_COMMAND else cmd.split()
@@ -160,8 +189,7 @@ def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
     if scope is not None:
         where = " ".join(argv[: len(argv) - len(inner)])
         argv = unwrapped(inner)
-    else:
-        prompt = line[: m.start("cmd")]
+    elif prompt:
         scope = prompt_scope(prompt)
         where = f"the prompt {prompt.strip()}" if scope is not None else ""
     if not argv:
@@ -174,7 +202,7 @@ def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
     dollar = line.lstrip(" \t*_").startswith("$ ")
     if (
         prog not in KNOWN_COMMANDS
-        and not ((m.group("strong") or dollar) and _COMMAND_WORD.match(prog))
+        and not ((strong or dollar) and _COMMAND_WORD.match(prog))
         and (bare_hash or sysctl_write(argv) is None)
     ):
         return None
@@ -201,19 +229,25 @@ def has_prompt(text: str) -> bool:
     return any(_prompt(line) is not None for line in text.splitlines())
 
 
-def split_transcript(text: str, lenient: bool = False) -> list[Part] | None:
+def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> list[Part] | None:
     """The parts of a transcript, or None when the text is not a transcript.
 
     Output pasted before the first prompt is a part of its own, with no command (``argv`` empty).
     One prompt after other lines makes a transcript only when ``lenient`` (the text was not
-    recognised as anything else): a comment in a file must not cut it in two."""
+    recognised as anything else): a comment in a file must not cut it in two. ``bare``: the
+    first line may be a command pasted without its prompt (:func:`bare_command`; the text was
+    not recognised as anything else)."""
     lines = text.splitlines()
     # the prompt pattern only on lines that could hold one (a 25 MB iptables-save has none)
     prompts = [(i, c) for i, line in enumerate(lines) if (c := _prompt(line)) is not None]
-    if not prompts:
-        return None
     # a markdown fence opening the paste is not content: the prompt after it starts the session
     first_content = next((i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)), 0)
+    if bare and (not prompts or prompts[0][0] != first_content) and first_content + 1 < len(lines):
+        typed = bare_command(lines[first_content])
+        if typed is not None:
+            prompts.insert(0, (first_content, typed))
+    if not prompts:
+        return None
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None
     parts: list[Part] = []
@@ -241,6 +275,7 @@ def _strong(line: str) -> bool:
 
 
 _RUNTIMES = ("kubectl", "k", "crictl", "docker", "nerdctl", "podman", "ctr")
+_PROC_PID = re.compile(r"^/proc/(\d+)/cmdline$")
 _PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
 
@@ -265,6 +300,9 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         # image, Pod or container is kube-proxy's (or a distribution binary that runs it).
         where = " ".join(words[1:])
         hints["scope"] = "kube-proxy" if _PROXY_IMAGE.search(where) else "container"
+        _, inner = exec_parts(words)
+        if inner:  # what the command run inside prints (`kubectl exec web-0 -- cat /proc/1/cmdline`)
+            words, prog = inner, inner[0].rsplit("/", 1)[-1]
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
     if prog == "hostname":
@@ -284,7 +322,12 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         if target.endswith("/locks"):
             hints["kind"] = "locks"
         elif target.endswith("/cmdline"):
-            hints["kind"] = "cmdline"
+            # a container's process (its PID 1, mostly), or kube-proxy's command line
+            pid = _PROC_PID.match(target)
+            if hints.get("scope") == "container" and pid is not None:
+                hints["kind"], hints["format"], hints["pid"] = "process-cmdline", "cmdline", pid.group(1)
+            else:
+                hints["kind"] = "cmdline"
         elif target.endswith("os-release"):
             hints["kind"] = "os-release"
         elif target.endswith("/modules"):

@@ -67,6 +67,12 @@ def _script(opts: list[str], printed: bool = False) -> str | None:
     return None
 
 
+def inline_script(argv: list[str]) -> str | None:
+    """A shell's ``-c`` script from its argv (``["/bin/sh", "-c", "exec app"]``); None when the
+    shell runs a script file or reads standard input."""
+    return _script(argv[1:]) if len(argv) > 1 else None
+
+
 def script_as_printed(command: str) -> str | None:
     """A shell's ``-c`` script from its command line as ``ps`` prints it (its words joined by
     spaces: the rest of the line after ``-c``); None when it runs no ``-c`` script."""
@@ -83,11 +89,12 @@ def _traps(words: list[str], signals: tuple[str, ...]) -> bool:
 
 def traps_term(script: str) -> bool:
     """Does the script set a trap on SIGTERM?"""
-    return _traps([w for c, _ in _commands(script)[0] for w in c], _TERM)
+    return _traps([w for c, _ in commands(script)[0] for w in c], _TERM)
 
 
-def _commands(script: str) -> tuple[list[tuple[list[str], str]], bool]:
-    """Top-level simple commands with the separator after each, and whether parsing was clean."""
+def commands(script: str) -> tuple[list[tuple[list[str], str]], bool]:
+    """Top-level simple commands with the separator after each, and whether parsing was clean
+    (a script, or a prompt's command list: ``date; kubectl delete pod x && date``)."""
     lex = shlex.shlex(script.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
     lex.whitespace_split = True
     out: list[tuple[list[str], str]] = []
@@ -110,7 +117,7 @@ def _commands(script: str) -> tuple[list[tuple[list[str], str]], bool]:
 def _judge(shell: str, script: str, shown: str) -> Entrypoint:
     if len(script) > MAX_SCRIPT:
         return Entrypoint(None, shell, f"{shell} -c runs a script of {len(script)} characters: not judged", shown)
-    cmds, clean = _commands(script)
+    cmds, clean = commands(script)
     words = [w for c, _ in cmds for w in c]
     has_trap = "trap" in words
     if _traps(words, (*_TERM, "EXIT")) and "wait" in words:

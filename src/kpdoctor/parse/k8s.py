@@ -21,6 +21,19 @@ from typing import Any
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
 
+# The alphabet of the API server's generated name suffixes (no vowels, no 0/1/3: apimachinery's
+# rand.String), as in a Deployment's Pod name-<ReplicaSet hash>-<5 of them>
+GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
+_REPLICA = re.compile(rf"^(?P<template>[a-z0-9][-a-z0-9.]*-{GENERATED}{{6,10}})-{GENERATED}{{5}}$")
+
+
+def pod_template(name: str) -> str | None:
+    """The ReplicaSet a Deployment's Pod was made from, by its name (``web-7d9c8b6f4-x2kqz`` ->
+    ``web-7d9c8b6f4``): Pods of one ReplicaSet run the same containers. None for other names."""
+    m = _REPLICA.match(name)
+    return m.group("template") if m else None
+
+
 PROTOCOLS = ("TCP", "UDP", "SCTP")  # what kube-proxy programs
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # an EndpointSlice's Service
 

@@ -87,6 +87,33 @@ def entered(words: list[str]) -> tuple[list[str], str | None]:
     return inner, "host" if node else "netns"
 
 
+# the options of `kubectl exec`/`docker exec` that take a value (the rest are flags)
+_EXEC_VALUED = frozenset(
+    {"-c", "--container", "-n", "--namespace", "-u", "--user", "-w", "--workdir", "-e", "--env", "--context",
+     "--kubeconfig", "-f", "--filename", "--pod-running-timeout", "--env-file", "--detach-keys", "-s", "--server"}
+)  # fmt: skip
+
+
+def exec_parts(words: list[str]) -> tuple[str | None, list[str]]:
+    """The Pod or container a runtime's ``exec`` enters and the command it runs there
+    (``kubectl exec -it web-0 -c app -- cat /proc/1/cmdline``, the older form without ``--``,
+    ``docker exec web cat ...``); (None, []) for no exec."""
+    if "exec" not in words:
+        return None, []
+    rest = words[words.index("exec") + 1 :]
+    target: str | None = None
+    i = 0
+    while i < len(rest) and rest[i] != "--":
+        w = rest[i]
+        if w.startswith("-"):  # an option, before or after the Pod
+            i += 1 if "=" in w or w not in _EXEC_VALUED else 2
+        elif target is None:
+            target, i = w, i + 1
+        else:
+            return target, rest[i:]  # the older form: the command right after the Pod
+    return target, rest[i + 1 :]
+
+
 def _unescape_double_quoted(text: str) -> str:
     """Inside double quotes a backslash escapes only " and a backslash (and stays otherwise)."""
     if "\\" not in text:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -163,6 +164,49 @@ def parse_processes(text: str, first_line: int = 1) -> list[Process]:
         netns = row.get("NETNS", "").strip("-")  # "-": a kernel thread's, or not allowed to look
         procs.append(Process(pid, to_int(row.get("PPID")), user, parts[-1], first_line + i, netns))
     return procs
+
+
+def read_processes(text: str, first_line: int = 1, attrs: dict[str, str] | None = None) -> list[Process]:
+    """The processes of a listing: a process table, or (``attrs`` format "cmdline") one
+    process's ``/proc/N/cmdline`` as a command printed it (:func:`parse_cmdline`)."""
+    if attrs and attrs.get("format") == "cmdline":
+        pid = to_int(attrs.get("pid", ""))
+        return parse_cmdline(text, pid, first_line) if pid is not None else []
+    return parse_processes(text, first_line)
+
+
+# What kubectl and docker print around an exec'd command's output (kubectl's exec.go): not the
+# command's output
+_EXEC_NOTICE = re.compile(
+    r"^(?:kubectl exec \[POD\] \[COMMAND\] is DEPRECATED|Defaulted container \S+ out of:|"
+    r"Unable to use a TTY - input is not a terminal|Defaulting container name to )"
+)
+# A shell's path with the next word run into it: /proc/N/cmdline separates the words with NULs,
+# which a terminal shows as nothing ("/bin/bash./entrypoint.sh", "/bin/sh-cexec app")
+_GLUED_SHELL = re.compile(r"^(?P<shell>(?:/[\w.+-]+)*/(?:ba|da|z|k|mk)?sh|(?:ba|da|z|k|mk)?sh)(?P<rest>[./-].*)$")
+
+
+def parse_cmdline(text: str, pid: int, first_line: int = 1) -> list[Process]:
+    """One process's ``/proc/<pid>/cmdline`` as ``cat`` printed it: its words separated by NULs,
+    or run together where the NULs were lost on the way to the terminal (a shell's path and
+    its script are then told apart), or by spaces (``tr '\\0' ' '``)."""
+    lines = [(i, ln) for i, ln in enumerate(text.splitlines()) if ln.strip() and not _EXEC_NOTICE.match(ln.strip())]
+    if len(lines) != 1:
+        return []
+    i, raw = lines[0]
+    line = raw.strip()
+    glued = _GLUED_SHELL.match(line) if "\x00" not in line else None
+    if "\x00" in line:
+        argv = [w for w in line.split("\x00") if w]
+    elif glued is not None and glued.group("rest").startswith("-c"):
+        argv = [glued.group("shell"), "-c", glued.group("rest")[2:]]  # the script, spaces and all
+    elif glued is not None:
+        argv = [glued.group("shell"), *glued.group("rest").split()]
+    else:
+        argv = line.split()
+    if not argv:
+        return []
+    return [Process(pid, None, "", shlex.join(argv), first_line + i)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ A process that exits on SIGTERM stops a container in well under a second. One th
 signal it does not handle) is killed only when the stop timeout runs out, so the stop takes the
 whole timeout: ``time docker stop X`` prints ``real 0m10.4s`` (docker, podman and nerdctl wait
 10 s unless ``-t/--time N`` says otherwise), ``time kubectl delete pod X`` takes the Pod's grace
-period (30 s unless set) or more. Runtimes also say so in their logs:
+period (30 s unless set) or more (``kubectl delete`` waits until the Pod is gone). A stop timed
+with ``date`` before and after it (``date; kubectl delete pod X && date``) says the same, to the
+second. Runtimes also say so in their logs:
 
 * dockerd: ``Container 6d62... failed to exit within 10 seconds of signal 15 - using the force``
   (since 20.10: ``msg="Container failed to exit within 10s of signal 15 - using the force"
@@ -23,9 +25,11 @@ Nothing here raises on bad input; line numbers are 0-based offsets into the text
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
-from kpdoctor.parse.shellwords import COMMAND_WRAPPERS, shell_split, unwrapped
+from kpdoctor.parse.entrypoint import commands
+from kpdoctor.parse.shellwords import COMMAND_WRAPPERS, PROMPT, shell_split, unwrapped
 
 RUNTIME_STOP_DEFAULT = 10.0  # docker, podman, nerdctl: seconds between the stop signal and SIGKILL
 POD_GRACE_DEFAULT = 30.0  # terminationGracePeriodSeconds when the Pod does not set it
@@ -66,11 +70,16 @@ class TimedStop:
     text: str  # that line, stripped
     command_line: int | None = None  # 0-based line of the command (or `pod "x" deleted`) in the text
     command_text: str = ""  # that line, stripped
+    # timed by two clock readings (`date` before and after): the first one's line and text, and
+    # how coarse the readings are (whole seconds: the time taken is known to within one)
+    start_line: int | None = None
+    start_text: str = ""
+    resolution: float = 0.0
 
     @property
     def killed(self) -> bool:
         """Did it take the whole timeout (so the process was killed, not stopped by the signal)?"""
-        return self.seconds >= self.command.timeout * 0.98
+        return self.seconds + self.resolution >= self.command.timeout * 0.98
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,23 +248,35 @@ def _elapsed(line: str) -> tuple[float, str | None] | None:
 def timed_stops(text: str, command: str | None = None) -> list[TimedStop]:
     """Every timed stop in ``text``: the output of ``command`` (a transcript's prompt), or a text
     that holds the command line itself, or kubectl's ``pod "x" deleted`` (the grace period then
-    taken as the default)."""
+    taken as the default); timed by ``time`` (bash, zsh, GNU) or by ``date`` before and after."""
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
         return []
     cmd = stop_command(command) if command else None
+    listed = _dated_stop(command) if command and cmd is None else None
+    if listed is not None:
+        cmd = listed[0]
     cmd_line: int | None = None
     cmd_text = ""
     out: list[TimedStop] = []
+    clocks: list[tuple[int, float, str, float]] = []  # `date` readings: line, seconds, text, resolution
     for i, line in enumerate(lines):
         stripped = line.strip()
         if not stripped:
             continue
+        reading = _clock_reading(stripped)
+        if reading is not None:
+            clocks.append((i, reading[0], stripped, reading[1]))
+            continue
         el = _elapsed(line)
         if el is None:
-            here = stop_command(re.sub(r"^(?:[$#>%]\s*)", "", stripped)) if len(stripped) < 4096 else None
+            typed = _typed_command(stripped)
+            here = stop_command(typed) if typed is not None else None
+            dated = _dated_stop(typed) if typed is not None and here is None else None
+            if here is None and dated is not None:
+                here = dated[0]
             if here is not None:
-                cmd, cmd_line, cmd_text = here, i, stripped
+                cmd, cmd_line, cmd_text, listed = here, i, stripped, dated
                 continue
             m = _DELETED.match(line)
             if m and cmd is None:
@@ -267,7 +288,83 @@ def timed_stops(text: str, command: str | None = None) -> list[TimedStop]:
         if use is not None:
             where = (i, stripped) if zsh_cmd else (cmd_line, cmd_text)
             out.append(TimedStop(use, seconds, i, stripped, *where))
+    if out or cmd is None:
+        return out
+    # timed by the clock: the readings the command list's `date`s printed around the stop, or
+    # the last reading before the stop's line and the first after it
+    after = [c for c in clocks if cmd_line is None or c[0] > cmd_line]
+    if listed is not None:
+        before = listed[1]
+        pair = (after[before - 1], after[before]) if len(after) > before else None
+    elif cmd_line is not None:
+        earlier = [c for c in clocks if c[0] < cmd_line]
+        pair = (earlier[-1], after[0]) if earlier and after else None
+    else:
+        pair = None
+    if pair is not None:
+        (l0, t0, s0, r0), (l1, t1, s1, r1) = pair
+        seconds = t1 - t0
+        if 0 <= seconds < _DAY:
+            out.append(TimedStop(cmd, round(seconds, 3), l1, s1, cmd_line, cmd_text, l0, s0, max(r0, r1)))
     return out
+
+
+def _typed_command(line: str) -> str | None:
+    """The command on a line of a text, without its shell prompt (a bare line is taken as
+    typed too); None for a line too long to be one."""
+    if len(line) >= MAX_LINE:
+        return None
+    m = PROMPT.match(line)
+    return m.group("cmd") if m else re.sub(r"^(?:[$#>%]\s*)", "", line)
+
+
+def _dated_stop(cmdline: str) -> tuple[StopCommand, int] | None:
+    """A prompt's command list that times a stop with ``date`` (``date; kubectl delete pod x &&
+    date``): the stop, and how many ``date``s print before it (one at least, and one after)."""
+    if len(cmdline) > MAX_LINE:
+        return None
+    found: tuple[StopCommand, int] | None = None
+    dates = 0
+    for words, _ in commands(cmdline)[0]:
+        words = unwrapped(words, _WRAPPERS)
+        if words and words[0].rsplit("/", 1)[-1] == "date":
+            dates += 1
+            if found is not None:
+                return found if found[1] else None
+        elif found is None and (stop := stop_command(shlex.join(words))) is not None:
+            found = (stop, dates)
+    return None
+
+
+# What `date` prints, read to the second of the month (a stop takes seconds: a reading's day and
+# time of day say how long): coreutils' and BSD's default ("Tue Nov 29 10:34:44 CET 2022"; the
+# en_US locale's "Tue Nov 29 10:34:44 AM CET 2022"), `date -R` ("Tue, 29 Nov 2022 10:34:44
+# +0100"), `date -Is`/`--rfc-3339` ("2022-11-29T10:34:44+01:00", fractions with `-Ins`).
+_DATE = re.compile(
+    r"(?:[A-Z][a-z]{2},?\s+(?:[A-Z][a-z]{2}\s+(?P<d1>\d{1,2})|(?P<d2>\d{1,2})\s+[A-Z][a-z]{2}\s+\d{4})"
+    r"|\d{4}-\d{2}-(?P<d3>\d{2})[T ])"
+    r"\s*(?P<h>\d{1,2}):(?P<m>\d{2}):(?P<s>\d{2}(?:[.,]\d+)?)(?:\s*(?P<ampm>[AaPp][Mm]))?"
+    r"(?:\s*(?:Z|[+-]\d{2}:?\d{2}|[A-Z]{2,5}(?:[+-]\d{1,2})?))?(?:\s+\d{4})?"
+)
+_DAY = 86400.0
+
+
+def _clock_reading(line: str) -> tuple[float, float] | None:
+    """A line that is a whole `date` reading: (seconds since the start of its month, how coarse
+    the reading is); None for anything else."""
+    if len(line) > 80 or ":" not in line:
+        return None
+    m = _DATE.fullmatch(line)
+    if m is None:
+        return None
+    day = int(m.group("d1") or m.group("d2") or m.group("d3"))
+    hour, minute, sec = int(m.group("h")), int(m.group("m")), m.group("s").replace(",", ".")
+    ampm = (m.group("ampm") or "").upper()
+    if not 1 <= day <= 31 or minute > 59 or hour > (12 if ampm else 23):
+        return None
+    if ampm:
+        hour = hour % 12 + (12 if ampm == "PM" else 0)
+    return day * _DAY + hour * 3600 + minute * 60 + float(sec), (0.0 if "." in sec else 1.0)
 
 
 _DOCKERD = re.compile(

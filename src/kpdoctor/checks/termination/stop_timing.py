@@ -15,8 +15,10 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse, script_as_printed, traps_term
-from kpdoctor.parse.system import parse_processes
+from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse, inline_script, script_as_printed, traps_term
+from kpdoctor.parse.k8s import pod_template
+from kpdoctor.parse.shellwords import exec_parts, shell_split
+from kpdoctor.parse.system import Process, parse_processes, read_processes
 from kpdoctor.parse.timing import RuntimeStop, TimedStop, is_term, run_command, runtime_stops, timed_stops
 
 FIX_EXEC = (
@@ -48,7 +50,8 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         timeout, then kills.
     How it is detected: a timed stop (`time docker|podman|nerdctl stop|restart [-t N] X`,
         `time crictl stop -t N X`, `time kubectl delete pod X [--grace-period=N]`, also zsh's
-        and GNU time's formats, and kubectl's `pod "X" deleted` with a `real` time) that took
+        and GNU time's formats, kubectl's `pod "X" deleted` with a `real` time, or `date` read
+        before and after the stop: `date; kubectl delete pod X && date`) that took
         the runtime's stop timeout (10 s for docker, podman and nerdctl unless `-t` says
         otherwise) or the grace period (30 s unless `--grace-period` says otherwise: the Pod's
         own is then assumed to be the default, and the summary says so) or longer; and the
@@ -75,10 +78,13 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination;
         https://github.com/kubernetes/kubernetes/pull/64015; https://github.com/krallin/tini
     """
+    cited: set[tuple[str, int | None]] = set()  # a PID 1 a timed stop's finding names is not said again
     for a in facts.of(Kind.STOP_TIMING):
         killed = [s for s in timed_stops(a.read_text(), a.attrs.get("command")) if s.killed]
         if killed:
-            yield _timed(facts, a, max(killed, key=lambda s: s.seconds - s.command.timeout))
+            timed = _timed(facts, a, max(killed, key=lambda s: s.seconds - s.command.timeout))
+            cited.update((c.artifact, c.line) for c in timed.evidence)
+            yield timed
     for a in facts.of(Kind.RUNTIME_LOG):
         hits = runtime_stops(a.read_text())
         if hits:
@@ -87,8 +93,69 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         # a container's listing: said so by the command that printed it, or, when nothing says
         # where it was taken, by its PID 1 being a shell (a node's PID 1 is its init)
         said = "scope" in a.attrs or "command" in a.attrs
-        if (a.attrs.get("scope") == "container" or not said) and (f := _shell_as_pid1(facts, a)) is not None:
+        if a.attrs.get("format") == "cmdline":
+            shell = _cmdline_pid1(facts, a) if a.attrs.get("scope") == "container" else None
+            if shell is not None and not cited.intersection((c.artifact, c.line) for c in shell.evidence[1:]):
+                yield shell
+        elif (a.attrs.get("scope") == "container" or not said) and (f := _shell_as_pid1(facts, a)) is not None:
             yield f
+
+
+def _container_pid1(a: Artifact) -> Process | None:
+    """A container's PID 1 read from ``/proc/1/cmdline`` when it is a shell (the shell is
+    still PID 1 while the container runs: it did not `exec` what it started)."""
+    procs = read_processes(a.read_text(), a.first_line, a.attrs)
+    pid1 = next((p for p in procs if p.pid == 1), None)
+    return pid1 if pid1 is not None and pid1.program in SHELLS else None
+
+
+def _exec_target(a: Artifact) -> str | None:
+    """The Pod (or container) the command that printed ``a`` ran in (``kubectl exec POD ...``)."""
+    command = a.attrs.get("command", "")
+    try:
+        words = shell_split(command)
+    except ValueError:
+        words = command.split()
+    return exec_parts(words)[0]
+
+
+def _cmdline_pid1(facts: Facts, a: Artifact) -> Finding | None:
+    """A container's PID 1 is a shell, read from its /proc/1/cmdline while it runs: SIGTERM
+    stops at the shell unless its script traps TERM (shown for a ``-c`` script; a script file's
+    content is not, so that is suspected)."""
+    pid1 = _container_pid1(a)
+    if pid1 is None:
+        return None
+    inline = inline_script(pid1.argv)
+    if inline is not None and traps_term(inline):
+        return None
+    target = _exec_target(a)
+    where = f"Pod {target}" if target else "this container"
+    f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    printed = a.read_text().splitlines()[pid1.line - a.first_line].strip()  # as printed, NULs lost or not
+    f.evidence = [Cite(a.name, max(a.first_line - 1, 1), a.attrs.get("command", "")), Cite(a.name, pid1.line, printed)]
+    f.subject = {"service": None, "workload": f"Pod/{target}" if target else None}
+    f.summary = (
+        f"In {where}, PID 1 is `{_short(pid1.command)}` (its /proc/1/cmdline), a shell, while the container runs: "
+        "the shell did not `exec` the application, so on a stop SIGTERM reaches the shell only, which passes it on "
+        "only when its script traps TERM; otherwise the application is killed when the grace period runs out."
+    )
+    f.fix = [FIX_EXEC, FIX_APP]
+    if inline is not None:
+        f.confidence = Confidence.HIGH
+        f.summary += " Its script, on that line, has no `trap` on TERM."
+        return f
+    script = next((w for w in pid1.argv[1:] if not w.startswith("-")), None)
+    suspect(
+        f,
+        "a shell as PID 1 running a script file; whether the script traps TERM is not shown",
+        ([f"kubectl exec {target or '<pod>'} -- cat {script}"] if script else []) + ["time kubectl delete pod <pod>"],
+    )
+    decides = f" `cat {script}` inside the container decides (a `trap` on TERM clears it)" if script else ""
+    f.summary += (decides or " The script decides") + (
+        "; so does a timed deletion: one that takes the whole grace period means SIGTERM did nothing."
+    )
+    return f
 
 
 def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
@@ -149,6 +216,23 @@ def _pid1(facts: Facts, a: Artifact, stop: TimedStop) -> tuple[Entrypoint, Cite]
             verdict = analyse(run.command, [])
             return (verdict, cite) if verdict is not None else None
     if stop.command.tool == "kubectl":
+        # a shell read as PID 1 of the same Pod, or of a Pod of the same ReplicaSet (the same
+        # containers), from its /proc/1/cmdline while it ran
+        templates = {pod_template(t) or t for t in stop.command.targets}
+        for other in facts.of(Kind.PROCESSES):
+            target = _exec_target(other) if other.attrs.get("format") == "cmdline" else None
+            shell = _container_pid1(other) if target and (pod_template(target) or target) in templates else None
+            if shell is not None:
+                inline = inline_script(shell.argv)
+                said = "" if inline is None else " and no trap on TERM in its script"
+                if inline is None or not traps_term(inline):
+                    reason = (
+                        f"a shell, read as PID 1 of Pod {target} while it ran: it did not `exec` the application"
+                        f"{said}, so SIGTERM stops at the shell"
+                    )
+                    printed = other.read_text().splitlines()[shell.line - other.first_line].strip()
+                    cite = Cite(other.name, shell.line, printed)
+                    return Entrypoint(False, shell.program, reason, shell.command), cite
         for pod in facts.objects.of("Pod"):
             if pod.name not in stop.command.targets:
                 continue
@@ -174,6 +258,8 @@ def _timed(facts: Facts, a: Artifact, stop: TimedStop) -> Finding:
     took = f"took {stop.seconds:g} s, {cmd.what}" + (
         f" plus {over:.1f} s" if over >= 0.05 else "" if over >= 0 else f" (just under it: {-over:.1f} s)"
     )
+    if stop.start_line is not None:
+        took += " (timed by the clock before and after it" + (", to the second)" if stop.resolution else ")")
     summary = f"{what} {took}: the process did not exit on SIGTERM and was killed when the time ran out."
     confidence = Confidence.MEDIUM
     if pid1 is not None:
@@ -202,7 +288,10 @@ def _timed(facts: Facts, a: Artifact, stop: TimedStop) -> Finding:
         f.evidence.append(Cite(a.name, a.first_line + stop.command_line, stop.command_text))
     elif a.attrs.get("command"):
         f.evidence.append(Cite(a.name, max(a.first_line - 1, 1), a.attrs["command"]))
+    if stop.start_line is not None:
+        f.evidence.append(Cite(a.name, a.first_line + stop.start_line, stop.start_text))
     f.evidence.append(Cite(a.name, a.first_line + stop.line, stop.text))
+    f.evidence.sort(key=lambda c: c.line or 0)
     if pid1 is not None:
         f.evidence.insert(0, pid1[1])
     f.fix = [FIX_EXEC, FIX_APP]
