@@ -21,7 +21,7 @@ use crate::walk::{Outcome, Packet, Rules, Step};
 /// for a user chain), and per rule (in the dump's order) its chain, line and text without
 /// counters; with the `kpdoctor.parse.iptables.Rule` objects themselves, whose Python-made
 /// tokens are taken for the rare line only a shell-word parser splits right.
-type TableIn<'py> = (String, Vec<(String, Option<String>)>, Vec<String>, Vec<i64>, Bound<'py, PyList>, Bound<'py, PyList>);
+type TableIn<'py> = (String, Vec<(String, Option<String>)>, Bound<'py, PyList>, Vec<i64>, Bound<'py, PyList>, Bound<'py, PyList>);
 
 fn read_table(table: TableIn<'_>) -> PyResult<Table> {
     let (name, declared, chains, lines, texts, objects) = table;
@@ -30,23 +30,24 @@ fn read_table(table: TableIn<'_>) -> PyResult<Table> {
         return Err(PyValueError::new_err("a table's chains, lines, texts and rules differ in number"));
     }
     let py = objects.py();
-    let mut rules = Vec::with_capacity(n);
-    for (i, ((chain, line), text)) in chains.into_iter().zip(lines).zip(texts.iter()).enumerate() {
+    let mut t = Table::new(name, declared, n);
+    for (i, ((chain, line), text)) in chains.iter().zip(lines).zip(texts.iter()).enumerate() {
+        let chain = chain.cast_into::<PyString>()?;
         let text = text.cast_into::<PyString>()?;
         // text that is not UTF-8 (bytes the reader kept as surrogate escapes) is refused: the
         // caller walks such a dump with the Python evaluator
-        let Ok(t) = text.to_str() else {
+        let (Ok(c), Ok(txt)) = (chain.to_str(), text.to_str()) else {
             return Err(PyValueError::new_err(format!("line {line} is not UTF-8")));
         };
         // a line only a shell-word parser splits right: the Python parser's tokens
-        let source = if tokens::needs_shell(t) {
+        let source = if tokens::needs_shell(txt) {
             Source::Args(objects.get_item(i)?.getattr(pyo3::intern!(py, "args"))?.extract::<Vec<String>>()?.into())
         } else {
-            Source::Text(text.unbind())
+            Source::Text(text.clone().unbind())
         };
-        rules.push((chain, RawRule { line, source }));
+        t.push(c, RawRule { line, source });
     }
-    Ok(Table::new(name, declared, rules))
+    Ok(t)
 }
 
 /// One address family's iptables rules, compiled on first use, ready to walk.
@@ -57,7 +58,7 @@ struct IptablesRules {
 
 fn step_tuple<'py>(py: Python<'py>, rules: &Rules, s: &Step) -> PyResult<Bound<'py, PyTuple>> {
     let tab = &rules.layers[s.layer as usize][s.table as usize];
-    let chain = tab.chains[s.chain as usize].name.as_str();
+    let chain: &str = &tab.chains[s.chain as usize].name;
     (s.layer, s.table, chain, s.rule, s.prob).into_pyobject(py)
 }
 
@@ -119,7 +120,7 @@ impl IptablesRules {
     fn chain_name(&self, layer: u32, table: u32, chain: u32) -> PyResult<String> {
         let tab = self.rules.layers.get(layer as usize).and_then(|l| l.get(table as usize));
         match tab.and_then(|t| t.chains.get(chain as usize)) {
-            Some(ch) => Ok(ch.name.clone()),
+            Some(ch) => Ok(ch.name.to_string()),
             None => Err(PyValueError::new_err("no such chain")),
         }
     }

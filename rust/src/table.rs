@@ -4,7 +4,7 @@
 //! `iptables/compile.py`).
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -105,37 +105,47 @@ pub struct CompiledChain {
 }
 
 pub struct Chain {
-    pub name: String,
+    /// shared with the table's index by name: a node's 60,000 chain names stored once
+    pub name: Arc<str>,
     /// positions of the chain's rules among the table's
     members: Vec<u32>,
-    compiled: OnceLock<CompiledChain>,
+    /// boxed: a chain no packet entered (the other backend's, a CNI's) costs a pointer
+    compiled: OnceLock<Box<CompiledChain>>,
 }
 
 pub struct Table {
     pub name: String,
     pub policies: HashMap<String, String>,
     pub chains: Vec<Chain>,
-    by_name: HashMap<String, u32>,
+    by_name: HashMap<Arc<str>, u32>,
     pub rules: Vec<RawRule>,
 }
 
 impl Table {
     /// `declared`: every chain and its policy (None for a user chain), in the dump's order;
-    /// `rules`: each rule's chain and the rule, in the dump's order.
-    pub fn new(name: String, declared: Vec<(String, Option<String>)>, rules: Vec<(String, RawRule)>) -> Table {
-        let mut t = Table { name, policies: HashMap::new(), chains: Vec::new(), by_name: HashMap::new(), rules: Vec::new() };
+    /// `rules`: the number of rules to come (:meth:`push`).
+    pub fn new(name: String, declared: Vec<(String, Option<String>)>, rules: usize) -> Table {
+        let mut t = Table {
+            name,
+            policies: HashMap::new(),
+            chains: Vec::with_capacity(declared.len()),
+            by_name: HashMap::with_capacity(declared.len()),
+            rules: Vec::with_capacity(rules),
+        };
         for (chain, policy) in declared {
             t.chain_id(&chain);
             if let Some(p) = policy.filter(|p| !p.is_empty()) {
                 t.policies.insert(chain, p);
             }
         }
-        for (i, (chain, rule)) in rules.into_iter().enumerate() {
-            let id = t.chain_id(&chain);
-            t.chains[id as usize].members.push(i as u32);
-            t.rules.push(rule);
-        }
         t
+    }
+
+    /// The next rule of the dump, in `chain`.
+    pub fn push(&mut self, chain: &str, rule: RawRule) {
+        let id = self.chain_id(chain);
+        self.chains[id as usize].members.push(self.rules.len() as u32);
+        self.rules.push(rule);
     }
 
     fn chain_id(&mut self, name: &str) -> u32 {
@@ -143,8 +153,9 @@ impl Table {
             return id;
         }
         let id = self.chains.len() as u32;
-        self.chains.push(Chain { name: name.to_owned(), members: Vec::new(), compiled: OnceLock::new() });
-        self.by_name.insert(name.to_owned(), id);
+        let name: Arc<str> = Arc::from(name);
+        self.chains.push(Chain { name: Arc::clone(&name), members: Vec::new(), compiled: OnceLock::new() });
+        self.by_name.insert(name, id);
         id
     }
 
@@ -159,7 +170,7 @@ impl Table {
             let rules: Vec<(u32, CompiledRule)> =
                 chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py))).collect();
             let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
-            CompiledChain { rules, index }
+            Box::new(CompiledChain { rules, index })
         })
     }
 

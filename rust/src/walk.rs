@@ -481,7 +481,7 @@ impl Walk<'_> {
         let compiled = tab.compiled(self.py, cid);
         let key = compiled.index.as_ref().map(|idx| (idx.by_dst, if idx.by_dst { st.dst } else { st.dport as u128 }));
         if self.deps.is_some() {
-            let name = tab.chains[cid as usize].name.as_str();
+            let name = &*tab.chains[cid as usize].name;
             match key {
                 Some((by_dst, k)) => {
                     self.read(layer, &tab.name, Some(name), Part::Key(by_dst, k));
@@ -499,7 +499,7 @@ impl Walk<'_> {
     #[allow(clippy::too_many_arguments)]
     fn rules_from(&self, layer: u32, ti: u32, cid: u32, order: Option<&[u32]>, p: f64, st: State, depth: usize) -> Result<Vec<Res>, Stop> {
         let tab = self.table(layer, ti);
-        let chain_name = tab.chains[cid as usize].name.as_str();
+        let chain_name = &*tab.chains[cid as usize].name;
         let rules = &tab.compiled(self.py, cid).rules;
         let mut results: Vec<Res> = Vec::new();
         let end = order.map_or(rules.len(), <[u32]>::len);

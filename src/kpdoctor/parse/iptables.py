@@ -10,6 +10,7 @@ still gets the checks that need chain names.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 from kpdoctor.parse.diagnostics import Diagnostic
@@ -287,7 +288,9 @@ def parse_save(
                     table.rules.append(old)
                     continue
                 sp = raw.find(" ", 3)
-                chain = raw[3:sp] if sp > 0 else raw[3:]
+                # one string per chain name, not per rule (a quarter of a million rules name a
+                # few thousand chains)
+                chain = sys.intern(raw[3:sp] if sp > 0 else raw[3:])
                 if chain and raw[-1] != " " and not ('"' in raw and raw.count('"') & 1):
                     if chain not in table.chains:
                         rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
@@ -314,7 +317,7 @@ def parse_save(
             and len(head := raw.split(None, 2)) >= 2
         ):
             # the bulk of a big dump: a plain rule, ordinary quoting, no counters
-            chain = head[1]
+            chain = sys.intern(head[1])
             if chain not in table.chains:
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
                 table.chains.setdefault(chain, None)
