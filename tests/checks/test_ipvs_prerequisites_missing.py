@@ -3,6 +3,11 @@ virtual server without its scheduler module."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
 from checks.helpers import Diag
 from conftest import none_of, one
 
@@ -46,3 +51,38 @@ def test_other_ipvs_errors_are_not_a_missing_module(diagnose: Diag) -> None:
         "service obtained=0\n"
     )
     none_of(diagnose({"kube-proxy.log": log}), "KP113")
+
+
+def _modprobe(module: str, kernel: str, tmp_path: Path) -> str:
+    """What modprobe (kmod) itself prints for a module the kernel's module tree does not hold:
+    its dry run against an empty tree for that kernel release."""
+    root = tmp_path / "root"
+    (root / "lib" / "modules" / kernel).mkdir(parents=True, exist_ok=True)
+    got = subprocess.run(
+        ["modprobe", "-n", "-d", str(root), "-S", kernel, module], capture_output=True, text=True, timeout=10
+    )
+    assert got.returncode == 1 and "not found in directory" in got.stderr, got.stderr
+    return f"# modprobe -- {module}\n" + got.stderr
+
+
+@pytest.mark.skipif(shutil.which("modprobe") is None, reason="kmod's modprobe (scripts/test installs it)")
+def test_modprobe_refusing_a_module_ipvs_mode_requires(diagnose: Diag, tmp_path: Path) -> None:
+    """A kernel without an IPVS module kube-proxy loads is shown (critical); on Linux 4.19+,
+    nf_conntrack_ipv4 is missing by design (merged into nf_conntrack) and only a kube-proxy
+    older than 1.13 (or an unfixed 1.11/1.12 patch release) needs it: suspected until its
+    version says, shown for 1.10, nothing for 1.13+."""
+    f = one(diagnose({"modprobe.txt": _modprobe("ip_vs_sh", "5.10.0-28-amd64", tmp_path)}), "KP113")
+    assert f.severity == Severity.CRITICAL and f.confidence == Confidence.HIGH and not f.suspected
+    assert "no ip_vs_sh module" in f.summary and f.evidence[0].line == 2
+    merged = _modprobe("nf_conntrack_ipv4", "4.19.0-coreos", tmp_path)
+    g = one(diagnose({"modprobe.txt": merged}), "KP113")
+    assert g.suspected and g.confidence == Confidence.LOW and "kube-proxy --version" in g.decided_by
+    old = "Kubernetes v1.10.11\n"
+    h = one(diagnose({"modprobe.txt": merged, "version.txt": old}), "KP113")
+    assert not h.suspected and h.severity == Severity.CRITICAL and h.versions_found["kube-proxy"] == "v1.10.11"
+    none_of(diagnose({"modprobe.txt": merged, "version.txt": "Kubernetes v1.13.0\n"}), "KP113")
+    # before 4.19 the module exists: a kernel without it lacks IPVS's conntrack part
+    k = one(diagnose({"modprobe.txt": _modprobe("nf_conntrack_ipv4", "4.18.16-300.fc29.x86_64", tmp_path)}), "KP113")
+    assert not k.suspected and k.confidence == Confidence.HIGH
+    # a module IPVS does not need is another check's (KP120's kernel features)
+    none_of(diagnose({"modprobe.txt": _modprobe("xt_statistic", "5.10.0-28-amd64", tmp_path)}), "KP113")

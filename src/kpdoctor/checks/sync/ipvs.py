@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start, suspect
 from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
+from kpdoctor.checks.sync.kernel_features import MODPROBE_MISSING
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
-from kpdoctor.versions import KubeVersion
+from kpdoctor.versions import KernelVersion, KubeVersion
 
 GT_DELETE_RS = signature(
     "ipvs-gt-trying-delete-rs",
@@ -178,6 +180,14 @@ IPVS_SCHEDULER_MISSING = signature(
     "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_[A-Za-z0-9_]+) not found"
 )
 IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
+# The modules kube-proxy's IPVS mode loads and requires (pkg/proxy/ipvs: ipvsModules and the
+# scheduler's ip_vs_*): nf_conntrack_ipv4 until Linux 4.19 merged it into nf_conntrack, which
+# kube-proxy asks for on 4.19+ only since kubernetes#70398 (1.13.0; backported to the 1.11 and
+# 1.12 lines in March 2019, kubernetes#75241 and #75242): older ones give up IPVS there.
+_IPVS_MODULE = re.compile(r"^(?:ip_vs(?:_[a-z]+)?|nf_conntrack(?:_ipv4)?)$")
+CONNTRACK_IPV4_MERGED = (4, 19)
+CONNTRACK_IPV4_FIXED_LINE = (1, 13)
+CONNTRACK_IPV4_BACKPORTED = (1, 11)  # the 1.11 and 1.12 lines: fixed from a patch release on
 
 
 @check(
@@ -227,6 +237,9 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     if ipvs_proved is False:
         missing_mods = [m for m in missing_mods if m != "ip_vs"]
     if not hits and not fell_back and not (requested_ipvs and missing_mods):
+        refused = _modprobe_refusals(facts)
+        if refused is not None:
+            yield refused
         return
     if not requested_ipvs and not hits and running and running[0] == "iptables":
         return
@@ -277,6 +290,63 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         )
     f.fix.append("Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.")
     yield f
+
+
+def _modprobe_refusals(facts: Facts) -> Finding | None:
+    """modprobe cannot find a module kube-proxy's IPVS mode requires (`modprobe: FATAL: Module
+    ip_vs_sh not found in directory /lib/modules/5.10.0-...`): the kernel does not have it, and
+    kube-proxy gives up IPVS (before 1.26 it falls back to iptables, from 1.26 it exits). On
+    Linux 4.19+ nf_conntrack_ipv4 no longer exists (merged into nf_conntrack): only kube-proxy
+    older than the fix asks for it, so that refusal is suspected until kube-proxy's version says."""
+    refused = [h for h in facts.log.hits(MODPROBE_MISSING.id) if _IPVS_MODULE.match(h.groups[0] or "")]
+    if not refused:
+        return None
+    h = refused[-1]
+    module, directory = h.groups[0] or "", h.groups[1] or ""
+    kernel = KernelVersion.parse(directory.rstrip("/").rsplit("/", 1)[-1])
+    kpv = facts.kube_proxy_version
+    if module != "nf_conntrack_ipv4" or kernel is None or kernel.base[:2] < CONNTRACK_IPV4_MERGED:
+        f = start(facts, "KP113", refused, confidence=Confidence.HIGH, severity=Severity.CRITICAL)
+        f.summary = (
+            f"The kernel has no {module} module (modprobe: not found in {directory}): kube-proxy's IPVS mode "
+            "requires it, and without it kube-proxy does not run in IPVS mode (before 1.26 it falls back to "
+            "iptables, from 1.26 it exits)."
+        )
+        f.fix = [
+            f"Use a kernel that builds {module} (CONFIG_IP_VS and its schedulers), or load it if it is shipped "
+            "separately (the distribution's extra-modules package); then restart kube-proxy and confirm "
+            "`curl -s localhost:10249/proxyMode` prints ipvs."
+        ]
+        return f
+    if kpv is not None and kpv.value.line >= CONNTRACK_IPV4_FIXED_LINE:
+        return None  # this kube-proxy asks for nf_conntrack there: the refusal is harmless
+    old = kpv is not None and kpv.value.line < CONNTRACK_IPV4_BACKPORTED  # no fix in its line
+    f = start(
+        facts,
+        "KP113",
+        refused,
+        confidence=Confidence.HIGH if old else Confidence.LOW,
+        severity=Severity.CRITICAL if old else Severity.WARNING,
+    )
+    f.summary = (
+        f"Kernel {kernel.raw} has no nf_conntrack_ipv4 module: Linux 4.19 merged it into nf_conntrack. kube-proxy "
+        "before the fix (1.13.0, and the 1.11 and 1.12 patch releases of March 2019) requires nf_conntrack_ipv4 for "
+        "IPVS mode, says the required kernel modules are not loaded, and falls back to iptables."
+    )
+    note_version(f, kpv, "kube-proxy")
+    if not old:
+        suspect(
+            f,
+            "the module is missing by design on this kernel; only an older kube-proxy needs it",
+            ["kube-proxy --version", "kubectl -n kube-system logs <kube-proxy pod> | grep -i ipvs"],
+        )
+        f.summary += " kube-proxy's version (and its log's 'required kernel modules' line) decides."
+    f.fixed_in += ["kube-proxy 1.13.0"]
+    f.fix = [
+        "Upgrade kube-proxy to 1.13 or later (it asks for nf_conntrack on 4.19+ kernels), or, on an older one, run "
+        "a kernel before 4.19 or one that ships an nf_conntrack_ipv4 compatibility module."
+    ]
+    return f
 
 
 def _race_only(facts: Facts, lost: list[Hit], kpv: Versioned[KubeVersion] | None) -> Finding:
