@@ -325,6 +325,36 @@ def test_kubelet_and_kube_proxy_on_different_backends(lab_binaries: Binaries) ->
         assert [(f["code"], f["cause"]) for f in summary["findings"]][:1] == [("KP121", "kubelet-chains-missing")]
 
 
+def test_kube_proxy_without_a_cluster_cidr_shows_in_its_rules(lab_binaries: Binaries, tmp_path: Path) -> None:
+    """kube-proxy 1.20 without --cluster-cidr (masqueradeAll off) writes no masquerade rule for
+    ClusterIP traffic from outside the Pod network: its dump alone makes KP126 suspected, naming
+    what decides (its flags). With the CIDR (every other lab test), the `! -s` rule is there."""
+    with real_node(lab_binaries, start_proxy=False) as rn:
+        rn.start_kube_proxy("--cluster-cidr=")
+        web = rn.service("web", PODS[:2])
+        rn.wait_synced()
+        without = rn.rules()
+        rn.stop_kube_proxy()
+        rn.start_kube_proxy()  # the lab's --cluster-cidr (returns once it synced)
+        with_cidr = rn.rules()
+    assert f"-d {web}/32" in without and "cluster IP" in without
+    masq = [ln for ln in with_cidr.splitlines() if "cluster IP" in ln and "KUBE-MARK-MASQ" in ln]
+    assert masq and "! -s" in masq[0], with_cidr
+    assert not [ln for ln in without.splitlines() if "cluster IP" in ln and "KUBE-MARK-MASQ" in ln], without
+
+    def kp126(rules: str) -> list[dict[str, Any]]:
+        dump = tmp_path / "iptables-save.txt"
+        dump.write_text(rules)
+        res = subprocess.run([*KPDOCTOR, "diagnose", str(dump), "--format", "json", "--min-severity", "info"],
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+        return [f for f in json.loads(res.stdout)["findings"] if f["code"] == "KP126"]
+
+    (f,) = kp126(without)
+    assert f["suspected"] and f["cause"] == "cluster-cidr-misconfigured", f
+    assert any("cluster IP" in e["text"] for e in f["evidence"]) and f["decided_by"], f
+    assert kp126(with_cidr) == []
+
+
 # -- the shipped RBAC ------------------------------------------------------------------------
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"

@@ -122,6 +122,7 @@ class Ruleset:
     incompatible: list[tuple[int, str, str]] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     form: str = "save"  # "save" | "S" | "L" | "fragment" (a part of a dump: see parse_save)
+    truncated: set[str] = field(default_factory=set)  # tables cut off before their COMMIT: not whole
     _kube_rules: int | None = field(default=None, repr=False, compare=False)
     # parsed with parse_save's ``reuse``: the (table, chain)s whose rules are not the previous
     # parse's rules in the previous order (a rule new, gone or moved); None: not known
@@ -139,6 +140,15 @@ class Ruleset:
             out.update(t.chains)
         return out
 
+    def whole(self, table: str) -> bool:
+        """Is ``table`` listed whole (only that proves a chain or rule is not there)? Not a
+        grep'd part of a dump (form "fragment"), nor one cut short: without its built-in chains'
+        policies (which come first) or its COMMIT (which comes last)."""
+        t = self.tables.get(table)
+        if self.form not in ("save", "S") or t is None or table in self.truncated:
+            return False
+        return all(t.chains.get(c) is not None for c in _BUILT_IN_SEEN.get(table, ()))
+
     def all_rules(self) -> list[Rule]:
         return [r for t in self.tables.values() for r in t.rules]
 
@@ -150,6 +160,11 @@ class Ruleset:
                 1 for r in self.all_rules() if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-")
             )
         return self._kube_rules
+
+
+# Built-in chains every listing of a table starts with (iptables-save and -S print them first,
+# with their policies): the ones kube-proxy's tables always use.
+_BUILT_IN_SEEN = {"nat": ("PREROUTING", "POSTROUTING"), "filter": ("INPUT", "FORWARD", "OUTPUT")}
 
 
 def _split(text: str) -> list[str] | None:
@@ -430,6 +445,7 @@ def parse_save(
             Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")
         )
     if table is not None and not fragment:
+        rs.truncated.add(table.name)
         rs.diagnostics.append(
             Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)")
         )

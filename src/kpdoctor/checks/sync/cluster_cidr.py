@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start, suspect
 from kpdoctor.facts import Facts
 from kpdoctor.facts.cluster import node_ips, pod_cidrs
 from kpdoctor.knowledge import check, messages, signature
@@ -35,7 +35,7 @@ CIDR_WRONG_FAMILY = messages("cluster-cidr-wrong-family", "kube-proxy/proxier-cl
     cause="cluster-cidr-misconfigured",
     title="kube-proxy's cluster CIDR is missing or wrong",
     severity=Severity.WARNING,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_CMDLINE],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.KUBE_PROXY_CMDLINE, Kind.IPTABLES_SAVE],
     explains=("kube-proxy-rule-generation-bug", *RESTORE_SYMPTOMS),
 )
 def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
@@ -50,7 +50,12 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
         masquerade rules that depend on it.
     How it is detected: the empty-source rule in the payload kube-proxy echoes, and the
         start-up lines that say the CIDR is missing or of the wrong family; or its
-        configuration (flags, config file) without clusterCIDR and with masqueradeAll off.
+        configuration (flags, config file) without clusterCIDR and with masqueradeAll off; or a
+        whole iptables-save dump whose ClusterIP rules (kube-proxy's `"ns/svc:port cluster IP"`
+        comment) include no jump to KUBE-MARK-MASQ: kube-proxy writes one per ClusterIP for
+        traffic from outside the Pod network (`! -s <clusterCIDR>`, or the other local-traffic
+        detectors' `! -i`), or for all traffic with masqueradeAll, and none without a CIDR
+        (suspected: its flags or config decide).
         A missing CIDR is graded by what the node shows it breaks: a client outside the Pod
         network and the nodes reaching a ClusterIP (conntrack) is a warning with high
         confidence; Services with externalTrafficPolicy: Local (whose Pod traffic kube-proxy
@@ -64,7 +69,8 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
     wrong = facts.log.hits(*CIDR_WRONG_FAMILY.ids)
     missing = facts.log.hits(*NO_CLUSTER_CIDR.ids)
     unset = _unset_in_config(facts)
-    if not empty and not wrong and not missing and unset is None:
+    unmasqueraded = _no_masquerade_rules(facts) if not (empty or wrong or missing or unset) else None
+    if not empty and not wrong and not missing and unset is None and unmasqueraded is None:
         return
     f = start(
         facts, "KP126", empty or wrong or missing, confidence=Confidence.HIGH if empty or wrong else Confidence.LOW
@@ -84,6 +90,19 @@ def cluster_cidr_misconfigured(facts: Facts) -> Iterator[Finding]:
         )
     else:
         _grade_unset(facts, f)
+    if unmasqueraded is not None:
+        f.evidence.append(unmasqueraded)
+        f.summary = f.summary.replace("kube-proxy runs without", "kube-proxy seems to run without", 1)
+        f.summary += (
+            " Shown by its rules: no ClusterIP rule of this dump jumps to KUBE-MARK-MASQ, which kube-proxy writes for "
+            "traffic from outside the Pod network when it has one."
+        )
+        suspect(
+            f,
+            "the rules kube-proxy writes with a cluster CIDR are absent; its configuration is not given",
+            ["kube-proxy's flags (`ps -ef | grep kube-proxy`) or its config file's clusterCIDR"],
+            confidence=f.confidence,
+        )
     f.fix = [
         "Set `clusterCIDR` in the KubeProxyConfiguration (or `--cluster-cidr`) to the Pod network's range "
         "(both families, comma-separated, in dual-stack), then restart kube-proxy."
@@ -112,6 +131,27 @@ def _unset_in_config(facts: Facts) -> Cite | None:
         return Cite(src.artifact, src.line, src.text)
     first = next(iter(cfg.flags.values()), None)
     return Cite(first.source.artifact, first.source.line, first.source.text) if first is not None else None
+
+
+def _no_masquerade_rules(facts: Facts) -> Cite | None:
+    """The first ClusterIP rule of a whole iptables-save dump none of whose ClusterIP rules
+    jumps to KUBE-MARK-MASQ (kube-proxy without a local-traffic detector and masqueradeAll
+    off); None when one does, or when no whole dump with ClusterIP rules is given (a grep'd or
+    cut dump shows what is in it, not what is not; comments stripped say nothing)."""
+    for rs in facts.rulesets:
+        nat = rs.tables.get("nat")
+        if nat is None or not rs.whole("nat"):
+            continue
+        first = None
+        for r in nat.rules:
+            if "cluster IP" not in r.text or not (r.comment or "").endswith(" cluster IP"):
+                continue
+            if r.target == "KUBE-MARK-MASQ":
+                return None
+            first = first or r
+        if first is not None:
+            return Cite(rs.artifact, first.line, first.text.strip())
+    return None
 
 
 def _grade_unset(facts: Facts, f: Finding) -> None:

@@ -196,18 +196,6 @@ class _EmptyDrop:
         return not self.marks or (self.filter_given and not self.filter_drops)
 
 
-def _complete(rs: Ruleset) -> bool:
-    """A whole listing of the nat table: only that proves a chain holds nothing. A grep'd part
-    of one is a fragment (its form says so); a listing cut short lacks its built-in chains'
-    policies (which come first) or its COMMIT (which comes last)."""
-    nat = rs.tables.get("nat")
-    if rs.form not in ("save", "S") or nat is None:
-        return False
-    if any(nat.chains.get(c) is None for c in ("PREROUTING", "POSTROUTING")):
-        return False
-    return not any("table nat has no COMMIT" in d.message for d in rs.diagnostics)
-
-
 def _drops_by_mark(table: Table) -> bool:
     """Does a rule of this filter table DROP packets by their mark (kubelet's KUBE-FIREWALL rule,
     or a rule without its mark, which KP122 reports: it drops, too much)?"""
@@ -276,7 +264,7 @@ def _declaration(facts: Facts, rs: Ruleset, table: Table, chain: str) -> Cite:
 def _from_rules(facts: Facts) -> Iterator[Finding]:
     """One finding per IP family whose complete rules jump to a KUBE-MARK-DROP that marks nothing
     (or whose filter table drops nothing by mark)."""
-    complete = [rs for rs in facts.rulesets if _complete(rs)]
+    complete = [rs for rs in facts.rulesets if rs.whole("nat")]
     views = [v for rs in complete if (v := _view(facts, rs)) is not None]
     for family in sorted({v.rs.family for v in views}):
         broken = sorted(
