@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from conftest import all_findings, none_of, one
 
-from kpdoctor.model import Confidence, Report
+from kpdoctor.model import Confidence, Report, Severity
 
 Diagnose = Callable[..., Report]
 
@@ -106,3 +106,35 @@ def test_a_missing_chain_is_not_a_generation_bug(diagnose: Diagnose) -> None:
         "(iptables-restore v1.4.21: Couldn't load target `KUBE-MARK-DROP':No such file or directory\n"
     )
     none_of(diagnose({"kube-proxy.log": log}), "KP123")
+
+
+# KUBE-IPVS-FILTER as a newer kube-proxy writes it, posted in a blog post on IPVS mode (its
+# comments and blank lines kept); 1.26.0-1.26.4 and 1.27.0-1.27.1 lack the RETURN for
+# KUBE-HEALTH-CHECK-NODE-PORT, the one rule the fix added (kubernetes#117723: its description
+# lists the chain with it).
+IPVS_FILTER_FIXED = """-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
+
+# 白名单
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-LOAD-BALANCER dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-EXTERNAL-IP-LOCAL dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-HEALTH-CHECK-NODE-PORT dst -j RETURN
+
+# 黑名单
+-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with icmp-port-unreachable
+"""
+
+
+def test_the_ipvs_filter_that_rejects_load_balancers_health_checks(diagnose: Diagnose) -> None:
+    none_of(diagnose({"rules.txt": IPVS_FILTER_FIXED}), "KP123")
+    old = "".join(ln for ln in IPVS_FILTER_FIXED.splitlines(keepends=True) if "HEALTH-CHECK" not in ln)
+    f = one(diagnose({"rules.txt": old}), "KP123")
+    assert f.severity == Severity.WARNING and f.confidence == Confidence.LOW  # the release decides
+    assert "healthCheckNodePort" in f.summary and "1.26.0-1.26.4" in f.summary
+    assert f.evidence[0].text.startswith("-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW")
+    assert set(f.fixed_in) == {"v1.26.5", "v1.27.2", "v1.28.0"}
+    g = one(diagnose({"rules.txt": old, "version.txt": "Kubernetes v1.26.3\n"}), "KP123")
+    assert g.confidence == Confidence.MEDIUM and g.versions_found["kube-proxy"] == "v1.26.3"
+    h = one(diagnose({"rules.txt": old, "version.txt": "Kubernetes v1.26.5\n"}), "KP123")
+    assert h.confidence == Confidence.LOW and "already has the fix" in h.summary

@@ -102,7 +102,20 @@ USERSPACE_REAPPENDED = GenerationBug(
     "flush the copies (`iptables -t nat -F PREROUTING` and `OUTPUT` hold them; restart kube-proxy after).",
     "https://github.com/kubernetes/kubernetes/issues/14870",
 )
-BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP, USERSPACE_REAPPENDED)
+IPVS_HEALTH_CHECK_REJECTED = GenerationBug(
+    "ipvs-filter-rejects-health-check-node-port",
+    "the IPVS proxier's KUBE-IPVS-FILTER rejects new connections to every address of KUBE-IPVS-IPS (load-balancer "
+    "IPs among them) on any port that is not a Service's (k/k#108460), the healthCheckNodePort included: a cloud "
+    "load balancer that probes `<load-balancer IP>:<healthCheckNodePort>` (GCP does) finds every node unhealthy, "
+    "and externalTrafficPolicy: Local Services lose their node selection",
+    "IPVS mode, 1.26.0-1.26.4 and 1.27.0-1.27.1",
+    ("v1.26.5", "v1.27.2", "v1.28.0"),
+    "Upgrade kube-proxy to 1.26.5, 1.27.2, 1.28.0 or later (KUBE-IPVS-FILTER then returns for "
+    "KUBE-HEALTH-CHECK-NODE-PORT before its REJECT).",
+    "https://github.com/kubernetes/kubernetes/pull/117723",
+)
+BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP, USERSPACE_REAPPENDED, IPVS_HEALTH_CHECK_REJECTED)
+IPVS_FILTER = "KUBE-IPVS-FILTER"
 UNLISTED = GenerationBug(
     "restore-rule-refused",
     "iptables rejects the whole restore for what one generated rule says, not for anything missing on the "
@@ -115,6 +128,28 @@ UNLISTED = GenerationBug(
     "fixing that object restores the other Services' rules meanwhile.",
     "",
 )
+
+
+def _ipvs_filter_without_health_check(facts: Facts) -> tuple[Cite, bool] | None:
+    """KUBE-IPVS-FILTER's REJECT with no RETURN for KUBE-HEALTH-CHECK-NODE-PORT before it (the
+    chain as 1.26.0-1.26.4 and 1.27.0-1.27.1 write it), and whether the chain is shown whole: a
+    whole dump, or its rules from the first to the REJECT on consecutive lines (a grep of the
+    chain's name keeps the health-check rule too)."""
+    for rs in facts.rulesets:
+        # a grep'd dump's rules without their *filter line: placed by their targets, some "unknown"
+        tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
+        chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
+        if any("KUBE-HEALTH-CHECK-NODE-PORT" in r.text for r in chain):
+            continue
+        reject = next((r for r in chain if "KUBE-IPVS-IPS" in r.text and "REJECT" in r.text), None)
+        if reject is None:
+            continue
+        lines = [r.line for r in chain]
+        shown = rs.whole("filter") or (
+            "KUBE-LOAD-BALANCER" in chain[0].text and lines == list(range(lines[0], lines[0] + len(lines)))
+        )
+        return Cite(rs.artifact, reject.line, reject.text.strip()), shown
+    return None
 
 
 def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
@@ -154,11 +189,15 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     Cause: bugs of kube-proxy releases (table BUGS): the nftables `iif`/`iifname` mix-up for
         interface-prefix local detection (fixed 1.33.6, 1.34.2, 1.35.0); the 1.15 pre-release
         SCTP set type change (k/k#77265); the IPv6 single-endpoint DNAT of 1.37 development
-        builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593).
+        builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593); the IPVS filter that
+        rejects load balancers' health checks on the load-balancer IP (1.26.0-1.26.4,
+        1.27.0-1.27.1, k/k#117723).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
         address for a terminating and a ready endpoint; copies of the userspace proxier's jump
-        rules (KUBE-PORTALS-*, KUBE-NODEPORT-*) in one built-in chain; the kube-proxy version
+        rules (KUBE-PORTALS-*, KUBE-NODEPORT-*) in one built-in chain; IPVS mode's
+        KUBE-IPVS-FILTER rejecting KUBE-IPVS-IPS with no RETURN for KUBE-HEALTH-CHECK-NODE-PORT
+        (the chain whole, or its rules on consecutive lines of a grep); the kube-proxy version
         when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
         specified`, `host/network ... not found`) that no table row names is reported as an
@@ -204,6 +243,11 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         found.append(
             (USERSPACE_REAPPENDED, [], [cite], f"{d.copies} copies of the jump to {d.rule.target} in {d.rule.chain}")
         )
+    filtered = _ipvs_filter_without_health_check(facts)
+    if filtered is not None:
+        cite, shown = filtered
+        said = "KUBE-IPVS-FILTER rejects new connections to KUBE-IPVS-IPS with no exception for health checks"
+        found.append((IPVS_HEALTH_CHECK_REJECTED, [], [cite], said if shown else said + " (among the rules shown)"))
     refused = [
         h
         for h in facts.log.hits(*RULE_REFUSED_MESSAGES.ids, *(sig.id for sig in RULE_REFUSED))
@@ -219,8 +263,8 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     bug, hits, cites, detail = found[0]
     kpv = facts.kube_proxy_version
     f = start(facts, "KP123", hits, confidence=Confidence.HIGH if hits else Confidence.MEDIUM)
-    if bug is USERSPACE_REAPPENDED:
-        f.severity = Severity.WARNING  # the table grows; traffic is still forwarded
+    if bug in (USERSPACE_REAPPENDED, IPVS_HEALTH_CHECK_REJECTED):
+        f.severity = Severity.WARNING  # the table grows / only load balancers' probes fail; traffic is forwarded
     if bug is UNLISTED:
         f.confidence = Confidence.MEDIUM
         f.confidence_reason = "the refusal names the rule's content, and no missing part of the node explains it"
