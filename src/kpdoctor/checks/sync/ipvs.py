@@ -208,7 +208,12 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         clean-up. A node image or a hand-copied binary without them makes kube-proxy fall back.
     How it is detected: "error getting ipset version", the fallback message, "required kernel
         modules are not loaded", and "path of conntrack ... executable file not found" in the
-        log, compared with the mode kube-proxy was configured for; /proc/modules when given.
+        log, compared with the mode kube-proxy was configured for; /proc/modules when given;
+        modprobe's own refusal of one of these modules (`modprobe: FATAL: Module ip_vs_sh not
+        found in directory /lib/modules/...`). On Linux 4.19+ nf_conntrack_ipv4 is missing by
+        design (merged into nf_conntrack): only kube-proxy before 1.13 (and the 1.11 and 1.12
+        patch releases before March 2019's backport) asks for it, so that refusal is suspected
+        until kube-proxy's version says, and nothing for 1.13+.
         The module-probe warnings kube-proxy prints in iptables mode are ignored.
     Fix: install ipset and conntrack (conntrack-tools) on the node or use an image that ships
         them; load the modules (`modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack`

@@ -69,7 +69,10 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         shell did not `exec` it, and a shell as PID 1 passes SIGTERM on only when its script
         traps it. A `-c` script is on the line (ps joins the words): without a trap on TERM this
         is shown (high); a script file's content is not, so that is suspected (the script, or a
-        timed stop, decides).
+        timed stop, decides). The same from a container's PID 1 read while it runs (`kubectl
+        exec POD -- cat /proc/1/cmdline`, its words NUL-separated or run together as a terminal
+        shows them): a shell still PID 1 did not `exec` the application; it also names PID 1 for
+        a timed deletion of a Pod of the same ReplicaSet.
     Fix: start the application with `exec`, or under an init that forwards signals (`docker run
         --init`, tini, dumb-init), or trap TERM and forward it; make the application handle
         SIGTERM. If it does and simply needs longer, raise the timeout (`docker stop -t`,
