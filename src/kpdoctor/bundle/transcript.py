@@ -289,12 +289,6 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         words.append(a)
     prog = words[0].rsplit("/", 1)[-1] if words else ""
     joined = " ".join(words)
-    if prog.startswith("ip6tables"):
-        hints["family"] = "6"
-    if "legacy" in prog:
-        hints["backend"] = "legacy"
-    elif "-nft" in prog:
-        hints["backend"] = "nft"
     if prog in _RUNTIMES and ("exec" in words or "run" in words):
         # Output inside a container is the container's, not the host's: kube-proxy's when the
         # image, Pod or container is kube-proxy's (or a distribution binary that runs it).
@@ -303,6 +297,12 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         _, inner = exec_parts(words)
         if inner:  # what the command run inside prints (`kubectl exec web-0 -- cat /proc/1/cmdline`)
             words, prog = inner, inner[0].rsplit("/", 1)[-1]
+    if prog.startswith("ip6tables"):
+        hints["family"] = "6"
+    if "legacy" in prog:
+        hints["backend"] = "legacy"
+    elif "-nft" in prog:
+        hints["backend"] = "nft"
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
     if prog == "hostname":

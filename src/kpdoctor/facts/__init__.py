@@ -353,7 +353,7 @@ class Facts:
     def processes(self) -> list[system.Process]:
         out: list[system.Process] = []
         for a in self.of(Kind.PROCESSES):
-            out.extend(system.parse_processes(a.text, a.first_line))
+            out.extend(system.read_processes(a.text, a.first_line, a.attrs))
         return out
 
     @cached_property
