@@ -133,11 +133,13 @@ def _cmdline_pid1(facts: Facts, a: Artifact) -> Finding | None:
     if inline is not None and traps_term(inline):
         return None
     target = _exec_target(a)
-    where = f"Pod {target}" if target else "this container"
+    tool = a.attrs.get("command", "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    kube = tool in ("kubectl", "k", "oc")
+    where = (f"Pod {target}" if kube else f"container {target}") if target else "this container"
     f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
     printed = a.read_text().splitlines()[pid1.line - a.first_line].strip()  # as printed, NULs lost or not
     f.evidence = [Cite(a.name, max(a.first_line - 1, 1), a.attrs.get("command", "")), Cite(a.name, pid1.line, printed)]
-    f.subject = {"service": None, "workload": f"Pod/{target}" if target else None}
+    f.subject = {"service": None, "workload": (f"Pod/{target}" if kube else target) if target else None}
     f.summary = (
         f"In {where}, PID 1 is `{_short(pid1.command)}` (its /proc/1/cmdline), a shell, while the container runs: "
         "the shell did not `exec` the application, so on a stop SIGTERM reaches the shell only, which passes it on "
@@ -149,10 +151,13 @@ def _cmdline_pid1(facts: Facts, a: Artifact) -> Finding | None:
         f.summary += " Its script, on that line, has no `trap` on TERM."
         return f
     script = next((w for w in pid1.argv[1:] if not w.startswith("-")), None)
+    name = target or ("<pod>" if kube else "<container>")
+    shown = f"kubectl exec {name} -- cat {script}" if kube else f"{tool or 'docker'} exec {name} cat {script}"
+    stop = f"time kubectl delete pod {name}" if kube else f"time {tool or 'docker'} stop {name}"
     suspect(
         f,
         "a shell as PID 1 running a script file; whether the script traps TERM is not shown",
-        ([f"kubectl exec {target or '<pod>'} -- cat {script}"] if script else []) + ["time kubectl delete pod <pod>"],
+        ([shown] if script else []) + [stop],
     )
     decides = f" `cat {script}` inside the container decides (a `trap` on TERM clears it)" if script else ""
     f.summary += (decides or " The script decides") + (
