@@ -70,18 +70,6 @@ STREAM = re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
 _NOT_EVIDENCE = frozenset(("exit", "logout", "cd", "clear", "history", "pwd"))
 # What users write where a command printed nothing: "(nothing)", "<no output>", "[empty]"
 _EMPTY_OUTPUT = re.compile(r"^[(<\[]?\s*(?:nothing|no output|empty|none|no results?|no match(?:es)?)\s*[)>\]]?$", re.I)
-_KIND_HINTS = {
-    "hostname": Kind.HOSTNAME,
-    "locks": Kind.LOCKS,
-    "cmdline": Kind.KUBE_PROXY_CMDLINE,
-    "process-cmdline": Kind.PROCESSES,  # a container's process's /proc/N/cmdline (attrs format, pid)
-    "os-release": Kind.OS_RELEASE,
-    "modules": Kind.MODULES,
-    "nf_conntrack-stat": Kind.NF_CONNTRACK_STAT,
-    "conntrack-list": Kind.CONNTRACK_ENTRIES,
-    "sysctl": Kind.SYSCTL,
-    "packages": Kind.PACKAGES,
-}
 
 
 @dataclass
@@ -857,7 +845,8 @@ def _load_transcript(
             hints["time"] = when
         if paste:
             hints["paste"] = ", ".join(paste)
-        forced = _KIND_HINTS.get(hints.pop("kind", ""))
+        kind = hints.pop("kind", "")
+        forced = Kind(kind) if kind else None  # what only the command types (hint_from_command)
         if forced is None and parse_line_count(p.text, p.command, p.first_line) is not None:
             forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
         text = p.text

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.k8s import GENERATED
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
 from kpdoctor.parse.shellwords import entered, exec_parts, shell_split, unwrapped
@@ -280,7 +281,8 @@ _PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
 
 def hint_from_command(argv: list[str]) -> dict[str, str]:
-    """What a command line says about its output (backend, family, previous log, kind)."""
+    """What a command line says about its output (backend, family, previous log, and ``kind``:
+    the Kind value of an output that only its command types: `cat /proc/locks`, `sysctl -n`)."""
     hints: dict[str, str] = {}
     words = []
     for a in argv:
@@ -306,42 +308,42 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
     if prog == "hostname":
-        hints["kind"] = "hostname"
+        hints["kind"] = Kind.HOSTNAME.value
     if prog == "lsmod":
-        hints["kind"] = "modules"
+        hints["kind"] = Kind.MODULES.value
         if len(words) < len(argv):  # `lsmod | grep ip_vs`: what is listed is loaded, the rest unknown
             hints["fragment"] = "true"
     if prog in ("dpkg", "rpm") and len(words) > 2 and words[1] in ("-s", "-q", "--status", "--query", "-qa", "-l"):
-        hints["kind"] = "packages"
+        hints["kind"] = Kind.PACKAGES.value
         hints["package"] = words[2]
     if prog == "sysctl" and "-n" in words[1:] and len([w for w in words[1:] if not w.startswith("-")]) == 1:
-        hints["kind"] = "sysctl"  # values only: the name comes from the command line
+        hints["kind"] = Kind.SYSCTL.value  # values only: the name comes from the command line
         hints["sysctl"] = next(w for w in words[1:] if not w.startswith("-")).replace("/", ".")
     if prog == "cat" and len(words) > 1:
         target = words[1]
         if target.endswith("/locks"):
-            hints["kind"] = "locks"
+            hints["kind"] = Kind.LOCKS.value
         elif target.endswith("/cmdline"):
             # a container's process (its PID 1, mostly), or kube-proxy's command line
             pid = _PROC_PID.match(target)
             if hints.get("scope") == "container" and pid is not None:
-                hints["kind"], hints["format"], hints["pid"] = "process-cmdline", "cmdline", pid.group(1)
+                hints["kind"], hints["format"], hints["pid"] = Kind.PROCESSES.value, "cmdline", pid.group(1)
             else:
-                hints["kind"] = "cmdline"
+                hints["kind"] = Kind.KUBE_PROXY_CMDLINE.value
         elif target.endswith("os-release"):
-            hints["kind"] = "os-release"
+            hints["kind"] = Kind.OS_RELEASE.value
         elif target.endswith("/modules"):
-            hints["kind"] = "modules"
+            hints["kind"] = Kind.MODULES.value
         elif target.startswith("/proc/sys/") and len(words) == 2:
-            hints["kind"] = "sysctl"
+            hints["kind"] = Kind.SYSCTL.value
             hints["sysctl"] = target[len("/proc/sys/") :].replace("/", ".")
         elif target.endswith("/stat/nf_conntrack"):
-            hints["kind"] = "nf_conntrack-stat"
+            hints["kind"] = Kind.NF_CONNTRACK_STAT.value
         elif target.endswith("/nf_conntrack"):
-            hints["kind"] = "conntrack-list"
+            hints["kind"] = Kind.CONNTRACK_ENTRIES.value
     written = sysctl_write(argv)
     if written is not None:  # the value a command wrote (echo V > /proc/sys/..., tee, sysctl -w)
-        hints["kind"] = "sysctl"
+        hints["kind"] = Kind.SYSCTL.value
         hints["sysctl"] = written[0]
         if written[1] is not None:
             hints["value"] = written[1]
