@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 
-from conftest import all_findings, none_of, one
+from conftest import DATA, all_findings, none_of, one
 
 from kpdoctor.model import Confidence, Report, Severity
 
@@ -138,3 +139,22 @@ def test_the_ipvs_filter_that_rejects_load_balancers_health_checks(diagnose: Dia
     assert g.confidence == Confidence.MEDIUM and g.versions_found["kube-proxy"] == "v1.26.3"
     h = one(diagnose({"rules.txt": old, "version.txt": "Kubernetes v1.26.5\n"}), "KP123")
     assert h.confidence == Confidence.LOW and "already has the fix" in h.summary
+
+
+def test_an_ipvs_entry_of_the_other_family(diagnose: Diagnose) -> None:
+    """An IPv6 endpoint written into an IPv4 virtual server reaches the kernel as the first four
+    bytes of its address (an fd00::/8 address lands in 253.x.x.x, part of 240.0.0.0/4, which no
+    host has). The healthy dual-stack-capable node's listing (tests/data/modes) says nothing."""
+    healthy = (DATA / "modes" / "ipvs-healthy" / "ipvsadm.txt").read_text()
+    none_of(diagnose({"ipvsadm.txt": healthy}), "KP123")
+    endpoint = ipaddress.ip_address("fd00:10:244:1::c")
+    cut = ipaddress.ip_address(endpoint.packed[:4])
+    broken = healthy + (
+        "TCP  [fd00:10:96::64]:80 rr\n"
+        f"  -> [{endpoint}]:8080   Masq    1      0          0         \n"
+        "TCP  192.168.0.2:30081 rr\n"
+        f"  -> {cut}:8080              Masq    1      0          0         \n"
+    )
+    f = one(diagnose({"ipvsadm.txt": broken}), "KP123")
+    assert f"IPVS holds {cut}" in f.summary and f"an IPv6 address of fd00:10::/32, such as {endpoint}" in f.summary
+    assert f.evidence[0].text.startswith(f"-> {cut}:8080")

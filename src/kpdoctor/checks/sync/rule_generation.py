@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -114,7 +115,31 @@ IPVS_HEALTH_CHECK_REJECTED = GenerationBug(
     "KUBE-HEALTH-CHECK-NODE-PORT before its REJECT).",
     "https://github.com/kubernetes/kubernetes/pull/117723",
 )
-BUGS = (IIF_PREFIX, SCTP_SET_TYPE, IPV6_SINGLE_DNAT, REUSED_POD_IP, USERSPACE_REAPPENDED, IPVS_HEALTH_CHECK_REJECTED)
+IPVS_MIXED_FAMILY = GenerationBug(
+    "ipvs-entry-of-the-other-family",
+    "an IPv6 address written into an IPv4 IPVS entry (or the other way round) reaches the kernel as the first four "
+    "bytes of the address (fd00::1 becomes 253.0.0.0): no host has such an address, and traffic to that "
+    "entry is black-holed. kube-proxy's IPVS proxier did so for NodePorts of IPv6-only clusters (k/k#68437, fixed "
+    "by k/k#71035) and for dual-stack nodePortAddresses (k/k#89923)",
+    "IPVS mode in IPv6-only and dual-stack clusters (k/k#68437, k/k#89923)",
+    (),
+    "Upgrade kube-proxy to a release with the IPv6 fixes of the IPVS proxier (k/k#71035 and the fix of "
+    "k/k#89923); meanwhile use the iptables (or nftables) mode on IPv6 clusters, or list only one family's "
+    "addresses in nodePortAddresses.",
+    "https://github.com/kubernetes/kubernetes/issues/68437",
+)
+BUGS = (
+    IIF_PREFIX,
+    SCTP_SET_TYPE,
+    IPV6_SINGLE_DNAT,
+    REUSED_POD_IP,
+    USERSPACE_REAPPENDED,
+    IPVS_HEALTH_CHECK_REJECTED,
+    IPVS_MIXED_FAMILY,
+)
+# Addresses no host has (240.0.0.0/4, "reserved for future use"): where an IPv6 address read as
+# IPv4 lands for the usual prefixes (fc00::/7 -> 252-253.x, fe80::/10 -> 254.128.x)
+_RESERVED_V4 = ipaddress.ip_network("240.0.0.0/4")
 IPVS_FILTER = "KUBE-IPVS-FILTER"
 UNLISTED = GenerationBug(
     "restore-rule-refused",
@@ -152,6 +177,36 @@ def _ipvs_filter_without_health_check(facts: Facts) -> tuple[Cite, bool] | None:
     return None
 
 
+def _mixed_family_entries(facts: Facts) -> tuple[Cite, str] | None:
+    """An IPVS virtual or real server at an IPv4 address no host has (240.0.0.0/4): an IPv6
+    address truncated to its first four bytes. Named with an IPv6 address of the listing that
+    starts with those bytes (a real server's for a real server), when one is there."""
+    v6: dict[tuple[bool, bytes], str] = {}  # (real server?, first four bytes) -> an address
+    cut: tuple[Cite, str, bool] | None = None
+    for vs, name in facts.ipvs_virtual_servers:
+        entries = [(vs.address, vs.line, vs.text, False), *((r.address, r.line, r.text, True) for r in vs.reals)]
+        for addr, line, text, real in entries:
+            host = addr.rsplit(":", 1)[0].strip("[]") if addr.count(":") != 1 else addr.split(":", 1)[0]
+            try:
+                ip = ipaddress.ip_address(host)
+            except ValueError:
+                continue
+            if ip.version == 6:
+                v6.setdefault((real, ip.packed[:4]), str(ip))
+            elif cut is None and ip in _RESERVED_V4:
+                cut = (Cite(name, line, text.strip()), str(ip), real)
+    if cut is None:
+        return None
+    cite, addr, real = cut
+    packed = ipaddress.ip_address(addr).packed
+    whole = v6.get((real, packed)) or v6.get((not real, packed))
+    said = f"IPVS holds {addr}, an address no host has"
+    if whole is None:
+        return cite, f"{said} (240.0.0.0/4)"
+    prefix = ipaddress.IPv6Network((int.from_bytes(packed, "big") << 96, 32))
+    return cite, f"{said}: the first four bytes of an IPv6 address of {prefix}, such as {whole}"
+
+
 def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
     """(address, slice, citation) for an address held by a terminating and a ready endpoint."""
     out = []
@@ -173,7 +228,14 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
     cause="kube-proxy-rule-generation-bug",
     title="kube-proxy writes a wrong rule (a bug of its release)",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.K8S_OBJECTS, Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST],
+    needs=[
+        Kind.KUBE_PROXY_LOG,
+        Kind.K8S_OBJECTS,
+        Kind.IPTABLES_SAVE,
+        Kind.IPTABLES_RULES_S,
+        Kind.IPTABLES_LIST,
+        Kind.IPVSADM,
+    ],
     explains=("ipset-incompatible", "nft-binary-known-bug", *RESTORE_SYMPTOMS),
     versions=tuple(VersionRow("kube-proxy", b.releases, ", ".join(b.fixed), b.reference) for b in BUGS),
 )
@@ -191,14 +253,16 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         SCTP set type change (k/k#77265); the IPv6 single-endpoint DNAT of 1.37 development
         builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593); the IPVS filter that
         rejects load balancers' health checks on the load-balancer IP (1.26.0-1.26.4,
-        1.27.0-1.27.1, k/k#117723).
+        1.27.0-1.27.1, k/k#117723); IPVS entries of the other IP family in IPv6 and dual-stack
+        clusters (k/k#68437, k/k#89923).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
         address for a terminating and a ready endpoint; copies of the userspace proxier's jump
         rules (KUBE-PORTALS-*, KUBE-NODEPORT-*) in one built-in chain; IPVS mode's
         KUBE-IPVS-FILTER rejecting KUBE-IPVS-IPS with no RETURN for KUBE-HEALTH-CHECK-NODE-PORT
-        (the chain whole, or its rules on consecutive lines of a grep); the kube-proxy version
-        when given. A
+        (the chain whole, or its rules on consecutive lines of a grep); an IPVS entry at an IPv4
+        address no host has (240.0.0.0/4: an IPv6 address cut to its first four bytes, named
+        when the listing holds it); the kube-proxy version when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
         specified`, `host/network ... not found`) that no table row names is reported as an
         unlisted generation bug, at medium confidence.
@@ -243,6 +307,9 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         found.append(
             (USERSPACE_REAPPENDED, [], [cite], f"{d.copies} copies of the jump to {d.rule.target} in {d.rule.chain}")
         )
+    mixed = _mixed_family_entries(facts)
+    if mixed is not None:
+        found.append((IPVS_MIXED_FAMILY, [], [mixed[0]], mixed[1]))
     filtered = _ipvs_filter_without_health_check(facts)
     if filtered is not None:
         cite, shown = filtered
