@@ -207,8 +207,10 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
             details["fragment"] = "rows without their Chain and column headers: proves what is in it, not what is not"
         elif details.get("fragment") == "true" and a.kind == Kind.MODULES:
             details["fragment"] = "filtered: what is listed is loaded, the rest unknown"
-        elif details.get("fragment") == "true":
+        elif details.get("fragment") == "true" and a.kind in (Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S):
             details["fragment"] = "rules without their table lines: proves what is in it, not what is not"
+        elif details.get("fragment") == "true":
+            details["fragment"] = "a part of the listing (filtered or cut): proves what is in it, not what is not"
         out.append(InputRead(a.name, a.first_line, last, kind, details))
     return out
 

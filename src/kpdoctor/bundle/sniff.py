@@ -103,6 +103,10 @@ _NSTAT = re.compile(r"^#kernel\s*$|^(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w*\s+\d+\s+
 _LSOF_HEADER = re.compile(r"^COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE\s+DEVICE\s+SIZE/OFF\s+NODE\s+NAME")
 _SS_HEADER = re.compile(r"^(?:Netid\s+)?(?:State\s+)?Recv-Q\s+Send-Q\s+Local Address:Port", re.M)
 _NETSTAT_LISTEN = re.compile(r"^Proto\s+Recv-Q\s+Send-Q\s+Local Address\s+Foreign Address\s+State", re.M)
+# netstat -anp's rows without their header (`netstat -anp | grep calico`): an inet socket (its two
+# queues, its local and foreign address) and the unix sockets the same listing prints
+NETSTAT_ROW = re.compile(r"^\s*(?:tcp|udp|sctp)6?\s+\d+\s+\d+\s+\S+[:.](?:\d+|\*)\s+\S+[:.](?:\d+|\*)(?:\s|$)")
+_NETSTAT_UNIX_ROW = re.compile(r"^\s*unix\s+\d+\s+\[[^\]]*\]\s+(?:STREAM|DGRAM|SEQPACKET)\s")
 IP_LINK_LINE = re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
 DMESG_LINE = re.compile(
     r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
@@ -359,6 +363,8 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         or _mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
     ):
         return Typed(Kind.LISTENERS, {})
+    if _mostly(lines[:200], NETSTAT_ROW, _NETSTAT_UNIX_ROW, at_least=NETSTAT_ROW):
+        return Typed(Kind.LISTENERS, {"fragment": "true"})  # rows a grep kept: what is not shown is unknown
     if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})
     sysctl_lines = SYSCTL_LINE.findall(text)

@@ -28,7 +28,7 @@ from kpdoctor.parse.conntrack import (
 from kpdoctor.parse.kernel_log import KernelLine, parse_kernel_log
 from kpdoctor.parse.links import Link, parse_ip_link
 from kpdoctor.parse.netstat import Counters, parse_netstat_s, parse_nstat
-from kpdoctor.parse.sockets import Listener, parse_ss_listen
+from kpdoctor.parse.sockets import Connection, Listener, parse_connections, parse_ss_listen
 from kpdoctor.parse.sysctl import COMPLETE, Sysctl, int_values, listing_of, parse_sysctl
 
 if TYPE_CHECKING:
@@ -276,6 +276,11 @@ class NodeState:
             if got:
                 return [(a, ls) for ls in got]
         return []
+
+    @cached_property
+    def connections(self) -> list[tuple[Artifact, Connection]]:
+        """Connected sockets of every socket listing given (`netstat -tanp`, `ss -tanp`)."""
+        return [(a, c) for a in self.facts.of(Kind.LISTENERS) for c in parse_connections(a.text, a.first_line)]
 
     @cached_property
     def links(self) -> list[tuple[Artifact, Link]]:

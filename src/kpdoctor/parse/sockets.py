@@ -182,3 +182,64 @@ def parse_ss_listen(text: str, first_line: int = 1) -> list[Listener]:
         if got is not None:
             out.append(got)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """A connected socket: whose local port a connection holds (an outgoing connection's is a
+    source port the kernel picked from the ephemeral range)."""
+
+    proto: str
+    local: str
+    local_port: int
+    remote: str
+    remote_port: int
+    state: str  # ESTABLISHED, TIME_WAIT...; "" for a connected UDP socket
+    process: str | None
+    pid: int | None
+    line: int
+    text: str
+
+
+_CONNECTED_STATES = frozenset(
+    {"ESTABLISHED", "ESTAB", "SYN_SENT", "SYN-SENT", "SYN_RECV", "SYN-RECV", "FIN_WAIT1", "FIN-WAIT-1", "FIN_WAIT2",
+     "FIN-WAIT-2", "TIME_WAIT", "TIME-WAIT", "CLOSE_WAIT", "CLOSE-WAIT", "LAST_ACK", "LAST-ACK", "CLOSING"}
+)  # fmt: skip
+
+
+def parse_connections(text: str, first_line: int = 1) -> list[Connection]:
+    """Connected sockets of ``netstat -tanp`` (``tcp 0 0 10.0.0.5:40005 10.43.0.1:443 ESTABLISHED
+    30490/calico-node``) and ``ss -tanp`` rows (``ESTAB 0 0 10.0.0.5:40005 10.43.0.1:443
+    users:(("calico-node",pid=30490,fd=7))``), with or without their header."""
+    out: list[Connection] = []
+    for i, raw in enumerate(text.splitlines()):
+        s = raw.strip()
+        toks = s.split()
+        if len(toks) < 5:
+            continue
+        proto = "tcp"
+        if toks[0].lower() in _PROTOS:  # netstat's proto, or ss's Netid
+            proto = _PROTOS[toks[0].lower()]
+            toks = toks[1:]
+        state = ""
+        if toks and toks[0].upper() in _CONNECTED_STATES:  # ss: the state first
+            state, toks = toks[0].upper(), toks[1:]
+        if len(toks) < 4 or not (is_int(toks[0]) and is_int(toks[1])):
+            continue
+        local, remote = _endpoint(toks[2]), _endpoint(toks[3])
+        if local is None or remote is None or local[1] is None or remote[1] is None or not remote[1]:
+            continue
+        rest = toks[4:]
+        if rest and rest[0].upper() in _CONNECTED_STATES:  # netstat: the state after the addresses
+            state, rest = rest[0].upper(), rest[1:]
+        elif rest and rest[0].upper() in ("LISTEN", "UNCONN"):
+            continue
+        if proto == "tcp" and not state:
+            continue
+        process, pid = _users(" ".join(rest))
+        if process is None and rest and "/" in rest[0]:
+            p, _, name = rest[0].partition("/")
+            if is_int(p):
+                pid, process = to_int(p), name or None
+        out.append(Connection(proto, local[0], local[1], remote[0], remote[1], state, process, pid, first_line + i, s))
+    return out

@@ -52,6 +52,30 @@ EXHAUSTED_CRIT = 0.9
 NAT_PORTS = 65535 - 1024 + 1  # MASQUERADE picks from 1024-65535 for unprivileged source ports
 
 
+# ingress-nginx's TCP and UDP services (the ConfigMaps its --tcp-services-configmap and
+# --udp-services-configmap name): each key a port the controller listens on, each value
+# "<namespace>/<service>:<port>[:PROXY][:PROXY]"
+_INGRESS_EXPOSED = re.compile(r"^[\w.-]+/[\w.-]+:[\w-]+(?::(?:PROXY)?){0,2}$")
+
+
+def _ingress_ports(facts: Facts) -> list[tuple[int, str, Cite]]:
+    """The ports ingress-nginx listens on for the TCP/UDP services of its ConfigMaps (a ConfigMap
+    every key of which is a port and every value such a service)."""
+    out: list[tuple[int, str, Cite]] = []
+    for cm in facts.objects.of("ConfigMap"):
+        data = cm.body.get("data")
+        if not isinstance(data, dict) or not data:
+            continue
+        if not all(str(k).isdigit() and isinstance(v, str) and _INGRESS_EXPOSED.match(v) for k, v in data.items()):
+            continue
+        for k, v in data.items():
+            port = int(str(k))
+            if 0 < port < 65536:
+                what = f"port {port} ingress-nginx listens on for {v} ({cm.ref})"
+                out.append((port, what, Cite(cm.artifact, cm.line, f'{cm.ref} data "{k}": {v}')))
+    return out
+
+
 def _in(port: int, ranges: list[tuple[int, int]]) -> bool:
     return any(lo <= port <= hi for lo, hi in ranges)
 
@@ -154,9 +178,12 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         kernel default 32768-60999 and no reserved ports when none is given, which the finding
         says), against the ports programs failed to bind (`listen tcp ...:PORT: bind: address
         already in use` from any Go program, kube-proxy's `can't open "nodePort for ..."
-        (:PORT/tcp)` among them), listeners (`ss -ltnp`), the NodePorts of the Services and the
-        hostPorts of the Pods given. A bind failure inside the range is critical when the range
-        was read, a warning when it is the assumed default; a NodePort or hostPort in the range,
+        (:PORT/tcp)` among them), listeners (`ss -ltnp`), the NodePorts of the Services, the
+        hostPorts of the Pods and the ports ingress-nginx's TCP/UDP services ConfigMaps expose
+        (`"40005": "ns/svc:5000"`) given; such a port that a connection of `netstat -tanp` or
+        `ss -tanp` holds as its source port (with no listener on it) is the collision itself.
+        A bind failure (or such a held port) inside the range is critical when the range was
+        read, a warning when it is the assumed default; a NodePort or hostPort in the range,
         or a listener in a range widened below the kernel default (as in seed 004's
         `1024 65535`), is a warning; other listeners in the default range are info (they are
         usually bound to an ephemeral port on purpose). A range read from sysctl output that
@@ -218,20 +245,46 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
                     strong.append(
                         (f"hostPort {hp} of Pod {pod.ref}", Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}"))
                     )
+    for port, what, cite in _ingress_ports(facts):
+        if risky(port) and port not in failed:
+            strong.append((what, cite))
+    # a port a service must bind that an outgoing connection holds right now: the collision itself
+    listening = {ls.port for _, ls in node.listeners}
+    declared = {p: (d, c) for d, c in strong if (p := _port_of(d)) is not None}
+    held: list[tuple[str, Cite]] = []
+    held_declared: list[Cite] = []  # where each held port is declared
+    held_ports: set[int] = set()
+    for a, conn in node.connections:
+        port = conn.local_port
+        if port in declared and port not in listening and port not in held_ports:
+            held_ports.add(port)
+            held_declared.append(declared[port][1])
+            who = f" of {conn.process}" if conn.process else ""
+            held.append(
+                (
+                    f"{declared[port][0]} is the source port of an outgoing connection{who} "
+                    f"({conn.local}:{port} -> {conn.remote}:{conn.remote_port}, {conn.state or conn.proto})",
+                    Cite(a.name, conn.line, conn.text),
+                )
+            )
+    strong = [(d, c) for d, c in strong if _port_of(d) not in held_ports]
     overlap, overlap_warns, np_cite = _overlap(facts, lo, hi, reserved) if not assumed else ("", False, None)
-    if not failures and not strong and not weak:
+    if not failures and not held and not strong and not weak:
         if overlap:
             yield _range_overlap(facts, rng, reserved_s, lo, hi, overlap, overlap_warns, np_cite)
         return
-    if failures:
+    if failures or held:
+        # a port held by a connection shows the kernel gives it out, whatever range was given
         severity, confidence = (
-            (Severity.WARNING, Confidence.MEDIUM) if assumed else (Severity.CRITICAL, Confidence.HIGH)
+            (Severity.WARNING, Confidence.HIGH if held else Confidence.MEDIUM)
+            if assumed
+            else (Severity.CRITICAL, Confidence.HIGH)
         )
     elif strong:
         severity, confidence = Severity.WARNING, Confidence.LOW if assumed else Confidence.MEDIUM
     else:
         severity, confidence = Severity.INFO, Confidence.MEDIUM
-    items = [(d, Cite(h.artifact, h.line, h.text)) for _, d, h in failures] + (strong or weak)
+    items = [(d, Cite(h.artifact, h.line, h.text)) for _, d, h in failures] + held + (strong or weak)
     where = f"ip_local_port_range {lo}-{hi}" + (
         " (the kernel default: no ip_local_port_range was given; confirm with "
         "`sysctl net.ipv4.ip_local_port_range net.ipv4.ip_local_reserved_ports`)"
@@ -251,13 +304,16 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             + "; ".join(d for d, _ in items[:6])
             + (f" (and {len(items) - 6} more)" if len(items) > 6 else "")
             + ". An outgoing connection can take one as its source port; the service then cannot bind it"
-            + (" (which is what happened here)." if failures else ".")
+            + (" (which is what happened here)." if failures or held else ".")
             + (f" The range also takes: {overlap}." if overlap else "")
         ),
     )
     lead = ([rng.cite] if rng is not None and not assumed else []) + ([reserved_s.cite] if reserved_s else [])
-    f.evidence = lead + [c for _, c in (strong or weak)[:3]] + f.evidence
-    ports = sorted({p for p, _, _ in failures} | {int(w) for d, _ in (strong or weak) if (w := d.split()[1]).isdigit()})
+    shown = [c for _, c in held[:3]] + held_declared[:3] + [c for _, c in (strong or weak)[:3]]
+    f.evidence = lead + shown + f.evidence
+    ports = sorted(
+        {p for p, _, _ in failures} | held_ports | {p for d, _ in (strong or weak) if (p := _port_of(d)) is not None}
+    )
     keep = ",".join(str(p) for p in ports[:20])
     if any(d.startswith("NodePort") for d, _ in items):
         outside = [str(p) for p in ports if p < 30000 or p > 32767][:10]
@@ -266,7 +322,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         f"Reserve them: sysctl -w net.ipv4.ip_local_reserved_ports={keep} (keep existing entries; persist in "
         "/etc/sysctl.d/), or narrow net.ipv4.ip_local_port_range to exclude them (kernel default 32768 60999).",
     ]
-    if assumed and not failures:
+    if assumed and not failures and not held:
         suspect(
             f,
             "ports inside the kernel's default ephemeral range; the node's own range was not given",
@@ -274,6 +330,12 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             confidence=f.confidence,
         )
     yield f
+
+
+def _port_of(description: str) -> int | None:
+    """The port a description of KP302's names second ("NodePort 30080 of ...", "port 40005 ...")."""
+    words = description.split()
+    return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
 
 
 def _range_overlap(
