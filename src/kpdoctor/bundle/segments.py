@@ -153,7 +153,13 @@ SHAPES: tuple[LineShape, ...] = (
         Kind.NETSTAT,
         r"(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$",
     ),
-    LineShape("nstat", Kind.NSTAT, r"#kernel\s*$|(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w+\s+\d+\s+\d+(?:\.\d+)?\s*$"),
+    LineShape(
+        "nstat",
+        Kind.NSTAT,
+        r"#kernel\s*$|(?:Ip|Tcp|Udp|TcpExt|IpExt|Icmp)\w+\s+\d+\s+\d+(?:\.\d+)?\s*$|"
+        # /proc/net/snmp and /proc/net/netstat: a prefix, then names or their values
+        r"(?:Ip|IpExt|Icmp|IcmpMsg|Tcp|TcpExt|Udp|UdpLite|MPTcpExt): (?:[A-Z]\w*|-?\d+)(?: (?:\w+|-?\d+))*\s*$",
+    ),
     # ss / netstat -tn / lsof: socket tables
     LineShape(
         "sockets",

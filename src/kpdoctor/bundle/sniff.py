@@ -18,7 +18,7 @@ from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
-from kpdoctor.parse.netstat import netstat_phrase
+from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -357,6 +357,8 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.NETSTAT, {"fragment": "true"})
     if _NSTAT.match(first) and len(_NSTAT.findall(text)) >= 2:
         return Typed(Kind.NSTAT, {})
+    if PROC_PAIR.match(first) and parse_nstat(text).values:  # /proc/net/snmp, /proc/net/netstat
+        return Typed(Kind.NSTAT, {"format": "proc"})
     if (
         _SS_HEADER.search(text)
         or _NETSTAT_LISTEN.search(text)

@@ -344,14 +344,36 @@ _ONE_SECTION = _phrases_of_one_section()
 _NSTAT = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s+(\d+)(?:\s+\S+)?$")
 
 
+# /proc/net/snmp, /proc/net/netstat (and snmp6's neighbours): a line of names under a prefix,
+# then the line of their values under the same prefix ("Udp: InDatagrams NoPorts ..." /
+# "Udp: 5521 12 ..."). nstat names each counter by the two joined: UdpNoPorts.
+PROC_PAIR = re.compile(r"^([A-Z][A-Za-z0-9]*): ([A-Z][A-Za-z0-9_]*(?: [A-Za-z0-9_]+)*)\s*$")
+_PROC_VALUES = re.compile(r"^([A-Z][A-Za-z0-9]*): (-?\d+(?: -?\d+)*)\s*$")
+
+
 def parse_nstat(text: str, first_line: int = 1) -> Counters:
-    """``nstat`` / ``nstat -a`` / ``nstat -az`` (``Name value rate``), or ``nstat -j`` JSON."""
+    """``nstat`` / ``nstat -a`` / ``nstat -az`` (``Name value rate``), ``nstat -j`` JSON, or the
+    kernel's own /proc/net/snmp and /proc/net/netstat (their counters named as nstat names them)."""
     c = Counters(source="nstat")
     if text.lstrip().startswith("{"):
         _nstat_json(c, text, first_line)
         return c
+    names: tuple[str, list[str]] | None = None  # a /proc/net line of names, waiting for its values
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
+        v = _PROC_VALUES.match(s)
+        if v and names is not None and names[0] == v.group(1):
+            values = v.group(2).split()
+            if len(values) == len(names[1]):
+                for name, value in zip(names[1], values, strict=True):
+                    if not value.startswith("-"):
+                        c._set(names[0] + name, int(value), first_line + i, s)
+            names = None
+            continue
+        p = PROC_PAIR.match(s)
+        if p:
+            names = (p.group(1), p.group(2).split())
+            continue
         m = _NSTAT.match(s)
         value = to_int(m.group(2)) if m else None
         if m and value is not None:

@@ -46,7 +46,7 @@ def buffer_overflow(facts: Facts) -> Iterator[Finding]:
         rate.
     How it is detected: UDP and UDP6 `receive buffer errors` / `send buffer errors`
         (UdpRcvbufErrors, UdpSndbufErrors...), TCPRcvQDrop and TCP receive-queue pruning, from
-        `netstat -s` or `nstat`. Growth between two snapshots is a warning. Totals from a
+        `netstat -s`, `nstat` or /proc/net/snmp. Growth between two snapshots is a warning. Totals from a
         single snapshot (since boot) are stated with their share of the datagrams or segments
         they belong to: info, or a warning when 1% or more was lost, with how to confirm it
         (a second snapshot).
@@ -95,7 +95,7 @@ def listen_queue(facts: Facts) -> Iterator[Finding]:
         the accept queue is min(listen backlog, net.core.somaxconn); half-open connections wait
         in the SYN queue (net.ipv4.tcp_max_syn_backlog).
     How it is detected: `times the listen queue of a socket overflowed` and `SYNs to LISTEN
-        sockets dropped` (TcpExtListenOverflows, TcpExtListenDrops) from `netstat -s`/`nstat`;
+        sockets dropped` (TcpExtListenOverflows, TcpExtListenDrops) from `netstat -s`, `nstat` or /proc/net/netstat;
         growth between two snapshots is a warning; totals from one snapshot are stated with
         their share of connection attempts (passive opens): info, a warning at 1% or more. A
         listener in `ss -ltn` whose Recv-Q (connections waiting to be accepted) has reached its
