@@ -363,6 +363,8 @@ TARGETS = [
     Target("netstat+nstat", _netstat, (Kind.NETSTAT, Kind.NSTAT)),
     Target("sysctl", _sysctl, (Kind.SYSCTL,)),
     Target("sockets.parse_ss_listen", lambda t: sockets.parse_ss_listen(t, 2), (Kind.LISTENERS,)),
+    Target("sockets.parse_connections", lambda t: sockets.parse_connections(t, 2), (Kind.LISTENERS,)),
+    Target("system.parse_cmdline", lambda t: system.parse_cmdline(t, 1, 2), (Kind.PROCESSES, Kind.KUBE_PROXY_CMDLINE)),
     Target("links.parse_ip_link", lambda t: links.parse_ip_link(t, 2), (Kind.IP_LINK, Kind.IP_ADDR)),
     Target(
         "system.uname/os-release/versions/hostname/modules",
@@ -446,6 +448,8 @@ REGRESSIONS = [
     (sysctl.port_set, f"{BIG}-{BIG}"),
     (sysctl.parse_sysctl, f"net.ipv4.ip_local_reserved_ports = {BIG}"),
     (netstat.parse_nstat, f"TcpExtListenOverflows {BIG} 0.0"),
+    (netstat.parse_nstat, f"Udp: InDatagrams NoPorts\nUdp: {BIG} 1"),
+    (sockets.parse_connections, f"tcp 0 0 10.0.0.1:{BIG} 10.0.0.2:443 ESTABLISHED 1/x"),
     (netstat.parse_netstat_s, f"TcpExt:\n    {BIG} times the listen queue of a socket overflowed\n    ListenDrops: {BIG}"),
     (ipvsadm.parse_ipvsadm_list, f"TCP  10.96.0.1:443 rr\n  -> 172.18.0.2:6443 Masq {BIG} 0 0"),
 ]

@@ -366,8 +366,9 @@ def parse_nstat(text: str, first_line: int = 1) -> Counters:
             values = v.group(2).split()
             if len(values) == len(names[1]):
                 for name, value in zip(names[1], values, strict=True):
-                    if not value.startswith("-"):
-                        c._set(names[0] + name, int(value), first_line + i, s)
+                    number = to_int(value)
+                    if number is not None and number >= 0:
+                        c._set(names[0] + name, number, first_line + i, s)
             names = None
             continue
         p = PROC_PAIR.match(s)
