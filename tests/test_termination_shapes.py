@@ -265,3 +265,23 @@ def test_a_container_pid_1_shell_read_from_its_cmdline(tmp_path: Path, diagnose:
     assert h.evidence[0].text == "/bin/bash./entrypoint.sh"
     # a node's `cat /proc/1/cmdline` (no exec: its init) says nothing of containers
     none_of(diagnose({"node.txt": "$ cat /proc/1/cmdline\n/sbin/init\n"}), "KP403")
+
+
+def test_a_markdown_paste_of_both_blocks(tmp_path: Path, diagnose: Diag) -> None:
+    """The two blocks as an issue shows them, between prose and fences: the bare command's part
+    is read as its output too, and the deletion's finding names PID 1 from it."""
+    (tmp_path / "docker-entrypoint.sh").write_text("sleep 30\n")
+    glued = _cmdline_of(["/bin/sh", "./docker-entrypoint.sh"], tmp_path).replace(b"\0", b"").decode()
+    t0 = 1_669_714_484
+    paste = (
+        "Our pods take forever to stop:\n\n```\n"
+        f"k exec -it web-7d9c8b6f4-x2kqz cat /proc/1/cmdline\n{_KUBECTL_EXEC_NOTICE}\n{glued}\n```\n\nand\n\n```\n"
+        "❯ date; k delete po web-7d9c8b6f4-q7zbn && date\n"
+        + _date([], t0)
+        + 'pod "web-7d9c8b6f4-q7zbn" deleted\n'
+        + _date([], t0 + 31)
+        + "```\n"
+    )
+    f = one(diagnose({"issue.md": paste}), "KP403")
+    assert f.confidence.name == "HIGH" and "read as PID 1 of Pod web-7d9c8b6f4-x2kqz" in f.summary
+    assert f.evidence[0].text == glued and f.evidence[0].line == 6

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -742,6 +742,11 @@ def _load_segmented(
         start = first_line + s.first_line - 1
         end = start + s.text.count("\n") - 1
         if s.typed.kind is None:
+            # a command pasted without its prompt above what it printed: read as its output
+            parts = split_transcript(s.text, lenient=True, bare=True)
+            moved = [replace(p, first_line=p.first_line + start - 1) for p in parts or []]
+            if moved and _load_transcript(ev, label, moved, report_unused=False):
+                continue
             ev.problems.append(InputProblem(f"{label}:{start}-{end}", s.typed.reason or "not read"))
         elif netns and s.typed.kind in NETNS_KINDS:
             ev.problems.append(InputProblem(f"{label}:{start}-{end}", _other_netns(s.typed.kind, netns)))
