@@ -3,6 +3,7 @@ namespace the test creates and deletes, then read back with every listing comman
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from lab.netns import Netns, cleanup_stale, lab_available
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
+from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.facts import Facts
 from kpdoctor.model import Report
 
@@ -151,3 +153,39 @@ def test_real_restore_errors_as_kube_proxy_logs_them(
     for log in (glog, structured):
         f = diagnose({"kp.log": log}).visible()[0]
         assert f.cause == "iptables-backend-mismatch" and expect in f.summary, f.summary
+
+
+def test_a_refusal_in_the_other_backend_is_cited_in_its_own_dump(tmp_path: Path) -> None:
+    """kube-proxy's rules in one backend, a firewall's DROP in the other (both run at the same
+    hooks, each from its own dump): the verification's refusal cites the rule in the dump it was
+    read from, with that dump's line number, never the first dump's name with the second's line."""
+    fix = UPSTREAM / "iptables"
+    with Netns() as ns:
+        ns.check(["iptables-legacy", "-A", "FORWARD", "-d", "10.180.0.5", "-j", "DROP"])
+        legacy = ns.check(["iptables-legacy-save"])
+    assert "-A FORWARD -d 10.180.0.5/32 -j DROP" in legacy
+    nft = tmp_path / "nft.save"
+    nft.write_text((fix / "TestOverallIPTablesRules.nft.save").read_text())
+    other = tmp_path / "legacy.save"
+    other.write_text(legacy)
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text((fix / "TestOverallIPTablesRules.cluster.json").read_text())
+    config = tmp_path / "kube-proxy.yaml"
+    config.write_text((fix / "TestOverallIPTablesRules.kube-proxy.yaml").read_text())
+    for core in ("native", "python"):
+        os.environ["KPDOCTOR_CORE"] = core
+        try:
+            report, _ = diagnose_paths([nft, other, cluster, config], command="verify")
+        finally:
+            os.environ.pop("KPDOCTOR_CORE", None)
+        ver = report.verification
+        assert ver is not None
+        drops = [
+            e.rule
+            for r in ver.results
+            for e in r.actual
+            if e.verdict == "DROP" and e.endpoint == "10.180.0.5:80" and e.rule is not None
+        ]
+        assert drops, core
+        line = legacy.splitlines().index("-A FORWARD -d 10.180.0.5/32 -j DROP") + 1
+        assert {(c.artifact, c.line) for c in drops} == {(str(other), line)}, (core, drops)

@@ -27,6 +27,9 @@ class Step:
     line: int | None
     text: str
     probability: float  # probability of the branch when it took this rule
+    # the artifact the rule was read from, when the walk crossed into another dump (the other
+    # iptables backend's tables run at the same hooks); "": the dump the view is of
+    origin: str = ""
 
 
 @dataclass(slots=True)

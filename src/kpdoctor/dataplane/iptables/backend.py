@@ -137,11 +137,14 @@ def family_rules(
 
 
 def step_cite(rs: Ruleset, step: Step | None) -> Cite | None:
+    """A step's rule (or policy) cited in the dump it was read from (``rs``: the view's own,
+    unless the step crossed into the other backend's tables)."""
     if step is None:
         return None
+    artifact = step.origin or rs.artifact
     if step.line is None:
-        return Cite(rs.artifact, None, f"{step.table} {step.chain} {step.text}")
-    return rule_cite(rs.artifact, step.line, step.text)
+        return Cite(artifact, None, f"{step.table} {step.chain} {step.text}")
+    return rule_cite(artifact, step.line, step.text)
 
 
 def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tuple[list[Entry], list[Cite], list[str]]:
@@ -167,11 +170,11 @@ def outcome_entries(rs: Ruleset, outcomes: list[Outcome], tag: str | None) -> tu
 
 
 def native_entries(
-    rs: Ruleset, ev: NativeEvaluator, native: list[NativeEntry], tag: str | None
+    ev: NativeEvaluator, native: list[NativeEntry], tag: str | None
 ) -> tuple[list[Entry], list[Cite], list[str]]:
-    """:func:`outcome_entries` of the native core's walk (it chose the step to cite; each
-    step's citation, chain and owner are worked out once per evaluator: a verification cites
-    the same rules from many of its 100,000 entries)."""
+    """:func:`outcome_entries` of the native core's walk (it chose the step to cite, and says
+    which dump each step was read from; each step's citation, chain and owner are worked out
+    once per evaluator: a verification cites the same rules from many of its 100,000 entries)."""
     entries: list[Entry] = []
     rules: dict[Cite, None] = {}
     reasons: list[str] = []
@@ -183,11 +186,8 @@ def native_entries(
         if step is not None:
             got = known.get(step)
             if got is None:
-                table, chain, line, text = ev.cited(step)
-                if line is None:
-                    cite = Cite(rs.artifact, None, f"{table} {chain} {text}")
-                else:
-                    cite = rule_cite(rs.artifact, line, text)
+                table, chain, line, text, origin = ev.cited(step)
+                cite = Cite(origin, None, f"{table} {chain} {text}") if line is None else rule_cite(origin, line, text)
                 got = known[step] = (cite, chain, chain_owner(chain))
             cite, chain, owner = got
             rules[cite] = None
@@ -245,7 +245,7 @@ class IptablesBackend:
             tag = rs.variant if len(fam.primary) > 1 else None
             if isinstance(ev, NativeEvaluator):
                 native, undecided = ev.entries(pkt, case.hook, self.deps)
-                entries, rules, reasons = native_entries(rs, ev, native, tag)
+                entries, rules, reasons = native_entries(ev, native, tag)
                 views.append(View(tag, entries, rules, reasons, undecided_note(undecided)))
                 continue
             ev.deps = self.deps
@@ -384,7 +384,10 @@ def _packet(case: Case) -> Packet:
 
 
 def trace_branch(rs: Ruleset, o: Outcome) -> TraceBranch:
-    steps = [TraceStep(rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability) for s in o.state.steps]
+    steps = [
+        TraceStep(s.origin or rs.artifact, s.table, s.chain, s.line, s.text.strip(), s.probability)
+        for s in o.state.steps
+    ]
     state = o.state
     return TraceBranch(o.probability, o.verdict, o.endpoint, steps, o.reason, state.masquerade, list(state.affinity))
 

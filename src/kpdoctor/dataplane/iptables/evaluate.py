@@ -218,7 +218,7 @@ class Evaluator:
                 return
         for i, (q, verdict, reason, s2) in enumerate(cached):
             out = st if i == len(cached) - 1 else st.copy()
-            out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
+            out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p, x.origin) for x in s2.steps)
             out.affinity.extend(s2.affinity)
             out.mark, out.masquerade = s2.mark, out.masquerade or s2.masquerade
             if verdict:
@@ -372,14 +372,14 @@ class Evaluator:
                 tgt = r.target
                 if tgt is None:
                     if self.record:
-                        st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
+                        st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p, tab.origin))
                     pos += 1
                     continue
                 name = tgt.name
                 if self.record or name in _ALWAYS_RECORDED:
-                    st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p))
+                    st.steps.append(Step(tab.name, chain, r.rule.line, r.rule.text, p, tab.origin))
                 if name == "KUBE-MARK-DROP":
-                    st.drop_mark_step = Step(tab.name, chain, r.rule.line, r.rule.text, p)
+                    st.drop_mark_step = Step(tab.name, chain, r.rule.line, r.rule.text, p, tab.origin)
                 if name in TERMINAL or name == "RETURN":
                     results.append((p, st, name, ""))
                     break
@@ -442,7 +442,7 @@ class Evaluator:
                 if chain in BUILTIN:
                     policy = tab.policies.get(chain, "ACCEPT")
                     if self.record or policy in ("DROP", "REJECT"):
-                        st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p))
+                        st.steps.append(Step(tab.name, chain, None, f"policy {policy}", p, tab.origin))
                     results.append((p, st, policy if policy in TERMINAL else "ACCEPT", ""))
                 else:
                     results.append((p, st, "END", ""))
@@ -456,7 +456,7 @@ class Evaluator:
         except Uncertain as exc:
             forced = self._forced.get(id(r))
             if forced is None:
-                step = Step(tab.name, chain, r.line, r.rule.text.strip(), p)
+                step = Step(tab.name, chain, r.line, r.rule.text.strip(), p, tab.origin)
                 raise Undecided(id(r), r.line, exc.reason, step) from None
             return self._match_rest(r, st) if forced else 0.0
 

@@ -178,17 +178,18 @@ class NativeEvaluator:
         self.undecided = undecided
         return raw, undecided
 
-    def cited(self, step: StepKey) -> tuple[str, str, int | None, str]:
+    def cited(self, step: StepKey) -> tuple[str, str, int | None, str, str]:
         """The rule or policy a step of :meth:`entries` names: (table, chain, line or None,
-        text; a policy's text is ``policy X``)."""
+        text, the artifact it was read from; a policy's text is ``policy X``)."""
         layer, table, chain, rule = step
         name, tab = self._tables[layer][table]
+        origin = self._rulesets[layer].artifact
         if rule is None:
             with _contained():
                 chain_name = self._core.chain_name(layer, table, chain)
-            return name, chain_name, None, f"policy {tab.chains.get(chain_name) or 'ACCEPT'}"
+            return name, chain_name, None, f"policy {tab.chains.get(chain_name) or 'ACCEPT'}", origin
         r = tab.rules[rule]
-        return name, r.chain, r.line, r.text
+        return name, r.chain, r.line, r.text, origin
 
     def port_rules(self, table: str) -> list[tuple[Rule, int, str, Span | None, bool]]:
         """The primary rules of ``table`` matching one destination port of one protocol, in
@@ -204,10 +205,11 @@ class NativeEvaluator:
     def _step(self, raw: tuple[int, int, str, int | None, float], stripped: bool = False) -> Step:
         layer, table, chain, rule, prob = raw
         name, tab = self._tables[layer][table]
+        origin = self._rulesets[layer].artifact
         if rule is None:
-            return Step(name, chain, None, f"policy {tab.chains.get(chain) or 'ACCEPT'}", prob)
+            return Step(name, chain, None, f"policy {tab.chains.get(chain) or 'ACCEPT'}", prob, origin)
         r = tab.rules[rule]
-        return Step(name, chain, r.line, r.text.strip() if stripped else r.text, prob)
+        return Step(name, chain, r.line, r.text.strip() if stripped else r.text, prob, origin)
 
     def _outcome(self, packet: Packet, raw: Any) -> Outcome:
         (prob, verdict, reason, by_mark, open_table, undecided_step), state, steps, dnat_step, drop_mark = raw

@@ -242,7 +242,7 @@ class Evaluator:
         for i, (q, verdict, reason, s2) in enumerate(cached):
             out = st if i == last else st.copy()
             if s2.steps:
-                out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p) for x in s2.steps)
+                out.steps.extend(Step(x.table, x.chain, x.line, x.text, x.probability * p, x.origin) for x in s2.steps)
             if s2.affinity:
                 out.affinity.extend(a for a in s2.affinity if a not in out.affinity)
             out.mark, out.masquerade, out.notrack = s2.mark, out.masquerade or s2.masquerade, s2.notrack
