@@ -148,16 +148,19 @@ def test_a_shell_pid1_with_the_app_as_its_child_is_suspected(tmp_path: Path) -> 
     assert [c.line for c in f.evidence] == [3, 4] and "PID 2: `sleep 30`" in f.summary
 
 
-def test_a_shell_pid1_that_traps_term_is_not_suspected(tmp_path: Path) -> None:
+def _no_kp403(tmp_path: Path, listing: str) -> None:
+    """A process listing, given alone, gives no KP403 finding."""
     p = tmp_path / "ps.txt"
-    p.write_text(PS_TRAP)
+    p.write_text(listing)
     assert [f for f in run([p]).findings if f.code == "KP403"] == []
+
+
+def test_a_shell_pid1_that_traps_term_is_not_suspected(tmp_path: Path) -> None:
+    _no_kp403(tmp_path, PS_TRAP)
 
 
 def test_the_nodes_own_process_list_is_not_a_container(tmp_path: Path) -> None:
-    p = tmp_path / "ps.txt"
-    p.write_text(PS_SCRIPT.replace("$ docker exec web ps -ef", "$ ps -ef"))
-    assert [f for f in run([p]).findings if f.code == "KP403"] == []
+    _no_kp403(tmp_path, PS_SCRIPT.replace("$ docker exec web ps -ef", "$ ps -ef"))
 
 
 # `ps -eo user,pid,args` run here inside `unshare -pf --mount-proc sh -c 'sleep 30 & ps -eo
@@ -180,12 +183,8 @@ def test_a_listing_whose_pid1_is_a_shell_is_a_containers_and_its_script_decides(
     f = one(run([p]), "KP403")
     assert not f.suspected and f.confidence == Confidence.HIGH
     assert [c.line for c in f.evidence] == [2, 3] and "no `trap` on TERM" in f.summary
-    trapped = PS_BARE_SH_C.replace("sh -c sleep", 'sh -c trap "kill \\$p" TERM; sleep')
-    p.write_text(trapped)
-    assert [f for f in run([p]).findings if f.code == "KP403"] == []
+    _no_kp403(tmp_path, PS_BARE_SH_C.replace("sh -c sleep", 'sh -c trap "kill \\$p" TERM; sleep'))
 
 
 def test_a_bare_listing_whose_pid1_is_an_init_is_the_nodes(tmp_path: Path) -> None:
-    p = tmp_path / "ps.txt"
-    p.write_text(PS_BARE_SH_C.replace("sh -c sleep 30 & ps -eo user,pid,args", "/sbin/init splash"))
-    assert [f for f in run([p]).findings if f.code == "KP403"] == []
+    _no_kp403(tmp_path, PS_BARE_SH_C.replace("sh -c sleep 30 & ps -eo user,pid,args", "/sbin/init splash"))

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.parse.k8s import GENERATED
+from kpdoctor.parse.k8s import GENERATED, pod_template
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
 from kpdoctor.parse.shellwords import entered, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.sysctl import sysctl_write
@@ -127,9 +127,7 @@ class Part:
 # name-xxxxx), or a Deployment's Pod (name-<ReplicaSet hash>-xxxxx, the suffixes of k8s's
 # alphabet for generated names: no vowels, no 0/1/3).
 _PROMPT_HOST = re.compile(r"(?:^|\[|\s)[\w.\-]+@(?P<host>[\w.\-]+)")
-_POD_SUFFIX = f"{GENERATED}{{5}}"
-_KUBE_PROXY_POD = re.compile(rf"^kube-proxy-{_POD_SUFFIX}$")
-_DEPLOYMENT_POD = re.compile(rf"^[a-z0-9][-a-z0-9]*-{GENERATED}{{6,10}}-{_POD_SUFFIX}$")
+_KUBE_PROXY_POD = re.compile(rf"^kube-proxy-{GENERATED}{{5}}$")
 _PATH_PROMPT = re.compile(r"^[ \t]*/[\w./-]*\s[#$]\s")
 
 
@@ -141,7 +139,7 @@ def prompt_scope(prompt: str) -> str | None:
         host = m.group("host")
         if _KUBE_PROXY_POD.match(host):
             return "kube-proxy"
-        return "container" if _DEPLOYMENT_POD.match(host) else None
+        return "container" if pod_template(host) is not None else None
     return "container" if _PATH_PROMPT.match(prompt) else None
 
 

@@ -270,7 +270,7 @@ def timed_stops(text: str, command: str | None = None) -> list[TimedStop]:
             continue
         el = _elapsed(line)
         if el is None:
-            typed = _typed_command(stripped)
+            typed = _command_on(stripped)
             here = stop_command(typed) if typed is not None else None
             dated = _dated_stop(typed) if typed is not None and here is None else None
             if here is None and dated is not None:
@@ -309,7 +309,7 @@ def timed_stops(text: str, command: str | None = None) -> list[TimedStop]:
     return out
 
 
-def _typed_command(line: str) -> str | None:
+def _command_on(line: str) -> str | None:
     """The command on a line of a text, without its shell prompt (a bare line is taken as
     typed too); None for a line too long to be one."""
     if len(line) >= MAX_LINE:

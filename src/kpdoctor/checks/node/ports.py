@@ -209,8 +209,9 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     reserved_s = node.setting("net.ipv4.ip_local_reserved_ports")
     reserved = port_set(reserved_s.value) if reserved_s else []
     widened = lo < DEFAULT_RANGE[0]
-    strong: list[tuple[str, Cite]] = []
-    weak: list[tuple[str, Cite]] = []
+    # (port, what binds it, where that is said)
+    strong: list[tuple[int, str, Cite]] = []
+    weak: list[tuple[int, str, Cite]] = []
     seen: set[tuple[str, int]] = set()
 
     def risky(port: int) -> bool:
@@ -225,13 +226,14 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             continue  # a listener in the kernel's own default range is bound there on purpose
         seen.add((ls.proto, ls.port))
         who = f" by {ls.process}" + (f" (pid {ls.pid})" if ls.pid else "") if ls.process else ""
-        (strong if widened else weak).append((f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text)))
+        listened = (ls.port, f"{ls.proto} {ls.port} listened on{who}", Cite(a.name, ls.line, ls.text))
+        (strong if widened else weak).append(listened)
     failed = {p for p, _, _ in failures}
     for svc in facts.cluster.services:
         for np in svc.node_ports:
             if risky(np) and np not in failed:
                 ref, o = svc.obj.ref, svc.obj
-                strong.append((f"NodePort {np} of Service {ref}", Cite(o.artifact, o.line, f"{ref} nodePort {np}")))
+                strong.append((np, f"NodePort {np} of Service {ref}", Cite(o.artifact, o.line, f"{ref} nodePort {np}")))
     node_name = facts.node_view.name
     for view in facts.cluster.pods():
         pod = view.obj
@@ -242,15 +244,12 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             for p in cports if isinstance(cports, list) else []:
                 hp = p.get("hostPort") if isinstance(p, dict) else None
                 if isinstance(hp, int) and risky(hp):
-                    strong.append(
-                        (f"hostPort {hp} of Pod {pod.ref}", Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}"))
-                    )
-    for port, what, cite in _ingress_ports(facts):
-        if risky(port) and port not in failed:
-            strong.append((what, cite))
+                    cite = Cite(pod.artifact, pod.line, f"{pod.ref} hostPort {hp}")
+                    strong.append((hp, f"hostPort {hp} of Pod {pod.ref}", cite))
+    strong += [item for item in _ingress_ports(facts) if risky(item[0]) and item[0] not in failed]
     # a port a service must bind that an outgoing connection holds right now: the collision itself
     listening = {ls.port for _, ls in node.listeners}
-    declared = {p: (d, c) for d, c in strong if (p := _port_of(d)) is not None}
+    declared = {p: (d, c) for p, d, c in strong}
     held: list[tuple[str, Cite]] = []
     held_declared: list[Cite] = []  # where each held port is declared
     held_ports: set[int] = set()
@@ -267,7 +266,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
                     Cite(a.name, conn.line, conn.text),
                 )
             )
-    strong = [(d, c) for d, c in strong if _port_of(d) not in held_ports]
+    strong = [item for item in strong if item[0] not in held_ports]
     overlap, overlap_warns, np_cite = _overlap(facts, lo, hi, reserved) if not assumed else ("", False, None)
     if not failures and not held and not strong and not weak:
         if overlap:
@@ -284,7 +283,8 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         severity, confidence = Severity.WARNING, Confidence.LOW if assumed else Confidence.MEDIUM
     else:
         severity, confidence = Severity.INFO, Confidence.MEDIUM
-    items = [(d, Cite(h.artifact, h.line, h.text)) for _, d, h in failures] + held + (strong or weak)
+    items = [(d, Cite(h.artifact, h.line, h.text)) for _, d, h in failures] + held
+    items += [(d, c) for _, d, c in strong or weak]
     where = f"ip_local_port_range {lo}-{hi}" + (
         " (the kernel default: no ip_local_port_range was given; confirm with "
         "`sysctl net.ipv4.ip_local_port_range net.ipv4.ip_local_reserved_ports`)"
@@ -309,11 +309,9 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         ),
     )
     lead = ([rng.cite] if rng is not None and not assumed else []) + ([reserved_s.cite] if reserved_s else [])
-    shown = [c for _, c in held[:3]] + held_declared[:3] + [c for _, c in (strong or weak)[:3]]
+    shown = [c for _, c in held[:3]] + held_declared[:3] + [c for _, _, c in (strong or weak)[:3]]
     f.evidence = lead + shown + f.evidence
-    ports = sorted(
-        {p for p, _, _ in failures} | held_ports | {p for d, _ in (strong or weak) if (p := _port_of(d)) is not None}
-    )
+    ports = sorted({p for p, _, _ in failures} | held_ports | {p for p, _, _ in strong or weak})
     keep = ",".join(str(p) for p in ports[:20])
     if any(d.startswith("NodePort") for d, _ in items):
         outside = [str(p) for p in ports if p < 30000 or p > 32767][:10]
@@ -330,12 +328,6 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
             confidence=f.confidence,
         )
     yield f
-
-
-def _port_of(description: str) -> int | None:
-    """The port a description of KP302's names second ("NodePort 30080 of ...", "port 40005 ...")."""
-    words = description.split()
-    return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
 
 
 def _range_overlap(

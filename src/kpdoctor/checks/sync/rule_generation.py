@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
+from kpdoctor.dataplane.ipvs.leftovers import split_address
 from kpdoctor.facts import Facts
 from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.facts.log import cite_line, is_other_writer, matched
@@ -186,11 +187,10 @@ def _mixed_family_entries(facts: Facts) -> tuple[Cite, str] | None:
     for vs, name in facts.ipvs_virtual_servers:
         entries = [(vs.address, vs.line, vs.text, False), *((r.address, r.line, r.text, True) for r in vs.reals)]
         for addr, line, text, real in entries:
-            host = addr.rsplit(":", 1)[0].strip("[]") if addr.count(":") != 1 else addr.split(":", 1)[0]
-            try:
-                ip = ipaddress.ip_address(host)
-            except ValueError:
+            hp = split_address(addr)
+            if hp is None:
                 continue
+            ip = hp[0]
             if ip.version == 6:
                 v6.setdefault((real, ip.packed[:4]), str(ip))
             elif cut is None and ip in _RESERVED_V4:

@@ -104,41 +104,47 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
             yield f
 
 
-def _container_pid1(a: Artifact) -> Process | None:
-    """A container's PID 1 read from ``/proc/1/cmdline`` when it is a shell (the shell is
-    still PID 1 while the container runs: it did not `exec` what it started)."""
+def _container_pid1(a: Artifact) -> tuple[Process, Cite, str | None] | None:
+    """A container's PID 1 read from ``/proc/1/cmdline`` when it is a shell that does not pass
+    SIGTERM on (still PID 1 while the container runs, it did not `exec` what it started; a
+    ``-c`` script that traps TERM does): the process, its line as printed (NULs lost or not),
+    and its ``-c`` script (None: a script file, whose content is not shown)."""
     procs = read_processes(a.read_text(), a.first_line, a.attrs)
     pid1 = next((p for p in procs if p.pid == 1), None)
-    return pid1 if pid1 is not None and pid1.program in SHELLS else None
+    if pid1 is None or pid1.program not in SHELLS:
+        return None
+    inline = inline_script(pid1.argv)
+    if inline is not None and traps_term(inline):
+        return None
+    printed = a.read_text().splitlines()[pid1.line - a.first_line].strip()
+    return pid1, Cite(a.name, pid1.line, printed), inline
 
 
-def _exec_target(a: Artifact) -> str | None:
-    """The Pod (or container) the command that printed ``a`` ran in (``kubectl exec POD ...``)."""
+def _exec_of(a: Artifact) -> tuple[str, str | None]:
+    """The tool of the command that printed ``a`` and the Pod or container it ran in
+    (``kubectl exec POD ...``: kubectl, POD)."""
     command = a.attrs.get("command", "")
     try:
         words = shell_split(command)
     except ValueError:
         words = command.split()
-    return exec_parts(words)[0]
+    tool = words[0].rsplit("/", 1)[-1] if words else ""
+    return tool, exec_parts(words)[0]
 
 
 def _cmdline_pid1(facts: Facts, a: Artifact) -> Finding | None:
     """A container's PID 1 is a shell, read from its /proc/1/cmdline while it runs: SIGTERM
     stops at the shell unless its script traps TERM (shown for a ``-c`` script; a script file's
     content is not, so that is suspected)."""
-    pid1 = _container_pid1(a)
-    if pid1 is None:
+    got = _container_pid1(a)
+    if got is None:
         return None
-    inline = inline_script(pid1.argv)
-    if inline is not None and traps_term(inline):
-        return None
-    target = _exec_target(a)
-    tool = a.attrs.get("command", "").split(" ", 1)[0].rsplit("/", 1)[-1]
+    pid1, printed, inline = got
+    tool, target = _exec_of(a)
     kube = tool in ("kubectl", "k", "oc")
     where = (f"Pod {target}" if kube else f"container {target}") if target else "this container"
     f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
-    printed = a.read_text().splitlines()[pid1.line - a.first_line].strip()  # as printed, NULs lost or not
-    f.evidence = [Cite(a.name, max(a.first_line - 1, 1), a.attrs.get("command", "")), Cite(a.name, pid1.line, printed)]
+    f.evidence = [Cite(a.name, max(a.first_line - 1, 1), a.attrs.get("command", "")), printed]
     f.subject = {"service": None, "workload": (f"Pod/{target}" if kube else target) if target else None}
     f.summary = (
         f"In {where}, PID 1 is `{_short(pid1.command)}` (its /proc/1/cmdline), a shell, while the container runs: "
@@ -228,19 +234,16 @@ def _pid1(facts: Facts, a: Artifact, stop: TimedStop) -> tuple[Entrypoint, Cite]
         # containers), from its /proc/1/cmdline while it ran
         templates = {pod_template(t) or t for t in stop.command.targets}
         for other in facts.of(Kind.PROCESSES):
-            target = _exec_target(other) if other.attrs.get("format") == "cmdline" else None
-            shell = _container_pid1(other) if target and (pod_template(target) or target) in templates else None
-            if shell is not None:
-                inline = inline_script(shell.argv)
+            target = _exec_of(other)[1] if other.attrs.get("format") == "cmdline" else None
+            got = _container_pid1(other) if target and (pod_template(target) or target) in templates else None
+            if got is not None:
+                shell, cite, inline = got
                 said = "" if inline is None else " and no trap on TERM in its script"
-                if inline is None or not traps_term(inline):
-                    reason = (
-                        f"a shell, read as PID 1 of Pod {target} while it ran: it did not `exec` the application"
-                        f"{said}, so SIGTERM stops at the shell"
-                    )
-                    printed = other.read_text().splitlines()[shell.line - other.first_line].strip()
-                    cite = Cite(other.name, shell.line, printed)
-                    return Entrypoint(False, shell.program, reason, shell.command), cite
+                reason = (
+                    f"a shell, read as PID 1 of Pod {target} while it ran: it did not `exec` the application"
+                    f"{said}, so SIGTERM stops at the shell"
+                )
+                return Entrypoint(False, shell.program, reason, shell.command), cite
         for pod in facts.objects.of("Pod"):
             if pod.name not in stop.command.targets:
                 continue
