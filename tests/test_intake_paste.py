@@ -367,13 +367,21 @@ def test_rows_without_a_chain_header_keep_their_targets_and_comments() -> None:
 @pytest.mark.parametrize(
     "case,file,says",
     [
-        ("k8s-104679", "kubectl-get-svc.txt", "a kubectl table"),
         ("coredns-4211", "coredns.log", "content not recognised"),  # "[ERROR] ..." is not broken JSON
     ],
 )
 def test_an_unread_input_says_what_it_looked_like(case: str, file: str, says: str) -> None:
     ev = load([CASES / case / file])
     assert not ev.artifacts and says in ev.problems[0].message
+
+
+def test_a_table_kpdoctor_does_not_read_says_what_to_send(tmp_path: Path) -> None:
+    """An Endpoints table (three addresses, then "+ N more...") is not read: the objects are asked for."""
+    table = tmp_path / "ep.txt"
+    table.write_text("NAME         ENDPOINTS                                      AGE\n"
+                     "web          10.244.1.5:8080,10.244.2.7:8080,10.244.3.2:8080 + 2 more...   3d\n")  # fmt: skip
+    ev = load([table])
+    assert not ev.artifacts and "a kubectl table" in ev.problems[0].message and "-o yaml" in ev.problems[0].message
 
 
 def test_a_whole_dump_too_big_for_the_head_is_not_a_fragment(tmp_path: Path) -> None:

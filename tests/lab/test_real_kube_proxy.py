@@ -357,6 +357,35 @@ def test_kube_proxy_without_a_cluster_cidr_shows_in_its_rules(lab_binaries: Bina
     assert kp126(with_cidr) == []
 
 
+def test_a_node_name_nothing_expanded_is_read_from_client_go_s_request_log(
+    lab_binaries: Binaries, tmp_path: Path
+) -> None:
+    """kube-proxy 1.20 given `--hostname-override=$(NODE_NAME)` (a DaemonSet whose env lost
+    NODE_NAME: kubelet leaves the reference as written) looks up a Node "$(node_name)" and gets 404.
+    At -v=6 client-go logs that GET; kpdoctor names the cause from it, also when the log holds
+    nothing else (its own "not found" line cut off or grep'd away), and from a file whose name
+    alone says it is kube-proxy's."""
+    with real_node(lab_binaries, start_proxy=False) as rn:
+        rn.start_kube_proxy("--hostname-override=$(NODE_NAME)", "--v=6")
+        log = rn.proxy_log_text()
+    gets = [ln for ln in log.splitlines() if "round_trippers.go" in ln and "/api/v1/nodes/" in ln]
+    assert any(" 404 Not Found in " in ln and "/nodes/$%28node_name%29" in ln for ln in gets), gets
+
+    def kp111(name: str, text: str) -> dict[str, Any]:
+        path = tmp_path / name
+        path.write_text(text)
+        res = subprocess.run([*KPDOCTOR, "diagnose", str(path), "--format", "json", "--min-severity", "info"],
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+        (f,) = [f for f in json.loads(res.stdout)["findings"] if f["code"] == "KP111"]
+        return f
+
+    whole = kp111("proxy.log", log)
+    assert '"$(node_name)"' in whole["summary"] and "nothing expanded" in whole["summary"], whole
+    only_gets = kp111("kube-proxy.log", "".join(ln + "\n" for ln in gets))
+    assert only_gets["confidence"] == "high" and "nothing expanded" in only_gets["summary"], only_gets
+    assert all("round_trippers.go" in e["text"] for e in only_gets["evidence"]), only_gets
+
+
 # -- the shipped RBAC ------------------------------------------------------------------------
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"

@@ -233,6 +233,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     workload = _sniff_workload(head, stripped, lines)
     if workload is not None:
         return workload
+    if kubectl_table.is_object_table(lines):  # Services, Nodes: read as partial objects
+        return Typed(Kind.KUBECTL_TABLE, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
         if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})
@@ -481,8 +483,13 @@ _SHELL_WORDS = re.compile(
 
 def sniff_named(name: str, text: str) -> Typed | None:
     """A text typed by what its name (a file name, or the command that printed it: ``cat
-    /hooks/pre-stop.sh``) says together with its content: a shell script that a preStop hook runs.
-    Only for texts not recognised by content (see :func:`sniff`)."""
+    /hooks/pre-stop.sh``) says together with its content: a shell script that a preStop hook runs;
+    a Go program's log that is kube-proxy's by where it came from (``kube-proxy.log``, ``kubectl
+    logs kube-proxy-x7k2p``, ``journalctl -u kube-proxy``) although none of its lines is one only
+    kube-proxy prints (client-go's request log at -v=6, a line no catalogue holds). Only for texts
+    not recognised by content (see :func:`sniff`)."""
+    if _kube_proxy_named(name) and (KLOG_HEADER_ANYWHERE.search(text) or _KLOG_FRAGMENT.search(text)):
+        return Typed(Kind.KUBE_PROXY_LOG, {"named": "true"})
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or len(lines) > 500:
         return None
@@ -495,6 +502,35 @@ def sniff_named(name: str, text: str) -> Typed | None:
     if shell and said:
         return Typed(Kind.PRESTOP_SCRIPT, {})
     return None
+
+
+_KUBE_PROXY_WORD = re.compile(r"kube[-_]?proxy", re.I)
+_POD_LOG = re.compile(r"/pods/[^/]+_[^/]+_[^/]+/([^/]+)/\d+\.log(?:\.[\w.-]+)?$")
+_LOG_READERS = frozenset({"cat", "tail", "head", "less", "more", "zcat", "grep"})
+_RUNTIME_CLIS = frozenset({"kubectl", "k", "oc", "docker", "crictl", "nerdctl", "podman"})
+
+
+def _kube_proxy_named(name: str) -> bool:
+    """Does a file's name, or the command that printed a text, say the text is kube-proxy's log?
+    A file by its own name (not its folder's, except kubelet's container folder of a Pod's log);
+    a command by what it reads, before any pipe: `kubectl
+    logs` (docker, crictl...) of a kube-proxy Pod or container, `journalctl -u kube-proxy`, a reader
+    of a kube-proxy log file. (`kubectl logs calico-node-x | grep kube-proxy` is calico's.)"""
+    words = name.split("|", 1)[0].split()
+    if len(words) <= 1:
+        m = _POD_LOG.search(name)  # kubelet's /var/log/pods/NS_POD_UID/CONTAINER/N.log: the container
+        return bool(_KUBE_PROXY_WORD.search(m.group(1) if m else name.rstrip("/").rsplit("/", 1)[-1]))
+    prog, args = words[0].rsplit("/", 1)[-1], words[1:]
+    if prog == "sudo" and args:
+        prog, args = args[0].rsplit("/", 1)[-1], args[1:]
+    if prog in _RUNTIME_CLIS and "logs" in args:
+        after = args[args.index("logs") + 1 :]
+        return any(_KUBE_PROXY_WORD.search(a) for a in after if not a.startswith("-") or "=" in a)
+    if prog == "journalctl":
+        return any(_KUBE_PROXY_WORD.search(a) for a in args)
+    if prog in _LOG_READERS:
+        return any(_KUBE_PROXY_WORD.search(a.rsplit("/", 1)[-1]) for a in args if not a.startswith("-"))
+    return False
 
 
 def sniff_command(command: str, text: str) -> Typed | None:

@@ -35,7 +35,7 @@ from kpdoctor.facts.log import (
 from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import Messages, Signature, scanned
 from kpdoctor.model import Cite
-from kpdoctor.parse import k8s, kpconfig, nft, system
+from kpdoctor.parse import k8s, kpconfig, kubectl_table, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
@@ -81,6 +81,10 @@ class NodeIdentity:
             "hostnameOverride": "the Node kube-proxy's hostnameOverride names, whose addresses are the node's",
         }.get(self.origin, self.origin)
         return how + (f" ({self.detail})" if self.detail else "")
+
+
+def _node_info(node: K8sObject, field: str) -> str:
+    return str(k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")).get(field) or "")
 
 
 def _first_line_cite(art: Artifact, text: str | None = None) -> Cite:
@@ -255,7 +259,17 @@ class Facts:
         carry = None
         if self.reuse is not None:
             carry = (self.reuse.previous.views if self.reuse.previous is not None else {}, self.reuse.next.views)
-        return ClusterFacts(self.objects, carry)
+        return ClusterFacts(self.objects, carry, self.table_objects)
+
+    @cached_property
+    def table_objects(self) -> Objects:
+        """Services and Nodes read from `kubectl get` tables: partial objects (what a table does
+        not show is unknown), kept apart from the objects given whole, so verification and
+        "the Services came with their EndpointSlices" never count them."""
+        out = Objects()
+        for a in self.of(Kind.KUBECTL_TABLE):
+            out.items.extend(kubectl_table.table_objects(a.read_text(), a.name, a.first_line).items)
+        return out
 
     @cached_property
     def kube_proxy_pods(self) -> list[K8sObject]:
@@ -476,14 +490,37 @@ class Facts:
 
     def node_info(self, field: str) -> tuple[str, Cite] | None:
         """``status.nodeInfo.<field>`` of this node's Node object (``osImage``, ``kernelVersion``),
-        cited: what `kubectl get node -o yaml` tells when nobody ran a command on the node."""
+        cited: what `kubectl get node -o yaml` tells when nobody ran a command on the node. Without
+        the object, a `kubectl get nodes -o wide` row: this node's, else the value every row has
+        (one kernel on every node is this node's too)."""
         node = self.node_object
         if node is None:
-            return None
-        value = str(k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")).get(field) or "")
+            return self._table_node_info(field)
+        value = _node_info(node, field)
         if not value:
             return None
         return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
+
+    def _table_node_info(self, field: str) -> tuple[str, Cite] | None:
+        rows = list(kubectl_table.rows_of(self.table_objects, "Node"))
+        if self.node is not None:
+            rows = [r for r in rows if r.name == self.node.name] or rows
+        values = {v for r in rows if (v := _node_info(r, field))}
+        if len(values) != 1:
+            return None
+        row = next(r for r in rows if _node_info(r, field))
+        value = values.pop()
+        return value, self.object_cite(row, f"Node {row.name} {field}: {value}")
+
+    def object_cite(self, obj: K8sObject, text: str) -> Cite:
+        """Where an object says something: its line with ``text``, or for an object read from a
+        `kubectl get` table, its row as the user pasted it."""
+        if obj.fragment == kubectl_table.TABLE_ROW:
+            for a in self.of(Kind.KUBECTL_TABLE):
+                lines = a.read_text().splitlines()
+                if a.name == obj.artifact and obj.line is not None and 0 <= obj.line - a.first_line < len(lines):
+                    return Cite(a.name, obj.line, lines[obj.line - a.first_line].strip())
+        return Cite(obj.artifact, obj.line, text)
 
     @cached_property
     def host_iptables(self) -> HostIptables | None:

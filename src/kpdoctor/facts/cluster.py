@@ -241,6 +241,15 @@ def node_ips(node: K8sObject) -> list[IPAddress]:
     return out
 
 
+def node_ready(node: K8sObject) -> str | None:
+    """The status of a Node's Ready condition ("True", "False", "Unknown"), None when not shown."""
+    for c in as_list(as_dict(node.body.get("status")).get("conditions")):
+        c = as_dict(c)
+        if c.get("type") == "Ready" and isinstance(c.get("status"), str):
+            return str(c["status"])
+    return None
+
+
 def pod_cidrs(node: K8sObject) -> list[IPNetwork]:
     """The Pod ranges a Node was given (spec.podCIDRs, else spec.podCIDR)."""
     spec = as_dict(node.body.get("spec"))
@@ -265,9 +274,23 @@ class ClusterFacts:
     run's, this run's) views by object: an object a caller kept from one run to the next (the
     node agent's watches) keeps its view."""
 
-    def __init__(self, objects: Objects, carry: tuple[dict[int, Any], dict[int, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        objects: Objects,
+        carry: tuple[dict[int, Any], dict[int, Any]] | None = None,
+        tables: Objects | None = None,
+    ) -> None:
         self.objects = objects
         self._carry = carry
+        self.tables = tables if tables is not None else Objects()  # partial objects of `kubectl get` tables
+
+    def _table_only(self, kind: str) -> list[K8sObject]:
+        """The table rows of ``kind`` no whole object names (a row without its namespace matches
+        any namespace): the whole object says more."""
+        whole = {(o.namespace, o.name) for o in self.objects.of(kind)}
+        names = {name for _, name in whole}
+        rows = self.tables.of(kind)
+        return [o for o in rows if (o.namespace, o.name) not in whole and (o.namespace or o.name not in names)]
 
     def _views(self, kind: str, make: Callable[[K8sObject], Any]) -> list[Any]:
         if self._carry is None:
@@ -284,7 +307,8 @@ class ClusterFacts:
 
     @cached_property
     def services(self) -> list[ServiceView]:
-        return self._views("Service", ServiceView.of)
+        """Every Service given: whole objects, then the rows of `kubectl get svc` tables."""
+        return self._views("Service", ServiceView.of) + [ServiceView.of(o) for o in self._table_only("Service")]
 
     @cached_property
     def slices(self) -> list[SliceView]:
@@ -313,9 +337,14 @@ class ClusterFacts:
         out += [p for o in self.objects.of("ConfigMap") for p in AddressPoolView.of_configmap(o)]
         return [p for p in out if p.entries]
 
+    def nodes(self) -> list[K8sObject]:
+        """Every Node given: whole objects, then the rows of `kubectl get nodes` tables."""
+        return self.objects.of("Node") + self._table_only("Node")
+
     def node_addresses(self) -> Iterator[tuple[K8sObject, NodeAddressView]]:
-        """Every Node's addresses (InternalIP, ExternalIP, Hostname...)."""
-        for node in self.objects.of("Node"):
+        """Every Node's addresses (InternalIP, ExternalIP, Hostname...), a `kubectl get nodes -o
+        wide` row's too."""
+        for node in self.nodes():
             for a in as_list(as_dict(node.body.get("status")).get("addresses")):
                 a = as_dict(a)
                 kind, addr = a.get("type"), a.get("address")

@@ -22,10 +22,12 @@ from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.dataplane.modes import IPVS_INTERFACE
 from kpdoctor.facts import Facts
+from kpdoctor.facts.cluster import node_ready
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import system
 from kpdoctor.parse.clients import SshAttempt
+from kpdoctor.parse.kubectl_table import TABLE_ROW
 
 IP_ADDR_KINDS = (Kind.IP_ADDR, Kind.IP_LINK)
 # the ipset IPVS mode keeps every kube-ipvs0 address in (KUBE-6-IPVS-IPS for IPv6)
@@ -69,7 +71,7 @@ def _node_addresses(facts: Facts, bound: list[tuple[Artifact, system.BoundAddres
     out: dict[IPAddress, _Owner] = {}
     for node, a in facts.cluster.node_addresses():
         if a.type in ("InternalIP", "ExternalIP") and (ip := _ip(a.address)) is not None:
-            cite = Cite(node.artifact, node.line, f"Node {node.name}: {a.type} {ip}")
+            cite = facts.object_cite(node, f"Node {node.name}: {a.type} {ip}")
             out.setdefault(ip, _Owner(node.name, cite, False))
     here = facts.node.name if facts.node else "this node"
     for art, b in bound:
@@ -87,11 +89,13 @@ def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, IPAddress, Cite
         svc, label = view.obj, view.key
         for value in view.external_ips:
             if (ip := _ip(value)) is not None:
-                yield label, "externalIPs", ip, Cite(svc.artifact, svc.line, f"Service {label}: externalIPs {ip}")
+                yield label, "externalIPs", ip, facts.object_cite(svc, f"Service {label}: externalIPs {ip}")
         for value in view.lb_ingress_ips:
             if (ip := _ip(value)) is not None:
-                text = f"Service {label}: load-balancer ingress {ip}"
-                yield label, "load-balancer IP", ip, Cite(svc.artifact, svc.line, text)
+                # a table's EXTERNAL-IP of a LoadBalancer Service holds both, not saying which
+                field = "EXTERNAL-IP" if svc.fragment == TABLE_ROW else "load-balancer IP"
+                yield label, field, ip, facts.object_cite(svc, f"Service {label}: load-balancer ingress {ip}")
+
 
 
 def _ipvs_bound(
@@ -137,7 +141,7 @@ def _consequence(ipvs: bool, where: str, owner: _Owner) -> str:
     cause="service-vip-is-node-address",
     title="A Service address is also a node's own address",
     severity=Severity.CRITICAL,
-    needs=[Kind.K8S_OBJECTS, *IP_ADDR_KINDS, Kind.SSH_ATTEMPTS],
+    needs=[Kind.K8S_OBJECTS, Kind.KUBECTL_TABLE, *IP_ADDR_KINDS, Kind.SSH_ATTEMPTS],
 )
 def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
     """A Service's externalIP or load-balancer IP equals an address of a node, and kube-proxy captures it.
@@ -152,9 +156,10 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         it on kube-ipvs0 of every node and adds it to KUBE-IPVS-IPS, whose KUBE-IPVS-FILTER
         rejects new connections on every port no Service uses; in iptables/nftables mode it
         DNATs the Service's ports on that address.
-    How it is detected: the externalIPs and load-balancer ingress IPs of the Services are
-        compared with the Node objects' InternalIP/ExternalIP and with this node's own
-        interface addresses (`ip addr`, loopback and kube-ipvs0 left out). Without the
+    How it is detected: the externalIPs and load-balancer ingress IPs of the Services (their
+        objects, or the EXTERNAL-IP of `kubectl get svc`) are compared with the Node objects'
+        InternalIP/ExternalIP (or `kubectl get nodes -o wide`'s INTERNAL-IP/EXTERNAL-IP) and
+        with this node's own interface addresses (`ip addr`, loopback and kube-ipvs0 left out). Without the
         Services, an address on kube-ipvs0 (or in KUBE-IPVS-IPS) that another interface of
         the node also holds is the same capture seen on the node. IPVS mode (kube-proxy's
         mode, or kube-ipvs0 holding the address) makes it critical; otherwise a warning. A
@@ -173,6 +178,7 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
     interfaces = _bound(facts)
     nodes = _node_addresses(facts, interfaces)
     if not nodes:
+        yield from _suspected(facts)
         return
     bound = _ipvs_bound(facts, interfaces, nodes)
     ipvs = _ipvs(facts, bound)
@@ -215,6 +221,37 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         out.append(f)
     out += _pools_holding_hosts(facts, nodes, seen)
     yield from capped(facts, "KP209", out, "whose address is a node's")
+
+
+def _suspected(facts: Facts) -> Iterator[Finding]:
+    """No node address is shown, but a Service has externalIPs and a Node is not Ready: what the
+    mistake looks like from the cluster's side (the node whose address a Service took goes
+    NotReady). Suspected: the node's addresses decide it. (A load-balancer IP is left out: a cloud
+    hands out addresses no node has.)"""
+    external = [(label, ip, cite) for label, field, ip, cite in _service_addresses(facts) if field == "externalIPs"]
+    down = [n for n in facts.cluster.nodes() if node_ready(n) in ("False", "Unknown")]
+    if not external or not down:
+        return
+    ips = sorted({ip for _, ip, _ in external}, key=lambda ip: (ip.version, int(ip)))
+    services = sorted({label for label, _, _ in external})
+    names = ", ".join(n.name for n in down[:3]) + (f" and {len(down) - 3} more" if len(down) > 3 else "")
+    f = start(facts, "KP209", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.summary = (
+        f"Suspected: Service {', '.join(services[:3])} has external address(es) {', '.join(map(str, ips[:4]))} "
+        f"and node {names} is not Ready. If one of those addresses is a node's own, kube-proxy takes it as the "
+        "Service's (in IPVS mode it binds it on kube-ipvs0 of every node and rejects every other port on it): "
+        "that node goes NotReady. The nodes' addresses (`kubectl get nodes -o wide`) decide it."
+    )
+    f.confidence_reason = "a Service has externalIPs and a node is not Ready; the nodes' addresses are not shown"
+    f.evidence = [c for _, _, c in external[:3]] + [
+        facts.object_cite(n, f"Node {n.name}: Ready {node_ready(n)}") for n in down[:3]
+    ]
+    f.subject = {"service": services[0], "workload": None}
+    f.fix = [
+        "Compare the Services' external addresses with `kubectl get nodes -o wide` (INTERNAL-IP, EXTERNAL-IP); "
+        "give a Service that holds a node's address one no node uses."
+    ]
+    yield f
 
 
 def _pools_holding_hosts(facts: Facts, hosts: dict[IPAddress, _Owner], seen: set[IPAddress]) -> list[Finding]:

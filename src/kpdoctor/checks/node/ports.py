@@ -161,7 +161,7 @@ def _overlap(facts: Facts, lo: int, hi: int, reserved: list[tuple[int, int]]) ->
     cause="listen-port-in-ephemeral-range",
     title="A service port lies inside the ephemeral port range",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_LOG, Kind.LISTENERS, Kind.K8S_OBJECTS],
+    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_LOG, Kind.LISTENERS, Kind.K8S_OBJECTS, Kind.KUBECTL_TABLE],
 )
 def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.
@@ -233,7 +233,7 @@ def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
         for np in svc.node_ports:
             if risky(np) and np not in failed:
                 ref, o = svc.obj.ref, svc.obj
-                strong.append((np, f"NodePort {np} of Service {ref}", Cite(o.artifact, o.line, f"{ref} nodePort {np}")))
+                strong.append((np, f"NodePort {np} of Service {ref}", facts.object_cite(o, f"{ref} nodePort {np}")))
     node_name = facts.node_view.name
     for view in facts.cluster.pods():
         pod = view.obj

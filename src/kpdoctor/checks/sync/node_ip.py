@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
@@ -30,6 +31,9 @@ CANT_DETERMINE_IP = messages(
     "kube-proxy/server-node-ip-fallback-loopback-1-30",
 )
 DETECTED = messages("detected-node-ip", "kube-proxy/server-detected-node-ip")
+# client-go's request log (-v=6 and above): kube-proxy's GET of its own Node, answered 404
+REQUEST = messages("client-go-get", "kube-proxy/client-go-get-response")
+_NODE_GET = re.compile(r"^(?:https?://[^/]+)?/api/v1/nodes/([^/?]+)(?:\?|$)")
 LOOPBACK = ("127.0.0.1", "::1")
 # the apiserver's NotFound for the Node kube-proxy looked up, in the lookup's error
 _NODE_NOT_FOUND = re.compile(r'nodes "([^"]+)" not found')
@@ -45,12 +49,30 @@ TRUSTED_NODE_ORIGINS = ("--node", "manifest", "Node object")
 
 
 def lookup_name(facts: Facts) -> tuple[str, Hit] | None:
-    """The node name kube-proxy looked up and did not find (from its log)."""
+    """The node name kube-proxy looked up and did not find (from its log): its "not found"
+    error, or client-go's own log of the GET of that Node answered 404."""
     for h in facts.log.hits(*NODE_NOT_FOUND.ids):
         m = _NODE_NOT_FOUND.search(h.record)
         if m is not None:
             return m.group(1), h
-    return None
+    return next(iter(node_gets_not_found(facts)), None)
+
+
+def node_gets_not_found(facts: Facts) -> list[tuple[str, Hit]]:
+    """(Node name, line) for each GET of a Node the apiserver answered 404 in client-go's request
+    log: the Node kube-proxy looks up by its hostname (override) does not exist. The name as the
+    URL carries it, decoded (kube-proxy lower-cases the override: ``$(NODE_NAME)`` reads
+    ``$(node_name)``)."""
+    out = []
+    for h in facts.log.hits(*REQUEST.ids):
+        got = captures(h)
+        verb = structured_value(h, "verb") or "GET"  # the printf form is catalogued for GET only
+        url = structured_value(h, "url") or got.get("path", "")
+        status = structured_value(h, "status") or got.get("status", "")
+        m = _NODE_GET.match(url)
+        if verb == "GET" and m is not None and status.strip().startswith("404"):
+            out.append((unquote(m.group(1)), h))
+    return out
 
 
 def local_endpoint_services(facts: Facts, node: str) -> dict[str, list[str]]:
@@ -123,7 +145,8 @@ def fallback_hits(facts: Facts) -> list[Hit]:
         if (structured_value(h, "address") or captures(h).get("value", "")).strip() in LOOPBACK
     ]
     hits = facts.log.hits(*NODE_NOT_FOUND.ids, *NODE_IP_UNKNOWN.ids, *INVALID_NODE_IP.ids, *CANT_DETERMINE_IP.ids)
-    return sorted(hits + loopback, key=lambda h: h.order)
+    gets = [h for _, h in node_gets_not_found(facts)]
+    return sorted(hits + loopback + gets, key=lambda h: h.order)
 
 
 def corroborated(facts: Facts) -> bool:
@@ -231,6 +254,13 @@ def node_ip_unresolved(facts: Facts) -> Iterator[Finding]:
         if node and node.name != looked[0]:
             f.summary += f', but this node is "{node.name}" ({node.origin})'
         f.summary += "."
+        if wrong_name is None and _UNEXPANDED.search(looked[0]):
+            f.summary += (
+                f" {looked[0]} is a variable reference nothing expanded: kubelet leaves $(VAR) in a container's "
+                "command or args as written when the container's env does not define VAR (kube-proxy lower-cases "
+                "the name it looks up), so the variable that should carry the Node's name (the Downward API's "
+                "spec.nodeName) is missing from kube-proxy's env."
+            )
         if override and override.value and override.value != looked[0]:
             f.summary += f" --hostname-override={override.value} was not used."
             c = Cite(override.source.artifact, override.source.line, override.source.text)

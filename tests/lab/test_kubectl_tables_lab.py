@@ -1,0 +1,177 @@
+"""`kubectl get svc` and `kubectl get nodes` tables, as kubectl prints them for a real kube-apiserver
+v1.20: kpdoctor reads them into the Services' and Nodes' addresses and versions, and names a
+Service whose externalIP is a node's address from the tables as it does from the objects.
+
+The objects are made in the lab's apiserver (Node status written through its status
+subresource, as a kubelet does); the tables are printed by Debian's kubectl 1.20 (the test set-up
+downloads it) and, when there is one on the PATH, by that kubectl too (a newer client prints the
+same server-side table).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_deploy import find_kubectl_120
+
+from kpdoctor.bundle.loader import load
+from kpdoctor.facts import Facts
+
+from .control_plane import ControlPlane
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = (  # name, InternalIP, Ready
+    ("cp-1", "192.168.56.10", "True"),
+    ("w-1", "192.168.56.11", "False"),
+)
+NODE_INFO = {
+    "machineID": "",
+    "systemUUID": "",
+    "bootID": "",
+    "kernelVersion": "5.15.0-76-generic",
+    "osImage": "Ubuntu 22.04.2 LTS",
+    "containerRuntimeVersion": "containerd://1.6.21",
+    "kubeletVersion": "v1.20.2",
+    "kubeProxyVersion": "v1.20.2",
+    "operatingSystem": "linux",
+    "architecture": "amd64",
+}
+
+
+def _ok(got: tuple[int, Any]) -> Any:
+    status, body = got
+    assert status in (200, 201), body
+    return body
+
+
+def _cluster(cp: ControlPlane) -> None:
+    """Two Nodes (w-1 NotReady), a NodePort Service whose externalIP is w-1's address, and a
+    LoadBalancer Service with an ingress address no node has."""
+    for name, ip, ready in NODES:
+        _ok(cp.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        node = _ok(cp.request("GET", f"/api/v1/nodes/{name}"))
+        node["status"] = {
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "nodeInfo": NODE_INFO,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": ready,
+                    "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
+                    "lastHeartbeatTime": "2026-11-29T10:00:00Z",
+                    "lastTransitionTime": "2026-11-29T10:00:00Z",
+                }
+            ],
+        }
+        _ok(cp.request("PUT", f"/api/v1/nodes/{name}/status", node))
+    web = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web"},
+        "spec": {
+            "type": "NodePort",
+            "selector": {"app": "web"},
+            "externalIPs": ["192.168.56.11"],
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
+        },
+    }
+    _ok(cp.request("POST", "/api/v1/namespaces/default/services", web))
+    lb = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "front"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "front"}, "ports": [{"port": 443, "protocol": "TCP"}]},
+    }
+    _ok(cp.request("POST", "/api/v1/namespaces/default/services", lb))
+    got = _ok(cp.request("GET", "/api/v1/namespaces/default/services/front"))
+    got["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
+    _ok(cp.request("PUT", "/api/v1/namespaces/default/services/front/status", got))
+
+
+def _kubectls(tmp: Path) -> list[str]:
+    """Debian's kubectl 1.20 (required: the test set-up provides it), and the PATH's if another."""
+    path, why = find_kubectl_120(tmp)
+    assert path is not None, why
+    out = [path]
+    other = shutil.which("kubectl")
+    if other and os.path.realpath(other) != os.path.realpath(path):
+        out.append(other)
+    return out
+
+
+def _print(kubectl: str, cp: ControlPlane, *args: str) -> str:
+    done = subprocess.run(
+        [kubectl, "--kubeconfig", str(cp.kubeconfig), "get", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _diagnose(path: Path) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    done = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", "--min-severity", "info", str(path)],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _kp209(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["code"] == "KP209"]
+
+
+def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path: Path) -> None:
+    cp = control_plane
+    _cluster(cp)
+    objects = tmp_path / "objects.json"
+    objects.write_text(_print(_kubectls(tmp_path)[0], cp, "svc,nodes", "-o", "json"))
+    (whole,) = _kp209(_diagnose(objects))
+    assert "192.168.56.11" in whole["summary"] and "w-1" in whole["summary"]
+
+    for kubectl in _kubectls(tmp_path):
+        wide = tmp_path / "wide.txt"
+        wide.write_text(f"$ kubectl get svc,nodes -o wide\n{_print(kubectl, cp, 'svc,nodes', '-o', 'wide')}")
+        facts = Facts(load([wide]))
+        assert {a.kind.value for a in facts.evidence.artifacts} == {"kubectl get services/nodes table"}
+        services = {s.obj.name: s for s in facts.cluster.services}
+        assert services["web"].external_ips == ("192.168.56.11",) and services["web"].node_ports
+        assert services["front"].lb_ingress_ips == ("203.0.113.7",)
+        first = ipaddress.ip_network(cp.service_cidr).network_address + 1
+        assert services["kubernetes"].cluster_ips == (str(first),)
+        addresses = {(n.name, a.type, a.address) for n, a in facts.cluster.node_addresses()}
+        assert addresses == {(name, "InternalIP", ip) for name, ip, _ in NODES}
+        kernel = facts.node_kernel
+        assert kernel is not None and kernel.value.base == (5, 15, 0)
+        info = facts.node_info("osImage")
+        assert info is not None and info[0] == "Ubuntu 22.04.2 LTS"
+        assert info[1].text.split()[0] == "node/cp-1"  # cited at the row, as printed (`get svc,nodes`)
+
+        (found,) = _kp209(_diagnose(wide))
+        assert found["confidence"] == "high", found
+        assert "192.168.56.11" in found["summary"] and "w-1" in found["summary"]
+        cited = [e["text"].split()[0] for e in found["evidence"]]
+        assert cited[:2] == ["service/web", "node/w-1"], found["evidence"]
+
+        # Without -o wide the Nodes' addresses are not shown: suspected, naming what decides it.
+        narrow = tmp_path / "narrow.txt"
+        narrow.write_text(_print(kubectl, cp, "svc") + "\n" + _print(kubectl, cp, "nodes"))
+        (suspected,) = _kp209(_diagnose(narrow))
+        assert suspected["confidence"] == "low" and suspected["severity"] == "warning", suspected
+        assert "w-1" in suspected["summary"] and "kubectl get nodes -o wide" in suspected["summary"]
+
+        # The rows a grep keeps, without their header, are still read.
+        rows = "".join(ln + "\n" for ln in _print(kubectl, cp, "svc", "-A").splitlines()[1:] if "web" in ln)
+        grepped = tmp_path / "grepped.txt"
+        grepped.write_text(rows + _print(kubectl, cp, "nodes", "-o", "wide"))
+        (again,) = _kp209(_diagnose(grepped))
+        assert again["confidence"] == "high" and "192.168.56.11" in again["summary"]
