@@ -21,8 +21,9 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
 from kpdoctor.bundle.transcript import bare_command
 from kpdoctor.model import Report
+from kpdoctor.parse.entrypoint import analyse, init_child
 from kpdoctor.parse.shellwords import exec_parts
-from kpdoctor.parse.system import parse_cmdline
+from kpdoctor.parse.system import parse_cmdline, parse_processes
 from kpdoctor.parse.timing import run_command, runtime_stops, stop_command, timed_stops
 
 Diag = Callable[..., Report]
@@ -285,3 +286,45 @@ def test_a_markdown_paste_of_both_blocks(tmp_path: Path, diagnose: Diag) -> None
     f = one(diagnose({"issue.md": paste}), "KP403")
     assert f.confidence.name == "HIGH" and "read as PID 1 of Pod web-7d9c8b6f4-x2kqz" in f.summary
     assert f.evidence[0].text == glued and f.evidence[0].line == 6
+
+
+# -- inits that signal their child alone -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,child",
+    [
+        (["tini", "--", "/start.sh"], ["/start.sh"]),
+        (["/sbin/tini", "-s", "-p", "SIGTERM", "--", "node", "app.js"], ["node", "app.js"]),
+        (["/dev/init", "--", "sh", "-c", "node app.js"], ["sh", "-c", "node app.js"]),  # docker run --init
+        (["tini", "-sg", "--", "/start.sh"], None),  # -g: the child's process group is signalled
+        (["dumb-init", "--", "/start.sh"], None),  # dumb-init signals the group by default
+        (["dumb-init", "--single-child", "/start.sh"], ["/start.sh"]),
+        (["catatonit", "--", "/start.sh"], None),
+    ],
+)
+def test_which_inits_signal_their_child_alone(argv: list[str], child: list[str] | None) -> None:
+    assert init_child(argv) == child
+
+
+def test_a_spec_whose_init_starts_a_shell_that_keeps_sigterm_is_judged_by_the_shell() -> None:
+    kept = analyse(["tini", "--", "sh", "-c", "node app.js & wait"], [])
+    assert kept is not None and kept.forwards is False and kept.shell == "sh" and "tini" in kept.reason
+    grouped = analyse(["dumb-init", "--", "sh", "-c", "node app.js & wait"], [])
+    assert grouped is not None and grouped.forwards is True
+    execs = analyse(["tini", "--", "sh", "-c", "exec node app.js"], [])
+    assert execs is not None and execs.forwards is True
+
+
+def test_busybox_ps_shows_a_script_s_name_before_its_argv() -> None:
+    """libbb/procps.c read_cmdline: `{comm} argv...` when the name differs from argv[0]'s; the
+    listing below was printed by busybox 1.35 in a PID namespace (tests/lab/test_init_signals.py)."""
+    listing = (
+        "PID   USER     COMMAND\n"
+        "    1 root     tini -- /tmp/entry.sh\n"
+        "    2 root     {entry.sh} /bin/sh /tmp/entry.sh\n"
+        "   44 root     busybox ps\n"
+    )
+    procs = {p.pid: p for p in parse_processes(listing, 1)}
+    assert procs[2].program == "sh" and procs[2].argv == ["/bin/sh", "/tmp/entry.sh"]
+    assert procs[2].command == "{entry.sh} /bin/sh /tmp/entry.sh"  # cited as printed

@@ -25,6 +25,33 @@ _COMPOUND = frozenset({"if", "for", "while", "until", "case", "{", "(", "select"
 MAX_SCRIPT = 64 * 1024  # shlex takes quadratic time in token length; a Pod's script is a few lines
 
 
+# Options of the inits that take a value (tini -p SIGNAL, -e CODE; dumb-init -r s:s).
+_INIT_VALUED = frozenset({"-p", "-e", "-r", "--rewrite"})
+
+
+def init_child(argv: list[str]) -> list[str] | None:
+    """The command an init (``argv[0]``) starts, when the init passes a stop signal to that child
+    alone: tini (and docker's ``--init``, which is tini) unless ``-g`` (tini.c: ``kill(kill_process_group ?
+    -child_pid : child_pid, sig)``), dumb-init only with ``--single-child``/``-c`` (by default it
+    signals the child's whole process group). None for any other init, or no command."""
+    if not argv:
+        return None
+    prog = argv[0].rsplit("/", 1)[-1]
+    words, i, flags = argv[1:], 0, []
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        flags.append(words[i])
+        i += 2 if words[i] in _INIT_VALUED else 1
+    rest = words[i + 1 :] if i < len(words) and words[i] == "--" else words[i:]
+    short = "".join(f[1:] for f in flags if not f.startswith("--"))
+    if prog in ("tini", "tini-static", "docker-init") or argv[0] == "/dev/init":
+        child_only = "g" not in short
+    elif prog == "dumb-init":
+        child_only = "c" in short or "--single-child" in flags
+    else:
+        child_only = False
+    return rest or None if child_only else None
+
+
 @dataclass(frozen=True, slots=True)
 class Entrypoint:
     """The verdict on one container's command line."""
@@ -43,6 +70,11 @@ def analyse(command: list[str], args: list[str]) -> Entrypoint | None:
     shown = shlex.join(argv)
     prog = argv[0].rsplit("/", 1)[-1]
     if prog in INITS:
+        child = init_child(argv)
+        inner = analyse(child, []) if child else None
+        if inner is not None and inner.forwards is False and inner.shell:
+            why = f"{prog} passes SIGTERM to its child alone, `{inner.shell} -c`, whose script does not pass it on"
+            return Entrypoint(False, inner.shell, why, shown)
         return Entrypoint(True, None, f"{prog} runs as PID 1 and forwards signals", shown)
     if prog == "busybox" and len(argv) > 1 and argv[1] in ("sh", "ash"):
         prog, argv = "ash", argv[1:]

@@ -97,9 +97,17 @@ def parse_kube_proxy_version(text: str) -> KubeVersion | None:
     return _version(KubeVersion.parse, (m.group(1) if m else head.strip())[:_VERSION_CHARS])
 
 
+# busybox `ps` prints "{comm} " before the command line when the process's name differs from its
+# argv[0]'s (libbb/procps.c read_cmdline): a script run through its #! line shows as
+# `{entrypoint.sh} /bin/sh /entrypoint.sh`, a thread renamed by prctl as `{worker} node app.js`.
+_BUSYBOX_COMM = re.compile(r"^\{[^{}]*\}\s+(?=\S)")
+
+
 @memo.cached(maxsize=4096)
 def _split_command(command: str) -> tuple[str, ...]:
-    """A command line as the shell would split it (checks ask for it more than once per process)."""
+    """A command line as the shell would split it (checks ask for it more than once per process),
+    without busybox's ``{comm}``: the words are the process's argv."""
+    command = _BUSYBOX_COMM.sub("", command.lstrip(), count=1)
     try:
         return tuple(shell_split(command))
     except ValueError:

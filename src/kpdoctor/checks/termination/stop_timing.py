@@ -15,7 +15,15 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.entrypoint import SHELLS, Entrypoint, analyse, inline_script, script_as_printed, traps_term
+from kpdoctor.parse.entrypoint import (
+    SHELLS,
+    Entrypoint,
+    analyse,
+    init_child,
+    inline_script,
+    script_as_printed,
+    traps_term,
+)
 from kpdoctor.parse.k8s import pod_template
 from kpdoctor.parse.shellwords import exec_parts, shell_split
 from kpdoctor.parse.system import Process, parse_processes, read_processes
@@ -72,7 +80,13 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
         timed stop, decides). The same from a container's PID 1 read while it runs (`kubectl
         exec POD -- cat /proc/1/cmdline`, its words NUL-separated or run together as a terminal
         shows them): a shell still PID 1 did not `exec` the application; it also names PID 1 for
-        a timed deletion of a Pod of the same ReplicaSet.
+        a timed deletion of a Pod of the same ReplicaSet. A listing whose PID 1 is an init that
+        signals its child alone (tini and docker's --init unless `-g`, dumb-init
+        --single-child: tini.c's `kill(kill_process_group ? -child_pid : child_pid, sig)`) and
+        whose child is a shell still running the init's command beside the application (busybox
+        `ps` shows a script run through its #! line as `{name} /bin/sh /script.sh`): SIGTERM
+        kills the shell only, the init exits with it, and the application dies with the
+        container, never asked to stop (suspected unless its `-c` script is on the line).
     Fix: start the application with `exec`, or under an init that forwards signals (`docker run
         --init`, tini, dumb-init), or trap TERM and forward it; make the application handle
         SIGTERM. If it does and simply needs longer, raise the timeout (`docker stop -t`,
@@ -100,8 +114,10 @@ def killed_at_timeout(facts: Facts) -> Iterator[Finding]:
             shell = _cmdline_pid1(facts, a) if a.attrs.get("scope") == "container" else None
             if shell is not None and not cited.intersection((c.artifact, c.line) for c in shell.evidence[1:]):
                 yield shell
-        elif (a.attrs.get("scope") == "container" or not said) and (f := _shell_as_pid1(facts, a)) is not None:
-            yield f
+        else:
+            listed = _shell_as_pid1(facts, a) if a.attrs.get("scope") == "container" or not said else None
+            if (f := listed or _shell_under_init(facts, a)) is not None:
+                yield f
 
 
 def _container_pid1(a: Artifact) -> tuple[Process, Cite, str | None] | None:
@@ -214,6 +230,74 @@ def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
     ) + "; so does a timed stop: one that takes the whole timeout means SIGTERM did nothing."
     f.fix = [FIX_EXEC, FIX_APP]
     return f
+
+
+def _shell_under_init(facts: Facts, a: Artifact) -> Finding | None:
+    """A container's process list whose PID 1 is an init that passes a stop signal to its child
+    alone (tini, docker's --init; dumb-init --single-child), and that child is a shell still
+    running the init's command while the application runs beside it: the script did not `exec`
+    the application. SIGTERM reaches the shell, which dies of it (a shell that is not PID 1 keeps
+    the default action) unless its script traps TERM; the init then exits with its child and the
+    application is killed with the container, never asked to shut down."""
+    procs = parse_processes(a.read_text(), a.first_line)
+    pid1 = next((p for p in procs if p.pid == 1), None)
+    child = init_child(pid1.argv) if pid1 is not None else None
+    if pid1 is None or not child:
+        return None
+    shells = [p for p in procs if p.pid != 1 and p.program in SHELLS and p.ppid in (None, 1) and _runs(p, child)]
+    if not shells:
+        return None
+    shell = shells[0]
+    inline = inline_script(shell.argv)
+    if inline is not None and (traps_term(inline) or (analyse(shell.argv, []) or _NOT_JUDGED).forwards is not False):
+        return None
+    apps = [p for p in procs if p.pid not in (1, shell.pid) and p.program not in ("ps", *SHELLS)]
+    if not apps:
+        return None
+    app = apps[0]
+    f = start(facts, "KP403", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    f.evidence = [Cite(a.name, p.line, p.command) for p in (pid1, shell, app)]
+    f.summary = (
+        f"In this container PID 1 is `{_short(pid1.command)}`, which passes a stop signal to its child alone, and "
+        f"that child is a shell still running (PID {shell.pid}: `{_short(shell.command)}`) beside the application "
+        f"(PID {app.pid}: `{_short(app.command)}`): the script did not `exec` it. On a stop SIGTERM reaches the "
+        f"shell only, which dies of it unless the script traps TERM; {pid1.program} then exits with it and the "
+        "application is killed with the container, never asked to shut down."
+    )
+    f.fix = [
+        "Start the application with exec at the end of the script (`exec node app.js`), or let the init signal "
+        "the whole process group (`tini -g`, dumb-init without --single-child).",
+        FIX_APP,
+    ]
+    if inline is not None:  # the whole script is on the line, and it does not pass TERM on
+        f.confidence = Confidence.HIGH
+        f.summary += " Its script, on that line, has no `trap` on TERM."
+        return f
+    script = next((w for w in shell.argv[1:] if not w.startswith("-")), None)
+    suspect(
+        f,
+        "an init that signals its child alone, whose child is a shell running a script file beside the application; "
+        "whether the script traps TERM is not shown",
+        ([f"cat {script}"] if script else []) + ["time docker stop <container>"],
+    )
+    f.summary += (
+        f" `cat {script}` inside the container decides (an `exec` of the application, or a `trap` on TERM, clears it)."
+        if script
+        else " The script decides."
+    )
+    return f
+
+
+_NOT_JUDGED = Entrypoint(None, None, "", "")
+
+
+def _runs(shell: Process, child: list[str]) -> bool:
+    """Is ``shell`` the init's child: the command the init started (``tini -- /entrypoint.sh`` runs
+    ``/bin/sh /entrypoint.sh`` through its #! line), or that command itself a shell's?"""
+    if shell.argv == child:
+        return True
+    target = child[0].rsplit("/", 1)[-1]
+    return any(w.rsplit("/", 1)[-1] == target for w in shell.argv[1:] if not w.startswith("-"))
 
 
 def _pid1(facts: Facts, a: Artifact, stop: TimedStop) -> tuple[Entrypoint, Cite] | None:
