@@ -42,3 +42,28 @@ def test_ipvs_module_noise_in_iptables_mode_is_benign(diagnose: Diag) -> None:
         "I0116 07:00:01.000000       1 proxier.go:790] syncProxyRules took 30ms\n"
     )
     assert diagnose({"kp.log": log}, min_severity=Severity.WARNING).visible() == []
+
+
+# kube-proxy 1.28's start-up as its source prints it (cmd/kube-proxy/app/server.go: newProxyServer's
+# fmt.Errorf("kube-proxy configuration is incorrect: %v", err) of checkIPConfig's "cluster is %s but
+# clusterCIDRs contains only IPv%s addresses", logged by "Error running ProxyServer", then
+# component-base's cli.Run "command failed" before os.Exit(1)).
+CONFIG_REFUSED = (
+    'I0825 16:18:19.912200       1 server.go:632] "kube-proxy running in dual-stack mode" primary ipFamily="IPv4"\n'
+    'E0825 16:18:19.912228       1 server.go:537] "Error running ProxyServer" err="kube-proxy configuration is '
+    'incorrect: cluster is IPv4-primary but clusterCIDRs contains only IPv6 addresses"\n'
+    'E0825 16:18:19.912240       1 run.go:74] "command failed" err="kube-proxy configuration is incorrect: cluster '
+    'is IPv4-primary but clusterCIDRs contains only IPv6 addresses"\n'
+)
+
+
+def test_a_configuration_kube_proxy_refuses_and_exits_on_is_critical(diagnose: Diag) -> None:
+    """The wrapper says kube-proxy refused its configuration and exited, whatever setting its
+    payload names: KP131 first, critical; the setting's own reading (the cluster CIDR's family)
+    is reported beside it."""
+    r = diagnose({"kube-proxy.log": CONFIG_REFUSED})
+    first = r.findings[0]
+    assert (first.code, first.severity) == ("KP131", Severity.CRITICAL)
+    assert first.summary.startswith("kube-proxy exits at start-up: it refuses its configuration")
+    assert first.summary.count("clusterCIDRs contains only") == 1  # each message said once
+    assert "cluster-cidr-misconfigured" in [f.cause for f in r.findings[1:]]

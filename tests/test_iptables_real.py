@@ -189,3 +189,23 @@ def test_a_refusal_in_the_other_backend_is_cited_in_its_own_dump(tmp_path: Path)
         assert drops, core
         line = legacy.splitlines().index("-A FORWARD -d 10.180.0.5/32 -j DROP") + 1
         assert {(c.artifact, c.line) for c in drops} == {(str(other), line)}, (core, drops)
+
+
+@pytest.mark.parametrize("be", ["legacy", "nft"])
+def test_the_chain_policies_a_grep_keeps_are_read(be: str, diagnose: Callable[..., Report]) -> None:
+    """`iptables -L | grep policy` (and -L -v's counted form) on a node whose FORWARD policy is
+    DROP (ufw's default, Docker's): only the chains' header lines, read as a fragment of -L."""
+    cleanup_stale()
+    with Netns() as ns:
+        ns.check([f"iptables-{be}", "-P", "FORWARD", "DROP"])
+        ns.check([f"iptables-{be}", "-P", "INPUT", "DROP"])
+        plain = ns.check([f"iptables-{be}", "-L"])
+        counted = ns.check([f"iptables-{be}", "-L", "-v"])
+    grepped = "".join(ln + "\n" for ln in plain.splitlines() if "policy" in ln)
+    assert grepped.splitlines()[:2] == ["Chain INPUT (policy DROP)", "Chain FORWARD (policy DROP)"]
+    chains = "".join(ln + "\n" for ln in counted.splitlines() if ln.startswith("Chain"))
+    for text in (grepped, chains):
+        r = diagnose({"policies.txt": text})
+        assert [i.kind for i in r.inputs] == [Kind.IPTABLES_LIST.value] and "fragment" in r.inputs[0].details
+        (f,) = [f for f in r.findings if f.code == "KP207"]
+        assert f.cause == "iptables-drop-rule" and f.evidence[0].text.startswith("Chain FORWARD (policy DROP")

@@ -66,6 +66,10 @@ _SAVE_WARNING_SPLICED = re.compile(r"^-[AI] \S+ [^\n]*" + re.escape(LEGACY_WARNI
 _RULES_S = re.compile(r"^-P (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) (ACCEPT|DROP)\s*$", re.M)
 _LIST_HEADER = re.compile(r"^\s*(?:num\s+)?(?:pkts\s+bytes\s+)?target\s+prot", re.M)
 _LIST_CHAIN = re.compile(r"^Chain \S+ \((policy \w+|\d+ references)", re.M)
+# a whole chain header line of `iptables -L [-v]`: "Chain FORWARD (policy DROP 12 packets, 720 bytes)"
+_LIST_CHAIN_LINE = re.compile(
+    r"^\s*Chain \S+ \((?:policy \w+(?: \d+[KMGT]? packets, \d+[KMGT]? bytes)?|\d+ references)\)\s*$"
+)
 NFT_VERSION_LINE = re.compile(r"^\s*nftables v\d+\.\d+")  # nft --version: "nftables v1.0.6 (Lester Gooch #5)"
 _IPT_VERSION = re.compile(
     r"^\s*(ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?) v\d+\.\d+(?:\.\d+)*(?: \((legacy|nf_tables)\))?\s*$"
@@ -229,6 +233,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         saved = "IP Virtual Server version" not in head and not IPVS_VS_LINE.search(head)
         return Typed(Kind.IPVSADM, {"format": "save"} if saved else {})
     if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
+        return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
+    if _mostly(lines, _LIST_CHAIN_LINE):  # `iptables -L | grep policy`: the chains' policies, no rules
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     workload = _sniff_workload(head, stripped, lines)
     if workload is not None:

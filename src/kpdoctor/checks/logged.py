@@ -69,12 +69,17 @@ def wrapper_reading(match: Match) -> Reading | None:
     proves that a sync failed (its first suggestion, the class of failure it reports) while the
     payload's message only points to why. None for a message that wraps nothing, is routine, or
     is a tool's banner."""
-    outer = match.message
-    if match.payload is None or not outer.payload or outer.kind == "benign" or not outer.suggests:
+    if match.message.kind == "benign":
         return None
-    if outer.component != "kube-proxy":
-        return None  # a tool's banner ("iptables v1.8.9 (legacy): ...") reports no failure of its own
-    return Reading(outer.suggests[0], True, (), wrapper=True)
+    at: Match | None = match
+    while at is not None and at.payload is not None:  # "Error running ProxyServer" says nothing of its own:
+        outer = at.message  # the wrapper inside it may ("kube-proxy configuration is incorrect: %v")
+        if outer.component != "kube-proxy":
+            return None  # a tool's banner ("iptables v1.8.9 (legacy): ...") reports no failure of its own
+        if outer.payload and outer.kind != "benign" and outer.suggests:
+            return Reading(outer.suggests[0], True, (), wrapper=True)
+        at = at.payload
+    return None
 
 
 def _read_by_own_check(cause: str) -> bool:
@@ -82,14 +87,19 @@ def _read_by_own_check(cause: str) -> bool:
     return any(spec.cause == cause and spec.reads_messages for spec in CHECKS.values())
 
 
-def messages_naming(facts: Facts, cause: str) -> list[LoggedMessage]:
-    """The logged messages whose reading is ``cause`` (for a check that reads its own); never a
-    client's (where the path failed is a lead for KP130, not a check's evidence)."""
-    return [
-        lm
-        for lm in logged_messages(facts.log)
-        if lm.match.message.component != CLIENT and (r := reading(lm.match)) is not None and r.cause == cause
-    ]
+def messages_naming(facts: Facts, cause: str, wrappers: bool = False) -> list[LoggedMessage]:
+    """The logged messages whose reading is ``cause`` (for a check that reads its own), or with
+    ``wrappers`` whose wrapper proves it whatever its payload says; never a client's (where the
+    path failed is a lead for KP130, not a check's evidence)."""
+    out = []
+    for lm in logged_messages(facts.log):
+        if lm.match.message.component == CLIENT:
+            continue
+        r = reading(lm.match)
+        w = wrapper_reading(lm.match) if wrappers else None
+        if (r is not None and r.cause == cause) or (w is not None and w.cause == cause):
+            out.append(lm)
+    return out
 
 
 def start_logged(

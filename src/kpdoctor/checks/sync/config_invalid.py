@@ -12,6 +12,9 @@ from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
 
 CAUSE = "kube-proxy-config-invalid"
+# What kube-proxy logs as it exits on a start-up error, at level E: server.go's "Error running
+# ProxyServer" (1.24+), component-base's "command failed" (cli/run.go, then os.Exit(1)).
+EXITS = frozenset({"server-error-running-proxyserver", "component-base-command-failed"})
 
 
 @check(
@@ -38,7 +41,8 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         previous instance left, or none.
     How it is detected: kube-proxy's own start-up messages about its configuration, read from the
         messages catalogue (every release's wording, both klog eras). A fatal line (kube-proxy
-        exits) is critical; an error line, a setting refused while it went on, a warning; an
+        exits, or its "Error running ProxyServer"/"command failed" wraps the refusal) is critical;
+        an error line, a setting refused while it went on, a warning; an
         info line (lenient decoding ignoring an unknown field, a fallback) is information. A
         later successful sync shows that a corrected instance started.
     Fix: correct the field the message names in the kube-proxy ConfigMap (`kubectl -n kube-system
@@ -48,11 +52,11 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
     References: https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/;
         https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/
     """
-    logged = messages_naming(facts, CAUSE)
+    logged = messages_naming(facts, CAUSE, wrappers=True)
     if not logged:
         return
     levels = {h.level or lm.match.message.level or "E" for lm in logged for h in lm.hits}
-    if "F" in levels:  # kube-proxy exits
+    if "F" in levels or any(lm.match.message.id in EXITS for lm in logged):  # kube-proxy exits
         f = start_logged(facts, "KP131", logged, confidence=Confidence.HIGH)
         f.summary = "kube-proxy exits at start-up: it refuses its configuration"
     elif "E" in levels:
@@ -62,7 +66,8 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         f = start_logged(facts, "KP131", logged, confidence=Confidence.MEDIUM, severity=Severity.INFO)
         f.summary = "kube-proxy went on without part of its configuration"
     # what the message says most about (a wrapper's payload: "invalid configuration: %v" says little)
-    said = "; ".join(f"`{m.template}` ({m.meaning.rstrip('.')})" for m in (innermost(lm.match) for lm in logged[:3]))
+    shown = dict.fromkeys(f"`{m.template}` ({m.meaning.rstrip('.')})" for m in (innermost(lm.match) for lm in logged))
+    said = "; ".join(list(shown)[:3])
     f.summary += f": {said}."
     if f.ongoing is False and f.severity > Severity.INFO:
         f.severity = Severity.INFO
