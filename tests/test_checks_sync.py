@@ -67,3 +67,29 @@ def test_a_configuration_kube_proxy_refuses_and_exits_on_is_critical(diagnose: D
     assert first.summary.startswith("kube-proxy exits at start-up: it refuses its configuration")
     assert first.summary.count("clusterCIDRs contains only") == 1  # each message said once
     assert "cluster-cidr-misconfigured" in [f.cause for f in r.findings[1:]]
+
+
+def test_a_flag_value_kube_proxy_cannot_parse_stops_it(diagnose: Diag) -> None:
+    """pflag's refusal as kube-proxy v1.20.2 (built here from Debian's source) printed it for
+    `--healthz-port=notanumber`, and pflag's wording before April 2017 (the argument as given)."""
+    for line in (
+        'Error: invalid argument "notanumber" for "--healthz-port" flag: strconv.ParseInt: parsing "notanumber": '
+        "invalid syntax\n",
+        'Error: invalid argument "127.0.0.1:10249" for --metrics-bind-address=127.0.0.1:10249: "127.0.0.1:10249" '
+        "is not a valid IP address\n",
+    ):
+        (f,) = [f for f in diagnose({"kube-proxy.err": line}).findings if f.code == "KP131"]
+        assert f.severity == Severity.CRITICAL and f.summary.startswith("kube-proxy exits at start-up")
+
+
+def test_go_s_reason_decides_what_a_failed_listen_means(diagnose: Diag) -> None:
+    """"starting metrics server failed" says only that the listen failed: Go's error after it says
+    why (net.SplitHostPort's "missing port in address": the address kube-proxy was given). The line
+    as server.go's klog.Errorf("starting metrics server failed: %v", err) prints Go's listen error."""
+    line = (
+        "E0301 10:00:00.000000       1 server.go:480] starting metrics server failed: listen tcp: address 10.0.0.5: "
+        "missing port in address\n"
+    )
+    r = diagnose({"kube-proxy.log": line})
+    assert r.findings[0].cause == "kube-proxy-config-invalid"
+    assert "multiple-kube-proxy" not in [f.cause for f in r.findings]

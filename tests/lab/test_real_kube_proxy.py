@@ -386,6 +386,42 @@ def test_a_node_name_nothing_expanded_is_read_from_client_go_s_request_log(
     assert all("round_trippers.go" in e["text"] for e in only_gets["evidence"]), only_gets
 
 
+def test_a_metrics_port_another_program_holds_is_read_from_go_s_error(lab_binaries: Binaries, tmp_path: Path) -> None:
+    """kube-proxy 1.20 whose metrics port (127.0.0.1:10249) another socket holds logs "starting
+    metrics server failed" with Go's "bind: address already in use" after it: read from that
+    error (not the wrapper alone, which also says "missing port" or "cannot assign"), a second
+    kube-proxy or another program holding its port (KP109)."""
+    with real_node(lab_binaries, start_proxy=False) as rn:
+        holder = subprocess.Popen(
+            rn.lab.node.exec_argv([sys.executable, "-c", HOLD_10249]), stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "listening"
+            rn.start_kube_proxy()
+            _until(lambda: "starting metrics server failed" in rn.proxy_log_text(), "the metrics failure", 30)
+            log = rn.proxy_log_text()
+        finally:
+            holder.kill()
+            holder.wait(timeout=30)
+    (line,) = {ln.split("] ", 1)[1] for ln in log.splitlines() if "starting metrics server failed" in ln}
+    assert line == "starting metrics server failed: listen tcp 127.0.0.1:10249: bind: address already in use"
+    path = tmp_path / "kube-proxy.log"
+    path.write_text(log)
+    res = subprocess.run([*KPDOCTOR, "diagnose", str(path), "--format", "json", "--min-severity", "info"],
+                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    found = [f for f in json.loads(res.stdout)["findings"] if f["cause"] == "multiple-kube-proxy"]
+    assert found and found[0]["code"] == "KP109" and "10249" in found[0]["summary"], found
+
+
+HOLD_10249 = """import socket, time
+s = socket.socket()
+s.bind(("127.0.0.1", 10249))
+s.listen()
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
 # -- the shipped RBAC ------------------------------------------------------------------------
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"

@@ -12,9 +12,13 @@ from kpdoctor.knowledge import check
 from kpdoctor.model import Confidence, Finding, Severity
 
 CAUSE = "kube-proxy-config-invalid"
-# What kube-proxy logs as it exits on a start-up error, at level E: server.go's "Error running
-# ProxyServer" (1.24+), component-base's "command failed" (cli/run.go, then os.Exit(1)).
-EXITS = frozenset({"server-error-running-proxyserver", "component-base-command-failed"})
+# What kube-proxy logs as it exits on a start-up error, at level E or with no level: server.go's
+# "Error running ProxyServer" (1.24+), component-base's "command failed" (cli/run.go, then
+# os.Exit(1)), and a flag value pflag cannot parse (cobra prints it with the usage and exits).
+EXITS = frozenset(
+    {"server-error-running-proxyserver", "component-base-command-failed", "pflag-invalid-argument",
+     "pflag-invalid-argument-old"}
+)  # fmt: skip
 
 
 @check(
