@@ -60,3 +60,19 @@ def test_another_programs_panic_is_not_kube_proxys(diagnose: Diagnose) -> None:
         "failed to list rules in filter table INPUT chain\n"
     )
     assert not [f for f in diagnose({"k3s.log": log}).findings if f.code == "KP115"]
+
+
+def test_frames_under_kubernetes_old_import_path_are_read(diagnose: Diagnose) -> None:
+    """Before 1.1 Kubernetes was imported as github.com/GoogleCloudPlatform/kubernetes: a panic's
+    frames under that path are kube-proxy's too (Go's stack format: the function, then its file)."""
+    log = (
+        "panic: runtime error: invalid memory address or nil pointer dereference\n"
+        "[signal 0xb code=0x1 addr=0x0 pc=0x4b4e17]\n"
+        "\n"
+        "goroutine 9 [running]:\n"
+        "github.com/GoogleCloudPlatform/kubernetes/pkg/proxy.(*Proxier).OnUpdate(0x0, 0xc21010a200, 0x6, 0x8)\n"
+        "        /go/src/github.com/GoogleCloudPlatform/kubernetes/pkg/proxy/proxier.go:445 +0x28d\n"
+    )
+    r = diagnose({"kube-proxy.log": log})
+    assert r.findings[0].cause == "kube-proxy-panic"
+    assert "pkg/proxy.(*Proxier).OnUpdate" in r.findings[0].summary
