@@ -43,6 +43,7 @@ from kpdoctor.bundle.sniff import (
 )
 from kpdoctor.knowledge import Signatures
 from kpdoctor.parse.conntrack import ENTRY_START
+from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
@@ -172,6 +173,7 @@ SHAPES: tuple[LineShape, ...] = (
     ),
     LineShape("sysctl", Kind.SYSCTL, _line(SYSCTL_LINE)),
     LineShape("ip-link", Kind.IP_LINK, _line(IP_LINK_LINE)),
+    LineShape("ifconfig", Kind.IP_LINK, _line(IFCONFIG_HEAD)),
     LineShape(
         "processes",
         Kind.PROCESSES,

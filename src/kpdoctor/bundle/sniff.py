@@ -17,6 +17,7 @@ from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
+from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_text
@@ -377,6 +378,8 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.LISTENERS, {"fragment": "true"})  # rows a grep kept: what is not shown is unknown
     if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})
+    if IFCONFIG_HEAD.match(first):  # ifconfig (net-tools, busybox): interfaces, MTUs, addresses
+        return Typed(Kind.IP_LINK, {"format": "ifconfig"})
     sysctl_lines = SYSCTL_LINE.findall(text)
     if sysctl_lines and (len(sysctl_lines) >= 2 or len(text.splitlines()) == 1):
         return Typed(Kind.SYSCTL, {})

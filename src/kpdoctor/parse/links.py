@@ -11,6 +11,7 @@ Formats: ``ip link``, ``ip -d link`` (the kind is the first word of the details 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -179,7 +180,34 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
 
 
 def parse_ip_link(text: str, first_line: int = 1) -> list[Link]:
-    """Interfaces from ``ip [-d] link`` / ``ip addr`` text or ``ip -j`` JSON; other lines are skipped."""
+    """Interfaces from ``ip [-d] link`` / ``ip addr`` text or ``ip -j`` JSON, or ``ifconfig``
+    (net-tools or busybox); other lines are skipped."""
     if text.lstrip().startswith("["):
         return _parse_json(text, first_line)
+    if IFCONFIG_HEAD.search(text):
+        return _parse_ifconfig(text, first_line)
     return _parse_text(text, first_line)
+
+
+# ifconfig's interface line: net-tools 2.x `eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500`,
+# net-tools 1.60 and busybox `eth0      Link encap:Ethernet  HWaddr 00:0C:29:...` (MTU on a later
+# line: `UP BROADCAST RUNNING MULTICAST  MTU:1500  Metric:1`). An alias is `eth0:1`.
+_IFCONFIG_NEW = re.compile(r"^([^\s:]+(?::\d+)?): flags=\d+<([A-Z0-9_,]*)>\s+mtu (\d+)")
+_IFCONFIG_OLD = re.compile(r"^(\S+)\s+Link encap:")
+_IFCONFIG_OLD_FLAGS = re.compile(r"^\s+((?:[A-Z]+ )*[A-Z]+)\s+MTU:(\d+)")
+IFCONFIG_HEAD = re.compile(r"^(?:[^\s:]+(?::\d+)?: flags=\d+<[A-Z0-9_,]*>\s+mtu \d+|\S+\s+Link encap:)", re.M)
+
+
+def _parse_ifconfig(text: str, first_line: int) -> list[Link]:
+    out: list[Link] = []
+    for i, raw in enumerate(text.splitlines()):
+        if m := _IFCONFIG_NEW.match(raw):
+            flags = m.group(2).split(",")
+            out.append(Link(m.group(1), None, int(m.group(3)), None, None, None, "UP" in flags, first_line + i,
+                            raw.strip()))  # fmt: skip
+        elif m := _IFCONFIG_OLD.match(raw):
+            out.append(Link(m.group(1), None, None, None, None, None, False, first_line + i, raw.strip()))
+        elif out and out[-1].mtu is None and (m := _IFCONFIG_OLD_FLAGS.match(raw)):
+            last = out[-1]
+            out[-1] = dataclasses.replace(last, mtu=int(m.group(2)), up="UP" in m.group(1).split())
+    return out

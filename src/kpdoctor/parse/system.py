@@ -304,6 +304,10 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
 
 _IF_HEADER = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
 _IF_INET = re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
+# ifconfig: net-tools 2.x (`eth0: flags=...`, `inet 10.0.0.5  netmask ...`) and net-tools 1.60 or
+# busybox (`eth0      Link encap:...`, `inet addr:10.0.0.5  Bcast:...`, `inet6 addr: fe80::1/64 Scope:Link`)
+_IFCONFIG_HEADER = re.compile(r"^([^\s:]+(?::\d+)?)(?:: flags=\d+<|\s+Link encap:)")
+_IFCONFIG_INET = re.compile(r"^\s+inet6?\s+(?:addr:\s*)?([0-9a-fA-F.:]+)(?:/\d+)?\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,11 +342,12 @@ def bound_addresses(text: str) -> tuple[list[str], list[BoundAddress]]:
         return names, out
     current = None
     for i, line in enumerate(text.splitlines()):
-        if m := _IF_HEADER.match(line.strip() if line[:1].isdigit() else line):
+        m = _IF_HEADER.match(line.strip() if line[:1].isdigit() else line) or _IFCONFIG_HEADER.match(line)
+        if m:
             current = m.group(1)
             names.append(current)
             continue
-        if current is not None and (m := _IF_INET.match(line)):
+        if current is not None and (m := _IF_INET.match(line) or _IFCONFIG_INET.match(line)):
             try:
                 out.append(BoundAddress(current, ipaddress.ip_address(m.group(1)), i, line.strip()))
             except ValueError:
