@@ -95,7 +95,8 @@ def mtu_mismatch(facts: Facts) -> Iterator[Finding]:
         host's uplink can carry once the overlay header is added; the node does not fragment
         them as a router would, and PMTU discovery does not always recover (ICMP filtered, or
         DF cleared inside the tunnel).
-    How it is detected: `ip -d link` / `ip -j -d link`: Pod-facing veths (peer in another
+    How it is detected: `ip -d link` / `ip -j -d link` (or `ifconfig`, which shows no link
+        kinds: tunnels and Pod interfaces are then known by name): Pod-facing veths (peer in another
         network namespace, or cali*/veth*/lxc* names), tunnel devices (vxlan, ipip, geneve,
         wireguard by kind, or flannel.1, tunl0, vxlan.calico, wireguard.cali, cilium_vxlan...)
         and the uplink (the up, non-virtual interface). A tunnel whose MTU exceeds the uplink's
