@@ -424,6 +424,9 @@ class CheckSpec:
     # not applied yet: the node agent, which knows when each change arrived, holds it until the
     # change has had time to settle (agent/loop.py).
     settles: bool = False
+    # Evidence that stands in for ``needs_all`` when that is missing (a `kubectl get svc` table
+    # for the Service objects: what it shows is verified, what it leaves out is not judged).
+    needs_all_or: tuple[Kind, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -461,7 +464,9 @@ class CheckSpec:
         return Skipped(self.code, self.cause, reason, names, also=also)
 
     def can_run(self, facts: Given) -> bool:
-        return any(facts.has(k) for k in self.needs) and all(facts.has(k) for k in self.needs_all)
+        return any(facts.has(k) for k in self.needs) and (
+            all(facts.has(k) for k in self.needs_all) or any(facts.has(k) for k in self.needs_all_or)
+        )
 
 
 CHECKS: dict[str, CheckSpec] = {}
@@ -484,6 +489,7 @@ def check(
     reads_messages: bool = False,
     reads_findings: bool = False,
     settles: bool = False,
+    needs_all_or: Iterable[Kind] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -518,6 +524,7 @@ def check(
             reads_messages,
             reads_findings,
             settles,
+            tuple(needs_all_or),
         )
         return func
 

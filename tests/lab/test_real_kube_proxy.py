@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_deploy import find_kubectl_120
 
 from .control_plane import Binaries
 from .real_node import NODE, PODS, RealNode, in_node, real_node
@@ -420,6 +421,35 @@ s.listen()
 print("listening", flush=True)
 time.sleep(600)
 """
+
+
+def test_a_service_table_shows_what_kube_proxy_never_synced(lab_binaries: Binaries, tmp_path: Path) -> None:
+    """kube-proxy stopped, then a Service created: `kubectl get svc` (Debian's kubectl 1.20) and
+    the node's iptables-save show a Service port the rules leave untouched (KP200), though the
+    table shows no endpoints; the synced Service is not named, nor is any rule called stale (the
+    table lists one namespace)."""
+    kubectl, why = find_kubectl_120(tmp_path / "kubectl")
+    assert kubectl is not None, why
+    with real_node(lab_binaries) as rn:
+        rn.service("web", PODS[:2])
+        rn.wait_synced()
+        rn.stop_kube_proxy()
+        late = rn.service("late", PODS[:1], port=8080)
+        rules = rn.rules()
+        table = subprocess.run([kubectl, "--kubeconfig", str(rn.cp.kubeconfig), "get", "svc"],
+                               capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert f" {late} " in table
+    (tmp_path / "svc.txt").write_text(table)
+    (tmp_path / "iptables-save.txt").write_text(rules)
+    res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / "svc.txt"), str(tmp_path / "iptables-save.txt"),
+                          "--format", "json", "--min-severity", "info"],
+                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    report = json.loads(res.stdout)
+    missing = [f for f in report["findings"] if f["code"] == "KP200"]
+    assert [f["subject"]["service"] for f in missing] == ["default/late"], missing
+    assert f"[{late}]:8080" in missing[0]["summary"] or f"{late}:8080" in missing[0]["summary"]
+    assert not report["verification"]["stale_rules"]
+    assert not [f for f in report["findings"] if f["code"] == "KP201"]
 
 
 # -- the shipped RBAC ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, end
 from kpdoctor.dataplane.service_info import DEFAULT_AFFINITY_TIMEOUT, read_service
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
+from kpdoctor.parse.kubectl_table import TABLE_ROW
 from kpdoctor.versions import KubeVersion
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -318,6 +319,19 @@ def _family(ip: str) -> int | None:
     return a.version if a is not None else None
 
 
+# Why a case's backends cannot be judged: its Service's endpoints are not in the evidence. Its
+# packet is still sent through the rules: kube-proxy writes something for every port of a Service
+# that is not headless (a DNAT to its endpoints, or a REJECT/drop when it has none), so a packet
+# the rules leave untouched proves the rules missing whatever the endpoints are (verify.py).
+ENDPOINTS_UNKNOWN = "no EndpointSlices or Endpoints in the evidence"
+
+
+def partial_listing(services: Iterable[K8sObject]) -> bool:
+    """Are some Services only rows of a `kubectl get svc` table? Such a listing may leave out
+    namespaces (no -A) or rows (a grep): rules no Service in it owns prove nothing stale."""
+    return any(s.fragment == TABLE_ROW for s in services)
+
+
 def service_ports(
     services: Iterable[K8sObject],
     slices: list[K8sObject],
@@ -356,7 +370,9 @@ def service_ports(
             if hit is not None and hit[0] is svc:  # the ids are the same objects: the entry keeps them alive
                 made = hit
         if made is None:
-            made = (svc, slist, v1e, *_ports_of(svc, slist, v1e, known))
+            # a `kubectl get svc` row: the Service is shown, its endpoints never are
+            endpoints_shown = known and svc.fragment != TABLE_ROW
+            made = (svc, slist, v1e, *_ports_of(svc, slist, v1e, endpoints_shown))
         if carry is not None:
             carry[1][ident] = made
         sps, unv, counted = made[3], made[4], made[5]
@@ -527,8 +543,9 @@ def _case(
             known[key] = alternatives(sp, node, beh, policies)
         alts, note = known[key]
     why = unknown
-    if why is None and not refuse and not sp.endpoints_known:
-        why = "no EndpointSlices or Endpoints in the evidence"
+    if not refuse and not sp.endpoints_known:
+        why = why or ENDPOINTS_UNKNOWN
+        alts, note = [], ""  # what it should reach is not known: only rules for it at all are judged
     if any(policies) and (node.name is None or node.unknown_why) and not refuse:
         # a name that is no Node's in the evidence is as good as none: never judge "local" by it
         why = why or (node.unknown_why or "node name unknown (give --node)") + ": local endpoints cannot be told"

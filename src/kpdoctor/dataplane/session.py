@@ -23,7 +23,7 @@ from kpdoctor import parallel
 from kpdoctor.dataplane import modes
 from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Backend, RecordsReads
-from kpdoctor.dataplane.expected import SHARED, Behaviour, NodeView, owned_destinations
+from kpdoctor.dataplane.expected import SHARED, Behaviour, NodeView, owned_destinations, partial_listing
 from kpdoctor.dataplane.iptables.backend import IptablesBackend, has_service_rules
 from kpdoctor.dataplane.iptables.native import native_walks
 from kpdoctor.dataplane.ipvs.backend import IpvsBackend
@@ -333,7 +333,7 @@ def mode_leftovers(inputs: DataplaneInputs, running: modes.RunningMode, rulesets
     if "iptables" in left:
         out += leftovers(IptablesBackend(rulesets, inputs.local_addresses(running.mode)), node, "iptables")
     servers = inputs.ipvs()
-    if running.mode != "ipvs" and servers:
+    if running.mode != "ipvs" and servers and not partial_listing(inputs.services()):
         owned = owned_destinations(inputs.services(), inputs.pods())
         out += leftover_virtual_servers(servers, owned, node)
     return out

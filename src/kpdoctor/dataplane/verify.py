@@ -15,6 +15,7 @@ from typing import Any
 
 from kpdoctor.dataplane.backend import Backend, RecordsReads
 from kpdoctor.dataplane.expected import (
+    ENDPOINTS_UNKNOWN,
     SHARED,
     Behaviour,
     Case,
@@ -23,6 +24,7 @@ from kpdoctor.dataplane.expected import (
     Owned,
     cases,
     owned_destinations,
+    partial_listing,
     service_ports,
 )
 from kpdoctor.dataplane.results import (
@@ -76,10 +78,13 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     res.local_policy = sp.etp_local if case.traffic.startswith("external") else sp.itp_local
     notes = list(case.notes)
     missing = backend.missing(sp.family)
-    if case.unknown or missing or case.src is None or case.dst is None:
+    presence_only = case.unknown == ENDPOINTS_UNKNOWN and not missing and case.src is not None and case.dst is not None
+    if (case.unknown and not presence_only) or missing or case.src is None or case.dst is None:
         res.note = "; ".join([case.unknown or missing or "no address to test", *notes])
         return res
     views = backend.evaluate(case)
+    if presence_only:
+        return _presence(case, res, views, notes)
     for v in views:
         notes.extend(v.notes)
     first = views[0]
@@ -129,6 +134,21 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
     return res
 
 
+def _presence(case: Case, res: Result, views: list[Any], notes: list[str]) -> Result:
+    """A case whose Service's endpoints are not shown: only a packet every backend's rules leave
+    untouched is judged (the Service port has no rules: a mismatch whatever its endpoints are);
+    any other outcome stays uncertain, its backends unknown."""
+    judged = [judge(case, v.entries)[:2] for v in views]
+    if all(j == ("mismatch", "no-rules") for j in judged):
+        res.status, res.kind = "mismatch", "no-rules"
+        res.actual, res.rules = views[0].entries, views[0].rules
+        notes.insert(0, f"the rules leave it untouched ({ENDPOINTS_UNKNOWN}: its backends are not judged)")
+    else:
+        notes.insert(0, f"{ENDPOINTS_UNKNOWN}: the rules handle it, its backends are not judged")
+    res.note = "; ".join(n for n in notes if n)
+    return res
+
+
 def run_verification(
     backend: Backend,
     services: list[K8sObject],
@@ -169,7 +189,7 @@ def run_verification(
         for start, end in part.ranges(len(todo)):
             ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
             ver.ranges.append((start, end))
-    if part.stale:
+    if part.stale and not partial_listing(services):
         ver.stale = backend.stale(_owned(services, pods, reuse), node)
     ver.not_evaluated.extend(backend.not_evaluated())
     return ver

@@ -782,7 +782,13 @@ class Facts:
         if m is not None and m.name == "ipvs" and self.kube_ipvs0 is not None:
             # what kube-ipvs0 really holds: an address missing there is one IPVS never sees
             return self.node_view.local() + self.kube_ipvs0
-        return local_addresses(self.node_view, self.objects.of("Service"), m.deviations if m else SHARED)
+        return local_addresses(self.node_view, self.verified_services(), m.deviations if m else SHARED)
+
+    def verified_services(self) -> list[K8sObject]:
+        """The Services the node's rules are verified against: the objects, then the rows of
+        `kubectl get svc` tables no object names (their endpoints unknown: only a Service port
+        the rules leave untouched is judged, dataplane/verify.py)."""
+        return self.objects.of("Service") + self.cluster.table_only("Service")
 
     @cached_property
     def kube_ipvs0(self) -> list[IPAddress] | None:
@@ -882,7 +888,7 @@ class Facts:
         when the dataplane first asks for it, in the process that asks."""
         rules = self.of(Kind.IPTABLES_SAVE) + self.of(Kind.NFT_RULESET) + self.of(Kind.NFT_RULESET_TEXT)
         return DataplaneInputs(
-            services=lambda: self.objects.of("Service"),
+            services=self.verified_services,
             slices=lambda: self.objects.of("EndpointSlice"),
             endpoints=lambda: self.objects.of("Endpoints"),
             pods=lambda: self.objects.of("Pod"),

@@ -284,7 +284,7 @@ class ClusterFacts:
         self._carry = carry
         self.tables = tables if tables is not None else Objects()  # partial objects of `kubectl get` tables
 
-    def _table_only(self, kind: str) -> list[K8sObject]:
+    def table_only(self, kind: str) -> list[K8sObject]:
         """The table rows of ``kind`` no whole object names (a row without its namespace matches
         any namespace): the whole object says more."""
         whole = {(o.namespace, o.name) for o in self.objects.of(kind)}
@@ -308,7 +308,7 @@ class ClusterFacts:
     @cached_property
     def services(self) -> list[ServiceView]:
         """Every Service given: whole objects, then the rows of `kubectl get svc` tables."""
-        return self._views("Service", ServiceView.of) + [ServiceView.of(o) for o in self._table_only("Service")]
+        return self._views("Service", ServiceView.of) + [ServiceView.of(o) for o in self.table_only("Service")]
 
     @cached_property
     def slices(self) -> list[SliceView]:
@@ -339,7 +339,7 @@ class ClusterFacts:
 
     def nodes(self) -> list[K8sObject]:
         """Every Node given: whole objects, then the rows of `kubectl get nodes` tables."""
-        return self.objects.of("Node") + self._table_only("Node")
+        return self.objects.of("Node") + self.table_only("Node")
 
     def node_addresses(self) -> Iterator[tuple[K8sObject, NodeAddressView]]:
         """Every Node's addresses (InternalIP, ExternalIP, Hostname...), a `kubectl get nodes -o

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kpdoctor.dataplane.expected import TRAFFIC_CLASSES
+from kpdoctor.dataplane.expected import ENDPOINTS_UNKNOWN, TRAFFIC_CLASSES
 
 TABLE_LIMIT = 50  # Services listed in full when there are at most this many (else only problems)
 
@@ -76,7 +76,8 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
                 for e in r.actual
             )
             want = " | ".join("refused" if a.refused else ", ".join(sorted(a.backends)) for a in r.expected)
-            line = f"{TRAFFIC_CLASSES[r.traffic][0]} {r.destination}: expected {want or '?'}; got {got or 'nothing'}"
+            want = want or ("rules of its own (its endpoints are not shown)" if ENDPOINTS_UNKNOWN in r.note else "?")
+            line = f"{TRAFFIC_CLASSES[r.traffic][0]} {r.destination}: expected {want}; got {got or 'nothing'}"
             if r.note:
                 line += f" ({r.note})"
             details.append(line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
     CLUSTER,
@@ -31,6 +32,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    needs_all_or=[Kind.KUBECTL_TABLE],
     settles=True,
 )
 def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]:
@@ -47,7 +49,10 @@ def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]
         packet leaves untouched: no DNAT, no REJECT. In nftables mode kube-proxy's own catch-all
         (`cluster-ips-check`: reject unknown ports of a ClusterIP, drop unallocated ClusterIPs)
         refuses a Service it has no element for: that is missing rules too. For a Service
-        without endpoints the REJECT kube-proxy writes is missing.
+        without endpoints the REJECT kube-proxy writes is missing. A Service whose endpoints
+        are not shown (a `kubectl get svc` row, or Services given without their
+        EndpointSlices) is judged only when its traffic is left untouched: kube-proxy writes a
+        DNAT or a REJECT for every port of a Service that is not headless.
     Fix: fix what stops kube-proxy from syncing (folded findings), then restart kube-proxy so a
         full sync rewrites every rule; check `kubeproxy_sync_proxy_rules_last_timestamp_seconds`
         moves and run `kpdoctor verify` again.
@@ -61,7 +66,8 @@ def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]
     totals = Counter(r.label for r in ver.results)  # once: counted per label it was quadratic
     for label, rs in sorted(by_service(ver.results, lambda r: r.kind == "no-rules").items()):
         total = totals[label]
-        refused_only = all(all(a.refused for a in r.expected) for r in rs)
+        refused_only = all(r.expected and all(a.refused for a in r.expected) for r in rs)
+        unshown = all(not r.expected for r in rs)  # its endpoints are not in the evidence
         if refused_only:
             summary = (
                 f"{label} has no endpoints, and the node has no REJECT for it: clients wait for a timeout "
@@ -74,6 +80,11 @@ def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]
             if any(e.no_service_rule for r in rs for e in r.actual):
                 fate = "kube-proxy's own rule for addresses it has no Service rule for refuses them."
             summary = f"{label}: the node's rules do not forward {scope}: {classes(rs)}. {fate}"
+            if unshown:
+                summary += (
+                    " Its endpoints are not shown, but kube-proxy writes rules for every port of a Service that is "
+                    "not headless: a DNAT to its endpoints, or a REJECT when it has none."
+                )
             sev = Severity.CRITICAL
         f = finding_for(facts, "KP200", label, rs, summary, severity=sev)
         f.fix = [
