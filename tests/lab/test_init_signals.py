@@ -9,7 +9,6 @@ listing. With `tini -g` the whole process group is signalled, and that listing i
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,7 +22,8 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from .kpdoctor_run import diagnose_json
+
 APP = """import signal, sys, time
 def stop(*_):
     open(sys.argv[1], "w").write("TERM")
@@ -80,13 +80,7 @@ def _ps(tini: int) -> str:
 def _kp403(tmp: Path, listing: str) -> list[dict[str, Any]]:
     path = tmp / "ps.txt"
     path.write_text(listing)
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    done = subprocess.run(
-        [sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", "--min-severity", "info", str(path)],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
-    return [f for f in json.loads(done.stdout)["findings"] if f["code"] == "KP403"]
+    return [f for f in diagnose_json(path)["findings"] if f["code"] == "KP403"]
 
 
 def test_tini_s_child_shell_keeps_sigterm_from_the_application(tmp_path: Path) -> None:

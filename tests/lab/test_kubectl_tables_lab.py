@@ -11,11 +11,9 @@ same server-side table).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,8 @@ from kpdoctor.bundle.loader import load
 from kpdoctor.facts import Facts
 
 from .control_plane import ControlPlane
+from .kpdoctor_run import diagnose_json
 
-REPO = Path(__file__).resolve().parents[2]
 NODES = (  # name, InternalIP, Ready
     ("cp-1", "192.168.56.10", "True"),
     ("w-1", "192.168.56.11", "False"),
@@ -115,17 +113,6 @@ def _print(kubectl: str, cp: ControlPlane, *args: str) -> str:
     return done.stdout
 
 
-def _diagnose(path: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    done = subprocess.run(
-        [sys.executable, "-m", "kpdoctor", "diagnose", "-f", "json", "--min-severity", "info", str(path)],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
-
-
 def _kp209(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in report["findings"] if f["code"] == "KP209"]
 
@@ -135,7 +122,7 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
     _cluster(cp)
     objects = tmp_path / "objects.json"
     objects.write_text(_print(_kubectls(tmp_path)[0], cp, "svc,nodes", "-o", "json"))
-    (whole,) = _kp209(_diagnose(objects))
+    (whole,) = _kp209(diagnose_json(objects))
     assert "192.168.56.11" in whole["summary"] and "w-1" in whole["summary"]
 
     for kubectl in _kubectls(tmp_path):
@@ -156,7 +143,7 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
         assert info is not None and info[0] == "Ubuntu 22.04.2 LTS"
         assert info[1].text.split()[0] == "node/cp-1"  # cited at the row, as printed (`get svc,nodes`)
 
-        (found,) = _kp209(_diagnose(wide))
+        (found,) = _kp209(diagnose_json(wide))
         assert found["confidence"] == "high", found
         assert "192.168.56.11" in found["summary"] and "w-1" in found["summary"]
         cited = [e["text"].split()[0] for e in found["evidence"]]
@@ -165,7 +152,7 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
         # Without -o wide the Nodes' addresses are not shown: suspected, naming what decides it.
         narrow = tmp_path / "narrow.txt"
         narrow.write_text(_print(kubectl, cp, "svc") + "\n" + _print(kubectl, cp, "nodes"))
-        (suspected,) = _kp209(_diagnose(narrow))
+        (suspected,) = _kp209(diagnose_json(narrow))
         assert suspected["confidence"] == "low" and suspected["severity"] == "warning", suspected
         assert "w-1" in suspected["summary"] and "kubectl get nodes -o wide" in suspected["summary"]
 
@@ -173,5 +160,5 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
         rows = "".join(ln + "\n" for ln in _print(kubectl, cp, "svc", "-A").splitlines()[1:] if "web" in ln)
         grepped = tmp_path / "grepped.txt"
         grepped.write_text(rows + _print(kubectl, cp, "nodes", "-o", "wide"))
-        (again,) = _kp209(_diagnose(grepped))
+        (again,) = _kp209(diagnose_json(grepped))
         assert again["confidence"] == "high" and "192.168.56.11" in again["summary"]

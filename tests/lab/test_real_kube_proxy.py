@@ -29,6 +29,7 @@ import pytest
 from test_deploy import find_kubectl_120
 
 from .control_plane import Binaries
+from .kpdoctor_run import diagnose_json
 from .real_node import NODE, PODS, RealNode, in_node, real_node
 
 KPDOCTOR = [sys.executable, "-m", "kpdoctor"]
@@ -375,9 +376,7 @@ def test_a_node_name_nothing_expanded_is_read_from_client_go_s_request_log(
     def kp111(name: str, text: str) -> dict[str, Any]:
         path = tmp_path / name
         path.write_text(text)
-        res = subprocess.run([*KPDOCTOR, "diagnose", str(path), "--format", "json", "--min-severity", "info"],
-                             capture_output=True, text=True, timeout=180)  # fmt: skip
-        (f,) = [f for f in json.loads(res.stdout)["findings"] if f["code"] == "KP111"]
+        (f,) = [f for f in diagnose_json(path)["findings"] if f["code"] == "KP111"]
         return f
 
     whole = kp111("proxy.log", log)
@@ -408,9 +407,7 @@ def test_a_metrics_port_another_program_holds_is_read_from_go_s_error(lab_binari
     assert line == "starting metrics server failed: listen tcp 127.0.0.1:10249: bind: address already in use"
     path = tmp_path / "kube-proxy.log"
     path.write_text(log)
-    res = subprocess.run([*KPDOCTOR, "diagnose", str(path), "--format", "json", "--min-severity", "info"],
-                         capture_output=True, text=True, timeout=180)  # fmt: skip
-    found = [f for f in json.loads(res.stdout)["findings"] if f["cause"] == "multiple-kube-proxy"]
+    found = [f for f in diagnose_json(path)["findings"] if f["cause"] == "multiple-kube-proxy"]
     assert found and found[0]["code"] == "KP109" and "10249" in found[0]["summary"], found
 
 
@@ -441,10 +438,7 @@ def test_a_service_table_shows_what_kube_proxy_never_synced(lab_binaries: Binari
     assert f" {late} " in table
     (tmp_path / "svc.txt").write_text(table)
     (tmp_path / "iptables-save.txt").write_text(rules)
-    res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / "svc.txt"), str(tmp_path / "iptables-save.txt"),
-                          "--format", "json", "--min-severity", "info"],
-                         capture_output=True, text=True, timeout=180)  # fmt: skip
-    report = json.loads(res.stdout)
+    report = diagnose_json(tmp_path / "svc.txt", tmp_path / "iptables-save.txt")
     missing = [f for f in report["findings"] if f["code"] == "KP200"]
     assert [f["subject"]["service"] for f in missing] == ["default/late"], missing
     assert f"[{late}]:8080" in missing[0]["summary"] or f"{late}:8080" in missing[0]["summary"]

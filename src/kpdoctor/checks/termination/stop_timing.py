@@ -217,19 +217,26 @@ def _shell_as_pid1(facts: Facts, a: Artifact) -> Finding | None:
         f.summary += " Its script, on the line above, has no `trap` on TERM."
         f.fix = [FIX_EXEC, FIX_APP]
         return f
-    script = next((w for w in pid1.argv[1:] if not w.startswith("-")), None)
-    suspect(
+    _script_decides(
         f,
+        pid1.argv,
         "a shell as PID 1 with the application as its child; whether the script traps TERM is not shown",
-        ([f"cat {script}"] if script else []) + ["time docker stop <container>"],
+        "; so does a timed stop: one that takes the whole timeout means SIGTERM did nothing.",
     )
+    f.fix = [FIX_EXEC, FIX_APP]
+    return f
+
+
+def _script_decides(f: Finding, argv: list[str], why: str, then: str) -> None:
+    """A shell running a script file: suspected, decided by the script (its `exec` of the
+    application, or a `trap` on TERM, clears it) or by a timed stop."""
+    script = next((w for w in argv[1:] if not w.startswith("-")), None)
+    suspect(f, why, ([f"cat {script}"] if script else []) + ["time docker stop <container>"])
     f.summary += (
         f" `cat {script}` inside the container decides (an `exec` of the application, or a `trap` on TERM, clears it)"
         if script
         else " The script decides"
-    ) + "; so does a timed stop: one that takes the whole timeout means SIGTERM did nothing."
-    f.fix = [FIX_EXEC, FIX_APP]
-    return f
+    ) + then
 
 
 def _shell_under_init(facts: Facts, a: Artifact) -> Finding | None:
@@ -273,17 +280,12 @@ def _shell_under_init(facts: Facts, a: Artifact) -> Finding | None:
         f.confidence = Confidence.HIGH
         f.summary += " Its script, on that line, has no `trap` on TERM."
         return f
-    script = next((w for w in shell.argv[1:] if not w.startswith("-")), None)
-    suspect(
+    _script_decides(
         f,
+        shell.argv,
         "an init that signals its child alone, whose child is a shell running a script file beside the application; "
         "whether the script traps TERM is not shown",
-        ([f"cat {script}"] if script else []) + ["time docker stop <container>"],
-    )
-    f.summary += (
-        f" `cat {script}` inside the container decides (an `exec` of the application, or a `trap` on TERM, clears it)."
-        if script
-        else " The script decides."
+        ".",
     )
     return f
 
