@@ -264,8 +264,9 @@ class Facts:
     @cached_property
     def table_objects(self) -> Objects:
         """Services and Nodes read from `kubectl get` tables: partial objects (what a table does
-        not show is unknown), kept apart from the objects given whole, so verification and
-        "the Services came with their EndpointSlices" never count them."""
+        not show is unknown), kept apart from the objects given whole: verified with their
+        endpoints unknown, never taken to list every Service, never "the Services came with
+        their EndpointSlices"."""
         out = Objects()
         for a in self.of(Kind.KUBECTL_TABLE):
             out.items.extend(kubectl_table.table_objects(a.read_text(), a.name, a.first_line).items)

@@ -23,8 +23,10 @@ as ``<none>``, ``<unknown>`` or ``<pending>``):
   CONTAINER-RUNTIME (the OS image has spaces in it).
 - Endpoints: NAME, ENDPOINTS (up to three ``ip:port``, then `` + N more...``; ``<none>``), AGE.
 
-A row is read into a partial object (:func:`table_objects`): what the table does not show is
-unknown, not unset, so such objects are kept apart from the objects a user exported whole.
+A Service or Node row is read into a partial object (:func:`table_objects`): what the table does
+not show is unknown, not unset, so such objects are kept apart from the objects a user exported
+whole. An Endpoints row is recognised (its table is not taken for another) but read into nothing:
+three addresses and "+ N more" name neither every endpoint nor the port each belongs to.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def table_rows(text: str) -> list[TableRow]:
     h: _Header | None = None
     for i, line in enumerate(text.splitlines()):
         if not line.strip():
-            h = None if h is not None and h.kind != "Node" else h  # `get all` separates its tables
+            h = None  # `kubectl get all` (or `get svc,nodes`) separates its tables by a blank line
             continue
         head = _header(line)
         if head is not None:
