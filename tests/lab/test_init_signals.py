@@ -52,7 +52,9 @@ def container(tmp: Path, *tini_flags: str) -> Iterator[tuple[subprocess.Popen[by
     entry = tmp / "entry.sh"
     entry.write_text(f"#!/bin/sh\n{sys.executable} {tmp / 'app.py'} {tmp / 'got-term'} {tmp / 'ready'}\n")
     entry.chmod(0o755)
-    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "tini", *tini_flags, "--", str(entry)])
+    # --kill-child: unshare's death takes tini, PID 1 of the namespace, and with it every process in it
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "tini", *tini_flags, "--", str(entry)]
+    proc = subprocess.Popen(argv)
     try:
         end = time.monotonic() + 30
         while not (tmp / "ready").exists():
@@ -63,6 +65,22 @@ def container(tmp: Path, *tini_flags: str) -> Iterator[tuple[subprocess.Popen[by
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
+        end = time.monotonic() + 30
+        while (tmp / "ready").exists() and _alive(tmp) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(tmp), "a process of the namespace outlived it"
+
+
+def _alive(tmp: Path) -> bool:
+    """Does a process of this test's namespace still run (its app, by its command line)?"""
+    marker = str(tmp / "app.py").encode()
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _tini_pid(unshare: subprocess.Popen[bytes]) -> int:
