@@ -21,9 +21,11 @@ from .netns import lab_available
 from .topology import Lab
 
 # Overload the node's own sockets on loopback: a listener with backlog 1 that never accepts,
-# hit by 8 connections, and a UDP socket with a 1 kB receive buffer sent 200 datagrams.
+# hit by 8 connections, and a UDP socket with a 1 kB receive buffer sent 200 datagrams, then 20
+# more every 0.2 s until told to stop: the counters grow between the collector's two snapshots
+# whenever its first one was taken (its start-up time varies with the machine's load).
 OVERLOAD = r"""
-import socket, sys
+import select, socket, sys
 lst = socket.socket(); lst.bind(("127.0.0.1", 0)); lst.listen(1)
 port = lst.getsockname()[1]
 clients = []
@@ -40,7 +42,9 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for _ in range(200):
     s.sendto(b"x" * 1000, u.getsockname())
 print(port, flush=True)
-sys.stdin.read()
+while not select.select([sys.stdin], [], [], 0.2)[0]:
+    for _ in range(20):
+        s.sendto(b"x" * 1000, u.getsockname())
 """
 
 

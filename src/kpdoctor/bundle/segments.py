@@ -190,14 +190,16 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape("nft-version", Kind.NFT_VERSION, _line(NFT_VERSION_LINE)),
 )
 
-_LINE = re.compile(r"[ \t]*(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")
+# The indentation is skipped once, never given back (possessive): no shape needs leading blanks,
+# and giving them back one at a time to every shape is quadratic in a deeply indented line.
+_LINE = re.compile(r"[ \t]*+(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")
 _BY_GROUP = {f"s{i}": s for i, s in enumerate(SHAPES)}
 # What belongs to no run: a markdown heading or fence, a bold label (each also ends what came
 # before: the next output is another one, even of the same kind), and the user's note in a human
 # language (letters no tool prints in a comment of its own) or a C-style one.
-_HEADING = re.compile(r"^[ \t]*(?:#{2,6}[ \t]+\S|\*\*[^*\n]+\*\*:?[ \t]*$)")
-_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[\w-]*[ \t]*$")
-_NOTE = re.compile(r"^[ \t]*(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
+_HEADING = re.compile(r"^[ \t]*+(?:#{2,6}[ \t]+\S|\*\*[^*\n]+\*\*:?[ \t]*$)")
+_FENCE = re.compile(r"^[ \t]*+(?:```|~~~)[\w-]*[ \t]*$")
+_NOTE = re.compile(r"^[ \t]*+(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
 # Where a restore's payload starts inside a log record (kube-proxy echoes what it fed restore).
 _ECHO_START = re.compile(r"^\*(?:nat|filter|mangle|raw|security)\s*$")
 _NETSTAT = next(s for s in SHAPES if s.name == "netstat-s")

@@ -28,13 +28,13 @@ GO_PANIC = signature(
 )
 # A stack frame in kube-proxy's own code (vendored copies too: k3s, rke2), the function captured:
 # `k8s.io/kubernetes/pkg/proxy/ipvs.(*Proxier).syncService(0xc00e8845a0, ...)`; before 1.1 the
-# import path was `github.com/GoogleCloudPlatform/kubernetes/`. Kept per function (a variant
-# each), so the frames under the first and last panic of each start-up are at hand.
+# import path was `github.com/GoogleCloudPlatform/kubernetes/` (the pattern is grep's: no group
+# of its own for the prefix). Kept per function (a variant each), so the frames under the first
+# and last panic of each start-up are at hand.
 KUBE_PROXY_FRAME = signature(
     "stack-frame-kube-proxy",
     "/kubernetes/",
-    r"(?:k8s\.io|github\.com/GoogleCloudPlatform)/kubernetes/"
-    r"((pkg/proxy|cmd/kube-proxy|pkg/util/ipvs)[A-Za-z0-9_/]*\.[A-Za-z0-9_().*]+)\(",
+    r"[A-Za-z0-9.]+/kubernetes/((pkg/proxy|cmd/kube-proxy|pkg/util/ipvs)[A-Za-z0-9_/]*\.[A-Za-z0-9_().*]+)\(",
 )
 FRAME_WINDOW = 40  # lines after a panic in which its stack's first frames are
 TOP_FRAMES = 3

@@ -32,7 +32,14 @@ CANT_DETERMINE_IP = messages(
 )
 DETECTED = messages("detected-node-ip", "kube-proxy/server-detected-node-ip")
 # client-go's request log (-v=6 and above): kube-proxy's GET of its own Node, answered 404
-REQUEST = messages("client-go-get", "kube-proxy/client-go-get-response")
+# Every request of a verbose log is one of these, each with its own URL: not kept per URL, but a
+# Node's GET answered 404 is kept apart (its node name in the variant) from the rest.
+REQUEST = messages(
+    "client-go-get",
+    "kube-proxy/client-go-get-response",
+    keyed=False,
+    variant=r'/api/v1/nodes/[^/?" ]+"? (?:status=")?404 ',
+)
 _NODE_GET = re.compile(r"^(?:https?://[^/]+)?/api/v1/nodes/([^/?]+)(?:\?|$)")
 LOOPBACK = ("127.0.0.1", "::1")
 # the apiserver's NotFound for the Node kube-proxy looked up, in the lookup's error
