@@ -310,6 +310,12 @@ class ClusterFacts:
         """Every Service given: whole objects, then the rows of `kubectl get svc` tables."""
         return self._views("Service", ServiceView.of) + [ServiceView.of(o) for o in self.table_only("Service")]
 
+    @property
+    def services_exported(self) -> bool:
+        """Were Service objects given (an export that lists them), not only `kubectl get svc`
+        rows (a listing that may leave out namespaces or rows)?"""
+        return bool(self.objects.of("Service"))
+
     @cached_property
     def slices(self) -> list[SliceView]:
         return self._views("EndpointSlice", SliceView.of_slice)

@@ -105,7 +105,7 @@ class _Services:
         self.owners: dict[str, set[str]] = {}
         self.udp_ports: dict[int, set[str]] = {}
         self.backends: dict[str, frozenset[str]] = {}
-        if not cluster.services and self.listed:
+        if not cluster.services_exported and self.listed:
             for key, views in eps.items():
                 self.backends[key] = frozenset(_ip(a) for v in views for a in v.addresses)
                 for a in self.backends[key]:
@@ -541,7 +541,7 @@ def stale_udp_conntrack(facts: Facts, verified: Verified) -> Iterator[Finding]:
         if not _translated(e):
             if not _answered(e) and (target is not None or (_ip(e.dst), e.dport) in virtual):
                 never.append((flow, target))
-            elif not _answered(e) and not facts.cluster.services:
+            elif not _answered(e) and not facts.cluster.services_exported:
                 untold.append(flow)
         elif target is not None and target.backends is not None:
             if _ip(e.reply_src) not in target.backends:
