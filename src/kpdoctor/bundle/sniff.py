@@ -522,9 +522,9 @@ _RUNTIME_CLIS = frozenset({"kubectl", "k", "oc", "docker", "crictl", "nerdctl", 
 def _kube_proxy_named(name: str) -> bool:
     """Does a file's name, or the command that printed a text, say the text is kube-proxy's log?
     A file by its own name (not its folder's, except kubelet's container folder of a Pod's log);
-    a command by what it reads, before any pipe: `kubectl
-    logs` (docker, crictl...) of a kube-proxy Pod or container, `journalctl -u kube-proxy`, a reader
-    of a kube-proxy log file. (`kubectl logs calico-node-x | grep kube-proxy` is calico's.)"""
+    a command by what it reads, before any pipe: `kubectl logs` (docker, crictl...) of a
+    kube-proxy Pod or container, `journalctl -u kube-proxy`, a reader of a kube-proxy log file.
+    (`kubectl logs calico-node-x | grep kube-proxy` is calico's.)"""
     words = name.split("|", 1)[0].split()
     if len(words) <= 1:
         m = _POD_LOG.search(name)  # kubelet's /var/log/pods/NS_POD_UID/CONTAINER/N.log: the container
