@@ -287,6 +287,8 @@ class ClusterFacts:
     def table_only(self, kind: str) -> list[K8sObject]:
         """The table rows of ``kind`` no whole object names (a row without its namespace matches
         any namespace): the whole object says more."""
+        if not self.tables.items:
+            return []
         whole = {(o.namespace, o.name) for o in self.objects.of(kind)}
         names = {name for _, name in whole}
         rows = self.tables.of(kind)
