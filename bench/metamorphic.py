@@ -183,7 +183,9 @@ def _era_forms() -> tuple[list[tuple[re.Pattern[str], str, str]], list[tuple[re.
         key = m.structured.keys[0] if m.structured.keys else ""
         glog.append((re.compile(compile_template(m.template).pattern), m.structured.msg, key))
         names = compile_template(m.template).names
-        if len(names) <= 1 and key:  # one value: the reason, written back into the printf form
+        # one value: the reason, written back into the printf form (a message printed only in
+        # the structured form, "command failed" err=..., has no printf form to keep it in)
+        if len(names) == 1 and key:
             value = f'{key}="([^"]*)"'
             rx = re.compile(re.escape(f'"{m.structured.msg}"') + r"(?: [^ ]*)*? " + value + r".*")
             parts = compile_template(m.template).parts

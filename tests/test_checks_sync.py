@@ -71,15 +71,23 @@ def test_a_configuration_kube_proxy_refuses_and_exits_on_is_critical(diagnose: D
 
 def test_a_flag_value_kube_proxy_cannot_parse_stops_it(diagnose: Diag) -> None:
     """pflag's refusal as kube-proxy v1.20.2 (built here from Debian's source) printed it for
-    `--healthz-port=notanumber`, and pflag's wording before April 2017 (the argument as given)."""
-    for line in (
+    `--healthz-port=notanumber` (cobra's "Error: " and usage), pasted with its command; and
+    pflag's wording before April 2017 (the argument as given) in kube-proxy's journal. Any
+    command-line program prints pflag's message: the command, or the journal's identifier, says
+    it is kube-proxy's."""
+    ran = (
+        "$ kube-proxy --healthz-port=notanumber\n"
         'Error: invalid argument "notanumber" for "--healthz-port" flag: strconv.ParseInt: parsing "notanumber": '
-        "invalid syntax\n",
-        'Error: invalid argument "127.0.0.1:10249" for --metrics-bind-address=127.0.0.1:10249: "127.0.0.1:10249" '
-        "is not a valid IP address\n",
-    ):
-        (f,) = [f for f in diagnose({"kube-proxy.err": line}).findings if f.code == "KP131"]
+        "invalid syntax\nUsage:\n  kube-proxy [flags]\n"
+    )
+    journal = (
+        "Oct 12 07:25:58 node-3 kube-proxy[510947]: Error: invalid argument \"127.0.0.1:10249\" for "
+        '--metrics-bind-address=127.0.0.1:10249: "127.0.0.1:10249" is not a valid IP address\n'
+    )
+    for text in (ran, journal):
+        (f,) = [f for f in diagnose({"paste.txt": text}).findings if f.code == "KP131"]
         assert f.severity == Severity.CRITICAL and f.summary.startswith("kube-proxy exits at start-up")
+    assert [f for f in diagnose({"paste.txt": ran.replace("kube-proxy", "other-tool")}).findings if f.code == "KP131"] == []
 
 
 def test_go_s_reason_decides_what_a_failed_listen_means(diagnose: Diag) -> None:

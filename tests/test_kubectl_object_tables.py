@@ -9,6 +9,7 @@ for a real apiserver are read in tests/lab/test_kubectl_tables_lab.py (Pod table
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from conftest import write
@@ -17,7 +18,10 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.facts import Facts
+from kpdoctor.model import Report
 from kpdoctor.parse.kubectl_table import table_objects, table_rows
+
+Diag = Callable[..., Report]
 
 # kubernetes/kubernetes#57010 (kubectl 1.8: -o wide without INTERNAL-IP; an OS image with spaces)
 WIDE_1_8 = """\
@@ -118,3 +122,43 @@ def test_what_a_table_cannot_say_is_left_unsaid() -> None:
     assert bodies["db"]["spec"]["clusterIP"] == "None"  # headless, as kubectl prints it
     assert bodies["pend"]["status"]["loadBalancer"]["ingress"] == []
     assert bodies["pend"]["spec"]["ports"] == [{"port": 80, "protocol": "TCP", "nodePort": 30080}]
+
+
+# ipvsadm -Ln as printed (the banner and column header), then the same grep'd: `| grep -A1 30080`
+IPVS_WHOLE = """\
+IP Virtual Server version 1.2.1 (size=4096)
+Prot LocalAddress:Port Scheduler Flags
+  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn
+TCP  10.96.0.1:443 rr
+  -> 192.168.56.10:6443           Masq    1      3          0
+TCP  192.168.56.10:30080 rr
+  -> 10.244.1.7:8080              Masq    1      0          0
+"""
+SVC = """\
+NAME         TYPE        CLUSTER-IP     EXTERNAL-IP   PORT(S)        AGE
+kubernetes   ClusterIP   10.96.0.1      <none>        443/TCP        5d
+web          NodePort    10.96.14.20    <none>        80:30080/TCP   2m
+"""
+
+
+def test_a_service_the_whole_ipvs_table_lacks_is_missing_but_not_from_a_grep(diagnose: Diag) -> None:
+    """The whole listing has no virtual server for web's ClusterIP: KP200. The same listing
+    grep'd for the NodePort (or cut with "...") says nothing of what it left out."""
+    r = diagnose({"svc.txt": SVC, "ipvsadm.txt": IPVS_WHOLE})
+    (f,) = [f for f in r.findings if f.code == "KP200"]
+    assert f.subject["service"] == "default/web" and "10.96.14.20:80" in f.summary
+    grepped = "".join(ln + "\n" for ln in IPVS_WHOLE.splitlines()[5:])
+    cut = "".join(ln + "\n" for ln in IPVS_WHOLE.splitlines()[:5]) + "...\n"
+    for listing in (grepped, cut):
+        assert [f for f in diagnose({"svc.txt": SVC, "ipvsadm.txt": listing}).findings if f.code == "KP200"] == []
+
+
+def test_tables_of_one_width_pasted_together_are_not_taken_for_wrapped_lines(diagnose: Diag) -> None:
+    """Two tables in one paste: the first's rows all end at the widest column, which looks like a
+    hard wrap; rows whose cells start at the same columns are a table's, never joined."""
+    nodes = NOT_READY.split("\n", 1)[1]
+    r = diagnose({"paste.txt": SVC.replace("<none>        80", "10.0.0.9      80") + "\n" + nodes})
+    assert [i.kind for i in r.inputs] == [Kind.KUBECTL_TABLE.value]
+    assert "hard line breaks" not in r.inputs[0].describe()
+    (f,) = [f for f in r.findings if f.code == "KP209"]
+    assert f.suspected and "openstack-node-ptbf6" in f.summary

@@ -83,3 +83,25 @@ def test_a_node_read_or_refused_is_not_a_missing_node(diagnose: Diag, status: st
     line = GET_404.replace("404 Not Found", status) if status else GET_404.replace("404 Not Found ", "")
     r = diagnose({"kube-proxy.log": line})
     assert [f for f in r.findings if f.code == "KP111"] == []
+
+
+def test_a_journal_of_kube_proxy_is_its_log_whatever_its_lines_say(tmp_path: Path) -> None:
+    """`journalctl -u kube-proxy` lines carry its identifier: they are kube-proxy's log even when
+    no line is one only kube-proxy prints (client-go's request lines here)."""
+    journal = tmp_path / "journal.txt"
+    journal.write_text(
+        "Nov 29 14:59:55 node-3 kube-proxy[21942]: " + GET_404
+        + "Nov 29 14:59:55 node-3 kube-proxy[21942]: " + HEADERS
+    )  # fmt: skip
+    ev = load([journal])
+    assert [a.kind for a in ev.artifacts] == [Kind.KUBE_PROXY_LOG]
+
+
+def test_a_go_program_s_listen_error_alone_names_no_cause(diagnose: Diag) -> None:
+    """Go's "bind: address already in use" is any Go program's: in an ingress controller's own
+    line it is no sign of a second kube-proxy (inside kube-proxy's "starting metrics server
+    failed" it is: tests/lab/test_real_kube_proxy.py)."""
+    line = "F0404 21:37:31.884835       6 main.go:286] listen tcp :10254: bind: address already in use\n"
+    r = diagnose({"kube-proxy.log": GET_404 + line})  # a log that mixes another program's lines in
+    assert "multiple-kube-proxy" not in [f.cause for f in r.findings]
+    assert r.findings[0].cause == "node-ip-unresolved"

@@ -181,6 +181,16 @@ KUBE_PROXY_PATHS = (
 )
 
 
+# Libraries every Go program (or every Kubernetes component) prints through: Go's own packages,
+# the command-line libraries, component-base, client-go. A failure only they print is kube-proxy's
+# as the payload of its own message, never a sign by itself that a text is kube-proxy's world.
+SHARED_LIBRARY_PATHS = (
+    "go/src/",
+    "vendor/github.com/spf13/",
+    "staging/src/k8s.io/component-base/",
+    "staging/src/k8s.io/client-go/",
+)
+
 _DISTINCT_NEEDLE = 16  # a one-word needle shorter than this tells nobody's log
 
 
@@ -284,10 +294,13 @@ def kube_proxy_files() -> frozenset[str]:
 def tells_kube_proxy(m: Message) -> bool:
     """Does a line holding this message tell kube-proxy's world (a log to read, a fragment that
     is evidence)? Every failure the catalogue holds, and the routine messages only kube-proxy's
-    own code prints; never a message short and plain enough for any program to print."""
+    own code prints; never a message short and plain enough for any program to print, nor one
+    only a library every program uses prints (``SHARED_LIBRARY_PATHS``)."""
     needle = compile_template(m.template).needle
     if len(needle) < _DISTINCT_NEEDLE and " " not in needle:
         return False  # "Version: %+v", "Error: %v": any program prints that
+    if m.files and all(f.startswith(SHARED_LIBRARY_PATHS) for f in m.files):
+        return False  # "listen tcp ...: bind: address already in use": any Go program prints that
     if m.kind != "benign":
         return True  # a failure of kube-proxy's world, whoever printed it (kubelet's iptables code too)
     return m.component == "kube-proxy" and bool(m.files) and all(f.startswith(KUBE_PROXY_PATHS) for f in m.files)

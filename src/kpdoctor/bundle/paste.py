@@ -146,12 +146,28 @@ def _shape(text: str) -> str:
 
 def _continues(line: str, nxt: str) -> bool:
     """Can ``nxt`` be the next piece of ``line`` broken at its end? Not when it starts a line of
-    its own, when it opens as ``line`` does (the next row of a table), or when ``line`` ends in
-    padding (a table's column filled to the width)."""
+    its own, when it opens as ``line`` does (the next row of a table), when ``line`` ends in
+    padding (a table's column filled to the width), or when both are rows of one aligned table
+    (their cells start at the same columns: kubectl's tab writer pads every row to them)."""
     body = line.rstrip("\r")
     return (
-        bool(nxt.strip()) and not _STARTS_A_LINE.match(nxt) and _shape(nxt) != _shape(body) and not body.endswith("  ")
+        bool(nxt.strip())
+        and not _STARTS_A_LINE.match(nxt)
+        and _shape(nxt) != _shape(body)
+        and not body.endswith("  ")
+        and not _aligned(body, nxt)
     )
+
+
+_CELL_START = re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
+
+
+def _aligned(a: str, b: str) -> bool:
+    """Do ``a`` and ``b`` have cells starting at two or more of the same columns (rows of a
+    table: a header and its rows, padded to the widest cell)?"""
+    starts_a = {m.end() for m in _CELL_START.finditer(a)}
+    starts_b = {m.end() for m in _CELL_START.finditer(b)}
+    return len(starts_a & starts_b) >= 2
 
 
 def _hard_wrapped(lines: list[str]) -> list[str] | None:

@@ -18,7 +18,7 @@ from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.links import IFCONFIG_HEAD
-from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE
+from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_text
 from kpdoctor.parse.sockets import LSOF_ROW
@@ -95,6 +95,7 @@ IPVS_VS_LINE = re.compile(
     re.M,
 )
 IPVS_RS_LINE = re.compile(r"^\s*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
+_IPVS_COLUMNS = re.compile(r"^\s*Prot\s+LocalAddress:Port\b", re.M)  # -Ln's header: the whole table follows
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 CT_STATS_LINE = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
@@ -232,7 +233,13 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return node
     if _IPVSADM.search(head) or _mostly(lines, IPVS_VS_LINE, IPVS_RS_LINE, at_least=IPVS_VS_LINE):
         saved = "IP Virtual Server version" not in head and not IPVS_VS_LINE.search(head)
-        return Typed(Kind.IPVSADM, {"format": "save"} if saved else {})
+        if saved:
+            return Typed(Kind.IPVSADM, {"format": "save"})
+        # -Ln without its banner and column header: grep'd (`| grep -A1 30530`) or cut out of a
+        # paste; what it leaves out is unknown
+        whole = "IP Virtual Server version" in head or _IPVS_COLUMNS.search(head)
+        cut = any(_ELISION.match(ln) for ln in stripped.splitlines()[:2000])  # "..." where lines were left out
+        return Typed(Kind.IPVSADM, {} if whole and not cut else {"fragment": "true"})
     if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     if _mostly(lines, _LIST_CHAIN_LINE):  # `iptables -L | grep policy`: the chains' policies, no rules
@@ -246,6 +253,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
+    if _written_by_kube_proxy(lines):  # `journalctl -u kube-proxy`: its lines, whatever they say
+        return Typed(Kind.KUBE_PROXY_LOG, {})
     if _IPT_STDERR.match(first) and signalled():
         # iptables-restore's own stderr, as kube-proxy (or a script doing what it does) got it
         return Typed(Kind.KUBE_PROXY_LOG, {"stderr": "iptables"})
@@ -497,7 +506,8 @@ def sniff_named(name: str, text: str) -> Typed | None:
     logs kube-proxy-x7k2p``, ``journalctl -u kube-proxy``) although none of its lines is one only
     kube-proxy prints (client-go's request log at -v=6, a line no catalogue holds). Only for texts
     not recognised by content (see :func:`sniff`)."""
-    if _kube_proxy_named(name) and (KLOG_HEADER_ANYWHERE.search(text) or _KLOG_FRAGMENT.search(text)):
+    go_output = KLOG_HEADER_ANYWHERE.search(text) or _KLOG_FRAGMENT.search(text) or _COBRA_ERROR.search(text)
+    if go_output and _kube_proxy_named(name):
         return Typed(Kind.KUBE_PROXY_LOG, {"named": "true"})
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or len(lines) > 500:
@@ -514,9 +524,18 @@ def sniff_named(name: str, text: str) -> Typed | None:
 
 
 _KUBE_PROXY_WORD = re.compile(r"kube[-_]?proxy", re.I)
+_COBRA_ERROR = re.compile(r"^Error: \S", re.M)  # how cobra prints a command's error (then its usage)
 _POD_LOG = re.compile(r"/pods/[^/]+_[^/]+_[^/]+/([^/]+)/\d+\.log(?:\.[\w.-]+)?$")
 _LOG_READERS = frozenset({"cat", "tail", "head", "less", "more", "zcat", "grep"})
 _RUNTIME_CLIS = frozenset({"kubectl", "k", "oc", "docker", "crictl", "nerdctl", "podman"})
+
+
+def _written_by_kube_proxy(lines: list[str]) -> bool:
+    """Mostly lines whose wrapper (a syslog or journal prefix, an aggregator's) says kube-proxy
+    wrote them (`Oct 12 07:25:58 node1 kube-proxy[510947]: Error: invalid argument ...`)."""
+    sample = lines[:200]
+    ours = sum(1 for ln in sample if unwrap(ln).source in ("kube-proxy", "kube_proxy"))
+    return bool(sample) and ours >= 0.6 * len(sample)
 
 
 def _kube_proxy_named(name: str) -> bool:
@@ -532,6 +551,8 @@ def _kube_proxy_named(name: str) -> bool:
     prog, args = words[0].rsplit("/", 1)[-1], words[1:]
     if prog == "sudo" and args:
         prog, args = args[0].rsplit("/", 1)[-1], args[1:]
+    if _KUBE_PROXY_WORD.fullmatch(prog):
+        return True  # kube-proxy run in the terminal: what it printed
     if prog in _RUNTIME_CLIS and "logs" in args:
         after = args[args.index("logs") + 1 :]
         return any(_KUBE_PROXY_WORD.search(a) for a in after if not a.startswith("-") or "=" in a)

@@ -17,7 +17,7 @@ from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import LoggedMessage, logged_messages
-from kpdoctor.knowledge import CHECKS, check, owners
+from kpdoctor.knowledge import CHECKS, check, owners, tells_kube_proxy
 from kpdoctor.messages.match import Match
 from kpdoctor.messages.schema import Message
 from kpdoctor.model import Confidence, Finding, Severity
@@ -80,6 +80,16 @@ def wrapper_reading(match: Match) -> Reading | None:
             return Reading(outer.suggests[0], True, (), wrapper=True)
         at = at.payload
     return None
+
+
+def _tells(match: Match) -> bool:
+    """Does any message of a reading (a wrapper, its payload...) tell kube-proxy's world?"""
+    at: Match | None = match
+    while at is not None:
+        if tells_kube_proxy(at.message):
+            return True
+        at = at.payload
+    return False
 
 
 def _read_by_own_check(cause: str) -> bool:
@@ -167,6 +177,8 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
     """
     by_cause: dict[str, list[tuple[LoggedMessage, Reading]]] = {}
     for lm in logged_messages(facts.log):
+        if not _tells(lm.match):
+            continue  # any Go program's error (a listen that failed), not inside a message of kube-proxy's world
         r = reading(lm.match)
         if r is None or owners(lm.read_by) & {r.cause, *r.alternatives}:
             continue  # routine, or a dedicated check of a cause it may mean read the same lines

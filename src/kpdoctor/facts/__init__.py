@@ -758,6 +758,18 @@ class Facts:
             out.setdefault((vs.protocol, vs.address), (vs, name))
         return list(out.values())
 
+    def ipvs_evaluated(self) -> list[tuple[VirtualServer, str]]:
+        """The virtual servers verification evaluates: those of whole listings. A grep'd listing's
+        (no column header) says what it shows, never that a virtual server is absent; with no
+        whole listing, verification is not evaluated in IPVS mode (as for rules fragments)."""
+        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
+        out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
+        for a in listings:
+            if a.attrs.get("fragment") != "true":
+                for vs in parse_ipvsadm_list(a.text, a.first_line):
+                    out.setdefault((vs.protocol, vs.address), (vs, a.name))
+        return list(out.values())
+
     @cached_property
     def ipvs_listed(self) -> list[tuple[VirtualServer, str]]:
         """Every virtual server of every ``ipvsadm`` listing, ``-Ln`` before ``-Sn``: the same one
@@ -897,7 +909,7 @@ class Facts:
             rulesets=lambda: self.rulesets,
             nft_tables=lambda: self.nft_tables,
             nft_rules=lambda: self.nft_rules,
-            ipvs=lambda: self.ipvs_virtual_servers,
+            ipvs=self.ipvs_evaluated,
             ipsets=lambda: self.ipsets,
             running=lambda: self.running_mode,
             node=lambda: self.node_view,

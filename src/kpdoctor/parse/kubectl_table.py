@@ -223,6 +223,13 @@ def table_rows(text: str) -> list[TableRow]:
     Nodes) recognised without it. A name seen twice keeps its last row (``kubectl get -w`` prints
     a row again when the object changes)."""
     rows: dict[tuple[str, str | None, str], TableRow] = {}
+    for row in _each_row(text):
+        rows.pop((row.kind, row.namespace, row.name), None)
+        rows[(row.kind, row.namespace, row.name)] = row
+    return list(rows.values())
+
+
+def _each_row(text: str) -> Iterator[TableRow]:
     h: _Header | None = None
     for i, line in enumerate(text.splitlines()):
         if not line.strip():
@@ -234,9 +241,7 @@ def table_rows(text: str) -> list[TableRow]:
             continue
         row = _row(line, i, h)
         if row is not None:
-            rows.pop((row.kind, row.namespace, row.name), None)
-            rows[(row.kind, row.namespace, row.name)] = row
-    return list(rows.values())
+            yield row
 
 
 def _row(line: str, i: int, h: _Header | None) -> TableRow | None:
@@ -266,8 +271,7 @@ def is_object_table(lines: list[str]) -> bool:
     content = [ln for ln in lines if ln.strip() and ln.strip() != "--"]
     if not content:
         return False
-    text = "\n".join(content)
-    rows = table_rows(text)
+    rows = list(_each_row("\n".join(content)))  # every row line, a -w row printed again too
     if not any(r.kind in ("Service", "Node") for r in rows):
         return False
     headers = sum(1 for ln in content if _header(ln) is not None)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.dataplane.modes import IPVS_INTERFACE
@@ -237,12 +237,16 @@ def _suspected(facts: Facts) -> Iterator[Finding]:
     names = ", ".join(n.name for n in down[:3]) + (f" and {len(down) - 3} more" if len(down) > 3 else "")
     f = start(facts, "KP209", [], confidence=Confidence.LOW, severity=Severity.WARNING)
     f.summary = (
-        f"Suspected: Service {', '.join(services[:3])} has external address(es) {', '.join(map(str, ips[:4]))} "
+        f"Service {', '.join(services[:3])} has external address(es) {', '.join(map(str, ips[:4]))} "
         f"and node {names} is not Ready. If one of those addresses is a node's own, kube-proxy takes it as the "
         "Service's (in IPVS mode it binds it on kube-ipvs0 of every node and rejects every other port on it): "
         "that node goes NotReady. The nodes' addresses (`kubectl get nodes -o wide`) decide it."
     )
-    f.confidence_reason = "a Service has externalIPs and a node is not Ready; the nodes' addresses are not shown"
+    suspect(
+        f,
+        "a Service has externalIPs and a node is not Ready; the nodes' addresses are not shown",
+        ["kubectl get nodes -o wide", "ip -br addr (on the node that is not Ready)"],
+    )
     f.evidence = [c for _, _, c in external[:3]] + [
         facts.object_cite(n, f"Node {n.name}: Ready {node_ready(n)}") for n in down[:3]
     ]
