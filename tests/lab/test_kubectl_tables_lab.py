@@ -146,6 +146,7 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
         (found,) = _kp209(diagnose_json(wide))
         assert found["confidence"] == "high", found
         assert "192.168.56.11" in found["summary"] and "w-1" in found["summary"]
+        assert "Node w-1 is not Ready" in found["summary"]  # what IPVS mode's capture does to it
         cited = [e["text"].split()[0] for e in found["evidence"]]
         assert cited[:2] == ["service/web", "node/w-1"], found["evidence"]
 

@@ -195,6 +195,12 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         where = f" (this node has it there: {on_ipvs.text})" if on_ipvs else ""
         f = start(facts, "KP209", [], confidence=Confidence.HIGH, severity=None if ipvs else Severity.WARNING)
         f.summary = f"Service {label}'s {field} {ip} is the address of {owner.who}. " + _consequence(ipvs, where, owner)
+        if not ipvs and owner.ssh is None and _not_ready(facts, owner.node):
+            f.summary += (
+                f" Node {owner.node} is not Ready, as a node whose address kube-proxy's IPVS mode took over is: "
+                "`kubectl -n kube-system get cm kube-proxy -o yaml` (mode) or `ip addr show kube-ipvs0` on a node "
+                "tells whether it runs in IPVS mode."
+            )
         f.evidence = [cite, owner.cite] + ([on_ipvs] if on_ipvs else [])
         f.subject = {"service": label, "workload": None}
         f.ongoing = True
@@ -221,6 +227,11 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
         out.append(f)
     out += _pools_holding_hosts(facts, nodes, seen)
     yield from capped(facts, "KP209", out, "whose address is a node's")
+
+
+def _not_ready(facts: Facts, name: str) -> bool:
+    """Is the Node of this name shown not Ready (its object, or a `kubectl get nodes` row)?"""
+    return any(n.name == name and node_ready(n) in ("False", "Unknown") for n in facts.cluster.nodes())
 
 
 def _suspected(facts: Facts) -> Iterator[Finding]:
