@@ -46,11 +46,7 @@ def reading(match: Match) -> Reading | None:
     the messages around it point to. None when the outermost or the innermost message read is
     routine (``benign``): a clean-up of another mode's leftovers that failed, whatever nft said,
     or a tool's banner around "0 flow entries have been deleted.", is no failure."""
-    chain: list[Message] = []
-    at: Match | None = match
-    while at is not None:
-        chain.append(at.message)
-        at = at.payload
+    chain = _chain(match)
     if chain[0].kind == "benign" or chain[-1].kind == "benign":
         return None  # a routine message (a clean-up of another mode) whatever it wraps
     suggests: list[str] = []
@@ -82,14 +78,19 @@ def wrapper_reading(match: Match) -> Reading | None:
     return None
 
 
-def _tells(match: Match) -> bool:
-    """Does any message of a reading (a wrapper, its payload...) tell kube-proxy's world?"""
+def _chain(match: Match) -> list[Message]:
+    """A reading's messages, outermost first (a wrapper, its payload, the payload's)."""
+    chain: list[Message] = []
     at: Match | None = match
     while at is not None:
-        if tells_kube_proxy(at.message):
-            return True
+        chain.append(at.message)
         at = at.payload
-    return False
+    return chain
+
+
+def _tells(match: Match) -> bool:
+    """Does any message of a reading (a wrapper, its payload...) tell kube-proxy's world?"""
+    return any(tells_kube_proxy(m) for m in _chain(match))
 
 
 def _read_by_own_check(cause: str) -> bool:

@@ -87,6 +87,15 @@ def _node_info(node: K8sObject, field: str) -> str:
     return str(k8s.as_dict(k8s.as_dict(node.body.get("status")).get("nodeInfo")).get(field) or "")
 
 
+def _first_of_each(listings: list[tuple[Artifact, list[VirtualServer]]]) -> list[tuple[VirtualServer, str]]:
+    """Each virtual server once, from the first listing that has it, with that listing's name."""
+    out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
+    for a, vss in listings:
+        for vs in vss:
+            out.setdefault((vs.protocol, vs.address), (vs, a.name))
+    return list(out.values())
+
+
 def _first_line_cite(art: Artifact, text: str | None = None) -> Cite:
     body = text if text is not None else art.text
     for i, line in enumerate(body.splitlines()):
@@ -503,7 +512,7 @@ class Facts:
         return value, Cite(node.artifact, node.line, f"{node.ref} status.nodeInfo.{field}: {value}")
 
     def _table_node_info(self, field: str) -> tuple[str, Cite] | None:
-        rows = list(kubectl_table.rows_of(self.table_objects, "Node"))
+        rows = self.table_objects.of("Node")
         if self.node is not None:
             rows = [r for r in rows if r.name == self.node.name] or rows
         values = {v for r in rows if (v := _node_info(r, field))}
@@ -753,29 +762,25 @@ class Facts:
         """``ipvsadm -Ln``/``-Sn`` virtual servers, each with the artifact it is in. A virtual server
         in several listings (a bundle has both) is taken from the first, ``-Ln`` before ``-Sn``
         (it also shows the connection counts)."""
-        out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
-        for vs, name in self.ipvs_listed:
-            out.setdefault((vs.protocol, vs.address), (vs, name))
-        return list(out.values())
+        return _first_of_each(self._ipvs_listings)
 
     def ipvs_evaluated(self) -> list[tuple[VirtualServer, str]]:
         """The virtual servers verification evaluates: those of whole listings. A grep'd listing's
         (no column header) says what it shows, never that a virtual server is absent; with no
         whole listing, verification is not evaluated in IPVS mode (as for rules fragments)."""
-        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
-        out: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
-        for a in listings:
-            if a.attrs.get("fragment") != "true":
-                for vs in parse_ipvsadm_list(a.text, a.first_line):
-                    out.setdefault((vs.protocol, vs.address), (vs, a.name))
-        return list(out.values())
+        return _first_of_each([(a, vss) for a, vss in self._ipvs_listings if a.attrs.get("fragment") != "true"])
 
     @cached_property
     def ipvs_listed(self) -> list[tuple[VirtualServer, str]]:
         """Every virtual server of every ``ipvsadm`` listing, ``-Ln`` before ``-Sn``: the same one
         listed twice (a transcript's snapshots) is there twice, with its counts then."""
+        return [(vs, a.name) for a, vss in self._ipvs_listings for vs in vss]
+
+    @cached_property
+    def _ipvs_listings(self) -> list[tuple[Artifact, list[VirtualServer]]]:
+        """Each ``ipvsadm`` listing parsed once, ``-Ln`` before ``-Sn``."""
         listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
-        return [(vs, a.name) for a in listings for vs in parse_ipvsadm_list(a.text, a.first_line)]
+        return [(a, parse_ipvsadm_list(a.text, a.first_line)) for a in listings]
 
     @cached_property
     def ipsets(self) -> dict[str, IpSet]:
@@ -801,7 +806,7 @@ class Facts:
         """The Services the node's rules are verified against: the objects, then the rows of
         `kubectl get svc` tables no object names (their endpoints unknown: only a Service port
         the rules leave untouched is judged, dataplane/verify.py)."""
-        return self.objects.of("Service") + self.cluster.table_only("Service")
+        return self.cluster.service_objects()
 
     @cached_property
     def kube_ipvs0(self) -> list[IPAddress] | None:

@@ -250,6 +250,11 @@ def node_ready(node: K8sObject) -> str | None:
     return None
 
 
+def node_down(node: K8sObject) -> bool:
+    """Is the Node shown not Ready (its Ready condition False or Unknown)?"""
+    return node_ready(node) in ("False", "Unknown")
+
+
 def pod_cidrs(node: K8sObject) -> list[IPNetwork]:
     """The Pod ranges a Node was given (spec.podCIDRs, else spec.podCIDR)."""
     spec = as_dict(node.body.get("spec"))
@@ -309,8 +314,13 @@ class ClusterFacts:
 
     @cached_property
     def services(self) -> list[ServiceView]:
-        """Every Service given: whole objects, then the rows of `kubectl get svc` tables."""
+        """Every Service given (:meth:`service_objects`), as views."""
         return self._views("Service", ServiceView.of) + [ServiceView.of(o) for o in self.table_only("Service")]
+
+    def service_objects(self) -> list[K8sObject]:
+        """Every Service given: whole objects, then the rows of `kubectl get svc` tables no object
+        names (the Services verification takes: a row's endpoints are unknown)."""
+        return self.objects.of("Service") + self.table_only("Service")
 
     @property
     def services_exported(self) -> bool:

@@ -49,7 +49,7 @@ def init_child(argv: list[str]) -> list[str] | None:
         child_only = "c" in short or "--single-child" in flags
     else:
         child_only = False
-    return rest or None if child_only else None
+    return (rest or None) if child_only else None
 
 
 @dataclass(frozen=True, slots=True)

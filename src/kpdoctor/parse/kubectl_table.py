@@ -366,7 +366,3 @@ def table_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
         out.items.append(K8sObject(r.kind, "v1", r.namespace, r.name, body, artifact, first_line + r.line, TABLE_ROW))
     return out
 
-
-def rows_of(objects: Objects, kind: str) -> Iterator[K8sObject]:
-    """The objects of ``kind`` read from table rows."""
-    return (o for o in objects.of(kind) if o.fragment == TABLE_ROW)

@@ -192,10 +192,12 @@ def parse_ip_link(text: str, first_line: int = 1) -> list[Link]:
 # ifconfig's interface line: net-tools 2.x `eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500`,
 # net-tools 1.60 and busybox `eth0      Link encap:Ethernet  HWaddr 00:0C:29:...` (MTU on a later
 # line: `UP BROADCAST RUNNING MULTICAST  MTU:1500  Metric:1`). An alias is `eth0:1`.
+# IFCONFIG_HEAD: an interface's first line in either form, its name captured (what types a text
+# as ifconfig's, and what `ip addr`-style address readers start an interface at).
+IFCONFIG_HEAD = re.compile(r"^([^\s:]+(?::\d+)?)(?:: flags=\d+<|\s+Link encap:)", re.M)
 _IFCONFIG_NEW = re.compile(r"^([^\s:]+(?::\d+)?): flags=\d+<([A-Z0-9_,]*)>\s+mtu (\d+)")
 _IFCONFIG_OLD = re.compile(r"^(\S+)\s+Link encap:")
 _IFCONFIG_OLD_FLAGS = re.compile(r"^\s+((?:[A-Z]+ )*[A-Z]+)\s+MTU:(\d+)")
-IFCONFIG_HEAD = re.compile(r"^(?:[^\s:]+(?::\d+)?: flags=\d+<[A-Z0-9_,]*>\s+mtu \d+|\S+\s+Link encap:)", re.M)
 
 
 def _parse_ifconfig(text: str, first_line: int) -> list[Link]:

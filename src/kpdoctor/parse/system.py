@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kpdoctor import memo
+from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import load_json
@@ -304,9 +305,8 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
 
 _IF_HEADER = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
 _IF_INET = re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
-# ifconfig: net-tools 2.x (`eth0: flags=...`, `inet 10.0.0.5  netmask ...`) and net-tools 1.60 or
-# busybox (`eth0      Link encap:...`, `inet addr:10.0.0.5  Bcast:...`, `inet6 addr: fe80::1/64 Scope:Link`)
-_IFCONFIG_HEADER = re.compile(r"^([^\s:]+(?::\d+)?)(?:: flags=\d+<|\s+Link encap:)")
+# ifconfig's address lines (its interface lines: links.IFCONFIG_HEAD): net-tools 2.x (`inet 10.0.0.5
+# netmask ...`) and net-tools 1.60 or busybox (`inet addr:10.0.0.5  Bcast:...`, `inet6 addr: fe80::1/64 Scope:Link`)
 _IFCONFIG_INET = re.compile(r"^\s+inet6?\s+(?:addr:\s*)?([0-9a-fA-F.:]+)(?:/\d+)?\s")
 
 
@@ -342,7 +342,7 @@ def bound_addresses(text: str) -> tuple[list[str], list[BoundAddress]]:
         return names, out
     current = None
     for i, line in enumerate(text.splitlines()):
-        m = _IF_HEADER.match(line.strip() if line[:1].isdigit() else line) or _IFCONFIG_HEADER.match(line)
+        m = _IF_HEADER.match(line.strip() if line[:1].isdigit() else line) or IFCONFIG_HEAD.match(line)
         if m:
             current = m.group(1)
             names.append(current)

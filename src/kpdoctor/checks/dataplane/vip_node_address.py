@@ -22,7 +22,7 @@ from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.dataplane.modes import IPVS_INTERFACE
 from kpdoctor.facts import Facts
-from kpdoctor.facts.cluster import node_ready
+from kpdoctor.facts.cluster import node_down, node_ready
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import system
@@ -95,7 +95,6 @@ def _service_addresses(facts: Facts) -> Iterator[tuple[str, str, IPAddress, Cite
                 # a table's EXTERNAL-IP of a LoadBalancer Service holds both, not saying which
                 field = "EXTERNAL-IP" if svc.fragment == TABLE_ROW else "load-balancer IP"
                 yield label, field, ip, facts.object_cite(svc, f"Service {label}: load-balancer ingress {ip}")
-
 
 
 def _ipvs_bound(
@@ -231,7 +230,7 @@ def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
 
 def _not_ready(facts: Facts, name: str) -> bool:
     """Is the Node of this name shown not Ready (its object, or a `kubectl get nodes` row)?"""
-    return any(n.name == name and node_ready(n) in ("False", "Unknown") for n in facts.cluster.nodes())
+    return any(n.name == name and node_down(n) for n in facts.cluster.nodes())
 
 
 def _suspected(facts: Facts) -> Iterator[Finding]:
@@ -240,7 +239,7 @@ def _suspected(facts: Facts) -> Iterator[Finding]:
     NotReady). Suspected: the node's addresses decide it. (A load-balancer IP is left out: a cloud
     hands out addresses no node has.)"""
     external = [(label, ip, cite) for label, field, ip, cite in _service_addresses(facts) if field == "externalIPs"]
-    down = [n for n in facts.cluster.nodes() if node_ready(n) in ("False", "Unknown")]
+    down = [n for n in facts.cluster.nodes() if node_down(n)]
     if not external or not down:
         return
     ips = sorted({ip for _, ip, _ in external}, key=lambda ip: (ip.version, int(ip)))

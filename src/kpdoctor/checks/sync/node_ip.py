@@ -31,9 +31,9 @@ CANT_DETERMINE_IP = messages(
     "kube-proxy/server-node-ip-fallback-loopback-1-30",
 )
 DETECTED = messages("detected-node-ip", "kube-proxy/server-detected-node-ip")
-# client-go's request log (-v=6 and above): kube-proxy's GET of its own Node, answered 404
-# Every request of a verbose log is one of these, each with its own URL: not kept per URL, but a
-# Node's GET answered 404 is kept apart (its node name in the variant) from the rest.
+# client-go's request log (-v=6 and above), for kube-proxy's GET of its own Node answered 404. Every
+# request of a verbose log is one of these, each with its own URL: not kept per URL, but a Node's
+# GET answered 404 is kept apart (its node name in the variant) from the rest.
 REQUEST = messages(
     "client-go-get",
     "kube-proxy/client-go-get-response",

@@ -256,8 +256,9 @@ def _shell_under_init(facts: Facts, a: Artifact) -> Finding | None:
         return None
     shell = shells[0]
     inline = inline_script(shell.argv)
-    if inline is not None and (traps_term(inline) or (analyse(shell.argv, []) or _NOT_JUDGED).forwards is not False):
-        return None
+    judged = analyse(shell.argv, []) if inline is not None else None
+    if inline is not None and (traps_term(inline) or judged is None or judged.forwards is not False):
+        return None  # a -c script that passes TERM on (or execs the application), or one not judged
     apps = [p for p in procs if p.pid not in (1, shell.pid) and p.program not in ("ps", *SHELLS)]
     if not apps:
         return None
@@ -288,9 +289,6 @@ def _shell_under_init(facts: Facts, a: Artifact) -> Finding | None:
         ".",
     )
     return f
-
-
-_NOT_JUDGED = Entrypoint(None, None, "", "")
 
 
 def _runs(shell: Process, child: list[str]) -> bool:
