@@ -110,7 +110,7 @@ def _hostile_report() -> Report:
         kind="refused",
     )
     ok = Result(f"ns/ok-{HOSTILE}", "", "TCP", 4, "pod-to-clusterip", "10.0.0.2:80", None, "ok", [])
-    ver = Verification(2, results=[result, ok], not_evaluated=[f"table {HOSTILE}"])
+    ver = Verification(2, rows=[result, ok], not_evaluated=[f"table {HOSTILE}"])
     return Report(
         tool_version="0.1.0",
         node=f"node-{HOSTILE}",

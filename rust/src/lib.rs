@@ -116,6 +116,24 @@ impl IptablesRules {
         Ok((out, undecided))
     }
 
+    /// Which cases the rules certainly handle as the cluster expects, walked and judged here in
+    /// one pass: per case `(packet, prerouting, alternatives)`, `alternatives` an index into
+    /// `alternatives` (cases of one Service port share theirs). True: the walk is decided and
+    /// reaches one of the case's alternatives (the verification's status "ok"); False: anything
+    /// else, which the caller evaluates in full.
+    fn settled(&self, py: Python<'_>, cases: Vec<(PacketIn, bool, usize)>, alternatives: Vec<Vec<AlternativeIn>>) -> PyResult<Vec<bool>> {
+        let mut out = Vec::with_capacity(cases.len());
+        for (packet, prerouting, which) in cases {
+            let Some(alts) = alternatives.get(which) else {
+                return Err(PyValueError::new_err(format!("no alternatives {which}")));
+            };
+            let pkt = packet_of(packet);
+            let (outcomes, _) = self.rules.run(py, &pkt, prerouting, false, None);
+            out.push(reaches_alternative(&outcomes, &ordered(&outcomes, &pkt), alts));
+        }
+        Ok(out)
+    }
+
     /// The name of a chain a step of `entries` names by its indices.
     fn chain_name(&self, layer: u32, table: u32, chain: u32) -> PyResult<String> {
         let tab = self.rules.layers.get(layer as usize).and_then(|l| l.get(table as usize));
@@ -164,16 +182,8 @@ impl IptablesRules {
         let deps: Option<walk::Deps> = reads.then(Default::default);
         let (outcomes, undecided) = self.rules.run(py, &pkt, prerouting, false, deps.as_ref());
         let deps = deps.map(walk::Deps::into_inner);
-        let keyed: Vec<(f64, Option<String>)> = outcomes.iter().map(|o| (walk::round_to(o.prob, 7), o.endpoint(&pkt))).collect();
-        let mut order: Vec<usize> = (0..outcomes.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (ka, kb) = (&keyed[a], &keyed[b]);
-            kb.0.total_cmp(&ka.0)
-                .then_with(|| outcomes[a].verdict.text().cmp(outcomes[b].verdict.text()))
-                .then_with(|| ka.1.as_deref().unwrap_or("").cmp(kb.1.as_deref().unwrap_or("")))
-        });
         let out = PyList::empty(py);
-        for i in order {
+        for (i, backend) in ordered(&outcomes, &pkt) {
             let o = &outcomes[i];
             let st = &o.state;
             let cited = if o.verdict == walk::Verdict::Accept {
@@ -185,7 +195,6 @@ impl IptablesRules {
             };
             // the step as numbers only: the caller reads each rule's citation once
             let cited = cited.map(|s| (s.layer, s.table, s.chain, s.rule));
-            let backend = keyed[i].1.clone();
             let reason = if o.reason.is_empty() { pyo3::intern!(py, "").clone() } else { PyString::new(py, &o.reason) };
             out.append((o.prob, verdict_text(py, o.verdict), reason, backend, cited, o.open_table).into_pyobject(py)?)?;
         }
@@ -207,6 +216,56 @@ impl IptablesRules {
         Ok((out, undecided, read))
     }
 }
+
+/// The outcomes of a walk as a verification reads them, most likely first (then by verdict and
+/// backend: `merge_outcomes`' order), each with the backend it was translated to.
+fn ordered(outcomes: &[Outcome], pkt: &Packet) -> Vec<(usize, Option<String>)> {
+    let mut keyed: Vec<(usize, f64, Option<String>)> =
+        outcomes.iter().enumerate().map(|(i, o)| (i, walk::round_to(o.prob, 7), o.endpoint(pkt))).collect();
+    keyed.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then_with(|| outcomes[a.0].verdict.text().cmp(outcomes[b.0].verdict.text()))
+            .then_with(|| a.2.as_deref().unwrap_or("").cmp(b.2.as_deref().unwrap_or("")))
+    });
+    keyed.into_iter().map(|(i, _, backend)| (i, backend)).collect()
+}
+
+/// kube-proxy prints probabilities with 10 decimals; equal shares are within this
+/// (`PROB_TOLERANCE` in results.py)
+const PROB_TOLERANCE: f64 = 1e-3;
+
+/// Whether a decided walk reaches one of a case's alternatives: `results.judge` for a walk
+/// with no uncertain outcome, and only its verdict "ok" (anything else is judged in Python, with
+/// its notes). An alternative is `(refused, backends)`: refused by the rules, or spread evenly
+/// over exactly those backends.
+fn reaches_alternative(outcomes: &[Outcome], order: &[(usize, Option<String>)], alternatives: &[AlternativeIn]) -> bool {
+    let mut forwarded: Vec<(&str, f64)> = Vec::new();
+    let mut refused = 0.0;
+    for (i, backend) in order {
+        let o = &outcomes[*i];
+        match (o.verdict, backend) {
+            (walk::Verdict::Uncertain, _) => return false,
+            (walk::Verdict::Accept, Some(b)) if !b.is_empty() => match forwarded.iter_mut().find(|(k, _)| k == b) {
+                Some(slot) => slot.1 += o.prob,
+                None => forwarded.push((b, o.prob)),
+            },
+            (walk::Verdict::Drop | walk::Verdict::Reject, _) => refused += o.prob,
+            _ => {}
+        }
+    }
+    alternatives.iter().any(|(refuses, backends)| {
+        if *refuses {
+            return refused >= 1.0 - PROB_TOLERANCE;
+        }
+        let share = 1.0 / backends.len() as f64;
+        forwarded.len() == backends.len()
+            && forwarded.iter().all(|(b, p)| backends.iter().any(|x| x == b) && (p - share).abs() <= PROB_TOLERANCE)
+    })
+}
+
+/// One alternative outcome of a case as Python hands it over: refused, or the backends it is
+/// spread over evenly (distinct).
+type AlternativeIn = (bool, Vec<String>);
 
 /// A packet as Python hands it over: (IP version, source, destination, protocol, destination
 /// port, source port, input interface, output interface, mark).

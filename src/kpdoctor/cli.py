@@ -652,14 +652,14 @@ def verify(
             _err("nothing usable was given (see `kpdoctor verify --help`)")
         raise Exit(2)
     ver = report.verification
-    if service and ver is not None and not ver.results and not ver.unverified:
+    if service and ver is not None and not ver.rows and not ver.unverified:
         _err(f"no Service port matches --service {service}")
         raise Exit(2)
     if _write(FORMATS[fmt], report, output):
         raise Exit(2)
     if code == 3 and ver is not None and not report.timed_out and not report.errors:
         unsure = ver.count("uncertain")
-        why = [f"{unsure} of {len(ver.results)} results uncertain (their notes say why)"] if unsure else []
+        why = [f"{unsure} of {len(ver.rows)} results uncertain (their notes say why)"] if unsure else []
         if ver.unverified:
             why.append(f"{len(ver.unverified)} Service(s) with nothing to verify (see 'Inputs not used')")
         if not ver.evaluated:

@@ -173,9 +173,9 @@ class AgentCollector(Collector):
         if ver is not None and ver.evaluated:
             worst: dict[str, str] = {}
             order = {"ok": 0, "uncertain": 1, "mismatch": 2}
-            for r in ver.results:
-                if order.get(r.status, 0) >= order.get(worst.get(r.service, "ok"), 0):
-                    worst[r.service] = r.status
+            for service, _, status in ver.statuses():
+                if order.get(status, 0) >= order.get(worst.get(service, "ok"), 0):
+                    worst[service] = status
             by = Counter(worst.values())
             for result in ("ok", "mismatch", "uncertain"):
                 verified.add_metric([result], by.get(result, 0))

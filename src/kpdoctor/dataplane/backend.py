@@ -95,6 +95,19 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class SettlesCases(Protocol):
+    """An optional feature of a backend: it tells, for many cases at once and far more cheaply
+    than evaluating them, which ones its rules certainly handle as one of the case's
+    alternatives says (the verification's status "ok", whatever else its row would say). The
+    verification builds those rows only when they are read (a large node's text report reads
+    none of them); every other case is evaluated as usual."""
+
+    def settled(self, cases: list[Case]) -> list[bool]:
+        """Per case: True when its status is certainly "ok"; False when it must be evaluated."""
+        ...
+
+
+@runtime_checkable
 class RecordsReads(Protocol):
     """An optional feature of a backend: it records which parts of its rules each evaluation
     reads (``deps``: a set to add them to, or None), and says which parts changed since a

@@ -6,8 +6,9 @@ including when it could not be evaluated at all."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kpdoctor import memo
 from kpdoctor.dataplane.expected import Case, Expectation
@@ -201,7 +202,10 @@ class Verification:
     results, and it is neither clean nor a mismatch."""
 
     services_checked: int
-    results: list[Result] = field(default_factory=list)
+    # one row per case evaluated, in the cases' order: its Result, or, for a case the backend
+    # settled as "ok" (backend.SettlesCases), the Case itself, whose Result ``build`` makes when
+    # it is first read (``results``); the accessors below answer without building any
+    rows: list[Result | Case] = field(default_factory=list)
     stale: list[StaleRule] = field(default_factory=list)
     split: dict[int, list[str]] = field(default_factory=dict)  # family -> artifacts of both backends
     not_evaluated: list[str] = field(default_factory=list)
@@ -215,23 +219,74 @@ class Verification:
     reason: str = ""  # why it was not evaluated
     mode: str | None = None  # the proxy mode verified (or found, when it was not evaluated)
     mode_why: str = ""  # how that mode was told
+    # builds the Result of a settled row (see ``rows``); None once every row is built
+    build: Callable[[Case], Result] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def results(self) -> list[Result]:
+        """Every row's Result, in order (the settled rows' built now, once)."""
+        if self.build is not None:
+            build, rows = self.build, self.rows
+            for i, r in enumerate(rows):
+                if isinstance(r, Case):
+                    rows[i] = build(r)
+            self.build = None
+        return cast(list[Result], self.rows)
+
+    @results.setter
+    def results(self, results: list[Result]) -> None:
+        self.rows = list(results)
+        self.build = None
+
+    def row(self, i: int) -> Result:
+        """Row ``i``'s Result (built now if it was settled)."""
+        r = self.rows[i]
+        if isinstance(r, Case):
+            assert self.build is not None
+            r = self.rows[i] = self.build(r)
+        return r
+
+    def of_protocol(self, protocol: str) -> list[Result]:
+        """The Results of one protocol's rows (``UDP``), in order, building only those."""
+        out: list[Result] = []
+        rows = self.rows
+        for i, r in enumerate(rows):
+            if (r.sp.protocol if isinstance(r, Case) else r.protocol).upper() == protocol:
+                out.append(self.row(i))
+        return out
+
+    def problems(self) -> list[Result]:
+        """The rows whose status is not "ok" (a settled row is ok: none is built)."""
+        return [r for r in self.rows if isinstance(r, Result) and r.status != "ok"]
+
+    def statuses(self) -> list[tuple[str, str, str]]:
+        """(Service, label, status) of every row, in order, without building any."""
+        return [
+            (r.service, r.label, r.status) if isinstance(r, Result) else (r.sp.service, r.sp.label, "ok")
+            for r in self.rows
+        ]
 
     def only(self, service: str) -> Verification:
         """The results (and stale rules) of one Service, ``NS/NAME`` or ``NS/NAME:PORT``."""
         out = Verification(self.services_checked, split=self.split, not_evaluated=self.not_evaluated)
         out.evaluated, out.reason, out.mode, out.mode_why = self.evaluated, self.reason, self.mode, self.mode_why
-        out.results = [r for r in self.results if service_matches(r.label, service)]
+        out.rows = [
+            r
+            for r in self.rows
+            if service_matches(r.label if isinstance(r, Result) else r.sp.label, service)
+        ]
+        out.build = self.build
         out.stale = [s for s in self.stale if service_matches(s.label, service)]
         out.unverified = [u for u in self.unverified if service_matches(u[0], service)]
-        out.services_checked = len({r.service for r in out.results})
+        out.services_checked = len({svc for svc, _, _ in out.statuses()})
         return out
 
     def count(self, status: str) -> int:
-        return sum(1 for r in self.results if r.status == status)
+        return sum(1 for _, _, st in self.statuses() if st == status)
 
     @property
     def clean(self) -> bool:
-        ok = self.evaluated and bool(self.results) and all(r.status == "ok" for r in self.results)
+        ok = self.evaluated and bool(self.rows) and not self.problems()
         return ok and not self.stale and not self.unverified
 
     def to_json(self) -> dict[str, Any]:

@@ -345,5 +345,5 @@ def failing_traces(inputs: DataplaneInputs, ver: Verification, limit: int) -> di
     dp = open_dataplane(inputs, record=True, tracing=True)
     if isinstance(dp, NotEvaluated):
         return {}
-    bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
+    bad = sorted((r for r in ver.problems() if r.status == "mismatch"), key=lambda r: r.label)
     return dp.trace_results(bad, limit)

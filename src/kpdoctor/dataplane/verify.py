@@ -10,10 +10,11 @@ for destinations that still forward although no Service owns them (stale rules, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kpdoctor.dataplane.backend import Backend, RecordsReads
+from kpdoctor.dataplane.backend import Backend, RecordsReads, SettlesCases
 from kpdoctor.dataplane.expected import (
     ENDPOINTS_UNKNOWN,
     SHARED,
@@ -187,12 +188,32 @@ def run_verification(
             backend.deps = None
     else:
         for start, end in part.ranges(len(todo)):
-            ver.results.extend(evaluate_case(c, backend, node) for c in todo[start:end])
+            ver.rows.extend(_evaluated(todo[start:end], backend, node, ver))
             ver.ranges.append((start, end))
     if part.stale and not partial_listing(services):
         ver.stale = backend.stale(_owned(services, pods, reuse), node)
     ver.not_evaluated.extend(backend.not_evaluated())
     return ver
+
+
+def _evaluated(todo: list[Case], backend: Backend, node: NodeView, ver: Verification) -> list[Result | Case]:
+    """The rows of these cases: the cases a backend that can (:class:`SettlesCases`) settles
+    as "ok" are kept as cases, their Results built when read (``ver.build``); every other case
+    is evaluated now."""
+    settled = [False] * len(todo)
+    if isinstance(backend, SettlesCases):
+        walkable = [i for i, c in enumerate(todo) if _walkable(c, backend)]
+        for i, ok in zip(walkable, backend.settled([todo[i] for i in walkable]), strict=True):
+            settled[i] = ok
+    if any(settled):
+        ver.build = functools.partial(evaluate_case, backend=backend, node=node)
+    return [c if ok else evaluate_case(c, backend, node) for c, ok in zip(todo, settled, strict=True)]
+
+
+def _walkable(case: Case, backend: Backend) -> bool:
+    """Whether evaluating the case walks its packet and judges every backend (not a case that
+    lacks evidence, nor one whose endpoints are not shown)."""
+    return not case.unknown and case.src is not None and case.dst is not None and not backend.missing(case.sp.family)
 
 
 def _owned(services: list[K8sObject], pods: list[K8sObject], reuse: Reuse | None) -> Owned:

@@ -12,7 +12,7 @@ PRETTY_LIMIT = 3000  # results; above, no indentation (json's indenting encoder 
 
 def render_json(report: Report, color: bool = False) -> str:
     doc = report.to_json()
-    big = report.verification is not None and len(report.verification.results) > PRETTY_LIMIT
+    big = report.verification is not None and len(report.verification.rows) > PRETTY_LIMIT
     if big:
         return json_safe(json.dumps(doc, ensure_ascii=False, separators=(",", ":"))) + "\n"
     return json_safe(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n"

@@ -202,7 +202,7 @@ def _mismatches(view: View, index: dict[str, int], cwd: str, first_rank: int) ->
         return []
     named, summaries = _named(view.report.findings)
     by_port: dict[str, list[Any]] = {}
-    for r in ver.results:
+    for r in ver.problems():
         if r.status == "mismatch":
             by_port.setdefault(r.label, []).append(r)
     details = {row.service: row for row in view.rows}

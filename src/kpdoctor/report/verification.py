@@ -34,7 +34,7 @@ def summary_parts(ver: Any) -> tuple[str, str]:
     ok, bad, unc = ver.count("ok"), ver.count("mismatch"), ver.count("uncertain")
     verdict = "clean" if ver.clean else ("MISMATCH" if bad or ver.stale else "inconclusive")
     text = (
-        f"{ver.services_checked} Service(s) checked, {len(ver.results)} Service port x traffic class: "
+        f"{ver.services_checked} Service(s) checked, {len(ver.rows)} Service port x traffic class: "
         f"{ok} ok, {bad} mismatch, {unc} uncertain"
     )
     if ver.stale:
@@ -52,17 +52,18 @@ def rows(ver: Any, show_all: bool) -> tuple[list[Row], int]:
     """Rows to print, and how many ok rows were left out (on a large node only the problems are
     listed, so only their rows are built)."""
     order = {"mismatch": 0, "uncertain": 1, "ok": 2}
-    grouped: dict[str, list[Any]] = {}
-    for r in ver.results:
-        grouped.setdefault(r.label, []).append(r)
+    grouped: dict[str, list[tuple[int, str]]] = {}
+    for i, (_, label, st) in enumerate(ver.statuses()):
+        grouped.setdefault(label, []).append((i, st))
     everything = show_all or len(grouped) <= TABLE_LIMIT
     out: list[Row] = []
     hidden = 0
-    for label, rs in grouped.items():
-        status = min((r.status for r in rs), key=lambda s: order[s])
+    for label, at in grouped.items():
+        status = min((st for _, st in at), key=lambda s: order[s])
         if status == "ok" and not everything:
             hidden += 1
             continue
+        rs = [ver.row(i) for i, _ in at]
         classes = ", ".join(
             f"{TRAFFIC_CLASSES[r.traffic][0]} {'ok' if r.status == 'ok' else r.status.upper()}" for r in rs
         )

@@ -247,7 +247,7 @@ def failing_paths(
 ) -> tuple[list[ServicePath], int]:
     """The mismatched results as paths, by Service port, at most ``limit``, and how many more
     there are; with the step-by-step ``traces`` the run made of them (Report.traces)."""
-    bad = sorted((r for r in ver.results if r.status == "mismatch"), key=lambda r: r.label)
+    bad = sorted((r for r in ver.problems() if r.status == "mismatch"), key=lambda r: r.label)
     paths = [_path(r) for r in bad[:limit]]
     if traces:
         paths = [replace(p, traces=tuple(traces.get((p.service, p.traffic), ()))) for p in paths]
@@ -344,7 +344,7 @@ def verdict(report: Report) -> Verdict:
             return Verdict(2, "nothing usable", "the rules and the cluster's objects are both needed to verify")
         if ver.count("mismatch") or ver.stale:
             return Verdict(1, "mismatch", "the node's rules disagree with the cluster")
-        if not ver.results or ver.count("uncertain") or ver.unverified or report.timed_out:
+        if not ver.rows or ver.count("uncertain") or ver.unverified or report.timed_out:
             return Verdict(3, "inconclusive", report.timed_out or "some Services could not be verified")
         return Verdict(0, "clean", "every Service port forwards to its endpoints")
     if report.visible():

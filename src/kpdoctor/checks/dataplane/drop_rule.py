@@ -58,7 +58,7 @@ def iptables_drop_rule(facts: Facts, verified: Verified) -> Iterator[Finding]:
     if ver is None:
         return
     out: list[Finding] = []
-    for label, rs in sorted(by_service(ver.results, _applies).items()):
+    for label, rs in sorted(by_service(ver.problems(), _applies).items()):
         rules = [e.rule for r in rs for e in r.refusals() if not kube_proxy_rule(e) and e.rule is not None]
         share = max(sum(e.probability for e in r.refusals() if not kube_proxy_rule(e)) for r in rs)
         first = rules[0] if rules else None

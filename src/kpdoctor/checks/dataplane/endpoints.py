@@ -114,7 +114,7 @@ def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]
     if ver is None:
         return
     out: list[Finding] = []
-    for label, rs in sorted(by_service(ver.results, _applies).items()):
+    for label, rs in sorted(by_service(ver.problems(), _applies).items()):
         stale = sorted({b for r in rs for b in r.stale_backends})
         missing = sorted({b for r in rs for b in r.missing_backends})
         parts = []

@@ -109,7 +109,7 @@ def ipvs_virtual_server_empty(facts: Facts, verified: Verified) -> Iterator[Find
     if ver is None:
         return
     out: list[Finding] = []
-    for label, rs in sorted(by_service(ver.results, _applies).items()):
+    for label, rs in sorted(by_service(ver.problems(), _applies).items()):
         servers = sorted({e.rule.text for r in rs for e in r.refusals() if e.rule is not None})
         ready = sorted({b for r in rs for a in r.expected[:1] for b in a.backends})
         summary = (

@@ -71,7 +71,7 @@ def local_endpoints_not_recognised(facts: Facts, verified: Verified) -> Iterator
     """
     ver = verified.verification
     out: list[Finding] = []
-    for label, rs in sorted(by_service(ver.results, _applies).items()) if ver is not None else []:
+    for label, rs in sorted(by_service(ver.problems(), _applies).items()) if ver is not None else []:
         local = sorted({e for r in rs for e in r.local_endpoints})
         node = facts.node
         where = f'node "{node.name}"' if node else "this node"

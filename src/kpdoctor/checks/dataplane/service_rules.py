@@ -63,8 +63,8 @@ def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]
     if ver is None:
         return
     out: list[Finding] = []
-    totals = Counter(r.label for r in ver.results)  # once: counted per label it was quadratic
-    for label, rs in sorted(by_service(ver.results, lambda r: r.kind == "no-rules").items()):
+    totals = Counter(label for _, label, _ in ver.statuses())  # once: counted per label it was quadratic
+    for label, rs in sorted(by_service(ver.problems(), lambda r: r.kind == "no-rules").items()):
         total = totals[label]
         refused_only = all(r.expected and all(a.refused for a in r.expected) for r in rs)
         unshown = all(not r.expected for r in rs)  # its endpoints are not in the evidence

@@ -239,9 +239,8 @@ def _udp_results(verified: Verified) -> dict[str, list[Result]] | None:
     if ver is None or not ver.evaluated:
         return None
     out: dict[str, list[Result]] = {}
-    for r in ver.results:
-        if r.protocol.upper() == "UDP":
-            out.setdefault(r.destination, []).append(r)
+    for r in ver.of_protocol("UDP"):
+        out.setdefault(r.destination, []).append(r)
     return out
 
 

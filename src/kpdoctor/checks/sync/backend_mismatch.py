@@ -169,7 +169,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
         f = _busy_chain(facts, busy, host)
     if f is None and split:
         ver = verified.verification
-        disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
+        disagree = sorted({r.label for r in ver.problems() if r.kind == "split"}) if ver is not None else []
         f = start(
             facts,
             "KP101",
@@ -200,7 +200,7 @@ def backend_mismatch(facts: Facts, verified: Verified) -> Iterator[Finding]:
     if split:
         notes.append("Rules found in both backends: " + "; ".join(split) + ".")
         ver = verified.verification
-        disagree = sorted({r.label for r in ver.results if r.kind == "split"}) if ver is not None else []
+        disagree = sorted({r.label for r in ver.problems() if r.kind == "split"}) if ver is not None else []
         if disagree:
             notes.append(
                 f"They disagree for {len(disagree)} Service port(s) ({', '.join(disagree[:5])}): see the "
@@ -570,7 +570,7 @@ def backend_split(facts: Facts, verified: Verified) -> Iterator[Finding]:
     ver = verified.verification
     if ver is None or not ver.split:
         return
-    split = [r for r in ver.results if r.kind == "split"]
+    split = [r for r in ver.problems() if r.kind == "split"]
     for fam, artifacts in sorted(ver.split.items()):
         mine = [r for r in split if r.family == fam]
         if not mine:

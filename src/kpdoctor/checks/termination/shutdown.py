@@ -261,7 +261,7 @@ def _stale_services(facts: Facts, verified: Verified) -> set[str]:
     ver = verified.verification
     if ver is None:
         return set()
-    return {r.service for r in ver.results if r.stale_backends}
+    return {r.service for r in ver.problems() if r.stale_backends}
 
 
 @check(

@@ -237,6 +237,25 @@ class IptablesBackend:
                 out[f] = [rs.artifact for rs, _ in fr.primary]
         return out
 
+    def settled(self, cases: list[Case]) -> list[bool]:
+        """Which cases the rules certainly handle as the cluster expects (see :class:`SettlesCases`):
+        those of a family whose Service rules are in one backend, walked by the native core, and
+        only while no evaluation's reads are being recorded (the agent's carried results)."""
+        out = [False] * len(cases)
+        if self.deps is not None:
+            return out
+        by_family: dict[int, list[int]] = {}
+        for i, case in enumerate(cases):
+            by_family.setdefault(case.sp.family, []).append(i)
+        for family, which in by_family.items():
+            fam = self.family(family)
+            ev = fam.primary[0][1] if len(fam.primary) == 1 and not fam.missing else None
+            if isinstance(ev, NativeEvaluator):
+                walks = [(_packet(cases[i]), cases[i].hook, cases[i].alternatives) for i in which]
+                for i, ok in zip(which, ev.settled(walks), strict=True):
+                    out[i] = ok
+        return out
+
     def evaluate(self, case: Case) -> list[View]:
         fam = self.family(case.sp.family)
         pkt = _packet(case)

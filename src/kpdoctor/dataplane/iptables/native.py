@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kpdoctor.dataplane.addresses import IPAddress, Span
 from kpdoctor.dataplane.backend import Packet
+from kpdoctor.dataplane.expected import Expectation
 from kpdoctor.dataplane.iptables.compile import CompiledTable
 from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
 from kpdoctor.dataplane.walk import Outcome, State, Step, merge_outcomes
@@ -177,6 +178,22 @@ class NativeEvaluator:
             reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
         self.undecided = undecided
         return raw, undecided
+
+    def settled(self, packets: list[tuple[Packet, str, list[Expectation]]]) -> list[bool]:
+        """Which of these walks (packet, hook, the case's alternatives) the rules certainly
+        handle as one alternative says, walked and judged in the core in one call (see
+        ``IptablesRules.settled``); each distinct list of alternatives is handed over once."""
+        index: dict[int, int] = {}
+        alternatives: list[list[tuple[bool, list[str]]]] = []
+        todo = []
+        for packet, hook, alts in packets:
+            k = index.get(id(alts))
+            if k is None:
+                k = index[id(alts)] = len(alternatives)
+                alternatives.append([(a.refused, list(a.backends)) for a in alts])
+            todo.append((_packet(packet), hook == "prerouting", k))
+        with _contained():
+            return self._core.settled(todo, alternatives)
 
     def cited(self, step: StepKey) -> tuple[str, str, int | None, str, str]:
         """The rule or policy a step of :meth:`entries` names: (table, chain, line or None,
