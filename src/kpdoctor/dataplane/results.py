@@ -282,7 +282,10 @@ class Verification:
         return out
 
     def count(self, status: str) -> int:
-        return sum(1 for _, _, st in self.statuses() if st == status)
+        """How many rows have this status (a settled row is "ok"), none built."""
+        if status == "ok":
+            return sum(1 for r in self.rows if not isinstance(r, Result) or r.status == "ok")
+        return sum(1 for r in self.rows if isinstance(r, Result) and r.status == status)
 
     @property
     def clean(self) -> bool:

@@ -63,8 +63,10 @@ def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]
     if ver is None:
         return
     out: list[Finding] = []
-    totals = Counter(label for _, label, _ in ver.statuses())  # once: counted per label it was quadratic
-    for label, rs in sorted(by_service(ver.problems(), lambda r: r.kind == "no-rules").items()):
+    missing = by_service(ver.problems(), lambda r: r.kind == "no-rules")
+    # counted once (per label it was quadratic), and only when some port has no rules
+    totals = Counter(label for _, label, _ in ver.statuses()) if missing else Counter[str]()
+    for label, rs in sorted(missing.items()):
         total = totals[label]
         refused_only = all(r.expected and all(a.refused for a in r.expected) for r in rs)
         unshown = all(not r.expected for r in rs)  # its endpoints are not in the evidence
