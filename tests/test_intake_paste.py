@@ -651,3 +651,35 @@ def test_shell_prompts_of_other_shells_start_a_command(prompt: str) -> None:
 def test_a_url_or_a_yaml_path_is_not_a_prompt() -> None:
     assert split_transcript("see https://github.com/kubernetes/kubernetes/issues/1 # here\n") is None
     assert split_transcript("kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\nmode: ipvs\n") is None
+
+
+# -- output written as comments under its command (blog posts, runbooks) ---------------------------
+
+
+@pytest.mark.parametrize(
+    "post",
+    [
+        # the command, then its output in a comment with the writer's note after an arrow
+        "sysctl net.ipv4.ip_forward\n# 输出：net.ipv4.ip_forward = 0  <-- 凶手找到了！\n",
+        "$ sysctl net.ipv4.ip_forward\n# Output: net.ipv4.ip_forward = 0\n",
+        "```bash\ncat /proc/sys/net/ipv4/ip_forward\n# => 0   # <- here\n```\n",
+        # a label alone: the output is on the comment lines below it
+        "# sysctl -a | grep forward\n# Output:\n# net.ipv4.ip_forward = 0\n# net.ipv4.conf.all.forwarding = 0\n",
+    ],
+)
+def test_output_written_as_a_comment_under_its_command_is_read(tmp_path: Path, post: str) -> None:
+    p = tmp_path / "post.md"
+    p.write_text(post)
+    setting = Facts(load([p])).node_state.setting("net.ipv4.ip_forward")
+    assert setting is not None and setting.int() == 0
+    assert setting.cite.line == len(post.rstrip("\n`").split("\n")) - (1 if "conf.all" in post else 0)
+    assert "ip-forward-disabled" in _causes(p)
+
+
+def test_commented_settings_of_a_sysctl_file_are_not_output() -> None:
+    """A sysctl.conf's commented lines are settings switched off, not values read: only a comment
+    labelled as output is taken off."""
+    conf = "# Uncomment the next line to enable packet forwarding for IPv4\n#net.ipv4.ip_forward=1\n"
+    assert unwrap_paste(conf).text == conf
+    noted = "net.ipv4.ip_forward = 1\n# the value above is what sysctl --system left\n"
+    assert unwrap_paste(noted).text == noted

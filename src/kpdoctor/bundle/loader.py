@@ -857,8 +857,9 @@ def _load_transcript(
         text = p.text
         un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
         retyped = sniff(un.text, ev.lazy_signatures) if un.removed and not forced else Typed(None, {})
-        if retyped.kind is not None:
-            typed, text = retyped, un.text
+        if retyped.kind is not None or (forced and un.removed):
+            # typed without its wrapping; or what the command types, read without it
+            typed, text = retyped if retyped.kind is not None else Typed(forced, {}), un.text
             hints["paste"] = ", ".join((*paste, *un.removed))
         else:
             typed = Typed(forced, {}) if forced else sniff(text, ev.lazy_signatures)

@@ -29,6 +29,17 @@ _GREP_N = re.compile(r"^(?P<n>\d+)[:-]")  # grep -n: "12:match", "13-context"
 _GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d+)[:-]")  # grep -Hn: "kube-proxy.log:12:match"
 _GREP_H = re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
 _BACKTICKED = re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
+# Output a blog post or a runbook wrote as a comment under its command ("# Output:
+# net.ipv4.ip_forward = 0", "# 输出：0  <-- here"), on the comment's line or, after a label
+# alone, on the comment lines that follow it.
+_OUTPUT_COMMENT = re.compile(
+    r"^(?P<indent>[ \t]*)#[ \t]*(?:(?:output|result|returns?|prints?|输出(?:结果)?|结果|返回|显示)[ \t]*[:：]|=>)"
+    r"[ \t]*(?P<out>.*)$",
+    re.IGNORECASE,
+)
+_COMMENTED = re.compile(r"^(?P<indent>[ \t]*)#[ \t]?(?P<out>.*)$")
+# the writer's note after an output line: "0   <-- the culprit", "0  # <- here", "0 ← 这里"
+_ARROW_NOTE = re.compile(r"[ \t]+(?:#[ \t]*)?(?:<-+|<=+|←)(?:[ \t].*)?$")
 # An escaped "\#" at a line's start (a root prompt the editor would have made a heading).
 _ESCAPED_HASH = re.compile(r"^(?P<indent>[ \t]*)\\(?=#)")
 
@@ -114,6 +125,25 @@ def _strip_heredoc(lines: list[str]) -> list[str] | None:
         out[i] = out[close] = ""
         i = close + 1
     return out
+
+
+def _uncommented_output(lines: list[str]) -> list[str] | None:
+    """Output written as comments under its command (``_OUTPUT_COMMENT``), as the command
+    printed it: the label and the writer's trailing note taken off. A label alone opens a block
+    of comment lines, which ends at the first line that is not one."""
+    out = list(lines)
+    block = False
+    for i, ln in enumerate(lines):
+        m = _OUTPUT_COMMENT.match(ln)
+        if m is None and block and (m := _COMMENTED.match(ln)) is not None and m.group("out").strip():
+            out[i] = m.group("indent") + _ARROW_NOTE.sub("", m.group("out"))
+            continue
+        block = False
+        if m is not None:
+            body = _ARROW_NOTE.sub("", m.group("out")).rstrip()
+            out[i] = m.group("indent") + body
+            block = not body
+    return out if out != lines else None
 
 
 def _dedent(lines: list[str]) -> tuple[list[str], int]:
@@ -267,6 +297,10 @@ def unwrap_paste(text: str) -> Unwrapped:
         if grep is not None:
             lines, what = grep
             removed.append(what)
+        commented = _uncommented_output(lines) if "output written as comments" not in removed else None
+        if commented is not None:
+            lines = commented
+            removed.append("output written as comments")
         heredoc = _strip_heredoc(lines)
         if heredoc is not None:
             lines = heredoc
