@@ -46,6 +46,8 @@ from kpdoctor.parse import (
     k8s,
     kernel_log,
     kpconfig,
+    kubectl_describe,
+    kubectl_table,
     links,
     logwrap,
     netstat,
@@ -380,6 +382,11 @@ TARGETS = [
     Target("health", _health, (Kind.KUBE_PROXY_HEALTHZ, Kind.KUBE_PROXY_METRICS)),
     Target("entrypoint.analyse", _entrypoint, (Kind.KUBE_PROXY_CMDLINE, Kind.PROCESSES)),
     Target("structured.load_json/load_yaml_all", _structured, (Kind.K8S_OBJECTS, Kind.KUBE_PROXY_CONFIG)),
+    Target(
+        "kubectl_table+kubectl_describe",
+        lambda t: (kubectl_table.table_objects(t, "f"), kubectl_describe.described_objects(t, "f", 2)),
+        (Kind.KUBECTL_TABLE, Kind.KUBECTL_DESCRIBE),
+    ),
     Target("sniff", _sniff, _ALL),
     Target("transcript", _transcript, _ALL),
 ]

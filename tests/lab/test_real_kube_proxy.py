@@ -30,7 +30,7 @@ from test_deploy import find_kubectl_120
 
 from .control_plane import Binaries
 from .kpdoctor_run import diagnose_json
-from .real_node import NODE, PODS, RealNode, in_node, real_node
+from .real_node import NODE, PODS, TARGET_PORT, RealNode, in_node, real_node
 
 KPDOCTOR = [sys.executable, "-m", "kpdoctor"]
 CYCLE = re.compile(r"cycle (\d+): .*; (\d+) finding\(s\), (\d+) held back")
@@ -445,6 +445,60 @@ def test_a_service_table_shows_what_kube_proxy_never_synced(lab_binaries: Binari
     assert not report["verification"]["stale_rules"]
     assert not [f for f in report["findings"] if f["code"] == "KP201"]
 
+
+def _v1_endpoints(rn: RealNode, name: str, ips: list[str]) -> None:
+    """The Service's v1 Endpoints (what kubectl 1.20's describer reads; the lab has no endpoints
+    controller), holding ``ips`` on the Service's port."""
+    body = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name},
+            "subsets": [{"addresses": [{"ip": ip} for ip in ips],
+                         "ports": [{"name": "http", "port": TARGET_PORT, "protocol": "TCP"}]}]}  # fmt: skip
+    path = "/api/v1/namespaces/default/endpoints"
+    try:
+        current = rn.api("GET", f"{path}/{name}")
+    except RuntimeError:
+        rn.api("POST", path, body)
+        return
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    rn.api("PUT", f"{path}/{name}", body)
+
+
+def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries, tmp_path: Path) -> None:
+    """kube-proxy stopped, then one Service's endpoints changed and another Service created:
+    `kubectl describe svc` (Debian's kubectl 1.20) and the node's iptables-save show the first's
+    rules sending to an endpoint it no longer has and missing the one it gained (KP202), and the
+    new one's port left untouched (KP200); the Service kube-proxy synced is not named, and no
+    rule is called stale (a description names only the Services described)."""
+    kubectl, why = find_kubectl_120(tmp_path / "kubectl")
+    assert kubectl is not None, why
+    with real_node(lab_binaries) as rn:
+        for name in ("web", "api"):
+            rn.service(name, PODS[:2], port=80 if name == "web" else 8081)
+            _v1_endpoints(rn, name, PODS[:2])
+        rn.wait_synced()
+        rn.stop_kube_proxy()
+        rn.set_endpoints("api", PODS[1:])
+        _v1_endpoints(rn, "api", PODS[1:])
+        late = rn.service("late", PODS[:1], port=8080)
+        _v1_endpoints(rn, "late", PODS[:1])
+        rules = rn.rules()
+        described = subprocess.run([kubectl, "--kubeconfig", str(rn.cp.kubeconfig), "describe", "svc", "web", "api", "late"],
+                                   capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert f"{PODS[2]}:{TARGET_PORT}" in described
+    (tmp_path / "describe.txt").write_text(f"$ kubectl describe svc web api late\n{described}")
+    (tmp_path / "iptables-save.txt").write_text(rules)
+    report = diagnose_json(tmp_path / "describe.txt", tmp_path / "iptables-save.txt")
+    kinds = {a["kind"] for a in report["inputs"]}
+    assert "kubectl describe services" in kinds, report["inputs"]
+    missing = [f for f in report["findings"] if f["code"] == "KP200"]
+    assert [f["subject"]["service"] for f in missing] == ["default/late:http"], missing  # its port named
+    assert late in missing[0]["summary"]
+    behind = [f for f in report["findings"] if f["code"] == "KP202"]
+    assert [f["subject"]["service"] for f in behind] == ["default/api:http"], behind
+    assert PODS[0] in behind[0]["summary"] and PODS[2] in behind[0]["summary"], behind[0]["summary"]
+    named = {f["subject"].get("service") for f in report["findings"]}
+    assert not [n for n in named if n and n.startswith("default/web")]
+    assert not report["verification"]["stale_rules"]
+    assert not [f for f in report["findings"] if f["code"] == "KP201"]
 
 # -- the shipped RBAC ------------------------------------------------------------------------
 

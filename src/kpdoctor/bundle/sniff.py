@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
-from kpdoctor.parse import clients, kubectl_table, loadtest, timing
+from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
@@ -249,6 +249,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return workload
     if kubectl_table.is_object_table(lines):  # Services, Nodes: read as partial objects
         return Typed(Kind.KUBECTL_TABLE, {})
+    if kubectl_describe.is_service_description(lines):  # likewise
+        return Typed(Kind.KUBECTL_DESCRIBE, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
         if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():
             return Typed(Kind.KUBE_PROXY_LOG, {})

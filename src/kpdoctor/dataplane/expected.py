@@ -19,6 +19,7 @@ from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, end
 from kpdoctor.dataplane.service_info import DEFAULT_AFFINITY_TIMEOUT, read_service
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
+from kpdoctor.parse.kubectl_describe import DESCRIBED
 from kpdoctor.parse.kubectl_table import TABLE_ROW
 from kpdoctor.versions import KubeVersion
 
@@ -95,6 +96,7 @@ class ServicePort:
     affinity: bool = False
     # sessionAffinityConfig.clientIP.timeoutSeconds (kube-proxy's default: 10800 s, 3 hours)
     affinity_timeout: int = DEFAULT_AFFINITY_TIMEOUT
+    affinity_timeout_shown: bool = True  # False: a description, which does not print it
     topology: str | None = None  # "hints" | "PreferClose" when the Service asks for topology routing
     endpoints: list[Endpoint] = field(default_factory=list)
     endpoints_known: bool = True
@@ -327,9 +329,10 @@ ENDPOINTS_UNKNOWN = "no EndpointSlices or Endpoints in the evidence"
 
 
 def partial_listing(services: Iterable[K8sObject]) -> bool:
-    """Are some Services only rows of a `kubectl get svc` table? Such a listing may leave out
-    namespaces (no -A) or rows (a grep): rules no Service in it owns prove nothing stale."""
-    return any(s.fragment == TABLE_ROW for s in services)
+    """Are some Services only rows of a `kubectl get svc` table, or descriptions? Such a listing
+    may leave out namespaces (no -A), rows (a grep) or every other Service (a describe names
+    one): rules no Service in it owns prove nothing stale."""
+    return any(s.fragment in (TABLE_ROW, DESCRIBED) for s in services)
 
 
 def service_ports(
@@ -357,7 +360,8 @@ def service_ports(
         if svc and isinstance(svc, str):
             by_svc.setdefault((sl.namespace or "default", svc), []).append(sl)
     v1 = {(e.namespace or "default", e.name): e for e in endpoints}
-    known = bool(slices) or bool(endpoints) or endpoints_exported
+    # a description's endpoints are its Service's alone: they say nothing of another Service's
+    known = bool(slices) or any(e.fragment != DESCRIBED for e in endpoints) or endpoints_exported
     out: list[ServicePort] = []
     count = 0
     for svc in services:
@@ -370,8 +374,12 @@ def service_ports(
             if hit is not None and hit[0] is svc:  # the ids are the same objects: the entry keeps them alive
                 made = hit
         if made is None:
-            # a `kubectl get svc` row: the Service is shown, its endpoints never are
-            endpoints_shown = known and svc.fragment != TABLE_ROW
+            # a `kubectl get svc` row: the Service is shown, its endpoints never are; a
+            # description: when it showed them all (parse/kubectl_describe)
+            if svc.fragment == DESCRIBED:
+                endpoints_shown = bool(slist) or (v1e is not None and v1e.fragment == DESCRIBED)
+            else:
+                endpoints_shown = known and svc.fragment != TABLE_ROW
             made = (svc, slist, v1e, *_ports_of(svc, slist, v1e, endpoints_shown))
         if carry is not None:
             carry[1][ident] = made
@@ -439,6 +447,7 @@ def _ports_of(
                 itp_local=info.itp_local,
                 affinity=info.affinity,
                 affinity_timeout=info.affinity_timeout,
+                affinity_timeout_shown=svc.fragment != DESCRIBED,
                 topology=info.topology,
                 cite=cite,
             )

@@ -53,8 +53,8 @@ def case_signature(case: Case) -> tuple[object, ...]:
     return (
         sp.namespace, sp.name, sp.port_name, sp.protocol, sp.port, sp.family, sp.node_port, sp.cluster_ip,
         tuple(sp.external_ips), tuple(sp.lb_ips), tuple(str(r) for r in sp.source_ranges), sp.etp_local,
-        sp.itp_local, sp.affinity, sp.affinity_timeout, sp.topology, eps, sp.endpoints_known, tuple(sp.problems),
-        sp.node_port_problem, tuple(sp.notes),
+        sp.itp_local, sp.affinity, sp.affinity_timeout, sp.affinity_timeout_shown, sp.topology, eps,
+        sp.endpoints_known, tuple(sp.problems), sp.node_port_problem, tuple(sp.notes),
         case.traffic, case.src, case.dst, case.dport, case.hook,
         tuple((tuple(sorted(a.backends)), a.why) for a in case.alternatives), tuple(case.notes), case.unknown,
     )  # fmt: skip

@@ -110,7 +110,7 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
         notes.insert(0, "; ".join(dict.fromkeys(first.uncertain)))
     elif opened := open_note(case, res.actual, status):
         notes.insert(0, opened)
-    if status == "ok" and first.affinity is not None:
+    if status == "ok" and first.affinity is not None and (sp.affinity_timeout_shown or not sp.affinity):
         asked = sp.affinity_timeout if sp.affinity else 0
         if first.affinity != asked:
             status, kind = res.status, res.kind = "mismatch", "affinity"

@@ -35,7 +35,7 @@ from kpdoctor.facts.log import (
 from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import Messages, Signature, scanned
 from kpdoctor.model import Cite
-from kpdoctor.parse import k8s, kpconfig, kubectl_table, nft, system
+from kpdoctor.parse import k8s, kpconfig, kubectl_describe, kubectl_table, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
@@ -272,13 +272,16 @@ class Facts:
 
     @cached_property
     def table_objects(self) -> Objects:
-        """Services and Nodes read from `kubectl get` tables: partial objects (what a table does
-        not show is unknown), kept apart from the objects given whole: verified with their
-        endpoints unknown, never taken to list every Service, never "the Services came with
-        their EndpointSlices"."""
+        """Services and Nodes read from `kubectl get` tables, and Services (with their Endpoints
+        when every one is shown) from `kubectl describe service`: partial objects (what kubectl
+        did not print is unknown), kept apart from the objects given whole: never taken to list
+        every Service, never "the Services came with their EndpointSlices"; a table row's
+        endpoints are unknown."""
         out = Objects()
         for a in self.of(Kind.KUBECTL_TABLE):
             out.items.extend(kubectl_table.table_objects(a.read_text(), a.name, a.first_line).items)
+        for a in self.of(Kind.KUBECTL_DESCRIBE):
+            out.items.extend(kubectl_describe.described_objects(a.read_text(), a.name, a.first_line).items)
         return out
 
     @cached_property
@@ -908,7 +911,7 @@ class Facts:
         return DataplaneInputs(
             services=self.verified_services,
             slices=lambda: self.objects.of("EndpointSlice"),
-            endpoints=lambda: self.objects.of("Endpoints"),
+            endpoints=lambda: self.cluster.endpoint_objects(),
             pods=lambda: self.objects.of("Pod"),
             endpoints_exported=self._endpoints_exported,
             rulesets=lambda: self.rulesets,

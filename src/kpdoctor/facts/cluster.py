@@ -16,6 +16,7 @@ from typing import Any
 from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, Span, address_span
 from kpdoctor.dataplane.service_info import read_service
 from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, Objects, as_dict, as_list, is_ip, port_value
+from kpdoctor.parse.kubectl_describe import DESCRIBED
 from kpdoctor.parse.structured import StructuredError, load_yaml_all
 
 
@@ -274,6 +275,13 @@ def networks(texts: Iterable[str]) -> list[IPNetwork]:
     return out
 
 
+def _not_named(rows: list[K8sObject], better: list[K8sObject]) -> list[K8sObject]:
+    """The rows no object of ``better`` names (a row without its namespace matches any)."""
+    named = {(o.namespace, o.name) for o in better}
+    names = {name for _, name in named}
+    return [o for o in rows if (o.namespace, o.name) not in named and (o.namespace or o.name not in names)]
+
+
 class ClusterFacts:
     """The typed views of one run's objects, each built on first use. ``carry``: (the previous
     run's, this run's) views by object: an object a caller kept from one run to the next (the
@@ -290,14 +298,19 @@ class ClusterFacts:
         self.tables = tables if tables is not None else Objects()  # partial objects of `kubectl get` tables
 
     def table_only(self, kind: str) -> list[K8sObject]:
-        """The table rows of ``kind`` no whole object names (a row without its namespace matches
-        any namespace): the whole object says more."""
+        """The partial objects of ``kind`` (table rows, descriptions) no whole object names, nor,
+        for a table row, a description; each once. The whole object says more than a
+        description, a description more than a row (a row without its namespace matches any)."""
         if not self.tables.items:
             return []
-        whole = {(o.namespace, o.name) for o in self.objects.of(kind)}
-        names = {name for _, name in whole}
-        rows = self.tables.of(kind)
-        return [o for o in rows if (o.namespace, o.name) not in whole and (o.namespace or o.name not in names)]
+        rows = _not_named(self.tables.of(kind), self.objects.of(kind))
+        described: dict[tuple[str | None, str], K8sObject] = {}
+        for o in rows:
+            if o.fragment == DESCRIBED:
+                described.setdefault((o.namespace, o.name), o)  # described twice: the first
+        shown = list(described.values())
+        kept = {id(o) for o in shown}
+        return [o for o in rows if (id(o) in kept if o.fragment == DESCRIBED else bool(_not_named([o], shown)))]
 
     def _views(self, kind: str, make: Callable[[K8sObject], Any]) -> list[Any]:
         if self._carry is None:
@@ -321,6 +334,14 @@ class ClusterFacts:
         """Every Service given: whole objects, then the rows of `kubectl get svc` tables no object
         names (the Services verification takes: a row's endpoints are unknown)."""
         return self.objects.of("Service") + self.table_only("Service")
+
+    def endpoint_objects(self) -> list[K8sObject]:
+        """Every v1 Endpoints given: whole objects, then those a `kubectl describe service` showed
+        whole, of the Services verification takes from it (:meth:`service_objects`)."""
+        described = {(o.namespace, o.name) for o in self.table_only("Service")}
+        whole = {(o.namespace, o.name) for o in self.objects.of("Endpoints")}
+        shown = [o for o in self.tables.of("Endpoints") if (o.namespace, o.name) in described - whole]
+        return self.objects.of("Endpoints") + shown
 
     @property
     def services_exported(self) -> bool:

@@ -35,6 +35,7 @@ def _applies(r: Result) -> bool:
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    needs_all_or=[Kind.KUBECTL_DESCRIBE],
 )
 def iptables_drop_rule(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """A firewall rule or chain policy that kube-proxy did not write drops Service traffic.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
     CLUSTER,
@@ -83,6 +84,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    needs_all_or=[Kind.KUBECTL_DESCRIBE],
     partial=_rejected_without_objects,
     settles=True,
 )

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
     CLUSTER,
     MAX_CITES,
+    PRINTED_SERVICES,
     RULES,
     by_service,
     capped,
@@ -32,7 +32,7 @@ from kpdoctor.model import Confidence, Finding, Severity
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
-    needs_all_or=[Kind.KUBECTL_TABLE],
+    needs_all_or=PRINTED_SERVICES,
     settles=True,
 )
 def service_rules_missing(facts: Facts, verified: Verified) -> Iterator[Finding]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start, suspect
-from kpdoctor.checks.dataplane.common import capped
+from kpdoctor.checks.dataplane.common import PRINTED_SERVICES, capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.dataplane.modes import IPVS_INTERFACE
 from kpdoctor.facts import Facts
@@ -140,7 +140,7 @@ def _consequence(ipvs: bool, where: str, owner: _Owner) -> str:
     cause="service-vip-is-node-address",
     title="A Service address is also a node's own address",
     severity=Severity.CRITICAL,
-    needs=[Kind.K8S_OBJECTS, Kind.KUBECTL_TABLE, *IP_ADDR_KINDS, Kind.SSH_ATTEMPTS],
+    needs=[Kind.K8S_OBJECTS, *PRINTED_SERVICES, *IP_ADDR_KINDS, Kind.SSH_ATTEMPTS],
 )
 def vip_is_node_address(facts: Facts) -> Iterator[Finding]:
     """A Service's externalIP or load-balancer IP equals an address of a node, and kube-proxy captures it.

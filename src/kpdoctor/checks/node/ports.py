@@ -161,7 +161,14 @@ def _overlap(facts: Facts, lo: int, hi: int, reserved: list[tuple[int, int]]) ->
     cause="listen-port-in-ephemeral-range",
     title="A service port lies inside the ephemeral port range",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_LOG, Kind.LISTENERS, Kind.K8S_OBJECTS, Kind.KUBECTL_TABLE],
+    needs=[
+        Kind.SYSCTL,
+        Kind.KUBE_PROXY_LOG,
+        Kind.LISTENERS,
+        Kind.K8S_OBJECTS,
+        Kind.KUBECTL_TABLE,
+        Kind.KUBECTL_DESCRIBE,
+    ],
 )
 def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.

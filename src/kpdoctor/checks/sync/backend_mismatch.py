@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
-from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
+from kpdoctor.checks.dataplane.common import CLUSTER, PRINTED_SERVICES, RULES, classes, verification_not_evaluated
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.iptables_variant import HostIptables, banner
@@ -547,6 +547,7 @@ def _one_side_known(
     needs=RULES,
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
+    needs_all_or=PRINTED_SERVICES,
 )
 def backend_split(facts: Facts, verified: Verified) -> Iterator[Finding]:
     """kube-proxy's rules are in the legacy and the nf_tables backend at once.

@@ -1,0 +1,297 @@
+"""``kubectl describe service``: read into partial Service (and Endpoints) objects.
+
+The commonest paste of a Service that does not answer. kubectl's describer
+(pkg/describe/describe.go, ``describeService``; the same fields since 1.0, a few added) writes,
+through a tab writer that pads every key to one column:
+
+    Name:              redis-example
+    Namespace:         default
+    Labels:            k=v              (more labels on the following lines, indented; <none>)
+    Annotations:       k: v             (likewise)
+    Selector:          k=v,k=v          (<none>)
+    Type:              ClusterIP
+    IP Family Policy:  SingleStack      (1.20 on)
+    IP Families:       IPv4             (1.20 on)
+    IP:                10.101.33.59     (spec.clusterIP; "None" when headless)
+    IPs:               10.101.33.59     (1.20 on: spec.clusterIPs)
+    External IPs:      a,b
+    IP: / LoadBalancer IP: / Desired LoadBalancer IP:   spec.loadBalancerIP (not what kube-proxy programs)
+    External Name:     host
+    LoadBalancer Ingress:  ip[ (VIP|Proxy)], hostname, ...
+    Port:              <name or <unset>>  6379/TCP      (then, per port:)
+    TargetPort:        9121/TCP
+    AppProtocol:       ...
+    NodePort:          <name>  31597/TCP
+    Endpoints:         ip:port,ip:port[ + N more...]    (<none>; only ready endpoints; at most 3)
+    Session Affinity:  None | ClientIP
+    External Traffic Policy:  Cluster | Local
+    Internal Traffic Policy:  Cluster | Local
+    HealthCheck NodePort:     N
+    LoadBalancer Source Ranges:  a,b
+    Traffic Distribution:     PreferClose
+    Events:            <none>           (or a table of events)
+
+What a describe does not show is unknown, not unset: the Service is a partial object (its
+``fragment`` says so), never taken to list every Service. Its endpoints are known only when
+every port's ``Endpoints:`` line lists them all (no ``+ N more``, not ``<none>``: that hides
+serving endpoints kube-proxy may fall back to), and no traffic policy, topology or zone decides
+which of them a node uses (a describe shows no endpoint's node or zone): then they are an
+Endpoints object of their own, with the ports the lines name. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kpdoctor.parse.k8s import K8sObject, Objects
+
+DESCRIBED = "a `kubectl describe` output"
+
+# a field line: the key as kubectl names it, the tab writer's padding (or a tab), the value
+_FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z]*(?: [A-Za-z]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d+)/(?P<proto>[A-Za-z]+)$")
+_TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
+_MORE = re.compile(r"\s*\+\s*\d+\s+more\.*\s*$")
+_ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d+)$")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
+_ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
+_NONE = ("<none>", "<unset>", "")
+
+# The fields of a Service's description; a line with another key (an annotation's continuation,
+# an event) is not one of them.
+_KEYS = frozenset(
+    [
+        "Name",
+        "Namespace",
+        "Labels",
+        "Annotations",
+        "Selector",
+        "Type",
+        "IP Family Policy",
+        "IP Families",
+        "IP",
+        "IPs",
+        "External IPs",
+        "LoadBalancer IP",
+        "Desired LoadBalancer IP",
+        "External Name",
+        "LoadBalancer Ingress",
+        "Port",
+        "TargetPort",
+        "AppProtocol",
+        "NodePort",
+        "Endpoints",
+        "Session Affinity",
+        "External Traffic Policy",
+        "Internal Traffic Policy",
+        "HealthCheck NodePort",
+        "LoadBalancer Source Ranges",
+        "Traffic Distribution",
+        "Events",
+    ]
+)
+# what tells a Service's description from another object's (a Pod's has no Session Affinity)
+_SERVICE_KEYS = frozenset(["Session Affinity", "Port", "TargetPort", "Endpoints"])
+
+
+@dataclass(slots=True)
+class _Port:
+    name: str
+    port: int
+    protocol: str
+    line: int
+    target: str | None = None
+    node_port: int | None = None
+    endpoints: str | None = None  # the Endpoints line's value, as printed
+
+
+@dataclass(slots=True)
+class _Described:
+    line: int  # of its Name line, 0-based in the text
+    fields: dict[str, str] = field(default_factory=dict)
+    ips: list[str] = field(default_factory=list)  # every IP: line, in order
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    ports: list[_Port] = field(default_factory=list)
+
+
+def _blocks(text: str) -> list[_Described]:
+    out: list[_Described] = []
+    cur: _Described | None = None
+    section = ""  # "Labels" or "Annotations" while their continuation lines run
+    for i, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        m = _FIELD.match(line)
+        key = m.group("key") if m is not None and m.group("key") in _KEYS else None
+        if key is None:
+            if cur is not None and section == "Labels" and _LABEL.match(line):
+                k, _, v = line.partition("=")
+                cur.labels[k] = v
+            elif cur is not None and section == "Annotations" and (a := _ANNOTATION.match(line)):
+                cur.annotations[a.group("key")] = a.group("value")
+            else:
+                section = ""
+            continue
+        assert m is not None
+        value = (m.group("value") or "").strip()
+        if key == "Name":
+            cur = _Described(i)
+            out.append(cur)
+        if cur is None:
+            continue
+        section = key if key in ("Labels", "Annotations") else ""
+        if key == "Labels" and _LABEL.match(value):
+            k, _, v = value.partition("=")
+            cur.labels[k] = v
+        elif key == "Annotations" and (a := _ANNOTATION.match(value)):
+            cur.annotations[a.group("key")] = a.group("value")
+        elif key == "IP":
+            cur.ips.append(value)
+        elif key == "Port":
+            p = _PORT.match(value)
+            if p is not None:
+                name = "" if p.group("name") in _NONE else p.group("name")
+                cur.ports.append(_Port(name, int(p.group("port")), p.group("proto").upper(), i))
+        elif key in ("TargetPort", "NodePort", "Endpoints") and cur.ports:
+            port = cur.ports[-1]
+            if key == "TargetPort":
+                t = _TARGET.match(value)
+                port.target = t.group("port") if t is not None else None
+            elif key == "NodePort":
+                n = _PORT.match(value)
+                port.node_port = int(n.group("port")) if n is not None else None
+            else:
+                port.endpoints = value
+        else:
+            cur.fields.setdefault(key, value)
+    return [b for b in out if "Namespace" in b.fields and _SERVICE_KEYS & (set(b.fields) | _port_keys(b))]
+
+
+def _port_keys(b: _Described) -> set[str]:
+    return {"Port"} if b.ports else set()
+
+
+def is_service_description(lines: list[str]) -> bool:
+    """Does this text hold a ``kubectl describe service`` (its Name, Namespace, Type and a
+    Service's own fields)?"""
+    return bool(_blocks("\n".join(lines))) and any(ln.lstrip().startswith("Type:") for ln in lines)
+
+
+def _listed(value: str | None) -> list[str]:
+    if value is None or value in _NONE:
+        return []
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _service(b: _Described) -> dict[str, Any]:
+    f = b.fields
+    spec: dict[str, Any] = {}
+    kind = f.get("Type", "")
+    if kind:
+        spec["type"] = kind
+    selector = _listed(f.get("Selector"))
+    if selector:
+        spec["selector"] = dict(s.partition("=")[::2] for s in selector)
+    # the first IP line is spec.clusterIP; a later one (1.20's) is spec.loadBalancerIP
+    if b.ips and b.ips[0] not in _NONE:
+        spec["clusterIP"] = b.ips[0]
+    cluster_ips = _listed(f.get("IPs"))
+    if cluster_ips:
+        spec["clusterIPs"] = cluster_ips
+    families = _listed(f.get("IP Families"))
+    if families:
+        spec["ipFamilies"] = families
+    external = _listed(f.get("External IPs"))
+    if external:
+        spec["externalIPs"] = external
+    if f.get("External Name"):
+        spec["externalName"] = f["External Name"]
+    ports: list[dict[str, Any]] = []
+    for p in b.ports:
+        port: dict[str, Any] = {"port": p.port, "protocol": p.protocol}
+        if p.name:
+            port["name"] = p.name
+        if p.target is not None:
+            port["targetPort"] = int(p.target) if p.target.isdigit() else p.target
+        if p.node_port is not None:
+            port["nodePort"] = p.node_port
+        ports.append(port)
+    spec["ports"] = ports
+    for key, name in (
+        ("Session Affinity", "sessionAffinity"),
+        ("External Traffic Policy", "externalTrafficPolicy"),
+        ("Internal Traffic Policy", "internalTrafficPolicy"),
+        ("Traffic Distribution", "trafficDistribution"),
+    ):
+        if f.get(key) and f[key] not in _NONE:
+            spec[name] = f[key]
+    if f.get("HealthCheck NodePort", "").isdigit():
+        spec["healthCheckNodePort"] = int(f["HealthCheck NodePort"])
+    ranges = _listed(f.get("LoadBalancer Source Ranges"))
+    if ranges:
+        spec["loadBalancerSourceRanges"] = ranges
+    meta: dict[str, Any] = {"name": f.get("Name", ""), "namespace": f.get("Namespace", "")}
+    if b.labels:
+        meta["labels"] = dict(b.labels)
+    if b.annotations:
+        meta["annotations"] = dict(b.annotations)
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+    ingress = []
+    for entry in _listed(f.get("LoadBalancer Ingress")):
+        value, _, mode = entry.partition(" (")
+        if value.replace(".", "").isdigit() or ":" in value:
+            ingress.append({"ip": value, **({"ipMode": mode.rstrip(")")} if mode else {})})
+        else:
+            ingress.append({"hostname": value})
+    if ingress:
+        body["status"] = {"loadBalancer": {"ingress": ingress}}
+    return body
+
+
+def _endpoints(b: _Described, service: dict[str, Any]) -> dict[str, Any] | None:
+    """The Service's ready endpoints as a v1 Endpoints object, when the description shows every
+    one of every port and nothing but readiness decides which a node uses (module docstring)."""
+    spec = service["spec"]
+    if not b.ports or spec.get("clusterIP") in (None, "None"):
+        return None
+    if "Local" in (spec.get("externalTrafficPolicy"), spec.get("internalTrafficPolicy")):
+        return None
+    if spec.get("trafficDistribution") or any("topology" in k for k in b.annotations):
+        return None
+    subsets = []
+    for p in b.ports:
+        value = p.endpoints
+        if value is None or value in _NONE or _MORE.search(value):
+            return None
+        addresses = []
+        numbers = set()
+        for ep in _listed(value):
+            m = _ENDPOINT.match(ep)
+            if m is None:
+                return None
+            addresses.append({"ip": m.group("v6") or m.group("v4")})
+            numbers.add(int(m.group("port")))
+        if len(numbers) != 1:  # one subset per target port: a named port on Pods that differ
+            return None
+        port = {"port": numbers.pop(), "protocol": p.protocol, **({"name": p.name} if p.name else {})}
+        subsets.append({"addresses": addresses, "ports": [port]})
+    meta = {"name": service["metadata"]["name"], "namespace": service["metadata"]["namespace"]}
+    return {"apiVersion": "v1", "kind": "Endpoints", "metadata": meta, "subsets": subsets}
+
+
+def described_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
+    """The Services of ``text``'s descriptions as partial objects (``fragment`` DESCRIBED),
+    cited at their Name line, each with its Endpoints when the description shows them all."""
+    out = Objects()
+    for b in _blocks(text):
+        body = _service(b)
+        meta = body["metadata"]
+        name, ns = meta["name"], meta["namespace"] or None
+        line = first_line + b.line
+        out.items.append(K8sObject("Service", "v1", ns, name, body, artifact, line, DESCRIBED))
+        eps = _endpoints(b, body)
+        if eps is not None:
+            out.items.append(K8sObject("Endpoints", "v1", ns, name, eps, artifact, line, DESCRIBED))
+    return out
