@@ -16,10 +16,11 @@ from kpdoctor.bundle.sniff import sniff
 from kpdoctor.dataplane.expected import partial_listing, service_ports
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import catalogue
-from kpdoctor.parse.kubectl_describe import DESCRIBED, described_objects, is_service_description
+from kpdoctor.parse.kubectl_describe import DESCRIBED, described_objects, is_description
 
 KUBECTL_120 = DATA / "kubectl" / "describe-svc-kubectl-1.20.txt"
 KUBECTL_132 = DATA / "kubectl" / "describe-svc-kubectl-1.32.txt"
+NODES_120 = DATA / "kubectl" / "describe-nodes-kubectl-1.20.txt"
 REALWORLD = Path(__file__).parent / "realworld"
 
 
@@ -37,7 +38,10 @@ def test_each_description_is_a_partial_service_cited_at_its_name() -> None:
     assert partial_listing(read.of("Service"))  # a description names only the Services described
     for o in services.values():
         assert o.fragment == DESCRIBED and o.line is not None
-        assert text.splitlines()[o.line - 10] == f"Name:{' ' * (len(text.splitlines()[o.line - 10]) - 5 - len(o.name))}{o.name}"
+        assert (
+            text.splitlines()[o.line - 10]
+            == f"Name:{' ' * (len(text.splitlines()[o.line - 10]) - 5 - len(o.name))}{o.name}"
+        )
     local = services["local"].body["spec"]
     assert local["type"] == "NodePort" and local["externalTrafficPolicy"] == "Local"
     assert local["externalIPs"] == ["192.0.2.10", "192.0.2.11"]
@@ -70,7 +74,7 @@ def test_an_ipv6_endpoint_and_a_hidden_not_ready_one() -> None:
 def test_a_description_alone_is_typed_as_one_and_a_pods_is_not() -> None:
     for path in (KUBECTL_120, KUBECTL_132):
         lines = path.read_text().splitlines()
-        assert is_service_description(lines)
+        assert is_description(lines)
         assert sniff("\n".join(lines), catalogue()).kind == Kind.KUBECTL_DESCRIBE
     pod = """Name:         web-5d7c9
 Namespace:    default
@@ -91,7 +95,7 @@ Volumes:
   kube-api-access-x:
     Type:                    Projected (a volume that contains injected data from multiple sources)
 """
-    assert not is_service_description(pod.splitlines())
+    assert not is_description(pod.splitlines())
     assert not described_objects(pod, "pod.txt").items
 
 
@@ -113,3 +117,28 @@ def test_posted_descriptions_are_read(case: str, name: str, endpoints: list[str]
         assert name not in shown
     else:
         assert sorted(f"{a['ip']}:8080" for a in shown[name].body["subsets"][0]["addresses"]) == endpoints
+
+
+def test_a_node_description_gives_its_addresses_conditions_and_system_info() -> None:
+    nodes = {o.name: o for o in described_objects(NODES_120.read_text(), "nodes.txt").of("Node")}
+    assert set(nodes) == {"cp-1", "w-1"}
+    w1 = nodes["w-1"].body
+    assert w1["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "192.168.56.11"},
+        {"type": "Hostname", "address": "w-1"},
+    ]
+    assert w1["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert w1["status"]["nodeInfo"] == {
+        "kernelVersion": "5.15.0-76-generic",
+        "osImage": "Ubuntu 22.04.2 LTS",
+        "operatingSystem": "linux",
+        "architecture": "amd64",
+        "containerRuntimeVersion": "containerd://1.6.21",
+        "kubeletVersion": "v1.20.2",
+        "kubeProxyVersion": "v1.20.2",
+    }
+    assert w1["metadata"]["labels"] == {"kubernetes.io/hostname": "w-1", "kubernetes.io/os": "linux"}
+    assert w1["spec"] == {"unschedulable": False}
+    facts = Facts(load([NODES_120]))
+    kernel = facts.node_kernel
+    assert kernel is not None and kernel.value.base == (5, 15, 0)

@@ -1,6 +1,7 @@
-"""`kubectl describe service`, as kubectl prints it for a real kube-apiserver v1.20: kpdoctor reads
-each Service as its object says (type, addresses, ports, policies), and its endpoints only where
-the description shows every one and nothing but readiness decides which a node uses.
+"""`kubectl describe service` and `kubectl describe node`, as kubectl prints them for a real
+kube-apiserver v1.20: kpdoctor reads each Service as its object says (type, addresses, ports,
+policies), its endpoints only where the description shows every one and nothing but readiness
+decides which a node uses, and each Node's addresses, conditions and System Info.
 
 The Services and their v1 Endpoints (what kubectl 1.20's describer reads; the lab has no
 endpoints controller) are made in the lab's apiserver; the descriptions are printed by Debian's
@@ -12,15 +13,19 @@ shown).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from kpdoctor.bundle.loader import load
 from kpdoctor.dataplane.expected import service_ports
+from kpdoctor.facts import Facts
 from kpdoctor.parse.kubectl_describe import DESCRIBED, described_objects
 
 from .control_plane import ControlPlane
-from .test_kubectl_tables_lab import _kubectls, _ok
+from .kpdoctor_run import diagnose_json
+from .test_kubectl_tables_lab import NODE_INFO, NODES, _kubectls, _ok
 
 PODS = ["10.244.1.10", "10.244.1.11", "10.244.1.12", "10.244.1.13", "10.244.1.14"]
 
@@ -88,6 +93,14 @@ def _cluster(cp: ControlPlane) -> None:
     _ok(cp.request("PUT", "/api/v1/namespaces/default/services/front/status", got))
 
 
+def _keep(name: str, text: str) -> None:
+    """With KPDOCTOR_LAB_DUMP=DIR, the output is also written there (how tests/data/kubectl's
+    descriptions were made)."""
+    folder = os.environ.get("KPDOCTOR_LAB_DUMP")
+    if folder:
+        Path(folder, name).write_text(text)
+
+
 def _kubectl(kubectl: str, cp: ControlPlane, *args: str) -> str:
     done = subprocess.run(
         [kubectl, "--kubeconfig", str(cp.kubeconfig), *args], capture_output=True, text=True, timeout=60, check=False
@@ -100,8 +113,11 @@ def test_descriptions_are_read_like_the_objects(control_plane: ControlPlane, tmp
     cp = control_plane
     _cluster(cp)
     for kubectl in _kubectls(tmp_path):
-        whole = {o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", "svc", "-o", "json"))["items"]}
+        whole = {
+            o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", "svc", "-o", "json"))["items"]
+        }
         text = _kubectl(kubectl, cp, "describe", "svc")
+        _keep(f"describe-svc-{_version(kubectl, cp)}.txt", text)
         read = described_objects(text, "describe.txt")
         services = {o.name: o for o in read.of("Service")}
         assert set(services) == set(whole)  # `kubernetes` too
@@ -140,8 +156,84 @@ def test_descriptions_are_read_like_the_objects(control_plane: ControlPlane, tmp
         assert affinity.affinity and not affinity.affinity_timeout_shown
 
 
+def _version(kubectl: str, cp: ControlPlane) -> str:
+    """``kubectl-1.20``: the client's release."""
+    version = json.loads(_kubectl(kubectl, cp, "version", "--client", "-o", "json"))["clientVersion"]
+    return f"kubectl-{version['major']}.{''.join(ch for ch in version['minor'] if ch.isdigit())}"
+
+
 def kubectl_reads(kubectl: str, cp: ControlPlane) -> str:
     """Which object a kubectl's describer reads endpoints from (1.31 on: EndpointSlices)."""
-    version = json.loads(_kubectl(kubectl, cp, "version", "--client", "-o", "json"))["clientVersion"]
-    minor = int("".join(ch for ch in version["minor"] if ch.isdigit()))
+    minor = int(_version(kubectl, cp).rsplit(".", 1)[1])
     return "EndpointSlice" if minor >= 31 else "Endpoints"
+
+
+def _nodes(cp: ControlPlane) -> None:
+    """The Nodes (w-1 NotReady; status written through its subresource, as a kubelet does), and
+    a NodePort Service whose externalIP is w-1's address."""
+    for name, ip, ready in NODES:
+        meta = {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}
+        _ok(cp.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta}))
+        node = _ok(cp.request("GET", f"/api/v1/nodes/{name}"))
+        condition = {
+            "type": "Ready",
+            "status": ready,
+            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
+            "lastHeartbeatTime": "2026-11-29T10:00:00Z",
+            "lastTransitionTime": "2026-11-29T10:00:00Z",
+        }
+        node["status"] = {
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
+            "nodeInfo": NODE_INFO,
+            "conditions": [condition],
+        }
+        _ok(cp.request("PUT", f"/api/v1/nodes/{name}/status", node))
+    edge = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "edge"},
+        "spec": {
+            "type": "NodePort",
+            "selector": {"app": "edge"},
+            "externalIPs": [NODES[1][1]],
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
+        },
+    }
+    _ok(cp.request("POST", "/api/v1/namespaces/default/services", edge))
+
+
+def test_node_descriptions_are_read_like_the_objects(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """Two Nodes (one NotReady) and a Service whose externalIP is that Node's address: the
+    descriptions give each Node's addresses, conditions and System Info as its object does, and
+    the same KP209 finding as the objects' JSON."""
+    cp = control_plane
+    _nodes(cp)
+    for kubectl in _kubectls(tmp_path):
+        nodes = {
+            o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", "nodes", "-o", "json"))["items"]
+        }
+        text = _kubectl(kubectl, cp, "describe", "nodes")
+        _keep(f"describe-nodes-{_version(kubectl, cp)}.txt", text)
+        read = {o.name: o for o in described_objects(text, "nodes.txt").of("Node")}
+        assert set(read) == set(nodes)
+        for name, node in read.items():
+            want, got = nodes[name]["status"], node.body["status"]
+            assert got["addresses"] == want["addresses"]
+            assert [(c["type"], c["status"]) for c in got["conditions"]] == [
+                (c["type"], c["status"]) for c in want["conditions"]
+            ]
+            info = {k: v for k, v in want["nodeInfo"].items() if v}
+            shown = {k: v for k, v in info.items() if k in got["nodeInfo"]}
+            assert shown == got["nodeInfo"] and {"kernelVersion", "osImage", "kubeletVersion"} <= set(shown)
+            assert node.body["metadata"].get("labels", {}) == nodes[name]["metadata"].get("labels", {})
+
+        described = tmp_path / "described.txt"
+        services = _kubectl(kubectl, cp, "describe", "svc")
+        described.write_text(f"$ kubectl describe svc\n{services}\n$ kubectl describe nodes\n{text}")
+        facts = Facts(load([described]))
+        assert {a.kind.value for a in facts.evidence.artifacts} == {"kubectl describe services/nodes"}
+        kernel = facts.node_kernel
+        assert kernel is not None and kernel.value.base == (5, 15, 0)
+        found = [f for f in diagnose_json(described)["findings"] if f["code"] == "KP209"]
+        assert len(found) == 1 and "192.168.56.11" in found[0]["summary"] and "w-1" in found[0]["summary"], found
+        assert "Node w-1 is not Ready" in found[0]["summary"]

@@ -488,7 +488,7 @@ def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries
     (tmp_path / "iptables-save.txt").write_text(rules)
     report = diagnose_json(tmp_path / "describe.txt", tmp_path / "iptables-save.txt")
     kinds = {a["kind"] for a in report["inputs"]}
-    assert "kubectl describe services" in kinds, report["inputs"]
+    assert "kubectl describe services/nodes" in kinds, report["inputs"]
     missing = [f for f in report["findings"] if f["code"] == "KP200"]
     assert [f["subject"]["service"] for f in missing] == ["default/late:http"], missing  # its port named
     assert late in missing[0]["summary"]

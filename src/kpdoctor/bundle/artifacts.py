@@ -50,7 +50,7 @@ class Kind(enum.StrEnum):
     RUNTIME_LOG = "container runtime log"  # dockerd/podman/containerd lines: a stop that timed out
     KUBECTL_PODS = "kubectl get pods table"
     KUBECTL_TABLE = "kubectl get services/nodes table"  # read into partial objects (parse/kubectl_table)
-    KUBECTL_DESCRIBE = "kubectl describe services"  # read into partial objects (parse/kubectl_describe)
+    KUBECTL_DESCRIBE = "kubectl describe services/nodes"  # read into partial objects (parse/kubectl_describe)
     PRESTOP_SCRIPT = "preStop hook script"
     PACKAGES = "package versions (rpm -q, dpkg -s, dpkg -l)"
     LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190

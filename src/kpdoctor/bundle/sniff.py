@@ -249,7 +249,7 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return workload
     if kubectl_table.is_object_table(lines):  # Services, Nodes: read as partial objects
         return Typed(Kind.KUBECTL_TABLE, {})
-    if kubectl_describe.is_service_description(lines):  # likewise
+    if kubectl_describe.is_description(lines):  # Services, Nodes: likewise
         return Typed(Kind.KUBECTL_DESCRIBE, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
         if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():

@@ -1,4 +1,5 @@
-"""``kubectl describe service``: read into partial Service (and Endpoints) objects.
+"""``kubectl describe service`` and ``kubectl describe node``: read into partial Service (and
+Endpoints) and Node objects.
 
 The commonest paste of a Service that does not answer. kubectl's describer
 (pkg/describe/describe.go, ``describeService``; the same fields since 1.0, a few added) writes,
@@ -36,7 +37,13 @@ What a describe does not show is unknown, not unset: the Service is a partial ob
 every port's ``Endpoints:`` line lists them all (no ``+ N more``, not ``<none>``: that hides
 serving endpoints kube-proxy may fall back to), and no traffic policy, topology or zone decides
 which of them a node uses (a describe shows no endpoint's node or zone): then they are an
-Endpoints object of their own, with the ports the lines name. Nothing here raises.
+Endpoints object of their own, with the ports the lines name.
+
+A Node's description (``describeNode``) gives its labels, whether it is unschedulable, its
+conditions (a table under ``Conditions:``, each row's type and status first), its addresses
+(``InternalIP:``, ``ExternalIP:``, ``Hostname:`` under ``Addresses:``), its pod CIDRs and the
+``System Info:`` kubelet reports (``Kernel Version``, ``OS Image``, ``Container Runtime
+Version``, ``Kubelet Version``, and until 1.31 ``Kube-Proxy Version``). Nothing here raises.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from kpdoctor.parse.k8s import K8sObject, Objects
 DESCRIBED = "a `kubectl describe` output"
 
 # a field line: the key as kubectl names it, the tab writer's padding (or a tab), the value
-_FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z]*(?: [A-Za-z]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
 _PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d+)/(?P<proto>[A-Za-z]+)$")
 _TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
 _MORE = re.compile(r"\s*\+\s*\d+\s+more\.*\s*$")
@@ -90,8 +97,37 @@ _KEYS = frozenset(
         "LoadBalancer Source Ranges",
         "Traffic Distribution",
         "Events",
+        # a Node's
+        "Roles",
+        "CreationTimestamp",
+        "Taints",
+        "Unschedulable",
+        "Lease",
+        "Conditions",
+        "Addresses",
+        "Capacity",
+        "Allocatable",
+        "System Info",
+        "PodCIDR",
+        "PodCIDRs",
+        "ProviderID",
+        "Non-terminated Pods",
+        "Allocated resources",
     ]
 )
+# `System Info:`'s fields, as kubelet reports them (status.nodeInfo)
+_NODE_INFO = {
+    "Kernel Version": "kernelVersion",
+    "OS Image": "osImage",
+    "Operating System": "operatingSystem",
+    "Architecture": "architecture",
+    "Container Runtime Version": "containerRuntimeVersion",
+    "Kubelet Version": "kubeletVersion",
+    "Kube-Proxy Version": "kubeProxyVersion",
+}
+_ADDRESS_TYPES = ("InternalIP", "ExternalIP", "Hostname", "InternalDNS", "ExternalDNS")
+# what tells a Node's description from another object's
+_NODE_KEYS = frozenset(["Roles", "System Info", "Addresses"])
 # what tells a Service's description from another object's (a Pod's has no Session Affinity)
 _SERVICE_KEYS = frozenset(["Session Affinity", "Port", "TargetPort", "Endpoints"])
 
@@ -115,6 +151,19 @@ class _Described:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     ports: list[_Port] = field(default_factory=list)
+    # a Node's
+    conditions: list[tuple[str, str]] = field(default_factory=list)  # (type, status)
+    addresses: list[tuple[str, str]] = field(default_factory=list)  # (type, address)
+    info: dict[str, str] = field(default_factory=dict)  # status.nodeInfo's fields
+
+    @property
+    def kind(self) -> str | None:
+        keys = set(self.fields) | ({"Port"} if self.ports else set())
+        if "Namespace" in keys and _SERVICE_KEYS & keys:
+            return "Service"
+        if "Namespace" not in keys and len(_NODE_KEYS & keys) >= 2:
+            return "Node"
+        return None
 
 
 def _blocks(text: str) -> list[_Described]:
@@ -125,13 +174,26 @@ def _blocks(text: str) -> list[_Described]:
         line = raw.strip()
         m = _FIELD.match(line)
         key = m.group("key") if m is not None and m.group("key") in _KEYS else None
+        if cur is not None and section in ("Addresses", "System Info") and m is not None:
+            # a Node's nested fields: `InternalIP:  10.0.0.1`, `Kernel Version:  5.15.0`
+            value = (m.group("value") or "").strip()
+            if section == "Addresses" and m.group("key") in _ADDRESS_TYPES and value:
+                cur.addresses.append((m.group("key"), value))
+                continue
+            if section == "System Info" and m.group("key") in _NODE_INFO:
+                cur.info[_NODE_INFO[m.group("key")]] = value
+                continue
         if key is None:
             if cur is not None and section == "Labels" and _LABEL.match(line):
                 k, _, v = line.partition("=")
                 cur.labels[k] = v
             elif cur is not None and section == "Annotations" and (a := _ANNOTATION.match(line)):
                 cur.annotations[a.group("key")] = a.group("value")
-            else:
+            elif cur is not None and section == "Conditions" and line and not line.startswith(("Type", "----")):
+                words = line.split()
+                if len(words) >= 2 and words[1] in ("True", "False", "Unknown"):
+                    cur.conditions.append((words[0], words[1]))
+            elif section not in ("Conditions", "Addresses", "System Info"):
                 section = ""
             continue
         assert m is not None
@@ -141,7 +203,7 @@ def _blocks(text: str) -> list[_Described]:
             out.append(cur)
         if cur is None:
             continue
-        section = key if key in ("Labels", "Annotations") else ""
+        section = key if key in ("Labels", "Annotations", "Conditions", "Addresses", "System Info") else ""
         if key == "Labels" and _LABEL.match(value):
             k, _, v = value.partition("=")
             cur.labels[k] = v
@@ -166,17 +228,16 @@ def _blocks(text: str) -> list[_Described]:
                 port.endpoints = value
         else:
             cur.fields.setdefault(key, value)
-    return [b for b in out if "Namespace" in b.fields and _SERVICE_KEYS & (set(b.fields) | _port_keys(b))]
+    return [b for b in out if b.kind is not None]
 
 
-def _port_keys(b: _Described) -> set[str]:
-    return {"Port"} if b.ports else set()
-
-
-def is_service_description(lines: list[str]) -> bool:
+def is_description(lines: list[str]) -> bool:
     """Does this text hold a ``kubectl describe service`` (its Name, Namespace, Type and a
-    Service's own fields)?"""
-    return bool(_blocks("\n".join(lines))) and any(ln.lstrip().startswith("Type:") for ln in lines)
+    Service's own fields) or ``kubectl describe node`` (Name and two of Roles, Addresses and
+    System Info)?"""
+    blocks = _blocks("\n".join(lines))
+    service = any(b.kind == "Service" for b in blocks) and any(ln.lstrip().startswith("Type:") for ln in lines)
+    return service or any(b.kind == "Node" for b in blocks)
 
 
 def _listed(value: str | None) -> list[str]:
@@ -281,11 +342,38 @@ def _endpoints(b: _Described, service: dict[str, Any]) -> dict[str, Any] | None:
     return {"apiVersion": "v1", "kind": "Endpoints", "metadata": meta, "subsets": subsets}
 
 
+def _node(b: _Described) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if b.addresses:
+        status["addresses"] = [{"type": t, "address": a} for t, a in b.addresses]
+    info = {k: v for k, v in b.info.items() if v and v not in _NONE}
+    if info:
+        status["nodeInfo"] = info
+    if b.conditions:
+        status["conditions"] = [{"type": t, "status": v} for t, v in b.conditions]
+    spec: dict[str, Any] = {}
+    if b.fields.get("Unschedulable") in ("true", "false"):
+        spec["unschedulable"] = b.fields["Unschedulable"] == "true"
+    cidrs = _listed(b.fields.get("PodCIDRs")) or _listed(b.fields.get("PodCIDR"))
+    if cidrs:
+        spec["podCIDR"], spec["podCIDRs"] = cidrs[0], cidrs
+    meta: dict[str, Any] = {"name": b.fields.get("Name", "")}
+    if b.labels:
+        meta["labels"] = dict(b.labels)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec, "status": status}
+
+
 def described_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
-    """The Services of ``text``'s descriptions as partial objects (``fragment`` DESCRIBED),
-    cited at their Name line, each with its Endpoints when the description shows them all."""
+    """The Services and Nodes of ``text``'s descriptions as partial objects (``fragment``
+    DESCRIBED), cited at their Name line, each Service with its Endpoints when the description
+    shows them all."""
     out = Objects()
     for b in _blocks(text):
+        if b.kind == "Node":
+            body = _node(b)
+            name = body["metadata"]["name"]
+            out.items.append(K8sObject("Node", "v1", None, name, body, artifact, first_line + b.line, DESCRIBED))
+            continue
         body = _service(b)
         meta = body["metadata"]
         name, ns = meta["name"], meta["namespace"] or None
