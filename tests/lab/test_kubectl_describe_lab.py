@@ -25,7 +25,7 @@ from kpdoctor.parse.kubectl_describe import DESCRIBED, described_objects
 
 from .control_plane import ControlPlane
 from .kpdoctor_run import diagnose_json
-from .test_kubectl_tables_lab import NODE_INFO, NODES, _kubectls, _ok
+from .test_kubectl_tables_lab import _kubectls, _ok, lab_nodes
 
 PODS = ["10.244.1.10", "10.244.1.11", "10.244.1.12", "10.244.1.13", "10.244.1.14"]
 
@@ -101,6 +101,14 @@ def _keep(name: str, text: str) -> None:
         Path(folder, name).write_text(text)
 
 
+def _described(kubectl: str, cp: ControlPlane, kind: str) -> tuple[dict[str, Any], str]:
+    """The objects of ``kind`` by name (`kubectl get -o json`), and `kubectl describe` of them."""
+    whole = {o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", kind, "-o", "json"))["items"]}
+    text = _kubectl(kubectl, cp, "describe", kind)
+    _keep(f"describe-{kind}-{_version(kubectl, cp)}.txt", text)
+    return whole, text
+
+
 def _kubectl(kubectl: str, cp: ControlPlane, *args: str) -> str:
     done = subprocess.run(
         [kubectl, "--kubeconfig", str(cp.kubeconfig), *args], capture_output=True, text=True, timeout=60, check=False
@@ -113,11 +121,7 @@ def test_descriptions_are_read_like_the_objects(control_plane: ControlPlane, tmp
     cp = control_plane
     _cluster(cp)
     for kubectl in _kubectls(tmp_path):
-        whole = {
-            o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", "svc", "-o", "json"))["items"]
-        }
-        text = _kubectl(kubectl, cp, "describe", "svc")
-        _keep(f"describe-svc-{_version(kubectl, cp)}.txt", text)
+        whole, text = _described(kubectl, cp, "svc")
         read = described_objects(text, "describe.txt")
         services = {o.name: o for o in read.of("Service")}
         assert set(services) == set(whole)  # `kubernetes` too
@@ -168,52 +172,14 @@ def kubectl_reads(kubectl: str, cp: ControlPlane) -> str:
     return "EndpointSlice" if minor >= 31 else "Endpoints"
 
 
-def _nodes(cp: ControlPlane) -> None:
-    """The Nodes (w-1 NotReady; status written through its subresource, as a kubelet does), and
-    a NodePort Service whose externalIP is w-1's address."""
-    for name, ip, ready in NODES:
-        meta = {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}
-        _ok(cp.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta}))
-        node = _ok(cp.request("GET", f"/api/v1/nodes/{name}"))
-        condition = {
-            "type": "Ready",
-            "status": ready,
-            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown",
-            "lastHeartbeatTime": "2026-11-29T10:00:00Z",
-            "lastTransitionTime": "2026-11-29T10:00:00Z",
-        }
-        node["status"] = {
-            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-            "nodeInfo": NODE_INFO,
-            "conditions": [condition],
-        }
-        _ok(cp.request("PUT", f"/api/v1/nodes/{name}/status", node))
-    edge = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "edge"},
-        "spec": {
-            "type": "NodePort",
-            "selector": {"app": "edge"},
-            "externalIPs": [NODES[1][1]],
-            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
-        },
-    }
-    _ok(cp.request("POST", "/api/v1/namespaces/default/services", edge))
-
-
 def test_node_descriptions_are_read_like_the_objects(control_plane: ControlPlane, tmp_path: Path) -> None:
     """Two Nodes (one NotReady) and a Service whose externalIP is that Node's address: the
     descriptions give each Node's addresses, conditions and System Info as its object does, and
     the same KP209 finding as the objects' JSON."""
     cp = control_plane
-    _nodes(cp)
+    lab_nodes(cp, "edge", labels=True)
     for kubectl in _kubectls(tmp_path):
-        nodes = {
-            o["metadata"]["name"]: o for o in json.loads(_kubectl(kubectl, cp, "get", "nodes", "-o", "json"))["items"]
-        }
-        text = _kubectl(kubectl, cp, "describe", "nodes")
-        _keep(f"describe-nodes-{_version(kubectl, cp)}.txt", text)
+        nodes, text = _described(kubectl, cp, "nodes")
         read = {o.name: o for o in described_objects(text, "nodes.txt").of("Node")}
         assert set(read) == set(nodes)
         for name, node in read.items():

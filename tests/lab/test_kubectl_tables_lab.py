@@ -49,11 +49,15 @@ def _ok(got: tuple[int, Any]) -> Any:
     return body
 
 
-def _cluster(cp: ControlPlane) -> None:
-    """Two Nodes (w-1 NotReady), a NodePort Service whose externalIP is w-1's address, and a
-    LoadBalancer Service with an ingress address no node has."""
+def lab_nodes(cp: ControlPlane, service: str, labels: bool = False) -> None:
+    """The Nodes of NODES (w-1 NotReady; status written through its subresource, as a kubelet
+    does), with kubelet's hostname and OS labels when ``labels``, and a NodePort Service named
+    ``service`` whose externalIP is w-1's address."""
     for name, ip, ready in NODES:
-        _ok(cp.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}))
+        meta: dict[str, Any] = {"name": name}
+        if labels:
+            meta["labels"] = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+        _ok(cp.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": meta}))
         node = _ok(cp.request("GET", f"/api/v1/nodes/{name}"))
         node["status"] = {
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
@@ -72,15 +76,21 @@ def _cluster(cp: ControlPlane) -> None:
     web = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": "web"},
+        "metadata": {"name": service},
         "spec": {
             "type": "NodePort",
-            "selector": {"app": "web"},
-            "externalIPs": ["192.168.56.11"],
+            "selector": {"app": service},
+            "externalIPs": [NODES[1][1]],
             "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
         },
     }
     _ok(cp.request("POST", "/api/v1/namespaces/default/services", web))
+
+
+def _cluster(cp: ControlPlane) -> None:
+    """Two Nodes (w-1 NotReady), a NodePort Service whose externalIP is w-1's address, and a
+    LoadBalancer Service with an ingress address no node has."""
+    lab_nodes(cp, "web")
     lb = {
         "apiVersion": "v1",
         "kind": "Service",
