@@ -5,6 +5,7 @@ through the wrapper that really produces the shape (an indented markdown list, `
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -683,3 +684,14 @@ def test_commented_settings_of_a_sysctl_file_are_not_output() -> None:
     assert unwrap_paste(conf).text == conf
     noted = "net.ipv4.ip_forward = 1\n# the value above is what sysctl --system left\n"
     assert unwrap_paste(noted).text == noted
+
+
+def test_a_long_run_of_blank_lines_is_typed_in_linear_time() -> None:
+    """A line-anchored shape that let its leading blanks cross lines (``^\\s*`` with re.M) tried
+    every blank line of a run from every other: 20,000 blank lines inside an nft listing took 30 s
+    to type (bench/fuzz.py's case 20261123:234)."""
+    listing = (DATA / "nftables" / "layouts" / "gen-b-dnat-map" / "rules.nft").read_text().split("\n")
+    text = "\n".join(listing[:115] + [""] * 20_000 + listing[115:])
+    started = time.perf_counter()
+    sniff(text, catalogue())
+    assert time.perf_counter() - started < 3

@@ -53,7 +53,7 @@ _RESTORE_ECHO = re.compile(r"^Rules:\s*\n\*(nat|filter|mangle|raw)\b", re.M)
 # a log record's first line (an ISO or klog time) on: a log, whatever the payload looks like.
 _LOG_FIRST = re.compile(r"^(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d)")
 _ECHOED_INPUT = re.compile(r"^[^\n*:#-][^\n]*:[ \t]*\n\*(?:nat|filter|mangle|raw|security)[ \t]*$", re.M)
-_KLOG_FRAGMENT = re.compile(r"^\s*[\w-]+\.go:\d+\] \S", re.M)
+_KLOG_FRAGMENT = re.compile(r"^[ \t]*[\w-]+\.go:\d+\] \S", re.M)
 _PANIC = re.compile(r"^(?:panic: |goroutine \d+ \[)", re.M)
 _LOGRUS = re.compile(r'^time="[^"\n]{8,40}" level=[a-z]+ msg=', re.M)
 _SAVE_TABLE = re.compile(r"^\*(nat|filter|mangle|raw|security)\s*$", re.M)
@@ -65,7 +65,7 @@ _SAVE_WARNING = re.compile("^" + re.escape(LEGACY_WARNING), re.M)
 # before 1.15 panic (k/k#78443). Alone, the warning says rules exist in both backends.
 _SAVE_WARNING_SPLICED = re.compile(r"^-[AI] \S+ [^\n]*" + re.escape(LEGACY_WARNING), re.M)
 _RULES_S = re.compile(r"^-P (INPUT|FORWARD|OUTPUT|PREROUTING|POSTROUTING) (ACCEPT|DROP)\s*$", re.M)
-_LIST_HEADER = re.compile(r"^\s*(?:num\s+)?(?:pkts\s+bytes\s+)?target\s+prot", re.M)
+_LIST_HEADER = re.compile(r"^[ \t]*(?:num\s+)?(?:pkts\s+bytes\s+)?target\s+prot", re.M)
 _LIST_CHAIN = re.compile(r"^Chain \S+ \((policy \w+|\d+ references)", re.M)
 # a whole chain header line of `iptables -L [-v]`: "Chain FORWARD (policy DROP 12 packets, 720 bytes)"
 _LIST_CHAIN_LINE = re.compile(
@@ -80,22 +80,23 @@ UNAME_A_LINE = re.compile(r"^Linux \S+ \d+\.\d+\S* #\S+")
 _UNAME_R = re.compile(r"^\d+\.\d+(?:\.\d+)?(?:[-.+~][\w.+~-]+)?$")
 _OS_RELEASE = re.compile(r"^(PRETTY_NAME|NAME|ID|VERSION_ID)=", re.M)
 _LSB_RELEASE = re.compile(r"^(Distributor ID|Description|Release|Codename):\s", re.M)  # lsb_release -a
-_PS_EF = re.compile(r"^\s*UID\s+PID\s+PPID\s+C\s+STIME\s+TTY\s+TIME\s+CMD", re.M)
-_PS_AUX = re.compile(r"^\s*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+START\s+TIME\s+COMMAND", re.M)
+_PS_EF = re.compile(r"^[ \t]*UID\s+PID\s+PPID\s+C\s+STIME\s+TTY\s+TIME\s+CMD", re.M)
+_PS_AUX = re.compile(r"^[ \t]*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+START\s+TIME\s+COMMAND", re.M)
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
 _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
 _IPVSADM = re.compile(
-    r"^\s*(?:IP Virtual Server version|-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)", re.M
+    r"^[ \t]*(?:IP Virtual Server version|-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)", re.M
 )
 # ipvsadm -Ln without its headers (grep'd, or the header left out of a paste): virtual servers
 # with what follows them (the scheduler, or --stats/--rate counters), and "->" real servers (indented or not: pastes
 # collapse whitespace)
 IPVS_VS_LINE = re.compile(
-    r"^\s*(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+(?:(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf|twos)\b|\d+[KMGT]?\s+\d)",
+    r"^[ \t]*(?:TCP|UDP|SCTP|FWM)\s+\S+:\d+\s+"
+    r"(?:(?:rr|wrr|lc|wlc|lblcr?|dh|sh|sed|nq|mh|fo|ovf|twos)\b|\d+[KMGT]?\s+\d)",
     re.M,
 )
-IPVS_RS_LINE = re.compile(r"^\s*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
-_IPVS_COLUMNS = re.compile(r"^\s*Prot\s+LocalAddress:Port\b", re.M)  # -Ln's header: the whole table follows
+IPVS_RS_LINE = re.compile(r"^[ \t]*->\s*\S+:\d+\s+\w+\s+\d+", re.M)
+_IPVS_COLUMNS = re.compile(r"^[ \t]*Prot\s+LocalAddress:Port\b", re.M)  # -Ln's header: the whole table follows
 _METRICS = re.compile(r"^(# (HELP|TYPE) )?kubeproxy_sync_proxy_rules_", re.M)
 _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 CT_STATS_LINE = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
@@ -582,7 +583,7 @@ def sniff_command(command: str, text: str) -> Typed | None:
 
 
 _KUBECTL_GET_OBJECT = re.compile(r"\bkubectl\s+(?:-n\s+\S+\s+)?get\s+([A-Za-z.]+)\b.*-o\s*=?\s*(?:yaml|json)\b")
-_OBJECT_YAML = re.compile(r'^\s*"?apiVersion"?\s*:\s*"?[a-z0-9./]+', re.M)
+_OBJECT_YAML = re.compile(r'^[ \t]*"?apiVersion"?\s*:\s*"?[a-z0-9./]+', re.M)
 _RESOURCE_KINDS = {
     **dict.fromkeys(("endpointslices", "endpointslice", "eps"), "EndpointSlice"),
     **dict.fromkeys(("services", "service", "svc"), "Service"),

@@ -265,7 +265,7 @@ def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped, fragments: 
 
 
 _NAME_JSON = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_NAME_YAML = re.compile(r"^\s*name:\s*['\"]?([^'\"\n]*?)['\"]?\s*$", re.M)
+_NAME_YAML = re.compile(r"^[ \t]*name:\s*['\"]?([^'\"\n]*?)['\"]?\s*$", re.M)
 
 
 class _NameLines:

@@ -60,7 +60,7 @@ DESCRIBED = "a `kubectl describe` output"
 _FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
 _PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d+)/(?P<proto>[A-Za-z]+)$")
 _TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
-_MORE = re.compile(r"\s*\+\s*\d+\s+more\.*\s*$")
+_MORE = re.compile(r"[ \t]*\+[ \t]*\d+[ \t]+more\.*[ \t]*$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d+)$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
 _ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")

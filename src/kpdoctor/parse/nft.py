@@ -21,7 +21,7 @@ XT_TABLES = frozenset({"filter", "nat", "mangle", "raw", "security"})
 XT_BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"})
 KUBE_PROXY_TABLE = "kube-proxy"  # kube-proxy's nftables mode: "table ip kube-proxy", "table ip6 kube-proxy"
 
-_TABLE = re.compile(r"^\s*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
+_TABLE = re.compile(r"^[ \t]*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
 _CHAIN = re.compile(r"^\s*chain\s+(\S+)\s*\{")
 _HOOK = re.compile(r"^\s*type\s+(\w+)\s+hook\s+(\w+)(?:\s+device\s+\S+)?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+);)?")
 _RULE_HINT = re.compile(r"\b(jump|goto|dnat|snat|masquerade|accept|drop|reject|vmap|counter)\b")

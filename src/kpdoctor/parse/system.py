@@ -50,8 +50,8 @@ _LSB_KEYS = {
 
 # `hostnamectl` ("Operating System: Ubuntu 20.04.3 LTS", "Kernel: Linux 5.4.0-91-generic") and
 # neofetch ("OS: Arch Linux x86_64", "Kernel: 5.12.3-zen1-1-zen"): the OS and the running kernel
-SYSINFO_OS = re.compile(r"^\s*(?:Operating System|OS):\s*(\S.*)$", re.M)
-SYSINFO_KERNEL = re.compile(r"^\s*Kernel:\s*(?:Linux\s+)?(\d\S*)\s*$", re.M)
+SYSINFO_OS = re.compile(r"^[ \t]*(?:Operating System|OS):\s*(\S.*)$", re.M)
+SYSINFO_KERNEL = re.compile(r"^[ \t]*Kernel:\s*(?:Linux\s+)?(\d\S*)\s*$", re.M)
 
 
 def sysinfo_kernel(text: str) -> tuple[KernelVersion, int] | None:
