@@ -137,7 +137,6 @@ class _Port:
     name: str
     port: int
     protocol: str
-    line: int
     target: str | None = None
     node_port: int | None = None
     endpoints: str | None = None  # the Endpoints line's value, as printed
@@ -169,7 +168,7 @@ class _Described:
 def _blocks(text: str) -> list[_Described]:
     out: list[_Described] = []
     cur: _Described | None = None
-    section = ""  # "Labels" or "Annotations" while their continuation lines run
+    section = ""  # the field whose continuation lines run (Labels, Annotations, a Node's tables)
     for i, raw in enumerate(text.splitlines()):
         line = raw.strip()
         m = _FIELD.match(line)
@@ -215,7 +214,7 @@ def _blocks(text: str) -> list[_Described]:
             p = _PORT.match(value)
             if p is not None:
                 name = "" if p.group("name") in _NONE else p.group("name")
-                cur.ports.append(_Port(name, int(p.group("port")), p.group("proto").upper(), i))
+                cur.ports.append(_Port(name, int(p.group("port")), p.group("proto").upper()))
         elif key in ("TargetPort", "NodePort", "Endpoints") and cur.ports:
             port = cur.ports[-1]
             if key == "TargetPort":
