@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import cite
 from kpdoctor.knowledge import CHECKS, VersionRow
@@ -13,6 +14,9 @@ from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import FixRow, Remedy, remedy
 
 MAX_EVIDENCE_HITS = 3
+# Services (and Nodes) as kubectl printed them, standing in for the objects: partial objects
+# (parse/kubectl_table, parse/kubectl_describe), a Service's endpoints judged only when shown whole
+PRINTED_SERVICES = (Kind.KUBECTL_TABLE, Kind.KUBECTL_DESCRIBE)
 
 # What rules that are not kept in sync look like on the data-plane side: the symptoms a cause that
 # stops kube-proxy's syncs explains (each root cause says so with ``explains=``).

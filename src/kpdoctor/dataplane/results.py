@@ -195,6 +195,9 @@ class StaleRule:
         return out
 
 
+SETTLED = "ok"  # the status of a row the backend settled (backend.SettlesCases), built or not
+
+
 @dataclass(slots=True)
 class Verification:
     """Every result of one node. ``evaluated`` is False when no backend could read the mode
@@ -262,7 +265,7 @@ class Verification:
     def statuses(self) -> list[tuple[str, str, str]]:
         """(Service, label, status) of every row, in order, without building any."""
         return [
-            (r.service, r.label, r.status) if isinstance(r, Result) else (r.sp.service, r.sp.label, "ok")
+            (r.service, r.label, r.status) if isinstance(r, Result) else (r.sp.service, r.sp.label, SETTLED)
             for r in self.rows
         ]
 
@@ -283,9 +286,7 @@ class Verification:
 
     def count(self, status: str) -> int:
         """How many rows have this status (a settled row is "ok"), none built."""
-        if status == "ok":
-            return sum(1 for r in self.rows if not isinstance(r, Result) or r.status == "ok")
-        return sum(1 for r in self.rows if isinstance(r, Result) and r.status == status)
+        return sum(1 for r in self.rows if (r.status if isinstance(r, Result) else SETTLED) == status)
 
     @property
     def clean(self) -> bool:

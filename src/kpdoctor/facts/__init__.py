@@ -272,11 +272,11 @@ class Facts:
 
     @cached_property
     def table_objects(self) -> Objects:
-        """Services and Nodes read from `kubectl get` tables, and Services (with their Endpoints
-        when every one is shown) from `kubectl describe service`: partial objects (what kubectl
-        did not print is unknown), kept apart from the objects given whole: never taken to list
-        every Service, never "the Services came with their EndpointSlices"; a table row's
-        endpoints are unknown."""
+        """Services and Nodes read from `kubectl get` tables and from `kubectl describe` (a
+        described Service with its Endpoints when every one is shown): partial objects (what
+        kubectl did not print is unknown), kept apart from the objects given whole: never taken
+        to list every Service, never "the Services came with their EndpointSlices"; a table
+        row's endpoints are unknown."""
         out = Objects()
         for a in self.of(Kind.KUBECTL_TABLE):
             out.items.extend(kubectl_table.table_objects(a.read_text(), a.name, a.first_line).items)

@@ -309,8 +309,8 @@ class ClusterFacts:
             if o.fragment == DESCRIBED:
                 described.setdefault((o.namespace, o.name), o)  # described twice: the first
         shown = list(described.values())
-        kept = {id(o) for o in shown}
-        return [o for o in rows if (id(o) in kept if o.fragment == DESCRIBED else bool(_not_named([o], shown)))]
+        kept = {id(o) for o in [*shown, *_not_named([o for o in rows if o.fragment != DESCRIBED], shown)]}
+        return [o for o in rows if id(o) in kept]
 
     def _views(self, kind: str, make: Callable[[K8sObject], Any]) -> list[Any]:
         if self._carry is None:

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.k8s import K8sObject, Objects
+from kpdoctor.parse.kubectl_table import NONE, listed
 
 DESCRIBED = "a `kubectl describe` output"
 
@@ -64,7 +65,6 @@ _MORE = re.compile(r"[ \t]*\+[ \t]*\d+[ \t]+more\.*[ \t]*$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d+)$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
 _ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
-_NONE = ("<none>", "<unset>", "")
 
 # The fields of a Service's description; a line with another key (an annotation's continuation,
 # an event) is not one of them.
@@ -158,7 +158,7 @@ class _Described:
     @property
     def kind(self) -> str | None:
         keys = set(self.fields) | ({"Port"} if self.ports else set())
-        if "Namespace" in keys and _SERVICE_KEYS & keys:
+        if {"Namespace", "Type"} <= keys and _SERVICE_KEYS & keys:
             return "Service"
         if "Namespace" not in keys and len(_NODE_KEYS & keys) >= 2:
             return "Node"
@@ -213,7 +213,7 @@ def _blocks(text: str) -> list[_Described]:
         elif key == "Port":
             p = _PORT.match(value)
             if p is not None:
-                name = "" if p.group("name") in _NONE else p.group("name")
+                name = "" if p.group("name") in NONE else p.group("name")
                 cur.ports.append(_Port(name, int(p.group("port")), p.group("proto").upper()))
         elif key in ("TargetPort", "NodePort", "Endpoints") and cur.ports:
             port = cur.ports[-1]
@@ -234,15 +234,7 @@ def is_description(lines: list[str]) -> bool:
     """Does this text hold a ``kubectl describe service`` (its Name, Namespace, Type and a
     Service's own fields) or ``kubectl describe node`` (Name and two of Roles, Addresses and
     System Info)?"""
-    blocks = _blocks("\n".join(lines))
-    service = any(b.kind == "Service" for b in blocks) and any(ln.lstrip().startswith("Type:") for ln in lines)
-    return service or any(b.kind == "Node" for b in blocks)
-
-
-def _listed(value: str | None) -> list[str]:
-    if value is None or value in _NONE:
-        return []
-    return [v.strip() for v in value.split(",") if v.strip()]
+    return bool(_blocks("\n".join(lines)))
 
 
 def _service(b: _Described) -> dict[str, Any]:
@@ -251,19 +243,19 @@ def _service(b: _Described) -> dict[str, Any]:
     kind = f.get("Type", "")
     if kind:
         spec["type"] = kind
-    selector = _listed(f.get("Selector"))
+    selector = listed(f.get("Selector"))
     if selector:
         spec["selector"] = dict(s.partition("=")[::2] for s in selector)
     # the first IP line is spec.clusterIP; a later one (1.20's) is spec.loadBalancerIP
-    if b.ips and b.ips[0] not in _NONE:
+    if b.ips and b.ips[0] not in NONE:
         spec["clusterIP"] = b.ips[0]
-    cluster_ips = _listed(f.get("IPs"))
+    cluster_ips = listed(f.get("IPs"))
     if cluster_ips:
         spec["clusterIPs"] = cluster_ips
-    families = _listed(f.get("IP Families"))
+    families = listed(f.get("IP Families"))
     if families:
         spec["ipFamilies"] = families
-    external = _listed(f.get("External IPs"))
+    external = listed(f.get("External IPs"))
     if external:
         spec["externalIPs"] = external
     if f.get("External Name"):
@@ -285,11 +277,11 @@ def _service(b: _Described) -> dict[str, Any]:
         ("Internal Traffic Policy", "internalTrafficPolicy"),
         ("Traffic Distribution", "trafficDistribution"),
     ):
-        if f.get(key) and f[key] not in _NONE:
+        if f.get(key) and f[key] not in NONE:
             spec[name] = f[key]
     if f.get("HealthCheck NodePort", "").isdigit():
         spec["healthCheckNodePort"] = int(f["HealthCheck NodePort"])
-    ranges = _listed(f.get("LoadBalancer Source Ranges"))
+    ranges = listed(f.get("LoadBalancer Source Ranges"))
     if ranges:
         spec["loadBalancerSourceRanges"] = ranges
     meta: dict[str, Any] = {"name": f.get("Name", ""), "namespace": f.get("Namespace", "")}
@@ -299,7 +291,7 @@ def _service(b: _Described) -> dict[str, Any]:
         meta["annotations"] = dict(b.annotations)
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
     ingress = []
-    for entry in _listed(f.get("LoadBalancer Ingress")):
+    for entry in listed(f.get("LoadBalancer Ingress")):
         value, _, mode = entry.partition(" (")
         if value.replace(".", "").isdigit() or ":" in value:
             ingress.append({"ip": value, **({"ipMode": mode.rstrip(")")} if mode else {})})
@@ -323,11 +315,11 @@ def _endpoints(b: _Described, service: dict[str, Any]) -> dict[str, Any] | None:
     subsets = []
     for p in b.ports:
         value = p.endpoints
-        if value is None or value in _NONE or _MORE.search(value):
+        if value is None or value in NONE or _MORE.search(value):
             return None
         addresses = []
         numbers = set()
-        for ep in _listed(value):
+        for ep in listed(value):
             m = _ENDPOINT.match(ep)
             if m is None:
                 return None
@@ -345,7 +337,7 @@ def _node(b: _Described) -> dict[str, Any]:
     status: dict[str, Any] = {}
     if b.addresses:
         status["addresses"] = [{"type": t, "address": a} for t, a in b.addresses]
-    info = {k: v for k, v in b.info.items() if v and v not in _NONE}
+    info = {k: v for k, v in b.info.items() if v and v not in NONE}
     if info:
         status["nodeInfo"] = info
     if b.conditions:
@@ -353,7 +345,7 @@ def _node(b: _Described) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if b.fields.get("Unschedulable") in ("true", "false"):
         spec["unschedulable"] = b.fields["Unschedulable"] == "true"
-    cidrs = _listed(b.fields.get("PodCIDRs")) or _listed(b.fields.get("PodCIDR"))
+    cidrs = listed(b.fields.get("PodCIDRs")) or listed(b.fields.get("PodCIDR"))
     if cidrs:
         spec["podCIDR"], spec["podCIDRs"] = cidrs[0], cidrs
     meta: dict[str, Any] = {"name": b.fields.get("Name", "")}

@@ -137,7 +137,8 @@ _NOT_OF: dict[str, frozenset[str]] = {
 # A header: upper-case titles (``PORT(S)``, ``NOMINATED NODE``) that begin with NAME or NAMESPACE.
 _TABLE_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME(?:\s{2,}|\t)[A-Z][A-Z0-9()/ -]*$")
 _CELL_SEP = re.compile(r"\s{2,}|\t")
-_NONE = ("<none>", "<unknown>", "<pending>", "<nodes>", "")
+# kubectl's words for no value, in its tables and descriptions
+NONE = ("<none>", "<unknown>", "<pending>", "<nodes>", "<unset>", "")
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 _PORT = re.compile(r"^(\d+)(?::(\d+))?(?:/([A-Za-z]+))?$")
 _AGE = r"(?:\d+[smhdy])+|<unknown>|<invalid>"
@@ -279,11 +280,12 @@ def is_object_table(lines: list[str]) -> bool:
     return len(rows) + headers + pods >= 0.6 * len(content)
 
 
-def _listed(value: str) -> list[str]:
-    """A comma-joined cell's values, without kubectl's words for none and a clipped last value."""
-    if value in _NONE:
+def listed(value: str | None) -> list[str]:
+    """A comma-joined value kubectl printed (a table's cell, a description's field), without its
+    words for none and a clipped last value."""
+    if value is None or value in NONE:
         return []
-    return [v for v in value.split(",") if v and not v.endswith("...")]
+    return [v for v in (v.strip() for v in value.split(",")) if v and not v.endswith("...")]
 
 
 def _service_body(cells: dict[str, str]) -> dict[str, Any]:
@@ -292,10 +294,10 @@ def _service_body(cells: dict[str, str]) -> dict[str, Any]:
     if kind in _SERVICE_TYPES:
         spec["type"] = kind
     cip = cells.get("CLUSTER-IP", "")
-    if cip and cip not in _NONE:
+    if cip and cip not in NONE:
         spec["clusterIP"] = cip
     ports = []
-    for p in _listed(cells.get("PORT(S)", "")):
+    for p in listed(cells.get("PORT(S)", "")):
         m = _PORT.match(p)
         if m is not None:
             port: dict[str, Any] = {"port": int(m[1]), "protocol": (m[3] or "TCP").upper()}
@@ -304,7 +306,7 @@ def _service_body(cells: dict[str, str]) -> dict[str, Any]:
             ports.append(port)
     spec["ports"] = ports
     body: dict[str, Any] = {"spec": spec}
-    external = _listed(cells.get("EXTERNAL-IP", ""))
+    external = listed(cells.get("EXTERNAL-IP", ""))
     if kind == "ExternalName":
         spec["externalName"] = cells.get("EXTERNAL-IP", "")
     elif kind == "LoadBalancer":  # ingress first, then externalIPs: which is which is not shown
@@ -319,7 +321,7 @@ def _node_body(cells: dict[str, str]) -> dict[str, Any]:
     addresses = [
         {"type": t, "address": cells[col]}
         for col, t in (("INTERNAL-IP", "InternalIP"), ("EXTERNAL-IP", "ExternalIP"))
-        if cells.get(col, "") not in _NONE
+        if cells.get(col, "") not in NONE
     ]
     if addresses:
         status["addresses"] = addresses
@@ -331,7 +333,7 @@ def _node_body(cells: dict[str, str]) -> dict[str, Any]:
             ("KERNEL-VERSION", "kernelVersion"),
             ("CONTAINER-RUNTIME", "containerRuntimeVersion"),
         )
-        if cells.get(col, "") not in _NONE
+        if cells.get(col, "") not in NONE
     }
     if info:
         status["nodeInfo"] = info

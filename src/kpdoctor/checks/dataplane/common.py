@@ -15,9 +15,6 @@ from kpdoctor.model import Cite, Confidence, Finding, Severity
 # What verification needs: rules, and the cluster's Services to hold them against.
 RULES = [Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT, Kind.IPVSADM]
 CLUSTER = [Kind.K8S_OBJECTS]
-# What stands in for the cluster's objects: Services printed by kubectl (parse/kubectl_table,
-# parse/kubectl_describe), partial objects whose endpoints are judged only when shown whole
-PRINTED_SERVICES = [Kind.KUBECTL_TABLE, Kind.KUBECTL_DESCRIBE]
 
 
 # Rules that do not follow the cluster are what a broken sync leaves behind: these causes explain

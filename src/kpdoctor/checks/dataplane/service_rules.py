@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import PRINTED_SERVICES, start
 from kpdoctor.checks.dataplane.common import (
     CLUSTER,
     MAX_CITES,
-    PRINTED_SERVICES,
     RULES,
     by_service,
     capped,

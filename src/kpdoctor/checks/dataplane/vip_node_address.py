@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
-from kpdoctor.checks.common import start, suspect
-from kpdoctor.checks.dataplane.common import PRINTED_SERVICES, capped
+from kpdoctor.checks.common import PRINTED_SERVICES, start, suspect
+from kpdoctor.checks.dataplane.common import capped
 from kpdoctor.dataplane.addresses import IPAddress, host_address
 from kpdoctor.dataplane.modes import IPVS_INTERFACE
 from kpdoctor.facts import Facts

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start, suspect
+from kpdoctor.checks.common import PRINTED_SERVICES, start, suspect
 from kpdoctor.facts import Facts, containers_of
 from kpdoctor.facts.node import Setting
 from kpdoctor.knowledge import check, signature
@@ -161,14 +161,7 @@ def _overlap(facts: Facts, lo: int, hi: int, reserved: list[tuple[int, int]]) ->
     cause="listen-port-in-ephemeral-range",
     title="A service port lies inside the ephemeral port range",
     severity=Severity.WARNING,
-    needs=[
-        Kind.SYSCTL,
-        Kind.KUBE_PROXY_LOG,
-        Kind.LISTENERS,
-        Kind.K8S_OBJECTS,
-        Kind.KUBECTL_TABLE,
-        Kind.KUBECTL_DESCRIBE,
-    ],
+    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_LOG, Kind.LISTENERS, Kind.K8S_OBJECTS, *PRINTED_SERVICES],
 )
 def ephemeral_listen(facts: Facts) -> Iterator[Finding]:
     """A port a service must bind (a listener, NodePort or hostPort) can be taken by an outgoing connection.

@@ -6,8 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, apply_remedy, kube_proxy_remedy, start, version_rows
-from kpdoctor.checks.dataplane.common import CLUSTER, PRINTED_SERVICES, RULES, classes, verification_not_evaluated
+from kpdoctor.checks.common import (
+    PRINTED_SERVICES,
+    RESTORE_SYMPTOMS,
+    apply_remedy,
+    kube_proxy_remedy,
+    start,
+    version_rows,
+)
+from kpdoctor.checks.dataplane.common import CLUSTER, RULES, classes, verification_not_evaluated
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.iptables_variant import HostIptables, banner
