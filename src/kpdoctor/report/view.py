@@ -80,6 +80,13 @@ class View:
     evidence_shown: int | None = EVIDENCE_SHOWN  # None: every line
 
     @property
+    def not_checked(self) -> str:
+        """How many checks did not run, of how many (the ones that ran said beside them: "2 of
+        64 ran" and "62 not checked" must not read as contradicting each other)."""
+        total = sum(len(g.checks) for g in self.skipped)
+        return f"{total} of {total + self.report.checks_run} check(s)"
+
+    @property
     def verification(self) -> Any:
         return self.report.verification
 
