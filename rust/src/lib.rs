@@ -4,6 +4,7 @@
 
 mod addr;
 mod compile;
+mod save;
 mod table;
 mod tokens;
 mod walk;
@@ -294,6 +295,7 @@ fn prerouting(hook: &str) -> PyResult<bool> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IptablesRules>()?;
+    m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

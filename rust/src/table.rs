@@ -119,6 +119,8 @@ pub struct Table {
     pub chains: Vec<Chain>,
     by_name: HashMap<Arc<str>, u32>,
     pub rules: Vec<RawRule>,
+    /// the chain of the last rule pushed
+    last_chain: Option<u32>,
 }
 
 impl Table {
@@ -131,6 +133,7 @@ impl Table {
             chains: Vec::with_capacity(declared.len()),
             by_name: HashMap::with_capacity(declared.len()),
             rules: Vec::with_capacity(rules),
+            last_chain: None,
         };
         for (chain, policy) in declared {
             t.chain_id(&chain);
@@ -143,7 +146,12 @@ impl Table {
 
     /// The next rule of the dump, in `chain`.
     pub fn push(&mut self, chain: &str, rule: RawRule) {
-        let id = self.chain_id(chain);
+        // a chain's rules come together in a dump: only a new chain's name is looked up
+        let id = match self.rules.last().zip(self.last_chain) {
+            Some((_, last)) if *self.chains[last as usize].name == *chain => last,
+            _ => self.chain_id(chain),
+        };
+        self.last_chain = Some(id);
         self.chains[id as usize].members.push(self.rules.len() as u32);
         self.rules.push(rule);
     }

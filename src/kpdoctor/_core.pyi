@@ -31,3 +31,20 @@ class IptablesRules:
     ) -> list[bool]: ...
     def chain_name(self, layer: int, table: int, chain: int) -> str: ...
     def port_rules(self, table: str) -> list[tuple[int, int, str, tuple[int, int, int] | None, bool]]: ...
+
+# scan_save's answer: (comments as (line, text), tables, diagnostics as (line, message), the
+# table left without COMMIT, the number of lines); a table: (name, (chains, policies),
+# (declared chains, lines), (built-in chains declared with counters, their lines' text),
+# (those with packets read, packets), (rules' chains, lines, texts, counted rules)), a counted
+# rule (index among the table's rules, packets, bytes, text without counters)
+_ScannedTable = tuple[
+    str,
+    tuple[list[str], list[str | None]],
+    tuple[list[str], list[int]],
+    tuple[list[str], list[str]],
+    tuple[list[str], list[int]],
+    tuple[list[str], list[int], list[str], list[tuple[int, int | None, int | None, str]]],
+]
+SaveScan = tuple[list[tuple[int, str]], list[_ScannedTable], list[tuple[int, str]], str | None, int]
+
+def scan_save(text: str, first_line: int = 1) -> SaveScan | None: ...

@@ -11,10 +11,22 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import TYPE_CHECKING
 
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.shellwords import shell_split
+
+if TYPE_CHECKING:
+    from kpdoctor._core import SaveScan
+
+_scan_save: Callable[[str, int], SaveScan | None] | None
+try:  # the native core reads a whole plain dump (without it, the Python parser reads every dump)
+    from kpdoctor._core import scan_save as _scan_save
+except ImportError:
+    _scan_save = None
 
 LEGACY_WARNING = "# Warning: iptables-legacy tables present"
 COUNTERS = re.compile(r"^\[(\d+):(\d+)\]\s+")
@@ -260,6 +272,72 @@ def parse_save(
     rules are not those of the previous parse in the same order are noted in the ruleset's
     ``changed_chains`` (declarations and policies are compared by the caller).
     """
+    if reuse is None and not fragment and _scan_save is not None:
+        scan = _scan_save(text, first_line)
+        if scan is not None:
+            return _scanned(scan, artifact, backend, family, first_line)
+    return _parse_lines(text, artifact, backend, family, first_line, fragment, table_hint, reuse)
+
+
+def _scanned(scan: SaveScan, artifact: str, backend: str | None, family: int, first_line: int) -> Ruleset:
+    """The ruleset of a dump the native core read whole (``_core.scan_save``: what
+    :func:`_parse_lines` makes of a plain dump, made without a Python step per line)."""
+    comments, tables, diagnostics, open_table, lines = scan
+    rs = Ruleset(artifact, backend, family)
+    for ln, line in comments:
+        _comment(rs, ln, line)
+    for name, (chains, policies), (declared, at), (built_in, texts), (counted, packets), rules in tables:
+        t = rs.tables[name] = Table(name)
+        t.chains.update(zip(chains, policies))
+        t.chain_lines.update(zip(declared, at))
+        t.policy_lines.update(zip(built_in, texts))
+        t.policy_packets.update(zip(counted, packets))
+        rule_chains, rule_lines, rule_texts, with_counters = rules
+        t.rules = list(map(Rule, repeat(name), rule_chains, repeat(None), rule_lines, rule_texts))
+        for i, n_packets, n_bytes, body in with_counters:
+            r = t.rules[i]
+            r.packets, r.bytes, r._body = n_packets, n_bytes, body
+    rs.diagnostics = [Diagnostic(ln, message) for ln, message in diagnostics]
+    if open_table is not None:
+        _unfinished(rs, open_table, first_line + lines - 1)
+    return rs
+
+
+def _comment(rs: Ruleset, ln: int, line: str) -> None:
+    """A ``#`` line of a dump: which iptables wrote it, its warnings."""
+    m = _HEADER.match(line)
+    if m:
+        rs.generator = f"{m.group(1)} {m.group(2)}"
+        if rs.variant is None:
+            if "nf_tables" in line or "-nft-" in line:
+                rs.variant = "nft"
+            elif "legacy" in line:
+                rs.variant = "legacy"
+    elif line.startswith(LEGACY_WARNING):
+        rs.legacy_warning_line = ln
+        rs.variant = rs.variant or "nft"
+    elif (inc := _INCOMPATIBLE.match(line)) is not None:
+        rs.incompatible.append((ln, inc.group(1), line))
+
+
+def _unfinished(rs: Ruleset, table: str, last_line: int) -> None:
+    """A table the dump left without its COMMIT: cut off, not whole."""
+    rs.truncated.add(table)
+    rs.diagnostics.append(Diagnostic(last_line, f"table {table} has no COMMIT (truncated?)"))
+
+
+def _parse_lines(
+    text: str,
+    artifact: str,
+    backend: str | None,
+    family: int,
+    first_line: int,
+    fragment: bool,
+    table_hint: str | None,
+    reuse: dict[str, Rule] | None,
+) -> Ruleset:
+    """:func:`parse_save`, line by line in Python: every dump the native core does not read
+    whole (a paste, a fragment, the agent's parse again with ``reuse``)."""
     take = reuse.pop if reuse is not None else None
     changed: set[tuple[str, str]] = set()
     unpooled: set[str] = set()
@@ -358,19 +436,7 @@ def parse_save(
         if not line:
             continue
         if line.startswith("#"):
-            m = _HEADER.match(line)
-            if m:
-                rs.generator = f"{m.group(1)} {m.group(2)}"
-                if rs.variant is None:
-                    if "nf_tables" in line or "-nft-" in line:
-                        rs.variant = "nft"
-                    elif "legacy" in line:
-                        rs.variant = "legacy"
-            elif line.startswith(LEGACY_WARNING):
-                rs.legacy_warning_line = ln
-                rs.variant = rs.variant or "nft"
-            elif (inc := _INCOMPATIBLE.match(line)) is not None:
-                rs.incompatible.append((ln, inc.group(1), line))
+            _comment(rs, ln, line)
             continue
         if line.startswith("*"):
             name = line[1:].strip()
@@ -445,10 +511,7 @@ def parse_save(
             Diagnostic(first_line, "rules without their table that no chain or target places: table unknown")
         )
     if table is not None and not fragment:
-        rs.truncated.add(table.name)
-        rs.diagnostics.append(
-            Diagnostic(first_line + len(text.splitlines()) - 1, f"table {table.name} has no COMMIT (truncated?)")
-        )
+        _unfinished(rs, table.name, first_line + len(text.splitlines()) - 1)
     return rs
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 StepKey = tuple[int, int, int, int | None]
 # One outcome as a verification reads it (NativeEvaluator.entries)
 NativeEntry = tuple[float, str, str, str | None, StepKey | None, str | None]
+
+# a table's rules as the core takes them: chains, lines, texts without counters
+_CHAIN, _LINE, _BODY = operator.attrgetter("chain"), operator.attrgetter("line"), operator.attrgetter("body")
 
 # the environment variable that chooses the walk: "native" (the default) or "python"
 CORE_SETTING = "KPDOCTOR_CORE"
@@ -124,9 +128,9 @@ class NativeEvaluator:
                 (
                     name,
                     list(t.chains.items()),
-                    [r.chain for r in t.rules],
-                    [r.line for r in t.rules],
-                    [r.body for r in t.rules],
+                    list(map(_CHAIN, t.rules)),
+                    list(map(_LINE, t.rules)),
+                    list(map(_BODY, t.rules)),
                     t.rules,
                 )
                 for name, t in tabs

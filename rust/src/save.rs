@@ -1,0 +1,255 @@
+//! Reading a whole `iptables-save` dump as iptables wrote it: the bulk of `parse_save`
+//! (`kpdoctor/parse/iptables.py`) for the dumps a node's own `iptables-save` prints. A node with
+//! 10,000 Services prints a quarter of a million lines; this pass reads them once, without a
+//! Python step per line, and hands back each table's columns for Python to make its `Rule`s of.
+//!
+//! Only a plain dump is read here: ASCII with no control character but the line feed, no
+//! backslash, every line a table, `COMMIT`, a comment, a chain declaration or an `-A` rule
+//! (counters allowed) with balanced quotes. Anything else (a paste, a spliced stderr warning, a
+//! rule only a shell-word parser splits, `-I`) gives None and the Python parser reads it all:
+//! what this pass reads, it reads as that parser's plain-dump path does, diagnostics included.
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString, PyTuple};
+
+/// One table's lines as read, in the dump's order.
+#[derive(Default)]
+struct Columns<'t> {
+    /// every chain as the dump makes it known, with its policy (None: a user chain), in order
+    /// (a name again where a later line declares it again)
+    chain_names: Vec<&'t str>,
+    chain_policies: Vec<Option<&'t str>>,
+    known: HashSet<&'t str>,
+    /// declarations' lines
+    decl_names: Vec<&'t str>,
+    decl_lines: Vec<i64>,
+    /// a built-in chain's declaration with counters other than `[0:0]`: its text and packets
+    policy_names: Vec<&'t str>,
+    policy_texts: Vec<&'t str>,
+    packet_names: Vec<&'t str>,
+    packet_values: Vec<u64>,
+    rule_chains: Vec<&'t str>,
+    rule_lines: Vec<i64>,
+    rule_texts: Vec<&'t str>,
+    /// per rule with `[packets:bytes]`: its counters (None past 64 bits) and text without them
+    counters: Vec<(usize, Option<u64>, Option<u64>, &'t str)>,
+}
+
+/// A `[packets:bytes]` counter as `_counter` reads it: None past 20 digits or 64 bits.
+fn counter(digits: &str) -> Option<u64> {
+    if digits.len() > 20 {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `[packets:bytes]`'s two numbers, if `s` is exactly that.
+fn counter_pair(s: &str) -> Option<(&str, &str)> {
+    let inner = s.strip_prefix('[')?.strip_suffix(']')?;
+    let (p, b) = inner.split_once(':')?;
+    (all_digits(p) && all_digits(b)).then_some((p, b))
+}
+
+/// The first 80 characters of a line (ASCII here), as diagnostics quote it.
+fn head80(s: &str) -> &str {
+    &s[..s.len().min(80)]
+}
+
+struct Scan<'t> {
+    tables: Vec<(&'t str, Columns<'t>)>,
+    comments: Vec<(i64, &'t str)>,
+    diagnostics: Vec<(i64, String)>,
+    open: Option<usize>,
+    lines: i64,
+}
+
+/// The dump read, or None where the Python parser must read it.
+fn scan(text: &str, first_line: i64) -> Option<Scan<'_>> {
+    if !text.is_ascii() || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f || b == b'\\') {
+        return None;
+    }
+    // a warning written into a line (stderr mixed into stdout): the Python parser repairs it
+    if text.match_indices("# Warning").any(|(at, _)| at > 0 && text.as_bytes()[at - 1] != b'\n') {
+        return None;
+    }
+    let mut s = Scan { tables: Vec::new(), comments: Vec::new(), diagnostics: Vec::new(), open: None, lines: 0 };
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (i, raw) in text.lines().enumerate() {
+        s.lines = i as i64 + 1;
+        let ln = first_line + i as i64;
+        let line = raw.trim_matches(' ');
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('#') {
+            s.comments.push((ln, line));
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            let name = name.trim_matches(' ');
+            let k = *by_name.entry(name).or_insert_with(|| {
+                s.tables.push((name, Columns::default()));
+                s.tables.len() - 1
+            });
+            s.open = Some(k);
+            continue;
+        }
+        if line == "COMMIT" {
+            s.open = None;
+            continue;
+        }
+        let Some(k) = s.open else {
+            s.diagnostics.push((ln, format!("outside any table: {}", head80(line))));
+            continue;
+        };
+        let cols = &mut s.tables[k].1;
+        if let Some(decl) = raw.strip_prefix(':') {
+            declare(cols, decl, raw, line, ln, &mut s.diagnostics)?;
+            continue;
+        }
+        rule(cols, raw, line, ln, &mut s.diagnostics)?;
+    }
+    Some(s)
+}
+
+/// A chain declaration (`:CHAIN POLICY [packets:bytes]`), as `parse_save` reads it.
+fn declare<'t>(cols: &mut Columns<'t>, decl: &'t str, raw: &'t str, line: &'t str, ln: i64, diags: &mut Vec<(i64, String)>) -> Option<()> {
+    let parts: Vec<&str> = decl.split(' ').collect();
+    let plain = parts.len() == 2 || (parts.len() == 3 && parts[2] == "[0:0]");
+    if plain && !parts[0].is_empty() && !parts[1].is_empty() {
+        // the plain-dump path: no policy line kept
+        cols.chain_names.push(parts[0]);
+        cols.chain_policies.push((parts[1] != "-").then_some(parts[1]));
+        cols.known.insert(parts[0]);
+        cols.decl_names.push(parts[0]);
+        cols.decl_lines.push(ln);
+        return Some(());
+    }
+    if raw != line {
+        return None;
+    }
+    // `^:(\S+)\s+(\S+)(?:\s+\[(\d+):(\d+)\])?\s*$` over the line
+    let words: Vec<&str> = decl.split(' ').filter(|w| !w.is_empty()).collect();
+    let well_formed = !decl.starts_with(' ')
+        && (words.len() == 2 || (words.len() == 3 && counter_pair(words[2]).is_some()));
+    if !well_formed {
+        diags.push((ln, format!("malformed chain line: {}", head80(line))));
+        return Some(());
+    }
+    let (chain, policy) = (words[0], words[1]);
+    cols.chain_names.push(chain);
+    cols.chain_policies.push((policy != "-").then_some(policy));
+    cols.known.insert(chain);
+    cols.decl_names.push(chain);
+    cols.decl_lines.push(ln);
+    if policy != "-" {
+        cols.policy_names.push(chain);
+        cols.policy_texts.push(line);
+        if let Some(n) = words.get(2).and_then(|w| counter_pair(w)).and_then(|(p, _)| counter(p)) {
+            cols.packet_names.push(chain);
+            cols.packet_values.push(n);
+        }
+    }
+    Some(())
+}
+
+/// A rule line (`-A CHAIN ...`, or with `[packets:bytes]` before it), as `parse_save` reads it;
+/// None for a line the Python parser must read.
+fn rule<'t>(cols: &mut Columns<'t>, raw: &'t str, line: &'t str, ln: i64, diags: &mut Vec<(i64, String)>) -> Option<()> {
+    if raw != line || (raw.contains('"') && raw.bytes().filter(|&b| b == b'"').count() % 2 == 1) {
+        return None;
+    }
+    let (body, counted) = match raw.strip_prefix('[') {
+        Some(_) => {
+            let (pair, rest) = raw.split_once(' ')?;
+            let (p, b) = counter_pair(pair)?;
+            let rest = rest.trim_start_matches(' ');
+            (rest, Some((counter(p), counter(b))))
+        }
+        None => (raw, None),
+    };
+    let after = body.strip_prefix("-A ")?;
+    let chain = &after[..after.find(' ').unwrap_or(after.len())];
+    if chain.is_empty() {
+        return None;
+    }
+    if let Some((packets, bytes)) = counted {
+        if packets.is_none() || bytes.is_none() {
+            diags.push((ln, "rule counters too large to read: ignored".to_string()));
+        }
+        cols.counters.push((cols.rule_lines.len(), packets, bytes, body));
+    }
+    // a chain's rules come together: only a new chain is looked up
+    if cols.rule_chains.last() != Some(&chain) && cols.known.insert(chain) {
+        diags.push((ln, format!("rule in undeclared chain {chain}")));
+        cols.chain_names.push(chain);
+        cols.chain_policies.push(None);
+    }
+    cols.rule_chains.push(chain);
+    cols.rule_lines.push(ln);
+    cols.rule_texts.push(raw);
+    Some(())
+}
+
+/// The names as Python strings, one per distinct name.
+fn interned_list<'t, 'py>(
+    py: Python<'py>,
+    interned: &mut HashMap<&'t str, Bound<'py, PyString>>,
+    names: &[&'t str],
+) -> PyResult<Bound<'py, PyList>> {
+    let mut last: Option<(&str, Bound<'py, PyString>)> = None;
+    PyList::new(
+        py,
+        names.iter().map(|&n| match &last {
+            Some((name, s)) if *name == n => s.clone(), // a chain's rules come together
+            _ => {
+                let s = interned.entry(n).or_insert_with(|| PyString::intern(py, n)).clone();
+                last = Some((n, s.clone()));
+                s
+            }
+        }),
+    )
+}
+
+/// A whole `iptables-save` dump's tables, for `parse_save`: None for a text the Python parser
+/// reads (see the module's docs). Otherwise `(comments, tables, diagnostics, open table, lines)`:
+/// `comments` the `#` lines as `(line, text)`; per table `(name, (chains, their policies),
+/// (declared chains, their lines), (built-in chains declared with counters, their lines' text),
+/// (those with packets read, the packets), (rules' chains, lines, texts, counted rules))`, a
+/// counted rule `(its index among the table's rules, packets, bytes, text without counters)`; `open` the
+/// table left without COMMIT; `lines` how many lines the text has.
+#[pyfunction]
+#[pyo3(signature = (text, first_line=1))]
+pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: i64) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    // text that is not UTF-8 (bytes kept as surrogate escapes) is the Python parser's
+    let Ok(text) = text.to_str() else {
+        return Ok(None);
+    };
+    let Some(s) = scan(text, first_line) else {
+        return Ok(None);
+    };
+    // one string per chain name, shared by its rules (interned, as the Python parser does)
+    let mut interned: HashMap<&str, Bound<'py, PyString>> = HashMap::new();
+    let tables = PyList::empty(py);
+    for (table, c) in &s.tables {
+        let policies = PyList::new(py, c.chain_policies.iter().map(|p| p.map(|p| PyString::new(py, p))))?;
+        let texts = PyList::new(py, c.rule_texts.iter().map(|t| PyString::new(py, t)))?;
+        let row = (
+            PyString::new(py, table),
+            (interned_list(py, &mut interned, &c.chain_names)?, policies),
+            (interned_list(py, &mut interned, &c.decl_names)?, &c.decl_lines),
+            (interned_list(py, &mut interned, &c.policy_names)?, &c.policy_texts),
+            (interned_list(py, &mut interned, &c.packet_names)?, &c.packet_values),
+            (interned_list(py, &mut interned, &c.rule_chains)?, &c.rule_lines, texts, &c.counters),
+        );
+        tables.append(row.into_pyobject(py)?)?;
+    }
+    let open = s.open.map(|k| s.tables[k].0);
+    Ok(Some((&s.comments, tables, &s.diagnostics, open, s.lines).into_pyobject(py)?))
+}
