@@ -288,10 +288,10 @@ def _scanned(scan: SaveScan, artifact: str, backend: str | None, family: int, fi
         _comment(rs, ln, line)
     for name, (chains, policies), (declared, at), (built_in, texts), (counted, packets), rules in tables:
         t = rs.tables[name] = Table(name)
-        t.chains.update(zip(chains, policies))
-        t.chain_lines.update(zip(declared, at))
-        t.policy_lines.update(zip(built_in, texts))
-        t.policy_packets.update(zip(counted, packets))
+        t.chains.update(zip(chains, policies, strict=True))
+        t.chain_lines.update(zip(declared, at, strict=True))
+        t.policy_lines.update(zip(built_in, texts, strict=True))
+        t.policy_packets.update(zip(counted, packets, strict=True))
         rule_chains, rule_lines, rule_texts, with_counters = rules
         t.rules = list(map(Rule, repeat(name), rule_chains, repeat(None), rule_lines, rule_texts))
         for i, n_packets, n_bytes, body in with_counters:
