@@ -176,7 +176,7 @@ fn unknown(text: String, negated: bool) -> Cond {
 }
 
 /// `compile_general`: every option kpdoctor knows, in any order.
-pub fn compile(toks: &[String]) -> CompiledRule {
+pub fn compile<S: AsRef<str>>(toks: &[S]) -> CompiledRule {
     let mut cr = CompiledRule::default();
     let n = toks.len();
     let mut conds: Vec<Cond> = Vec::new();
@@ -184,13 +184,13 @@ pub fn compile(toks: &[String]) -> CompiledRule {
     let mut neg = false;
     let mut module = String::new();
     while i < n {
-        let t = toks[i].as_str();
+        let t = toks[i].as_ref();
         if t == "!" {
             neg = true;
             i += 1;
             continue;
         }
-        let nxt = toks.get(i + 1).map(String::as_str).unwrap_or("");
+        let nxt = toks.get(i + 1).map(AsRef::as_ref).unwrap_or("");
         match token(t) {
             None => {
                 if let Some(k) = skipped(t) {
@@ -277,10 +277,10 @@ pub fn compile(toks: &[String]) -> CompiledRule {
 }
 
 /// `_other`: the less common options (mark, statistic, recent, ipset, physdev); the next index.
-fn other(toks: &[String], i: usize, module: &str, neg: bool, conds: &mut Vec<Cond>) -> usize {
+fn other<S: AsRef<str>>(toks: &[S], i: usize, module: &str, neg: bool, conds: &mut Vec<Cond>) -> usize {
     let n = toks.len();
-    let t = toks[i].as_str();
-    let nxt = toks.get(i + 1).map(String::as_str).unwrap_or("");
+    let t = toks[i].as_ref();
+    let nxt = toks.get(i + 1).map(AsRef::as_ref).unwrap_or("");
     if t == "--mark" && module == "mark" {
         conds.push(match mark(nxt) {
             None => unknown(format!("--mark {nxt}"), neg),
@@ -292,9 +292,9 @@ fn other(toks: &[String], i: usize, module: &str, neg: bool, conds: &mut Vec<Con
         let (mut prob_text, mut every_text, mut packet_text): (Option<&str>, Option<&str>, Option<&str>) =
             (None, None, None);
         let mut j = i + 2;
-        while j + 1 < n && matches!(toks[j].as_str(), "--probability" | "--every" | "--packet") {
-            let v = Some(toks[j + 1].as_str());
-            match toks[j].as_str() {
+        while j + 1 < n && matches!(toks[j].as_ref(), "--probability" | "--every" | "--packet") {
+            let v = Some(toks[j + 1].as_ref());
+            match toks[j].as_ref() {
                 "--probability" => prob_text = v,
                 "--every" => every_text = v,
                 _ => packet_text = v,
@@ -378,20 +378,20 @@ fn dnat(dest: &str, goto: bool) -> TargetSpec {
 }
 
 /// `_target`: `-j NAME [--option value | --flag]...`; the next index.
-fn target(toks: &[String], i: usize) -> (Target, usize) {
-    let goto = toks[i] == "-g" || toks[i] == "--goto";
-    let name = toks.get(i + 1).cloned().unwrap_or_default();
+fn target<S: AsRef<str>>(toks: &[S], i: usize) -> (Target, usize) {
+    let goto = toks[i].as_ref() == "-g" || toks[i].as_ref() == "--goto";
+    let name = toks.get(i + 1).map(|t| t.as_ref().to_owned()).unwrap_or_default();
     let mut j = i + 2;
     let mut opts: Vec<(&str, &str)> = Vec::new();
     let mut flags: Vec<&str> = Vec::new();
-    while j < toks.len() && toks[j].starts_with("--") {
-        if j + 1 < toks.len() && !toks[j + 1].starts_with("--") {
-            let key = toks[j].as_str();
+    while j < toks.len() && toks[j].as_ref().starts_with("--") {
+        if j + 1 < toks.len() && !toks[j + 1].as_ref().starts_with("--") {
+            let key = toks[j].as_ref();
             opts.retain(|(k, _)| *k != key);
-            opts.push((key, toks[j + 1].as_str()));
+            opts.push((key, toks[j + 1].as_ref()));
             j += 2;
         } else {
-            flags.push(toks[j].as_str());
+            flags.push(toks[j].as_ref());
             j += 1;
         }
     }
@@ -442,7 +442,7 @@ fn target(toks: &[String], i: usize) -> (Target, usize) {
 mod tests {
     use super::*;
 
-    fn toks(s: &str) -> Vec<String> {
+    fn toks(s: &str) -> Vec<&str> {
         crate::tokens::rule_args(s).unwrap()
     }
 

@@ -6,7 +6,7 @@
 use crate::addr::py_space;
 
 /// The tokens after `-A CHAIN`, or None when the line needs the shell-word parser.
-pub fn rule_args(body: &str) -> Option<Vec<String>> {
+pub fn rule_args(body: &str) -> Option<Vec<&str>> {
     let toks = split(body)?;
     Some(toks.into_iter().skip(2).collect())
 }
@@ -16,9 +16,9 @@ pub fn needs_shell(text: &str) -> bool {
     text.contains('"') && (text.contains('\\') || text.contains('\'') || text.matches('"').count() % 2 == 1)
 }
 
-fn split(text: &str) -> Option<Vec<String>> {
+fn split(text: &str) -> Option<Vec<&str>> {
     if !text.contains('"') {
-        return Some(words(text).map(str::to_owned).collect());
+        return Some(words(text).collect());
     }
     if text.contains('\\') || text.contains('\'') {
         return None;
@@ -30,9 +30,9 @@ fn split(text: &str) -> Option<Vec<String>> {
     let mut out = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         if i & 1 == 1 {
-            out.push((*part).to_owned());
+            out.push(*part);
         } else {
-            out.extend(words(part).map(str::to_owned));
+            out.extend(words(part));
         }
     }
     Some(out)
