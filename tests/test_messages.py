@@ -188,6 +188,20 @@ def test_docs_messages_md_is_generated_from_the_data() -> None:
     assert doc.read_text() == render_doc(catalogue()), "regenerate: python -m kpdoctor.messages > docs/messages.md"
 
 
+def test_the_shipped_data_file_is_the_yaml_files_data() -> None:
+    """Every run reads the catalogue from its data file (a JSON copy of the YAML, 30 times
+    faster to read): it must be made from the YAML files as they are, and read to the same
+    catalogue; a data file made from other texts is not read."""
+    from kpdoctor.messages import schema
+
+    files = schema.shipped_files()
+    data = schema._shipped_data(files)
+    assert data is not None, "regenerate: python -m kpdoctor.messages --write-data"
+    assert schema.load() == schema.load(files)
+    edited = [(name, text + "\n# edited\n") for name, text in files]
+    assert schema._shipped_data(edited) is None
+
+
 # A check reads a message the catalogue holds through the catalogue (knowledge.messages), never a
 # regular expression of its own. What still holds one, and why (this list only shrinks):
 STILL_HAND_WRITTEN: dict[str, str] = {}

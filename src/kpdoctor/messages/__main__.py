@@ -1,9 +1,13 @@
-"""docs/messages.md, generated from the data: ``python -m kpdoctor.messages > docs/messages.md``."""
+"""docs/messages.md, generated from the data: ``python -m kpdoctor.messages > docs/messages.md``;
+``python -m kpdoctor.messages --write-data`` writes the YAML files' data file (schema.DATA_FILE)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from kpdoctor.messages import catalogue
-from kpdoctor.messages.schema import Catalogue
+from kpdoctor.messages.schema import DATA_FILE, Catalogue, data_of, shipped_files
 
 
 def _cell(text: str) -> str:
@@ -42,4 +46,9 @@ def render(cat: Catalogue) -> str:
 
 
 if __name__ == "__main__":
-    print(render(catalogue()), end="")
+    if sys.argv[1:] == ["--write-data"]:
+        out = Path(__file__).with_name(DATA_FILE)
+        out.write_text(data_of(shipped_files()), encoding="utf-8")
+        print(f"wrote {out}")
+    else:
+        print(render(catalogue()), end="")

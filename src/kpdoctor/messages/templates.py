@@ -58,7 +58,7 @@ _WORD = "[^ \t'`\"]+"
 _REST = ".*"  # the last placeholder of a template, when it ends it: a reason, an error, the payload
 _ANY = ".*?"  # a placeholder in the middle may be empty ("failed with message: ``")
 _SPACE = "[ \t]+"
-_ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")
+_ERE_SPECIAL = re.compile(r"[.\[\]()*+?{}|^$\\]")
 _GO_VERB = re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z][a-z0-9_]*)\}|\{|\}|" + _GO_VERB.pattern)
 # sample values, for render()
@@ -191,7 +191,7 @@ def _needle(literals: Iterable[str]) -> str:
 def _escape(text: str) -> str:
     """``text`` as a literal in both Python's ``re`` and POSIX ERE (re.escape's ``\\-`` and
     ``\\ `` are not ERE)."""
-    return "".join("\\" + ch if ch in _ERE_SPECIAL else ch for ch in text)
+    return _ERE_SPECIAL.sub(r"\\\g<0>", text)
 
 
 def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:

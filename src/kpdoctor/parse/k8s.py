@@ -607,7 +607,9 @@ def _slice_problems(body: dict[str, Any]) -> list[str]:
         if not isinstance(addrs, list) or not addrs:
             bad.append(shown(addrs))
         elif family is not None:
-            bad.extend(shown(a) for a in addrs if not is_ip(a, family))
+            for a in addrs:
+                if not is_ip(a, family):
+                    bad.append(shown(a))
     if bad:
         listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         out.append(f"endpoint address(es) {listed}: not {body.get('addressType')} addresses: not verified")
