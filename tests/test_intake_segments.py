@@ -37,6 +37,7 @@ SAMPLES: dict[Kind, tuple[Path, int]] = {
     Kind.SYSCTL: (DATA / "node" / "sysctl-named.txt", 10),
     Kind.IP_LINK: (DATA / "node" / "ip-link.txt", 10),
     Kind.KERNEL_LOG: (DATA / "node" / "dmesg-formats.txt", 10),
+    Kind.PACKET_CAPTURE: (DATA / "tcpdump" / "bridge-nf-call-iptables-0.txt", 20),
 }
 
 

@@ -56,6 +56,7 @@ class Kind(enum.StrEnum):
     LINE_COUNT = "line count (| wc -l, grep -c)"  # `iptables -L -n | grep X | wc -l` -> 4190
     CONNECT_TIMES = "load-test connect times (ab, hey)"  # where connects bunch: dropped SYNs
     SSH_ATTEMPTS = "ssh attempts"  # `ssh root@192.168.1.3` and the failure it printed
+    PACKET_CAPTURE = "tcpdump output"  # packets as tcpdump -n prints them (parse/tcpdump)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

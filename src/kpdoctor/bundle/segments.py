@@ -45,6 +45,7 @@ from kpdoctor.knowledge import Signatures
 from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
+from kpdoctor.parse.tcpdump import NOISE_LINE, PACKET_LINE
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
 
@@ -174,6 +175,7 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape("sysctl", Kind.SYSCTL, _line(SYSCTL_LINE)),
     LineShape("ip-link", Kind.IP_LINK, _line(IP_LINK_LINE)),
     LineShape("ifconfig", Kind.IP_LINK, _line(IFCONFIG_HEAD)),
+    LineShape("tcpdump", Kind.PACKET_CAPTURE, _line(PACKET_LINE) + "|" + _line(NOISE_LINE)),
     LineShape(
         "processes",
         Kind.PROCESSES,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
-from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, timing
+from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, tcpdump, timing
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
@@ -487,6 +487,8 @@ def _sniff_workload(head: str, text: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.CONNECT_TIMES, {})
     if clients.looks_like_failed_ssh(lines):
         return Typed(Kind.SSH_ATTEMPTS, {})
+    if _mostly(lines[:200], tcpdump.PACKET_LINE, tcpdump.NOISE_LINE, at_least=tcpdump.PACKET_LINE):
+        return Typed(Kind.PACKET_CAPTURE, {})
     if timing.runtime_stops(head) and not _KP_LOG_MARKERS.search(head):
         return Typed(Kind.RUNTIME_LOG, {})
     if kubectl_table.is_pod_table(lines) and kubectl_table.has_kube_proxy(text):

@@ -46,6 +46,7 @@ from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
 from kpdoctor.parse.logscan import Scanner, ScanResult
+from kpdoctor.parse.tcpdump import CapturedPacket, parse_tcpdump
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
@@ -448,6 +449,15 @@ class Facts:
                 line = a.first_line + t.line if t.line >= 0 else None
                 out.append((t, Cite(a.name, line, t.command if t.line >= 0 else f"$ {t.command}")))
         return out
+
+    @cached_property
+    def captured_packets(self) -> list[tuple[CapturedPacket, Cite]]:
+        """Packets of tcpdump captures, in each capture's order, each with its line."""
+        return [
+            (p, Cite(a.name, p.line, p.text))
+            for a in self.of(Kind.PACKET_CAPTURE)
+            for p in parse_tcpdump(a.read_text(), a.first_line)
+        ]
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:

@@ -11,6 +11,7 @@ from kpdoctor.facts.node import pod_facing
 from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule, Ruleset, option
+from kpdoctor.parse.tcpdump import CapturedPacket
 
 BRIDGE_SYSCTLS = ("net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables")
 LOCALNET_RULE = "block incoming localnet connections"  # kube-proxy's guard when it enables route_localnet
@@ -150,6 +151,67 @@ BR_NETFILTER_NOTE = messages(
 _FOUND_MISSING = "a program found no /proc/sys/net/bridge/bridge-nf-call-iptables"
 
 
+def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tuple[str, list[Cite]]]:
+    """Replies a capture shows arriving from another address than the one their client sent to,
+    with no translated reply beside them: what a client gets when its request was DNATed on the
+    way in and the reply skipped the reverse translation on the way back. Each: what it shows,
+    and the lines that show it.
+
+    TCP: the client's first SYN went to V (the DNATed copy a capture on every interface also
+    shows comes after it); a SYN-ACK acknowledging that SYN came from X, not V; the client reset
+    it (RST to X with the sequence number the SYN-ACK acknowledged: its stack had no connection to
+    X); and no SYN-ACK from V reached it. DNS: a query went to V, its answer (the same id) came
+    from X and none from V."""
+    first: dict[tuple[str, int | None, str], tuple[CapturedPacket, Cite]] = {}  # (client, port, proto)
+    answered: set[tuple[str, int | None, str, int | None, str | None, int | None]] = set()
+    for p, c in packets:
+        key = (p.src, p.sport, p.proto)
+        if (p.proto == "tcp" and p.flags == "S") or (p.proto == "udp" and p.dns_id is not None and p.dport == 53):
+            first.setdefault(key, (p, c))
+        if (p.proto == "tcp" and p.flags == "S.") or (p.proto == "udp" and p.dns_id is not None and p.sport == 53):
+            answered.add((p.dst, p.dport, p.proto, p.dns_id if p.proto == "udp" else None, p.src, p.sport))
+    out: list[tuple[str, list[Cite]]] = []
+    for p, c in packets:
+        tcp = p.proto == "tcp" and p.flags == "S."
+        dns = p.proto == "udp" and p.dns_id is not None and p.sport == 53
+        if not (tcp or dns) or (p.dst, p.dport, p.proto) not in first:
+            continue
+        req, req_cite = first[(p.dst, p.dport, p.proto)]
+        if (req.dst, req.dport) == (p.src, p.sport) or (dns and req.dns_id != p.dns_id):
+            continue
+        if tcp and req.seq is not None and p.ack is not None and p.ack != req.seq + 1:
+            continue  # not the reply to that SYN
+        translated = (p.dst, p.dport, p.proto, p.dns_id if dns else None, req.dst, req.dport)
+        if translated in answered:
+            continue  # the translated reply is there too: a capture on both sides of the NAT
+        if tcp:
+            reset = next(
+                (
+                    (r, rc)
+                    for r, rc in packets
+                    if r.proto == "tcp"
+                    and (r.flags or "").startswith("R")
+                    and (r.src, r.sport, r.dst, r.dport) == (p.dst, p.dport, p.src, p.sport)
+                    and (p.ack is None or r.seq is None or r.seq == p.ack)
+                ),
+                None,
+            )
+            if reset is None:
+                continue
+            said = (
+                f"a connection to {req.destination} was answered from {p.source} (its SYN-ACK) and the client "
+                f"reset it: the reply skipped the Service NAT on its way back"
+            )
+            out.append((said, [req_cite, c, reset[1]]))
+        else:
+            said = (
+                f"a DNS query to {req.destination} was answered from {p.source} (the same id, {p.dns_id}), and no "
+                f"answer came from {req.destination}: the reply skipped the Service NAT on its way back"
+            )
+            out.append((said, [req_cite, c]))
+    return out
+
+
 def _bridge(facts: Facts) -> tuple[bool | None, list[Cite], str]:
     """Are Pods attached to a Linux bridge: True with the lines that show it, False when the
     links are given and no Pod interface has a bridge master, None when no links are given."""
@@ -171,7 +233,7 @@ def _bridge(facts: Facts) -> tuple[bool | None, list[Cite], str]:
     cause="bridge-netfilter-disabled",
     title="Bridged Pod traffic bypasses iptables (br_netfilter off)",
     severity=Severity.CRITICAL,
-    needs=[Kind.SYSCTL, Kind.IP_LINK, Kind.KUBE_PROXY_LOG],
+    needs=[Kind.SYSCTL, Kind.IP_LINK, Kind.KUBE_PROXY_LOG, Kind.PACKET_CAPTURE],
 )
 def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     """Pods attached to a Linux bridge reach Services without passing kube-proxy's rules.
@@ -179,14 +241,18 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     Symptom: on a bridged CNI (bridge plugin, flannel's cni0, kubenet's cbr0, docker0), Pods
         cannot reach ClusterIPs of Pods on the same node, or replies come from the wrong
         address and are dropped: DNS clients print `;; reply from unexpected source:
-        POD-IP#53, expected SERVICE-IP#53`, while other nodes work.
+        POD-IP#53, expected SERVICE-IP#53`, and a capture shows the SYN-ACK of a connection to
+        the Service coming from the Pod's own address, which the client resets, while other
+        nodes work.
     Cause: traffic between two ports of one bridge is switched, not routed; iptables sees it
         only when br_netfilter is loaded and net.bridge.bridge-nf-call-iptables=1. Without it
         the DNAT (and the return path's un-DNAT) is skipped.
     How it is detected: net.bridge.bridge-nf-call-iptables = 0 in sysctl output, or written
         by a command in a transcript (`echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables`,
         `sysctl -w`); a bridge device with Pod veths attached (`ip -d link`: master); the DNS
-        symptom above; kube-proxy's "missing br-netfilter module or unset sysctl" note; any
+        symptom above, or a tcpdump capture of it (a reply from another address than the
+        request went to, refused by the client, with no translated reply beside it:
+        :func:`untranslated_replies`); kube-proxy's "missing br-netfilter module or unset sysctl" note; any
         program's error that the sysctl's file does not exist (flannel's "Failed to check
         br_netfilter: stat ...", sysctl's "cannot stat", kubeadm's preflight: the file exists
         only while br_netfilter is loaded); no
@@ -216,6 +282,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         for h in facts.log.hits(UNEXPECTED_SOURCE.id)
         if len(h.groups) > 2 and h.groups[0] and h.groups[2] and h.groups[0] != h.groups[2]
     ]
+    captured = untranslated_replies(facts.captured_packets)
     note = facts.log.hits(*BR_NETFILTER_NOTE.ids)
     missing = facts.log.hits(BRIDGE_SYSCTL_MISSING.id)  # br_netfilter not loaded, as a program found
     note = missing + [h for h in note if h not in missing]
@@ -224,17 +291,20 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
     # few keys asked by name, or a grep, say nothing about the keys they leave out
     absent = node.absent("net.bridge.") if setting is None and "br_netfilter" not in facts.modules_seen else None
     unloaded = absent is not None and bridged is True
-    if not (off or symptom or unloaded or note):
+    if not (off or symptom or captured or unloaded or note):
         return
     h0 = symptom[0] if symptom else None
     saw = (
         f"a DNS reply came from {h0.groups[0]} while the query went to {h0.groups[2]} (the reply skipped "
         "the Service NAT on its way back)"
         if h0 is not None
+        else captured[0][0]
+        if captured
         else ""
     )
+    seen = bool(symptom or captured)  # the symptom, in a client's output or a capture
     bypass = ": bridged Pod-to-Service traffic bypasses kube-proxy's rules."
-    if off and (bridged or symptom):
+    if off and (bridged or seen):
         severity, confidence = Severity.CRITICAL, Confidence.HIGH
         summary = lead + f"{BRIDGE_SYSCTLS[0]} = 0" + (" and " + saw if saw else "") + bypass
     elif off:
@@ -245,7 +315,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
             "traffic bypasses kube-proxy's rules. Whether they do is not in the evidence: give `ip -d link` "
             "(routed CNIs such as Calico are unaffected)."
         )
-    elif symptom:
+    elif seen:
         severity, confidence = Severity.WARNING, Confidence.MEDIUM
         summary = (
             saw[0].upper() + saw[1:] + ". The usual cause is a bridged CNI without br_netfilter, or with "
@@ -285,15 +355,17 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         summary=summary,
     )
     f.evidence = ([setting.cite] if setting else [absent] if unloaded and absent else []) + bridge_cites + f.evidence
-    f.ongoing = True if off or symptom else None
-    if missing and not (off or symptom or bridged):
+    if captured and not symptom:
+        f.evidence += captured[0][1]
+    f.ongoing = True if off or seen else None
+    if missing and not (off or seen or bridged):
         suspect(
             f,
             "br_netfilter is not loaded; whether this node's Pods sit on a Linux bridge was not given",
             ["ip -d link", "lsmod | grep br_netfilter"],
             confidence=f.confidence,
         )
-    if symptom and not off:
+    if seen and not off:
         suspect(
             f,
             "the symptom of a bridge that skips iptables; the bridge settings were not given",
