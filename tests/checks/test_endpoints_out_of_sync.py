@@ -1,7 +1,10 @@
 """KP202 endpoints-out-of-sync without the cluster's objects: the Services rejected as "has no
-endpoints"."""
+endpoints", and rules a listing shows that send a Service elsewhere than a listing of all its
+ready endpoints says."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from checks.helpers import Diag
 from conftest import none_of, one
@@ -34,3 +37,50 @@ def test_rejected_services_without_objects_are_a_note_with_dns_first(diagnose: D
     assert "kube-system/kube-dns:dns" in one(diagnose({"filter.txt": save}), "KP202").summary
     # Rules without such comments: nothing.
     none_of(diagnose({"iptables-version.txt": "iptables v1.8.7 (legacy)\n"}), "KP202")
+
+
+# -- rules a listing shows, against a listing of every ready endpoint -------------------------------
+
+UPSTREAM = (
+    Path(__file__).resolve().parents[1] / "data" / "upstream" / "iptables" / "TestOverallIPTablesRules.legacy.save"
+)
+TABLE = Path(__file__).resolve().parents[1] / "data" / "kubectl" / "get-endpoints-kubectl-1.20.txt"
+
+
+def _grep(text: str, word: str) -> str:
+    return "".join(ln + "\n" for ln in text.splitlines() if word in ln)
+
+
+def test_grep_d_rules_that_send_a_service_elsewhere_than_its_endpoints_row_are_named(diagnose: Diag) -> None:
+    """upstream's ns1/svc1 rules (10.180.0.1:80 and 10.180.2.1:80), grep'd, beside a `kubectl
+    get endpoints` row that lists only one of them: the other is a backend the Service lost."""
+    rules = _grep(UPSTREAM.read_text(), "ns1/svc1")
+    row = "NAMESPACE   NAME   ENDPOINTS       AGE\nns1         svc1   10.180.2.1:80   5m\n"
+    f = one(diagnose({"rules.txt": rules, "ep.txt": row}), "KP202")
+    assert f.severity == Severity.CRITICAL and f.confidence == Confidence.MEDIUM
+    assert f.subject == {"service": "ns1/svc1", "workload": None}
+    assert "10.180.0.1:80" in f.summary and "10.180.2.1:80" in f.summary.split("listing given has")[1]
+    assert f.evidence[-1].text.startswith("ns1") and "10.180.0.1:80" in f.evidence[0].text
+    # every backend listed: nothing; a row with " + N more..." does not list them all: nothing
+    both = row.replace("10.180.2.1:80  ", "10.180.0.1:80,10.180.2.1:80")
+    none_of(diagnose({"rules.txt": rules, "ep.txt": both}), "KP202")
+    more = row.replace("10.180.2.1:80  ", "10.180.2.1:80,10.180.2.2:80,10.180.2.3:80 + 1 more...")
+    none_of(diagnose({"rules.txt": rules, "ep.txt": more}), "KP202")
+    # a row without its namespace (`kubectl get ep svc1` in the current namespace) names it too
+    bare = "NAME   ENDPOINTS       AGE\nsvc1   10.180.2.1:80   5m\n"
+    assert "10.180.0.1:80" in one(diagnose({"rules.txt": rules, "ep.txt": bare}), "KP202").summary
+
+
+def test_the_real_table_s_rows_are_whole_only_without_more(diagnose: Diag) -> None:
+    """kubectl 1.20's table (tests/data/kubectl): "two" lists both its ready endpoints, "many"
+    three of four. Rules for default/two sending to a third address are named; for default/many,
+    whose row is cut, nothing."""
+    table = TABLE.read_text()
+    rules = (
+        '-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "default/two:p8443" -m tcp -j DNAT '
+        "--to-destination 10.244.9.9:8443\n"
+        '-A KUBE-SEP-BBBBBBBBBBBBBBBB -p tcp -m comment --comment "default/many:p8080" -m tcp -j DNAT '
+        "--to-destination 10.244.9.9:8080\n"
+    )
+    f = one(diagnose({"rules.txt": rules, "ep.txt": table}), "KP202")
+    assert f.subject["service"] == "default/two" and "10.244.9.9:8443" in f.summary

@@ -1,6 +1,7 @@
-"""`kubectl get svc` and `kubectl get nodes` tables, as kubectl prints them for a real kube-apiserver
-v1.20: kpdoctor reads them into the Services' and Nodes' addresses and versions, and names a
-Service whose externalIP is a node's address from the tables as it does from the objects.
+"""`kubectl get svc`, `kubectl get nodes` and `kubectl get endpoints` tables, as kubectl prints them
+for a real kube-apiserver v1.20: kpdoctor reads them into the Services' and Nodes' addresses and
+versions, and names a Service whose externalIP is a node's address from the tables as it does
+from the objects; an Endpoints row into the ready ip:port pairs it shows, whole or not.
 
 The objects are made in the lab's apiserver (Node status written through its status
 subresource, as a kubelet does); the tables are printed by Debian's kubectl 1.20 (the test set-up
@@ -21,6 +22,7 @@ from test_deploy import find_kubectl_120
 
 from kpdoctor.bundle.loader import load
 from kpdoctor.facts import Facts
+from kpdoctor.parse.kubectl_table import shown_endpoints
 
 from .control_plane import ControlPlane
 from .kpdoctor_run import diagnose_json
@@ -173,3 +175,49 @@ def test_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path:
         grepped.write_text(rows + _print(kubectl, cp, "nodes", "-o", "wide"))
         (again,) = _kp209(diagnose_json(grepped))
         assert again["confidence"] == "high" and "192.168.56.11" in again["summary"]
+
+
+ENDPOINTS = {  # name: (ready addresses, not-ready addresses, ports)
+    "many": (["10.244.1.5", "10.244.1.6", "10.244.2.7", "10.244.2.8"], ["10.244.3.9"], [8080]),
+    "two": (["10.244.1.5", "10.244.2.7"], ["10.244.3.9"], [8443]),
+    "v6": (["fd00:10:244::5"], [], [80]),
+    "dns": (["10.244.0.3"], [], [53, 9153]),
+    "none": ([], ["10.244.3.9"], [80]),
+}
+
+
+def test_endpoints_tables_are_read_like_the_objects(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """Each row shows the ready ip:port pairs (never a not-ready address), whole only without
+    " + N more..."; the IPv6 address in brackets, as kube-proxy's DNAT names it."""
+    cp = control_plane
+    for name, (ready, not_ready, ports) in ENDPOINTS.items():
+        subset: dict[str, Any] = {"ports": [{"name": f"p{p}", "port": p, "protocol": "TCP"} for p in ports]}
+        if ready:
+            subset["addresses"] = [{"ip": ip} for ip in ready]
+        if not_ready:
+            subset["notReadyAddresses"] = [{"ip": ip} for ip in not_ready]
+        ep = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name}, "subsets": [subset]}
+        _ok(cp.request("POST", "/api/v1/namespaces/default/endpoints", ep))
+    for kubectl in _kubectls(tmp_path):
+        table = _print(kubectl, cp, "endpoints", "-A")
+        if dump := os.environ.get("KPDOCTOR_LAB_DUMP"):
+            version = "1.20" if kubectl == _kubectls(tmp_path)[0] else "path"
+            Path(dump, f"get-endpoints-kubectl-{version}.txt").write_text(table)
+        rows = {r.name: r for r in shown_endpoints(table)}
+        for name, (ready, _, ports) in ENDPOINTS.items():
+            pairs = [f"[{ip}]:{p}" if ":" in ip else f"{ip}:{p}" for p in ports for ip in ready]
+            if not pairs:  # kubectl prints an empty cell (no ready address in a subset): nothing to read
+                assert name not in rows or not rows[name].whole
+                continue
+            row = rows[name]
+            assert (row.namespace, row.backends, row.more) == ("default", tuple(pairs[:3]), max(0, len(pairs) - 3))
+            assert row.whole == (0 < len(pairs) <= 3), row
+        facts = Facts(load([_write(tmp_path / "ep.txt", f"$ kubectl get endpoints -A\n{table}")]))
+        listed = facts.listed_backends
+        assert listed[("default", "two")].backends == {"10.244.1.5:8443", "10.244.2.7:8443"}
+        assert ("default", "many") not in listed and ("default", "none") not in listed
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -500,6 +500,40 @@ def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries
     assert not report["verification"]["stale_rules"]
     assert not [f for f in report["findings"] if f["code"] == "KP201"]
 
+def test_a_grep_of_the_rules_and_kubectl_get_endpoints_show_what_kube_proxy_never_synced(
+    lab_binaries: Binaries, tmp_path: Path
+) -> None:
+    """What a user pastes: `iptables-save | grep api` on the node and `kubectl get endpoints`
+    (Debian's kubectl 1.20) after kube-proxy stopped and the Service's endpoints changed. The
+    grep'd rules still DNAT to the endpoint the Service lost: KP202 names it, from a fragment and
+    a table row; the Service kube-proxy synced is not named."""
+    kubectl, why = find_kubectl_120(tmp_path / "kubectl")
+    assert kubectl is not None, why
+    with real_node(lab_binaries) as rn:
+        for name in ("web", "api"):
+            rn.service(name, PODS[:2], port=80 if name == "web" else 8081)
+            _v1_endpoints(rn, name, PODS[:2])
+        rn.wait_synced()
+        rn.stop_kube_proxy()
+        rn.set_endpoints("api", PODS[1:])
+        _v1_endpoints(rn, "api", PODS[1:])
+        rules = rn.rules()
+        table = subprocess.run([kubectl, "--kubeconfig", str(rn.cp.kubeconfig), "get", "endpoints"],
+                               capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    grepped = [ln for ln in rules.splitlines() if "default/api" in ln or "default/web" in ln]
+    assert any(f"{PODS[0]}:{TARGET_PORT}" in ln and "default/api" in ln for ln in grepped)
+    paste = tmp_path / "issue.md"
+    paste.write_text(
+        "After the rollout some requests to api still fail.\n\n```\n$ kubectl get endpoints\n" + table + "```\n\n"
+        "```\nroot@node-1:~# iptables-save | grep default/\n" + "\n".join(grepped) + "\n```\n"
+    )
+    report = diagnose_json(paste)
+    behind = [f for f in report["findings"] if f["code"] == "KP202"]
+    assert [f["subject"]["service"] for f in behind] == ["default/api"], report["findings"]
+    assert f"{PODS[0]}:{TARGET_PORT}" in behind[0]["summary"] and behind[0]["confidence"] == "medium"
+    assert any(e["text"].startswith("api ") for e in behind[0]["evidence"]), behind[0]["evidence"]
+
+
 # -- the shipped RBAC ------------------------------------------------------------------------
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "base"

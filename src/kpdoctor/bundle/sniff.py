@@ -325,8 +325,8 @@ _JSON_START = re.compile(r"^(?:\{|\[\s*(?:[\[{\"\]\d-]|true|false|null|$))")
 _LOOKS_LIKE: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"^NAME\s+(?:READY|TYPE|STATUS|CLUSTER-IP|ENDPOINTS|DESIRED)\b", re.M),
-        "a kubectl table of a kind kpdoctor does not read from a table (it reads `kubectl get svc`, `get nodes` "
-        "and kube-proxy's Pods): send the objects themselves (`kubectl get ... -o yaml`)",
+        "a kubectl table of a kind kpdoctor does not read from a table (it reads `kubectl get svc`, `get nodes`, "
+        "`get endpoints` and kube-proxy's Pods): send the objects themselves (`kubectl get ... -o yaml`)",
     ),
     (
         re.compile(r"^Usage: ip6?tables", re.M),

@@ -20,7 +20,7 @@ from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.session import DataplaneInputs
 from kpdoctor.facts import iptables_variant
-from kpdoctor.facts.cluster import ClusterFacts, networks, node_ips, pod_cidrs
+from kpdoctor.facts.cluster import ClusterFacts, SliceView, networks, node_ips, pod_cidrs
 from kpdoctor.facts.iptables_variant import HostIptables
 from kpdoctor.facts.log import (
     FLAG,
@@ -50,6 +50,15 @@ from kpdoctor.parse.tcpdump import CapturedPacket, parse_tcpdump
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedBackends:
+    """A Service's ready endpoints as one listing shows them all (:attr:`Facts.listed_backends`)."""
+
+    backends: frozenset[str]  # ip:port
+    cite: Cite  # where they are listed
+    objects: bool  # read from objects (which verification reads too), not a `kubectl get endpoints` row
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +292,43 @@ class Facts:
             out.items.extend(kubectl_table.table_objects(a.read_text(), a.name, a.first_line).items)
         for a in self.of(Kind.KUBECTL_DESCRIBE):
             out.items.extend(kubectl_describe.described_objects(a.read_text(), a.name, a.first_line).items)
+        return out
+
+    @cached_property
+    def listed_backends(self) -> dict[tuple[str | None, str], ListedBackends]:
+        """Each Service's ready endpoints as ``ip:port`` (as kube-proxy's DNAT names them), where a
+        listing gives every one: its EndpointSlices or v1 Endpoints given whole, a `kubectl
+        describe service` that shows them all, a `kubectl get endpoints` row without "+ N more".
+        By (namespace, name); a table that did not say the namespace gives (None, name). A
+        Service whose listing shows no ready endpoint is left out (kube-proxy may then use
+        terminating ones no listing shows)."""
+        out: dict[tuple[str | None, str], ListedBackends] = {}
+        views = [*self.cluster.slices, *self.cluster.endpoints]
+        views += [SliceView.of_endpoints(o) for o in self.table_objects.of("Endpoints")]  # described whole
+        grouped: dict[str, list[SliceView]] = {}
+        for v in views:
+            if v.service:
+                grouped.setdefault(v.service, []).append(v)
+        for service, vs in grouped.items():
+            if any(v.legacy for v in vs) and not all(v.legacy for v in vs):
+                vs = [v for v in vs if not v.legacy]  # slices over v1 Endpoints, as kube-proxy reads them
+            backends = frozenset(
+                f"[{a}]:{port}" if ":" in a else f"{a}:{port}"
+                for v in vs
+                for e in v.endpoints
+                if e.ready
+                for a in e.addresses[:1]
+                for _, port in v.ports
+            )
+            if backends:
+                o = vs[0].obj
+                ns, _, name = service.rpartition("/")
+                out.setdefault((ns or None, name), ListedBackends(backends, Cite(o.artifact, o.line, o.ref), True))
+        for a in self.of(Kind.KUBECTL_TABLE):
+            for row in kubectl_table.shown_endpoints(a.read_text()):
+                if row.whole:
+                    cite = Cite(a.name, a.first_line + row.line, row.text)
+                    out.setdefault((row.namespace, row.name), ListedBackends(frozenset(row.backends), cite, False))
         return out
 
     @cached_property

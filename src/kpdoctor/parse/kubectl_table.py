@@ -25,8 +25,12 @@ as ``<none>``, ``<unknown>`` or ``<pending>``):
 
 A Service or Node row is read into a partial object (:func:`table_objects`): what the table does
 not show is unknown, not unset, so such objects are kept apart from the objects a user exported
-whole. An Endpoints row is recognised (its table is not taken for another) but read into nothing:
-three addresses and "+ N more" name neither every endpoint nor the port each belongs to.
+whole. An Endpoints row is read for the ready ``ip:port`` pairs it shows (:func:`shown_endpoints`):
+kubectl's ``formatEndpoints`` (every release) lists the ready addresses of every subset with each
+of its ports, at most three, then `` + N more...`` (``<none>``: no subsets; headless Services
+without ports: bare addresses; IPv6 in brackets since ``net.JoinHostPort``). Only a row without
+"more" lists them all, and even then neither the port names nor the not-ready addresses: it is
+never an Endpoints object verification could take.
 """
 
 from __future__ import annotations
@@ -149,6 +153,14 @@ _SERVICE_ROW = re.compile(
     rf"(?P<type>{'|'.join(_SERVICE_TYPES)})\s+(?P<cip>None|<none>|{_IP})\s+(?P<ext>\S+)\s+"
     rf"(?P<ports>\S+)\s+(?P<age>{_AGE})(?:\s+(?P<sel>\S+))?\s*$"
 )
+# An Endpoints row without its header (`kubectl get ep -A | grep web`): the ip:port list is the anchor.
+_EP = r"(?:[\d.]+|\[[0-9a-fA-F:.]+\]|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)(?::\d+)?"
+_ENDPOINTS_CELL = rf"<none>|{_EP}(?:,{_EP})*(?: \+ \d+ more\.\.\.)?"
+_ENDPOINTS_ROW = re.compile(
+    rf"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:(?:endpoints|ep)/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
+    rf"(?P<eps>{_ENDPOINTS_CELL})\s+(?P<age>{_AGE})\s*$"
+)
+_MORE = re.compile(r" \+ (\d+) more\.\.\.$")
 # A Node row without its header: STATUS and the kubelet's VERSION are the anchors; with -o wide the
 # OS image (spaces in it) stands between the addresses and the kernel and runtime.
 _NODE_ROW = re.compile(
@@ -257,6 +269,8 @@ def _row(line: str, i: int, h: _Header | None) -> TableRow | None:
         d = {"NAME": m["name"], "TYPE": m["type"], "CLUSTER-IP": m["cip"], "EXTERNAL-IP": m["ext"],
              "PORT(S)": m["ports"], "AGE": m["age"]}  # fmt: skip
         return TableRow("Service", m["ns"], m["name"], d, i, line.strip())
+    if (m := _ENDPOINTS_ROW.match(line)) is not None and any(c.isdigit() for c in m["eps"]):
+        return TableRow("Endpoints", m["ns"], m["name"], {"NAME": m["name"], "ENDPOINTS": m["eps"]}, i, line.strip())
     if (m := _NODE_ROW.match(line)) is not None:
         d = {"NAME": m["name"], "STATUS": m["status"], "ROLES": m["roles"], "AGE": m["age"], "VERSION": m["version"]}
         if m["iip"]:
@@ -273,7 +287,7 @@ def is_object_table(lines: list[str]) -> bool:
     if not content:
         return False
     rows = list(_each_row("\n".join(content)))  # every row line, a -w row printed again too
-    if not any(r.kind in ("Service", "Node") for r in rows):
+    if not rows:
         return False
     headers = sum(1 for ln in content if _header(ln) is not None)
     pods = sum(1 for ln in content if _ROW.match(ln))
@@ -368,3 +382,48 @@ def table_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
         out.items.append(K8sObject(r.kind, "v1", r.namespace, r.name, body, artifact, first_line + r.line, TABLE_ROW))
     return out
 
+
+
+@dataclass(frozen=True, slots=True)
+class ShownEndpoints:
+    """An Endpoints row: the ready ``ip:port`` pairs it shows, and how many more it left out."""
+
+    namespace: str | None  # None: the table did not say (no -A, no NAMESPACE column)
+    name: str
+    backends: tuple[str, ...]  # as kube-proxy's DNAT names them: ``10.0.0.1:80``, ``[fd00::1]:80``
+    more: int  # left out (" + N more..."): the list is whole only when 0
+    line: int  # 0-based line in the text
+    text: str
+
+    @property
+    def whole(self) -> bool:
+        """Does the row list every ready ip:port of the Service (and at least one)?"""
+        return self.more == 0 and bool(self.backends)
+
+
+def _backend(pair: str) -> str | None:
+    """``ip:port`` as kube-proxy's DNAT names it (older kubectl printed IPv6 without brackets);
+    None for a bare address (a headless Service without ports: kube-proxy programs none)."""
+    if pair.startswith("["):
+        return pair if "]:" in pair else None
+    host, sep, port = pair.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def shown_endpoints(text: str) -> list[ShownEndpoints]:
+    """Every ``kubectl get endpoints`` row of ``text``, with the backends it shows."""
+    out = []
+    for r in table_rows(text):
+        if r.kind != "Endpoints":
+            continue
+        cell = r.cells.get("ENDPOINTS", "").strip()
+        more = int(m.group(1)) if (m := _MORE.search(cell)) is not None else 0
+        listed = cell[: m.start()] if m is not None else cell
+        pairs = [] if listed in NONE else listed.split(",")
+        backends = [b for p in pairs if (b := _backend(p.strip())) is not None]
+        if len(backends) != len(pairs):
+            continue  # bare addresses (no ports) or a cell not read whole
+        out.append(ShownEndpoints(r.namespace, r.name, tuple(backends), more, r.line, r.text))
+    return out

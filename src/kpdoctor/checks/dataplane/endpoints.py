@@ -20,9 +20,10 @@ from kpdoctor.checks.dataplane.common import (
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.dataplane.verify import affinity_difference
-from kpdoctor.facts import Facts
+from kpdoctor.facts import Facts, ListedBackends
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.iptables import option
 
 
 def _applies(r: Result) -> bool:
@@ -37,8 +38,73 @@ def _applies(r: Result) -> bool:
     return False
 
 
+# kube-proxy's comment on a Service's rules: "namespace/name:port" (ServicePortName.String(), no
+# ":port" for an unnamed port); newer releases add " -> ip:port" to a KUBE-SVC rule's, the
+# endpoint it picks (upstream's fixtures: "ns1/svc1:p80 -> 10.180.0.1:80")
+_SERVICE_COMMENT = re.compile(
+    r"^(?P<ns>[a-z0-9][-a-z0-9]*)/(?P<name>[a-z0-9][-a-z0-9.]*)(?::\S*)?(?: -> (?P<ep>\S+))?$"
+)
+
+
+def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterator[Finding]:
+    """Rules that send a Service to an ``ip:port`` its listing of ready endpoints (all of them)
+    does not hold: the DNAT of a KUBE-SEP chain, or a KUBE-SVC rule's "-> ip:port", as a
+    grep'd dump, ``iptables -S`` or a whole dump shows them, against EndpointSlices, a
+    described Service or a `kubectl get endpoints` row. A whole dump with the Service's objects
+    is verified in full instead (this is for what verification does not judge)."""
+    listed = facts.listed_backends
+    if not listed:
+        return
+    verified_dumps = {rs.artifact for rs in facts.rulesets if rs.form == "save"} if verified is not None else set()
+    stale: dict[str, dict[str, Cite]] = {}
+    listing: dict[str, ListedBackends] = {}
+    for rs in facts.rulesets:
+        for t in rs.tables.values():
+            if t.name not in ("nat", "unknown"):
+                continue
+            for r in t.rules:
+                if not r.chain.startswith(("KUBE-SEP-", "KUBE-SVC-")):
+                    continue
+                m = _SERVICE_COMMENT.match(r.comment or "")
+                if m is None:
+                    continue
+                dest = m["ep"] if r.chain.startswith("KUBE-SVC-") else None
+                if r.chain.startswith("KUBE-SEP-") and r.target == "DNAT":
+                    dest = option(r.args, "--to-destination")
+                if not dest:
+                    continue
+                hit = listed.get((m["ns"], m["name"])) or listed.get((None, m["name"]))
+                if hit is None or (hit.objects and rs.artifact in verified_dumps):
+                    continue  # verified in full, with the objects
+                if dest not in hit.backends:
+                    svc = f"{m['ns']}/{m['name']}"
+                    stale.setdefault(svc, {}).setdefault(dest, Cite(rs.artifact, r.line, r.text.strip()))
+                    listing.setdefault(svc, hit)
+    for svc, dests in sorted(stale.items()):
+        hit = listing[svc]
+        f = start(facts, "KP202", [], confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
+        shown = ", ".join(sorted(hit.backends)[:4])
+        shown += f" and {len(hit.backends) - 4} more" if len(hit.backends) > 4 else ""
+        f.summary = (
+            f"{svc}: the node's rules send it to {len(dests)} backend(s) that are not among its ready endpoints: "
+            f"{', '.join(sorted(dests)[:6])} (the listing given has {shown}, every one). kube-proxy has not "
+            "applied the Service's current endpoints, if the two listings were taken at the same time."
+        )
+        f.evidence = [*list(dests.values())[:3], hit.cite]
+        f.subject = {"service": svc, "workload": None}
+        f.fix = ["Restart kube-proxy after fixing its sync (folded findings); verify again."]
+        yield f
+
+
 # Services a cluster cannot work without: when kube-proxy rejects these, everything breaks.
 _VITAL = re.compile(r"^(kube-system/(kube-dns|coredns)|default/kubernetes)(:|$)")
+
+
+def _without_objects(facts: Facts) -> Iterator[Finding]:
+    """Without the Services' objects: rules that send a Service elsewhere than a listing of its
+    ready endpoints says, and the Service ports kube-proxy rejects as having no endpoints."""
+    yield from _backends_outside_listing(facts, None)
+    yield from _rejected_without_objects(facts)
 
 
 def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
@@ -85,7 +151,7 @@ def _rejected_without_objects(facts: Facts) -> Iterator[Finding]:
     abstains=verification_not_evaluated,
     needs_all=CLUSTER,
     needs_all_or=[Kind.KUBECTL_DESCRIBE],
-    partial=_rejected_without_objects,
+    partial=_without_objects,
     settles=True,
 )
 def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]:
@@ -114,6 +180,7 @@ def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]
     """
     ver = verified.verification
     if ver is None:
+        yield from _backends_outside_listing(facts, None)
         return
     out: list[Finding] = []
     for label, rs in sorted(by_service(ver.problems(), _applies).items()):
@@ -141,4 +208,6 @@ def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]
         f = finding_for(facts, "KP202", label, rs, summary, severity=sev)
         f.fix = ["Restart kube-proxy after fixing its sync (folded findings); verify again."]
         out.append(f)
+    judged = {f.subject.get("service") for f in out if f.subject}
+    out += [f for f in _backends_outside_listing(facts, verified) if f.subject.get("service") not in judged]
     yield from capped(facts, "KP202", out, "whose backends are out of sync")
