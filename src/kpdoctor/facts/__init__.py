@@ -298,10 +298,16 @@ class Facts:
     def listed_backends(self) -> dict[tuple[str | None, str], ListedBackends]:
         """Each Service's ready endpoints as ``ip:port`` (as kube-proxy's DNAT names them), where a
         listing gives every one: its EndpointSlices or v1 Endpoints given whole, a `kubectl
-        describe service` that shows them all, a `kubectl get endpoints` row without "+ N more".
-        By (namespace, name); a table that did not say the namespace gives (None, name). A
-        Service whose listing shows no ready endpoint is left out (kube-proxy may then use
-        terminating ones no listing shows)."""
+        describe service` that shows them all (:attr:`backends_in_objects`), a `kubectl get
+        endpoints` row without "+ N more" (:attr:`backends_in_tables`). By (namespace, name); a
+        table that did not say the namespace gives (None, name). A Service whose listing shows no
+        ready endpoint is left out (kube-proxy may then use terminating ones no listing shows)."""
+        return {**self.backends_in_tables, **self.backends_in_objects}
+
+    @cached_property
+    def backends_in_objects(self) -> dict[tuple[str | None, str], ListedBackends]:
+        """:attr:`listed_backends` from objects: EndpointSlices (over v1 Endpoints, as kube-proxy
+        reads them), v1 Endpoints, descriptions that show every endpoint."""
         out: dict[tuple[str | None, str], ListedBackends] = {}
         views = [*self.cluster.slices, *self.cluster.endpoints]
         views += [SliceView.of_endpoints(o) for o in self.table_objects.of("Endpoints")]  # described whole
@@ -324,6 +330,12 @@ class Facts:
                 o = vs[0].obj
                 ns, _, name = service.rpartition("/")
                 out.setdefault((ns or None, name), ListedBackends(backends, Cite(o.artifact, o.line, o.ref), True))
+        return out
+
+    @cached_property
+    def backends_in_tables(self) -> dict[tuple[str | None, str], ListedBackends]:
+        """:attr:`listed_backends` from `kubectl get endpoints` rows that list every one."""
+        out: dict[tuple[str | None, str], ListedBackends] = {}
         for a in self.of(Kind.KUBECTL_TABLE):
             for row in kubectl_table.shown_endpoints(a.read_text()):
                 if row.whole:
