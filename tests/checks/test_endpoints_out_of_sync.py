@@ -84,3 +84,19 @@ def test_the_real_table_s_rows_are_whole_only_without_more(diagnose: Diag) -> No
     )
     f = one(diagnose({"rules.txt": rules, "ep.txt": table}), "KP202")
     assert f.subject["service"] == "default/two" and "10.244.9.9:8443" in f.summary
+
+
+def test_rules_beside_the_real_endpointslice_table(diagnose: Diag) -> None:
+    """kubectl 1.20's EndpointSlice table (tests/data/kubectl): web's slice lists 10.244.1.5 and
+    10.244.2.7 (the second not ready, shown all the same). A KUBE-SVC rule that picks a third
+    address is named; one that picks the not-ready endpoint is not (the table cannot tell)."""
+    table = (TABLE.parent / "get-endpointslices-kubectl-1.20.txt").read_text()
+    rules = (
+        '-A KUBE-SVC-ABCDEFGHIJKLMNOP -m comment --comment "default/web:p8080 -> 10.244.2.7:8080" '
+        "-m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-AAAAAAAAAAAAAAAA\n"
+        '-A KUBE-SVC-ABCDEFGHIJKLMNOP -m comment --comment "default/web:p8080 -> 10.244.9.9:8080" '
+        "-j KUBE-SEP-BBBBBBBBBBBBBBBB\n"
+    )
+    f = one(diagnose({"rules.txt": rules, "slices.txt": table}), "KP202")
+    assert "10.244.9.9:8080" in f.summary and "endpoints, ready or not" in f.summary
+    assert "10.244.2.7:8080" not in f.summary.split("listing given")[0]

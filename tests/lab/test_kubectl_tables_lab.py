@@ -221,3 +221,41 @@ def test_endpoints_tables_are_read_like_the_objects(control_plane: ControlPlane,
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+SLICES = {  # slice name: (address type, ports, endpoints as (address, ready))
+    "web-x7k2p": ("IPv4", [8080], [("10.244.1.5", True), ("10.244.2.7", False)]),
+    "big-q4vzb": ("IPv4", [80, 443], [(f"10.244.3.{i}", True) for i in range(1, 5)]),
+    "v6-bq4vz": ("IPv6", [80], [("fd00:10:244::5", True)]),
+}
+
+
+def test_endpointslice_tables_show_every_endpoint_ready_or_not(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """An EndpointSlice row shows every endpoint's address (not-ready ones too) and the ports,
+    three of each at most; its Service is its name without the generated suffix."""
+    cp = control_plane
+    for name, (family, ports, endpoints) in SLICES.items():
+        body = {
+            "apiVersion": "discovery.k8s.io/v1beta1",
+            "kind": "EndpointSlice",
+            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name.rsplit("-", 1)[0]}},
+            "addressType": family,
+            "ports": [{"name": f"p{p}", "port": p, "protocol": "TCP"} for p in ports],
+            "endpoints": [{"addresses": [a], "conditions": {"ready": ready}} for a, ready in endpoints],
+        }
+        _ok(cp.request("POST", "/apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices", body))
+    for kubectl in _kubectls(tmp_path):
+        table = _print(kubectl, cp, "endpointslices")
+        if dump := os.environ.get("KPDOCTOR_LAB_DUMP"):
+            version = "1.20" if kubectl == _kubectls(tmp_path)[0] else "path"
+            Path(dump, f"get-endpointslices-kubectl-{version}.txt").write_text(table)
+        rows = {r.name: r for r in shown_endpoints(table) if not r.ready_only}
+        for name, (family, ports, endpoints) in SLICES.items():
+            row = rows[name.rsplit("-", 1)[0]]
+            pairs = [f"[{a}]:{p}" if family == "IPv6" else f"{a}:{p}" for p in ports[:3] for a, _ in endpoints[:3]]
+            assert (row.namespace, row.backends, row.more) == (None, tuple(pairs), max(0, len(endpoints) - 3)), row
+        listed = Facts(
+            load([_write(tmp_path / "slices.txt", f"$ kubectl get endpointslices\n{table}")])
+        ).listed_backends
+        assert listed[(None, "web")].backends == {"10.244.1.5:8080", "10.244.2.7:8080"}  # the not-ready one too
+        assert not listed[(None, "web")].ready_only and (None, "big") not in listed

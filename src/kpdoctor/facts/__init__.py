@@ -59,6 +59,7 @@ class ListedBackends:
     backends: frozenset[str]  # ip:port
     cite: Cite  # where they are listed
     objects: bool  # read from objects (which verification reads too), not a `kubectl get endpoints` row
+    ready_only: bool = True  # False: every endpoint, ready or not (an EndpointSlice table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,13 +335,22 @@ class Facts:
 
     @cached_property
     def backends_in_tables(self) -> dict[tuple[str | None, str], ListedBackends]:
-        """:attr:`listed_backends` from `kubectl get endpoints` rows that list every one."""
+        """:attr:`listed_backends` from `kubectl get endpoints` rows that list every one, or
+        from `kubectl get endpointslices` rows (every endpoint, ready or not: a Service's rows
+        together, when none was cut)."""
         out: dict[tuple[str | None, str], ListedBackends] = {}
+        slices: dict[tuple[str | None, str], list[tuple[kubectl_table.ShownEndpoints, Cite]]] = {}
         for a in self.of(Kind.KUBECTL_TABLE):
             for row in kubectl_table.shown_endpoints(a.read_text()):
-                if row.whole:
-                    cite = Cite(a.name, a.first_line + row.line, row.text)
+                cite = Cite(a.name, a.first_line + row.line, row.text)
+                if not row.ready_only:
+                    slices.setdefault((row.namespace, row.name), []).append((row, cite))
+                elif row.whole:
                     out.setdefault((row.namespace, row.name), ListedBackends(frozenset(row.backends), cite, False))
+        for key, rows in slices.items():
+            if key not in out and all(r.more == 0 for r, _ in rows) and any(r.backends for r, _ in rows):
+                backends = frozenset(b for r, _ in rows for b in r.backends)
+                out[key] = ListedBackends(backends, rows[0][1], False, ready_only=False)
         return out
 
     @cached_property

@@ -30,7 +30,10 @@ kubectl's ``formatEndpoints`` (every release) lists the ready addresses of every
 of its ports, at most three, then `` + N more...`` (``<none>``: no subsets; headless Services
 without ports: bare addresses; IPv6 in brackets since ``net.JoinHostPort``). Only a row without
 "more" lists them all, and even then neither the port names nor the not-ready addresses: it is
-never an Endpoints object verification could take.
+never an Endpoints object verification could take. An EndpointSlice row (NAME, ADDRESSTYPE,
+PORTS, ENDPOINTS, AGE: ``formatDiscoveryPorts`` and ``formatDiscoveryEndpoints``) shows up to
+three port numbers and three addresses of every endpoint, ready or not (``<unset>``: none), each
+list cut the same way; its Service is its name without the controller's generated suffix.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kpdoctor.parse.k8s import K8sObject, Objects
+from kpdoctor.parse.k8s import GENERATED, K8sObject, Objects
 
 _ROW = re.compile(
     r"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:pods?/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
@@ -129,6 +132,7 @@ def has_kube_proxy(text: str) -> bool:
 # The columns that say which resource a header is for (a subset of its titles).
 _RESOURCES: tuple[tuple[str, frozenset[str]], ...] = (
     ("Service", frozenset({"NAME", "CLUSTER-IP", "PORT(S)"})),
+    ("EndpointSlice", frozenset({"NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS"})),
     ("Endpoints", frozenset({"NAME", "ENDPOINTS"})),
     ("Node", frozenset({"NAME", "STATUS", "VERSION"})),
     ("Node", frozenset({"NAME", "STATUS", "ROLES"})),
@@ -258,7 +262,7 @@ def _each_row(text: str) -> Iterator[TableRow]:
 
 
 def _row(line: str, i: int, h: _Header | None) -> TableRow | None:
-    if h is not None and h.kind in ("Service", "Node", "Endpoints"):
+    if h is not None and h.kind in ("Service", "Node", "Endpoints", "EndpointSlice"):
         cells = _cells(line, h)
         if cells is not None:
             d = dict(zip(h.titles, cells, strict=True))
@@ -386,14 +390,16 @@ def table_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
 
 @dataclass(frozen=True, slots=True)
 class ShownEndpoints:
-    """An Endpoints row: the ready ``ip:port`` pairs it shows, and how many more it left out."""
+    """An Endpoints row (the ready ``ip:port`` pairs it shows), or an EndpointSlice row (every
+    endpoint's, ready or not), and how many more it left out."""
 
     namespace: str | None  # None: the table did not say (no -A, no NAMESPACE column)
-    name: str
+    name: str  # the Service's
     backends: tuple[str, ...]  # as kube-proxy's DNAT names them: ``10.0.0.1:80``, ``[fd00::1]:80``
     more: int  # left out (" + N more..."): the list is whole only when 0
     line: int  # 0-based line in the text
     text: str
+    ready_only: bool = True  # False: an EndpointSlice row, whose addresses include not-ready ones
 
     @property
     def whole(self) -> bool:
@@ -412,10 +418,38 @@ def _backend(pair: str) -> str | None:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# the EndpointSlice controller names a Service's slices "<service>-<5 generated characters>"
+_SLICE_NAME = re.compile(rf"^(?P<service>[a-z0-9][-a-z0-9.]*)-{GENERATED}{{5}}$")
+
+
+def _cut(cell: str) -> tuple[list[str], int]:
+    """A cell's values and how many " + N more..." left out."""
+    more = int(m.group(1)) if (m := _MORE.search(cell)) is not None else 0
+    listed = cell[: m.start()] if m is not None else cell
+    return ([] if listed in NONE else [v.strip() for v in listed.split(",")]), more
+
+
+def _slice_row(r: TableRow) -> ShownEndpoints | None:
+    """An EndpointSlice row: every address with every port (kube-proxy's DNAT targets)."""
+    named = _SLICE_NAME.match(r.name)
+    ports, more_ports = _cut(r.cells.get("PORTS", "").strip())
+    addresses, more = _cut(r.cells.get("ENDPOINTS", "").strip())
+    if named is None or not all(p.isdigit() for p in ports):
+        return None  # not the controller's name, or a port given by name only ("*": every port)
+    six = r.cells.get("ADDRESSTYPE") == "IPv6"
+    backends = tuple(f"[{a}]:{p}" if six else f"{a}:{p}" for p in ports for a in addresses)
+    return ShownEndpoints(r.namespace, named["service"], backends, more + more_ports, r.line, r.text, False)
+
+
 def shown_endpoints(text: str) -> list[ShownEndpoints]:
-    """Every ``kubectl get endpoints`` row of ``text``, with the backends it shows."""
+    """Every ``kubectl get endpoints`` and ``kubectl get endpointslices`` row of ``text``, with
+    the backends it shows."""
     out = []
     for r in table_rows(text):
+        if r.kind == "EndpointSlice":
+            if (row := _slice_row(r)) is not None:
+                out.append(row)
+            continue
         if r.kind != "Endpoints":
             continue
         cell = r.cells.get("ENDPOINTS", "").strip()

@@ -92,8 +92,9 @@ def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterat
         f = start(facts, "KP202", [], confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
         shown = ", ".join(sorted(hit.backends)[:4])
         shown += f" and {len(hit.backends) - 4} more" if len(hit.backends) > 4 else ""
+        which = "ready endpoints" if hit.ready_only else "endpoints, ready or not"
         f.summary = (
-            f"{svc}: the node's rules send it to {len(dests)} backend(s) that are not among its ready endpoints: "
+            f"{svc}: the node's rules send it to {len(dests)} backend(s) that are not among its {which}: "
             f"{', '.join(sorted(dests)[:6])} (the listing given has {shown}, every one). kube-proxy has not "
             "applied the Service's current endpoints, if the two listings were taken at the same time."
         )
