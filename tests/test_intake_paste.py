@@ -377,12 +377,17 @@ def test_an_unread_input_says_what_it_looked_like(case: str, file: str, says: st
 
 
 def test_a_table_kpdoctor_does_not_read_says_what_to_send(tmp_path: Path) -> None:
-    """An Endpoints table (three addresses, then "+ N more...") is not read: the objects are asked for."""
-    table = tmp_path / "ep.txt"
-    table.write_text("NAME         ENDPOINTS                                      AGE\n"
-                     "web          10.244.1.5:8080,10.244.2.7:8080,10.244.3.2:8080 + 2 more...   3d\n")  # fmt: skip
+    """A Deployment table is not read: the objects are asked for. An Endpoints table is read,
+    and a row cut at three addresses ("+ N more...") does not list the Service's endpoints."""
+    table = tmp_path / "deploy.txt"
+    table.write_text("NAME   READY   UP-TO-DATE   AVAILABLE   AGE\nweb    3/3     3            3           3d\n")
     ev = load([table])
     assert not ev.artifacts and "a kubectl table" in ev.problems[0].message and "-o yaml" in ev.problems[0].message
+    endpoints = tmp_path / "ep.txt"
+    endpoints.write_text("NAME         ENDPOINTS                                      AGE\n"
+                         "web          10.244.1.5:8080,10.244.2.7:8080,10.244.3.2:8080 + 2 more...   3d\n")  # fmt: skip
+    facts = Facts(load([endpoints]))
+    assert [a.kind for a in facts.evidence.artifacts] == [Kind.KUBECTL_TABLE] and facts.listed_backends == {}
 
 
 def test_a_whole_dump_too_big_for_the_head_is_not_a_fragment(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from kpdoctor.bundle.loader import load
 from kpdoctor.checks.node.forwarding import untranslated_replies
 from kpdoctor.facts import Facts
 from kpdoctor.model import Cite
+from kpdoctor.parse import tcpdump
 from kpdoctor.parse.tcpdump import CapturedPacket, parse_tcpdump
 
 DATA = Path(__file__).parent / "data" / "tcpdump"
@@ -146,5 +147,5 @@ def test_a_capture_is_typed_as_one_alone_or_pasted_among_other_output(tmp_path: 
     for path in (alone, pasted):
         facts = Facts(load([path]))
         assert facts.of(Kind.PACKET_CAPTURE), [(a.name, a.kind) for a in facts.evidence.artifacts]
-        assert len(facts.captured_packets) == 16
-        assert untranslated_replies(facts.captured_packets)
+        assert len(facts.records(tcpdump.SHAPE)) == 16
+        assert untranslated_replies(facts.records(tcpdump.SHAPE))

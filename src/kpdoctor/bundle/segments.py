@@ -45,7 +45,7 @@ from kpdoctor.knowledge import Signatures
 from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
-from kpdoctor.parse.tcpdump import NOISE_LINE, PACKET_LINE
+from kpdoctor.parse.shapes import REGISTERED
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
 
@@ -175,7 +175,8 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape("sysctl", Kind.SYSCTL, _line(SYSCTL_LINE)),
     LineShape("ip-link", Kind.IP_LINK, _line(IP_LINK_LINE)),
     LineShape("ifconfig", Kind.IP_LINK, _line(IFCONFIG_HEAD)),
-    LineShape("tcpdump", Kind.PACKET_CAPTURE, _line(PACKET_LINE) + "|" + _line(NOISE_LINE)),
+    # the shapes their parser modules declare (parse.shapes)
+    *(LineShape(s.name, s.kind, s.segment_pattern) for s in REGISTERED),
     LineShape(
         "processes",
         Kind.PROCESSES,

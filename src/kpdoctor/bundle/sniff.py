@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
-from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, tcpdump, timing
+from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, timing
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
+from kpdoctor.parse.evidence_shape import mostly
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
@@ -21,6 +22,7 @@ from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_text
+from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, looks_like_packages, ps_header
@@ -281,12 +283,7 @@ _FRAGMENT_LINE = re.compile(
 )
 
 
-def _mostly(lines: list[str], *rows: re.Pattern[str], at_least: re.Pattern[str] | None = None) -> bool:
-    """Do 60% of the non-empty lines match one of ``rows`` (and one line ``at_least``, else any
-    row)? Grep'd output keeps a few other lines: the command, a "--", a header left in."""
-    ours = [ln for ln in lines if any(rx.match(ln) for rx in rows)]
-    key = sum(1 for ln in ours if at_least.match(ln)) if at_least is not None else len(ours)
-    return key >= 1 and len(ours) >= 0.6 * len(lines)
+_mostly = mostly  # (parse.evidence_shape: the shapes registered there type texts the same way)
 
 
 def _is_rules_fragment(lines: list[str]) -> bool:
@@ -487,8 +484,9 @@ def _sniff_workload(head: str, text: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.CONNECT_TIMES, {})
     if clients.looks_like_failed_ssh(lines):
         return Typed(Kind.SSH_ATTEMPTS, {})
-    if _mostly(lines[:200], tcpdump.PACKET_LINE, tcpdump.NOISE_LINE, at_least=tcpdump.PACKET_LINE):
-        return Typed(Kind.PACKET_CAPTURE, {})
+    for shape in REGISTERED:
+        if shape.recognises(lines[:200]):
+            return Typed(shape.kind, {})
     if timing.runtime_stops(head) and not _KP_LOG_MARKERS.search(head):
         return Typed(Kind.RUNTIME_LOG, {})
     if kubectl_table.is_pod_table(lines) and kubectl_table.has_kube_proxy(text):

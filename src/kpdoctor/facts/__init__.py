@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
@@ -39,6 +39,7 @@ from kpdoctor.parse import k8s, kpconfig, kubectl_describe, kubectl_table, nft, 
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
+from kpdoctor.parse.evidence_shape import EvidenceShape, Record
 from kpdoctor.parse.ipset import IpSet, parse_ipsets
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
 from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
@@ -46,10 +47,10 @@ from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
 from kpdoctor.parse.logscan import Scanner, ScanResult
-from kpdoctor.parse.tcpdump import CapturedPacket, parse_tcpdump
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
+R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,7 @@ class Facts:
         self._signatures = signatures
         self._node_flag = node
         self._nothing: dict[Kind, str | None] = {}
+        self._records: dict[Kind, list[tuple[Any, Cite]]] = {}  # a registered shape's, by kind (records)
         # what parsing found wrong in an artifact, outside the parsers that keep their own
         self.diagnostics: list[tuple[str, Diagnostic]] = []
 
@@ -518,14 +520,17 @@ class Facts:
                 out.append((t, Cite(a.name, line, t.command if t.line >= 0 else f"$ {t.command}")))
         return out
 
-    @cached_property
-    def captured_packets(self) -> list[tuple[CapturedPacket, Cite]]:
-        """Packets of tcpdump captures, in each capture's order, each with its line."""
-        return [
-            (p, Cite(a.name, p.line, p.text))
-            for a in self.of(Kind.PACKET_CAPTURE)
-            for p in parse_tcpdump(a.read_text(), a.first_line)
-        ]
+    def records(self, shape: EvidenceShape[R]) -> list[tuple[R, Cite]]:
+        """What a registered shape's parser reads from every artifact of its kind, in order, each
+        record cited at its line (read once per shape)."""
+        got = self._records.get(shape.kind)
+        if got is None:
+            got = self._records[shape.kind] = [
+                (r, Cite(a.name, r.line, r.text))
+                for a in self.of(shape.kind)
+                for r in shape.parse(a.read_text(), a.first_line)
+            ]
+        return got
 
     @cached_property
     def locks(self) -> list[tuple[system.FileLock, str]]:

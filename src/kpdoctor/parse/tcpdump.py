@@ -28,6 +28,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.parse.evidence_shape import EvidenceShape
+
 _TIME = r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+|\d\d:\d\d:\d\d\.\d+|\d{9,11}\.\d+)"
 _IFACE = r"(?:[\w.@-]+\s+(?:In|Out|B|M|P)\s+)"
 _V4 = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -176,3 +179,24 @@ def parse_tcpdump(text: str, first_line: int = 1) -> list[CapturedPacket]:
         if p is not None:
             out.append(p)
     return out
+
+
+SHAPE = EvidenceShape(
+    Kind.PACKET_CAPTURE,
+    "tcpdump",
+    PACKET_LINE,
+    parse_tcpdump,
+    around=NOISE_LINE,
+    # tcpdump 4.99.3 -i any -nn on a bridged node (tests/data/tcpdump)
+    example=(
+        "tcpdump: verbose output suppressed, use -v[v]... for full protocol decode\n"
+        "listening on any, link-type LINUX_SLL2 (Linux cooked v2), snapshot length 262144 bytes\n"
+        "21:20:21.334222 veth0 P   IP 10.200.2.63.40350 > 10.32.0.102.80: Flags [S], seq 1889227187, win 64240, "
+        "options [mss 1460,sackOK,TS val 3875641284 ecr 0,nop,wscale 10], length 0\n"
+        "21:20:21.334363 veth1 P   IP 10.200.2.65.80 > 10.200.2.63.40350: Flags [S.], seq 1213296814, ack "
+        "1889227188, win 65160, options [mss 1460,sackOK,TS val 2932659407 ecr 3875641284,nop,wscale 10], length 0\n"
+        "21:20:21.334371 veth0 P   IP 10.200.2.63.40350 > 10.200.2.65.80: Flags [R], seq 1889227188, win 0, length 0\n"
+        "\n"
+        "16 packets captured\n"
+    ),
+)

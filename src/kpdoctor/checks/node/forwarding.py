@@ -10,6 +10,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
 from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import tcpdump
 from kpdoctor.parse.iptables import Rule, Ruleset, option
 from kpdoctor.parse.tcpdump import CapturedPacket
 
@@ -282,7 +283,7 @@ def bridge_netfilter(facts: Facts) -> Iterator[Finding]:
         for h in facts.log.hits(UNEXPECTED_SOURCE.id)
         if len(h.groups) > 2 and h.groups[0] and h.groups[2] and h.groups[0] != h.groups[2]
     ]
-    captured = untranslated_replies(facts.captured_packets)
+    captured = untranslated_replies(facts.records(tcpdump.SHAPE))
     note = facts.log.hits(*BR_NETFILTER_NOTE.ids)
     missing = facts.log.hits(BRIDGE_SYSCTL_MISSING.id)  # br_netfilter not loaded, as a program found
     note = missing + [h for h in note if h not in missing]
