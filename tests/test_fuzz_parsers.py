@@ -57,6 +57,7 @@ from kpdoctor.parse import (
     sysctl,
     system,
 )
+from kpdoctor.parse.shapes import REGISTERED
 
 TIME_BOUND = float(os.environ.get("KPDOCTOR_FUZZ_TIME_BOUND", "10"))  # seconds per call; inputs are under 1 MB
 EXAMPLES = int(os.environ.get("KPDOCTOR_FUZZ_EXAMPLES", "100"))
@@ -384,9 +385,14 @@ TARGETS = [
     Target("structured.load_json/load_yaml_all", _structured, (Kind.K8S_OBJECTS, Kind.KUBE_PROXY_CONFIG)),
     Target(
         "kubectl_table+kubectl_describe",
-        lambda t: (kubectl_table.table_objects(t, "f"), kubectl_describe.described_objects(t, "f", 2)),
+        lambda t: (
+            kubectl_table.table_objects(t, "f"),
+            kubectl_table.shown_endpoints(t),
+            kubectl_describe.described_objects(t, "f", 2),
+        ),
         (Kind.KUBECTL_TABLE, Kind.KUBECTL_DESCRIBE),
     ),
+    *(Target(f"shape {shape.name}", lambda t, s=shape: s.parse(t, 2), (shape.kind,)) for shape in REGISTERED),
     Target("sniff", _sniff, _ALL),
     Target("transcript", _transcript, _ALL),
 ]
