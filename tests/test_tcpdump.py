@@ -122,6 +122,13 @@ def test_every_form_tcpdump_prints() -> None:
     assert parse_tcpdump("10:00:00.000001 IP web-1.default.http > client.40000: Flags [S.], seq 1, ack 2") == []
 
 
+def test_a_reply_from_another_subnet_is_not_a_bridge_s() -> None:
+    """The same exchange between a client outside and a Pod (a NodePort whose reply was not
+    masqueraded) is not what a bridge without netfilter does: not said here."""
+    text = (DATA / "bridge-nf-call-iptables-0.txt").read_text().replace("10.200.2.63", "192.168.7.20")
+    assert parse_tcpdump(text) and untranslated_replies(_cited(text)) == []
+
+
 def test_a_dns_answer_from_the_backend_with_none_from_the_service_is_untranslated() -> None:
     capture = (
         "10:00:00.000001 IP 10.244.1.7.41234 > 10.96.0.10.53: 4321+ A? kubernetes.default.svc.cluster.local. (54)\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
@@ -152,6 +153,18 @@ BR_NETFILTER_NOTE = messages(
 _FOUND_MISSING = "a program found no /proc/sys/net/bridge/bridge-nf-call-iptables"
 
 
+def _one_subnet(p: CapturedPacket) -> bool:
+    """Are a packet's two addresses in one /24 (IPv4) or /64 (IPv6): a node's Pod range?"""
+    try:
+        a, b = ipaddress.ip_address(p.src), ipaddress.ip_address(p.dst)
+    except ValueError:
+        return False
+    bits = 24 if a.version == 4 else 64
+    return a.version == b.version and ipaddress.ip_network(f"{a}/{bits}", strict=False) == ipaddress.ip_network(
+        f"{b}/{bits}", strict=False
+    )
+
+
 def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tuple[str, list[Cite]]]:
     """Replies a capture shows arriving from another address than the one their client sent to,
     with no translated reply beside them: what a client gets when its request was DNATed on the
@@ -162,7 +175,9 @@ def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tup
     shows comes after it); a SYN-ACK acknowledging that SYN came from X, not V; the client reset
     it (RST to X with the sequence number the SYN-ACK acknowledged: its stack had no connection to
     X); and no SYN-ACK from V reached it. DNS: a query went to V, its answer (the same id) came
-    from X and none from V."""
+    from X and none from V. Only where client and X share a subnet (/24, /64), as two Pods of one
+    node's bridge do: across subnets the same capture says the reply was not masqueraded (it
+    went back past the node that translated it), another cause."""
     first: dict[tuple[str, int | None, str], tuple[CapturedPacket, Cite]] = {}  # (client, port, proto)
     answered: set[tuple[str, int | None, str, int | None, str | None, int | None]] = set()
     for p, c in packets:
@@ -178,7 +193,7 @@ def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tup
         if not (tcp or dns) or (p.dst, p.dport, p.proto) not in first:
             continue
         req, req_cite = first[(p.dst, p.dport, p.proto)]
-        if (req.dst, req.dport) == (p.src, p.sport) or (dns and req.dns_id != p.dns_id):
+        if (req.dst, req.dport) == (p.src, p.sport) or (dns and req.dns_id != p.dns_id) or not _one_subnet(p):
             continue
         if tcp and req.seq is not None and p.ack is not None and p.ack != req.seq + 1:
             continue  # not the reply to that SYN
