@@ -100,3 +100,16 @@ def test_rules_beside_the_real_endpointslice_table(diagnose: Diag) -> None:
     f = one(diagnose({"rules.txt": rules, "slices.txt": table}), "KP202")
     assert "10.244.9.9:8080" in f.summary and "endpoints, ready or not" in f.summary
     assert "10.244.2.7:8080" not in f.summary.split("listing given")[0]
+
+
+def test_a_row_without_its_namespace_is_not_matched_to_a_name_two_namespaces_use(diagnose: Diag) -> None:
+    rules = (
+        '-A KUBE-SEP-AAAAAAAAAAAAAAAA -p tcp -m comment --comment "team-a/web:http" -m tcp -j DNAT '
+        "--to-destination 10.244.1.5:8080\n"
+        '-A KUBE-SEP-BBBBBBBBBBBBBBBB -p tcp -m comment --comment "team-b/web:http" -m tcp -j DNAT '
+        "--to-destination 10.244.7.7:8080\n"
+    )
+    bare = "NAME   ENDPOINTS         AGE\nweb    10.244.1.5:8080   5m\n"
+    none_of(diagnose({"rules.txt": rules, "ep.txt": bare}), "KP202")
+    named = "NAMESPACE   NAME   ENDPOINTS         AGE\nteam-b      web    10.244.1.5:8080   5m\n"
+    assert one(diagnose({"rules.txt": rules, "ep.txt": named}), "KP202").subject["service"] == "team-b/web"

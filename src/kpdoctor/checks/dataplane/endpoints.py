@@ -62,6 +62,7 @@ def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterat
         unverified = {k: v for k, v in listed.items() if not v.objects}
     stale: dict[str, dict[str, Cite]] = {}
     listing: dict[str, ListedBackends] = {}
+    namespaces: dict[str, set[str]] = {}  # a Service name's namespaces in the rules
     for rs in facts.rulesets:
         want = unverified if verified is not None and rs.form == "save" else listed
         if not want:
@@ -77,6 +78,7 @@ def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterat
                 m = _SERVICE_COMMENT.match(c["quoted"] if c["quoted"] is not None else c["bare"])
                 if m is None or m["name"] not in names:
                     continue
+                namespaces.setdefault(m["name"], set()).add(m["ns"])
                 dest = m["ep"]
                 if r.chain.startswith("KUBE-SEP-") and (d := _DNAT.search(r.body)) is not None:
                     dest = d[1]
@@ -89,6 +91,8 @@ def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterat
                     listing.setdefault(svc, hit)
     for svc, dests in sorted(stale.items()):
         hit = listing[svc]
+        if (None, svc.split("/", 1)[1]) in listed and len(namespaces[svc.split("/", 1)[1]]) > 1:
+            continue  # a listing without its namespace, and rules for that name in two: whose is it?
         f = start(facts, "KP202", [], confidence=Confidence.MEDIUM, severity=Severity.CRITICAL)
         shown = ", ".join(sorted(hit.backends)[:4])
         shown += f" and {len(hit.backends) - 4} more" if len(hit.backends) > 4 else ""
@@ -175,7 +179,13 @@ def endpoints_out_of_sync(facts: Facts, verified: Verified) -> Iterator[Finding]
     How it is detected: the Service's traffic is evaluated through the node's rules, with the
         exact probability of each `-m statistic` branch, and the backends reached are compared
         with the ready (or, per the kube-proxy release, serving-terminating) endpoints of its
-        EndpointSlices. Stale backends, missing backends and uneven shares are named. In IPVS
+        EndpointSlices. Stale backends, missing backends and uneven shares are named. Rules that
+        are not verified so (a grep'd dump, `iptables -S`, or no Service objects) are read for
+        the backend each KUBE-SEP DNAT or KUBE-SVC "-> ip:port" comment names, against a listing
+        of all the Service's endpoints: its EndpointSlices or Endpoints, a `kubectl describe
+        svc` that shows them all, a `kubectl get endpoints` row without "+ N more" (ready
+        ones) or its `kubectl get endpointslices` rows (every one); a backend none of them has
+        is named (medium confidence: two listings, perhaps taken apart). In IPVS
         mode the virtual server's persistence (`persistent N` in `ipvsadm -Ln`, `-p N` in
         `-Sn`) is compared with the Service's sessionAffinity and its timeout. Without
         the cluster's objects, the Services kube-proxy rejects as "has no endpoints" are listed
