@@ -462,6 +462,18 @@ def _v1_endpoints(rn: RealNode, name: str, ips: list[str]) -> None:
     rn.api("PUT", f"{path}/{name}", body)
 
 
+def _api_changed_unsynced(rn: RealNode) -> None:
+    """Services web and api synced by kube-proxy, then kube-proxy stopped and api's endpoints
+    changed (PODS[0] gone, PODS[2] added; v1 Endpoints too, what kubectl 1.20 prints)."""
+    for name in ("web", "api"):
+        rn.service(name, PODS[:2], port=80 if name == "web" else 8081)
+        _v1_endpoints(rn, name, PODS[:2])
+    rn.wait_synced()
+    rn.stop_kube_proxy()
+    rn.set_endpoints("api", PODS[1:])
+    _v1_endpoints(rn, "api", PODS[1:])
+
+
 def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries, tmp_path: Path) -> None:
     """kube-proxy stopped, then one Service's endpoints changed and another Service created:
     `kubectl describe svc` (Debian's kubectl 1.20) and the node's iptables-save show the first's
@@ -471,13 +483,7 @@ def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries
     kubectl, why = find_kubectl_120(tmp_path / "kubectl")
     assert kubectl is not None, why
     with real_node(lab_binaries) as rn:
-        for name in ("web", "api"):
-            rn.service(name, PODS[:2], port=80 if name == "web" else 8081)
-            _v1_endpoints(rn, name, PODS[:2])
-        rn.wait_synced()
-        rn.stop_kube_proxy()
-        rn.set_endpoints("api", PODS[1:])
-        _v1_endpoints(rn, "api", PODS[1:])
+        _api_changed_unsynced(rn)
         late = rn.service("late", PODS[:1], port=8080)
         _v1_endpoints(rn, "late", PODS[:1])
         rules = rn.rules()
@@ -500,6 +506,7 @@ def test_a_description_shows_what_kube_proxy_never_synced(lab_binaries: Binaries
     assert not report["verification"]["stale_rules"]
     assert not [f for f in report["findings"] if f["code"] == "KP201"]
 
+
 def test_a_grep_of_the_rules_and_kubectl_get_endpoints_show_what_kube_proxy_never_synced(
     lab_binaries: Binaries, tmp_path: Path
 ) -> None:
@@ -510,13 +517,7 @@ def test_a_grep_of_the_rules_and_kubectl_get_endpoints_show_what_kube_proxy_neve
     kubectl, why = find_kubectl_120(tmp_path / "kubectl")
     assert kubectl is not None, why
     with real_node(lab_binaries) as rn:
-        for name in ("web", "api"):
-            rn.service(name, PODS[:2], port=80 if name == "web" else 8081)
-            _v1_endpoints(rn, name, PODS[:2])
-        rn.wait_synced()
-        rn.stop_kube_proxy()
-        rn.set_endpoints("api", PODS[1:])
-        _v1_endpoints(rn, "api", PODS[1:])
+        _api_changed_unsynced(rn)
         rules = rn.rules()
         table = subprocess.run([kubectl, "--kubeconfig", str(rn.cp.kubeconfig), "get", "endpoints"],
                                capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
