@@ -476,7 +476,7 @@ def diagnose(
     or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
     snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes tables, kubectl describe svc/node, ifconfig,
-    tcpdump -n captures, Pod-spec fragments, preStop scripts, timed `docker stop` / `kubectl delete pod`, runtime
+    tcpdump -n captures, ethtool -S, Pod-spec fragments, preStop scripts, timed `docker stop` / `kubectl delete pod`, runtime
     stop-timeout lines, ufw status, package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod,
     counts (`... | grep X | wc -l`), curl's and Go programs' connection errors, and terminal
     transcripts holding any of them; also as pasted (markdown quotes or indentation, grep -n

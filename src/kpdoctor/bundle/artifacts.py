@@ -57,6 +57,7 @@ class Kind(enum.StrEnum):
     CONNECT_TIMES = "load-test connect times (ab, hey)"  # where connects bunch: dropped SYNs
     SSH_ATTEMPTS = "ssh attempts"  # `ssh root@192.168.1.3` and the failure it printed
     PACKET_CAPTURE = "tcpdump output"  # packets as tcpdump -n prints them (parse/tcpdump)
+    NIC_STATS = "ethtool -S output"  # a network driver's own counters (parse/ethtool)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

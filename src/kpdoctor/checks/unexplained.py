@@ -22,6 +22,8 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.log import chain_of, chain_read, logged_messages
 from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import ethtool
+from kpdoctor.parse.ethtool import NicCounter
 from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
 
 CAUSE = "unexplained-signal"
@@ -365,33 +367,65 @@ def _owned_counters() -> set[str]:
     return {c for spec in CHECKS.values() for c in spec.counters}
 
 
+def _nic_losses(facts: Facts, explained: Explained) -> tuple[list[tuple[str, Cite]], list[tuple[str, Cite]]]:
+    """A network driver's loss counters (``ethtool -S``) no finding cites, non-zero: (growing
+    from one listing of an interface to a later one, since-boot totals), each said and cited.
+    Two listings are of one interface when the commands that printed them name it (or one text
+    holds both); listings of other interfaces are never compared."""
+    growing: list[tuple[str, Cite]] = []
+    totals: list[tuple[str, Cite]] = []
+    first: dict[tuple[str, str, str], tuple[NicCounter, Cite, tuple[int, int]]] = {}
+    for a in facts.of(Kind.NIC_STATS):
+        words = a.attrs.get("command", "").split()
+        iface = words[-1] if len(words) >= 3 and words[-2] in ("-S", "--statistics") else f"@{a.first_line}"
+        for c in ethtool.SHAPE.parse(a.read_text(), a.first_line):
+            cite = Cite(a.name, c.line, c.text)
+            if not ethtool.counts_losses(c.name) or (cite.artifact, cite.line) in explained.lines:
+                continue
+            when = (a.first_line, c.listing)
+            base = first.setdefault((a.name, iface, c.name), (c, cite, when))
+            if base[2] < when and c.value > base[0].value:
+                growing.append((f"{c.name} grew by {c.value - base[0].value:,} between two `ethtool -S`", cite))
+            elif base[2] == when and c.value > 0:
+                totals.append((f"{c.value:,} {c.name} (`ethtool -S`) since the driver started", cite))
+    return growing, totals
+
+
 def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
     """Loss counters no check reads, non-zero: growing between two snapshots (ongoing, a
     warning), or a since-boot total that is a large share of its traffic, or whose traffic
-    was not given (info: when it happened is unknown)."""
+    was not given (info: when it happened is unknown); a network driver's counters of what it
+    lost (``ethtool -S``) the same way."""
     names = [n for n in MEANINGS if n not in _owned_counters()]
-    if not names:
-        return
     reading = read_counters(facts.node_state, names)
     totals = [
         t
         for t in reading.totals
         if (t.share is None or t.share >= 0.01) and (t.sample.cite.artifact, t.sample.cite.line) not in explained.lines
     ]
-    if not reading.growing and not totals:
+    nic_growing, nic_totals = _nic_losses(facts, explained)
+    if not reading.growing and not totals and not nic_growing and not nic_totals:
         return
-    f = start(
-        facts, "KP140", [], confidence=Confidence.LOW, severity=Severity.WARNING if reading.growing else Severity.INFO
-    )
+    ongoing = bool(reading.growing or nic_growing)
+    f = start(facts, "KP140", [], confidence=Confidence.LOW, severity=Severity.WARNING if ongoing else Severity.INFO)
     f.title = "Packet-loss counters that no check explains"
     f.evidence = list(
         dict.fromkeys(
-            [c for _, ch in reading.growing for c in (ch.first.cite, ch.last.cite)] + [t.sample.cite for t in totals]
+            [c for _, ch in reading.growing for c in (ch.first.cite, ch.last.cite)]
+            + [c for _, c in nic_growing]
+            + [t.sample.cite for t in totals]
+            + [c for _, c in nic_totals][:6]
         )
     )
-    said = "; ".join([ch.describe(n) for n, ch in reading.growing] + [t.describe() for t in totals])
+    said = "; ".join(
+        [ch.describe(n) for n, ch in reading.growing]
+        + [s for s, _ in nic_growing]
+        + [t.describe() for t in totals]
+        + [s for s, _ in nic_totals[:6]]
+        + ([f"{len(nic_totals) - 6} more driver counters"] if len(nic_totals) > 6 else [])
+    )
     f.summary = f"The node counts losses no check reads: {said}. kpdoctor cannot name what causes them."
-    f.ongoing = True if reading.growing else None
+    f.ongoing = True if ongoing else None
     f.confidence_reason = "counters that count losses; what causes them is not in the evidence"
     f.fix = [
         "Send two snapshots a minute apart of `nstat -az` (or `netstat -s`) and `conntrack -S`, with `sysctl -a`, "
@@ -416,6 +450,7 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.NETSTAT,
         Kind.CONNTRACK_STATS,
         Kind.NF_CONNTRACK_STAT,
+        Kind.NIC_STATS,
     ],
     reads_findings=True,
 )
@@ -434,7 +469,9 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
         catalogue entry), and never counts when the catalogue knows it as routine; another
         component's lines (a CNI's, CoreDNS') are left out. Loss counters no other check reads
         count when they grow between two snapshots, or when a since-boot total is at least 1%
-        of its traffic or its traffic was not given. Info at low confidence; a warning only
+        of its traffic or its traffic was not given; so do a network driver's counters whose
+        names say they count losses (`ethtool -S`: drop, miss, discard, errors, no buffer,
+        fifo, overrun, timeout, crc), non-zero. Info at low confidence; a warning only
         while ongoing (an error seen again in the last tenth of its log, or a counter growing).
         A root cause found in the same run folds them under it; the node agent's condition
         and Events leave them out.

@@ -45,7 +45,9 @@ class EvidenceShape(Generic[R]):
 
     kind: Kind
     name: str  # the segment shape's name (bundle.segments)
-    lines: re.Pattern[str]  # a line only this output prints, matched at the line's start
+    # a line only this output prints, matched at the line's start; like ``around``, it asks for no
+    # indentation (the segmenter takes a line's indentation off first)
+    lines: re.Pattern[str]
     parse: Callable[[str, int], Sequence[R]]  # (text, its first line's number) -> records, in order
     example: str  # real lines of it, as a program printed them
     around: re.Pattern[str] | None = None  # the program's other lines (its stderr notes, a summary)

@@ -1,0 +1,83 @@
+"""``ethtool -S`` output: a network driver's own counters.
+
+ethtool prints them as ``NIC statistics:`` and then one ``     NAME: VALUE`` line per counter
+(ethtool.c's ``do_gnicstats``: five spaces, the driver's name for it, an unsigned value; every
+release to 6.x). The names are the driver's (``rx_missed_errors``, ``rx_no_buffer_count``,
+``rx_queue_0_drops``, ``tx_carrier_errors`` ...): there is no common list, so what counts losses is
+told by the words drivers use for them (:func:`counts_losses`). A driver without statistics
+prints ``no stats available`` instead. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.parse.evidence_shape import EvidenceShape
+
+HEADER = re.compile(r"^\s*NIC statistics:\s*$")
+# a counter line (under its header; indented, as ethtool prints it): a driver's name (letters, digits, _ . - [ ]; never
+# a YAML key's camelCase alone: "rx", "tx" or "_" in it), a colon, an unsigned number
+COUNTER = re.compile(r"^[ \t]*(?=[\w.\-\[\]]*(?:rx|tx|_))([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$", re.I)
+# any counter line, read under its header ("multicast", "collisions" too)
+_LISTED = re.compile(r"^[ \t]{2,}([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$")
+# the words drivers give the counters of what they lost (dropped, missed, discarded, errors,
+# no buffer, fifo or ring overruns, timeouts)
+_LOSS = re.compile(r"drop|miss|discard|err|no_?buf|fifo|overrun|over_|timeout|fail|crc", re.I)
+
+
+def counts_losses(name: str) -> bool:
+    """Does a driver's counter of this name count what it lost?"""
+    return bool(_LOSS.search(name))
+
+
+@dataclass(frozen=True, slots=True)
+class NicCounter:
+    """One counter of one ``ethtool -S`` listing."""
+
+    line: int
+    text: str
+    name: str
+    value: int
+    listing: int  # which listing of the text it is in (0, 1, ...): two are two snapshots
+
+
+def parse_ethtool_stats(text: str, first_line: int = 1) -> list[NicCounter]:
+    """Every counter under a ``NIC statistics:`` header, in order."""
+    out: list[NicCounter] = []
+    listing, under = -1, False
+    for i, raw in enumerate(text.splitlines()):
+        if HEADER.match(raw):
+            listing, under = listing + 1, True
+            continue
+        m = _LISTED.match(raw)
+        if m is None:
+            under = under and raw.strip() != "" and raw[:1] in (" ", "\t")
+            continue
+        if under:
+            out.append(NicCounter(first_line + i, raw.strip(), m.group(1), int(m.group(2)), listing))
+    return out
+
+
+SHAPE = EvidenceShape(
+    Kind.NIC_STATS,
+    "ethtool-S",
+    HEADER,
+    parse_ethtool_stats,
+    around=COUNTER,
+    # ethtool 6.1 -S of a veth (Debian 12, in a network namespace)
+    example=(
+        "NIC statistics:\n"
+        "     peer_ifindex: 2\n"
+        "     rx_queue_0_xdp_packets: 0\n"
+        "     rx_queue_0_xdp_bytes: 0\n"
+        "     rx_queue_0_drops: 0\n"
+        "     rx_queue_0_xdp_redirect: 0\n"
+        "     rx_queue_0_xdp_drops: 0\n"
+        "     rx_queue_0_xdp_tx: 0\n"
+        "     rx_queue_0_xdp_tx_errors: 0\n"
+        "     tx_queue_0_xdp_xmit: 0\n"
+        "     tx_queue_0_xdp_xmit_errors: 0\n"
+    ),
+)
