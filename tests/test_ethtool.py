@@ -3,9 +3,13 @@ reported when no check explains them (KP140)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from conftest import none_of
+from lab.netns import Netns, lab_available
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
@@ -51,3 +55,23 @@ def test_a_counter_that_grows_between_two_listings_is_ongoing(tmp_path: Path) ->
     (f,) = [f for f in report.findings if f.code == "KP140"]
     assert f.severity == Severity.WARNING and f.ongoing and "rx_missed_errors grew by 7,330" in f.summary
     none_of(report, "KP309")
+
+
+def test_an_interface_s_loss_counters_are_reported_from_ip_s_link(tmp_path: Path) -> None:
+    """`ip -s link` in a namespace where a veth's peer is down: what it sent (ARP for a
+    neighbour) was dropped (TX dropped, counted by the veth driver), read from the real output;
+    the interfaces whose counters are all zero say nothing."""
+    reason = lab_available()
+    if reason is not None:
+        pytest.skip(reason)
+    send = "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('10.99.0.2', 9))"
+    with Netns() as ns:
+        ns.check(["ip", "link", "add", "name", "veth0", "type", "veth", "peer", "name", "veth1"])
+        ns.check(["ip", "addr", "add", "10.99.0.1/24", "dev", "veth0"])
+        ns.check(["ip", "link", "set", "veth0", "up"])  # veth1 stays down: veth0 drops what it sends
+        ns.run([sys.executable, "-c", send])
+        time.sleep(1.5)  # ARP retries
+        listing = ns.check(["ip", "-s", "link"])
+    (tmp_path / "ip-s-link.txt").write_text(listing)
+    (found,) = _kp140([tmp_path / "ip-s-link.txt"])
+    assert "TX dropped on veth0" in found and " on lo" not in found, (found, listing)

@@ -473,14 +473,14 @@ def diagnose(
     iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules,
     kube-proxy's command line or KubeProxyConfiguration, Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S
-    or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip link, dmesg; two
-    snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
-    Calico, kube-router...), kubectl get pods/svc/nodes tables, kubectl describe svc/node, ifconfig,
-    tcpdump -n captures, ethtool -S, Pod-spec fragments, preStop scripts, timed `docker stop` / `kubectl delete pod`, runtime
-    stop-timeout lines, ufw status, package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod,
-    counts (`... | grep X | wc -l`), curl's and Go programs' connection errors, and terminal
-    transcripts holding any of them; also as pasted (markdown quotes or indentation, grep -n
-    prefixes, output written as `# Output:` comments, lines without their header, rules or `netstat
+    or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip [-s] link, ethtool
+    -S, dmesg; two snapshots a few seconds apart show what grows now), other components' logs
+    (kubelet, flannel, Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices
+    tables, kubectl describe svc/node, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop
+    scripts, timed `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status,
+    package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X | wc
+    -l`), curl's and Go programs' connection errors, and terminal transcripts holding any of them;
+    also as pasted (markdown quotes or indentation, grep -n prefixes, output written as `# Output:` comments, lines without their header, rules or `netstat
     -s` lines grep'd out, lines a terminal broke at one column, several outputs in one paste with or
     without headings between them, other programs' log lines mixed in, notes between the lines, a
     heredoc, `...` where something was left out). The report's "Inputs read" says how each file, or

@@ -24,6 +24,7 @@ from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, me
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ethtool
 from kpdoctor.parse.ethtool import NicCounter
+from kpdoctor.parse.links import parse_ip_link
 from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
 
 CAUSE = "unexplained-signal"
@@ -391,6 +392,33 @@ def _nic_losses(facts: Facts, explained: Explained) -> tuple[list[tuple[str, Cit
     return growing, totals
 
 
+# what an interface's counters count as lost (iproute2's and ifconfig's column names)
+_LINK_LOSSES = frozenset(
+    {"errors", "dropped", "missed", "overrun", "overruns", "crc", "frame", "fifo", "length", "carrier", "aborted"}
+)
+
+
+def _link_losses(facts: Facts, explained: Explained) -> tuple[list[tuple[str, Cite]], list[tuple[str, Cite]]]:
+    """Interfaces' loss counters (``ip -s link``, ifconfig) no finding cites, non-zero: (growing
+    from one listing to a later one of the same interface, since-boot totals)."""
+    growing: list[tuple[str, Cite]] = []
+    totals: list[tuple[str, Cite]] = []
+    first: dict[tuple[str, str, str], tuple[int, int]] = {}  # (file, interface, counter): (value, listing's line)
+    for a in facts.of(Kind.IP_LINK):
+        for link in parse_ip_link(a.text, a.first_line):
+            for counter, value, line, text in link.stats:
+                if counter.split()[-1] not in _LINK_LOSSES or (a.name, line) in explained.lines:
+                    continue
+                cite = Cite(a.name, line, text)
+                base = first.setdefault((a.name, link.name, counter), (value, a.first_line))
+                said = f"{counter} on {link.name}"
+                if base[1] < a.first_line and value > base[0]:
+                    growing.append((f"{said} grew by {value - base[0]:,} between two listings", cite))
+                elif base[1] == a.first_line and value > 0:
+                    totals.append((f"{value:,} {said} since it came up", cite))
+    return growing, totals
+
+
 def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
     """Loss counters no check reads, non-zero: growing between two snapshots (ongoing, a
     warning), or a since-boot total that is a large share of its traffic, or whose traffic
@@ -404,6 +432,9 @@ def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
         if (t.share is None or t.share >= 0.01) and (t.sample.cite.artifact, t.sample.cite.line) not in explained.lines
     ]
     nic_growing, nic_totals = _nic_losses(facts, explained)
+    link_growing, link_totals = _link_losses(facts, explained)
+    nic_growing += link_growing
+    nic_totals += link_totals
     if not reading.growing and not totals and not nic_growing and not nic_totals:
         return
     ongoing = bool(reading.growing or nic_growing)
@@ -451,6 +482,7 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.CONNTRACK_STATS,
         Kind.NF_CONNTRACK_STAT,
         Kind.NIC_STATS,
+        Kind.IP_LINK,
     ],
     reads_findings=True,
 )
@@ -471,10 +503,11 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
         count when they grow between two snapshots, or when a since-boot total is at least 1%
         of its traffic or its traffic was not given; so do a network driver's counters whose
         names say they count losses (`ethtool -S`: drop, miss, discard, errors, no buffer,
-        fifo, overrun, timeout, crc), non-zero. Info at low confidence; a warning only
-        while ongoing (an error seen again in the last tenth of its log, or a counter growing).
-        A root cause found in the same run folds them under it; the node agent's condition
-        and Events leave them out.
+        fifo, overrun, timeout, crc) and an interface's (`ip -s link`, ifconfig: errors,
+        dropped, missed, overruns, crc, frame, fifo, length, carrier, aborted), non-zero. Info
+        at low confidence; a warning only while ongoing (an error seen again in the last tenth
+        of its log, or a counter growing). A root cause found in the same run folds them under
+        it; the node agent's condition and Events leave them out.
     Fix: none to give: the finding says what to send next so that the line can be read (and,
         when it matters, added to the catalogue).
     References: https://github.com/kubernetes/kubernetes/tree/master/pkg/proxy

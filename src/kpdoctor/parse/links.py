@@ -36,9 +36,19 @@ class Link:
     peer: str | None = None  # "veth0" / "if2" / "NONE" from name@peer
     link_netns: str | None = None  # peer netns by name, when ip could resolve it
     slave_kind: str | None = None  # bridge for a bridge port (-d)
+    # its counters (`ip -s link`, ifconfig): ("RX dropped", value, line, the line's text)
+    stats: tuple[tuple[str, int, int, str], ...] = ()
 
 
 _HEAD = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
+# `ip -s link`: a titles line (iproute2 5.x+ "RX:  bytes packets errors dropped  missed   mcast",
+# older "RX: bytes  packets  errors  dropped overrun mcast", with -s -s "RX errors: length crc
+# frame fifo missed"), its values on the next line (iproute2's print_link_stats)
+_STATS_TITLES = re.compile(r"^(RX|TX)(?: errors)?:\s+((?:[a-z_]+\s*)+)$")
+# ifconfig's counters: net-tools 2.x "RX errors 0  dropped 12  overruns 0  frame 0", 1.60 and
+# busybox "RX packets:12 errors:0 dropped:0 overruns:0 frame:0"
+_IFCONFIG_STATS = re.compile(r"^\s+(RX|TX) (?:packets|errors)[ :]\d")
+_IFCONFIG_PAIR = re.compile(r"([a-z]+)[ :](\d+)")
 _NOT_KIND = {"link", "inet", "inet6", "valid_lft", "altname", "alias", "vf", "prop", "addrgenmode", "netns"}
 
 
@@ -82,12 +92,24 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
     cur: dict[str, Any] | None = None
     details = 0  # detail lines seen after the link/ line
 
+    titles: tuple[str, list[str]] | None = None  # the last `ip -s` titles line: direction, columns
+
     def flush() -> None:
         if cur is not None:
-            out.append(Link(**cur))
+            out.append(Link(**{**cur, "stats": tuple(cur.get("stats", ()))}))
 
     for i, raw in enumerate(text.splitlines()):
         s = raw.strip()
+        if cur is not None and (t := _STATS_TITLES.match(s)) is not None:
+            titles = (t.group(1), t.group(2).split())
+            continue
+        if cur is not None and titles is not None:
+            values = s.split()
+            if values and all(v.isdigit() for v in values) and len(values) <= len(titles[1]):
+                named = zip(titles[1], values, strict=False)
+                cur.setdefault("stats", []).extend((f"{titles[0]} {c}", int(v), first_line + i, s) for c, v in named)
+            titles = None
+            continue
         m = _HEAD.match(s)
         if m and to_int(m.group(1)) is not None:
             flush()
@@ -212,4 +234,7 @@ def _parse_ifconfig(text: str, first_line: int) -> list[Link]:
         elif out and out[-1].mtu is None and (m := _IFCONFIG_OLD_FLAGS.match(raw)):
             last = out[-1]
             out[-1] = dataclasses.replace(last, mtu=int(m.group(2)), up="UP" in m.group(1).split())
+        elif out and (m := _IFCONFIG_STATS.match(raw)):
+            pairs = [(f"{m.group(1)} {k}", int(v), first_line + i, raw.strip()) for k, v in _IFCONFIG_PAIR.findall(raw)]
+            out[-1] = dataclasses.replace(out[-1], stats=out[-1].stats + tuple(pairs))
     return out
