@@ -143,6 +143,10 @@ def test_ufw_status_is_read_as_a_host_firewall() -> None:
     v = parse_ufw_status(UFW_VERBOSE_DENY)
     assert v is not None and v.defaults == {"incoming": "deny", "outgoing": "allow", "routed": "disabled"}
     assert v.rules[1].ports == [(30000, 32767, "tcp")]
+    # a rule whose "port" runs to thousands of digits (a damaged paste) is no port, and no error
+    huge = UFW_NUMBERED_PODS.replace("22/tcp", "9" * 5000 + "/tcp", 1)
+    h = parse_ufw_status(huge)
+    assert h is not None and h.rules[0].ports == [] and st.rules[0].ports == [(22, 22, "tcp")]
 
 
 def test_active_ufw_without_its_policy_is_a_low_confidence_warning(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ class UfwRule:
             spec, proto = spec.split("/", 1)
         out: list[tuple[int, int, str | None]] = []
         for part in spec.split(","):
-            m = re.fullmatch(r"(\d+)(?::(\d+))?", part)
+            m = re.fullmatch(r"(\d{1,5})(?::(\d{1,5}))?", part)  # a port (more digits: none)
             if m:
                 lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
                 out.append((lo, hi, proto))
