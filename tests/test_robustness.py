@@ -536,3 +536,28 @@ def test_go_durations_still_read() -> None:
         3723.5,
         pytest.approx(9223372036.854776),
     ]
+
+
+HUGE = "9" * 5000  # int() refuses more than 4,300 digits
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"NAME   ENDPOINTS                        AGE\nweb    10.0.0.1:80 + {HUGE} more...   5m\n",  # kubectl get ep
+        f"NAME   TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)   AGE\nweb    ClusterIP   10.96.0.9    <none>        {HUGE}/TCP   5m\n",
+        f"-A -t 10.96.0.10:53 -s rr\n-a -t 10.96.0.10:53 -r 10.244.0.3:53 -m -w {HUGE}\n",  # ipvsadm -Sn
+        f"Chain INPUT (policy ACCEPT {HUGE} packets, 0 bytes)\n pkts bytes target prot opt in out source destination\n",
+        f"{HUGE}:E0101 00:00:00.000000       1 proxier.go:1] Failed to execute iptables-restore\n",  # grep -n
+        f"$ time docker stop web\nweb\n\nreal\t{HUGE}m0.123s\nuser\t0m0.010s\nsys\t0m0.010s\n",
+        f"UID PID PPID C STIME TTY TIME CMD\nroot 1 0 0 10:00 ? 00:00:01 kube-apiserver --service-node-port-range={HUGE}-{HUGE}\n",
+    ],
+    ids=["endpoints-more", "service-port", "ipvs-weight", "iptables-L-packets", "grep-n", "time-real", "nodeport-flag"],
+)
+def test_a_number_of_thousands_of_digits_is_no_number_not_an_internal_error(tmp_path: Path, text: str) -> None:
+    """A damaged paste whose number runs to thousands of digits where a port, a count, a weight
+    or a line number stands: read as no number (each of these raised ValueError in int())."""
+    path = tmp_path / "paste.txt"
+    path.write_text(text)
+    report, _ = diagnose_paths([path])
+    assert not report.errors, report.errors

@@ -25,8 +25,8 @@ from kpdoctor.parse.shellwords import PROMPT
 _MOST = 0.8
 
 _QUOTE = re.compile(r"^[ \t]*>[ \t]?")
-_GREP_N = re.compile(r"^(?P<n>\d+)[:-]")  # grep -n: "12:match", "13-context"
-_GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d+)[:-]")  # grep -Hn: "kube-proxy.log:12:match"
+_GREP_N = re.compile(r"^(?P<n>\d{1,12})[:-]")  # grep -n: "12:match", "13-context"
+_GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d{1,12})[:-]")  # grep -Hn: "kube-proxy.log:12:match"
 _GREP_H = re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
 _BACKTICKED = re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
 # Output a blog post or a runbook wrote as a comment under its command ("# Output:

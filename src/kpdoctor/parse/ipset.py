@@ -18,7 +18,7 @@ _SAVE_ADD = re.compile(r"^add\s+(\S+)\s+(\S+)")
 _LIST_NAME = re.compile(r"^Name:\s*(\S+)")
 _LIST_TYPE = re.compile(r"^Type:\s*(\S+)")
 _LIST_HEADER = re.compile(r"^Header:\s*(.*)$")
-_PORT = re.compile(r"^(?:(\w+):)?(\d+)(?:-(\d+))?$")
+_PORT = re.compile(r"^(?:(\w+):)?(\d{1,5})(?:-(\d{1,5}))?$")  # (more digits: no port)
 
 
 @dataclass(slots=True)

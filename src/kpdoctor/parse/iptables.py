@@ -544,7 +544,7 @@ def parse_rules_s(text: str, artifact: str, family: int = 4, first_line: int = 1
     return rs
 
 
-_L_CHAIN = re.compile(r"^Chain (\S+) \((?:policy (\w+)(?: (\d+[KMGT]?) packets)?|(\d+) references)")
+_L_CHAIN = re.compile(r"^Chain (\S+) \((?:policy (\w+)(?: (\d{1,20}[KMGT]?) packets)?|(\d{1,12}) references)")
 _UNITS = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}
 _L_RULE = re.compile(r"^\s*(\d+[KMGT]?)\s+(\d+[KMGT]?)\s+(?P<target>\S+)\s+")
 # a row without counters (-L -n without -v), or with --line-numbers, and no header to say so

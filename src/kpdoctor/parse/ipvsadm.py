@@ -161,7 +161,7 @@ def _options(words: list[str]) -> dict[str, str]:
 
 
 # the two shapes kube-proxy's state prints as (read without taking the options apart)
-_SAVED_RS = re.compile(r"^-a -([tu]) (\S+) -r (\S+) -m -w (\d+)$")
+_SAVED_RS = re.compile(r"^-a -([tu]) (\S+) -r (\S+) -m -w (\d{1,10})$")
 _SAVED_VS = re.compile(r"^-A -([tu]) (\S+) -s ([a-z]+)$")
 
 

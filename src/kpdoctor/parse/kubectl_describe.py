@@ -59,10 +59,10 @@ DESCRIBED = "a `kubectl describe` output"
 
 # a field line: the key as kubectl names it, the tab writer's padding (or a tab), the value
 _FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
-_PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d+)/(?P<proto>[A-Za-z]+)$")
+_PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d{1,5})/(?P<proto>[A-Za-z]+)$")
 _TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
 _MORE = re.compile(r"[ \t]*\+[ \t]*\d+[ \t]+more\.*[ \t]*$")
-_ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d+)$")
+_ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d{1,5})$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
 _ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
 

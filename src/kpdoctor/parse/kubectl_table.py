@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.k8s import GENERATED, K8sObject, Objects
+from kpdoctor.parse.numbers import to_int
 
 _ROW = re.compile(
     r"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:pods?/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
@@ -148,7 +149,7 @@ _CELL_SEP = re.compile(r"\s{2,}|\t")
 # kubectl's words for no value, in its tables and descriptions
 NONE = ("<none>", "<unknown>", "<pending>", "<nodes>", "<unset>", "")
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
-_PORT = re.compile(r"^(\d+)(?::(\d+))?(?:/([A-Za-z]+))?$")
+_PORT = re.compile(r"^(\d{1,5})(?::(\d{1,5}))?(?:/([A-Za-z]+))?$")
 _AGE = r"(?:\d+[smhdy])+|<unknown>|<invalid>"
 _IP = r"[\d.]+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*"
 # A Service row without its header (`kubectl get svc -A | grep web`): TYPE is the anchor.
@@ -424,7 +425,7 @@ _SLICE_NAME = re.compile(rf"^(?P<service>[a-z0-9][-a-z0-9.]*)-{GENERATED}{{5}}$"
 
 def _cut(cell: str) -> tuple[list[str], int]:
     """A cell's values and how many " + N more..." left out."""
-    more = int(m.group(1)) if (m := _MORE.search(cell)) is not None else 0
+    more = (to_int(m.group(1)) or 1) if (m := _MORE.search(cell)) is not None else 0
     listed = cell[: m.start()] if m is not None else cell
     return ([] if listed in NONE else [v.strip() for v in listed.split(",")]), more
 
@@ -453,7 +454,7 @@ def shown_endpoints(text: str) -> list[ShownEndpoints]:
         if r.kind != "Endpoints":
             continue
         cell = r.cells.get("ENDPOINTS", "").strip()
-        more = int(m.group(1)) if (m := _MORE.search(cell)) is not None else 0
+        more = (to_int(m.group(1)) or 1) if (m := _MORE.search(cell)) is not None else 0
         listed = cell[: m.start()] if m is not None else cell
         pairs = [] if listed in NONE else listed.split(",")
         backends = [b for p in pairs if (b := _backend(p.strip())) is not None]

@@ -203,7 +203,7 @@ def _kubectl_delete(args: list[str], text: str) -> StopCommand | None:
 
 
 # bash/ksh `time`: "real\t0m10.408s"; `time -p` and POSIX: "real 10.41"
-_REAL = re.compile(r"^\s*real\s+(?:(\d+)m\s*)?(\d+(?:[.,]\d+)?)s?\s*$")
+_REAL = re.compile(r"^\s*real\s+(?:(\d{1,9})m\s*)?(\d{1,12}(?:[.,]\d{1,12})?)s?\s*$")
 # zsh: "docker stop test  0.05s user 0.02s system 0% cpu 10.408 total" (the command leads the line)
 # (found from its numbers, the command being what precedes them: a pattern for the command first
 # backtracked over every run of blanks, minutes for one crafted 4 KB line)

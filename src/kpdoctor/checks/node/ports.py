@@ -36,7 +36,7 @@ NODE_PORTS = {
 }
 CONTROL_PORTS = {2379, 2380, 6443, 10250, 10256, 10257, 10259}  # Kubernetes' own (ports-and-protocols)
 OVERLAP_WARN = 0.1  # share of the NodePort range inside the ephemeral range that is a warning on its own
-_NODEPORT_FLAG = re.compile(r"--service-node-port-range[= ]([0-9]+)-([0-9]+)")
+_NODEPORT_FLAG = re.compile(r"--service-node-port-range[= ]([0-9]{1,5})-([0-9]{1,5})\b")
 # Go's listen error, whoever prints it: a daemon (`listen tcp :10254: bind: address already in
 # use`), kube-proxy opening a NodePort (`can't open "nodePort for ns/svc:port" (:34104/tcp),
 # skipping this nodePort: listen tcp :34104: bind: ...`, or the structured `err="listen tcp4
