@@ -234,7 +234,7 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     node = _sniff_node(stripped, first, lines)
     if node is not None:
         return node
-    if _IPVSADM.search(head) or _mostly(lines, IPVS_VS_LINE, IPVS_RS_LINE, at_least=IPVS_VS_LINE):
+    if _IPVSADM.search(head) or mostly(lines, IPVS_VS_LINE, IPVS_RS_LINE, at_least=IPVS_VS_LINE):
         saved = "IP Virtual Server version" not in head and not IPVS_VS_LINE.search(head)
         if saved:
             return Typed(Kind.IPVSADM, {"format": "save"})
@@ -243,9 +243,9 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         whole = "IP Virtual Server version" in head or _IPVS_COLUMNS.search(head)
         cut = any(_ELISION.match(ln) for ln in stripped.splitlines()[:2000])  # "..." where lines were left out
         return Typed(Kind.IPVSADM, {} if whole and not cut else {"fragment": "true"})
-    if _mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
+    if mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
-    if _mostly(lines, _LIST_CHAIN_LINE):  # `iptables -L | grep policy`: the chains' policies, no rules
+    if mostly(lines, _LIST_CHAIN_LINE):  # `iptables -L | grep policy`: the chains' policies, no rules
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     workload = _sniff_workload(head, stripped, lines)
     if workload is not None:
@@ -283,7 +283,6 @@ _FRAGMENT_LINE = re.compile(
 )
 
 
-_mostly = mostly  # (parse.evidence_shape: the shapes registered there type texts the same way)
 
 
 def _is_rules_fragment(lines: list[str]) -> bool:
@@ -381,10 +380,10 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
     if (
         _SS_HEADER.search(text)
         or _NETSTAT_LISTEN.search(text)
-        or _mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
+        or mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
     ):
         return Typed(Kind.LISTENERS, {})
-    if _mostly(lines[:200], NETSTAT_ROW, _NETSTAT_UNIX_ROW, at_least=NETSTAT_ROW):
+    if mostly(lines[:200], NETSTAT_ROW, _NETSTAT_UNIX_ROW, at_least=NETSTAT_ROW):
         return Typed(Kind.LISTENERS, {"fragment": "true"})  # rows a grep kept: what is not shown is unknown
     if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})

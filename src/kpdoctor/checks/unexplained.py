@@ -10,8 +10,9 @@ and with what to send next; a root cause found in the same run folds them under 
 from __future__ import annotations
 
 import heapq
+import itertools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Artifact, Kind
@@ -23,8 +24,7 @@ from kpdoctor.facts.log import chain_of, chain_read, logged_messages
 from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ethtool
-from kpdoctor.parse.ethtool import NicCounter
-from kpdoctor.parse.links import parse_ip_link
+from kpdoctor.parse.links import counts_link_losses, parse_ip_link
 from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
 
 CAUSE = "unexplained-signal"
@@ -368,54 +368,45 @@ def _owned_counters() -> set[str]:
     return {c for spec in CHECKS.values() for c in spec.counters}
 
 
-def _nic_losses(facts: Facts, explained: Explained) -> tuple[list[tuple[str, Cite]], list[tuple[str, Cite]]]:
-    """A network driver's loss counters (``ethtool -S``) no finding cites, non-zero: (growing
-    from one listing of an interface to a later one, since-boot totals), each said and cited.
-    Two listings are of one interface when the commands that printed them name it (or one text
-    holds both); listings of other interfaces are never compared."""
-    growing: list[tuple[str, Cite]] = []
-    totals: list[tuple[str, Cite]] = []
-    first: dict[tuple[str, str, str], tuple[NicCounter, Cite, tuple[int, int]]] = {}
+# One reading of an interface's loss counter: (file, interface, counter), (the listing's first
+# line, the listing's place in its text), the counter's name, where it was read, value, line.
+_Reading = tuple[tuple[str, str, str], tuple[int, int], str, str, int, Cite]
+
+
+def _driver_readings(facts: Facts, explained: Explained) -> Iterator[_Reading]:
+    """A network driver's loss counters (``ethtool -S``). Two listings are of one interface when
+    the commands that printed them name it (or one text holds both)."""
     for a in facts.of(Kind.NIC_STATS):
         words = a.attrs.get("command", "").split()
         iface = words[-1] if len(words) >= 3 and words[-2] in ("-S", "--statistics") else f"@{a.first_line}"
         for c in ethtool.SHAPE.parse(a.read_text(), a.first_line):
-            cite = Cite(a.name, c.line, c.text)
-            if not ethtool.counts_losses(c.name) or (cite.artifact, cite.line) in explained.lines:
-                continue
-            when = (a.first_line, c.listing)
-            base = first.setdefault((a.name, iface, c.name), (c, cite, when))
-            if base[2] < when and c.value > base[0].value:
-                growing.append((f"{c.name} grew by {c.value - base[0].value:,} between two `ethtool -S`", cite))
-            elif base[2] == when and c.value > 0:
-                totals.append((f"{c.value:,} {c.name} (`ethtool -S`) since the driver started", cite))
-    return growing, totals
+            if ethtool.counts_losses(c.name) and (a.name, c.line) not in explained.lines:
+                cite = Cite(a.name, c.line, c.text)
+                yield (a.name, iface, c.name), (a.first_line, c.listing), c.name, "(`ethtool -S`)", c.value, cite
 
 
-# what an interface's counters count as lost (iproute2's and ifconfig's column names)
-_LINK_LOSSES = frozenset(
-    {"errors", "dropped", "missed", "overrun", "overruns", "crc", "frame", "fifo", "length", "carrier", "aborted"}
-)
-
-
-def _link_losses(facts: Facts, explained: Explained) -> tuple[list[tuple[str, Cite]], list[tuple[str, Cite]]]:
-    """Interfaces' loss counters (``ip -s link``, ifconfig) no finding cites, non-zero: (growing
-    from one listing to a later one of the same interface, since-boot totals)."""
-    growing: list[tuple[str, Cite]] = []
-    totals: list[tuple[str, Cite]] = []
-    first: dict[tuple[str, str, str], tuple[int, int]] = {}  # (file, interface, counter): (value, listing's line)
+def _link_readings(facts: Facts, explained: Explained) -> Iterator[_Reading]:
+    """Interfaces' loss counters (``ip -s link``, ifconfig)."""
     for a in facts.of(Kind.IP_LINK):
         for link in parse_ip_link(a.text, a.first_line):
             for counter, value, line, text in link.stats:
-                if counter.split()[-1] not in _LINK_LOSSES or (a.name, line) in explained.lines:
-                    continue
-                cite = Cite(a.name, line, text)
-                base = first.setdefault((a.name, link.name, counter), (value, a.first_line))
-                said = f"{counter} on {link.name}"
-                if base[1] < a.first_line and value > base[0]:
-                    growing.append((f"{said} grew by {value - base[0]:,} between two listings", cite))
-                elif base[1] == a.first_line and value > 0:
-                    totals.append((f"{value:,} {said} since it came up", cite))
+                if counts_link_losses(counter) and (a.name, line) not in explained.lines:
+                    cite = Cite(a.name, line, text)
+                    yield (a.name, link.name, counter), (a.first_line, 0), counter, f"on {link.name}", value, cite
+
+
+def _interface_losses(readings: Iterable[_Reading]) -> tuple[list[tuple[str, Cite]], list[tuple[str, Cite]]]:
+    """Non-zero loss counters of interfaces, each said and cited: (growing from a listing to a
+    later one of the same interface, since-boot totals of the first listing)."""
+    growing: list[tuple[str, Cite]] = []
+    totals: list[tuple[str, Cite]] = []
+    first: dict[tuple[str, str, str], tuple[int, tuple[int, int]]] = {}
+    for key, when, name, where, value, cite in readings:
+        base, since = first.setdefault(key, (value, when))
+        if since < when and value > base:
+            growing.append((f"{name} grew by {value - base:,} {where} between two listings", cite))
+        elif since == when and value > 0:
+            totals.append((f"{value:,} {name} {where} since it came up", cite))
     return growing, totals
 
 
@@ -431,10 +422,9 @@ def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
         for t in reading.totals
         if (t.share is None or t.share >= 0.01) and (t.sample.cite.artifact, t.sample.cite.line) not in explained.lines
     ]
-    nic_growing, nic_totals = _nic_losses(facts, explained)
-    link_growing, link_totals = _link_losses(facts, explained)
-    nic_growing += link_growing
-    nic_totals += link_totals
+    nic_growing, nic_totals = _interface_losses(
+        itertools.chain(_driver_readings(facts, explained), _link_readings(facts, explained))
+    )
     if not reading.growing and not totals and not nic_growing and not nic_totals:
         return
     ongoing = bool(reading.growing or nic_growing)

@@ -90,7 +90,13 @@ _TEXTS: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = memo.table()
 
 def endpoint_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
     """``10.96.0.10:53`` / ``[fd00::a]:53``: an address and port as kube-proxy's rules name them."""
-    return f"[{address_text(addr)}]:{port}" if addr.version == 6 else f"{address_text(addr)}:{port}"
+    return host_port(address_text(addr), port)
+
+
+def host_port(host: str, port: int | str) -> str:
+    """:func:`endpoint_text` of an address already written out (IPv6 in brackets, as Go's
+    ``net.JoinHostPort`` and kube-proxy's DNAT write it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def address_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:

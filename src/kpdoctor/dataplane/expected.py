@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, endpoint_text, host_address
+from kpdoctor.dataplane.addresses import IPAddress, IPNetwork, address_text, endpoint_text, host_address, host_port
 from kpdoctor.dataplane.service_info import DEFAULT_AFFINITY_TIMEOUT, read_service
 from kpdoctor.model import Cite
 from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, as_dict, as_list, is_ip, port_problem, port_value, shown
@@ -70,7 +70,7 @@ class Endpoint:
     ) -> None:
         self.ip, self.port, self.node = ip, port, node
         self.ready, self.serving, self.terminating, self.zones = ready, serving, terminating, zones
-        self.addr = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"  # as kube-proxy's DNAT names it
+        self.addr = host_port(ip, port)  # as kube-proxy's DNAT names it
 
     def __repr__(self) -> str:
         return f"Endpoint({self.addr}, node={self.node}, ready={self.ready})"

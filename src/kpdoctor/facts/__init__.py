@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
-from kpdoctor.dataplane.addresses import IPAddress
+from kpdoctor.dataplane.addresses import IPAddress, host_port
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses
 from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.reuse import Reuse
@@ -322,7 +322,7 @@ class Facts:
             if any(v.legacy for v in vs) and not all(v.legacy for v in vs):
                 vs = [v for v in vs if not v.legacy]  # slices over v1 Endpoints, as kube-proxy reads them
             backends = frozenset(
-                f"[{a}]:{port}" if ":" in a else f"{a}:{port}"
+                host_port(a, port)
                 for v in vs
                 for e in v.endpoints
                 if e.ready

@@ -208,11 +208,6 @@ def _entry(component: str, raw: object, where: str) -> Message:
     )
 
 
-def parse_component(text: str, name: str) -> Component:
-    """One messages file, validated (:class:`CatalogueError` names what is wrong)."""
-    return component_of(read_yaml(text, name), name)
-
-
 def read_yaml(text: str, name: str) -> Any:
     """A messages file's data (a safe loader: plain data only)."""
     import yaml  # here: the shipped files are read from their data file
@@ -225,7 +220,7 @@ def read_yaml(text: str, name: str) -> Any:
 
 
 def component_of(doc: Any, name: str) -> Component:
-    """One messages file's data, validated."""
+    """One messages file's data, validated (:class:`CatalogueError` names what is wrong)."""
     if not isinstance(doc, dict):
         raise CatalogueError(f"{name}: a mapping with {', '.join(_TOP)}")
     unknown = sorted(set(doc) - set(_TOP))

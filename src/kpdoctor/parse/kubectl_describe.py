@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.parse.k8s import K8sObject, Objects
-from kpdoctor.parse.kubectl_table import NONE, listed
+from kpdoctor.parse.kubectl_table import MORE, NONE, listed
 
 DESCRIBED = "a `kubectl describe` output"
 
@@ -61,7 +61,6 @@ DESCRIBED = "a `kubectl describe` output"
 _FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
 _PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d{1,5})/(?P<proto>[A-Za-z]+)$")
 _TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
-_MORE = re.compile(r"[ \t]*\+[ \t]*\d+[ \t]+more\.*[ \t]*$")
 _ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d{1,5})$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
 _ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
@@ -315,7 +314,7 @@ def _endpoints(b: _Described, service: dict[str, Any]) -> dict[str, Any] | None:
     subsets = []
     for p in b.ports:
         value = p.endpoints
-        if value is None or value in NONE or _MORE.search(value):
+        if value is None or value in NONE or MORE.search(value):
             return None
         addresses = []
         numbers = set()

@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor.dataplane.addresses import host_port
 from kpdoctor.parse.k8s import GENERATED, K8sObject, Objects
 from kpdoctor.parse.numbers import to_int
 
@@ -165,7 +166,8 @@ _ENDPOINTS_ROW = re.compile(
     rf"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:(?:endpoints|ep)/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
     rf"(?P<eps>{_ENDPOINTS_CELL})\s+(?P<age>{_AGE})\s*$"
 )
-_MORE = re.compile(r" \+ (\d+) more\.\.\.$")
+# kubectl's "+ N more..." after the values it shows (tables and descriptions, every release)
+MORE = re.compile(r"[ \t]*\+[ \t]*(\d+)[ \t]+more\.*[ \t]*$")
 # A Node row without its header: STATUS and the kubelet's VERSION are the anchors; with -o wide the
 # OS image (spaces in it) stands between the addresses and the kernel and runtime.
 _NODE_ROW = re.compile(
@@ -416,7 +418,7 @@ def _backend(pair: str) -> str | None:
     host, sep, port = pair.rpartition(":")
     if not sep or not port.isdigit() or not host:
         return None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(host, port)
 
 
 # the EndpointSlice controller names a Service's slices "<service>-<5 generated characters>"
@@ -425,9 +427,9 @@ _SLICE_NAME = re.compile(rf"^(?P<service>[a-z0-9][-a-z0-9.]*)-{GENERATED}{{5}}$"
 
 def _cut(cell: str) -> tuple[list[str], int]:
     """A cell's values and how many " + N more..." left out."""
-    more = (to_int(m.group(1)) or 1) if (m := _MORE.search(cell)) is not None else 0
-    listed = cell[: m.start()] if m is not None else cell
-    return ([] if listed in NONE else [v.strip() for v in listed.split(",")]), more
+    more = (to_int(m.group(1)) or 1) if (m := MORE.search(cell)) is not None else 0
+    shown = cell[: m.start()] if m is not None else cell
+    return ([] if shown in NONE else [v.strip() for v in shown.split(",")]), more
 
 
 def _slice_row(r: TableRow) -> ShownEndpoints | None:
@@ -437,8 +439,7 @@ def _slice_row(r: TableRow) -> ShownEndpoints | None:
     addresses, more = _cut(r.cells.get("ENDPOINTS", "").strip())
     if named is None or not all(p.isdigit() for p in ports):
         return None  # not the controller's name, or a port given by name only ("*": every port)
-    six = r.cells.get("ADDRESSTYPE") == "IPv6"
-    backends = tuple(f"[{a}]:{p}" if six else f"{a}:{p}" for p in ports for a in addresses)
+    backends = tuple(host_port(a, p) for p in ports for a in addresses)
     return ShownEndpoints(r.namespace, named["service"], backends, more + more_ports, r.line, r.text, False)
 
 
@@ -453,11 +454,8 @@ def shown_endpoints(text: str) -> list[ShownEndpoints]:
             continue
         if r.kind != "Endpoints":
             continue
-        cell = r.cells.get("ENDPOINTS", "").strip()
-        more = (to_int(m.group(1)) or 1) if (m := _MORE.search(cell)) is not None else 0
-        listed = cell[: m.start()] if m is not None else cell
-        pairs = [] if listed in NONE else listed.split(",")
-        backends = [b for p in pairs if (b := _backend(p.strip())) is not None]
+        pairs, more = _cut(r.cells.get("ENDPOINTS", "").strip())
+        backends = [b for p in pairs if (b := _backend(p)) is not None]
         if len(backends) != len(pairs):
             continue  # bare addresses (no ports) or a cell not read whole
         out.append(ShownEndpoints(r.namespace, r.name, tuple(backends), more, r.line, r.text))

@@ -49,6 +49,15 @@ _STATS_TITLES = re.compile(r"^(RX|TX)(?: errors)?:\s+((?:[a-z_]+\s*)+)$")
 # busybox "RX packets:12 errors:0 dropped:0 overruns:0 frame:0"
 _IFCONFIG_STATS = re.compile(r"^\s+(RX|TX) (?:packets|errors)[ :]\d")
 _IFCONFIG_PAIR = re.compile(r"([a-z]+)[ :](\d+)")
+# what an interface's counters count as lost (iproute2's and ifconfig's column names)
+_LOSSES = frozenset(
+    {"errors", "dropped", "missed", "overrun", "overruns", "crc", "frame", "fifo", "length", "carrier", "aborted"}
+)
+
+
+def counts_link_losses(counter: str) -> bool:
+    """Does a counter of :attr:`Link.stats` ("RX dropped", "TX carrier") count what was lost?"""
+    return counter.split()[-1] in _LOSSES
 _NOT_KIND = {"link", "inet", "inet6", "valid_lft", "altname", "alias", "vf", "prop", "addrgenmode", "netns"}
 
 

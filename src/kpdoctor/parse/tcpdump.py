@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.dataplane.addresses import host_port
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 _TIME = r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+|\d\d:\d\d:\d\d\.\d+|\d{9,11}\.\d+)"
@@ -89,17 +90,15 @@ class CapturedPacket:
 
     @property
     def source(self) -> str:
-        return _endpoint(self.family, self.src, self.sport)
+        return _endpoint(self.src, self.sport)
 
     @property
     def destination(self) -> str:
-        return _endpoint(self.family, self.dst, self.dport)
+        return _endpoint(self.dst, self.dport)
 
 
-def _endpoint(family: int, addr: str, port: int | None) -> str:
-    if port is None:
-        return addr
-    return f"[{addr}]:{port}" if family == 6 else f"{addr}:{port}"
+def _endpoint(addr: str, port: int | None) -> str:
+    return addr if port is None else host_port(addr, port)
 
 
 def _port(text: str | None) -> int | None:

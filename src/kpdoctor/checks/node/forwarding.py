@@ -159,10 +159,8 @@ def _one_subnet(p: CapturedPacket) -> bool:
         a, b = ipaddress.ip_address(p.src), ipaddress.ip_address(p.dst)
     except ValueError:
         return False
-    bits = 24 if a.version == 4 else 64
-    return a.version == b.version and ipaddress.ip_network(f"{a}/{bits}", strict=False) == ipaddress.ip_network(
-        f"{b}/{bits}", strict=False
-    )
+    host_bits = 8 if a.version == 4 else 64
+    return a.version == b.version and int(a) >> host_bits == int(b) >> host_bits
 
 
 def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tuple[str, list[Cite]]]:
@@ -180,12 +178,15 @@ def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tup
     went back past the node that translated it), another cause."""
     first: dict[tuple[str, int | None, str], tuple[CapturedPacket, Cite]] = {}  # (client, port, proto)
     answered: set[tuple[str, int | None, str, int | None, str | None, int | None]] = set()
+    resets: dict[tuple[str, int | None, str, int | None], list[tuple[CapturedPacket, Cite]]] = {}  # by 4-tuple
     for p, c in packets:
         key = (p.src, p.sport, p.proto)
         if (p.proto == "tcp" and p.flags == "S") or (p.proto == "udp" and p.dns_id is not None and p.dport == 53):
             first.setdefault(key, (p, c))
         if (p.proto == "tcp" and p.flags == "S.") or (p.proto == "udp" and p.dns_id is not None and p.sport == 53):
             answered.add((p.dst, p.dport, p.proto, p.dns_id if p.proto == "udp" else None, p.src, p.sport))
+        if p.proto == "tcp" and (p.flags or "").startswith("R"):
+            resets.setdefault((p.src, p.sport, p.dst, p.dport), []).append((p, c))
     out: list[tuple[str, list[Cite]]] = []
     for p, c in packets:
         tcp = p.proto == "tcp" and p.flags == "S."
@@ -204,11 +205,8 @@ def untranslated_replies(packets: list[tuple[CapturedPacket, Cite]]) -> list[tup
             reset = next(
                 (
                     (r, rc)
-                    for r, rc in packets
-                    if r.proto == "tcp"
-                    and (r.flags or "").startswith("R")
-                    and (r.src, r.sport, r.dst, r.dport) == (p.dst, p.dport, p.src, p.sport)
-                    and (p.ack is None or r.seq is None or r.seq == p.ack)
+                    for r, rc in resets.get((p.dst, p.dport, p.src, p.sport), [])
+                    if p.ack is None or r.seq is None or r.seq == p.ack
                 ),
                 None,
             )
