@@ -22,7 +22,6 @@ verification with a full one after each kind of change.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 from collections import Counter
@@ -236,7 +235,8 @@ class Reuse:
                 return None
             if n is not r:
                 moved = True
-                e = dataclasses.replace(e, rule=n)  # every other field as it was
+                e = _copy(e)  # every other field as it was
+                e.rule = n
             actual.append(e)
         if moved and _LINE_REF.search(res.note):
             return None

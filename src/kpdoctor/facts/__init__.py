@@ -21,6 +21,7 @@ from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.session import DataplaneInputs
 from kpdoctor.facts import iptables_variant
 from kpdoctor.facts.cluster import ClusterFacts, SliceView, networks, node_ips, pod_cidrs
+from kpdoctor.facts.duplicates import DuplicatedRule, duplicated_rules
 from kpdoctor.facts.iptables_variant import HostIptables
 from kpdoctor.facts.log import (
     FLAG,
@@ -245,6 +246,13 @@ class Facts:
         for a in self.of(Kind.IPTABLES_LIST):
             out.append(parse_list(a.text, a.name, int(a.attrs.get("family", "4")), a.first_line))
         return out
+
+    @cached_property
+    def duplicated_rules(self) -> list[DuplicatedRule]:
+        """Kubernetes rules found twice or more in one chain of one dump (facts/duplicates.py):
+        read once for the checks that judge them (a userspace-era jump is kube-proxy's bug, any
+        other a binary's)."""
+        return duplicated_rules(self.rulesets)
 
     def services_commented(self, phrase: str) -> list[tuple[str, Cite]]:
         """(namespace/name[:port], rule) for every rule whose comment says ``<service> <phrase>``

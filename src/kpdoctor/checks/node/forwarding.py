@@ -51,7 +51,10 @@ def loopback_dnats(rs: Ruleset) -> list[tuple[Rule, bool]]:
     if nat is None or rs.family != 4:
         return []
     hits = [
-        r for r in nat.rules if r.target == "DNAT" and (option(r.args, "--to-destination") or "").startswith("127.")
+        r
+        for r in nat.rules
+        # (the text first: its tokens are worked out for the few rules that name the range)
+        if "127." in r.text and r.target == "DNAT" and (option(r.args, "--to-destination") or "").startswith("127.")
     ]
     if not hits:
         return []

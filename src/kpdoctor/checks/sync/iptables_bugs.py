@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.facts import Facts
-from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.iptables import Rule
@@ -31,7 +30,7 @@ OS_WITH_BROKEN_CHECK = {("debian", "10"): "Debian 10 (buster) ships iptables 1.8
 def _duplicated(facts: Facts) -> list[tuple[Rule, int, str]]:
     """(rule, copies, artifact) for a Kubernetes rule a writer appended twice or more in its chain;
     kube-proxy's userspace-era jumps are its own bug (KP123), not the binary's."""
-    return [(d.rule, d.copies, d.artifact) for d in duplicated_rules(facts.rulesets) if not d.userspace_jump]
+    return [(d.rule, d.copies, d.artifact) for d in facts.duplicated_rules if not d.userspace_jump]
 
 
 # Rules that kubelet and kube-proxy write once per node, found by their comment; a user counting

@@ -12,7 +12,6 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.dataplane.ipvs.leftovers import split_address
 from kpdoctor.facts import Facts
-from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.facts.log import cite_line, is_other_writer, matched
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.knowledge import VersionRow, check, messages, signature
@@ -300,7 +299,7 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         if kpv is None or not kpv.value.at_least(KubeVersion(1, 36, 0)):
             addr, sl, c = reused[0]
             found.append((REUSED_POD_IP, [], [c], f"EndpointSlice {sl} holds {addr} for a terminating and a ready Pod"))
-    reappended = [d for d in duplicated_rules(facts.rulesets) if d.userspace_jump]
+    reappended = [d for d in facts.duplicated_rules if d.userspace_jump]
     if reappended:
         d = reappended[0]
         cite = Cite(d.artifact, d.rule.line, d.rule.text.strip())
