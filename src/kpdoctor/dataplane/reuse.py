@@ -15,7 +15,8 @@ out from is provably the same:
   change there evaluates every case again.
 
 A carried result keeps its verdict but takes the new evidence's line numbers (a rule added above
-it moves it down); one whose notes cite lines that moved is evaluated again instead. Every
+it moves it down: the citation object every result of that rule shares is moved in place, once);
+one whose notes cite lines that moved is evaluated again instead. Every
 ``full_every`` cycles the caller asks for a full pass, and the tests compare an incremental
 verification with a full one after each kind of change.
 """
@@ -106,9 +107,6 @@ class Carried:
     owned: tuple[Any, Any, Any] | None = None  # what the objects own, by their identity (verify.py)
 
 
-_MISSING = object()
-
-
 class Reuse:
     """One verification's use of the previous one's results (``previous`` None, or ``full``:
     every case is evaluated, and what it depended on is recorded for the next)."""
@@ -121,7 +119,7 @@ class Reuse:
         self.evaluated = 0
         self.changed: set[Hashable] = set()  # the parts of the rules that changed since the previous
         self._line_of: Callable[[str, str], int | None] = lambda _a, _t: None
-        self._moved: dict[int, Cite | None] = {}  # by the id of a citation carried over
+        self._relined: dict[int, int] = {}  # by the id of a citation carried over: _SAME, _MOVED or _GONE
         self._deps: dict[Hashable, Hashable] = {}  # one copy of each dependency, shared by the cases
 
     def rules_of(self, artifact: str) -> dict[str, Any] | None:
@@ -197,55 +195,51 @@ class Reuse:
         self.next.kept[key] = _Kept(case, sig, deps, res)
         return res
 
-    def _cite(self, c: Cite) -> Cite | None:
-        """``c`` at its line now (the same object when it did not move); None: not one line now.
-        Asked once per citation object (the results it is carried in share it, and keep it alive
-        for as long as the memo, which is keyed by its identity)."""
-        got = self._moved.get(id(c), _MISSING)
-        if got is _MISSING:
-            line = self._line_of(c.artifact, c.text)
-            got = None if line is None else c if line == c.line else Cite(c.artifact, line, c.text, c.writer)
-            self._moved[id(c)] = got
-        return got  # type: ignore[return-value]
+    def _reline(self, c: Cite) -> int:
+        """Put the rule ``c`` cites at its line now, in place: a citation object is shared by every
+        result citing that rule (results.rule_cite), and every one of them carried over moves with
+        it, without copying a result or its entries. Returns :data:`_SAME`, :data:`_MOVED`, or
+        :data:`_GONE` (its text is not one line now: the results citing it are evaluated again).
+        Asked once per citation object per verification (by its identity: the results carried in
+        keep it alive). The previous verification's report, which shares the object, then cites
+        the new dump's line: the agent keeps no dump older than the one being read."""
+        got = self._relined.get(id(c))
+        if got is None:
+            if c.line is None:
+                got = _SAME
+            else:
+                line = self._line_of(c.artifact, c.text)
+                if line is None:
+                    got = _GONE
+                elif line == c.line:
+                    got = _SAME
+                else:
+                    object.__setattr__(c, "line", line)  # frozen for everyone else: see above
+                    got = _MOVED
+            self._relined[id(c)] = got
+        return got
 
     def _carry(self, res: Result, case: Case) -> Result | None:
-        """``res`` with the lines its rules have now (and the new case's Service citation); None
-        when a note cites a line that moved, or a rule is no longer one line."""
-        moved = False
-        rules: list[Cite] = []
-        known: Callable[[int, Any], Any] = self._moved.get
+        """``res`` with its rules at their lines now (and the new case's Service citation); None
+        when a rule is no longer one line, or a note cites a line that moved."""
+        state = _SAME
+        reline = self._reline
         for c in res.rules:
-            n = known(id(c), _MISSING)
-            if n is _MISSING:
-                n = c if c.line is None else self._cite(c)
-            if n is None:
-                return None
-            moved = moved or n is not c
-            rules.append(n)
-        actual = []
-        for e in res.actual:
-            r = e.rule
-            if r is None:
-                actual.append(e)
-                continue
-            n = known(id(r), _MISSING)
-            if n is _MISSING:
-                n = r if r.line is None else self._cite(r)
-            if n is None:
-                return None
-            if n is not r:
-                moved = True
-                e = _copy(e)  # every other field as it was
-                e.rule = n
-            actual.append(e)
-        if moved and _LINE_REF.search(res.note):
+            state |= reline(c)
+        for e in res.actual:  # each entry cites one of the result's rules: seen already, but safe
+            if e.rule is not None:
+                state |= reline(e.rule)
+        if state & _GONE or (state & _MOVED and _LINE_REF.search(res.note)):
             return None
         cite = case.sp.cite
-        if not moved and cite == res.service_cite:
+        if cite == res.service_cite:
             return res
         out: Result = _copy(res)
-        out.rules, out.actual, out.service_cite = rules, actual, cite
+        out.service_cite = cite
         return out
+
+
+_SAME, _MOVED, _GONE = 0, 1, 2
 
 
 def _copy(obj: Any) -> Any:
