@@ -158,3 +158,119 @@ def test_an_ipvs_entry_of_the_other_family(diagnose: Diagnose) -> None:
     f = one(diagnose({"ipvsadm.txt": broken}), "KP123")
     assert f"IPVS holds {cut}" in f.summary and f"an IPv6 address of fd00:10::/32, such as {endpoint}" in f.summary
     assert f.evidence[0].text.startswith(f"-> {cut}:8080")
+
+
+# The IPVS proxier of k/k#62638 (1.11.0-alpha.1/alpha.2), `iptables -L -n` as the issue posts it:
+# KUBE-SERVICES sends the whole KUBE-LOAD-BALANCER set into KUBE-FIRE-WALL, which ends with an
+# unconditional KUBE-MARK-DROP.
+FIRE_WALL_LISTED = """Chain KUBE-FIRE-WALL (1 references)
+target     prot opt source               destination
+ACCEPT     all  --  0.0.0.0/0            0.0.0.0/0            match-set KUBE-LB-INGRESS-LOCAL dst,dst
+KUBE-MARK-MASQ  all  --  0.0.0.0/0            0.0.0.0/0            /* mark MASQ for external traffic policy not local */
+ACCEPT     all  --  0.0.0.0/0            0.0.0.0/0            match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src
+KUBE-MARK-DROP  all  --  0.0.0.0/0            0.0.0.0/0
+
+Chain KUBE-SERVICES (2 references)
+target     prot opt source               destination
+KUBE-MARK-MASQ  all  -- !10.64.0.0/14         0.0.0.0/0            match-set KUBE-CLUSTER-IP dst,dst
+KUBE-FIRE-WALL  all  --  0.0.0.0/0            0.0.0.0/0            match-set KUBE-LOAD-BALANCER dst,dst
+KUBE-NODE-PORT  tcp  --  0.0.0.0/0            0.0.0.0/0            tcp match-set KUBE-NODE-PORT-TCP dst
+"""
+# The same rules as iptables-save prints what that proxier wrote (its rule-writing code:
+# the jump on the KUBE-LOAD-BALANCER set, the ACCEPTs on the source sets, the final mark).
+FIRE_WALL_SAVED = """*nat
+:KUBE-FIRE-WALL - [0:0]
+:KUBE-MARK-DROP - [0:0]
+:KUBE-SERVICES - [0:0]
+-A KUBE-FIRE-WALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src -j ACCEPT
+-A KUBE-FIRE-WALL -m set --match-set KUBE-LOAD-BALANCER-SOURCE-IP dst,dst,src -j ACCEPT
+-A KUBE-FIRE-WALL -j KUBE-MARK-DROP
+-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000
+-A KUBE-SERVICES -m set --match-set KUBE-LOAD-BALANCER dst,dst -j KUBE-FIRE-WALL
+COMMIT
+"""
+# 1.11.0's layout (k/k#62712): only KUBE-LOAD-BALANCER-FW enters the firewall chain
+FIREWALL_FIXED = """*nat
+:KUBE-FIREWALL - [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-DROP - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SERVICES - [0:0]
+-A KUBE-FIREWALL -m comment --comment "Kubernetes service load balancer ip + port + source cidr for packet filter purpose" -m set --match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src -j RETURN
+-A KUBE-FIREWALL -j KUBE-MARK-DROP
+-A KUBE-LOAD-BALANCER -m comment --comment "Kubernetes service load balancer ip + port for load balancer with sourceRange" -m set --match-set KUBE-LOAD-BALANCER-FW dst,dst -j KUBE-FIREWALL
+-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ
+-A KUBE-MARK-DROP -j MARK --set-xmark 0x8000/0x8000
+-A KUBE-SERVICES -m comment --comment "Kubernetes service lb portal" -m set --match-set KUBE-LOAD-BALANCER dst,dst -j KUBE-LOAD-BALANCER
+COMMIT
+"""
+
+
+def test_every_load_balancer_through_the_ipvs_firewall_chain(diagnose: Diagnose) -> None:
+    """k/k#62638: once one Service has loadBalancerSourceRanges, every other load balancer's
+    clients are marked for drop. Read from -L (as posted) and from a dump; 1.11.0's chains are fine."""
+    for text in (FIRE_WALL_LISTED, FIRE_WALL_SAVED):
+        f = one(diagnose({"rules.txt": text}), "KP123")
+        assert f.severity == Severity.CRITICAL
+        assert "KUBE-FIRE-WALL" in f.summary and "loadBalancerSourceRanges" in f.summary
+        assert f.fixed_in == ["v1.11.0"]
+        cited = [c.text for c in f.evidence]
+        assert any("KUBE-LOAD-BALANCER dst,dst" in t for t in cited) and any("KUBE-MARK-DROP" in t for t in cited)
+    g = one(diagnose({"rules.txt": FIRE_WALL_SAVED, "version.txt": "Kubernetes v1.11.0\n"}), "KP123")
+    assert g.confidence == Confidence.LOW and "already has the fix" in g.summary
+    none_of(diagnose({"rules.txt": FIREWALL_FIXED}), "KP123")
+    # a firewall chain whose drop is conditional is not this bug
+    conditional = FIRE_WALL_SAVED.replace("-A KUBE-FIRE-WALL -j KUBE-MARK-DROP", "-A KUBE-FIRE-WALL -p tcp -j KUBE-MARK-DROP")
+    none_of(diagnose({"rules.txt": conditional}), "KP123")
+
+
+EXTERNAL_LOCAL_SERVICE = """apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  externalIPs: [203.0.113.10]
+  clusterIP: 10.96.0.20
+  ports:
+  - {name: http, port: 80, protocol: TCP, targetPort: 8080, nodePort: 30080}
+  selector: {app: web}
+"""
+
+
+def test_the_ipvs_filter_that_rejects_external_ips_of_local_services(diagnose: Diagnose) -> None:
+    """k/k#121909: 1.26-1.29 return early for KUBE-EXTERNAL-IP but not KUBE-EXTERNAL-IP-LOCAL, so
+    a Local Service's externalIPs (bound on kube-ipvs0) are rejected. The blog's chain without
+    that one line is 1.28.0's."""
+    without = "".join(ln for ln in IPVS_FILTER_FIXED.splitlines(keepends=True) if "EXTERNAL-IP-LOCAL" not in ln)
+    f = one(diagnose({"rules.txt": without, "svc.yaml": EXTERNAL_LOCAL_SERVICE}), "KP123")
+    assert "KUBE-EXTERNAL-IP-LOCAL" in f.summary and "shop/web" in f.summary
+    assert f.fixed_in == ["v1.30.0"] and f.severity == Severity.CRITICAL
+    assert any(c.text.startswith("Service shop/web") for c in f.evidence)
+    # no Services given: what would decide is said, at low confidence
+    g = one(diagnose({"rules.txt": without}), "KP123")
+    assert g.confidence == Confidence.LOW
+    # Services given, none with an external IP under the Local policy: nothing to say
+    cluster_only = EXTERNAL_LOCAL_SERVICE.replace("  externalIPs: [203.0.113.10]\n", "")
+    none_of(diagnose({"rules.txt": without, "svc.yaml": cluster_only}), "KP123")
+    none_of(diagnose({"rules.txt": IPVS_FILTER_FIXED, "svc.yaml": EXTERNAL_LOCAL_SERVICE}), "KP123")
+    # without the health-check exception too: the earlier bug (1.26.0-1.26.4) is the one named
+    older = "".join(ln for ln in without.splitlines(keepends=True) if "HEALTH-CHECK" not in ln)
+    assert "healthCheckNodePort" in one(diagnose({"rules.txt": older}), "KP123").summary
+
+
+def test_a_service_port_name_longer_than_an_nft_comment(diagnose: Diagnose) -> None:
+    """k/k#139515: the nftables proxier comments map elements with `namespace/name:port`; over 128
+    bytes, nft rejects the whole transaction. The issue's Service name is 131 characters long."""
+    config = (DATA / "upstream" / "nftables" / "TestOverallNFTablesRules.kube-proxy.yaml").read_text()
+    ns = "loft-acme-platform-services-team-dev-v-shared-workloads-ns-001"
+    name = "my-api-svc-x-my-api-namespace-x-acme-shared-vcluster--a1b2c3d4e"
+    svc = EXTERNAL_LOCAL_SERVICE.replace("name: web", f"name: {name}").replace("namespace: shop", f"namespace: {ns}")
+    assert len(f"{ns}/{name}:http") == 131
+    f = one(diagnose({"kube-proxy.yaml": config, "svc.yaml": svc}), "KP123")
+    assert "131 bytes" in f.summary and f.fixed_in == ["v1.37.0"]
+    none_of(diagnose({"kube-proxy.yaml": config, "svc.yaml": EXTERNAL_LOCAL_SERVICE}), "KP123")
+    iptables_mode = config.replace("mode: nftables", "mode: iptables")
+    none_of(diagnose({"kube-proxy.yaml": iptables_mode, "svc.yaml": svc}), "KP123")

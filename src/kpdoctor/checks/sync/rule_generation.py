@@ -11,11 +11,13 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.dataplane.ipvs.leftovers import split_address
+from kpdoctor.dataplane.service_info import read_service
 from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer, matched
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.iptables import Rule
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
@@ -128,6 +130,42 @@ IPVS_MIXED_FAMILY = GenerationBug(
     "addresses in nodePortAddresses.",
     "https://github.com/kubernetes/kubernetes/issues/68437",
 )
+IPVS_LB_FIREWALL_CATCHES_ALL = GenerationBug(
+    "ipvs-load-balancers-all-through-firewall",
+    "the IPVS proxier sends every load-balancer IP:port (the KUBE-LOAD-BALANCER set) into KUBE-FIRE-WALL, whose "
+    "last rule marks for drop whatever no Service's loadBalancerSourceRanges admits: once one Service sets source "
+    "ranges, the clients of every other LoadBalancer Service are dropped (k/k#62638; in 1.9 and 1.10 the jump is "
+    "written before each restore and flushed by it, so the ranges go unenforced and load balancers drop "
+    "intermittently)",
+    "IPVS mode of 1.11.0-alpha.1 and alpha.2; transiently 1.9 and 1.10",
+    ("v1.11.0",),
+    "Upgrade kube-proxy to 1.11.0 or later (only the set KUBE-LOAD-BALANCER-FW, the load balancers with source "
+    "ranges, then enters the firewall chain); meanwhile remove loadBalancerSourceRanges from the Services.",
+    "https://github.com/kubernetes/kubernetes/pull/62712",
+)
+IPVS_FILTER_REJECTS_EXTERNAL_LOCAL = GenerationBug(
+    "ipvs-filter-rejects-external-ips-local",
+    "KUBE-IPVS-FILTER returns early for the KUBE-EXTERNAL-IP set but not for KUBE-EXTERNAL-IP-LOCAL, where the "
+    "IPVS proxier puts the externalIPs of Services with externalTrafficPolicy: Local; those addresses are bound "
+    "on kube-ipvs0 (in KUBE-IPVS-IPS), so the filter's REJECT refuses every new connection to them "
+    "(icmp-port-unreachable: `Connection refused`)",
+    "IPVS mode, 1.26.0 to 1.29 (the 1.28 and 1.29 branches got the fix in a patch release: k/k#121928, #122323)",
+    ("v1.30.0",),
+    "Upgrade kube-proxy (1.30.0, or the 1.28/1.29 patch release with k/k#121928 or #122323); meanwhile use "
+    "externalTrafficPolicy: Cluster for Services with externalIPs.",
+    "https://github.com/kubernetes/kubernetes/pull/121919",
+)
+NFT_LONG_COMMENT = GenerationBug(
+    "nft-element-comment-over-128-bytes",
+    "the nftables proxier comments each map element with the Service port's name (`namespace/name:port`) and nft "
+    "refuses a comment longer than 128 bytes: one such Service makes nft reject the whole transaction, so no "
+    "Service change reaches the node any more (k/k#139515)",
+    "nftables mode, before 1.37.0",
+    ("v1.37.0",),
+    "Upgrade kube-proxy to 1.37.0 or later (it cuts the comments to 128 bytes), or shorten the Service's "
+    "namespace, name or port name until the comment fits.",
+    "https://github.com/kubernetes/kubernetes/pull/139516",
+)
 BUGS = (
     IIF_PREFIX,
     SCTP_SET_TYPE,
@@ -136,6 +174,9 @@ BUGS = (
     USERSPACE_REAPPENDED,
     IPVS_HEALTH_CHECK_REJECTED,
     IPVS_MIXED_FAMILY,
+    IPVS_LB_FIREWALL_CATCHES_ALL,
+    IPVS_FILTER_REJECTS_EXTERNAL_LOCAL,
+    NFT_LONG_COMMENT,
 )
 # Addresses no host has (240.0.0.0/4, "reserved for future use"): where an IPv6 address read as
 # IPv4 lands for the usual prefixes (fc00::/7 -> 252-253.x, fe80::/10 -> 254.128.x)
@@ -153,6 +194,109 @@ UNLISTED = GenerationBug(
     "fixing that object restores the other Services' rules meanwhile.",
     "",
 )
+
+
+_LOAD_BALANCER_SET = re.compile(r"match-set KUBE-LOAD-BALANCER\s")
+# an `iptables -L -n` row matching every packet (a comment aside): [num] [pkts bytes] target, prot
+# all, no option, [-v's in and out], any source, any destination
+_ANY = r"(?:0\.0\.0\.0/0|::/0)"
+_ANY_ROW = re.compile(
+    rf"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[\w-]+\s+all\s+--\s+(?:\S+\s+\S+\s+)?{_ANY}\s+{_ANY}\s*$"
+)
+NFT_COMMENT_LIMIT = 128  # bytes nft keeps in a comment (its NFTNL_UDATA_COMMENT_MAXLEN)
+
+
+def _unconditional(rs_form: str, r: Rule) -> bool:
+    """Does rule ``r`` match every packet (no match, at most a comment)?"""
+    if rs_form == "L":
+        return _ANY_ROW.match(r.text.split("/*", 1)[0]) is not None
+    args = list(r.args)
+    if "-m" in args and "comment" in args:
+        i = args.index("-m")
+        if args[i + 1 : i + 2] == ["comment"] and args[i + 2 : i + 3] == ["--comment"]:
+            del args[i : i + 4]
+    return args[:1] in (["-j"], ["-g"]) and len(args) == 2
+
+
+def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
+    """KUBE-SERVICES sending the whole KUBE-LOAD-BALANCER set into KUBE-FIRE-WALL, and that chain
+    marking for drop what it did not accept, unconditionally: the IPVS proxier of k/k#62638 (the
+    fixed one sends only KUBE-LOAD-BALANCER-FW to KUBE-FIREWALL). The jump and the drop, cited."""
+    for rs in facts.rulesets:
+        rules = [r for name, t in rs.tables.items() if name in ("nat", "unknown") for r in t.rules]
+        jump = next(
+            (
+                r
+                for r in rules
+                if r.chain == "KUBE-SERVICES" and r.target == "KUBE-FIRE-WALL" and _LOAD_BALANCER_SET.search(r.text)
+            ),
+            None,
+        )
+        drop = next(
+            (
+                r
+                for r in rules
+                if r.chain == "KUBE-FIRE-WALL" and r.target == "KUBE-MARK-DROP" and _unconditional(rs.form, r)
+            ),
+            None,
+        )
+        if jump is not None and drop is not None:
+            return [Cite(rs.artifact, r.line, r.text.strip()) for r in (jump, drop)]
+    return None
+
+
+def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str] | None:
+    """KUBE-IPVS-FILTER as 1.26.5-1.29 write it: the health-check exception there (else the earlier
+    bug is the one to name), the REJECT of KUBE-IPVS-IPS, no exception for KUBE-EXTERNAL-IP-LOCAL.
+    It hurts Services with externalIPs and externalTrafficPolicy: Local: named when the objects or
+    the set show one; with no Services in the evidence, said as what would decide."""
+    for rs in facts.rulesets:
+        tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
+        chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
+        texts = [r.text for r in chain]
+        if not any("KUBE-HEALTH-CHECK-NODE-PORT" in t for t in texts) or any(
+            "KUBE-EXTERNAL-IP-LOCAL" in t for t in texts
+        ):
+            continue
+        reject = next((r for r in chain if "KUBE-IPVS-IPS" in r.text and "REJECT" in r.text), None)
+        if reject is None:
+            continue
+        cites = [Cite(rs.artifact, reject.line, reject.text.strip())]
+        used = [v for v in facts.cluster.services if v.external_ips and read_service(v.obj).etp_local]
+        if used:
+            v = used[0]
+            cites.append(Cite(v.obj.artifact, v.obj.line, f"Service {v.key}: externalIPs {', '.join(v.external_ips)}"))
+            return cites, f"Service {v.key} has externalIPs and externalTrafficPolicy: Local"
+        members = facts.ipsets.get("KUBE-EXTERNAL-IP-LOCAL")
+        if members is not None and (members.members or members.spans):
+            return (
+                cites,
+                "the set KUBE-EXTERNAL-IP-LOCAL holds externalIPs of Services with externalTrafficPolicy: Local",
+            )
+        if facts.cluster.services:
+            continue  # the Services are there, and none has an external IP with the Local policy
+        return cites, "it refuses the externalIPs of Services with externalTrafficPolicy: Local; whether one has any, "
+        "`kubectl get services -A -o yaml` tells"
+    return None
+
+
+def _nft_long_comments(facts: Facts) -> tuple[list[Cite], str] | None:
+    """In nftables mode, a Service port whose name (``namespace/name:port``, the comment of its
+    map elements) is longer than nft keeps a comment."""
+    mode = facts.running_mode
+    claimed = mode.claimed[0] if mode.claimed is not None else None
+    if (mode.mode or claimed) != "nftables":
+        return None
+    for v in facts.cluster.services:
+        info = read_service(v.obj)
+        for p in info.ports:
+            comment = f"{v.key}:{p.name}" if p.name else v.key
+            if len(comment.encode()) > NFT_COMMENT_LIMIT:
+                cite = Cite(v.obj.artifact, v.obj.line, f"Service {v.key}, port {p.name or p.port}")
+                return [
+                    cite
+                ], f"the map elements of Service port `{comment}` carry a comment of {len(comment.encode())} bytes"
+    return None
 
 
 def _ipvs_filter_without_health_check(facts: Facts) -> tuple[Cite, bool] | None:
@@ -253,7 +397,10 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         builds (k/k#140951); a reused Pod IP (fixed 1.36.0, k/k#135593); the IPVS filter that
         rejects load balancers' health checks on the load-balancer IP (1.26.0-1.26.4,
         1.27.0-1.27.1, k/k#117723); IPVS entries of the other IP family in IPv6 and dual-stack
-        clusters (k/k#68437, k/k#89923).
+        clusters (k/k#68437, k/k#89923); the IPVS proxier sending every load balancer into
+        KUBE-FIRE-WALL (1.11 alphas, k/k#62638); KUBE-IPVS-FILTER without the exception for
+        KUBE-EXTERNAL-IP-LOCAL (1.26-1.29, k/k#121909); nftables element comments over 128 bytes
+        (before 1.37.0, k/k#139515).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
         address for a terminating and a ready endpoint; copies of the userspace proxier's jump
@@ -261,7 +408,12 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         KUBE-IPVS-FILTER rejecting KUBE-IPVS-IPS with no RETURN for KUBE-HEALTH-CHECK-NODE-PORT
         (the chain whole, or its rules on consecutive lines of a grep); an IPVS entry at an IPv4
         address no host has (240.0.0.0/4: an IPv6 address cut to its first four bytes, named
-        when the listing holds it); the kube-proxy version when given. A
+        when the listing holds it); KUBE-SERVICES jumping to KUBE-FIRE-WALL on the
+        KUBE-LOAD-BALANCER set with an unconditional KUBE-MARK-DROP there; KUBE-IPVS-FILTER with
+        its health-check exception but none for KUBE-EXTERNAL-IP-LOCAL, named with a Service that
+        has externalIPs under the Local policy (or that set's members); in nftables mode, a
+        Service port whose `namespace/name:port` is longer than 128 bytes; the kube-proxy version
+        when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
         specified`, `host/network ... not found`) that no table row names is reported as an
         unlisted generation bug, at medium confidence.
@@ -314,6 +466,19 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         cite, shown = filtered
         said = "KUBE-IPVS-FILTER rejects new connections to KUBE-IPVS-IPS with no exception for health checks"
         found.append((IPVS_HEALTH_CHECK_REJECTED, [], [cite], said if shown else said + " (among the rules shown)"))
+    into_firewall = _ipvs_load_balancers_into_firewall(facts)
+    if into_firewall is not None:
+        found.append(
+            (IPVS_LB_FIREWALL_CATCHES_ALL, [], into_firewall, "every load-balancer IP:port goes through KUBE-FIRE-WALL")
+        )
+    external = _ipvs_filter_rejects_external_local(facts)
+    if external is not None and filtered is None:
+        cites, why = external
+        said = "KUBE-IPVS-FILTER rejects new connections to KUBE-IPVS-IPS with no exception for KUBE-EXTERNAL-IP-LOCAL"
+        found.append((IPVS_FILTER_REJECTS_EXTERNAL_LOCAL, [], cites, f"{said} ({why})"))
+    long_comment = _nft_long_comments(facts)
+    if long_comment is not None:
+        found.append((NFT_LONG_COMMENT, [], *long_comment))
     refused = [
         h
         for h in facts.log.hits(*RULE_REFUSED_MESSAGES.ids, *(sig.id for sig in RULE_REFUSED))
