@@ -68,7 +68,9 @@ class Rule:
         a = self._args
         if a is None:
             toks = _split(self._body if self._body is not None else self.text.strip()) or []
-            a = self._args = tuple(toks[2:])
+            # one string per distinct token: a quarter of a million rules repeat a few thousand
+            # (flags, chain names, addresses), and their copies were most of a big node's memory
+            a = self._args = tuple(map(sys.intern, toks[2:]))
         return a
 
     @property
