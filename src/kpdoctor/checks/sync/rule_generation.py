@@ -132,11 +132,10 @@ IPVS_MIXED_FAMILY = GenerationBug(
 )
 IPVS_LB_FIREWALL_CATCHES_ALL = GenerationBug(
     "ipvs-load-balancers-all-through-firewall",
-    "the IPVS proxier sends every load-balancer IP:port (the KUBE-LOAD-BALANCER set) into KUBE-FIRE-WALL, whose "
-    "last rule marks for drop whatever no Service's loadBalancerSourceRanges admits: once one Service sets source "
-    "ranges, the clients of every other LoadBalancer Service are dropped (k/k#62638; in 1.9 and 1.10 the jump is "
-    "written before each restore and flushed by it, so the ranges go unenforced and load balancers drop "
-    "intermittently)",
+    "the IPVS proxier sends every load balancer through the source-range firewall: once one Service sets "
+    "loadBalancerSourceRanges, the clients of every other LoadBalancer Service are dropped (k/k#62638; in 1.9 "
+    "and 1.10 the jump is written before each restore and flushed by it, so the ranges go unenforced and load "
+    "balancers drop intermittently)",
     "IPVS mode of 1.11.0-alpha.1 and alpha.2; transiently 1.9 and 1.10",
     ("v1.11.0",),
     "Upgrade kube-proxy to 1.11.0 or later (only the set KUBE-LOAD-BALANCER-FW, the load balancers with source "
@@ -469,7 +468,13 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     into_firewall = _ipvs_load_balancers_into_firewall(facts)
     if into_firewall is not None:
         found.append(
-            (IPVS_LB_FIREWALL_CATCHES_ALL, [], into_firewall, "every load-balancer IP:port goes through KUBE-FIRE-WALL")
+            (
+                IPVS_LB_FIREWALL_CATCHES_ALL,
+                [],
+                into_firewall,
+                "KUBE-SERVICES jumps to KUBE-FIRE-WALL for the whole KUBE-LOAD-BALANCER set, and KUBE-FIRE-WALL "
+                "marks for drop what it did not accept",
+            )
         )
     external = _ipvs_filter_rejects_external_local(facts)
     if external is not None and filtered is None:
