@@ -151,6 +151,28 @@ def test_carried_over_verification_equals_a_full_one(tmp_path: Path, change: str
         assert again.reused > 0 and again.evaluated > 0  # only the Service that changed is evaluated
 
 
+def test_carried_results_keep_their_objects_and_cite_the_lines_their_rules_moved_to(tmp_path: Path) -> None:
+    """A chain no packet enters, added at the top of the dump, moves every rule down: the carried
+    results are the previous objects (not copies), and their citations are at the new lines."""
+    first = Reuse(None)
+    verify(tmp_path, RULES, CLUSTER, first)
+    before = {k: kept.result for k, kept in first.next.kept.items()}
+    old_lines = {k: [c.line for c in r.rules] for k, r in before.items()}
+    rules = _insert_before(r"^-A ", "-A KPD-UNUSED -j RETURN")(_insert_before(r"^:", ":KPD-UNUSED - [0:0]")(RULES))
+    lines = rules.splitlines()
+    again = Reuse(first.next)
+    verify(tmp_path, rules, CLUSTER, again)
+    carried = [k for k, kept in again.next.kept.items() if kept.result is before.get(k)]
+    assert again.reused > 0 and len(carried) == again.reused
+    moved = 0
+    for k in carried:
+        for c, was in zip(before[k].rules, old_lines[k], strict=True):
+            if c.line is not None:
+                assert lines[c.line - 1].strip() == c.text  # the citation names the rule's line now
+                moved += c.line != was
+    assert moved > 0
+
+
 def test_a_change_of_setting_evaluates_everything(tmp_path: Path) -> None:
     first = Reuse(None)
     verify(tmp_path, RULES, CLUSTER, first)

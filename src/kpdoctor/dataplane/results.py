@@ -53,6 +53,15 @@ def rule_cite(artifact: str, line: int, text: str) -> Cite:
     return c
 
 
+def move_cite(c: Cite, line: int) -> None:
+    """Move the shared citation ``c`` of a rule to ``line``, in place (the node agent's carried
+    results, dataplane/reuse.py: every result citing that rule moves with it). It leaves the memo
+    under its old line first: a rule cited there from now on is another rule."""
+    if _CITES.get((c.artifact, c.line or 0)) is c:
+        del _CITES[(c.artifact, c.line or 0)]
+    object.__setattr__(c, "line", line)  # frozen for everyone else
+
+
 @dataclass(slots=True)
 class Entry:
     """One outcome of the evaluated rules: an endpoint with its probability, or a verdict."""

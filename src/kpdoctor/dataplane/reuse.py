@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kpdoctor.dataplane.expected import Case
-from kpdoctor.dataplane.results import Result
+from kpdoctor.dataplane.results import Result, move_cite
 from kpdoctor.model import Cite
 
 _LINE_REF = re.compile(r"\bline \d")
@@ -214,7 +214,7 @@ class Reuse:
                 elif line == c.line:
                     got = _SAME
                 else:
-                    object.__setattr__(c, "line", line)  # frozen for everyone else: see above
+                    move_cite(c, line)
                     got = _MOVED
             self._relined[id(c)] = got
         return got
