@@ -206,10 +206,22 @@ COMMIT
 """
 
 
+# The same two chains as `iptables -t nat -L -n -v` prints them (counters, in and out columns)
+FIRE_WALL_LISTED_V = """Chain KUBE-FIRE-WALL (1 references)
+ pkts bytes target     prot opt in     out     source               destination
+    3   180 ACCEPT     all  --  *      *       0.0.0.0/0            0.0.0.0/0            match-set KUBE-LOAD-BALANCER-SOURCE-CIDR dst,dst,src
+   12   720 KUBE-MARK-DROP  all  --  *      *       0.0.0.0/0            0.0.0.0/0
+
+Chain KUBE-SERVICES (2 references)
+ pkts bytes target     prot opt in     out     source               destination
+   15   900 KUBE-FIRE-WALL  all  --  *      *       0.0.0.0/0            0.0.0.0/0            match-set KUBE-LOAD-BALANCER dst,dst
+"""
+
+
 def test_every_load_balancer_through_the_ipvs_firewall_chain(diagnose: Diagnose) -> None:
     """k/k#62638: once one Service has loadBalancerSourceRanges, every other load balancer's
     clients are marked for drop. Read from -L (as posted) and from a dump; 1.11.0's chains are fine."""
-    for text in (FIRE_WALL_LISTED, FIRE_WALL_SAVED):
+    for text in (FIRE_WALL_LISTED, FIRE_WALL_LISTED_V, FIRE_WALL_SAVED):
         f = one(diagnose({"rules.txt": text}), "KP123")
         assert f.severity == Severity.CRITICAL
         assert "KUBE-FIRE-WALL" in f.summary and "loadBalancerSourceRanges" in f.summary
@@ -220,7 +232,9 @@ def test_every_load_balancer_through_the_ipvs_firewall_chain(diagnose: Diagnose)
     assert g.confidence == Confidence.LOW and "already has the fix" in g.summary
     none_of(diagnose({"rules.txt": FIREWALL_FIXED}), "KP123")
     # a firewall chain whose drop is conditional is not this bug
-    conditional = FIRE_WALL_SAVED.replace("-A KUBE-FIRE-WALL -j KUBE-MARK-DROP", "-A KUBE-FIRE-WALL -p tcp -j KUBE-MARK-DROP")
+    conditional = FIRE_WALL_SAVED.replace(
+        "-A KUBE-FIRE-WALL -j KUBE-MARK-DROP", "-A KUBE-FIRE-WALL -p tcp -j KUBE-MARK-DROP"
+    )
     none_of(diagnose({"rules.txt": conditional}), "KP123")
 
 
@@ -251,7 +265,7 @@ def test_the_ipvs_filter_that_rejects_external_ips_of_local_services(diagnose: D
     assert any(c.text.startswith("Service shop/web") for c in f.evidence)
     # no Services given: what would decide is said, at low confidence
     g = one(diagnose({"rules.txt": without}), "KP123")
-    assert g.confidence == Confidence.LOW
+    assert g.confidence == Confidence.LOW and "`kubectl get services -A -o yaml` tells" in g.summary
     # Services given, none with an external IP under the Local policy: nothing to say
     cluster_only = EXTERNAL_LOCAL_SERVICE.replace("  externalIPs: [203.0.113.10]\n", "")
     none_of(diagnose({"rules.txt": without, "svc.yaml": cluster_only}), "KP123")

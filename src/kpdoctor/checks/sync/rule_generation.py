@@ -202,6 +202,11 @@ _ANY = r"(?:0\.0\.0\.0/0|::/0)"
 _ANY_ROW = re.compile(
     rf"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[\w-]+\s+all\s+--\s+(?:\S+\s+\S+\s+)?{_ANY}\s+{_ANY}\s*$"
 )
+# what decides whether KUBE-IPVS-FILTER's missing exception hurts, when no Service was given
+DECIDES_EXTERNAL_LOCAL = (
+    "it refuses the externalIPs of Services with externalTrafficPolicy: Local; whether one has any, "
+    "`kubectl get services -A -o yaml` tells"
+)
 NFT_COMMENT_LIMIT = 128  # bytes nft keeps in a comment (its NFTNL_UDATA_COMMENT_MAXLEN)
 
 
@@ -274,8 +279,7 @@ def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str] 
             )
         if facts.cluster.services:
             continue  # the Services are there, and none has an external IP with the Local policy
-        return cites, "it refuses the externalIPs of Services with externalTrafficPolicy: Local; whether one has any, "
-        "`kubectl get services -A -o yaml` tells"
+        return cites, DECIDES_EXTERNAL_LOCAL
     return None
 
 
@@ -292,9 +296,8 @@ def _nft_long_comments(facts: Facts) -> tuple[list[Cite], str] | None:
             comment = f"{v.key}:{p.name}" if p.name else v.key
             if len(comment.encode()) > NFT_COMMENT_LIMIT:
                 cite = Cite(v.obj.artifact, v.obj.line, f"Service {v.key}, port {p.name or p.port}")
-                return [
-                    cite
-                ], f"the map elements of Service port `{comment}` carry a comment of {len(comment.encode())} bytes"
+                size = len(comment.encode())
+                return [cite], f"the map elements of Service port `{comment}` carry a comment of {size} bytes"
     return None
 
 
