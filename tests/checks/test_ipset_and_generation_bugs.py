@@ -266,6 +266,8 @@ def test_the_ipvs_filter_that_rejects_external_ips_of_local_services(diagnose: D
     # no Services given: what would decide is said, at low confidence
     g = one(diagnose({"rules.txt": without}), "KP123")
     assert g.confidence == Confidence.LOW and "`kubectl get services -A -o yaml` tells" in g.summary
+    assert g.suspected and g.severity == Severity.WARNING and g.decided_by == ["kubectl get services -A -o yaml"]
+    assert not f.suspected
     # Services given, none with an external IP under the Local policy: nothing to say
     cluster_only = EXTERNAL_LOCAL_SERVICE.replace("  externalIPs: [203.0.113.10]\n", "")
     none_of(diagnose({"rules.txt": without, "svc.yaml": cluster_only}), "KP123")

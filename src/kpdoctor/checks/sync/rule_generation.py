@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
+from kpdoctor.checks.common import RESTORE_SYMPTOMS, start, suspect
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
 from kpdoctor.dataplane.ipvs.leftovers import split_address
 from kpdoctor.dataplane.service_info import read_service
@@ -249,11 +249,12 @@ def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
     return None
 
 
-def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str] | None:
+def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str, bool] | None:
     """KUBE-IPVS-FILTER as 1.26.5-1.29 write it: the health-check exception there (else the earlier
     bug is the one to name), the REJECT of KUBE-IPVS-IPS, no exception for KUBE-EXTERNAL-IP-LOCAL.
     It hurts Services with externalIPs and externalTrafficPolicy: Local: named when the objects or
-    the set show one; with no Services in the evidence, said as what would decide."""
+    the set show one (True); with no Services in the evidence, a suspicion (False), with what
+    would decide."""
     for rs in facts.rulesets:
         tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
         chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
@@ -270,16 +271,17 @@ def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str] 
         if used:
             v = used[0]
             cites.append(Cite(v.obj.artifact, v.obj.line, f"Service {v.key}: externalIPs {', '.join(v.external_ips)}"))
-            return cites, f"Service {v.key} has externalIPs and externalTrafficPolicy: Local"
+            return cites, f"Service {v.key} has externalIPs and externalTrafficPolicy: Local", True
         members = facts.ipsets.get("KUBE-EXTERNAL-IP-LOCAL")
         if members is not None and (members.members or members.spans):
             return (
                 cites,
                 "the set KUBE-EXTERNAL-IP-LOCAL holds externalIPs of Services with externalTrafficPolicy: Local",
+                True,
             )
         if facts.cluster.services:
             continue  # the Services are there, and none has an external IP with the Local policy
-        return cites, DECIDES_EXTERNAL_LOCAL
+        return cites, DECIDES_EXTERNAL_LOCAL, False
     return None
 
 
@@ -413,7 +415,8 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         when the listing holds it); KUBE-SERVICES jumping to KUBE-FIRE-WALL on the
         KUBE-LOAD-BALANCER set with an unconditional KUBE-MARK-DROP there; KUBE-IPVS-FILTER with
         its health-check exception but none for KUBE-EXTERNAL-IP-LOCAL, named with a Service that
-        has externalIPs under the Local policy (or that set's members); in nftables mode, a
+        has externalIPs under the Local policy (or that set's members; with no Services given, a
+        suspected cause); in nftables mode, a
         Service port whose `namespace/name:port` is longer than 128 bytes; the kube-proxy version
         when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
@@ -481,7 +484,7 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         )
     external = _ipvs_filter_rejects_external_local(facts)
     if external is not None and filtered is None:
-        cites, why = external
+        cites, why, _ = external
         said = "KUBE-IPVS-FILTER rejects new connections to KUBE-IPVS-IPS with no exception for KUBE-EXTERNAL-IP-LOCAL"
         found.append((IPVS_FILTER_REJECTS_EXTERNAL_LOCAL, [], cites, f"{said} ({why})"))
     long_comment = _nft_long_comments(facts)
@@ -527,6 +530,12 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     elif not hits:
         f.confidence = Confidence.LOW
         f.summary += " kube-proxy's version is not in the evidence (send `kube-proxy --version`)."
+    if bug is IPVS_FILTER_REJECTS_EXTERNAL_LOCAL and external is not None and not external[2]:
+        # the rules are the release's, but whether a Service is hurt is not shown
+        f.severity = Severity.WARNING
+        suspect(
+            f, "the filter lacks the exception; no Service is shown to need it", ["kubectl get services -A -o yaml"]
+        )
     f.fix = [bug.fix]
     f.fixed_in = list(bug.fixed)
     if bug.reference and bug.reference not in f.references:
