@@ -232,7 +232,7 @@ def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
             (
                 r
                 for r in rules
-                if r.chain == "KUBE-SERVICES" and r.target == "KUBE-FIRE-WALL" and _LOAD_BALANCER_SET.search(r.text)
+                if r.chain == "KUBE-SERVICES" and _LOAD_BALANCER_SET.search(r.text) and r.target == "KUBE-FIRE-WALL"
             ),
             None,
         )
