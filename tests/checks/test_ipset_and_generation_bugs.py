@@ -231,6 +231,9 @@ def test_every_load_balancer_through_the_ipvs_firewall_chain(diagnose: Diagnose)
     g = one(diagnose({"rules.txt": FIRE_WALL_SAVED, "version.txt": "Kubernetes v1.11.0\n"}), "KP123")
     assert g.confidence == Confidence.LOW and "already has the fix" in g.summary
     none_of(diagnose({"rules.txt": FIREWALL_FIXED}), "KP123")
+    # grep'd out of the listing: the jump's row without its chain's header
+    grepped = "".join(ln for ln in FIRE_WALL_LISTED.splitlines(keepends=True) if "KUBE-SERVICES" not in ln)
+    assert "KUBE-FIRE-WALL" in one(diagnose({"rules.txt": grepped}), "KP123").summary
     # a firewall chain whose drop is conditional is not this bug
     conditional = FIRE_WALL_SAVED.replace(
         "-A KUBE-FIRE-WALL -j KUBE-MARK-DROP", "-A KUBE-FIRE-WALL -p tcp -j KUBE-MARK-DROP"

@@ -232,7 +232,9 @@ def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
             (
                 r
                 for r in rules
-                if r.chain == "KUBE-SERVICES" and _LOAD_BALANCER_SET.search(r.text) and r.target == "KUBE-FIRE-WALL"
+                # (from KUBE-SERVICES; any chain, or none a grep'd listing names: no other release
+                # writes a jump to KUBE-FIRE-WALL)
+                if _LOAD_BALANCER_SET.search(r.text) and r.target == "KUBE-FIRE-WALL"
             ),
             None,
         )
