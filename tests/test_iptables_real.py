@@ -209,3 +209,31 @@ def test_the_chain_policies_a_grep_keeps_are_read(be: str, diagnose: Callable[..
         assert [i.kind for i in r.inputs] == [Kind.IPTABLES_LIST.value] and "fragment" in r.inputs[0].details
         (f,) = [f for f in r.findings if f.code == "KP207"]
         assert f.cause == "iptables-drop-rule" and f.evidence[0].text.startswith("Chain FORWARD (policy DROP")
+
+
+@pytest.mark.parametrize("be", ["legacy", "nft"])
+def test_a_listing_grepd_for_its_chains_keeps_their_lines_and_is_read(be: str, tmp_path: Path) -> None:
+    """`iptables -t nat -L -n | grep KUBE-` keeps the chain lines (they name what was grep'd for)
+    and the rows, and drops the column header iptables prints under every chain line: read as a
+    part of -L, each row in the chain its kept line names."""
+    cleanup_stale()
+    with Netns() as ns:
+        for chain in ("KUBE-SERVICES", "KUBE-SVC-WEB", "KUBE-MARK-DROP"):
+            ns.check([f"iptables-{be}", "-t", "nat", "-N", chain])
+        ns.check([f"iptables-{be}", "-t", "nat", "-A", "OUTPUT", "-j", "KUBE-SERVICES"])
+        ns.check([f"iptables-{be}", "-t", "nat", "-A", "KUBE-SERVICES", "-d", "10.96.0.10/32", "-p", "tcp",
+                  "--dport", "80", "-j", "KUBE-SVC-WEB"])  # fmt: skip
+        ns.check([f"iptables-{be}", "-t", "nat", "-A", "KUBE-SVC-WEB", "-j", "KUBE-MARK-DROP"])
+        listing = ns.check([f"iptables-{be}", "-t", "nat", "-L", "-n"])
+    grepped = "".join(ln + "\n" for ln in listing.splitlines() if "KUBE-" in ln)
+    assert "target" not in grepped and grepped.count("Chain ") >= 3  # the column headers are gone
+    path = tmp_path / "grep.txt"
+    path.write_text(grepped)
+    ev = load([path])
+    try:
+        assert [(a.kind, a.attrs.get("fragment")) for a in ev.artifacts] == [(Kind.IPTABLES_LIST, "true")]
+        (rs,) = Facts(ev).rulesets
+        placed = {(r.chain, r.target) for r in rs.all_rules()}
+        assert {("KUBE-SERVICES", "KUBE-SVC-WEB"), ("KUBE-SVC-WEB", "KUBE-MARK-DROP")} <= placed
+    finally:
+        ev.close()

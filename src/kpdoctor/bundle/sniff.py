@@ -245,6 +245,10 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return Typed(Kind.IPVSADM, {} if whole and not cut else {"fragment": "true"})
     if mostly(lines, _LIST_ROW) and not _LIST_CHAIN.search(stripped):  # -L rows without their headers
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
+    # `iptables -L -n | grep KUBE-`: rows and the chain lines that name what was grep'd for, without
+    # the column header iptables prints under every chain line (so never a whole listing)
+    if mostly(lines, _LIST_ROW, _LIST_CHAIN_LINE, at_least=_LIST_ROW) and not _LIST_HEADER.search(head):
+        return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     if mostly(lines, _LIST_CHAIN_LINE):  # `iptables -L | grep policy`: the chains' policies, no rules
         return Typed(Kind.IPTABLES_LIST, {"fragment": "true"})
     workload = _sniff_workload(head, stripped, lines)
