@@ -204,7 +204,9 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
             kind = "log lines"
             details["fragment"] = "no log header: read for the known signatures they hold"
         elif details.get("fragment") == "true" and a.kind == Kind.IPTABLES_LIST:
-            details["fragment"] = "rows or chain lines without the column header (grep'd): proves what is in it, not what is not"
+            details["fragment"] = (
+                "rows or chain lines without the column header (grep'd): proves what is in it, not what is not"
+            )
         elif details.get("fragment") == "true" and a.kind == Kind.MODULES:
             details["fragment"] = "filtered: what is listed is loaded, the rest unknown"
         elif details.get("fragment") == "true" and a.kind in (Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S):
