@@ -287,8 +287,6 @@ _FRAGMENT_LINE = re.compile(
 )
 
 
-
-
 def _is_rules_fragment(lines: list[str]) -> bool:
     """Mostly iptables-save lines (rules, chain declarations), with a rule or two chains among
     them; other lines (the dump command, a grep's "--") may be there too."""

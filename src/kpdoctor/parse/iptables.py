@@ -101,6 +101,40 @@ class Rule:
         return option(self.args, "--comment")
 
 
+# Options a rule may carry and still match every packet: its verdict's own and a comment.
+_VERDICT_ONLY = frozenset({"-j", "--jump", "--reject-with", "-m", "comment", "--comment"})
+# An `iptables -L` row that matches every packet (a comment aside): [num] [pkts bytes] target,
+# prot all, no option, [-v's in and out: any], any source and destination (`-n` or not), and
+# at most its verdict's own option
+_ANY = r"(?:0\.0\.0\.0/0|::/0|anywhere)"
+_ANY_ROW = re.compile(
+    r"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[\w-]+\s+all\s+--\s+(?:\*\s+\*\s+)?"
+    rf"{_ANY}\s+{_ANY}(?:\s+reject-with\s+\S+)?\s*$"
+)
+
+
+def matches_every_packet(args: tuple[str, ...]) -> bool:
+    """A rule with no match at all (its tokens after ``-A CHAIN``): `-A FORWARD -j REJECT
+    --reject-with icmp-host-prohibited`, `-A KUBE-FIRE-WALL -j KUBE-MARK-DROP`."""
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a not in _VERDICT_ONLY:
+            return False
+        skip = a in ("-j", "--jump", "--reject-with", "-m", "--comment")
+    return True
+
+
+def every_packet(rule: Rule, form: str) -> bool:
+    """Does ``rule`` (of a ruleset of this ``form``) match every packet? An `iptables -L` row's
+    matches are its columns, its tokens only its target."""
+    if form == "L":
+        return _ANY_ROW.match(rule.text.split("/*", 1)[0]) is not None
+    return matches_every_packet(rule.args)
+
+
 def option(args: tuple[str, ...], *flags: str) -> str | None:
     """The value after the first of ``flags`` found in a rule's tokens (``-j X``, ``--comment C``)."""
     for flag in flags:

@@ -54,11 +54,12 @@ _LOSSES = frozenset(
     {"errors", "dropped", "missed", "overrun", "overruns", "crc", "frame", "fifo", "length", "carrier", "aborted"}
 )
 
+_NOT_KIND = {"link", "inet", "inet6", "valid_lft", "altname", "alias", "vf", "prop", "addrgenmode", "netns"}
+
 
 def counts_link_losses(counter: str) -> bool:
     """Does a counter of :attr:`Link.stats` ("RX dropped", "TX carrier") count what was lost?"""
     return counter.split()[-1] in _LOSSES
-_NOT_KIND = {"link", "inet", "inet6", "valid_lft", "altname", "alias", "vf", "prop", "addrgenmode", "netns"}
 
 
 def _word_after(rest: str, key: str) -> str | None:

@@ -21,6 +21,7 @@ from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse.iptables import matches_every_packet
 
 
 def _applies(r: Result) -> bool:
@@ -140,23 +141,6 @@ def forward_policy_drop(facts: Facts, verified: Verified) -> Iterator[Finding]:
             return
 
 
-# Options a rule may carry and still match every packet: its verdict's own and a comment.
-_VERDICT_ONLY = frozenset({"-j", "--jump", "--reject-with", "-m", "comment", "--comment"})
-
-
-def _catch_all(args: tuple[str, ...]) -> bool:
-    """A rule with no match at all: `-A FORWARD -j REJECT --reject-with icmp-host-prohibited`."""
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        if a not in _VERDICT_ONLY:
-            return False
-        skip = a in ("-j", "--jump", "--reject-with", "-m", "--comment")
-    return True
-
-
 @check(
     "KP210",
     cause="iptables-drop-rule",
@@ -194,7 +178,7 @@ def catch_all_reject(facts: Facts, verified: Verified) -> Iterator[Finding]:
             if table.name not in ("filter", "unknown"):
                 continue
             for r in table.rules:
-                if r.chain in ("FORWARD", "INPUT") and r.target in ("REJECT", "DROP") and _catch_all(r.args):
+                if r.chain in ("FORWARD", "INPUT") and r.target in ("REJECT", "DROP") and matches_every_packet(r.args):
                     found.append((r.chain, r.target, Cite(rs.artifact, r.line, r.text.strip())))
     if not found:
         return

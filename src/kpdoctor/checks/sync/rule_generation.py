@@ -17,7 +17,7 @@ from kpdoctor.facts.log import cite_line, is_other_writer, matched
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.iptables import Rule
+from kpdoctor.parse.iptables import Rule, Ruleset, every_packet
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
@@ -196,30 +196,12 @@ UNLISTED = GenerationBug(
 
 
 _LOAD_BALANCER_SET = re.compile(r"match-set KUBE-LOAD-BALANCER\s")
-# an `iptables -L -n` row matching every packet (a comment aside): [num] [pkts bytes] target, prot
-# all, no option, [-v's in and out], any source, any destination
-_ANY = r"(?:0\.0\.0\.0/0|::/0)"
-_ANY_ROW = re.compile(
-    rf"^\s*(?:\d+\s+)?(?:\d+[KMGT]?\s+\d+[KMGT]?\s+)?[\w-]+\s+all\s+--\s+(?:\S+\s+\S+\s+)?{_ANY}\s+{_ANY}\s*$"
-)
 # what decides whether KUBE-IPVS-FILTER's missing exception hurts, when no Service was given
 DECIDES_EXTERNAL_LOCAL = (
     "it refuses the externalIPs of Services with externalTrafficPolicy: Local; whether one has any, "
     "`kubectl get services -A -o yaml` tells"
 )
 NFT_COMMENT_LIMIT = 128  # bytes nft keeps in a comment (its NFTNL_UDATA_COMMENT_MAXLEN)
-
-
-def _unconditional(rs_form: str, r: Rule) -> bool:
-    """Does rule ``r`` match every packet (no match, at most a comment)?"""
-    if rs_form == "L":
-        return _ANY_ROW.match(r.text.split("/*", 1)[0]) is not None
-    args = list(r.args)
-    if "-m" in args and "comment" in args:
-        i = args.index("-m")
-        if args[i + 1 : i + 2] == ["comment"] and args[i + 2 : i + 3] == ["--comment"]:
-            del args[i : i + 4]
-    return args[:1] in (["-j"], ["-g"]) and len(args) == 2
 
 
 def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
@@ -242,7 +224,7 @@ def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
             (
                 r
                 for r in rules
-                if r.chain == "KUBE-FIRE-WALL" and r.target == "KUBE-MARK-DROP" and _unconditional(rs.form, r)
+                if r.chain == "KUBE-FIRE-WALL" and r.target == "KUBE-MARK-DROP" and every_packet(r, rs.form)
             ),
             None,
         )
@@ -257,16 +239,11 @@ def _ipvs_filter_rejects_external_local(facts: Facts) -> tuple[list[Cite], str, 
     It hurts Services with externalIPs and externalTrafficPolicy: Local: named when the objects or
     the set show one (True); with no Services in the evidence, a suspicion (False), with what
     would decide."""
-    for rs in facts.rulesets:
-        tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
-        chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
+    for rs, chain, reject in _ipvs_filters(facts):
         texts = [r.text for r in chain]
         if not any("KUBE-HEALTH-CHECK-NODE-PORT" in t for t in texts) or any(
             "KUBE-EXTERNAL-IP-LOCAL" in t for t in texts
         ):
-            continue
-        reject = next((r for r in chain if "KUBE-IPVS-IPS" in r.text and "REJECT" in r.text), None)
-        if reject is None:
             continue
         cites = [Cite(rs.artifact, reject.line, reject.text.strip())]
         used = [v for v in facts.cluster.services if v.external_ips and read_service(v.obj).etp_local]
@@ -305,19 +282,25 @@ def _nft_long_comments(facts: Facts) -> tuple[list[Cite], str] | None:
     return None
 
 
+def _ipvs_filters(facts: Facts) -> Iterator[tuple[Ruleset, list[Rule], Rule]]:
+    """Each dump's KUBE-IPVS-FILTER that rejects new connections to KUBE-IPVS-IPS: (the dump,
+    the chain's rules in order, the REJECT). What it lets through first tells the releases."""
+    for rs in facts.rulesets:
+        # a grep'd dump's rules without their *filter line: placed by their targets, some "unknown"
+        tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
+        chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
+        reject = next((r for r in chain if "KUBE-IPVS-IPS" in r.text and "REJECT" in r.text), None)
+        if reject is not None:
+            yield rs, chain, reject
+
+
 def _ipvs_filter_without_health_check(facts: Facts) -> tuple[Cite, bool] | None:
     """KUBE-IPVS-FILTER's REJECT with no RETURN for KUBE-HEALTH-CHECK-NODE-PORT before it (the
     chain as 1.26.0-1.26.4 and 1.27.0-1.27.1 write it), and whether the chain is shown whole: a
     whole dump, or its rules from the first to the REJECT on consecutive lines (a grep of the
     chain's name keeps the health-check rule too)."""
-    for rs in facts.rulesets:
-        # a grep'd dump's rules without their *filter line: placed by their targets, some "unknown"
-        tables = [t for name, t in rs.tables.items() if name in ("filter", "unknown")]
-        chain = sorted((r for t in tables for r in t.rules if r.chain == IPVS_FILTER), key=lambda r: r.line)
+    for rs, chain, reject in _ipvs_filters(facts):
         if any("KUBE-HEALTH-CHECK-NODE-PORT" in r.text for r in chain):
-            continue
-        reject = next((r for r in chain if "KUBE-IPVS-IPS" in r.text and "REJECT" in r.text), None)
-        if reject is None:
             continue
         lines = [r.line for r in chain]
         shown = rs.whole("filter") or (
