@@ -47,6 +47,14 @@ def test_input_only_is_low(diagnose: Diagnose) -> None:
 
 def test_a_reject_that_matches_something_is_not_catch_all(diagnose: Diagnose) -> None:
     none_of(diagnose({"rules.txt": "-A FORWARD -s 10.0.0.0/8 -p tcp --dport 25 -j REJECT\n"}), "KP210")
+    # in `iptables -L` a row's matches are its columns: a source and a port are matches too
+    listed = (
+        "Chain FORWARD (policy ACCEPT)\n"
+        "target     prot opt source               destination\n"
+        "REJECT     tcp  --  192.0.2.0/24         0.0.0.0/0            tcp dpt:8080 reject-with icmp-port-unreachable\n"
+        "DROP       all  --  0.0.0.0/0            0.0.0.0/0            ctstate INVALID\n"
+    )
+    none_of(diagnose({"rules.txt": listed}), "KP210")
 
 
 def _kp207(*paths: Path) -> list[tuple[Severity, str, int | None]]:

@@ -21,7 +21,7 @@ from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.iptables import matches_every_packet
+from kpdoctor.parse.iptables import every_packet
 
 
 def _applies(r: Result) -> bool:
@@ -178,7 +178,7 @@ def catch_all_reject(facts: Facts, verified: Verified) -> Iterator[Finding]:
             if table.name not in ("filter", "unknown"):
                 continue
             for r in table.rules:
-                if r.chain in ("FORWARD", "INPUT") and r.target in ("REJECT", "DROP") and matches_every_packet(r.args):
+                if r.chain in ("FORWARD", "INPUT") and r.target in ("REJECT", "DROP") and every_packet(r, rs.form):
                     found.append((r.chain, r.target, Cite(rs.artifact, r.line, r.text.strip())))
     if not found:
         return
