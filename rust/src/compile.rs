@@ -3,7 +3,56 @@
 //! `-j DNAT` do, never what kube-proxy calls its chains). A match it does not know is kept as
 //! an unknown condition, which makes a walk that reaches it uncertain instead of guessing.
 
-use crate::addr::{self, Net, Span};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use crate::addr::{self, Net};
+
+/// A target's or protocol's name, shared: a table's 176,000 rules at 10,000 Services name a
+/// few dozen verdicts and protocols and jump to chains whose names the table holds already
+/// (`Table::compiled` hands over its own), so no rule allocates one.
+pub type Name = Arc<str>;
+
+/// The names most rules use, allocated once for the process.
+static KNOWN: LazyLock<HashMap<&'static str, Name>> = LazyLock::new(|| {
+    [
+        "ACCEPT", "DROP", "REJECT", "RETURN", "DNAT", "SNAT", "MASQUERADE", "MARK", "REDIRECT", "LOG", "NFLOG",
+        "TRACE", "CONNMARK", "CT", "NOTRACK", "NFQUEUE", "tcp", "udp", "sctp", "icmp", "icmpv6", "all",
+    ]
+    .into_iter()
+    .map(|n| (n, Name::from(n)))
+    .collect()
+});
+
+/// `name` as a shared [`Name`]: one of [`KNOWN`], else a new one.
+pub fn known_name(name: &str) -> Name {
+    KNOWN.get(name).cloned().unwrap_or_else(|| Name::from(name))
+}
+
+/// Destination ports: one range inline (nearly every rule that has any), more behind a thin
+/// pointer (multiport rules are few), so that the whole fits in 16 bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ports {
+    One((u32, u32)),
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<(u32, u32)>>),
+}
+
+impl Ports {
+    fn of(ranges: Vec<(u32, u32)>) -> Ports {
+        match ranges.as_slice() {
+            [one] => Ports::One(*one),
+            _ => Ports::Many(Box::new(ranges)),
+        }
+    }
+
+    pub fn ranges(&self) -> &[(u32, u32)] {
+        match self {
+            Ports::One(r) => std::slice::from_ref(r),
+            Ports::Many(rs) => rs,
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CondKind {
@@ -42,23 +91,29 @@ pub enum MarkOp {
 /// extension given none) inline, anything with options boxed (most rules of a dump are jumps).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Target {
-    Plain { name: Box<str>, goto: bool },
+    Plain { name: Name, goto: bool },
     Full(Box<TargetSpec>),
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TargetSpec {
-    pub name: String,
+    pub name: Name,
     pub goto: bool,
     /// DNAT --to-destination: (host, port)
-    pub to_destination: Option<(String, Option<u32>)>,
+    pub to_destination: Option<(Box<str>, Option<u32>)>,
     /// the DNAT address as parsed, when a single address
-    pub to_span: Option<Span>,
+    pub to_addr: Option<u128>,
     pub to_ports: Option<u32>,
     pub mark: Option<(MarkOp, u32, u32)>,
     pub notrack: bool,
     /// an option value that cannot be read: the rule's outcome is uncertain
-    pub problem: Option<String>,
+    pub problem: Option<Box<str>>,
+}
+
+impl TargetSpec {
+    fn named(name: Name, goto: bool) -> TargetSpec {
+        TargetSpec { name, goto, to_destination: None, to_addr: None, to_ports: None, mark: None, notrack: false, problem: None }
+    }
 }
 
 impl Target {
@@ -97,8 +152,8 @@ impl Target {
 pub struct CompiledRule {
     pub src: Option<Net>,
     pub dst: Option<Net>,
-    pub proto: Option<Box<str>>,
-    pub dport: Option<Box<[(u32, u32)]>>,
+    pub proto: Option<Name>,
+    pub dport: Option<Ports>,
     /// the rule's only condition is `-m statistic --mode random`: checked inline
     pub prob: Option<f64>,
     pub conds: Box<[Cond]>,
@@ -119,8 +174,8 @@ impl CompiledRule {
     }
 
     pub fn exact_dport(&self) -> Option<u128> {
-        match &self.dport {
-            Some(p) if !self.dport_neg && p.len() == 1 && p[0].0 == p[0].1 => Some(p[0].0 as u128),
+        match self.dport.as_ref().map(Ports::ranges) {
+            Some(&[(lo, hi)]) if !self.dport_neg && lo == hi => Some(lo as u128),
             _ => None,
         }
     }
@@ -176,7 +231,14 @@ fn unknown(text: String, negated: bool) -> Cond {
 }
 
 /// `compile_general`: every option kpdoctor knows, in any order.
+#[cfg(test)]
 pub fn compile<S: AsRef<str>>(toks: &[S]) -> CompiledRule {
+    compile_named(toks, &known_name)
+}
+
+/// [`compile`], with `names` giving the shared name of a target or protocol (a table's own
+/// chain names, [`known_name`] else).
+pub fn compile_named<S: AsRef<str>>(toks: &[S], names: &dyn Fn(&str) -> Name) -> CompiledRule {
     let mut cr = CompiledRule::default();
     let n = toks.len();
     let mut conds: Vec<Cond> = Vec::new();
@@ -222,12 +284,16 @@ pub fn compile<S: AsRef<str>>(toks: &[S]) -> CompiledRule {
                 i += 2;
             }
             Some(Tok::Proto) => {
-                cr.proto = Some(nxt.to_lowercase().into());
+                cr.proto = Some(if nxt.bytes().any(|b| b.is_ascii_uppercase()) || !nxt.is_ascii() {
+                    names(&nxt.to_lowercase())
+                } else {
+                    names(nxt)
+                });
                 cr.proto_neg = neg;
                 i += 2;
             }
             Some(Tok::Jump) => {
-                let (tgt, j) = target(toks, i);
+                let (tgt, j) = target(toks, i, names);
                 cr.target = Some(tgt);
                 i = j;
             }
@@ -235,7 +301,7 @@ pub fn compile<S: AsRef<str>>(toks: &[S]) -> CompiledRule {
                 match addr::ports(nxt) {
                     None => conds.push(unknown(format!("{t} {nxt}"), neg)),
                     Some(p) => {
-                        cr.dport = Some(p.into());
+                        cr.dport = Some(Ports::of(p));
                         cr.dport_neg = neg;
                     }
                 }
@@ -352,6 +418,7 @@ fn head(s: &str, k: usize) -> &str {
 
 /// `_dnat`: `ip`, `ip:port`, `[ip6]:port` (a range keeps its first port).
 fn dnat(dest: &str, goto: bool) -> TargetSpec {
+    let dnat = known_name("DNAT");
     let (host, port): (&str, &str) = if let Some(rest) = dest.strip_prefix('[') {
         match rest.find("]:") {
             Some(i) => (&rest[..i], &rest[i + 2..]),
@@ -364,23 +431,23 @@ fn dnat(dest: &str, goto: bool) -> TargetSpec {
         (dest, "")
     };
     let span = addr::parse_span(host);
-    let to_span = span.filter(|s| s.1 == s.2);
+    let to_addr = span.filter(|s| s.1 == s.2).map(|s| s.1);
     let number = if port.is_empty() { None } else { addr::port_number(port.split('-').next().unwrap_or("")) };
-    let mut t = TargetSpec { name: "DNAT".into(), goto, ..TargetSpec::default() };
+    let mut t = TargetSpec::named(dnat, goto);
     if !port.is_empty() && !number.is_some_and(|p| p != 0) {
-        t.to_destination = Some((host.to_owned(), None));
-        t.problem = Some(format!("DNAT --to-destination {} (port not readable)", head(dest, 80)));
+        t.to_destination = Some((host.into(), None));
+        t.problem = Some(format!("DNAT --to-destination {} (port not readable)", head(dest, 80)).into());
         return t;
     }
-    t.to_destination = Some((host.to_owned(), number));
-    t.to_span = to_span;
+    t.to_destination = Some((host.into(), number));
+    t.to_addr = to_addr;
     t
 }
 
 /// `_target`: `-j NAME [--option value | --flag]...`; the next index.
-fn target<S: AsRef<str>>(toks: &[S], i: usize) -> (Target, usize) {
+fn target<S: AsRef<str>>(toks: &[S], i: usize, names: &dyn Fn(&str) -> Name) -> (Target, usize) {
     let goto = toks[i].as_ref() == "-g" || toks[i].as_ref() == "--goto";
-    let name = toks.get(i + 1).map(|t| t.as_ref().to_owned()).unwrap_or_default();
+    let name = names(toks.get(i + 1).map_or("", AsRef::as_ref));
     let mut j = i + 2;
     let mut opts: Vec<(&str, &str)> = Vec::new();
     let mut flags: Vec<&str> = Vec::new();
@@ -395,21 +462,21 @@ fn target<S: AsRef<str>>(toks: &[S], i: usize) -> (Target, usize) {
             j += 1;
         }
     }
-    let notrack_name = name == "NOTRACK";
+    let notrack_name = &*name == "NOTRACK";
     if opts.is_empty() && flags.is_empty() {
-        return (Target::Plain { name: name.into(), goto }, j);
+        return (Target::Plain { name, goto }, j);
     }
     let opt = |k: &str| opts.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
-    let mut t = TargetSpec { goto, ..TargetSpec::default() };
-    if name == "DNAT" {
+    let mut t = TargetSpec::named(Name::clone(&name), goto);
+    if &*name == "DNAT" {
         if let Some(dest) = opt("--to-destination") {
             let dn = dnat(dest, goto);
             t.to_destination = dn.to_destination;
-            t.to_span = dn.to_span;
+            t.to_addr = dn.to_addr;
             t.problem = dn.problem;
         }
     }
-    if name == "MARK" {
+    if &*name == "MARK" {
         for (op, kind) in [
             ("--set-xmark", MarkOp::SetXmark),
             ("--set-mark", MarkOp::SetMark),
@@ -419,22 +486,21 @@ fn target<S: AsRef<str>>(toks: &[S], i: usize) -> (Target, usize) {
         ] {
             if let Some(v) = opt(op) {
                 match mark(v) {
-                    None => t.problem = Some(format!("MARK {op} {} (not a 32-bit value)", head(v, 40))),
+                    None => t.problem = Some(format!("MARK {op} {} (not a 32-bit value)", head(v, 40)).into()),
                     Some((value, mask)) => t.mark = Some((kind, value, mask)),
                 }
             }
         }
     }
-    if name == "REDIRECT" {
+    if &*name == "REDIRECT" {
         if let Some(v) = opt("--to-ports") {
             t.to_ports = addr::port_number(v.split('-').next().unwrap_or(""));
             if !t.to_ports.is_some_and(|p| p != 0) {
-                t.problem = Some(format!("REDIRECT --to-ports {} (port not readable)", head(v, 40)));
+                t.problem = Some(format!("REDIRECT --to-ports {} (port not readable)", head(v, 40)).into());
             }
         }
     }
-    t.notrack = notrack_name || (name == "CT" && flags.contains(&"--notrack"));
-    t.name = name;
+    t.notrack = notrack_name || (&*name == "CT" && flags.contains(&"--notrack"));
     (Target::Full(Box::new(t)), j)
 }
 
@@ -462,11 +528,23 @@ mod tests {
         let t = r.target.unwrap();
         let t = t.spec().unwrap();
         assert_eq!(t.to_destination, Some(("10.244.1.5".into(), Some(8080))));
-        assert!(t.to_span.is_some());
+        assert_eq!(t.to_addr, Some(0x0af4_0105));
         let r = compile(&toks("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000"));
         assert_eq!(r.target.unwrap().spec().unwrap().mark, Some((MarkOp::SetXmark, 0x4000, 0x4000)));
         // a quarter of a million are kept at 10,000 Services: no larger than two cache lines
         assert!(std::mem::size_of::<CompiledRule>() <= 128, "{}", std::mem::size_of::<CompiledRule>());
+        // one port range inline, no larger than the boxed slice it replaced
+        assert!(std::mem::size_of::<Option<Ports>>() <= 16, "{}", std::mem::size_of::<Option<Ports>>());
+        // a rule's target and protocol share their names: the chain's, or the process's own
+        let r = compile_named(&toks("-A KUBE-SVC-X -p TCP -j KUBE-SEP-A"), &|n| {
+            if n == "KUBE-SEP-A" {
+                Name::from("KUBE-SEP-A")
+            } else {
+                known_name(n)
+            }
+        });
+        assert!(Arc::ptr_eq(r.proto.as_ref().unwrap(), &known_name("tcp")));
+        assert_eq!(r.target.as_ref().unwrap().name(), "KUBE-SEP-A");
         let r = compile(&toks("-A X -m foo --bar baz -j ACCEPT"));
         assert_eq!(r.conds.len(), 3);
         let r = compile(&toks("-A X -j DNAT --to-destination 10.0.0.1:0x50"));

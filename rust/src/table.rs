@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::compile::{compile, CompiledRule};
+use crate::compile::{compile_named, known_name, CompiledRule, Name};
 use crate::tokens::rule_args;
 
 /// Chains longer than this get a destination index.
@@ -37,13 +37,13 @@ impl RawRule {
         }
     }
 
-    fn compiled(&self, py: Python<'_>) -> CompiledRule {
+    fn compiled(&self, py: Python<'_>, names: &dyn Fn(&str) -> Name) -> CompiledRule {
         match &self.source {
             Source::Text(text) => {
                 let toks = text.bind(py).to_str().ok().and_then(|t| rule_args(t.trim_matches(crate::addr::py_space)));
-                compile(&toks.unwrap_or_default())
+                compile_named(&toks.unwrap_or_default(), names)
             }
-            Source::Args(args) => compile(args),
+            Source::Args(args) => compile_named(args, names),
         }
     }
 }
@@ -175,8 +175,9 @@ impl Table {
     pub fn compiled(&self, py: Python<'_>, id: u32) -> &CompiledChain {
         let chain = &self.chains[id as usize];
         chain.compiled.get_or_init(|| {
+            let names = |name: &str| self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k));
             let rules: Vec<(u32, CompiledRule)> =
-                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py))).collect();
+                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py, &names))).collect();
             let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
             Box::new(CompiledChain { rules, index })
         })

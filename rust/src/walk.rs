@@ -574,13 +574,13 @@ impl Walk<'_> {
                 }
                 if let (true, Some(t)) = (name == "DNAT", spec) {
                     if let Some((host, port)) = &t.to_destination {
-                        let Some(span) = t.to_span else {
+                        let Some(addr) = t.to_addr else {
                             results.push((p, st, Verdict::Uncertain, format!("DNAT to {host} at line {line}")));
                             break None;
                         };
-                        st.dst = span.1;
+                        st.dst = addr;
                         st.dport = port.filter(|&x| x != 0).unwrap_or(st.dport);
-                        st.dnat = Some((host.clone(), *port));
+                        st.dnat = Some((host.to_string(), *port));
                         st.dnat_step = Some(st.steps.len() - 1);
                         results.push((p, st, Verdict::Accept, String::new()));
                         break None;
@@ -672,7 +672,7 @@ impl Walk<'_> {
             }
         }
         if let Some(dp) = &r.dport {
-            if in_ranges(st.dport, dp) == r.dport_neg {
+            if in_ranges(st.dport, dp.ranges()) == r.dport_neg {
                 return false;
             }
         }
