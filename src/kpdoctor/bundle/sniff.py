@@ -18,6 +18,7 @@ from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.k8s import fragment_in
+from kpdoctor.parse.kpconfig import partial_in
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
@@ -276,7 +277,12 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     frag = fragment_in(stripped)
     if frag is not None:  # a piece of a Pod spec: read as a partial Pod
         return Typed(Kind.K8S_OBJECTS, {"fragment": f"{frag} without apiVersion/kind: what it leaves out is unknown"})
+    if partial_in(stripped):  # a piece of a KubeProxyConfiguration (from the ConfigMap, grep'd)
+        return Typed(Kind.KUBE_PROXY_CONFIG, {"fragment": _CONFIG_PART})
     return Typed(None, {}, _unrecognised(stripped))
+
+
+_CONFIG_PART = "a part of a KubeProxyConfiguration without apiVersion/kind: what it leaves out is unknown"
 
 
 _FRAGMENT_LINE = re.compile(
@@ -514,6 +520,8 @@ def sniff_named(name: str, text: str) -> Typed | None:
     go_output = KLOG_HEADER_ANYWHERE.search(text) or _KLOG_FRAGMENT.search(text) or _COBRA_ERROR.search(text)
     if go_output and _kube_proxy_named(name):
         return Typed(Kind.KUBE_PROXY_LOG, {"named": "true"})
+    if _KUBE_PROXY_WORD.search(name) and partial_in(text, named=True):  # kube-proxy-config.yaml: two of its fields
+        return Typed(Kind.KUBE_PROXY_CONFIG, {"fragment": _CONFIG_PART, "named": "true"})
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or len(lines) > 500:
         return None

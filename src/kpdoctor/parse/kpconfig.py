@@ -11,6 +11,7 @@ get this wrong.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,10 +212,13 @@ _DURATION_CHARS = 64
 
 
 def parse_duration(text: str | None) -> float | None:
-    """Go durations as kube-proxy prints them: ``30s``, ``1m0s``, ``500ms``, ``0``."""
+    """Go durations as kube-proxy prints them: ``30s``, ``1m0s``, ``500ms``, ``0``, ``-1s`` (a
+    sign before the whole, as Go's ParseDuration reads it)."""
     if text is None:
         return None
     s = str(text).strip().strip("'\"")
+    sign = -1.0 if s.startswith("-") else 1.0
+    s = s[1:] if s[:1] in ("-", "+") else s
     if s in ("0", ""):
         return 0.0 if s == "0" else None
     if len(s) > _DURATION_CHARS:
@@ -224,18 +228,131 @@ def parse_duration(text: str | None) -> float | None:
     for num, unit in _DURATION_PART.findall(s):
         found = True
         total += float(num) * {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[unit]
-    return total if found else None
+    return sign * total if found else None
+
+
+# KubeProxyConfiguration's fields as a config file writes them (kubeproxy.config.k8s.io/v1alpha1,
+# the only version ever released; staging/src/k8s.io/kube-proxy/config/v1alpha1/types.go at every
+# release 1.14-1.36): each top-level field, with the fields of its block (None: not a block).
+# Fields some releases added or removed are all here: a file is recognised whatever its release.
+FIELDS: dict[str, frozenset[str] | None] = {
+    "apiVersion": None,
+    "kind": None,
+    "featureGates": None,
+    "bindAddress": None,
+    "healthzBindAddress": None,
+    "metricsBindAddress": None,
+    "bindAddressHardFail": None,  # 1.19+
+    "enableProfiling": None,
+    "showHiddenMetricsForVersion": None,  # 1.18+
+    "clusterCIDR": None,
+    "hostnameOverride": None,
+    "clientConnection": frozenset({"kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"}),
+    "iptables": frozenset({"masqueradeBit", "masqueradeAll", "syncPeriod", "minSyncPeriod", "localhostNodePorts"}),
+    "ipvs": frozenset(
+        {
+            "syncPeriod",
+            "minSyncPeriod",
+            "scheduler",
+            "excludeCIDRs",
+            "strictARP",
+            "tcpTimeout",
+            "tcpFinTimeout",
+            "udpTimeout",
+        }
+    ),
+    "nftables": frozenset({"masqueradeBit", "masqueradeAll", "syncPeriod", "minSyncPeriod"}),  # 1.29+
+    "winkernel": frozenset({"networkName", "sourceVip", "enableDSR", "rootHnsEndpointName", "forwardHealthCheckVip"}),
+    "oomScoreAdj": None,
+    "mode": None,
+    "portRange": None,
+    "resourceContainer": None,  # 1.14-1.15
+    "udpIdleTimeout": None,  # to 1.25
+    "conntrack": frozenset(
+        {
+            "max",
+            "maxPerCore",
+            "min",
+            "tcpEstablishedTimeout",
+            "tcpCloseWaitTimeout",
+            "tcpBeLiberal",
+            "udpTimeout",
+            "udpStreamTimeout",
+        }
+    ),
+    "configSyncPeriod": None,
+    "nodePortAddresses": None,
+    "detectLocalMode": None,  # 1.18+
+    "detectLocal": frozenset({"bridgeInterface", "interfaceNamePrefix"}),  # 1.24+
+    "logging": None,  # 1.28+
+    "windowsRunAsService": None,  # 1.31+
+}
+# Fields no other component's configuration has at its top level: kube-scheduler's and kubelet's
+# have healthzBindAddress, metricsBindAddress, clientConnection, featureGates, oomScoreAdj...
+_KUBE_PROXY_ONLY = frozenset(
+    {
+        "clusterCIDR",
+        "mode",
+        "iptables",
+        "ipvs",
+        "nftables",
+        "winkernel",
+        "conntrack",
+        "nodePortAddresses",
+        "detectLocalMode",
+        "detectLocal",
+        "udpIdleTimeout",
+        "portRange",
+        "bindAddressHardFail",
+        "hostnameOverride",
+        "configSyncPeriod",
+    }
+)
+_TOP_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:", re.M)
+
+
+def partial_document(doc: object, named: bool = False) -> bool:
+    """Is ``doc`` a part of a KubeProxyConfiguration (no apiVersion/kind; pasted from the ConfigMap,
+    grep'd from it, a few lines quoted)? Every key is one of its fields, each block's keys its
+    block's, and one of them is a field only kube-proxy's configuration has (``named``: the file's
+    name or the command that printed it says kube-proxy, and then any two of its fields do)."""
+    if not isinstance(doc, dict) or not doc or "kind" in doc or "apiVersion" in doc:
+        return False
+    for key, value in doc.items():
+        if not isinstance(key, str) or key not in FIELDS:
+            return False
+        block = FIELDS[key]
+        if block is not None and value is not None and not (isinstance(value, dict) and set(value) <= block):
+            return False
+    return bool(_KUBE_PROXY_ONLY & doc.keys()) or (named and len(doc) >= 2)
+
+
+def partial_in(text: str, named: bool = False) -> bool:
+    """Is this YAML text a part of a KubeProxyConfiguration (see :func:`partial_document`)?"""
+    text = textwrap.dedent(text)  # a block quoted from inside a ConfigMap keeps its indentation
+    if len(text) > 256 * 1024 or re.search(r"^(?:apiVersion|kind)\s*:", text, re.M):
+        return False
+    keys = set(_TOP_KEY.findall(text))
+    if not keys or not keys <= FIELDS.keys():
+        return False
+    try:
+        docs = load_yaml_all(text)
+    except StructuredError:
+        return False
+    return len(docs) == 1 and partial_document(docs[0], named)
 
 
 @dataclass(slots=True)
 class ConfigFile:
-    """A KubeProxyConfiguration document."""
+    """A KubeProxyConfiguration document (``partial``: a part of one, without its kind: a field
+    it does not show is unknown, not unset)."""
 
     data: dict[str, Any]
     source: Source
     diagnostics: list[Diagnostic] = field(default_factory=list)
     text: str = ""
     first_line: int = 1
+    partial: bool = False
 
     def get(self, dotted: str) -> Any:
         cur: Any = self.data
@@ -244,6 +361,18 @@ class ConfigFile:
                 return None
             cur = cur[part]
         return cur
+
+    def shows(self, dotted: str) -> bool:
+        """Does the document say what ``dotted`` is? A whole one always does (a field it leaves
+        out is unset); a part only for the fields it has."""
+        if not self.partial:
+            return True
+        cur: Any = self.data
+        for part in dotted.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                return False
+            cur = cur[part]
+        return True
 
     def cite(self, dotted: str) -> Source:
         """Where a field is set: its own line (nested keys searched under their parents)."""
@@ -280,6 +409,7 @@ def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFi
         first_line=first_line,
     )
     cf.source = Source(artifact, first_line + kind_line, (text.splitlines() or [""])[kind_line].strip())
+    cf.partial = "kind" not in doc
     return cf
 
 
@@ -332,6 +462,7 @@ class IgnoredFlag:
     flag: FlagValue
     field: str
     config_value: Any  # what the file says (None: the file leaves it at its default)
+    shown: bool = True  # False: the file is a part of one that does not show the field
 
 
 @dataclass(slots=True)
@@ -370,7 +501,8 @@ class KubeProxyConfig:
             fld = FLAG_TO_FIELD.get(name)
             if fld is None and self.flags_from_log:
                 continue  # a FLAG: line for a flag we know nothing about
-            out.append(IgnoredFlag(fv, fld or "", self.file.get(fld) if (self.file and fld) else None))
+            shown = self.file is None or not fld or self.file.shows(fld)
+            out.append(IgnoredFlag(fv, fld or "", self.file.get(fld) if (self.file and fld) else None, shown))
         return out
 
     def setting(self, fld: str) -> Setting:
@@ -384,6 +516,8 @@ class KubeProxyConfig:
                 val = self.file.get(fld)
                 if not unset_in_file(fld, val):
                     return Setting(val, "config", self.file.cite(fld))
+                if not self.file.shows(fld):  # a part of the file: what the rest says is not known
+                    return Setting(None, "unknown", self.file.source)
                 return Setting(None, "default", self.file.cite(fld))
             return Setting(None, "unknown", self.config_flag.source)
         if fv is not None:

@@ -120,8 +120,8 @@ def _unset_in_config(facts: Facts) -> Cite | None:
         return None
     src = cidr.source
     if cidr.origin == "unknown":
-        if cfg.file is None or cfg.config_flag is not None:
-            return None  # flags and a --config not given: what it holds is not known
+        if cfg.file is None or cfg.config_flag is not None or not cfg.file.shows("clusterCIDR"):
+            return None  # flags and a --config not given (or a part of it without the field): not known
         src = cfg.file.cite("clusterCIDR")  # the file alone, taken as the configuration in use
     if cfg.flags_from_log and cfg.file is None:
         return None  # the FLAG: lines kube-proxy logs at -v=1+ may be cut: a flag not shown is unknown

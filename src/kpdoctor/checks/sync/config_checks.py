@@ -275,6 +275,8 @@ def same_value(i: IgnoredFlag) -> bool:
     numbers by value, lists as sets, and a field the file leaves unset against the flag's default.
     """
     flag, cv = i.flag.value.strip(), i.config_value
+    if not i.shown:
+        return False  # the part of the file given does not show the field: it may differ
     if unset_in_file(i.field, cv):
         return flag in FLAG_DEFAULTS.get(i.flag.name, {""})
     if isinstance(cv, bool):
@@ -294,6 +296,13 @@ def same_value(i: IgnoredFlag) -> bool:
     return flag == str(cv)
 
 
+def _config_said(i: IgnoredFlag, known_file: bool) -> str:
+    """What the config file says of an ignored flag's field, as the finding quotes it."""
+    if not known_file:
+        return "not given"
+    return _describe(i.config_value, i.field) if i.shown else "not in the part of the file given"
+
+
 def _hostname_override_uncertain(facts: Facts) -> Finding | None:
     """--hostname-override next to --config when kube-proxy's version is unknown: ignored before
     1.13 (k/k#69340), honoured since. Worth a warning (the Node lookup depends on it), at low
@@ -310,7 +319,11 @@ def _hostname_override_uncertain(facts: Facts) -> Finding | None:
         f"kube-proxy runs with --config={cfg.config_flag.value} and --hostname-override={fv.value}: "
         f"kube-proxy before {HOSTNAME_OVERRIDE_WITH_CONFIG} ignores the flag then and looks its Node up "
         "under the OS hostname"
-        + (f" (the config file's hostnameOverride is {_describe(in_file)})" if cfg.file is not None else "")
+        + (
+            f" (the config file's hostnameOverride is {_describe(in_file)})"
+            if cfg.file is not None and cfg.file.shows("hostnameOverride")
+            else ""
+        )
         + ". Its version is not in the evidence: give `kube-proxy --version` or its log's first lines."
     )
     for src in (cfg.config_flag.source, fv.source):
@@ -348,7 +361,8 @@ def _file_without_flags(facts: Facts) -> Finding | None:
     unset = [
         (fld, _FLAG_OF[fld], default)
         for fld, default in FLAGGED_FIELDS.items()
-        if unset_in_file(fld, v := cfg.file.get(fld)) or (fld == "enableProfiling" and v is False)
+        if cfg.file.shows(fld)
+        and (unset_in_file(fld, v := cfg.file.get(fld)) or (fld == "enableProfiling" and v is False))
     ]
     if not unset:
         return None
@@ -421,7 +435,13 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     if proven and all(i.flag.name != "hostname-override" for i in ignored):
         assert override is not None
         ignored.insert(
-            0, IgnoredFlag(override, "hostnameOverride", cfg.file.get("hostnameOverride") if cfg.file else None)
+            0,
+            IgnoredFlag(
+                override,
+                "hostnameOverride",
+                cfg.file.get("hostnameOverride") if cfg.file else None,
+                cfg.file is None or cfg.file.shows("hostnameOverride"),
+            ),
         )
     uncertain = _hostname_override_uncertain(facts)
     if not ignored:
@@ -435,8 +455,8 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
     differing = [i for i in ignored if not same_value(i)]
     known_file = cfg.file is not None
     confidence = Confidence.HIGH if known_file or not cfg.flags_from_log else Confidence.MEDIUM
-    if differing and not known_file:
-        confidence = Confidence.MEDIUM  # the file may set the same values: it is not in the evidence
+    if differing and (not known_file or not all(i.shown for i in differing)):
+        confidence = Confidence.MEDIUM  # the file may set the same values: it (or that part) is not in the evidence
     f = start(
         facts,
         "KP112",
@@ -445,10 +465,7 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         severity=Severity.WARNING if differing else Severity.INFO,
     )
     shown = differing or ignored
-    parts = [
-        f"--{i.flag.name}={i.flag.value} (config: {_describe(i.config_value, i.field) if known_file else 'not given'})"
-        for i in shown[:6]
-    ]
+    parts = [f"--{i.flag.name}={i.flag.value} (config: {_config_said(i, known_file)})" for i in shown[:6]]
     f.summary = (
         f"kube-proxy runs with --config={cfg.config_flag.value if cfg.config_flag else '?'}, "
         "so these flags have no effect: "
