@@ -59,7 +59,15 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         exits, or its "Error running ProxyServer"/"command failed" wraps the refusal) is critical;
         an error line, a setting refused while it went on, a warning; an
         info line (lenient decoding ignoring an unknown field, a fallback) is information. A
-        later successful sync shows that a corrected instance started.
+        later successful sync shows that a corrected instance started. Without such a line, the
+        configuration given (the kube-proxy ConfigMap, its file, or a part of one) is judged as
+        kube-proxy judges it before it starts: its defaulting, then the validation of each release
+        1.14-1.36 (addresses as IP:port, the mode, CIDRs, node port addresses, sync periods,
+        conntrack values, the IPVS scheduler, the detect-local mode), each refusal worded as
+        kube-proxy prints it. A value every release (or the release in the evidence) refuses is
+        critical; one only newer releases refuse is suspected until the release is known (an
+        upgrade stops kube-proxy); a kube-proxy log that shows no refusal makes the file a suspect
+        (another one may be in use).
     Fix: correct the field the message names in the kube-proxy ConfigMap (`kubectl -n kube-system
         edit configmap kube-proxy`) or on its command line, then restart the kube-proxy Pods
         (`kubectl -n kube-system rollout restart daemonset kube-proxy`). `kube-proxy --config FILE
