@@ -314,17 +314,23 @@ _TOP_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:", re.M)
 def partial_document(doc: object, named: bool = False) -> bool:
     """Is ``doc`` a part of a KubeProxyConfiguration (no apiVersion/kind; pasted from the ConfigMap,
     grep'd from it, a few lines quoted)? Every key is one of its fields, each block's keys its
-    block's, and one of them is a field only kube-proxy's configuration has (``named``: the file's
-    name or the command that printed it says kube-proxy, and then any two of its fields do)."""
+    block's; two fields at least, one of them a field only kube-proxy's configuration has, or one
+    of its blocks with what it holds (``named``: the file's name or the command that printed it
+    says kube-proxy, and then any two of its fields do). A lone ``mode: x`` is anybody's."""
     if not isinstance(doc, dict) or not doc or "kind" in doc or "apiVersion" in doc:
         return False
+    blocks = 0
     for key, value in doc.items():
         if not isinstance(key, str) or key not in FIELDS:
             return False
         block = FIELDS[key]
-        if block is not None and value is not None and not (isinstance(value, dict) and set(value) <= block):
-            return False
-    return bool(_KUBE_PROXY_ONLY & doc.keys()) or (named and len(doc) >= 2)
+        if block is not None and value is not None:
+            if not (isinstance(value, dict) and set(value) <= block):
+                return False
+            blocks += bool(value) and key in _KUBE_PROXY_ONLY
+    if blocks:
+        return True
+    return len(doc) >= 2 and (bool(_KUBE_PROXY_ONLY & doc.keys()) or named)
 
 
 def partial_in(text: str, named: bool = False) -> bool:
