@@ -154,3 +154,23 @@ def test_what_a_part_leaves_out_is_unknown_not_unset(diagnose: Diag) -> None:
     # a part that does not show syncPeriod: the relation to minSyncPeriod is not judged
     assert _messages("iptables:\n  minSyncPeriod: 1m\n") == {}
     assert "iptables.syncPeriod" in _messages(HEADER + "iptables:\n  minSyncPeriod: 1m\n")
+
+
+def test_fields_kube_proxy_does_not_read_are_named_with_the_one_meant(diagnose: Diag) -> None:
+    """A misspelt field (`strictArp`), a name the internal configuration has but the file format
+    never had (top-level `syncPeriod`), a field a release removed (`conntrack.max`, 1.14 only):
+    kube-proxy goes on without them (lenient decoding), so their settings are not in effect."""
+    conf = HEADER + "mode: ipvs\nipvs:\n  strictArp: true\nsyncPeriod: 30s\nconntrack:\n  max: 0\n  min: null\n"
+    f = one(diagnose({"config.yaml": conf}), "KP131")
+    assert f.severity == Severity.WARNING and f.confidence == Confidence.HIGH and not f.suspected
+    assert "`ipvs.strictArp` (no release has it; meant `ipvs.strictARP`?)" in f.summary
+    assert "`syncPeriod` (no release has it)" in f.summary and "`conntrack.max` (kube-proxy 1.14 only)" in f.summary
+    assert [c.line for c in f.evidence] == [5, 6, 8]  # `min: null` sets nothing
+    # a field only newer releases have, on a release that lacks it
+    newer = HEADER + "mode: ipvs\ndetectLocal:\n  bridgeInterface: cbr0\n"
+    g = one(diagnose({"config.yaml": newer, "version.txt": "Kubernetes v1.22.4\n"}), "KP131")
+    assert "`detectLocal.bridgeInterface` (1.24 and later)" in g.summary
+    none_of(diagnose({"config.yaml": newer}), "KP131")  # written for a release that has it
+    # next to a refusal, kube-proxy does not start at all: the refusal alone is reported
+    refused = one(diagnose({"config.yaml": conf + 'metricsBindAddress: ":::1"\n'}), "KP131")
+    assert refused.severity == Severity.CRITICAL and "strictArp" not in refused.summary

@@ -287,6 +287,51 @@ FIELDS: dict[str, frozenset[str] | None] = {
     "logging": None,  # 1.28+
     "windowsRunAsService": None,  # 1.31+
 }
+# The fields above that not every release has: (first, last) minor release (None: still there).
+FIELD_RELEASES: dict[str, tuple[int, int | None]] = {
+    "bindAddressHardFail": (19, None),
+    "showHiddenMetricsForVersion": (18, None),
+    "nftables": (29, None),
+    "resourceContainer": (14, 15),
+    "udpIdleTimeout": (14, 25),
+    "detectLocalMode": (18, None),
+    "detectLocal": (24, None),
+    "logging": (28, None),
+    "windowsRunAsService": (31, None),
+    "conntrack.max": (14, 14),
+    "conntrack.tcpBeLiberal": (29, None),
+    "conntrack.udpTimeout": (29, None),
+    "conntrack.udpStreamTimeout": (29, None),
+    "ipvs.strictARP": (15, None),
+    "ipvs.tcpTimeout": (18, None),
+    "ipvs.tcpFinTimeout": (18, None),
+    "ipvs.udpTimeout": (18, None),
+    "iptables.localhostNodePorts": (26, None),
+    "winkernel.rootHnsEndpointName": (24, None),
+    "winkernel.forwardHealthCheckVip": (24, None),
+}
+
+
+def unknown_fields(data: dict[str, Any]) -> list[str]:
+    """The fields of a configuration that no release of KubeProxyConfiguration has (dotted): a
+    misspelling, another component's field, one of the internal configuration's names."""
+    out = []
+    for key, value in data.items():
+        if key not in FIELDS:
+            out.append(str(key))
+            continue
+        block = FIELDS[key]
+        if block is not None and isinstance(value, dict):
+            out += [f"{key}.{k}" for k in value if k not in block]
+    return out
+
+
+def known_in(dotted: str, minor: int) -> bool:
+    """Does release 1.<minor> have this field (one of :data:`FIELDS`)?"""
+    first, last = FIELD_RELEASES.get(dotted, (0, None))
+    return first <= minor and (last is None or minor <= last)
+
+
 # Fields no other component's configuration has at its top level: kube-scheduler's and kubelet's
 # have healthzBindAddress, metricsBindAddress, clientConnection, featureGates, oomScoreAdj...
 _KUBE_PROXY_ONLY = frozenset(

@@ -8,6 +8,7 @@ release by release from 1.14 to 1.36; the facts in ``_refusals``).
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from kpdoctor.checks.logged import innermost, messages_naming, start_logged
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.kpconfig import ConfigFile, parse_duration
+from kpdoctor.parse.kpconfig import FIELD_RELEASES, FIELDS, ConfigFile, known_in, parse_duration, unknown_fields
 
 CAUSE = "kube-proxy-config-invalid"
 # What kube-proxy logs as it exits on a start-up error, at level E or with no level: server.go's
@@ -67,7 +68,9 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         kube-proxy prints it. A value every release (or the release in the evidence) refuses is
         critical; one only newer releases refuse is suspected until the release is known (an
         upgrade stops kube-proxy); a kube-proxy log that shows no refusal makes the file a suspect
-        (another one may be in use).
+        (another one may be in use). Fields no release of the file format has (a misspelling, with
+        the field it is closest to), or that the release running (the newest, when not known)
+        lacks, are a warning: kube-proxy goes on without them, so their settings are not in effect.
     Fix: correct the field the message names in the kube-proxy ConfigMap (`kubectl -n kube-system
         edit configmap kube-proxy`) or on its command line, then restart the kube-proxy Pods
         (`kubectl -n kube-system rollout restart daemonset kube-proxy`). `kube-proxy --config FILE
@@ -77,6 +80,9 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
     """
     logged = messages_naming(facts, CAUSE, wrappers=True)
     content = _refused_in_config(facts, bool(logged))
+    ignored = _ignored_in_config(facts)
+    if ignored is not None and (content is None or content.suspected):
+        yield ignored  # (beside a refusal it is moot: kube-proxy does not start)
     if not logged:
         if content is not None:
             yield content
@@ -619,3 +625,95 @@ def _advice(j: Judged) -> str:
     if "Mode.ProxyMode" in m:
         return "one of the modes the message lists, in lower case, or empty"
     return "a value the message allows"
+
+
+def _present(data: dict[str, Any]) -> list[str]:
+    """Every field a document sets, dotted (a block's fields, not the block)."""
+    out = []
+    for key, value in data.items():
+        if FIELDS.get(key) is not None and isinstance(value, dict):
+            out += [f"{key}.{k}" for k in value]
+        else:
+            out.append(str(key))
+    return out
+
+
+def _bounds(dotted: str) -> tuple[int, int | None] | None:
+    """The releases that have a field, by its own bounds or its block's; None: every release."""
+    return FIELD_RELEASES.get(dotted) or FIELD_RELEASES.get(dotted.split(".")[0])
+
+
+def _known(dotted: str, minor: int) -> bool:
+    return known_in(dotted, minor) and known_in(dotted.split(".")[0], minor)
+
+
+def _sets(value: object) -> bool:
+    """Does a field's value set anything (`null` and `""` leave the default)?"""
+    return value is not None and value != ""
+
+
+def _closest(dotted: str) -> str | None:
+    """The field a misspelt one was meant to be (`strictArp` -> `ipvs.strictARP`), if one is close."""
+    head, _, leaf = dotted.rpartition(".")
+    names = sorted(FIELDS[head] or ()) if head and FIELDS.get(head) else list(FIELDS)
+    by_lower = {n.lower(): n for n in names}
+    found = by_lower.get(leaf.lower()) or next(iter(difflib.get_close_matches(leaf, names, n=1, cutoff=0.8)), None)
+    return None if found is None else f"{head}.{found}" if head else found
+
+
+def _ignored_in_config(facts: Facts) -> Finding | None:
+    """Fields of the configuration kube-proxy does not read: it goes on without them (silently
+    before 1.18, with a line in its log since: `using lenient decoding as strict decoding failed`),
+    so the setting the file means is not made."""
+    cfg = facts.kp_config
+    cf = cfg.file
+    if cf is None or not cf.data:
+        return None
+    minor = None
+    if cfg.version is not None and cfg.version.major == 1:
+        minor = min(max(cfg.version.minor, RELEASES[0]), RELEASES[-1])
+    newest = RELEASES[-1]
+    never = [d for d in unknown_fields(cf.data) if _sets(cf.get(d))]
+    # a field some release lacks: the release running's, or (not known) the newest's: a field removed
+    dropped = [
+        d
+        for d in _present(cf.data)
+        if d not in never and _sets(cf.get(d)) and _bounds(d) is not None and not _known(d, minor or newest)
+    ]
+    if not never and not dropped:
+        return None
+    f = start(facts, "KP131", [], confidence=Confidence.HIGH, severity=Severity.WARNING)
+    parts = []
+    for d in never:
+        near = _closest(d)
+        parts.append(f"`{d}` (no release has it{f'; meant `{near}`?' if near else ''})")
+    for d in dropped:
+        first, last = _bounds(d) or (RELEASES[0], None)
+        span = f"1.{first}" if first == last else f"1.{first}-1.{last}"
+        parts.append(f"`{d}` (kube-proxy {span} only)" if last is not None else f"`{d}` (1.{first} and later)")
+    whose = "kube-proxy" if minor is None else f"kube-proxy {cfg.version}"
+    f.summary = (
+        f"{whose} does not read these fields of its configuration and goes on without them, so what they "
+        f"set is not in effect: {', '.join(parts[:5])}{' and more' if len(parts) > 5 else ''}."
+    )
+    f.evidence = []
+    for d in [*never, *dropped]:
+        src = cf.cite(d)
+        c = Cite(src.artifact, src.line, src.text)
+        if c not in f.evidence:
+            f.evidence.append(c)
+    if not never and minor is None:
+        suspect(
+            f,
+            "the newest releases do not have these fields; kube-proxy's release is not shown",
+            ["`kube-proxy --version` (or the kube-proxy image's tag)"],
+            confidence=Confidence.MEDIUM,
+        )
+    note_version(f, facts.kube_proxy_version, "kube-proxy")
+    f.fix = [
+        "Write each setting under its name in KubeProxyConfiguration v1alpha1 (the field names are "
+        "case-sensitive: https://kubernetes.io/docs/reference/config-api/kube-proxy-config.v1alpha1/), then restart "
+        "the kube-proxy Pods; kube-proxy 1.18+ logs the fields it ignored at start-up "
+        "(`using lenient decoding as strict decoding failed`)."
+    ]
+    return f
