@@ -317,6 +317,8 @@ def unknown_fields(data: dict[str, Any]) -> list[str]:
     misspelling, another component's field, one of the internal configuration's names."""
     out = []
     for key, value in data.items():
+        if key == "metadata":
+            continue  # an object's name and labels: no setting, whatever kube-proxy does with it
         if key not in FIELDS:
             out.append(str(key))
             continue
