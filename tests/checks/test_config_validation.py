@@ -6,6 +6,8 @@ The refusals are checked against what kube-proxy printed for the same values in 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from checks.helpers import Diag
 from conftest import all_findings, none_of, one
 
@@ -15,6 +17,7 @@ from kpdoctor.checks.sync.config_invalid import judged
 from kpdoctor.model import Confidence, Severity
 from kpdoctor.parse.kpconfig import parse_config_file, partial_in
 
+REALWORLD = Path(__file__).resolve().parents[1] / "realworld"
 HEADER = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
 # k8s#76289 (kube-proxy v1.14.0): the reporter's two lines, and what kube-proxy logged for them
 BRACKETLESS = "healthzBindAddress: ':::10256'\nmetricsBindAddress: '::1:10249'\n"
@@ -174,3 +177,48 @@ def test_fields_kube_proxy_does_not_read_are_named_with_the_one_meant(diagnose: 
     # next to a refusal, kube-proxy does not start at all: the refusal alone is reported
     refused = one(diagnose({"config.yaml": conf + 'metricsBindAddress: ":::1"\n'}), "KP131")
     assert refused.severity == Severity.CRITICAL and "strictArp" not in refused.summary
+
+
+# k8s#76329: the ConfigMap as posted (`kubectl get cm kube-proxy -o yaml`, cut before its kind and
+# metadata), and what kube-proxy 1.14.1 logged with it
+CONFIGMAP_76329 = (REALWORLD / "fresh-6" / "k8s-76329" / "kube-proxy-configmap.yaml").read_text()
+LOGGED_76329 = (REALWORLD / "fresh-6" / "k8s-76329" / "kube-proxy.log").read_text()
+
+
+def test_feature_gates_a_release_does_not_know_stop_it(diagnose: Diag) -> None:
+    """kube-proxy sets its feature gates before validating (`failed complete: ...`): a gate its
+    release removed, or spelt otherwise, stops it; a gate locked to its default cannot be turned."""
+    conf = HEADER + "featureGates:\n  SupportIPVSProxyMode: true\n  AllAlpha: false\nmode: ipvs\n"
+    f = one(diagnose({"config.yaml": conf, "version.txt": "Kubernetes v1.21.3\n"}), "KP131")
+    assert f.severity == Severity.CRITICAL and not f.suspected
+    assert "failed complete: unrecognized feature gate: SupportIPVSProxyMode (1.20 and later)" in f.summary
+    assert "AllAlpha" not in f.summary and [c.line for c in f.evidence][:1] == [4]
+    assert one(diagnose({"config.yaml": conf}), "KP131").suspected  # which release runs decides
+    assert one(diagnose({"config.yaml": conf, "version.txt": "Kubernetes v1.18.2\n"}), "KP131").severity == (
+        Severity.INFO
+    )
+    # gate names are case-sensitive: no release has this one
+    assert (
+        "unrecognized feature gate: nftablesProxyMode"
+        in _messages(HEADER + "featureGates:\n  nftablesProxyMode: true\n")["featureGates.nftablesProxyMode"]
+    )
+    locked = one(
+        diagnose(
+            {"config.yaml": HEADER + "featureGates:\n  NFTablesProxyMode: false\n", "v.txt": "Kubernetes v1.33.1\n"}
+        ),
+        "KP131",
+    )
+    assert "cannot set feature gate NFTablesProxyMode to false, feature is locked to true" in locked.summary
+
+
+def test_a_configmap_cut_before_its_metadata_is_still_kube_proxys(diagnose: Diag) -> None:
+    """The command names the object (`get cm kube-proxy`); its embedded configuration, cut before
+    its kind, is a part of one. What it holds is worded as kube-proxy logged it, and the release
+    that removed the gate is said to be unsure (the facts say 1.14 or 1.15), never to accept it."""
+    f = one(diagnose({"cm.yaml": CONFIGMAP_76329, "version.txt": "Kubernetes v1.14.1\n"}), "KP131")
+    assert f.suspected and f.severity == Severity.WARNING and "may refuse" in f.summary
+    said = "failed complete: unrecognized feature gate: MountPropagation"
+    assert said in f.summary and said in LOGGED_76329
+    assert "VolumeScheduling (1.16 and later)" in f.summary
+    with_log = one(diagnose({"cm.yaml": CONFIGMAP_76329, "kube-proxy.log": LOGGED_76329}), "KP131")
+    assert with_log.severity == Severity.CRITICAL and with_log.confidence == Confidence.HIGH

@@ -587,11 +587,16 @@ def sniff_command(command: str, text: str) -> Typed | None:
     if m and _OBJECT_YAML.search(text):
         kind = _RESOURCE_KINDS.get(m.group(1).lower().split(".")[0])
         if kind is not None:  # its `kind:` line cut off the paste: the command says what it is
-            return Typed(Kind.K8S_OBJECTS, {"kind": kind})
+            named = _KUBECTL_GET_ONE.search(command)  # and which object, its `metadata:` cut too
+            return Typed(Kind.K8S_OBJECTS, {"kind": kind, **({"name": named.group(1)} if named else {})})
     return sniff_named(command, text)
 
 
 _KUBECTL_GET_OBJECT = re.compile(r"\bkubectl\s+(?:-n\s+\S+\s+)?get\s+([A-Za-z.]+)\b.*-o\s*=?\s*(?:yaml|json)\b")
+# `kubectl get KIND NAME -o yaml`: exactly one object named (not `KIND/NAME,...`, a selector or several)
+_KUBECTL_GET_ONE = re.compile(
+    r"\bkubectl\s+(?:-n\s+\S+\s+)?get\s+[A-Za-z.]+\s+([a-z0-9][-a-z0-9.]*)(?:\s+-n\s+\S+)?\s+-o\s*=?\s*(?:yaml|json)\b"
+)
 _OBJECT_YAML = re.compile(r'^[ \t]*"?apiVersion"?\s*:\s*"?[a-z0-9./]+', re.M)
 _RESOURCE_KINDS = {
     **dict.fromkeys(("endpointslices", "endpointslice", "eps"), "EndpointSlice"),

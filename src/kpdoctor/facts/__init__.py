@@ -276,7 +276,7 @@ class Facts:
         tells the user how to say it."""
         merged = k8s.merge(
             a.parsed if isinstance(a.parsed, Objects) else k8s.parse_objects(
-                a.read_text(), a.name, a.first_line, a.attrs.get("kind"))
+                a.read_text(), a.name, a.first_line, a.attrs.get("kind"), a.attrs.get("name"))
             for a in self.of(Kind.K8S_OBJECTS))  # fmt: skip
         problem = self._pick_node(merged.of("Node"))[2]
         if problem:
@@ -744,7 +744,8 @@ class Facts:
                 if not is_kube_proxy_workload(cm):
                     continue
                 for key, val in (cm.body.get("data") or {}).items():
-                    if isinstance(val, str) and "KubeProxyConfiguration" in val:
+                    # (by its kind, or by its apiVersion where the paste ends before `kind:`)
+                    if isinstance(val, str) and ("KubeProxyConfiguration" in val or "kubeproxy.config.k8s.io" in val):
                         cfg.file = kpconfig.parse_config_file(val, cm.artifact, 1)
                         if cfg.file is not None:
                             # the embedded document has no lines of its own in the user's file

@@ -335,12 +335,15 @@ def _well_formed(body: dict[str, Any], shape: _Shape, where: str, problems: list
                 _well_formed(item, want[0], f"{where}{key}[].", problems)
 
 
-def parse_objects(text: str, artifact: str, first_line: int = 1, kind: str | None = None) -> Objects:
+def parse_objects(
+    text: str, artifact: str, first_line: int = 1, kind: str | None = None, name: str | None = None
+) -> Objects:
     """Parse every Kubernetes object in a JSON or YAML text; never raises.
 
     ``kind``: what the command that printed the text asked for (`kubectl get endpointslices X -o
     yaml`), given to a top-level object whose `kind` was cut off the paste (kubectl prints keys in
-    alphabetical order: an excerpt often ends before `kind:`).
+    alphabetical order: an excerpt often ends before `kind:`); ``name``: the one object it named
+    (`X`), given to the text's only object when its `metadata:` was cut off too.
 
     Each object kpdoctor judges the node by (Service, EndpointSlice, Endpoints, Node) is checked
     for what the API server would have refused, one diagnostic per problem; an identical copy of
@@ -374,6 +377,9 @@ def parse_objects(text: str, artifact: str, first_line: int = 1, kind: str | Non
     for d in docs:
         if kind and isinstance(d, dict) and "kind" not in d and "apiVersion" in d:
             d = {**d, "kind": kind}
+            meta = d.get("metadata")
+            if name and len(docs) == 1 and (meta is None or (isinstance(meta, dict) and "name" not in meta)):
+                d["metadata"] = {**(meta or {}), "name": name}
         _flatten(d, flat, skipped, fragments)
     lines = _NameLines(text, json_like)
     items: list[K8sObject] = []

@@ -9,10 +9,12 @@ release by release from 1.14 to 1.36; the facts in ``_refusals``).
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from kpdoctor.bundle.artifacts import Kind
@@ -38,7 +40,7 @@ EXITS = frozenset(
     cause=CAUSE,
     title="kube-proxy rejects its configuration or flags",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.K8S_OBJECTS],
     reads_messages=True,
     explains=RESTORE_SYMPTOMS,
 )
@@ -64,8 +66,10 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         configuration given (the kube-proxy ConfigMap, its file, or a part of one) is judged as
         kube-proxy judges it before it starts: its defaulting, then the validation of each release
         1.14-1.36 (addresses as IP:port, the mode, CIDRs, node port addresses, sync periods,
-        conntrack values, the IPVS scheduler, the detect-local mode), each refusal worded as
-        kube-proxy prints it. A value every release (or the release in the evidence) refuses is
+        conntrack values, the IPVS scheduler, the detect-local mode), and the feature gates it
+        sets first (a gate the release does not know or keeps locked: `failed complete: ...`; the
+        gates' lifecycles from the Kubernetes documentation and release branches), each refusal
+        worded as kube-proxy prints it. A value every release (or the release in the evidence) refuses is
         critical; one only newer releases refuse is suspected until the release is known (an
         upgrade stops kube-proxy); a kube-proxy log that shows no refusal makes the file a suspect
         (another one may be in use). Fields no release of the file format has (a misspelling, with
@@ -131,6 +135,7 @@ class Refusal:
 
     field: str  # the file's dotted path (healthzBindAddress, iptables.minSyncPeriod)
     message: str  # `KubeProxyConfiguration.X: Invalid value: "v": detail`
+    sure: bool = True  # False: the release may refuse it (the facts do not say which way)
 
 
 def _quoted(v: object) -> str:
@@ -238,6 +243,54 @@ def _trim(x: float) -> str:
     return f"{x:.9f}".rstrip("0").rstrip(".")
 
 
+@functools.cache
+def _gates() -> dict[str, tuple[int | None, int | None, int | None, tuple[int, bool] | None]]:
+    """Feature gates' lifecycles (``feature_gates.json``, its ``_about`` says from where): per gate
+    the first release with it, the last release certainly with it, the first certainly without it,
+    and the release it is locked to its default from, with that default."""
+    raw = json.loads(resources.files(__package__).joinpath("feature_gates.json").read_text(encoding="utf-8"))
+    out = {}
+    for name, (added, last, gone, locked) in raw["gates"].items():
+        out[name] = (added, last, gone, (locked[0], locked[1]) if locked else None)
+    return out
+
+
+# component-base's own: every release has them
+_ALWAYS_GATES = frozenset({"AllAlpha", "AllBeta"})
+
+
+def _feature_gates(gates: dict[str, Any], minor: int) -> list[Refusal]:
+    """What kube-proxy's Complete step refuses before validation (and exits): a gate its release
+    does not know (`unrecognized feature gate: X`: a gate removed, not added yet, or misspelt) and
+    a gate locked to its default set otherwise. Gates the table does not have are not judged."""
+    known = _gates()
+    lower = {n.lower(): n for n in known}
+    out = []
+    for name, value in gates.items():
+        if not isinstance(name, str) or name in _ALWAYS_GATES:
+            continue
+        said = f"failed complete: unrecognized feature gate: {name}"
+        entry = known.get(name)
+        if entry is None:
+            if lower.get(name.lower(), name) != name:  # the names are case-sensitive: no gate is spelt so
+                out.append(Refusal(f"featureGates.{name}", said))
+            continue
+        added, last, gone, locked = entry
+        if (gone is not None and minor >= gone) or (added is not None and minor < added):
+            out.append(Refusal(f"featureGates.{name}", said))
+        elif last is not None and gone is not None and last < minor < gone:  # removed in it or after it
+            out.append(Refusal(f"featureGates.{name}", said, sure=False))
+        elif locked is not None and minor >= locked[0] and isinstance(value, bool) and value != locked[1]:
+            v, d = str(value).lower(), str(locked[1]).lower()
+            out.append(
+                Refusal(
+                    f"featureGates.{name}",
+                    f"failed complete: cannot set feature gate {name} to {v}, feature is locked to {d}",
+                )
+            )
+    return out
+
+
 def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -253,6 +306,7 @@ def _refusals(cf: ConfigFile, minor: int) -> list[Refusal]:
     if mode == "kernelspace":
         return []  # Windows' configuration: its own rules, not read here
     mode = mode if isinstance(mode, str) else ""
+    out += _feature_gates(gates, minor)
     bind = get("bindAddress")
     if isinstance(bind, str) and bind and not _ip(bind):
         out.append(
@@ -504,6 +558,7 @@ class Judged:
     field: str
     message: str
     minors: tuple[int, ...]
+    maybe: tuple[int, ...] = ()  # releases that may refuse it: not known either way
 
     @property
     def every_release(self) -> bool:
@@ -511,22 +566,28 @@ class Judged:
 
     @property
     def releases(self) -> str:
-        lo, hi = self.minors[0], self.minors[-1]
-        contiguous = hi - lo + 1 == len(self.minors)
-        if not contiguous:
-            return ", ".join(f"1.{m}" for m in self.minors)
-        return f"1.{lo}" if lo == hi else f"1.{lo}-1.{hi}" if hi < RELEASES[-1] else f"1.{lo} and later"
+        if not self.minors:
+            return f"perhaps {_span(self.maybe)}"
+        said = _span(self.minors)
+        return f"{said}; {_span(self.maybe)} not known" if self.maybe else said
+
+
+def _span(minors: tuple[int, ...]) -> str:
+    lo, hi = minors[0], minors[-1]
+    if hi - lo + 1 != len(minors):
+        return ", ".join(f"1.{m}" for m in minors)
+    return f"1.{lo}" if lo == hi else f"1.{lo}-1.{hi}" if hi < RELEASES[-1] else f"1.{lo} and later"
 
 
 def judged(cf: ConfigFile) -> list[Judged]:
-    """Every field some release refuses, with the releases that refuse it (the file order)."""
-    by_field: dict[str, tuple[str, list[int]]] = {}
+    """Every field some release refuses (or may refuse), with those releases (the file order)."""
+    by_field: dict[str, tuple[str, list[int], list[int]]] = {}
     for minor in RELEASES:
         for r in _refusals(cf, minor):
-            minors = by_field.setdefault(r.field, (r.message, []))[1]
-            minors.append(minor)
-            by_field[r.field] = (r.message, minors)  # the newest refusing release's words
-    return [Judged(fld, said, tuple(minors)) for fld, (said, minors) in by_field.items()]
+            _, minors, maybe = by_field.setdefault(r.field, (r.message, [], []))
+            (minors if r.sure else maybe).append(minor)
+            by_field[r.field] = (r.message, minors, maybe)  # the newest refusing release's words
+    return [Judged(fld, said, tuple(minors), tuple(maybe)) for fld, (said, minors, maybe) in by_field.items()]
 
 
 def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
@@ -544,13 +605,15 @@ def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
     # What the releases after the one running (any release, when it is not known) refuse: what an
     # upgrade breaks. A value only older releases refuse (a mode or keyword added later) is what the
     # file was written for: it says which releases it is for, not that they refuse it.
+    possible: list[Judged] = []  # the release running may refuse it: the facts do not say
     if minor is not None:
         certain = [j for j in found if minor in j.minors]
-        other = [j for j in found if minor not in j.minors and j.minors[-1] > minor]
+        possible = [j for j in found if minor in j.maybe]
+        other = [j for j in found if j not in certain and j not in possible and j.minors and j.minors[-1] > minor]
     else:
         certain = [j for j in found if j.every_release]
-        other = [j for j in found if not j.every_release and j.minors[-1] == RELEASES[-1]]
-    shown = certain or other
+        other = [j for j in found if not j.every_release and j.minors and j.minors[-1] == RELEASES[-1]]
+    shown = certain or possible or other
     if not shown:
         return None
     cites = []
@@ -587,6 +650,19 @@ def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
         elif cf.partial or (minor is None and not facts.has(Kind.KUBE_PROXY_LOG)):
             f.confidence = Confidence.MEDIUM
             f.confidence_reason = "whether kube-proxy runs with this file (and which release it is) is not shown"
+    elif possible:
+        f.summary = (
+            f"{whose} may refuse this configuration at start-up (its release is where this changed): {said}{more}."
+        )
+        suspect(
+            f,
+            "the release running is the one that removed what the configuration names, or the one after it",
+            ["`kubectl -n kube-system logs ds/kube-proxy | head -20` (a refusal is its last line)"],
+            confidence=Confidence.MEDIUM,
+        )
+        f.severity = Severity.WARNING
+        if other:
+            f.summary += " Later releases refuse: " + "; ".join(f"{j.message} ({j.releases})" for j in other[:2]) + "."
     else:
         f.summary = f"Newer kube-proxy releases refuse this configuration at start-up: {said}{more}."
         if minor is not None:
@@ -603,9 +679,12 @@ def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
             )
             f.severity = Severity.WARNING
     note_version(f, facts.kube_proxy_version, "kube-proxy")
+    advice: dict[str, list[str]] = {}  # the same advice for several fields, said once
+    for j in [*shown, *other][:6]:
+        advice.setdefault(_advice(j), []).append(j.field)
     f.fix = [
         "Correct the field in the kube-proxy ConfigMap (`kubectl -n kube-system edit configmap kube-proxy`): "
-        + "; ".join(f"{j.field}: {_advice(j)}" for j in shown[:4])
+        + "; ".join(f"{', '.join(dict.fromkeys(fields))}: {said}" for said, fields in advice.items())
         + ". Then restart the kube-proxy Pods (`kubectl -n kube-system rollout restart daemonset kube-proxy`).",
     ]
     return f
@@ -616,6 +695,8 @@ def _advice(j: Judged) -> str:
     if "must be IP:port" in m or "must be a valid IP" in m or "must be a valid port" in m:
         port = 10249 if j.field == "metricsBindAddress" else 10256
         return f"an address and a port, an IPv6 address in brackets (`0.0.0.0:{port}`, `[::]:{port}`)"
+    if j.field.startswith("featureGates."):
+        return "take the gate out of featureGates (this release has no such gate, or keeps it at its default)"
     if j.field == "clusterCIDR":
         return (
             "the Pod network's CIDR, or one of each family comma-separated without a space (`10.244.0.0/16,fd00::/56`)"
