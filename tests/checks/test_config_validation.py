@@ -163,12 +163,14 @@ def test_fields_kube_proxy_does_not_read_are_named_with_the_one_meant(diagnose: 
     """A misspelt field (`strictArp`), a name the internal configuration has but the file format
     never had (top-level `syncPeriod`), a field a release removed (`conntrack.max`, 1.14 only):
     kube-proxy goes on without them (lenient decoding), so their settings are not in effect."""
-    conf = HEADER + "mode: ipvs\nipvs:\n  strictArp: true\nsyncPeriod: 30s\nconntrack:\n  max: 0\n  min: null\n"
+    conf = HEADER + "mode: ipvs\nipvs:\n  strictArp: true\nsyncPeriod: 30s\nconntrack:\n  max: 262144\n  min: null\n"
     f = one(diagnose({"config.yaml": conf}), "KP131")
     assert f.severity == Severity.WARNING and f.confidence == Confidence.HIGH and not f.suspected
     assert "`ipvs.strictArp` (no release has it; meant `ipvs.strictARP`?)" in f.summary
     assert "`syncPeriod` (no release has it)" in f.summary and "`conntrack.max` (kube-proxy 1.14 only)" in f.summary
     assert [c.line for c in f.evidence] == [5, 6, 8]  # `min: null` sets nothing
+    # what `--write-config-to` prints for a field nobody set loses nothing where the field is gone
+    none_of(diagnose({"config.yaml": HEADER + "udpIdleTimeout: 0s\nconntrack:\n  max: null\n"}), "KP131")
     # a field only newer releases have, on a release that lacks it
     newer = HEADER + "mode: ipvs\ndetectLocal:\n  bridgeInterface: cbr0\n"
     g = one(diagnose({"config.yaml": newer, "version.txt": "Kubernetes v1.22.4\n"}), "KP131")

@@ -729,8 +729,12 @@ def _known(dotted: str, minor: int) -> bool:
 
 
 def _sets(value: object) -> bool:
-    """Does a field's value set anything (`null` and `""` leave the default)?"""
-    return value is not None and value != ""
+    """Does a field's value set anything a release without the field loses? `null`, `""`, zero,
+    `false` and `0s` are what `--write-config-to` and kubeadm print for every field nobody set
+    (the defaults), and an empty block holds nothing."""
+    if value is None or value is False or value == "" or value == 0 or value == {} or value == []:
+        return False
+    return not (isinstance(value, str) and parse_duration(value) == 0.0)
 
 
 def _closest(dotted: str) -> str | None:
