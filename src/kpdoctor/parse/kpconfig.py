@@ -407,25 +407,22 @@ class ConfigFile:
     first_line: int = 1
     partial: bool = False
 
-    def get(self, dotted: str) -> Any:
+    def _lookup(self, dotted: str) -> tuple[bool, Any]:
+        """Whether the document has the field, and its value."""
         cur: Any = self.data
         for part in dotted.split("."):
             if not isinstance(cur, dict) or part not in cur:
-                return None
+                return False, None
             cur = cur[part]
-        return cur
+        return True, cur
+
+    def get(self, dotted: str) -> Any:
+        return self._lookup(dotted)[1]
 
     def shows(self, dotted: str) -> bool:
         """Does the document say what ``dotted`` is? A whole one always does (a field it leaves
         out is unset); a part only for the fields it has."""
-        if not self.partial:
-            return True
-        cur: Any = self.data
-        for part in dotted.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                return False
-            cur = cur[part]
-        return True
+        return not self.partial or self._lookup(dotted)[0]
 
     def cite(self, dotted: str) -> Source:
         """Where a field is set: its own line (nested keys searched under their parents)."""
