@@ -408,7 +408,8 @@ class CheckSpec:
     func: CheckFunc
     needs_all: tuple[Kind, ...] = ()  # ... provided all of these are present too
     # What the check can still say without its evidence (from whatever is there: notes naming
-    # what would decide, never a verdict); the check is reported as skipped all the same.
+    # what would decide, or what another part of the evidence proves on its own); the check is
+    # reported as skipped all the same, so that coverage never counts its cause as ruled out.
     partial: CheckFunc | None = None
     # Why the check must not judge this evidence although it is present (the verification it
     # reads was not evaluated: the node runs a proxy mode kpdoctor does not read), or None; called

@@ -35,12 +35,25 @@ EXITS = frozenset(
 )  # fmt: skip
 
 
+def _from_configuration(facts: Facts) -> Iterator[Finding]:
+    """Without kube-proxy's log: what its configuration alone shows (the refusals kube-proxy's
+    start-up makes of it, the fields it does not read). The check still counts as not run: a log
+    it did not see may hold another refusal, so the family of sync failures is not ruled out."""
+    content = _refused_in_config(facts, False)
+    ignored = _ignored_in_config(facts)
+    if ignored is not None and (content is None or content.suspected):
+        yield ignored  # (beside a refusal it is moot: kube-proxy does not start)
+    if content is not None:
+        yield content
+
+
 @check(
     "KP131",
     cause=CAUSE,
     title="kube-proxy rejects its configuration or flags",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.KUBE_PROXY_CONFIG, Kind.K8S_OBJECTS],
+    needs=[Kind.KUBE_PROXY_LOG],
+    partial=_from_configuration,
     reads_messages=True,
     explains=RESTORE_SYMPTOMS,
 )
@@ -83,14 +96,13 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
         https://kubernetes.io/docs/reference/command-line-tools-reference/kube-proxy/
     """
     logged = messages_naming(facts, CAUSE, wrappers=True)
-    content = _refused_in_config(facts, bool(logged))
+    if not logged:
+        yield from _from_configuration(facts)
+        return
+    content = _refused_in_config(facts, True)
     ignored = _ignored_in_config(facts)
     if ignored is not None and (content is None or content.suspected):
-        yield ignored  # (beside a refusal it is moot: kube-proxy does not start)
-    if not logged:
-        if content is not None:
-            yield content
-        return
+        yield ignored
     levels = {h.level or lm.match.message.level or "E" for lm in logged for h in lm.hits}
     if "F" in levels or any(lm.match.message.id in EXITS for lm in logged):  # kube-proxy exits
         f = start_logged(facts, "KP131", logged, confidence=Confidence.HIGH)
