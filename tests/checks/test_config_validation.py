@@ -104,6 +104,9 @@ def test_each_rule_and_the_releases_that_apply_it() -> None:
     assert cf is not None
     (j,) = judged(cf)
     assert "must be iptables, ipvs, nftables or blank (blank means the best-available proxy" in j.message
+    # a value hidden or templated in the paste is not the one kube-proxy was given
+    hidden = 'bindAddress: "<redacted>"\nclusterCIDR: 10.x.x.x/16\nmetricsBindAddress: ${NODE_IP}:10249\n'
+    assert _messages(HEADER + hidden + "nodePortAddresses: [xxx.xxx.xxx.xxx]\n") == {}
     # Windows' configuration: its own modes, not judged here
     assert _messages(HEADER + "mode: kernelspace\nclusterCIDR: x\n") == {}
 

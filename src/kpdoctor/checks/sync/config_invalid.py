@@ -12,6 +12,7 @@ import difflib
 import functools
 import ipaddress
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -153,6 +154,19 @@ class Refusal:
 def _quoted(v: object) -> str:
     """A value as Go's %v/%q prints it in field errors (strings quoted)."""
     return json.dumps(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+# What people write where they hid or templated a value (`10.x.x.x`, `<redacted>`, `${NODE_IP}`,
+# `{{ .Values.podCIDR }}`, `***`): not the value kube-proxy was given, so never judged
+_PLACEHOLDER = re.compile(
+    r"<[^<>]*>|\$\{|\$\(|\{\{|\*\*|…|\.\.\.|(?i:redact|masked|hidden|placeholder)|(?<![0-9a-fA-F])[xX]{1,4}(?![0-9a-fA-F])"
+)
+
+
+def _hidden(value: object) -> bool:
+    """Is an address-like value (or any item of a list of them) a placeholder for the real one?"""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(v, str) and _PLACEHOLDER.search(v) is not None for v in items)
 
 
 def _ip(text: str) -> bool:
@@ -320,7 +334,7 @@ def _refusals(cf: ConfigFile, minor: int) -> list[Refusal]:
     mode = mode if isinstance(mode, str) else ""
     out += _feature_gates(gates, minor)
     bind = get("bindAddress")
-    if isinstance(bind, str) and bind and not _ip(bind):
+    if isinstance(bind, str) and bind and not _hidden(bind) and not _ip(bind):
         out.append(
             Refusal(
                 "bindAddress",
@@ -333,7 +347,7 @@ def _refusals(cf: ConfigFile, minor: int) -> list[Refusal]:
         ("metricsBindAddress", "MetricsBindAddress", 10249),
     ):
         v = get(fld)
-        if isinstance(v, str) and v and (r := _host_port(fld, f"{root}.{name}", v, port, minor)) is not None:
+        if isinstance(v, str) and v and not _hidden(v) and (r := _host_port(fld, f"{root}.{name}", v, port, minor)):
             out.append(r)
     if isinstance(get("mode"), str):
         valid, said = _modes(minor, gates)
@@ -401,7 +415,7 @@ def _refusals(cf: ConfigFile, minor: int) -> list[Refusal]:
                 )
             )
         excluded = get("ipvs.excludeCIDRs")
-        if isinstance(excluded, list):
+        if isinstance(excluded, list) and not _hidden(excluded):
             for i, c in enumerate(excluded):
                 if not isinstance(c, str) or _cidr(c) is None:
                     said = f"{ipvs}.ExcludeCidrs[{i}]: Invalid value: {_quoted(c)}: must be a valid CIDR"
@@ -485,7 +499,7 @@ def _sync_periods(cf: ConfigFile, minor: int, mode: str) -> list[Refusal]:
 def _cluster_cidr(cf: ConfigFile, minor: int, gates: dict[str, Any]) -> list[Refusal]:
     """clusterCIDR: one CIDR, or (dual-stack) one of each family, comma-separated, never trimmed."""
     v = cf.get("clusterCIDR")
-    if not isinstance(v, str) or not v:
+    if not isinstance(v, str) or not v or _hidden(v):
         return []
     root = "KubeProxyConfiguration"
     example = "(e.g. 10.100.0.0/16 or fde4:8dba:82e1::/48)"
@@ -542,7 +556,7 @@ def _cluster_cidr(cf: ConfigFile, minor: int, gates: dict[str, Any]) -> list[Ref
 def _node_port_addresses(cf: ConfigFile, minor: int) -> list[Refusal]:
     """nodePortAddresses: CIDRs (a bare address is none); `primary` alone since 1.31."""
     v = cf.get("nodePortAddresses")
-    if not isinstance(v, list):
+    if not isinstance(v, list) or _hidden(v):
         return []
     path = "KubeProxyConfiguration.NodePortAddresses"
     for i, a in enumerate(v):
