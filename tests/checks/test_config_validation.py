@@ -227,3 +227,17 @@ def test_a_configmap_cut_before_its_metadata_is_still_kube_proxys(diagnose: Diag
     assert "VolumeScheduling (1.16 and later)" in f.summary
     with_log = one(diagnose({"cm.yaml": CONFIGMAP_76329, "kube-proxy.log": LOGGED_76329}), "KP131")
     assert with_log.severity == Severity.CRITICAL and with_log.confidence == Confidence.HIGH
+
+
+def test_a_grep_of_the_configmap_pasted_in_a_markdown_fence_is_read(diagnose: Diag) -> None:
+    """A question as people post it: prose, a fence, the command, its indented output with a
+    misspelt field. One finding: the gate newer releases refuse, and the field not read."""
+    paste = (
+        "kube-proxy keeps crashing after the upgrade, here is our config:\n\n```\n"
+        "$ kubectl -n kube-system get cm kube-proxy -o yaml | grep -A6 'mode\\|featureGates'\n"
+        '    featureGates:\n      EndpointSliceProxying: true\n    mode: "ipvs"\n    ipvs:\n'
+        '      scheduler: "rr"\n      strictArp: true\n```\n'
+    )
+    f = one(diagnose({"question.md": paste}), "KP131")
+    assert f.suspected and "unrecognized feature gate: EndpointSliceProxying (1.25 and later)" in f.summary
+    assert "meant `ipvs.strictARP`?" in f.summary and [c.line for c in f.evidence] == [6, 10]

@@ -360,8 +360,8 @@ _TOP_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:", re.M)
 
 def partial_document(doc: object, named: bool = False) -> bool:
     """Is ``doc`` a part of a KubeProxyConfiguration (no apiVersion/kind; pasted from the ConfigMap,
-    grep'd from it, a few lines quoted)? Every key is one of its fields, each block's keys its
-    block's; two fields at least, one of them a field only kube-proxy's configuration has, or one
+    grep'd from it, a few lines quoted)? Every key is one of its fields, each block holds one of
+    its own; two fields at least, one of them a field only kube-proxy's configuration has, or one
     of its blocks with what it holds (``named``: the file's name or the command that printed it
     says kube-proxy, and then any two of its fields do). A lone ``mode: x`` is anybody's."""
     if not isinstance(doc, dict) or not doc or "kind" in doc or "apiVersion" in doc:
@@ -372,7 +372,8 @@ def partial_document(doc: object, named: bool = False) -> bool:
             return False
         block = FIELDS[key]
         if block is not None and value is not None:
-            if not (isinstance(value, dict) and set(value) <= block):
+            # one of the block's own fields at least (a misspelt one beside it is KP131's to name)
+            if not isinstance(value, dict) or (value and not set(value) & block):
                 return False
             blocks += bool(value) and key in _KUBE_PROXY_ONLY
     if blocks:
@@ -380,9 +381,17 @@ def partial_document(doc: object, named: bool = False) -> bool:
     return len(doc) >= 2 and (bool(_KUBE_PROXY_ONLY & doc.keys()) or named)
 
 
+_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[\w-]*[ \t]*$", re.M)
+
+
+def _unfenced(text: str) -> str:
+    """The text with its markdown fence lines blanked (they are no output; the lines keep their numbers)."""
+    return _FENCE.sub("", text) if "```" in text or "~~~" in text else text
+
+
 def partial_in(text: str, named: bool = False) -> bool:
     """Is this YAML text a part of a KubeProxyConfiguration (see :func:`partial_document`)?"""
-    text = textwrap.dedent(text)  # a block quoted from inside a ConfigMap keeps its indentation
+    text = textwrap.dedent(_unfenced(text))  # a block quoted from inside a ConfigMap keeps its indentation
     if len(text) > 256 * 1024 or re.search(r"^(?:apiVersion|kind)\s*:", text, re.M):
         return False
     keys = set(_TOP_KEY.findall(text))
@@ -442,6 +451,7 @@ class ConfigFile:
 
 
 def parse_config_file(text: str, artifact: str, first_line: int = 1) -> ConfigFile | None:
+    text = _unfenced(text)
     try:
         docs = load_yaml_all(text)
     except StructuredError as exc:

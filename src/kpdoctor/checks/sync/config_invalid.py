@@ -40,12 +40,22 @@ def _from_configuration(facts: Facts) -> Iterator[Finding]:
     """Without kube-proxy's log: what its configuration alone shows (the refusals kube-proxy's
     start-up makes of it, the fields it does not read). The check still counts as not run: a log
     it did not see may hold another refusal, so the family of sync failures is not ruled out."""
-    content = _refused_in_config(facts, False)
-    ignored = _ignored_in_config(facts)
-    if ignored is not None and (content is None or content.suspected):
-        yield ignored  # (beside a refusal it is moot: kube-proxy does not start)
-    if content is not None:
-        yield content
+    found = _with_ignored(_refused_in_config(facts, False), _ignored_in_config(facts))
+    if found is not None:
+        yield found
+
+
+def _with_ignored(content: Finding | None, ignored: Finding | None) -> Finding | None:
+    """One finding of what the configuration shows: a refusal (beside which the fields kube-proxy
+    does not read are moot when it is certain: kube-proxy does not start), else the fields it does
+    not read, said with a suspected refusal when there is one."""
+    if content is None or ignored is None:
+        return content or ignored
+    if content.suspected:
+        content.summary += " Besides, " + ignored.summary[0].lower() + ignored.summary[1:]
+        content.evidence += [c for c in ignored.evidence if c not in content.evidence]
+        content.fix += ignored.fix
+    return content
 
 
 @check(
@@ -103,7 +113,7 @@ def config_invalid(facts: Facts) -> Iterator[Finding]:
     content = _refused_in_config(facts, True)
     ignored = _ignored_in_config(facts)
     if ignored is not None and (content is None or content.suspected):
-        yield ignored
+        yield ignored  # beside what the log proves, a warning of its own
     levels = {h.level or lm.match.message.level or "E" for lm in logged for h in lm.hits}
     if "F" in levels or any(lm.match.message.id in EXITS for lm in logged):  # kube-proxy exits
         f = start_logged(facts, "KP131", logged, confidence=Confidence.HIGH)
