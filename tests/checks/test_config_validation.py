@@ -241,3 +241,16 @@ def test_a_grep_of_the_configmap_pasted_in_a_markdown_fence_is_read(diagnose: Di
     f = one(diagnose({"question.md": paste}), "KP131")
     assert f.suspected and "unrecognized feature gate: EndpointSliceProxying (1.25 and later)" in f.summary
     assert "meant `ipvs.strictARP`?" in f.summary and [c.line for c in f.evidence] == [6, 10]
+
+
+def test_a_configmap_cut_after_its_kind_takes_its_name_from_the_command(diagnose: Diag) -> None:
+    """kubectl prints `apiVersion`, `data`, `kind`, `metadata`: a paste that ends after `kind:`
+    has no name; `get cm kube-proxy` says whose it is."""
+    paste = (
+        "$ kubectl -n kube-system get cm kube-proxy -o yaml\napiVersion: v1\ndata:\n  config.conf: |-\n"
+        "    apiVersion: kubeproxy.config.k8s.io/v1alpha1\n    mode: IPVS\nkind: ConfigMap\n"
+    )
+    f = one(diagnose({"paste.txt": paste}), "KP131")
+    assert f.severity == Severity.CRITICAL and '"IPVS"' in f.summary
+    # without the name nothing says it is kube-proxy's
+    none_of(diagnose({"paste.txt": paste.replace("get cm kube-proxy", "get cm")}), "KP131")

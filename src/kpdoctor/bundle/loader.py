@@ -48,7 +48,16 @@ from kpdoctor.bundle.contents import Collected, NotCollected
 from kpdoctor.bundle.layout import BUNDLE_PATHS, KNOWN_UNUSED_PREFIXES
 from kpdoctor.bundle.paste import unwrap_paste
 from kpdoctor.bundle.segments import Segmented, segment
-from kpdoctor.bundle.sniff import HEAD_BYTES, Typed, looks_binary, save_attrs, sniff, sniff_command, sniff_named
+from kpdoctor.bundle.sniff import (
+    HEAD_BYTES,
+    Typed,
+    kubectl_object,
+    looks_binary,
+    save_attrs,
+    sniff,
+    sniff_command,
+    sniff_named,
+)
 from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, split_transcript
 from kpdoctor.knowledge import Signature, catalogue, require_declared
 from kpdoctor.model import InputProblem, InternalError
@@ -867,6 +876,8 @@ def _load_transcript(
         if typed.kind is None:  # what only the command tells: a timed stop, a preStop script shown
             by_command = sniff_command(p.command, text)
             typed = by_command or typed
+        elif typed.kind == Kind.K8S_OBJECTS and "kind" not in typed.attrs:
+            hints.update(kubectl_object(p.command))  # its object's kind and name, where the paste cut them
         if typed.kind == Kind.STOP_TIMING:  # the `docker run` that started the stopped container
             hints.update(started_by([(q.command, q.first_line - 1) for q in parts[: parts.index(p)]], p.command))
         extra = {**hints, "command": p.command}

@@ -583,13 +583,22 @@ def sniff_command(command: str, text: str) -> Typed | None:
         return Typed(Kind.STOP_TIMING, {})
     if clients.looks_like_failed_ssh(text.splitlines(), command):
         return Typed(Kind.SSH_ATTEMPTS, {})
-    m = _KUBECTL_GET_OBJECT.search(command)
-    if m and _OBJECT_YAML.search(text):
-        kind = _RESOURCE_KINDS.get(m.group(1).lower().split(".")[0])
-        if kind is not None:  # its `kind:` line cut off the paste: the command says what it is
-            named = _KUBECTL_GET_ONE.search(command)  # and which object, its `metadata:` cut too
-            return Typed(Kind.K8S_OBJECTS, {"kind": kind, **({"name": named.group(1)} if named else {})})
+    said = kubectl_object(command)
+    if said and _OBJECT_YAML.search(text):  # its `kind:` line cut off the paste: the command says what it is
+        return Typed(Kind.K8S_OBJECTS, said)
     return sniff_named(command, text)
+
+
+def kubectl_object(command: str) -> dict[str, str]:
+    """What `kubectl get KIND [NAME] -o yaml|json` asked for: ``{"kind": ..., "name": ...}`` (the
+    name when it named one object), for an object whose `kind:` or `metadata:` the paste cut
+    (kubectl prints keys in alphabetical order); empty for any other command."""
+    m = _KUBECTL_GET_OBJECT.search(command)
+    kind = _RESOURCE_KINDS.get(m.group(1).lower().split(".")[0]) if m else None
+    if kind is None:
+        return {}
+    named = _KUBECTL_GET_ONE.search(command)
+    return {"kind": kind, **({"name": named.group(1)} if named else {})}
 
 
 _KUBECTL_GET_OBJECT = re.compile(r"\bkubectl\s+(?:-n\s+\S+\s+)?get\s+([A-Za-z.]+)\b.*-o\s*=?\s*(?:yaml|json)\b")

@@ -377,9 +377,10 @@ def parse_objects(
     for d in docs:
         if kind and isinstance(d, dict) and "kind" not in d and "apiVersion" in d:
             d = {**d, "kind": kind}
+        if name and len(docs) == 1 and isinstance(d, dict) and d.get("kind") == kind and "apiVersion" in d:
             meta = d.get("metadata")
-            if name and len(docs) == 1 and (meta is None or (isinstance(meta, dict) and "name" not in meta)):
-                d["metadata"] = {**(meta or {}), "name": name}
+            if meta is None or (isinstance(meta, dict) and "name" not in meta):
+                d = {**d, "metadata": {**(meta or {}), "name": name}}
         _flatten(d, flat, skipped, fragments)
     lines = _NameLines(text, json_like)
     items: list[K8sObject] = []

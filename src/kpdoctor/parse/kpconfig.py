@@ -391,8 +391,10 @@ def _unfenced(text: str) -> str:
 
 def partial_in(text: str, named: bool = False) -> bool:
     """Is this YAML text a part of a KubeProxyConfiguration (see :func:`partial_document`)?"""
+    if len(text) > 256 * 1024:
+        return False
     text = textwrap.dedent(_unfenced(text))  # a block quoted from inside a ConfigMap keeps its indentation
-    if len(text) > 256 * 1024 or re.search(r"^(?:apiVersion|kind)\s*:", text, re.M):
+    if re.search(r"^(?:apiVersion|kind)\s*:", text, re.M):
         return False
     keys = set(_TOP_KEY.findall(text))
     if not keys or not keys <= FIELDS.keys():
