@@ -46,6 +46,7 @@ from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.shapes import REGISTERED
+from kpdoctor.parse.structured import FENCE
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
 
@@ -201,7 +202,6 @@ _BY_GROUP = {f"s{i}": s for i, s in enumerate(SHAPES)}
 # before: the next output is another one, even of the same kind), and the user's note in a human
 # language (letters no tool prints in a comment of its own) or a C-style one.
 _HEADING = re.compile(r"^[ \t]*+(?:#{2,6}[ \t]+\S|\*\*[^*\n]+\*\*:?[ \t]*$)")
-_FENCE = re.compile(r"^[ \t]*+(?:```|~~~)[\w-]*[ \t]*$")
 _NOTE = re.compile(r"^[ \t]*+(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
 # Where a restore's payload starts inside a log record (kube-proxy echoes what it fed restore).
 _ECHO_START = re.compile(r"^\*(?:nat|filter|mangle|raw|security)\s*$")
@@ -266,7 +266,7 @@ def _runs(lines: list[str]) -> tuple[list[_Run], set[int]]:
         if not line.strip():
             gap, echo, broken = True, False, None
             continue
-        heading = _FENCE.match(line) is not None or (_HEADING.match(line) is not None and _apart(lines, i))
+        heading = FENCE.match(line) is not None or (_HEADING.match(line) is not None and _apart(lines, i))
         if heading or _NOTE.match(line):
             asides.add(i)
             if heading:
@@ -313,8 +313,8 @@ def _opens(shape: LineShape | None, line: str, gap: bool) -> bool:
 def _apart(lines: list[str], i: int) -> bool:
     """Does line ``i`` stand apart as a markdown heading does (a blank line or a fence on each
     side), not as a ``## comment`` above a setting of a file?"""
-    before = i == 0 or not lines[i - 1].strip() or _FENCE.match(lines[i - 1]) is not None
-    after = i + 1 >= len(lines) or not lines[i + 1].strip() or _FENCE.match(lines[i + 1]) is not None
+    before = i == 0 or not lines[i - 1].strip() or FENCE.match(lines[i - 1]) is not None
+    after = i + 1 >= len(lines) or not lines[i + 1].strip() or FENCE.match(lines[i + 1]) is not None
     return before and after
 
 

@@ -20,6 +20,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.k8s import GENERATED, pod_template
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
 from kpdoctor.parse.shellwords import entered, exec_parts, shell_split, unwrapped
+from kpdoctor.parse.structured import FENCE
 from kpdoctor.parse.sysctl import sysctl_write
 
 # Commands whose output kpdoctor may read; a prompt must run one of these (so that comments in
@@ -240,7 +241,7 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
     # the prompt pattern only on lines that could hold one (a 25 MB iptables-save has none)
     prompts = [(i, c) for i, line in enumerate(lines) if (c := _prompt(line)) is not None]
     # a markdown fence opening the paste is not content: the prompt after it starts the session
-    first_content = next((i for i, line in enumerate(lines) if line.strip() and not _FENCE.match(line)), 0)
+    first_content = next((i for i, line in enumerate(lines) if line.strip() and not FENCE.match(line)), 0)
     if bare and (not prompts or prompts[0][0] != first_content) and first_content + 1 < len(lines):
         typed = bare_command(lines[first_content])
         if typed is not None:
@@ -261,9 +262,6 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
             continue
         parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
     return parts
-
-
-_FENCE = re.compile(r"^\s*(?:```|~~~)[\w-]*\s*$")
 
 
 def _strong(line: str) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.shellwords import shell_split
-from kpdoctor.parse.structured import StructuredError, load_yaml_all
+from kpdoctor.parse.structured import FENCE, StructuredError, load_yaml_all
 from kpdoctor.versions import KubeVersion
 
 # flag -> dotted KubeProxyConfiguration field
@@ -312,19 +312,27 @@ FIELD_RELEASES: dict[str, tuple[int, int | None]] = {
 }
 
 
-def unknown_fields(data: dict[str, Any]) -> list[str]:
-    """The fields of a configuration that no release of KubeProxyConfiguration has (dotted): a
-    misspelling, another component's field, one of the internal configuration's names."""
+def fields_set(data: dict[str, Any]) -> list[str]:
+    """Every field a document sets, dotted (a block's fields, not the block)."""
     out = []
     for key, value in data.items():
-        if key == "metadata":
-            continue  # an object's name and labels: no setting, whatever kube-proxy does with it
-        if key not in FIELDS:
+        if FIELDS.get(key) is not None and isinstance(value, dict):
+            out += [f"{key}.{k}" for k in value]
+        else:
             out.append(str(key))
-            continue
-        block = FIELDS[key]
-        if block is not None and isinstance(value, dict):
-            out += [f"{key}.{k}" for k in value if k not in block]
+    return out
+
+
+def unknown_fields(data: dict[str, Any]) -> list[str]:
+    """The fields of a configuration that no release of KubeProxyConfiguration has (dotted): a
+    misspelling, another component's field, one of the internal configuration's names (an
+    object's `metadata` is no setting, whatever kube-proxy does with it)."""
+    out = []
+    for dotted in fields_set(data):
+        head, _, leaf = dotted.partition(".")
+        block = FIELDS.get(head, frozenset())
+        if head != "metadata" and (head not in FIELDS or (leaf and block is not None and leaf not in block)):
+            out.append(dotted)
     return out
 
 
@@ -381,12 +389,9 @@ def partial_document(doc: object, named: bool = False) -> bool:
     return len(doc) >= 2 and (bool(_KUBE_PROXY_ONLY & doc.keys()) or named)
 
 
-_FENCE = re.compile(r"^[ \t]*(?:```|~~~)[\w-]*[ \t]*$", re.M)
-
-
 def _unfenced(text: str) -> str:
     """The text with its markdown fence lines blanked (they are no output; the lines keep their numbers)."""
-    return _FENCE.sub("", text) if "```" in text or "~~~" in text else text
+    return FENCE.sub("", text) if "```" in text or "~~~" in text else text
 
 
 def partial_in(text: str, named: bool = False) -> bool:

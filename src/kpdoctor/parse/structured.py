@@ -23,6 +23,9 @@ import json
 import re
 from typing import Any
 
+# A markdown code fence line (```, ```yaml, ~~~): never output, wherever it is pasted
+FENCE = re.compile(r"^[ \t]*+(?:```|~~~)[\w-]*[ \t]*$", re.M)
+
 MAX_DEPTH = 256  # Kubernetes objects nest about 15 levels; kubectl Lists and nft JSON under 30
 # Nodes that aliases may add to a YAML stream when expanded. kubectl never writes aliases; a
 # hand-written manifest shares some labels or a container block (`<<: *defaults`), a few hundred

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import ipaddress
 import json
 import re
 from collections.abc import Iterator
@@ -21,10 +20,21 @@ from typing import Any
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start, suspect
 from kpdoctor.checks.logged import innermost, messages_naming, start_logged
+from kpdoctor.dataplane.addresses import host_port
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse.kpconfig import FIELD_RELEASES, FIELDS, ConfigFile, known_in, parse_duration, unknown_fields
+from kpdoctor.parse.k8s import is_ip
+from kpdoctor.parse.kpconfig import (
+    FIELD_RELEASES,
+    FIELDS,
+    ConfigFile,
+    fields_set,
+    known_in,
+    parse_duration,
+    unknown_fields,
+)
+from kpdoctor.versions import KubeVersion
 
 CAUSE = "kube-proxy-config-invalid"
 # What kube-proxy logs as it exits on a start-up error, at level E or with no level: server.go's
@@ -184,11 +194,7 @@ def _ip(text: str) -> bool:
     if not text or "%" in text or not text.isascii():
         return False
     if ":" in text:
-        try:
-            ipaddress.IPv6Address(text)
-        except ValueError:
-            return False
-        return True
+        return is_ip(text, 6)
     parts = text.split(".")
     return len(parts) == 4 and all(p.isdigit() and len(p) <= 3 and int(p) <= 255 for p in parts)
 
@@ -231,7 +237,7 @@ def _host_port(fld: str, path: str, value: str, port: int, minor: int) -> Refusa
         if ":" not in v:
             v = f"{v}:{port}"
     elif _split_host_port(v) is None and _ip(v):
-        v = f"[{v}]:{port}" if ":" in v else f"{v}:{port}"
+        v = host_port(v, port)
     split = _split_host_port(v)
     if split is None:
         return Refusal(fld, f"{path}: Invalid value: {_quoted(v)}: must be IP:port")
@@ -626,6 +632,14 @@ def judged(cf: ConfigFile) -> list[Judged]:
     return [Judged(fld, said, tuple(minors), tuple(maybe)) for fld, (said, minors, maybe) in by_field.items()]
 
 
+def _running_minor(version: KubeVersion | None) -> int | None:
+    """The minor release of the kube-proxy running, as the rules know releases (the nearest one
+    past either end), or None when its version is not in the evidence."""
+    if version is None or version.major != 1:
+        return None
+    return min(max(version.minor, RELEASES[0]), RELEASES[-1])
+
+
 def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
     """The configuration kube-proxy is given, judged as kube-proxy judges it at start-up."""
     cfg = facts.kp_config
@@ -635,9 +649,7 @@ def _refused_in_config(facts: Facts, logged: bool) -> Finding | None:
     found = judged(cf)
     if not found:
         return None
-    minor = None
-    if cfg.version is not None and cfg.version.major == 1:
-        minor = min(max(cfg.version.minor, RELEASES[0]), RELEASES[-1])
+    minor = _running_minor(cfg.version)
     # What the releases after the one running (any release, when it is not known) refuse: what an
     # upgrade breaks. A value only older releases refuse (a mode or keyword added later) is what the
     # file was written for: it says which releases it is for, not that they refuse it.
@@ -744,17 +756,6 @@ def _advice(j: Judged) -> str:
     return "a value the message allows"
 
 
-def _present(data: dict[str, Any]) -> list[str]:
-    """Every field a document sets, dotted (a block's fields, not the block)."""
-    out = []
-    for key, value in data.items():
-        if FIELDS.get(key) is not None and isinstance(value, dict):
-            out += [f"{key}.{k}" for k in value]
-        else:
-            out.append(str(key))
-    return out
-
-
 def _bounds(dotted: str) -> tuple[int, int | None] | None:
     """The releases that have a field, by its own bounds or its block's; None: every release."""
     return FIELD_RELEASES.get(dotted) or FIELD_RELEASES.get(dotted.split(".")[0])
@@ -790,15 +791,13 @@ def _ignored_in_config(facts: Facts) -> Finding | None:
     cf = cfg.file
     if cf is None or not cf.data:
         return None
-    minor = None
-    if cfg.version is not None and cfg.version.major == 1:
-        minor = min(max(cfg.version.minor, RELEASES[0]), RELEASES[-1])
+    minor = _running_minor(cfg.version)
     newest = RELEASES[-1]
     never = [d for d in unknown_fields(cf.data) if _sets(cf.get(d))]
     # a field some release lacks: the release running's, or (not known) the newest's: a field removed
     dropped = [
         d
-        for d in _present(cf.data)
+        for d in fields_set(cf.data)
         if d not in never and _sets(cf.get(d)) and _bounds(d) is not None and not _known(d, minor or newest)
     ]
     if not never and not dropped:
