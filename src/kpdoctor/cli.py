@@ -471,8 +471,8 @@ def diagnose(
     kpdoctor recognises files by content whatever their names: kube-proxy logs (klog, structured, CRI,
     journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
     iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules, kube-proxy's
-    command line or KubeProxyConfiguration, Kubernetes objects (JSON/YAML, Lists, kubectl cluster-info
-    dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S or -L,
+    command line or KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
+    kubectl cluster-info dump folders), ipvsadm -Ln, the node's counters and settings (conntrack -S or -L,
     /proc/net/stat/nf_conntrack, sysctl, netstat -s, nstat, ss -ltn, ip [-s] link, ethtool -S, dmesg;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
