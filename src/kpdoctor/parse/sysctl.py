@@ -2,10 +2,11 @@
 
 Why: somaxconn, the ephemeral port range, reserved ports and conntrack limits explain drops and bind failures.
 
-Formats: ``sysctl -a`` and ``sysctl NAME...`` (``name = value``), ``sysctl.conf``-style ``name=value`` lines, and
-slash-separated names (``net/ipv4/ip_forward``, ``/proc/sys/...``). sysctl(8) writes a dot inside a name part (an
-interface such as ``flannel.1``) as ``/`` in the dotted form (``net.ipv4.conf.flannel/1.rp_filter``); slash-form
-names are converted the same way. ``sysctl:`` error lines (permission denied, cannot stat) are skipped.
+Formats: ``sysctl -a`` and ``sysctl NAME...`` (``name = value``), ``sysctl.conf``-style ``name=value`` lines,
+slash-separated names (``net/ipv4/ip_forward``, ``/proc/sys/...``), and ``grep -H . /proc/sys/...`` lines
+(``/proc/sys/net/ipv4/conf/all/rp_filter:1``: the file, a colon, its content). sysctl(8) writes a dot inside a name
+part (an interface such as ``flannel.1``) as ``/`` in the dotted form (``net.ipv4.conf.flannel/1.rp_filter``);
+slash-form names are converted the same way. ``sysctl:`` error lines (permission denied, cannot stat) are skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Sysctl:
 
 
 _LINE = re.compile(r"^([A-Za-z0-9_/][\w.\-/:@+]*)\s*=\s?(.*)$")
+# `grep -H . /proc/sys/net/ipv4/conf/*/rp_filter`: the file, a colon, its content
+_GREP_H = re.compile(r"^(/proc/sys/[\w.\-/@+]+):(.*)$")
 
 
 def dotted(name: str) -> str:
@@ -54,7 +57,7 @@ def parse_sysctl(text: str, first_line: int = 1) -> dict[str, Sysctl]:
         if not s or s[0] in "#;*" or s.startswith("sysctl:"):
             prev = None
             continue
-        m = _LINE.match(s)
+        m = _GREP_H.match(s) or _LINE.match(s)
         if not m:
             prev = None
             continue
