@@ -58,6 +58,7 @@ class Kind(enum.StrEnum):
     SSH_ATTEMPTS = "ssh attempts"  # `ssh root@192.168.1.3` and the failure it printed
     PACKET_CAPTURE = "tcpdump output"  # packets as tcpdump -n prints them (parse/tcpdump)
     NIC_STATS = "ethtool -S output"  # a network driver's own counters (parse/ethtool)
+    NIC_FEATURES = "ethtool -k output"  # an interface's offload features (parse/ethtool)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

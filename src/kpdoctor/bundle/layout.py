@@ -20,6 +20,8 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ip6tables-nft-save.txt": (Kind.IPTABLES_SAVE, {"backend": "nft", "family": "6"}),
     "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
     "node/ipvsadm-save.txt": (Kind.IPVSADM, {"format": "save"}),
+    "node/ipvsadm-timeout.txt": (Kind.IPVSADM, {"format": "timeout"}),
+    "node/ethtool-k-vxlan.txt": (Kind.NIC_FEATURES, {}),  # `ethtool -k` of the node's VXLAN device
     "node/processes.txt": (Kind.PROCESSES, {}),
     "node/ip-addr.json": (Kind.IP_ADDR, {}),
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),

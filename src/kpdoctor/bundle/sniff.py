@@ -17,6 +17,7 @@ from kpdoctor.parse.evidence_shape import mostly
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
+from kpdoctor.parse.ipvsadm import TIMEOUTS
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.kpconfig import partial_in
 from kpdoctor.parse.links import IFCONFIG_HEAD
@@ -88,7 +89,9 @@ _PS_AUX = re.compile(r"^[ \t]*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\
 _LOCKS = re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
 _MODULES = re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
 _IPVSADM = re.compile(
-    r"^[ \t]*(?:IP Virtual Server version|-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)", re.M
+    r"^[ \t]*(?:IP Virtual Server version|Timeout \(tcp tcpfin udp\):|"
+    r"-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)",
+    re.M,
 )
 # ipvsadm -Ln without its headers (grep'd, or the header left out of a paste): virtual servers
 # with what follows them (the scheduler, or --stats/--rate counters), and "->" real servers (indented or not: pastes
@@ -105,7 +108,12 @@ _CMDLINE = re.compile(r"(^|/|\s)kube-proxy(\s|\x00|$)")
 CT_STATS_LINE = re.compile(r"^cpu=\s*\d+\s+\w+=\d+", re.M)
 _CT_PROC_STAT = re.compile(r"^entries\s+(searched|clashres)\s+found\s")
 _CT_ENTRY = re.compile("^" + ENTRY_START, re.M)
-SYSCTL_LINE = re.compile(r"^(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?", re.M)
+# `name = value` (sysctl), or `/proc/sys/PATH:value` (`grep -H . /proc/sys/net/ipv4/conf/*/rp_filter`)
+SYSCTL_LINE = re.compile(
+    r"^(?:(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)[./][\w./-]+ ?= ?|"
+    r"/proc/sys/(?:net|kernel|vm|fs|dev|abi|user|debug|crypto|sunrpc)/[\w./-]+:\S)",
+    re.M,
+)
 _NETSTAT_SECTION = re.compile(
     r"^(?:Ip|Icmp|IcmpMsg|Tcp|Udp|UdpLite|TcpExt|IpExt|MPTcpExt|Ip6|Icmp6|Udp6|UdpLite6):\s*$", re.M
 )
@@ -236,7 +244,10 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     if node is not None:
         return node
     if _IPVSADM.search(head) or mostly(lines, IPVS_VS_LINE, IPVS_RS_LINE, at_least=IPVS_VS_LINE):
-        saved = "IP Virtual Server version" not in head and not IPVS_VS_LINE.search(head)
+        listing = "IP Virtual Server version" in head or IPVS_VS_LINE.search(head)
+        if not listing and TIMEOUTS.search(head):
+            return Typed(Kind.IPVSADM, {"format": "timeout"})  # `ipvsadm -L --timeout`: no virtual server
+        saved = not listing
         if saved:
             return Typed(Kind.IPVSADM, {"format": "save"})
         # -Ln without its banner and column header: grep'd (`| grep -A1 30530`) or cut out of a

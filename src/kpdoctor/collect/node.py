@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from kpdoctor.collect.node_files import node_text, resolve_dir
 from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress
 from kpdoctor.collect.runner import Runner
+from kpdoctor.parse.links import parse_ip_link
 from kpdoctor.parse.sysctl import parse_sysctl
 from kpdoctor.parse.system import parse_hostname, parse_ip_addr
 
@@ -109,7 +110,9 @@ def collect_node(
     if isinstance(addr, Collected):
         out.addresses = [str(ip) for ip in parse_ip_addr(addr.data.decode("utf-8", "replace"))]
     out.add(runner.command("node/ip-route.json", ["ip", "-j", "route", "show", "table", "all"], 10))
-    out.add(runner.command("node/ip-link.json", ["ip", "-j", "-d", "link"], 10))
+    links = out.add(runner.command("node/ip-link.json", ["ip", "-j", "-d", "link"], 10))
+    if isinstance(links, Collected):
+        _vxlan_offloads(runner, links.data.decode("utf-8", "replace"), out)
     progress("node: sysctl")
     out.add(runner.command("node/sysctl.txt", ["sysctl", "-a"], 15))
 
@@ -221,6 +224,17 @@ def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollectio
     progress("node: ipvsadm")
     out.add(runner.command("node/ipvsadm-list.txt", ["ipvsadm", "-Ln"], 20))
     out.add(runner.command("node/ipvsadm-save.txt", ["ipvsadm", "-Sn"], 20))
+    out.add(runner.command("node/ipvsadm-timeout.txt", ["ipvsadm", "-Ln", "--timeout"], 10))
+
+
+def _vxlan_offloads(runner: Runner, links: str, out: NodeCollection) -> None:
+    """``ethtool -k`` of the node's first VXLAN device (flannel.1, vxlan.calico): whether its
+    checksum offload is on decides whether NATed VXLAN packets leave with a wrong checksum."""
+    vxlan = next((ln.name for ln in parse_ip_link(links) if ln.kind == "vxlan"), None)
+    if vxlan is None:
+        out.skipped.append(NotCollected("node/ethtool-k-vxlan.txt", "no VXLAN device on the node"))
+        return
+    out.add(runner.command("node/ethtool-k-vxlan.txt", ["ethtool", "-k", vxlan], 5))
 
 
 def _conntrack_entries(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:

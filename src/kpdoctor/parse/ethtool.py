@@ -1,11 +1,16 @@
-"""``ethtool -S`` output: a network driver's own counters.
+"""``ethtool -S`` output: a network driver's own counters; ``ethtool -k`` output: an interface's offloads.
 
 ethtool prints them as ``NIC statistics:`` and then one ``     NAME: VALUE`` line per counter
 (ethtool.c's ``do_gnicstats``: five spaces, the driver's name for it, an unsigned value; every
 release to 6.x). The names are the driver's (``rx_missed_errors``, ``rx_no_buffer_count``,
 ``rx_queue_0_drops``, ``tx_carrier_errors`` ...): there is no common list, so what counts losses is
 told by the words drivers use for them (:func:`counts_losses`). A driver without statistics
-prints ``no stats available`` instead. Nothing here raises.
+prints ``no stats available`` instead.
+
+``ethtool -k IFACE`` prints ``Features for IFACE:`` and then one ``name: on|off`` line per feature
+(ethtool.c's ``dump_features``: a feature group at the line's start, the features it holds under it
+indented by a tab; ``[fixed]`` when the driver cannot change it, ``[requested on]`` when the kernel
+refused a request), as ``ethtool -K`` does after ``Actual changes:``. Nothing here raises.
 """
 
 from __future__ import annotations
@@ -79,5 +84,87 @@ SHAPE = EvidenceShape(
         "     rx_queue_0_xdp_tx_errors: 0\n"
         "     tx_queue_0_xdp_xmit: 0\n"
         "     tx_queue_0_xdp_xmit_errors: 0\n"
+    ),
+)
+
+
+FEATURES_HEADER = re.compile(r"^\s*Features for (?P<iface>\S+):\s*$")
+# a feature line: ethtool's names are lower-case words joined by "-" (one "_" in the tunnel ones:
+# "tx-udp_tnl-segmentation"), then on/off and what ethtool says of its state
+FEATURE = re.compile(
+    r"^[ \t]*(?P<name>[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*): (?P<state>on|off)"
+    r"(?: \[(?P<note>fixed|requested (?:on|off))\])?[ \t]*$"
+)
+# the lines only ethtool -k prints: its header, and the checksum and offload features' names
+_FEATURE_LINE = re.compile(
+    r"^(?:Features for \S+:\s*$|(?:tx|rx)-[a-z0-9_-]+: (?:on|off)\b|"
+    r"(?:scatter-gather|tcp-segmentation-offload|generic-(?:segmentation|receive)-offload|large-receive-offload|"
+    r"udp-fragmentation-offload): (?:on|off)\b)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """One feature of one ``ethtool -k`` listing."""
+
+    line: int
+    text: str
+    iface: str | None  # from the listing's header (None: a grep'd listing without it)
+    name: str
+    on: bool
+    fixed: bool  # the driver cannot change it
+
+
+def parse_features(text: str, first_line: int = 1) -> list[Feature]:
+    """Every feature line, with the interface of the header above it."""
+    out: list[Feature] = []
+    iface: str | None = None
+    for i, raw in enumerate(text.splitlines()):
+        h = FEATURES_HEADER.match(raw)
+        if h is not None:
+            iface = h.group("iface")
+            continue
+        m = FEATURE.match(raw)
+        if m is not None:
+            out.append(
+                Feature(
+                    first_line + i,
+                    raw.strip(),
+                    iface,
+                    m.group("name"),
+                    m.group("state") == "on",
+                    m.group("note") == "fixed",
+                )
+            )
+    return out
+
+
+FEATURES = EvidenceShape(
+    Kind.NIC_FEATURES,
+    "ethtool-k",
+    _FEATURE_LINE,
+    parse_features,
+    around=FEATURE,
+    # ethtool 6.1 -k of a VXLAN device as flannel creates it (ip link add flannel.1 type vxlan id 1
+    # dstport 8472 nolearning, in a network namespace), its first lines
+    example=(
+        "Features for flannel.1:\n"
+        "rx-checksumming: on\n"
+        "tx-checksumming: on\n"
+        "\ttx-checksum-ipv4: off [fixed]\n"
+        "\ttx-checksum-ip-generic: on\n"
+        "\ttx-checksum-ipv6: off [fixed]\n"
+        "\ttx-checksum-fcoe-crc: off [fixed]\n"
+        "\ttx-checksum-sctp: off [fixed]\n"
+        "scatter-gather: on\n"
+        "\ttx-scatter-gather: on\n"
+        "\ttx-scatter-gather-fraglist: on\n"
+        "tcp-segmentation-offload: on\n"
+        "\ttx-tcp-segmentation: on\n"
+        "generic-segmentation-offload: on\n"
+        "generic-receive-offload: on\n"
+        "large-receive-offload: off [fixed]\n"
+        "tx-udp_tnl-segmentation: off [fixed]\n"
+        "tx-udp_tnl-csum-segmentation: off [fixed]\n"
     ),
 )

@@ -7,6 +7,7 @@ replace the scheduler and the forward/weight columns with counters, ``--threshol
 commands (``-A -t VIP:PORT -s rr [-p T]``, ``-a -t VIP:PORT -r RIP:PORT -m -w 1``). Which columns
 a line has is read from the header when it is there, else from the line itself, and nothing
 depends on indentation: pastes often lose it (seed 001's ``-> 10.130.29.80:6443 Masq 1 6 0``).
+``ipvsadm -L --timeout`` prints one line of the connection timeouts (:func:`parse_timeouts`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,32 @@ _HEADER = re.compile(r"^(?:Prot LocalAddress:Port|->\s*RemoteAddress:Port|IP Vir
 # "1234", or --stats/--rate's shortened "1234K"/"12M"/"3G"/"1T"
 _COUNT = re.compile(r"^\d+[KMGT]?$")
 _SCHEDULER = re.compile(r"[a-z]+")
+
+
+# `ipvsadm -L --timeout` (ipvsadm.c list_timeout(): "Timeout (tcp tcpfin udp): %d %d %d", no header):
+# the kernel's idle timeouts of IPVS connections, in seconds (0 where never set: the kernel's default)
+TIMEOUTS = re.compile(r"^[ \t]*Timeout \(tcp tcpfin udp\): (\d{1,10}) (\d{1,10}) (\d{1,10})[ \t]*$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """IPVS's connection timeouts as ``ipvsadm --timeout`` prints them: an established TCP
+    connection's (``tcp``), one after a FIN (``tcpfin``), a UDP flow's (``udp``), in seconds."""
+
+    tcp: int
+    tcpfin: int
+    udp: int
+    line: int
+    text: str
+
+
+def parse_timeouts(text: str, first_line: int = 1) -> Timeouts | None:
+    """The first ``Timeout (tcp tcpfin udp): ...`` line of an ipvsadm output, if there is one."""
+    m = TIMEOUTS.search(text)
+    if m is None:
+        return None
+    line = first_line + text.count("\n", 0, m.start())
+    return Timeouts(int(m.group(1)), int(m.group(2)), int(m.group(3)), line, m.group(0).strip())
 
 
 @dataclass(slots=True)

@@ -11,4 +11,4 @@ from typing import Any
 from kpdoctor.parse import ethtool, tcpdump
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
-REGISTERED: tuple[EvidenceShape[Any], ...] = (tcpdump.SHAPE, ethtool.SHAPE)
+REGISTERED: tuple[EvidenceShape[Any], ...] = (tcpdump.SHAPE, ethtool.SHAPE, ethtool.FEATURES)

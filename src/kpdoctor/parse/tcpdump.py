@@ -42,12 +42,15 @@ _END6 = rf"{_V6}(?:\.[a-z0-9][\w-]*)?"
 # A packet's line (what types a text as tcpdump's, and a run of lines as a capture)
 PACKET_LINE = re.compile(
     rf"^(?:{_TIME}\s+)?{_IFACE}?(?:IP {_END4} > {_END4}|IP6 {_END6} > {_END6}): \S|"
-    rf"^{_TIME}\s+{_IFACE}?IP6? \((?:tos|flowlabel|hlim) "  # -v: the IP header first
+    rf"^{_TIME}\s+{_IFACE}?IP6? \((?:tos|flowlabel|hlim) |"  # -v: the IP header first
+    rf"^\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): \[(?:bad udp cksum|udp sum ok|no cksum)"  # -v: its packet line
 )
-# tcpdump's own lines around the packets (stderr, mixed into a paste)
+# tcpdump's own lines around the packets (stderr, mixed into a paste), and with -v the lines of a
+# packet inside a tunnel (VXLAN's inner packet: its IP header without a timestamp, then its line)
 NOISE_LINE = re.compile(
     r"^(?:tcpdump: |listening on \S+, link-type |dropped privs to |\d+ packets? (?:captured|received by filter|"
-    r"dropped by kernel))"
+    r"dropped by kernel)|IP6? \((?:tos|flowlabel|hlim) |"
+    rf"\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): (?:Flags \[|UDP|ICMP))"
 )
 _HEADER_V = re.compile(rf"^(?P<time>{_TIME})\s+(?:(?P<iface>[\w.@-]+)\s+(?:In|Out|B|M|P)\s+)?IP6? \(")
 _PACKET = re.compile(
@@ -66,7 +69,21 @@ _FLAGS = re.compile(
 )
 _DNS = re.compile(r"^(?P<id>\d+)(?P<flags>[+*%$|-]*)\s")
 # the names tcpdump -n (without -nn) gives the ports a Service failure involves
-_PORT_NAMES = {"http": 80, "https": 443, "domain": 53, "ssh": 22, "ntp": 123, "http-alt": 8080}
+# (and the VXLAN ports: tcpdump names Linux's default 8472 "otv", IANA's 4789 "vxlan")
+_PORT_NAMES = {
+    "http": 80,
+    "https": 443,
+    "domain": 53,
+    "ssh": 22,
+    "ntp": 123,
+    "http-alt": 8080,
+    "otv": 8472,
+    "vxlan": 4789,
+}
+# -v's verdict on a UDP checksum, first in the packet's text (print-udp.c: udpipaddr_print)
+_UDP_SUM = re.compile(
+    r"^\[(?:(?P<bad>bad udp cksum 0x[0-9a-f]+ -> 0x[0-9a-f]+!)|(?P<ok>udp sum ok)|(?P<none>no cksum))\] "
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,7 @@ class CapturedPacket:
     seq: int | None = None  # TCP: the first sequence number printed
     ack: int | None = None  # TCP: the acknowledgement number printed
     dns_id: int | None = None  # DNS: the message id (a query's and its answer's are the same)
+    udp_checksum: str | None = None  # UDP with -v: "bad", "ok" or "none" (a zero checksum: not computed)
 
     @property
     def source(self) -> str:
@@ -125,7 +143,15 @@ def _packet(
     sport, dport = _port(m.group("sport")), _port(m.group("dport"))
     rest = m.group("rest")
     flags = seq = ack = dns_id = None
-    if (t := _FLAGS.match(rest)) is not None:
+    udp_checksum = None
+    if (u := _UDP_SUM.match(rest)) is not None:
+        udp_checksum = "bad" if u.group("bad") else "ok" if u.group("ok") else "none"
+        rest = rest[u.end() :]
+    if udp_checksum is not None:
+        proto = "udp"
+        if 53 in (sport, dport) and (d := _DNS.match(rest)) is not None:
+            dns_id = int(d.group("id"))
+    elif (t := _FLAGS.match(rest)) is not None:
         proto = "tcp"
         flags = t.group("flags")
         seq = int(t.group("seq")) if t.group("seq") else None
@@ -138,7 +164,9 @@ def _packet(
         proto = "udp"
     else:
         proto = "other"
-    return CapturedPacket(line, text, time, iface, family, src, sport, dst, dport, proto, flags, seq, ack, dns_id)
+    return CapturedPacket(
+        line, text, time, iface, family, src, sport, dst, dport, proto, flags, seq, ack, dns_id, udp_checksum
+    )
 
 
 def _closing(line: str, at: int) -> int:
@@ -173,6 +201,14 @@ def parse_tcpdump(text: str, first_line: int = 1) -> list[CapturedPacket]:
         header = None
         m = _PACKET.match(line.strip())
         if m is None:
+            # -v's packet line whose header line was left out of the paste: read when it says its
+            # UDP checksum (nothing else prints an address.port pair with that verdict)
+            v = _INDENTED.match(line)
+            if v is not None and _UDP_SUM.match(v.group("rest")):
+                fam = 6 if ":" in v.group("src") else 4
+                p = _packet(v, fam, ln, line.strip(), None, None)
+                if p is not None:
+                    out.append(p)
             continue
         p = _packet(m, 6 if m.group("ip") == "IP6" else 4, ln, line.strip(), m.group("time"), m.group("iface"))
         if p is not None:
