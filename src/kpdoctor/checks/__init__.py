@@ -16,12 +16,16 @@ from kpdoctor.checks.node import (
     conntrack,
     conntrack_invalid,
     forwarding,
+    ipvs_arp,
+    ipvs_idle,
     ipvs_reuse,
     mtu,
     neighbours,
     ports,
+    rp_filter,
     sockets,
     stale_udp,
+    vxlan_checksum,
 )
 from kpdoctor.checks.stage import run_all
 from kpdoctor.checks.sync import (
@@ -79,7 +83,9 @@ __all__ = [
     "iptables_binary",
     "iptables_bugs",
     "ipvs",
+    "ipvs_arp",
     "ipvs_empty",
+    "ipvs_idle",
     "ipvs_kernel",
     "ipvs_reuse",
     "kernel_features",
@@ -97,6 +103,7 @@ __all__ = [
     "ports",
     "privileges",
     "restore_failing",
+    "rp_filter",
     "rule_generation",
     "run_all",
     "runtime_panic",
@@ -107,5 +114,6 @@ __all__ = [
     "sync_health",
     "unexplained",
     "vip_node_address",
+    "vxlan_checksum",
     "xtables_lock",
 ]

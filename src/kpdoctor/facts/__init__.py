@@ -43,7 +43,7 @@ from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.evidence_shape import EvidenceShape, Record
 from kpdoctor.parse.ipset import IpSet, parse_ipsets
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
-from kpdoctor.parse.ipvsadm import VirtualServer, parse_ipvsadm_list
+from kpdoctor.parse.ipvsadm import Timeouts, VirtualServer, parse_ipvsadm_list, parse_timeouts
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
@@ -874,8 +874,19 @@ class Facts:
     @cached_property
     def _ipvs_listings(self) -> list[tuple[Artifact, list[VirtualServer]]]:
         """Each ``ipvsadm`` listing parsed once, ``-Ln`` before ``-Sn``."""
-        listings = sorted(self.of(Kind.IPVSADM), key=lambda a: a.attrs.get("format") == "save")
+        # (`ipvsadm -Ln --timeout` lists no virtual server: it is no listing of them)
+        ipvsadm = [a for a in self.of(Kind.IPVSADM) if a.attrs.get("format") != "timeout"]
+        listings = sorted(ipvsadm, key=lambda a: a.attrs.get("format") == "save")
         return [(a, parse_ipvsadm_list(a.text, a.first_line)) for a in listings]
+
+    @cached_property
+    def ipvs_timeouts(self) -> tuple[Timeouts, str] | None:
+        """IPVS's connection timeouts (``ipvsadm -L --timeout``), with the artifact they are in."""
+        for a in self.of(Kind.IPVSADM):
+            t = parse_timeouts(a.text, a.first_line)
+            if t is not None:
+                return t, a.name
+        return None
 
     @cached_property
     def ipsets(self) -> dict[str, IpSet]:

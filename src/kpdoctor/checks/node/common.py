@@ -51,6 +51,9 @@ MEANINGS: dict[str, Meaning] = {
     "conntrack.early_drop": Meaning(
         "entries evicted early", ("conntrack.insert",), "new entries plus evictions", zero_base_uncounted=True
     ),
+    "TcpExtIPReversePathFilter": Meaning(
+        "packets dropped by the reverse-path filter", ("IpInReceives",), "IP packets received", True
+    ),
     # Losses no check of its own reads (KP140 reports them as unexplained). Names as nstat prints
     # the kernel's SNMP MIBs (include/uapi/linux/snmp.h) and conntrack its per-CPU statistics.
     "TcpExtTCPBacklogDrop": Meaning(
