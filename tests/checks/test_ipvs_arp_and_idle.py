@@ -117,3 +117,30 @@ def test_resets_reported_by_clients_make_it_a_warning_and_a_long_timeout_rules_i
     none_of(run([long, client]), "KP318")
     # IPVS mode with nothing about timeouts or resets: every IPVS node has the defaults
     none_of(run([write(tmp_path, "plain.yaml", CONFIG.format(strict="true", timeout="0s"))]), "KP318")
+
+
+def test_an_arp_announcer_in_the_evidence_makes_it_certain(tmp_path: Path) -> None:
+    """kube-vip's DaemonSet (ARP mode announces the addresses it is given) stands for the
+    addresses when no Service shows one."""
+    kube_vip = """apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-vip-ds
+  namespace: kube-system
+spec:
+  template:
+    spec:
+      containers:
+      - name: kube-vip
+        image: ghcr.io/kube-vip/kube-vip:v0.8.0
+        args: ["manager"]
+"""
+    paths = [
+        write(tmp_path, "kube-proxy.yaml", CONFIG.format(strict="false", timeout="0s")),
+        write(tmp_path, "sysctl.txt", NOT_STRICT),
+        write(tmp_path, "ds.yaml", kube_vip),
+    ]
+    f = one(run(paths), "KP317")
+    assert f.severity == Severity.WARNING and f.confidence == Confidence.HIGH and not f.suspected
+    assert "the addresses MetalLB or kube-vip announce" in f.summary
+    assert any("kube-vip-ds" in e.text for e in f.evidence)

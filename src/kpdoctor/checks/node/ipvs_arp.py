@@ -55,10 +55,11 @@ def _exposed(facts: Facts) -> list[tuple[str, Cite]]:
     return list(out.items())
 
 
-def _metallb(facts: Facts) -> Cite | None:
-    """MetalLB in the evidence: its objects (metallb.io) or namespace."""
+def _announcer(facts: Facts) -> Cite | None:
+    """Something that announces Service addresses by ARP in the evidence: MetalLB (its objects,
+    metallb.io, or its namespace) or kube-vip (its Pods or DaemonSet, kube-vip*)."""
     for obj in facts.objects.items:
-        if "metallb.io" in obj.api_version or obj.namespace == "metallb-system":
+        if "metallb.io" in obj.api_version or obj.namespace == "metallb-system" or obj.name.startswith("kube-vip"):
             return facts.object_cite(obj, f"{obj.kind} {obj.ref}")
     return None
 
@@ -95,8 +96,9 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
         ipvsadm); conf/all's arp_ignore below 1 or arp_announce below 2 in a sysctl listing (the
         larger of conf/all and an interface's own is used), or `strictARP` false in its
         configuration when no listing says; and addresses reached by ARP: Services'
-        load-balancer or external IPs, or MetalLB's objects. Without such addresses a listing
-        that proves ARP is not strict is a suspected cause at info.
+        load-balancer or external IPs, or an announcer's objects (MetalLB's, kube-vip's).
+        Without such addresses a listing that proves ARP is not strict is a suspected cause at
+        info.
     Fix: set `ipvs.strictARP: true` in kube-proxy's configuration (kube-system/kube-proxy
         ConfigMap, `kubectl -n kube-system edit cm kube-proxy`) and restart kube-proxy, or
         `sysctl -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2` persisted in
@@ -116,12 +118,12 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
     if shown_strict:
         return  # arp_ignore is 1 or more: the node answers only for addresses on the asking interface
     exposed = _exposed(facts)
-    metallb = _metallb(facts)
+    announcer = _announcer(facts)
     mode_cite = [running.cite] if running.cite is not None else []
     if loose:
         said = ", ".join(f"{n} = {v[0]} (wanted {STRICT[n]})" for n, v in loose)
         cites = list(dict.fromkeys(s.cite for _, v in loose for s in v[1]))
-        if not exposed and metallb is None:
+        if not exposed and announcer is None:
             f = start(facts, "KP317", [], confidence=Confidence.LOW, severity=Severity.INFO)
             suspect(
                 f,
@@ -137,17 +139,17 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
             f.fix = _fix()
             yield f
             return
-        f = start(facts, "KP317", [], confidence=Confidence.HIGH if metallb is not None else Confidence.MEDIUM)
+        f = start(facts, "KP317", [], confidence=Confidence.HIGH if announcer is not None else Confidence.MEDIUM)
         f.summary = (
             f"kube-proxy runs in IPVS mode and ARP is not strict ({said}): every node answers ARP for "
-            + _addresses(exposed, metallb)
+            + _addresses(exposed, announcer)
             + ", so the router may send their traffic to any node, not the one announcing them."
         )
-        f.evidence = cites + [c for _, c in exposed[:2]] + ([metallb] if metallb else []) + mode_cite
+        f.evidence = cites + [c for _, c in exposed[:2]] + ([announcer] if announcer else []) + mode_cite
         f.fix = _fix()
         yield f
         return
-    if ignore is not None or not (exposed or metallb):
+    if ignore is not None or not (exposed or announcer):
         return
     cfg = facts.kp_config.setting("ipvs.strictARP")
     if cfg.origin == "unknown" or str(cfg.value).lower() == "true":
@@ -163,21 +165,21 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
         "kube-proxy runs in IPVS mode with strictARP off ("
         + ("its default" if cfg.origin == "default" else f"set to {str(cfg.value).lower()}")
         + "): unless something else set net.ipv4.conf.all.arp_ignore=1, every node answers ARP for "
-        + _addresses(exposed, metallb)
+        + _addresses(exposed, announcer)
         + "."
     )
     src = cfg.source
     f.evidence = ([Cite(src.artifact, src.line, src.text)] if src else []) + [c for _, c in exposed[:2]]
-    f.evidence += ([metallb] if metallb else []) + mode_cite
+    f.evidence += ([announcer] if announcer else []) + mode_cite
     f.fix = _fix()
     yield f
 
 
-def _addresses(exposed: list[tuple[str, Cite]], metallb: Cite | None) -> str:
+def _addresses(exposed: list[tuple[str, Cite]], announcer: Cite | None) -> str:
     if exposed:
         shown = ", ".join(ip for ip, _ in exposed[:3]) + (f" and {len(exposed) - 3} more" if len(exposed) > 3 else "")
         return f"the load-balancer and external IPs it binds on {IPVS_INTERFACE} ({shown})"
-    return f"the addresses MetalLB announces (bound on {IPVS_INTERFACE} of every node)"
+    return f"the addresses MetalLB or kube-vip announce (bound on {IPVS_INTERFACE} of every node)"
 
 
 def _fix() -> list[str]:
