@@ -74,11 +74,14 @@ def test_flannel_s_masquerade_ahead_of_kube_proxy_s_is_the_same_double_nat(tmp_p
     fixed = rules.replace(
         '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -m mark --mark '
         "0x4000/0x4000 -j MASQUERADE --random-fully",
-        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000\n"
+        # kube-proxy writes `-j MARK --xor-mark 0x4000`; iptables-save prints it so (tests/lab)
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0\n"
         '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully',
     )
     assert fixed != rules
     none_of(run([write(tmp_path, "fixed.txt", fixed), OFFLOAD]), "KP316")
+    written = fixed.replace("--set-xmark 0x4000/0x0", "--xor-mark 0x4000")  # as kube-proxy wrote it (iptables -S)
+    none_of(run([write(tmp_path, "written.txt", written), OFFLOAD]), "KP316")
     flannel = fixed.replace(":KUBE-MARK-MASQ", ":FLANNEL-POSTRTG - [0:0]\n:KUBE-MARK-MASQ").replace(
         '-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING',
         '-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG\n'

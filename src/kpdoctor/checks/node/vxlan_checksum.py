@@ -60,8 +60,8 @@ def double_nat(rs: Ruleset) -> DoubleNat | None:
     for chain in _before_kube(by_chain):
         cleared = False
         for r in by_chain.get(chain, []):
-            args, text = r.args, r.text
-            if option(args, "--xor-mark") == MASQ_MARK or (MASQ_MARK in text and r.target == "RETURN"):
+            args = r.args
+            if _clears_mark(args) or (r.target == "RETURN" and _returns_marked(args)):
                 cleared = True  # the mark is cleared, or marked packets leave this chain here
             if r.target == "MASQUERADE" and "--random-fully" in args and not cleared:
                 if chain == "KUBE-POSTROUTING":
@@ -72,6 +72,20 @@ def double_nat(rs: Ruleset) -> DoubleNat | None:
                     why = f"{chain} masquerades with --random-fully before kube-proxy clears its mark"
                 return DoubleNat(r, rs.artifact, why)
     return None
+
+
+def _clears_mark(args: tuple[str, ...]) -> bool:
+    """`-j MARK --xor-mark 0x4000` as kube-proxy writes it; iptables-save prints it as
+    `--set-xmark 0x4000/0x0` (XOR under an empty mask)."""
+    return option(args, "--xor-mark") == MASQ_MARK or option(args, "--set-xmark") == f"{MASQ_MARK}/0x0"
+
+
+def _returns_marked(args: tuple[str, ...]) -> bool:
+    """Does the rule match kube-proxy's marked packets (`-m mark --mark 0x4000/0x4000`, not `!`)?"""
+    for i, a in enumerate(args):
+        if a == "--mark" and i + 1 < len(args) and args[i + 1].startswith(MASQ_MARK):
+            return not (i > 0 and args[i - 1] == "!")
+    return False
 
 
 def _before_kube(by_chain: dict[str, list[Rule]]) -> list[str]:
