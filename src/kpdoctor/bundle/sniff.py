@@ -23,7 +23,7 @@ from kpdoctor.parse.kpconfig import partial_in
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
-from kpdoctor.parse.nft import looks_like_nft_text
+from kpdoctor.parse.nft import looks_like_nft_part, looks_like_nft_text
 from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
@@ -238,6 +238,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return Typed(Kind.HOST_FIREWALL, {"firewall": "ufw"})
     if looks_like_nft_text(stripped):
         return Typed(Kind.NFT_RULESET_TEXT, {})
+    if looks_like_nft_part(stripped):
+        return Typed(Kind.NFT_RULESET_TEXT, {"fragment": "true"})  # a block cut out of its table
     if looks_like_ipset(stripped):
         return Typed(Kind.IPSET, {})
     node = _sniff_node(stripped, first, lines)

@@ -110,7 +110,7 @@ def ipvs_state(servers: list[tuple[VirtualServer, str]], links: list[tuple[str, 
 def nftables_state(tables: list[tuple[NftTable, str]]) -> ModeState | None:
     """kube-proxy's own nftables table, with chains in it."""
     for t, artifact in tables:
-        if t.name == KUBE_PROXY_TABLE and (t.chains or t.rules):
+        if t.name == KUBE_PROXY_TABLE and (t.chains or t.rules or t.sets):
             return ModeState("nftables", f"the {t.label} nftables table ({artifact})", Cite(artifact, t.line, t.text))
     return None
 

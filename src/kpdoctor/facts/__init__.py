@@ -931,8 +931,16 @@ class Facts:
         this and for the verification); a text listing by its lines."""
         out = [(t.summary(), a.name) for a, tables in self._nft_json for t in tables]
         for a in self.of(Kind.NFT_RULESET_TEXT):
-            out += [(t, a.name) for t in nft.parse_tables(a.read_text(), a.first_line)]
+            part = a.attrs.get("fragment") == "true"
+            out += [(t, a.name) for t in nft.parse_tables(a.read_text(), a.first_line, part)]
         return out
+
+    @cached_property
+    def nft_map_elements(self) -> list[tuple[nft.MapElement, str]]:
+        """The elements of the maps of every nftables listing (text, a part of one, or JSON), each
+        with its artifact."""
+        listings = self.of(Kind.NFT_RULESET_TEXT) + self.of(Kind.NFT_RULESET)
+        return [(e, a.name) for a in listings for e in nft.map_elements(a.read_text(), a.first_line)]
 
     @cached_property
     def _nft_json(self) -> list[tuple[Artifact, list[NftTableRules]]]:
@@ -945,7 +953,9 @@ class Facts:
         out: list[NftTableRules] = []
         seen: set[tuple[str, str]] = set()
         listings = [tables for _, tables in self._nft_json]
-        listings += [compile_listing(a.name, a.read_text(), a.first_line) for a in self.of(Kind.NFT_RULESET_TEXT)]
+        # (a part of a table is never evaluated: what the rest of the table holds is unknown)
+        whole = [a for a in self.of(Kind.NFT_RULESET_TEXT) if a.attrs.get("fragment") != "true"]
+        listings += [compile_listing(a.name, a.read_text(), a.first_line) for a in whole]
         for tables in listings:
             for t in tables:
                 if (t.family, t.name) not in seen:

@@ -1,9 +1,15 @@
 """nftables rulesets (``nft list ruleset``, and its ``-j`` JSON form): the tables and their base
-chains, each with its line.
+chains, each with its line, and the elements of their maps.
 
 Enough to tell which mode kube-proxy runs in (its own ``kube-proxy`` table in nftables mode),
 what else filters packets on the node (firewalld, a CNI's table), and which tables are only
 iptables-nft's. Evaluating the rules themselves is the nftables backend's work.
+
+A part of a listing cut out of its table (a ``chain``, ``set`` or ``map`` block pasted alone, as
+people quote the block they mean) is read too, as a table that is not shown whole
+(:attr:`NftTable.partial`): its family is unknown, and it is kube-proxy's when its blocks carry the
+names only kube-proxy's nftables proxier gives (pkg/proxy/nftables/proxier.go). The verification
+never evaluates such a part: what the rest of the table holds is unknown.
 """
 
 from __future__ import annotations
@@ -25,6 +31,24 @@ _TABLE = re.compile(r"^[ \t]*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)
 _CHAIN = re.compile(r"^\s*chain\s+(\S+)\s*\{")
 _HOOK = re.compile(r"^\s*type\s+(\w+)\s+hook\s+(\w+)(?:\s+device\s+\S+)?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+);)?")
 _RULE_HINT = re.compile(r"\b(jump|goto|dnat|snat|masquerade|accept|drop|reject|vmap|counter)\b")
+_BLOCK = re.compile(r"^\s*(chain|set|map|flowtable)\s+([\w.@/-]+)\s*\{")
+# what only an nft listing prints inside a chain, set or map block: a base chain's hook line, a
+# set's or map's type (types joined by " . ", a map's value after " : "), its elements or flags
+_NFT_BODY = re.compile(
+    r"^\s*(?:type\s+(?:filter|nat|route)\s+hook\s+\w+|"
+    r"type\s+[a-z0-9_]+(?:\s+\.\s+[a-z0-9_]+)*(?:\s+:\s+[a-z0-9_]+)?\s*$|typeof\s+\S|"
+    r"elements\s+=\s+\{|flags\s+(?:interval|timeout|constant|dynamic)\b)",
+    re.M,
+)
+# the set and map names kube-proxy's nftables proxier gives (pkg/proxy/nftables/proxier.go):
+# none is another program's, so a block of one of them is a part of kube-proxy's table
+KUBE_PROXY_OBJECTS = frozenset(
+    {
+        "no-endpoint-services", "no-endpoint-nodeports", "service-ips", "service-nodeports", "cluster-ips",
+        "nodeport-ips", "firewall-ips", "service-endpoints-check", "nodeport-endpoints-check", "cluster-ips-check",
+        "firewall-check", "mark-for-masquerade", "masquerading", "reject-chain",
+    }
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -36,6 +60,8 @@ class NftTable:
     base_chains: list[str] = field(default_factory=list)  # "name: type hook policy P"
     chains: int = 0
     rules: int = 0
+    sets: int = 0  # sets and maps
+    partial: bool = False  # a part cut out of the table: what the rest holds is unknown
 
     @property
     def iptables_nft(self) -> bool:
@@ -44,7 +70,7 @@ class NftTable:
 
     @property
     def label(self) -> str:
-        return f"{self.family} {self.name}"
+        return f"{self.family} {self.name}" if self.family else f"{self.name} (a part of it, its family not shown)"
 
     @property
     def described(self) -> str:
@@ -64,23 +90,44 @@ def looks_like_nft_text(text: str) -> bool:
     return bool(_TABLE.search(text[:65536])) and bool(re.search(r"^\s*(chain|set|map)\s+\S+\s*\{", text, re.M))
 
 
-def parse_tables(text: str, first_line: int = 1) -> list[NftTable]:
-    """The tables of an nftables listing, text or JSON; what cannot be read is left out."""
+def looks_like_nft_part(text: str) -> bool:
+    """A ``chain``, ``set`` or ``map`` block of an nft listing without its table: it opens with
+    the block and holds a line only nft prints there (a hook, a type, elements, flags)."""
+    head = text[:65536]
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return bool(_BLOCK.match(first)) and not _TABLE.search(head) and bool(_NFT_BODY.search(head))
+
+
+def parse_tables(text: str, first_line: int = 1, part: bool = False) -> list[NftTable]:
+    """The tables of an nftables listing, text or JSON; what cannot be read is left out.
+    ``part``: the text is a part of a table (:func:`looks_like_nft_part`): read as one partial
+    table."""
     if text.lstrip().startswith("{"):
         return _json_tables(text)
     out: list[NftTable] = []
     table: NftTable | None = None
     chain: str | None = None
-    depth = 0
+    depth = 1 if part else 0  # a part's blocks sit where a table's do
+    names: list[str] = []
+    if part:
+        first = next((i for i, ln in enumerate(text.splitlines()) if ln.strip()), 0)
+        table = NftTable(
+            "", "", first_line + first, text.splitlines()[first].strip() if text.strip() else "", partial=True
+        )
+        out.append(table)
     for i, raw in enumerate(text.splitlines()):
         line = raw.split("#", 1)[0] if "#" in raw and "comment" not in raw else raw
         m = _TABLE.match(line)
         if m and depth == 0:
             table = NftTable(m.group(1), m.group(2), first_line + i, raw.strip())
             out.append(table)
-        elif table is not None and depth == 1 and (c := _CHAIN.match(line)):
-            chain = c.group(1)
-            table.chains += 1
+        elif table is not None and depth == 1 and (b := _BLOCK.match(line)):
+            names.append(b.group(2))
+            if b.group(1) == "chain":
+                chain = b.group(2)
+                table.chains += 1
+            else:
+                table.sets += 1
         elif table is not None and depth == 2 and chain and (h := _HOOK.match(line)):
             policy = h.group(4) or "accept"
             table.base_chains.append(f"{chain}: {h.group(1)} {h.group(2)} policy {policy}")
@@ -89,8 +136,122 @@ def parse_tables(text: str, first_line: int = 1) -> list[NftTable]:
         depth += line.count("{") - line.count("}")
         if depth <= 1:
             chain = None
-        if depth <= 0:
+        if depth <= 0 and not part:
             depth, table = 0, None
+    if part and out:
+        kube = any(n in KUBE_PROXY_OBJECTS for n in names)
+        out[0].name = KUBE_PROXY_TABLE if kube else "?"
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MapElement:
+    """One element of a map as ``nft list`` prints it: its key's parts (``10.88.1.2 . tcp . 80``),
+    its comment, and its value (a verdict: ``drop``, ``goto reject-chain``)."""
+
+    line: int
+    text: str
+    map: str
+    key: tuple[str, ...]
+    comment: str | None
+    value: str
+
+
+_ELEMENT = re.compile(r'^(?P<key>[^":{}]+?)(?:\s+comment\s+"(?P<comment>[^"]*)")?\s+:\s+(?P<value>[^,}]+?)\s*$')
+
+
+def map_elements(text: str, first_line: int = 1) -> list[MapElement]:
+    """The elements of every map of a listing (text, a part of one, or ``nft -j``), each at its
+    line (a JSON listing's at its first: JSON has no lines worth citing)."""
+    if text.lstrip().startswith("{"):
+        return _json_map_elements(text, first_line)
+    out: list[MapElement] = []
+    current: str | None = None  # the map whose block the line is in
+    inside = False  # within its `elements = { ... }`
+    for i, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        if (b := _BLOCK.match(raw)) is not None:
+            current, inside = (b.group(2) if b.group(1) == "map" else None), False
+            continue
+        if current is None:
+            continue
+        if line.startswith("elements = {"):
+            inside, line = True, line[len("elements = {") :]
+        if not inside:
+            if line == "}":
+                current = None
+            continue
+        closing = _outside_quotes_index(line, "}")
+        body = line if closing < 0 else line[:closing]
+        for part in _split_outside_quotes(body, ","):
+            m = _ELEMENT.match(part.strip())
+            if m is not None:
+                key = tuple(k.strip() for k in m.group("key").split(" . "))
+                out.append(MapElement(first_line + i, raw.strip(), current, key, m.group("comment"), m.group("value")))
+        if closing >= 0:
+            inside = False
+    return out
+
+
+def _json_map_elements(text: str, first_line: int) -> list[MapElement]:
+    """``{"map": {..., "elem": [[KEY, VALUE], ...]}}``: a key ``{"elem": {"val": {"concat": [...]},
+    "comment": C}}`` or a bare value or concatenation; a value ``{"drop": null}``,
+    ``{"goto": {"target": T}}``."""
+    out: list[MapElement] = []
+    for item, _ in _json_items(strip_bom(text)):
+        obj = item.get("map") if isinstance(item, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("elem"), list):
+            continue
+        for pair in obj["elem"]:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                continue
+            key, value = pair
+            comment = None
+            if isinstance(key, dict) and isinstance(key.get("elem"), dict):
+                comment = key["elem"].get("comment")
+                key = key["elem"].get("val")
+            parts = key.get("concat") if isinstance(key, dict) else [key]
+            verdict = _json_verdict(value)
+            if not isinstance(parts, list) or verdict is None:
+                continue
+            keys = tuple(str(p) for p in parts)
+            said = " . ".join(keys) + (f' comment "{comment}"' if comment else "") + f" : {verdict}"
+            out.append(MapElement(first_line, said, str(obj.get("name")), keys, comment if comment else None, verdict))
+    return out
+
+
+def _json_verdict(value: Any) -> str | None:
+    if isinstance(value, dict) and len(value) == 1:
+        ((name, arg),) = value.items()
+        if isinstance(arg, dict) and "target" in arg:
+            return f"{name} {arg['target']}"
+        return str(name)
+    return str(value) if isinstance(value, (str, int)) else None
+
+
+def _outside_quotes_index(line: str, ch: str) -> int:
+    quoted = False
+    for i, c in enumerate(line):
+        if c == '"':
+            quoted = not quoted
+        elif c == ch and not quoted:
+            return i
+    return -1
+
+
+def _split_outside_quotes(text: str, sep: str) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    quoted = False
+    for c in text:
+        if c == '"':
+            quoted = not quoted
+        if c == sep and not quoted:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    out.append("".join(cur))
     return out
 
 

@@ -17,6 +17,7 @@ from kpdoctor.facts.log import cite_line, is_other_writer, matched
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import nft
 from kpdoctor.parse.iptables import Rule, Ruleset, every_packet
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
@@ -165,6 +166,19 @@ NFT_LONG_COMMENT = GenerationBug(
     "namespace, name or port name until the comment fits.",
     "https://github.com/kubernetes/kubernetes/pull/139516",
 )
+NFT_LOCAL_TRAFFIC_DROPPED = GenerationBug(
+    "nft-no-endpoint-check-before-dnat",
+    "the nftables proxier puts the external and load-balancer IPs of an externalTrafficPolicy: Local Service "
+    "without an endpoint on this node in `no-endpoint-services` with `drop` (for outside clients, as designed), "
+    "and checks that map on the output hook before its DNAT (filter-output at priority -110, -101 in 1.29): the "
+    "node's own traffic and hostNetwork Pods' to those addresses is dropped instead of being sent to the "
+    "Service's other endpoints, and Pods' too wherever kube-proxy cannot tell Pod traffic (k/k#131765)",
+    "nftables mode, 1.29.0-1.33.5; no 1.32 or older release has the fix",
+    ("v1.33.6", "v1.34.0"),
+    "Upgrade kube-proxy to 1.33.6, 1.34.0 or later (the filter chains then run after DNAT, at priority 0); "
+    "meanwhile reach such Services by their ClusterIP from the nodes, or use externalTrafficPolicy: Cluster.",
+    "https://github.com/kubernetes/kubernetes/pull/132456",
+)
 BUGS = (
     IIF_PREFIX,
     SCTP_SET_TYPE,
@@ -176,6 +190,7 @@ BUGS = (
     IPVS_LB_FIREWALL_CATCHES_ALL,
     IPVS_FILTER_REJECTS_EXTERNAL_LOCAL,
     NFT_LONG_COMMENT,
+    NFT_LOCAL_TRAFFIC_DROPPED,
 )
 # Addresses no host has (240.0.0.0/4, "reserved for future use"): where an IPv6 address read as
 # IPv4 lands for the usual prefixes (fc00::/7 -> 252-253.x, fe80::/10 -> 254.128.x)
@@ -282,6 +297,36 @@ def _nft_long_comments(facts: Facts) -> tuple[list[Cite], str] | None:
     return None
 
 
+# the chains of the fix (k/k#132456): the firewall check before DNAT, every other check after it
+_PRE_DNAT_CHAINS = frozenset({"filter-output-pre-dnat", "filter-prerouting-pre-dnat"})
+
+
+def _nft_local_traffic_dropped(facts: Facts) -> tuple[list[Cite], str, bool] | None:
+    """A `drop` element of kube-proxy's `no-endpoint-services` for an address that is not a
+    ClusterIP (an ETP=Local external or load-balancer IP), and whether the listing shows the
+    chains of a release before the fix (True: a whole kube-proxy table without the fix's
+    pre-DNAT chains) or only the element (False: a part of the table, the release unknown)."""
+    clusters = {ip for v in facts.cluster.services for ip in v.cluster_ips}
+    drops = [
+        (e, a)
+        for e, a in facts.nft_map_elements
+        if e.map == "no-endpoint-services" and e.value == "drop" and e.key and e.key[0] not in clusters
+    ]
+    if not drops:
+        return None
+    tables = [t for t, _ in facts.nft_tables if t.name == nft.KUBE_PROXY_TABLE]
+    if any(b.split(":", 1)[0] in _PRE_DNAT_CHAINS for t in tables for b in t.base_chains):
+        return None  # the fixed release's chains
+    whole = any(not t.partial and any(b.startswith("filter-output:") for b in t.base_chains) for t in tables)
+    e, artifact = drops[0]
+    where = " . ".join(e.key)
+    svc = f" ({e.comment})" if e.comment else ""
+    said = f"the nftables map no-endpoint-services drops {where}{svc}"
+    if whole:
+        said += ", checked on the output hook before DNAT (no filter-output-pre-dnat chain: a release before the fix)"
+    return [Cite(artifact, e.line, e.text)], said, whole
+
+
 def _ipvs_filters(facts: Facts) -> Iterator[tuple[Ruleset, list[Rule], Rule]]:
     """Each dump's KUBE-IPVS-FILTER that rejects new connections to KUBE-IPVS-IPS: (the dump,
     the chain's rules in order, the REJECT). What it lets through first tells the releases."""
@@ -367,6 +412,8 @@ def _reused_ips(facts: Facts) -> list[tuple[str, str, Cite]]:
         Kind.IPTABLES_RULES_S,
         Kind.IPTABLES_LIST,
         Kind.IPVSADM,
+        Kind.NFT_RULESET_TEXT,
+        Kind.NFT_RULESET,
     ],
     explains=("ipset-incompatible", "nft-binary-known-bug", *RESTORE_SYMPTOMS),
     versions=tuple(VersionRow("kube-proxy", b.releases, ", ".join(b.fixed), b.reference) for b in BUGS),
@@ -389,7 +436,9 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         clusters (k/k#68437, k/k#89923); the IPVS proxier sending every load balancer into
         KUBE-FIRE-WALL (1.11 alphas, k/k#62638); KUBE-IPVS-FILTER without the exception for
         KUBE-EXTERNAL-IP-LOCAL (1.26-1.29, k/k#121909); nftables element comments over 128 bytes
-        (before 1.37.0, k/k#139515).
+        (before 1.37.0, k/k#139515); the nftables proxier checking `no-endpoint-services` before
+        DNAT on the output hook, which drops the node's own traffic to a Local Service's external
+        addresses (1.29.0-1.33.5, k/k#131765).
     How it is detected: the failing input under nft's carets, the set kube-proxy cannot create
         with its type, nft's assertion in an IPv6 nftables sync, EndpointSlices holding an
         address for a terminating and a ready endpoint; copies of the userspace proxier's jump
@@ -402,7 +451,10 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         its health-check exception but none for KUBE-EXTERNAL-IP-LOCAL, named with a Service that
         has externalIPs under the Local policy (or that set's members; with no Services given, a
         suspected cause); in nftables mode, a
-        Service port whose `namespace/name:port` is longer than 128 bytes; the kube-proxy version
+        Service port whose `namespace/name:port` is longer than 128 bytes, and a `drop` element of
+        `no-endpoint-services` for an address that is no Service's ClusterIP in a kube-proxy
+        table without the fix's `filter-output-pre-dnat` chain (in a part of the table, where
+        the chains are not shown, a suspected cause at warning); the kube-proxy version
         when given. A
         restore iptables refuses for a rule's content (`Bad argument`, `invalid mask '128'
         specified`, `host/network ... not found`) that no table row names is reported as an
@@ -475,6 +527,9 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     long_comment = _nft_long_comments(facts)
     if long_comment is not None:
         found.append((NFT_LONG_COMMENT, [], *long_comment))
+    local_dropped = _nft_local_traffic_dropped(facts)
+    if local_dropped is not None:
+        found.append((NFT_LOCAL_TRAFFIC_DROPPED, [], local_dropped[0], local_dropped[1]))
     refused = [
         h
         for h in facts.log.hits(*RULE_REFUSED_MESSAGES.ids, *(sig.id for sig in RULE_REFUSED))
@@ -508,8 +563,11 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
     if kpv is not None:
         f.versions_found["kube-proxy"] = str(kpv.value)
         f.evidence.append(kpv.cite)
-        fixed_here = [KubeVersion.parse(x) for x in bug.fixed]
-        if any(fx is not None and fx.line == kpv.value.line and kpv.value.at_least(fx) for fx in fixed_here):
+        fixed_here = [fx for x in bug.fixed if (fx := KubeVersion.parse(x)) is not None]
+        newest = max((fx.line for fx in fixed_here), default=None)
+        if any(fx.line == kpv.value.line and kpv.value.at_least(fx) for fx in fixed_here) or (
+            newest is not None and kpv.value.line > newest
+        ):
             f.confidence = Confidence.LOW
             f.summary += f" kube-proxy {kpv.value} already has the fix: look for another cause."
     elif not hits:
@@ -521,6 +579,17 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         suspect(
             f, "the filter lacks the exception; no Service is shown to need it", ["kubectl get services -A -o yaml"]
         )
+    if bug is NFT_LOCAL_TRAFFIC_DROPPED and local_dropped is not None and local_dropped[2] and kpv is None:
+        f.confidence = Confidence.MEDIUM  # the table's own chains are the release's: no version needed
+    if bug is NFT_LOCAL_TRAFFIC_DROPPED and local_dropped is not None and not local_dropped[2]:
+        # the element is every release's; only the release (or the table's chains) says it is dropped
+        f.severity = Severity.WARNING
+        if kpv is None:
+            suspect(
+                f,
+                "a Local Service's external address is in no-endpoint-services; the release was not shown",
+                ["kube-proxy --version", "nft list table ip kube-proxy (whether filter-output-pre-dnat exists)"],
+            )
     f.fix = [bug.fix]
     f.fixed_in = list(bug.fixed)
     if bug.reference and bug.reference not in f.references:
