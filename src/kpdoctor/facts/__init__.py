@@ -939,8 +939,10 @@ class Facts:
     def nft_map_elements(self) -> list[tuple[nft.MapElement, str]]:
         """The elements of the maps of every nftables listing (text, a part of one, or JSON), each
         with its artifact."""
-        listings = self.of(Kind.NFT_RULESET_TEXT) + self.of(Kind.NFT_RULESET)
-        return [(e, a.name) for a in listings for e in nft.map_elements(a.read_text(), a.first_line)]
+        out = [(e, a.name) for a, tables in self._nft_json for t in tables for e in t.map_elements(a.first_line)]
+        for a in self.of(Kind.NFT_RULESET_TEXT):
+            out += [(e, a.name) for e in nft.map_elements(a.read_text(), a.first_line)]
+        return out
 
     @cached_property
     def _nft_json(self) -> list[tuple[Artifact, list[NftTableRules]]]:

@@ -161,10 +161,8 @@ _ELEMENT = re.compile(r'^(?P<key>[^":{}]+?)(?:\s+comment\s+"(?P<comment>[^"]*)")
 
 
 def map_elements(text: str, first_line: int = 1) -> list[MapElement]:
-    """The elements of every map of a listing (text, a part of one, or ``nft -j``), each at its
-    line (a JSON listing's at its first: JSON has no lines worth citing)."""
-    if text.lstrip().startswith("{"):
-        return _json_map_elements(text, first_line)
+    """The elements of every map of a text listing (or of a part of one), each at its line (a
+    JSON listing's come from its compiled tables: ``NftTableRules.map_elements``)."""
     out: list[MapElement] = []
     current: str | None = None  # the map whose block the line is in
     inside = False  # within its `elements = { ... }`
@@ -191,42 +189,6 @@ def map_elements(text: str, first_line: int = 1) -> list[MapElement]:
         if closing >= 0:
             inside = False
     return out
-
-
-def _json_map_elements(text: str, first_line: int) -> list[MapElement]:
-    """``{"map": {..., "elem": [[KEY, VALUE], ...]}}``: a key ``{"elem": {"val": {"concat": [...]},
-    "comment": C}}`` or a bare value or concatenation; a value ``{"drop": null}``,
-    ``{"goto": {"target": T}}``."""
-    out: list[MapElement] = []
-    for item, _ in _json_items(strip_bom(text)):
-        obj = item.get("map") if isinstance(item, dict) else None
-        if not isinstance(obj, dict) or not isinstance(obj.get("elem"), list):
-            continue
-        for pair in obj["elem"]:
-            if not (isinstance(pair, list) and len(pair) == 2):
-                continue
-            key, value = pair
-            comment = None
-            if isinstance(key, dict) and isinstance(key.get("elem"), dict):
-                comment = key["elem"].get("comment")
-                key = key["elem"].get("val")
-            parts = key.get("concat") if isinstance(key, dict) else [key]
-            verdict = _json_verdict(value)
-            if not isinstance(parts, list) or verdict is None:
-                continue
-            keys = tuple(str(p) for p in parts)
-            said = " . ".join(keys) + (f' comment "{comment}"' if comment else "") + f" : {verdict}"
-            out.append(MapElement(first_line, said, str(obj.get("name")), keys, comment if comment else None, verdict))
-    return out
-
-
-def _json_verdict(value: Any) -> str | None:
-    if isinstance(value, dict) and len(value) == 1:
-        ((name, arg),) = value.items()
-        if isinstance(arg, dict) and "target" in arg:
-            return f"{name} {arg['target']}"
-        return str(name)
-    return str(value) if isinstance(value, (str, int)) else None
 
 
 def _outside_quotes_index(line: str, ch: str) -> int:

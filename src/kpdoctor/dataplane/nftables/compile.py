@@ -19,7 +19,7 @@ from typing import Any
 
 from kpdoctor import memo
 from kpdoctor.dataplane.addresses import IPAddress
-from kpdoctor.parse.nft import NftObject, NftTable, is_iptables_nft, iter_objects, render_rule, reread
+from kpdoctor.parse.nft import MapElement, NftObject, NftTable, is_iptables_nft, iter_objects, render_rule, reread
 
 # Well-known priorities of the iptables tables (legacy or nft) on each hook: their base chains
 # run among nftables' own by these numbers.
@@ -198,6 +198,30 @@ class NftTableRules:
         base = [f"{c.name}: {c.type} {c.hook} policy {c.policy}" for c in self.chains.values() if c.base]
         size = sum(c.size for c in self.chains.values())
         return NftTable(self.family, self.name, self.line or 1, f"table {self.label}", base, len(self.chains), size)
+
+
+    def map_elements(self, line: int) -> list[MapElement]:
+        """The exact elements of its maps as :func:`kpdoctor.parse.nft.map_elements` gives them,
+        from the compiled listing (a JSON listing is decoded once, here), cited at ``line``."""
+        out = []
+        for s in self.sets.values():
+            if not s.is_map:
+                continue
+            for key, value in s.exact.items():
+                parts = tuple(_said(p) for p in (key if isinstance(key, tuple) else (key,)))
+                verdict = " ".join(str(v) for v in value if v is not None) if isinstance(value, tuple) else str(value)
+                comment = s.comments.get(key)
+                text = " . ".join(parts) + (f' comment "{comment}"' if comment else "") + f" : {verdict}"
+                out.append(MapElement(line, text, s.name, parts, comment, verdict))
+        return out
+
+
+def _said(part: Any) -> str:
+    """A compiled key part as nft prints it: addresses are integers here (a port or a mark never
+    exceeds 65535 in a key kube-proxy writes)."""
+    if isinstance(part, int) and not isinstance(part, bool) and part > 0xFFFF:
+        return str(ipaddress.ip_address(part) if part < 2**32 else ipaddress.IPv6Address(part))
+    return str(part)
 
 
 def compile_listing(artifact: str, text: str, first_line: int = 1) -> list[NftTableRules]:
