@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import termios
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 PREFIX = "kpd-"
@@ -165,6 +166,29 @@ class Netns:
     def run_tty(self, argv: list[str], timeout: float = 30) -> tuple[int, str]:
         """Run ``argv`` inside the namespace as a terminal would show it (see :func:`run_tty`)."""
         return run_tty(self.exec_argv(argv), timeout=timeout)
+
+
+def serve_and_capture(server: list[str], tcpdump: list[str], client: Callable[[], str]) -> tuple[str, str]:
+    """Run a server (an argv that prints "ready" once it listens) and tcpdump (an argv, ``-l -U``
+    for its lines as they come), then ``client``; return what the client said and what tcpdump
+    printed. Both are stopped however the client ends."""
+    srv = subprocess.Popen(
+        server, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    dump = subprocess.Popen(
+        tcpdump, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # tcpdump opens its socket
+        got = client()
+        time.sleep(0.5)
+    finally:
+        dump.terminate()
+        capture, _ = dump.communicate(timeout=10)
+        srv.kill()
+        srv.wait(timeout=10)
+    return got, capture
 
 
 def list_netns(prefix: str = "") -> list[str]:

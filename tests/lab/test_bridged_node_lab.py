@@ -13,9 +13,7 @@ client connects) gives nothing. Every address is the lab's own; nothing leaves t
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 import pytest
 
 from .kpdoctor_run import diagnose_json
-from .netns import Netns, require_lab
+from .netns import Netns, require_lab, serve_and_capture
 
 require_lab()
 if shutil.which("tcpdump") is None:
@@ -78,30 +76,11 @@ def _stage(bridge_nf: int) -> Iterator[tuple[str, str, str]]:
     with Netns("kpd-") as node, Netns("kpd-") as client, Netns("kpd-") as backend:
         _bridged(node, {CLIENT: client, BACKEND: backend})
         node.check(["sysctl", "-q", "-w", f"net.bridge.bridge-nf-call-iptables={bridge_nf}"])
-        server = subprocess.Popen(
+        got, out = serve_and_capture(
             backend.exec_argv([sys.executable, "-c", SERVER, BACKEND]),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        dump = subprocess.Popen(
             node.exec_argv(["tcpdump", "-i", "any", "-nn", "-l", "-U", "tcp", "port", "80"]),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            lambda: client.check([sys.executable, "-c", CLIENT_SRC, SERVICE], timeout=20).strip(),
         )
-        try:
-            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-            time.sleep(1.0)  # tcpdump opens its socket
-            got = client.check([sys.executable, "-c", CLIENT_SRC, SERVICE], timeout=20).strip()
-            time.sleep(0.5)
-        finally:
-            dump.terminate()
-            out, _ = dump.communicate(timeout=10)
-            server.kill()
-            server.wait(timeout=10)
         sysctl = node.check(["sysctl", "net.bridge.bridge-nf-call-iptables"])
         yield got, out, sysctl
 

@@ -16,9 +16,7 @@ Every address is the lab's own; nothing leaves the namespaces.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import pytest
 
 from .kpdoctor_run import diagnose_json
-from .netns import Netns, require_lab
+from .netns import Netns, require_lab, serve_and_capture
 
 require_lab()
 for _tool in ("tcpdump", "ethtool"):
@@ -114,30 +112,11 @@ def _stage(postrouting: str) -> Iterator[dict[str, str]]:
         a.check(["ip", "route", "add", "default", "via", UNDERLAY["b"], "dev", "va"])
         b.check(["ip", "addr", "add", f"{POD}/32", "dev", "lo"])
         a.check(["iptables-legacy-restore"], input=RULES % postrouting)
-        server = subprocess.Popen(
+        got, capture = serve_and_capture(
             b.exec_argv([sys.executable, "-c", SERVER, POD, str(PORT)]),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        dump = subprocess.Popen(
             b.exec_argv(["tcpdump", "-i", "vb", "-nn", "-vv", "-l", "-U", "udp", "port", "8472"]),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            lambda: a.check([sys.executable, "-c", CLIENT, CLUSTER_IP], timeout=20).strip(),
         )
-        try:
-            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-            time.sleep(1.0)  # tcpdump opens its socket
-            got = a.check([sys.executable, "-c", CLIENT, CLUSTER_IP], timeout=20).strip()
-            time.sleep(0.5)
-        finally:
-            dump.terminate()
-            capture, _ = dump.communicate(timeout=10)
-            server.kill()
-            server.wait(timeout=10)
         yield {
             "got": got,
             "iptables-save.txt": a.check(["iptables-legacy-save"]),
