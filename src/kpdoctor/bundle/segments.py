@@ -43,7 +43,7 @@ from kpdoctor.bundle.sniff import (
 )
 from kpdoctor.knowledge import Signatures
 from kpdoctor.parse.conntrack import ENTRY_START
-from kpdoctor.parse.links import IFCONFIG_HEAD
+from kpdoctor.parse.links import HAIRPIN_FILE, IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.structured import FENCE
@@ -175,6 +175,7 @@ SHAPES: tuple[LineShape, ...] = (
     ),
     LineShape("sysctl", Kind.SYSCTL, _line(SYSCTL_LINE)),
     LineShape("ip-link", Kind.IP_LINK, _line(IP_LINK_LINE)),
+    LineShape("hairpin-files", Kind.IP_LINK, _line(HAIRPIN_FILE)),
     LineShape("ifconfig", Kind.IP_LINK, _line(IFCONFIG_HEAD)),
     # the shapes their parser modules declare (parse.shapes)
     *(LineShape(s.name, s.kind, s.segment_pattern) for s in REGISTERED),

@@ -20,7 +20,7 @@ from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.ipvsadm import TIMEOUTS
 from kpdoctor.parse.k8s import fragment_in
 from kpdoctor.parse.kpconfig import partial_in
-from kpdoctor.parse.links import IFCONFIG_HEAD
+from kpdoctor.parse.links import HAIRPIN_FILE, IFCONFIG_HEAD
 from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_part, looks_like_nft_text
@@ -408,6 +408,8 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.LISTENERS, {"fragment": "true"})  # rows a grep kept: what is not shown is unknown
     if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})
+    if HAIRPIN_FILE.match(first):  # bridge ports' hairpin_mode files, printed by grep or a loop
+        return Typed(Kind.IP_LINK, {"format": "sysfs"})
     if IFCONFIG_HEAD.match(first):  # ifconfig (net-tools, busybox): interfaces, MTUs, addresses
         return Typed(Kind.IP_LINK, {"format": "ifconfig"})
     sysctl_lines = SYSCTL_LINE.findall(text)

@@ -38,6 +38,11 @@ class Link:
     slave_kind: str | None = None  # bridge for a bridge port (-d)
     # its counters (`ip -s link`, ifconfig): ("RX dropped", value, line, the line's text)
     stats: tuple[tuple[str, int, int, str], ...] = ()
+    promisc: bool = False  # the PROMISC flag (a bridge in promiscuous mode passes hairpin traffic up)
+    # a bridge port's hairpin flag (`ip -d link`'s bridge_slave line, JSON's info_slave_data), with
+    # the line that says it; None when not shown
+    hairpin: bool | None = None
+    hairpin_line: tuple[int, str] | None = None
 
 
 _HEAD = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
@@ -137,11 +142,15 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
                 "text": s,
                 "state": _word_after(rest, "state"),
                 "peer": m.group(3),
+                "promisc": "PROMISC" in flags,
             }
             _netns(cur, rest)  # `ip -o link` keeps everything on one line
             details = -1
             continue
         if cur is None or not s:
+            continue
+        if (hp := _BRIDGE_FLAGS.match(s)) is not None:  # `bridge -d link`: the port's flags line
+            cur["hairpin"], cur["hairpin_line"] = hp.group(1) == "on", (first_line + i, s)
             continue
         first = s.split()[0]
         if first.startswith("link/"):
@@ -153,6 +162,9 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
         details += 1
         if first.endswith("_slave"):
             cur["slave_kind"] = first[: -len("_slave")]
+            hairpin = _word_after(s, "hairpin")
+            if hairpin in ("on", "off"):
+                cur["hairpin"], cur["hairpin_line"] = hairpin == "on", (first_line + i, s)
         elif details == 1 and cur["kind"] is None:
             cur["kind"] = first
     flush()
@@ -189,6 +201,8 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
         info: dict[str, Any] = info_v if isinstance(info_v, dict) else {}
         flags: list[Any] = flags_v if isinstance(flags_v, list) else []
         kind, slave = info.get("info_kind"), info.get("info_slave_kind")
+        slave_data = info.get("info_slave_data")
+        hairpin = slave_data.get("hairpin") if isinstance(slave_data, dict) else None
         peer = obj.get("link")
         if peer is None and obj.get("link_index") is not None:
             peer = f"if{obj['link_index']}"
@@ -206,19 +220,56 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
                 state=obj["operstate"] if isinstance(obj.get("operstate"), str) else None,
                 peer=str(peer) if peer is not None else None,
                 slave_kind=slave if isinstance(slave, str) else None,
+                promisc="PROMISC" in flags,
+                hairpin=hairpin if isinstance(hairpin, bool) else None,
+                hairpin_line=(first_line + at, f'"ifname":"{name}", "hairpin":{str(hairpin).lower()}')
+                if isinstance(hairpin, bool)
+                else None,
             )
         )
     return out
 
 
+# `bridge -d link show` (iproute2 bridge/link.c): a port's head line as ip prints it, then its flags
+_BRIDGE_FLAGS = re.compile(r"^hairpin (on|off) guard (?:on|off)\b")
+# a bridge port's hairpin flag as the kernel's sysfs file holds it (net/bridge/br_sysfs_if.c),
+# printed by `grep . FILES` (`PATH:0`) or a shell loop (`PATH = 0`)
+HAIRPIN_FILE = re.compile(
+    r"^\s*/sys/(?:devices/virtual|class)/net/(?:(?P<bridge>[^/\s]+)/brif/(?P<port>[^/\s]+)|(?P<own>[^/\s]+)/brport)"
+    r"/hairpin_mode\s*(?::|\s=)\s*(?P<value>[01])\s*$",
+    re.M,
+)
+
+
 def parse_ip_link(text: str, first_line: int = 1) -> list[Link]:
-    """Interfaces from ``ip [-d] link`` / ``ip addr`` text or ``ip -j`` JSON, or ``ifconfig``
-    (net-tools or busybox); other lines are skipped."""
+    """Interfaces from ``ip [-d] link`` / ``ip addr`` text or ``ip -j`` JSON, ``bridge -d link``,
+    or ``ifconfig`` (net-tools or busybox); bridge ports' ``hairpin_mode`` files as they are
+    printed; other lines are skipped."""
     if text.lstrip().startswith("["):
         return _parse_json(text, first_line)
     if IFCONFIG_HEAD.search(text):
         return _parse_ifconfig(text, first_line)
+    if HAIRPIN_FILE.search(text):
+        return _hairpin_files(text, first_line)
     return _parse_text(text, first_line)
+
+
+def _hairpin_files(text: str, first_line: int) -> list[Link]:
+    """Each bridge port a ``hairpin_mode`` file names, with its flag (nothing else is known)."""
+    out = []
+    for i, raw in enumerate(text.splitlines()):
+        m = HAIRPIN_FILE.match(raw)
+        if m is None:
+            continue
+        name = m.group("port") or m.group("own")
+        on = m.group("value") == "1"
+        line = (first_line + i, raw.strip())
+        out.append(
+            Link(
+                name, None, None, None, m.group("bridge"), None, False, line[0], line[1], hairpin=on, hairpin_line=line
+            )
+        )
+    return out
 
 
 # ifconfig's interface line: net-tools 2.x `eth0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500`,
