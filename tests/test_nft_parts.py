@@ -37,6 +37,13 @@ def test_a_map_block_without_its_table_is_a_part_of_kube_proxys_table() -> None:
     assert facts.nft_rules == []  # a part is never evaluated: what the rest of the table holds is unknown
 
 
+def test_verify_says_a_part_is_not_enough(tmp_path: Path) -> None:
+    report = run([PART, LAYOUTS / "gen-b-dnat-map" / "cluster.json"])
+    ver = report.verification
+    assert ver is not None and not ver.evaluated
+    assert "only a part of a table (a block cut out of it) was given" in (ver.reason or ""), ver.reason
+
+
 def test_a_whole_listing_s_elements_are_read_from_text_and_json_alike() -> None:
     d = LAYOUTS / "pre-1.34-base-chains"
     text = Facts(load([d / "ruleset.txt"])).nft_map_elements

@@ -230,7 +230,8 @@ def open_dataplane(
     elif mode is not None and (rulesets or mode in ("nftables", "ipvs")):
         backend = choose_backend(inputs, mode, rulesets, record)
     if backend is None:
-        return NotEvaluated(_not_evaluated_reason(running, tracing), running.mode)
+        parts = [t for t, _ in inputs.nft_tables() if t.partial]
+        return NotEvaluated(_not_evaluated_reason(running, tracing, bool(parts)), running.mode)
     return NodeDataplane(inputs, backend, running, rulesets)
 
 
@@ -239,8 +240,9 @@ def evaluated_rulesets(inputs: DataplaneInputs) -> list[Ruleset]:
     return [rs for rs in inputs.rulesets() if rs.form in EVALUATED_FORMS]
 
 
-def _not_evaluated_reason(running: modes.RunningMode, tracing: bool) -> str:
-    """Why the mode's rules cannot be evaluated (or traced), and what to give."""
+def _not_evaluated_reason(running: modes.RunningMode, tracing: bool, nft_part: bool = False) -> str:
+    """Why the mode's rules cannot be evaluated (or traced), and what to give (``nft_part``: only
+    a part of an nftables table was given)."""
     mode, how = running.mode, running.how
     if tracing:
         if mode == "nftables":
@@ -253,8 +255,11 @@ def _not_evaluated_reason(running: modes.RunningMode, tracing: bool) -> str:
     if mode == "ipvs":
         return f"kube-proxy runs in ipvs mode ({how}), and no `ipvsadm -Ln` output was given to evaluate it with"
     if mode == "nftables":
+        given = (
+            "only a part of a table (a block cut out of it) was given" if nft_part else "no nftables listing was given"
+        )
         return (
-            f"kube-proxy runs in nftables mode ({how}), and no nftables listing was given to evaluate it with: "
+            f"kube-proxy runs in nftables mode ({how}), and {given} to evaluate it with: "
             "give `nft -j list ruleset` (or `nft list ruleset`)"
         )
     return modes.not_evaluated_reason(mode, how)
