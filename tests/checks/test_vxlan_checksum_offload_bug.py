@@ -96,3 +96,17 @@ def test_flannel_s_masquerade_ahead_of_kube_proxy_s_is_the_same_double_nat(tmp_p
         "-A FLANNEL-POSTRTG -s 10.244.0.0/16",
     )
     none_of(run([write(tmp_path, "returned.txt", returned), OFFLOAD]), "KP316")
+
+
+def test_devices_without_outer_checksums_on_a_fixed_kernel_rule_the_suspicion_out(tmp_path: Path) -> None:
+    """The kernel fix (5.7; 5.4.41 ...) covers VXLAN devices without outer UDP checksums only."""
+    links = (DATA / "ip-d-link-vxlan.txt").read_text()
+    only_flannel = "\n".join(links.splitlines()[:5]) + "\n"  # lo and flannel.1
+    assert "noudpcsum" in only_flannel and " udpcsum" not in only_flannel
+    fixed = write(tmp_path, "uname.txt", "Linux node1 5.10.0-28-amd64 #1 SMP Debian 5.10.209-2 x86_64 GNU/Linux\n")
+    old = write(tmp_path, "uname-old.txt", "Linux node1 5.4.0 #1 SMP x86_64 GNU/Linux\n")
+    noudp = write(tmp_path, "links.txt", only_flannel)
+    none_of(run([RULES, OFFLOAD, noudp, fixed]), "KP316")
+    assert one(run([RULES, OFFLOAD, noudp, old]), "KP316").suspected  # 5.4.0: before 5.4.41
+    both = write(tmp_path, "both.txt", links)  # vxlan.calico keeps its outer checksums
+    assert one(run([RULES, OFFLOAD, both, fixed]), "KP316").suspected

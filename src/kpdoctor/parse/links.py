@@ -43,6 +43,7 @@ class Link:
     # the line that says it; None when not shown
     hairpin: bool | None = None
     hairpin_line: tuple[int, str] | None = None
+    udp_csum: bool | None = None  # a VXLAN device's outer UDP checksums (`udpcsum` / `noudpcsum`)
 
 
 _HEAD = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
@@ -167,6 +168,9 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
                 cur["hairpin"], cur["hairpin_line"] = hairpin == "on", (first_line + i, s)
         elif details == 1 and cur["kind"] is None:
             cur["kind"] = first
+            words = s.split()
+            if first == "vxlan" and ("udpcsum" in words or "noudpcsum" in words):
+                cur["udp_csum"] = "udpcsum" in words
     flush()
     return out
 
@@ -201,8 +205,9 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
         info: dict[str, Any] = info_v if isinstance(info_v, dict) else {}
         flags: list[Any] = flags_v if isinstance(flags_v, list) else []
         kind, slave = info.get("info_kind"), info.get("info_slave_kind")
-        slave_data = info.get("info_slave_data")
+        slave_data, data = info.get("info_slave_data"), info.get("info_data")
         hairpin = slave_data.get("hairpin") if isinstance(slave_data, dict) else None
+        csum = data.get("udp_csum") if isinstance(data, dict) and kind == "vxlan" else None
         peer = obj.get("link")
         if peer is None and obj.get("link_index") is not None:
             peer = f"if{obj['link_index']}"
@@ -225,6 +230,7 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
                 hairpin_line=(first_line + at, f'"ifname":"{name}", "hairpin":{str(hairpin).lower()}')
                 if isinstance(hairpin, bool)
                 else None,
+                udp_csum=csum if isinstance(csum, bool) else None,
             )
         )
     return out

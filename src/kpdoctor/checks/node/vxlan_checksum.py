@@ -112,6 +112,31 @@ def _vxlan_devices(facts: Facts) -> list[tuple[str, Cite]]:
     return list(out.items())
 
 
+# ea64d8d6c675 ("netfilter: nat: never update the UDP checksum when it's 0"): in 5.7 and these
+# stable releases; it fixes devices without outer UDP checksums only
+FIXED_KERNEL = (5, 7)
+FIXED_STABLE = {(5, 6): 13, (5, 4): 41, (4, 19): 123, (4, 14): 181}
+
+
+def _kernel_fixed(facts: Facts) -> bool | None:
+    """Does the node's kernel carry the NAT checksum fix (upstream or stable numbering)? None
+    when its release is not shown; False for one without it (a distribution's own backport is
+    not known here)."""
+    kernel = facts.kernel
+    if kernel is None:
+        return None
+    major, minor, patch = kernel.value.base
+    return (major, minor) >= FIXED_KERNEL or patch >= FIXED_STABLE.get((major, minor), 1 << 30)
+
+
+def _without_outer_checksums(facts: Facts) -> list[Cite]:
+    """The VXLAN devices shown, when every one is `noudpcsum` (the kernel fix covers them)."""
+    shown = [(ln, a.name) for a, ln in facts.node_state.links if ln.kind == "vxlan" and ln.udp_csum is not None]
+    if not shown or any(ln.udp_csum for ln, _ in shown):
+        return []
+    return [Cite(a, ln.line, ln.text) for ln, a in shown]
+
+
 def _offload(facts: Facts) -> tuple[bool, Cite] | None:
     """tx-checksum-ip-generic of a VXLAN device (``ethtool -k``): on or off, and where."""
     for f, cite in facts.records(ethtool.FEATURES):
@@ -180,7 +205,9 @@ def vxlan_checksum(facts: Facts) -> Iterator[Finding]:
         nat table's POSTROUTING path masquerading marked packets with --random-fully before
         the mark is cleared, on a node with a VXLAN device, or Udp InCsumErrors growing there,
         make it a suspected cause decided by the device's offload (`ethtool -k`) and a capture;
-        `tx-checksum-ip-generic: off` on the device rules it out.
+        `tx-checksum-ip-generic: off` on the device rules it out, and so do VXLAN devices shown
+        without outer checksums (`noudpcsum` in `ip -d link`) on a kernel with the fix (5.7,
+        5.6.13, 5.4.41, 4.19.123, 4.14.181).
     Fix: upgrade kube-proxy (1.16.13, 1.17.9, 1.18.6, 1.19+) and flannel (v0.20.2+); until
         then turn the offload off on the VXLAN device of every node: `ethtool -K flannel.1
         tx-checksum-ip-generic off` (persist it with a udev rule or a unit; Calico:
@@ -218,6 +245,8 @@ def vxlan_checksum(facts: Facts) -> Iterator[Finding]:
         yield f
         return
     counted = read_counters(facts.node_state, [COUNTER])
+    if _without_outer_checksums(facts) and _kernel_fixed(facts):
+        return  # devices without outer checksums on a kernel with the fix: nothing to corrupt
     if nat is not None and (devices or offload):
         f = start(facts, "KP316", [], confidence=Confidence.MEDIUM, severity=Severity.WARNING)
         on = " with checksum offload on" if offload else ""
