@@ -265,3 +265,27 @@ def test_nft_without_json_support_falls_back_to_the_text_listing(tmp_path: Path)
     assert text is not None and text.exit_code == 0 and text.data.startswith(b"table ip kube-proxy {")
     kinds = {p: BUNDLE_PATHS[p][0].value for p in ("node/nft-version.txt", "node/nft-ruleset.txt")}
     assert kinds == {"node/nft-version.txt": "nft --version", "node/nft-ruleset.txt": "nft list ruleset output"}
+
+
+def test_the_cni_configuration_in_use_is_the_first_by_name(tmp_path: Path) -> None:
+    """As libcni picks it: the first `.conflist`/`.conf`/`.json` file by name, in the runtime's
+    directory (k3s's own when /etc/cni/net.d has none)."""
+    from kpdoctor.collect.node import NodeCollection, _cni_config
+
+    runner = Runner(Host(str(tmp_path), enter_netns=False), Budget(10))
+    out = NodeCollection()
+    _cni_config(runner, out)
+    assert [n.path for n in out.skipped] == ["node/cni-config.json"] and not out.artifacts
+    k3s = tmp_path / "var/lib/rancher/k3s/agent/etc/cni/net.d"
+    k3s.mkdir(parents=True)
+    (k3s / "10-flannel.conflist").write_text('{"cniVersion": "1.0.0", "name": "cbr0", "plugins": []}\n')
+    etc = tmp_path / "etc/cni/net.d"
+    etc.mkdir(parents=True)
+    (etc / "README").write_text("not a configuration\n")
+    (etc / "87-podman.conflist").write_text('{"name": "podman"}\n')
+    (etc / "10-calico.conflist").write_text('{"name": "k8s-pod-network"}\n')
+    out = NodeCollection()
+    _cni_config(runner, out)
+    (got,) = out.artifacts
+    assert isinstance(got, Collected) and got.path == "node/cni-config.json"
+    assert b"k8s-pod-network" in got.data and got.source == "read /etc/cni/net.d/10-calico.conflist"

@@ -474,7 +474,7 @@ def diagnose(
     command line or KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln (--timeout), nft list ruleset (or a block of it), the
     node's counters and settings (conntrack -S or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
-    nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg;
+    nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
     describe svc/node, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, timed `docker
@@ -516,7 +516,8 @@ def collect(output: Path | None, node: str | None, **live: Any) -> None:
 
     Rules of every iptables backend and family (iptables-save, never a command that takes the
     xtables lock), IPVS, ipsets and nftables where their kernel parts are already loaded, two
-    counter snapshots, sysctls, addresses, routes, links, /proc/locks, processes, the kernel log,
+    counter snapshots, sysctls, addresses, routes, links (the VXLAN device's offloads too), the CNI
+    configuration in use, /proc/locks, processes, the kernel log,
     kube-proxy's command line, config, version, logs, healthz and metrics, and, through the API,
     Services, EndpointSlices, this Node, its Pods and the kube-proxy DaemonSet and ConfigMap.
     Secrets, tokens and credentials never enter the bundle; --redact-ips hides addresses too.

@@ -59,6 +59,7 @@ class Kind(enum.StrEnum):
     PACKET_CAPTURE = "tcpdump output"  # packets as tcpdump -n prints them (parse/tcpdump)
     NIC_STATS = "ethtool -S output"  # a network driver's own counters (parse/ethtool)
     NIC_FEATURES = "ethtool -k output"  # an interface's offload features (parse/ethtool)
+    CNI_CONFIG = "CNI network configuration"  # /etc/cni/net.d/*.conf(list) (parse/cni)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

@@ -22,6 +22,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ipvsadm-save.txt": (Kind.IPVSADM, {"format": "save"}),
     "node/ipvsadm-timeout.txt": (Kind.IPVSADM, {"format": "timeout"}),
     "node/ethtool-k-vxlan.txt": (Kind.NIC_FEATURES, {}),  # `ethtool -k` of the node's VXLAN device
+    "node/cni-config.json": (Kind.CNI_CONFIG, {}),  # the CNI network configuration in use
     "node/processes.txt": (Kind.PROCESSES, {}),
     "node/ip-addr.json": (Kind.IP_ADDR, {}),
     "node/nft-ruleset.json": (Kind.NFT_RULESET, {}),

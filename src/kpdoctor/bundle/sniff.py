@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
 from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, timing
+from kpdoctor.parse.cni import looks_like_cni_config
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
 from kpdoctor.parse.evidence_shape import mostly
 from kpdoctor.parse.firewall import looks_like_ufw
@@ -480,6 +481,8 @@ def _type_doc(doc: object) -> Typed | None:
         return Typed(Kind.IP_ADDR, {})
     if isinstance(doc, list) and doc and all(isinstance(d, dict) and "ifname" in d and "mtu" in d for d in doc):
         return Typed(Kind.IP_LINK, {})
+    if looks_like_cni_config(doc):
+        return Typed(Kind.CNI_CONFIG, {})
     if isinstance(doc, dict):
         kind = doc.get("kind")
         if kind == "KubeProxyConfiguration":

@@ -113,6 +113,7 @@ def collect_node(
     links = out.add(runner.command("node/ip-link.json", ["ip", "-j", "-d", "link"], 10))
     if isinstance(links, Collected):
         _vxlan_offloads(runner, links.data.decode("utf-8", "replace"), out)
+    _cni_config(runner, out)
     progress("node: sysctl")
     out.add(runner.command("node/sysctl.txt", ["sysctl", "-a"], 15))
 
@@ -225,6 +226,28 @@ def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollectio
     out.add(runner.command("node/ipvsadm-list.txt", ["ipvsadm", "-Ln"], 20))
     out.add(runner.command("node/ipvsadm-save.txt", ["ipvsadm", "-Sn"], 20))
     out.add(runner.command("node/ipvsadm-timeout.txt", ["ipvsadm", "-Ln", "--timeout"], 10))
+
+
+# where the container runtime reads its CNI network configuration (k3s keeps its own)
+CNI_DIRS = ("/etc/cni/net.d", "/var/lib/rancher/k3s/agent/etc/cni/net.d")
+CNI_SUFFIXES = (".conflist", ".conf", ".json")
+
+
+def _cni_config(runner: Runner, out: NodeCollection) -> None:
+    """The CNI network configuration in use: the first file by name in the runtime's directory
+    (as libcni picks it), which decides a bridge CNI's hairpin mode."""
+    for d in CNI_DIRS:
+        found = resolve_dir(runner.host.root, d)
+        if found is None:
+            continue
+        try:
+            names = sorted(n for n in os.listdir(found) if n.endswith(CNI_SUFFIXES))
+        except OSError:
+            continue
+        if names:
+            out.add(runner.read("node/cni-config.json", f"{d}/{names[0]}", limit=1024 * 1024))
+            return
+    out.skipped.append(NotCollected("node/cni-config.json", f"no CNI configuration in {' or '.join(CNI_DIRS)}"))
 
 
 def _vxlan_offloads(runner: Runner, links: str, out: NodeCollection) -> None:

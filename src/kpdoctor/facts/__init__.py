@@ -38,6 +38,7 @@ from kpdoctor.knowledge import Messages, Signature, scanned
 from kpdoctor.model import Cite
 from kpdoctor.parse import k8s, kpconfig, kubectl_describe, kubectl_table, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
+from kpdoctor.parse.cni import CniConfig, parse_cni_config
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.evidence_shape import EvidenceShape, Record
@@ -933,6 +934,16 @@ class Facts:
         for a in self.of(Kind.NFT_RULESET_TEXT):
             part = a.attrs.get("fragment") == "true"
             out += [(t, a.name) for t in nft.parse_tables(a.read_text(), a.first_line, part)]
+        return out
+
+    @cached_property
+    def cni_configs(self) -> list[tuple[CniConfig, str]]:
+        """The CNI network configurations given, each with its artifact."""
+        out = []
+        for a in self.of(Kind.CNI_CONFIG):
+            c = parse_cni_config(a.read_text(), a.first_line)
+            if c is not None:
+                out.append((c, a.name))
         return out
 
     @cached_property

@@ -41,7 +41,7 @@ def _cite(ln: Link, artifact: str) -> Cite:
     cause=CAUSE,
     title="A Pod cannot reach its own Service: the bridge's ports have hairpin off",
     severity=Severity.WARNING,
-    needs=[Kind.IP_LINK],
+    needs=[Kind.IP_LINK, Kind.CNI_CONFIG],
 )
 def bridge_hairpin(facts: Facts) -> Iterator[Finding]:
     """On a bridge CNI, kube-proxy sends a Pod's connection to its own Service back to the Pod, and the bridge drops it.
@@ -62,8 +62,10 @@ def bridge_hairpin(facts: Facts) -> Iterator[Finding]:
     How it is detected: bridge ports listed with their hairpin flag (`ip -d link`'s
         bridge_slave line or `ip -j -d link`, `bridge -d link show`, the ports'
         `hairpin_mode` files as grep or a loop prints them): ports off on a bridge not shown
-        promiscuous, unless `bridge-nf-call-iptables = 0` is shown (then the DNAT is not on the
-        bridge path, and KP309 says what that breaks).
+        promiscuous; or, with no port shown, a CNI configuration whose bridge plugin (or
+        flannel's delegate) sets neither `hairpinMode` nor `promiscMode`: unless
+        `bridge-nf-call-iptables = 0` is shown (then the DNAT is not on the bridge path, and
+        KP309 says what that breaks).
     Fix: set `"hairpinMode": true` in the CNI configuration (the bridge plugin's, or flannel's
         `delegate` in its cni-conf.json) and recreate the Pods (the plugin sets the flag when it
         adds one); meanwhile `bridge link set dev <port> hairpin on` for a running Pod's port.
@@ -110,6 +112,29 @@ def bridge_hairpin(facts: Facts) -> Iterator[Finding]:
             "flannel's cni-conf.json) and recreate the Pods: the plugin sets the flag on each Pod it adds.",
             f"For a running Pod now: `bridge link set dev {off[0][0].name} hairpin on` (lost when the Pod is "
             "recreated with the old configuration).",
+        ]
+        yield f
+        return
+    if ports:
+        return  # the ports say; a configuration only says what the next Pods get
+    for conf, artifact in facts.cni_configs:
+        b = conf.bridge
+        if b is None or b.hairpin or b.promisc or b.bridge.startswith(NOT_PODS):
+            continue
+        f = start(facts, "KP319", [], confidence=Confidence.MEDIUM)
+        via = "flannel's delegate to the bridge plugin" if b.via == "flannel" else "its bridge plugin"
+        f.summary = (
+            f"The CNI configuration {conf.name or artifact} sets no hairpinMode (nor promiscMode) in {via}: the "
+            f"plugin turns hairpin off on the {b.bridge} port of every Pod it adds, so a Pod cannot reach a Service "
+            "when kube-proxy balances the connection to that same Pod: always for a single-replica Service, now "
+            "and then for others."
+        )
+        f.evidence = [Cite(artifact, b.line, b.text)] + ([nf.cite] if nf is not None else [])
+        f.fix = [
+            'Add `"hairpinMode": true` to '
+            + ("the `delegate` object" if b.via == "flannel" else "the bridge plugin's object")
+            + " of this configuration on every node (kube-flannel.yml has it since flannel v0.10.0), then recreate "
+            "the Pods.",
         ]
         yield f
         return
