@@ -149,7 +149,7 @@ def rp_filter(facts: Facts) -> Iterator[Finding]:
         (the AWS VPC CNI sets it).
     References: https://www.kernel.org/doc/html/latest/networking/ip-sysctl.html;
         https://github.com/aws/amazon-vpc-cni-k8s/issues/75;
-        https://github.com/cilium/cilium/issues/10645;
+        https://github.com/cilium/cilium/pull/20072;
         https://github.com/cloudnativelabs/kube-router/issues/511
     """
     node = facts.node_state
