@@ -700,3 +700,25 @@ def test_a_long_run_of_blank_lines_is_typed_in_linear_time() -> None:
     started = time.perf_counter()
     sniff(text, catalogue())
     assert time.perf_counter() - started < 3
+
+
+def test_a_quoted_block_under_a_line_of_prose_is_read(tmp_path: Path) -> None:
+    """A GitHub comment: a sentence, then the session quoted with `> `; the block is unquoted (a
+    single `>` line is a remark or a redirect and is left as it is)."""
+    text = (
+        "and the bridge, as it is now:\n"
+        "\n"
+        "> root@node-3:~# bridge -d link show\n"
+        "> 7: veth3f2a1b0c@if3: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 master cni0 state forwarding priority 32 cost 2\n"
+        ">     hairpin off guard off root_block off fastleave off learning on flood on mcast_flood on bcast_flood on\n"
+        "\n"
+        "> thanks for looking\n"
+        "The node runs flannel 0.9 from an old manifest.\n"
+    )
+    paste = tmp_path / "comment.md"
+    paste.write_text(text)
+    ev = load([paste])
+    (a,) = [a for a in ev.artifacts if a.kind is Kind.IP_LINK]
+    assert a.first_line == 4 and a.attrs.get("command") == "bridge -d link show"
+    unwrapped = unwrap_paste(text)
+    assert unwrapped.text.splitlines()[6] == "> thanks for looking"

@@ -64,6 +64,25 @@ class Unwrapped:
     removed: tuple[str, ...]
 
 
+_MIN_QUOTED = 2  # lines a quoted block holds at least (one `>` line is a remark, or a redirect)
+
+
+def _quoted_blocks(lines: list[str]) -> list[str] | None:
+    """The lines with the markers of each quoted block taken off (a run of lines every one of
+    which starts with `>`), when a block of two lines or more is there; None otherwise."""
+    out: list[str] | None = None
+    i = 0
+    while i < len(lines):
+        j = i
+        while j < len(lines) and _QUOTE.match(lines[j]):
+            j += 1
+        if j - i >= _MIN_QUOTED:
+            out = out if out is not None else list(lines)
+            out[i:j] = [_QUOTE.sub("", ln, count=1) for ln in lines[i:j]]
+        i = max(j, i + 1)
+    return out
+
+
 def _share(lines: list[str], test: re.Pattern[str]) -> float:
     content = [ln for ln in lines if ln.strip() and ln.strip() != "--"]
     if not content:
@@ -282,6 +301,9 @@ def unwrap_paste(text: str) -> Unwrapped:
             while _share(lines, _QUOTE) >= _MOST:  # "> > nested" quotes
                 lines = [_QUOTE.sub("", ln, count=1) for ln in lines]
             removed.append("markdown quote markers")
+        elif (unquoted := _quoted_blocks(lines)) is not None:
+            lines = unquoted  # a quoted block under a line of prose (a GitHub comment's)
+            removed.append("the markdown quote markers of the paste's quoted blocks")
         lines, cut = _dedent(lines)
         if cut:
             removed.append(f"an indentation of {cut}")
