@@ -29,7 +29,7 @@ def test_a_map_block_without_its_table_is_a_part_of_kube_proxys_table() -> None:
     ((table, _),) = facts.nft_tables
     assert table.partial and table.name == "kube-proxy" and table.family == "" and table.sets == 1
     assert facts.running_mode.mode == "nftables"
-    elements = [(e.key, e.comment, e.value, e.line) for e, _ in facts.nft_map_elements]
+    elements = [(e.key, e.comment, e.value, e.line) for e, _ in facts.nft_map_elements()]
     assert elements == [
         (("192.168.99.22", "tcp", "80"), "web/ingress:http", "drop", 4),
         (("172.30.0.46", "tcp", "80"), "ns6/svc6:p80", "goto reject-chain", 5),
@@ -46,8 +46,8 @@ def test_verify_says_a_part_is_not_enough(tmp_path: Path) -> None:
 
 def test_a_whole_listing_s_elements_are_read_from_text_and_json_alike() -> None:
     d = LAYOUTS / "pre-1.34-base-chains"
-    text = Facts(load([d / "ruleset.txt"])).nft_map_elements
-    data = Facts(load([d / "ruleset.json"])).nft_map_elements
+    text = Facts(load([d / "ruleset.txt"])).nft_map_elements()
+    data = Facts(load([d / "ruleset.json"])).nft_map_elements()
     assert text and [(e.map, e.key, e.comment, e.value) for e, _ in text] == [
         (e.map, e.key, e.comment, e.value) for e, _ in data
     ]

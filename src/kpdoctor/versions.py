@@ -280,6 +280,23 @@ class KernelVersion:
         return self.raw
 
 
+def kernel_carries(
+    release: tuple[int, int, int],
+    mainline: tuple[int, int],
+    stable: dict[tuple[int, int], int],
+    unknown: frozenset[tuple[int, int]] = frozenset(),
+) -> bool | None:
+    """Does a kernel of this upstream numbering carry a change merged in ``mainline`` (x.y) and
+    backported to the stable lines ``stable`` (line -> first patch level)? None for a line in
+    ``unknown`` (whether it took the backport is not known)."""
+    if release[:2] >= mainline:
+        return True
+    if release[:2] in unknown:
+        return None
+    first = stable.get(release[:2])
+    return first is not None and release[2] >= first
+
+
 @dataclass(frozen=True, slots=True)
 class FixRow:
     """One row of a remediation table, for a release line of one vendor (None = upstream).

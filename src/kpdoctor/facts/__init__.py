@@ -946,13 +946,19 @@ class Facts:
                 out.append((c, a.name))
         return out
 
-    @cached_property
-    def nft_map_elements(self) -> list[tuple[nft.MapElement, str]]:
-        """The elements of the maps of every nftables listing (text, a part of one, or JSON), each
-        with its artifact."""
-        out = [(e, a.name) for a, tables in self._nft_json for t in tables for e in t.map_elements(a.first_line)]
+    def nft_map_elements(self, name: str | None = None) -> list[tuple[nft.MapElement, str]]:
+        """The elements of the maps (map ``name`` only, when given) of every nftables listing
+        (text, a part of one, or JSON), each with its artifact."""
+        names = frozenset({name}) if name is not None else None
+        out = [
+            (e, a.name)
+            for a, tables in self._nft_json
+            for t in tables
+            for e in t.map_elements(a.first_line)
+            if names is None or e.map in names
+        ]
         for a in self.of(Kind.NFT_RULESET_TEXT):
-            out += [(e, a.name) for e in nft.map_elements(a.read_text(), a.first_line)]
+            out += [(e, a.name) for e in nft.map_elements(a.read_text(), a.first_line, names)]
         return out
 
     @cached_property

@@ -37,7 +37,6 @@ class BridgeSetup:
 @dataclass(frozen=True, slots=True)
 class CniConfig:
     name: str
-    types: tuple[str, ...]  # the plugins' types, in order
     bridge: BridgeSetup | None
 
 
@@ -54,7 +53,6 @@ def parse_cni_config(text: str, first_line: int = 1) -> CniConfig | None:
     if not looks_like_cni_config(doc):
         return None
     plugins = [p for p in doc.get("plugins", [doc]) if isinstance(p, dict)]
-    types = tuple(str(p.get("type")) for p in plugins)
     bridge = None
     for p in plugins:
         kind = p.get("type")
@@ -77,7 +75,7 @@ def parse_cni_config(text: str, first_line: int = 1) -> CniConfig | None:
             said,
         )
         break
-    return CniConfig(str(doc.get("name", "")), types, bridge)
+    return CniConfig(str(doc.get("name", "")), bridge)
 
 
 def _line_of(text: str, first_line: int, needle: str) -> tuple[int, str]:

@@ -160,24 +160,48 @@ class MapElement:
 _ELEMENT = re.compile(r'^(?P<key>[^":{}]+?)(?:\s+comment\s+"(?P<comment>[^"]*)")?\s+:\s+(?P<value>[^,}]+?)\s*$')
 
 
-def map_elements(text: str, first_line: int = 1) -> list[MapElement]:
-    """The elements of every map of a text listing (or of a part of one), each at its line (a
-    JSON listing's come from its compiled tables: ``NftTableRules.map_elements``)."""
+_MAP_OPEN = re.compile(r"^[ \t]*map[ \t]+([\w.@/-]+)[ \t]*\{", re.M)
+
+
+def map_elements(text: str, first_line: int = 1, names: frozenset[str] | None = None) -> list[MapElement]:
+    """The elements of the maps of a text listing (or of a part of one), each at its line, of the
+    maps ``names`` only when given (a node's listing holds maps of thousands of elements); a
+    JSON listing's come from its compiled tables (``NftTableRules.map_elements``)."""
     out: list[MapElement] = []
-    current: str | None = None  # the map whose block the line is in
+    line_no, counted_to = first_line, 0
+    for block in _MAP_OPEN.finditer(text):
+        name = block.group(1)
+        if names is not None and name not in names:
+            continue
+        line_no += text.count("\n", counted_to, block.start())
+        counted_to = block.start()
+        out += _elements(_lines_from(text, block.end()), line_no, name)
+    return out
+
+
+def _lines_from(text: str, pos: int) -> Iterator[str]:
+    """The text's lines from ``pos`` on (the rest of that line first), read as they are needed."""
+    while pos <= len(text):
+        nl = text.find("\n", pos)
+        end = len(text) if nl < 0 else nl
+        yield text[pos:end].rstrip("\r")
+        pos = end + 1
+
+
+def _elements(lines: Iterator[str], line_no: int, name: str) -> list[MapElement]:
+    """The elements of the map whose block opened on line ``line_no`` (``lines``: the rest of
+    that line, then the lines after it)."""
+    out: list[MapElement] = []
     inside = False  # within its `elements = { ... }`
-    for i, raw in enumerate(text.splitlines()):
+    for i, raw in enumerate(lines):
         line = raw.strip()
-        if (b := _BLOCK.match(raw)) is not None:
-            current, inside = (b.group(2) if b.group(1) == "map" else None), False
-            continue
-        if current is None:
-            continue
+        if i and _BLOCK.match(raw):
+            break  # the next block: this one ended without its closing brace (a cut listing)
         if line.startswith("elements = {"):
             inside, line = True, line[len("elements = {") :]
         if not inside:
             if line == "}":
-                current = None
+                break
             continue
         closing = _outside_quotes_index(line, "}")
         body = line if closing < 0 else line[:closing]
@@ -185,7 +209,7 @@ def map_elements(text: str, first_line: int = 1) -> list[MapElement]:
             m = _ELEMENT.match(part.strip())
             if m is not None:
                 key = tuple(k.strip() for k in m.group("key").split(" . "))
-                out.append(MapElement(first_line + i, raw.strip(), current, key, m.group("comment"), m.group("value")))
+                out.append(MapElement(line_no + i, raw.strip(), name, key, m.group("comment"), m.group("value")))
         if closing >= 0:
             inside = False
     return out

@@ -22,12 +22,12 @@ def _ports(facts: Facts) -> tuple[dict[str, list[tuple[Link, str]]], dict[str, t
     """Bridge ports whose hairpin flag is shown, by bridge, and the bridges themselves as listed."""
     ports: dict[str, list[tuple[Link, str]]] = {}
     devices: dict[str, tuple[Link, str]] = {}
+    seen: set[tuple[str, str]] = set()  # a port listed twice (two listings) counts once
     for a, ln in facts.node_state.links:
         devices.setdefault(ln.name, (ln, a.name))
-        if ln.hairpin is not None and ln.master:
-            known = [p for p, _ in ports.get(ln.master, [])]
-            if all(p.name != ln.name for p in known):
-                ports.setdefault(ln.master, []).append((ln, a.name))
+        if ln.hairpin is not None and ln.master and (ln.master, ln.name) not in seen:
+            seen.add((ln.master, ln.name))
+            ports.setdefault(ln.master, []).append((ln, a.name))
     return ports, devices
 
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
-from kpdoctor.checks.logged import is_error
+from kpdoctor.checks.logged import is_error, reading
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import chain_of, logged_messages
+from kpdoctor.facts.log import logged_messages
 from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.kpconfig import parse_duration
@@ -19,16 +19,16 @@ KERNEL_TCP_TIMEOUT = 900
 # include/net/tcp.h TCP_KEEPALIVE_TIME (two hours); per network namespace since 4.13
 KERNEL_KEEPALIVE = 7200
 KEEPALIVE = "net.ipv4.tcp_keepalive_time"
-# client messages that say an open connection was reset or cut (the messages catalogue)
-_RESETS = frozenset({"errno-connection-reset", "go-connection-reset", "go-read-reset", "curl-recv-failure"})
 CONFIRM = "ipvsadm -Ln --timeout; ipvsadm -Lnc | grep <Service IP> (the expire column counts an idle entry down)"
 
 
 def _reset_lines(facts: Facts) -> list[Cite]:
-    """Client lines that say an open connection was reset: what an expired IPVS entry causes."""
+    """Error lines the messages catalogue says may mean this cause (clients' `connection reset
+    by peer`: what an expired IPVS entry causes); they back a suspicion, never prove it."""
     out = []
     for lm in logged_messages(facts.log):
-        if {k.rsplit("/", 1)[-1] for k in chain_of(lm.match)} & _RESETS and is_error(lm):
+        r = reading(lm.match)
+        if r is not None and CAUSE in (r.cause, *r.alternatives) and is_error(lm):
             out += [Cite(h.artifact, h.line, h.text) for h in lm.hits[:1]]
     return out
 

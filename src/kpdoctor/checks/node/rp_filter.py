@@ -12,7 +12,7 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.checks.node.common import read_counters
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import LoggedMessage
+from kpdoctor.facts.log import LoggedMessage, captures
 from kpdoctor.facts.node import NodeState, Setting
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -22,14 +22,10 @@ CAUSE = "rp-filter-drops"
 # reverse-path check (-EXDEV); per network namespace, IPv4 only
 COUNTER = "TcpExtIPReversePathFilter"
 _KEY = re.compile(r"^net\.ipv4\.conf\.(?P<dev>[^.]+)\.rp_filter$")
-# net/ipv4/route.c ip_handle_martian_source(): "martian source %pI4 from %pI4, on dev %s": the
-# packet's destination first, then its source, then the interface it came in on
-_MARTIAN = re.compile(r"martian source (?P<dst>[\d.]+) from (?P<src>[\d.]+), on dev (?P<dev>\S+)")
 STRICT, LOOSE = 1, 2
 MODES = {0: "off", STRICT: "strict", LOOSE: "loose"}
-CONFIRM = (
-    "nstat -az TcpExtIPReversePathFilter (twice, a minute apart, on the node: the counter is per network namespace)"
-)
+COUNT_THEM = "nstat -az TcpExtIPReversePathFilter"
+CONFIRM = f"{COUNT_THEM} (twice, a minute apart, on the node: the counter is per network namespace)"
 LOG_THEM = "sysctl -w net.ipv4.conf.all.log_martians=1, reproduce, then dmesg | grep 'martian source'"
 
 
@@ -87,16 +83,15 @@ def filtering(node: NodeState) -> dict[str, Filtering]:
 
 def _martians(logged: list[LoggedMessage]) -> list[tuple[LoggedMessage, str, str, str]]:
     """The martian-source lines whose source the kernel refuses only by the reverse-path check:
-    (message, destination, source, interface). A loopback, multicast, broadcast or zero source
-    is refused on any interface whatever rp_filter says (ip_route_input_slow), so it is not this."""
+    (message, destination, source, interface), as the catalogue's message reads them (route.c
+    prints the packet's destination first). A loopback, multicast, broadcast or zero source is
+    refused on any interface whatever rp_filter says (ip_route_input_slow), so it is not this."""
     out = []
     for lm in logged:
         for h in lm.hits:
-            m = _MARTIAN.search(h.text)
-            if m is None:
-                continue
+            got = captures(h)
             try:
-                src = ipaddress.IPv4Address(m.group("src"))
+                src = ipaddress.IPv4Address(got.get("address2", ""))
             except ValueError:
                 continue
             if (
@@ -106,7 +101,7 @@ def _martians(logged: list[LoggedMessage]) -> list[tuple[LoggedMessage, str, str
                 or src == ipaddress.IPv4Address("255.255.255.255")
             ):
                 continue
-            out.append((lm, m.group("dst"), m.group("src"), m.group("dev")))
+            out.append((lm, got.get("address", "?"), str(src), got.get("interface", "?")))
             break
     return out
 
@@ -164,7 +159,7 @@ def rp_filter(facts: Facts) -> Iterator[Finding]:
         f = start(facts, "KP315", [], confidence=Confidence.HIGH, severity=counted.severity(Severity.WARNING))
         f.summary = (
             "The kernel dropped packets that failed the reverse-path check (rp_filter): "
-            f"{counted.describe()}{where}.{counted.confirm(CONFIRM.split(' (')[0])}"
+            f"{counted.describe()}{where}.{counted.confirm(COUNT_THEM)}"
         )
         f.evidence = counted.cites + cites(on)[:4]
         if martians:
@@ -176,7 +171,7 @@ def rp_filter(facts: Facts) -> Iterator[Finding]:
         _, dst, src, dev = martians[0]
         at = modes.get(dev.replace(".", "/"))
         at_all = modes.get("all")
-        mode = at.mode if at is not None else at_all.mode if at_all is not None and dev not in modes else None
+        mode = at.mode if at is not None else at_all.mode if at_all is not None else None
         if mode == 0 and at is not None:
             return  # filtering is off there: the kernel refused the source for another reason
         f = start_logged(
@@ -206,7 +201,7 @@ def rp_filter(facts: Facts) -> Iterator[Finding]:
         [CONFIRM, LOG_THEM],
     )
     f.summary = (
-        f"Strict reverse-path filtering is on ({described(modes, STRICT)}): packets whose route back leaves by "
+        f"Strict reverse-path filtering is on ({shown}): packets whose route back leaves by "
         "another interface (NodePorts on a secondary interface, Pods on a secondary ENI, replies across a tunnel) "
         "are dropped. Harmless where every path is symmetric; the "
         "counter TcpExtIPReversePathFilter says whether it drops anything."

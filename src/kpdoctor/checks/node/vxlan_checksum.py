@@ -7,28 +7,37 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start, suspect
+from kpdoctor.checks.common import start, suspect, version_rows
 from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.checks.node.common import read_counters
 from kpdoctor.facts import Facts
+from kpdoctor.facts.log import captures
 from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ethtool, tcpdump
 from kpdoctor.parse.iptables import Rule, Ruleset, option
+from kpdoctor.versions import FixRow, kernel_carries, remedy
 
 CAUSE = "vxlan-checksum-offload-bug"
 # VXLAN's UDP ports: Linux's default (flannel), IANA's (Calico, Cilium)
 VXLAN_PORTS = frozenset({8472, 4789})
+VXLAN_PORT_TEXTS = frozenset(map(str, VXLAN_PORTS))
 # the VXLAN devices CNIs create; any device of kind vxlan (ip -d link) too
 _VXLAN_DEVICE = re.compile(r"^(?:flannel\.\d+|vxlan[.\w-]*|cilium_vxlan)$")
 OFFLOAD = "tx-checksum-ip-generic"
 COUNTER = "UdpInCsumErrors"
 MASQ_MARK = "0x4000"
-_UDP_BAD = re.compile(r"to (?P<dst>[\d.]+):(?P<port>\d+) ulen")
 # kube-proxy releases that MASQUERADE --random-fully without clearing its mark first: the outer
 # VXLAN packet of a marked packet is masqueraded again (1.16.0 added --random-fully, k/k#78547;
 # k/k#92035 added `-j MARK --xor-mark 0x4000` before the MASQUERADE)
-DOUBLE_NAT = (((1, 16, 0), (1, 16, 13)), ((1, 17, 0), (1, 17, 9)), ((1, 18, 0), (1, 18, 6)))
+MARK_CLEARED = "https://github.com/kubernetes/kubernetes/pull/92035"
+FIXES = [
+    FixRow((1, 16), status="unaffected", below=True, note="no --random-fully before 1.16"),
+    FixRow((1, 16), "v1.16.13"),
+    FixRow((1, 17), "v1.17.9"),
+    FixRow((1, 18), "v1.18.6"),
+    FixRow((1, 18), status="unaffected", above=True, note="the mark is cleared before the MASQUERADE"),
+]
 CONFIRM = [
     "ethtool -k flannel.1 | grep tx-checksum (the VXLAN device: flannel.1, vxlan.calico)",
     "tcpdump -nn -vv -i <node interface> udp port 8472 or udp port 4789 on the receiving node "
@@ -54,12 +63,13 @@ def double_nat(rs: Ruleset) -> DoubleNat | None:
     nat = rs.tables.get("nat")
     if nat is None:
         return None
-    by_chain: dict[str, list[Rule]] = {}
+    by_chain: dict[str, list[Rule]] = {c: [] for c in _before_kube([r for r in nat.rules if r.chain == "POSTROUTING"])}
     for r in nat.rules:
-        by_chain.setdefault(r.chain, []).append(r)
-    for chain in _before_kube(by_chain):
+        if r.chain in by_chain:
+            by_chain[r.chain].append(r)
+    for chain, rules in by_chain.items():
         cleared = False
-        for r in by_chain.get(chain, []):
+        for r in rules:
             args = r.args
             if _clears_mark(args) or (r.target == "RETURN" and _returns_marked(args)):
                 cleared = True  # the mark is cleared, or marked packets leave this chain here
@@ -88,13 +98,14 @@ def _returns_marked(args: tuple[str, ...]) -> bool:
     return False
 
 
-def _before_kube(by_chain: dict[str, list[Rule]]) -> list[str]:
-    """The chains POSTROUTING jumps to up to and including KUBE-POSTROUTING, in order, and
-    POSTROUTING itself first (its own MASQUERADE rules before that jump count too)."""
+def _before_kube(postrouting: list[Rule]) -> list[str]:
+    """POSTROUTING itself (its own MASQUERADE rules before the jump count too), then what it
+    jumps to up to and including KUBE-POSTROUTING, in order (a target with no rules is a
+    verdict or an empty chain: nothing in it masquerades)."""
     out = ["POSTROUTING"]
-    for r in by_chain.get("POSTROUTING", []):
+    for r in postrouting:
         t = r.target
-        if t and t in by_chain and t not in out:
+        if t and t not in out:
             out.append(t)
         if t == "KUBE-POSTROUTING":
             break
@@ -123,10 +134,7 @@ def _kernel_fixed(facts: Facts) -> bool | None:
     when its release is not shown; False for one without it (a distribution's own backport is
     not known here)."""
     kernel = facts.kernel
-    if kernel is None:
-        return None
-    major, minor, patch = kernel.value.base
-    return (major, minor) >= FIXED_KERNEL or patch >= FIXED_STABLE.get((major, minor), 1 << 30)
+    return None if kernel is None else kernel_carries(kernel.value.base, FIXED_KERNEL, FIXED_STABLE)
 
 
 def _without_outer_checksums(facts: Facts) -> list[Cite]:
@@ -163,12 +171,7 @@ def _bad_checksums(facts: Facts) -> list[Cite]:
     reads_messages=True,
     counters=[COUNTER],
     versions=(
-        VersionRow(
-            "kube-proxy",
-            "1.16.0-1.16.12, 1.17.0-1.17.8, 1.18.0-1.18.5 (MASQUERADE --random-fully of still-marked packets)",
-            "1.16.13, 1.17.9, 1.18.6, 1.19.0 (the mark is cleared before the MASQUERADE)",
-            "https://github.com/kubernetes/kubernetes/pull/92035",
-        ),
+        *version_rows(FIXES, MARK_CLEARED),
         VersionRow(
             "kernel",
             "before 5.7 (VXLAN devices without outer UDP checksums; with them, every release)",
@@ -224,7 +227,7 @@ def vxlan_checksum(facts: Facts) -> Iterator[Finding]:
     logged = [
         lm
         for lm in messages_naming(facts, CAUSE)
-        if any((m := _UDP_BAD.search(h.text)) and int(m.group("port")) in VXLAN_PORTS for h in lm.hits)
+        if any(captures(h).get("dst_port") in VXLAN_PORT_TEXTS for h in lm.hits)
     ]
     nat = next((d for rs in facts.rulesets if (d := double_nat(rs)) is not None), None)
     devices = _vxlan_devices(facts)
@@ -285,7 +288,7 @@ def vxlan_checksum(facts: Facts) -> Iterator[Finding]:
         yield f
         return
     kpv = facts.kube_proxy_version
-    if kpv is not None and devices and any(lo <= kpv.value.upstream[:3] < hi for lo, hi in DOUBLE_NAT):
+    if kpv is not None and devices and remedy(kpv.value, FIXES).affected:
         f = start(facts, "KP316", [], confidence=Confidence.LOW, severity=Severity.WARNING)
         suspect(
             f,
@@ -299,7 +302,7 @@ def vxlan_checksum(facts: Facts) -> Iterator[Finding]:
         )
         f.evidence = [kpv.cite, devices[0][1]]
         f.versions_found["kube-proxy"] = str(kpv.value)
-        f.fixed_in = ["kube-proxy v1.16.13", "kube-proxy v1.17.9", "kube-proxy v1.18.6"]
+        f.fixed_in = [f"kube-proxy {r.fixed}" for r in FIXES if r.fixed]
         f.fix = _fix()
         yield f
 

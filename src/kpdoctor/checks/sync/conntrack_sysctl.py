@@ -9,11 +9,12 @@ from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import VersionRow, check, signature
 from kpdoctor.model import Confidence, Finding, Severity
+from kpdoctor.versions import kernel_carries
 
 # Kernels carrying "netfilter: conntrack: Make global sysctls readonly in non-init netns"
 # (torvalds/linux 671c54ea8c7f; stable backport d0febd81ae77): 5.12.2 and 5.10.35 (kind#2240).
-READONLY_SINCE = {(5, 10): (5, 10, 35), (5, 12): (5, 12, 2)}
-READONLY_FROM = (5, 13, 0)  # every later line has it
+READONLY_SINCE = {(5, 10): 35, (5, 12): 2}  # stable backports: line -> first patch level
+READONLY_FROM = (5, 13)  # every later line has it
 
 CONNTRACK_WRITE_REFUSED = signature(
     "conntrack-sysctl-write-refused",
@@ -25,15 +26,9 @@ CONNTRACK_WRITE_REFUSED = signature(
 
 
 def readonly_kernel(release: tuple[int, int, int]) -> bool | None:
-    """Does this kernel refuse nf_conntrack_max writes outside the initial netns? None: 5.11."""
-    if release >= READONLY_FROM:
-        return True
-    since = READONLY_SINCE.get(release[:2])
-    if since is not None:
-        return release >= since
-    if release[:2] == (5, 11):
-        return None  # not known whether the 5.11 stable line took the backport
-    return False
+    """Does this kernel refuse nf_conntrack_max writes outside the initial netns? None: 5.11
+    (not known whether that stable line took the backport)."""
+    return kernel_carries(release, READONLY_FROM, READONLY_SINCE, frozenset({(5, 11)}))
 
 
 @check(

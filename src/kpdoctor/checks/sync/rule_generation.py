@@ -306,12 +306,10 @@ def _nft_local_traffic_dropped(facts: Facts) -> tuple[list[Cite], str, bool] | N
     ClusterIP (an ETP=Local external or load-balancer IP), and whether the listing shows the
     chains of a release before the fix (True: a whole kube-proxy table without the fix's
     pre-DNAT chains) or only the element (False: a part of the table, the release unknown)."""
-    clusters = {ip for v in facts.cluster.services for ip in v.cluster_ips}
-    drops = [
-        (e, a)
-        for e, a in facts.nft_map_elements
-        if e.map == "no-endpoint-services" and e.value == "drop" and e.key and e.key[0] not in clusters
-    ]
+    drops = [(e, a) for e, a in facts.nft_map_elements("no-endpoint-services") if e.value == "drop"]
+    if drops:
+        clusters = {ip for v in facts.cluster.services for ip in v.cluster_ips}
+        drops = [(e, a) for e, a in drops if e.key and e.key[0] not in clusters]
     if not drops:
         return None
     tables = [t for t, _ in facts.nft_tables if t.name == nft.KUBE_PROXY_TABLE]
