@@ -62,6 +62,7 @@ from kpdoctor.bundle.transcript import Part, has_prompt, hint_from_command, spli
 from kpdoctor.knowledge import Signature, catalogue, require_declared
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.counts import parse_line_count
+from kpdoctor.parse.logwrap import ALL_IN_ONE, writer_of
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.timing import started_by
 
@@ -818,6 +819,15 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
     _add_inline(ev, label, typed, text, origin=os.fspath(path))
 
 
+def _kube_proxy_writes(log_of: str | None) -> bool:
+    """May the log a command printed be kube-proxy's (its Pod, container or unit, or a binary
+    that runs it, or nothing named)?"""
+    if not log_of:
+        return True
+    writer = writer_of(log_of, "")
+    return writer == "kube-proxy" or log_of.lower() in ALL_IN_ONE
+
+
 def _add_inline(
     ev: Evidence,
     label: str,
@@ -831,6 +841,8 @@ def _add_inline(
     kind = typed.kind
     assert kind is not None
     attrs = {**typed.attrs, **(extra or {})}
+    if kind == Kind.KUBE_PROXY_LOG and not _kube_proxy_writes(attrs.get("log_of")):
+        attrs["fragment"] = "true"  # another program's log (`kubectl logs coredns-...`): read for its lines
     if kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
         attrs.update({k: v for k, v in save_attrs(text).items() if k not in attrs})
     art = Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text), parsed=parsed)

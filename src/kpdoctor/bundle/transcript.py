@@ -276,9 +276,81 @@ _PROC_PID = re.compile(r"^/proc/(\d+)/cmdline$")
 _PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
 
+# Options of `kubectl logs` (and the runtimes' `logs`) that take a value: the word after one is
+# not the Pod or container
+_LOGS_VALUED = frozenset(
+    {
+        "-n",
+        "--namespace",
+        "-c",
+        "--container",
+        "-l",
+        "--selector",
+        "--since",
+        "--since-time",
+        "--tail",
+        "--context",
+        "--kubeconfig",
+        "--pod-running-timeout",
+        "--max-log-requests",
+        "--cluster",
+        "--user",
+        "-s",
+        "--server",
+        "--until",
+        "-u",
+        "--unit",
+        "--identifier",
+        "-t",
+        "--boot",
+        "-b",
+    }
+)
+_LOGS_TOOLS = ("kubectl", "k", "oc", "crictl", "docker", "nerdctl", "podman")
+
+
+def log_source(words: list[str]) -> str | None:
+    """Whose log a command prints: the Pod, workload, container or label value `kubectl logs`
+    (or a runtime's `logs`) names, the unit `journalctl -u` names. The log's lines are that
+    component's unless a line's own wrapper says otherwise (``parse.logwrap.writer_of``): a
+    client-go error in CoreDNS's log is CoreDNS's, not kube-proxy's."""
+    prog = words[0].rsplit("/", 1)[-1] if words else ""
+    if prog == "journalctl":
+        for i, w in enumerate(words[1:], 1):
+            for flag in ("-u", "--unit", "-t", "--identifier"):
+                if w == flag and i + 1 < len(words):
+                    return words[i + 1]
+                if w.startswith(flag + "=") or (len(flag) == 2 and w.startswith(flag) and len(w) > 2):
+                    return w.split("=", 1)[1] if "=" in w else w[2:]
+        return None
+    if prog not in _LOGS_TOOLS or "logs" not in words[1:]:
+        return None
+    rest = words[words.index("logs") + 1 :]
+    named: str | None = None
+    container = selector = None
+    i = 0
+    while i < len(rest):
+        w = rest[i]
+        flag, eq, value = w.partition("=")
+        if flag in ("-c", "--container", "-l", "--selector"):
+            v = value if eq else (rest[i + 1] if i + 1 < len(rest) else "")
+            if flag in ("-c", "--container"):
+                container = v
+            else:
+                selector = v.split(",")[0].partition("=")[2] or v
+        if w.startswith("-"):
+            i += 2 if (not eq and flag in _LOGS_VALUED) else 1
+            continue
+        if named is None:
+            named = w.split("/", 1)[-1]  # pod/x, deploy/x, ds/x
+        i += 1
+    return container or named or selector
+
+
 def hint_from_command(argv: list[str]) -> dict[str, str]:
-    """What a command line says about its output (backend, family, previous log, and ``kind``:
-    the Kind value of an output that only its command types: `cat /proc/locks`, `sysctl -n`)."""
+    """What a command line says about its output (backend, family, previous log, whose log it
+    is, and ``kind``: the Kind value of an output that only its command types: `cat /proc/locks`,
+    `sysctl -n`)."""
     hints: dict[str, str] = {}
     words = []
     for a in argv:
@@ -303,6 +375,9 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["backend"] = "nft"
     if prog in ("kubectl", "k", "crictl", "docker") and re.search(r"\s(-p|--previous)(\s|=|$)", " " + joined + " "):
         hints["previous"] = "true"
+    source = log_source(words)
+    if source:
+        hints["log_of"] = source
     if prog == "hostname":
         hints["kind"] = Kind.HOSTNAME.value
     if prog == "lsmod":

@@ -1054,6 +1054,6 @@ class Scanner:
             _record_text(chunk, header_off),
             before,
             success,
-            source,
+            source or art.attrs.get("log_of"),  # the wrapper's name, else whose log the command printed
         )
 

@@ -31,13 +31,14 @@ KLOG_HEADER_ANYWHERE = re.compile(r"(?:^|\s|\]|:\s)[IWEF]\d{4} \d\d:\d\d:\d\d\.\
 _PREFIX = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] |[\w.-]+ +\| ")  # kubectl --prefix; docker compose
 _CRI = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?:stdout|stderr) [FP] ")
 _ISO_TS = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
-# syslog/journald short format, month in any locale (1-5 non-space chars, maybe with a dot).
+# syslog/journald short format, month in any locale (1-5 non-space chars, maybe with a dot). A
+# host name has no brackets: "TIME [ERROR] plugin/loop: ..." is CoreDNS's level, not a host.
 _SYSLOG = re.compile(
     r"(?P<mon>[^\s\d][^\s]{0,5}|\d{1,2}月) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? "
-    r"(?P<host>\S+) (?P<ident>[\w.@/\-]+)(?:\[(?P<pid>\d+)\])?: "
+    r"(?P<host>[^\s\[\]]+) (?P<ident>[\w.@/\-]+)(?:\[(?P<pid>\d+)\])?: "
 )
 _ISO_SYSLOG = re.compile(
-    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) (?P<host>\S+) "
+    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) (?P<host>[^\s\[\]]+) "
     r"(?P<ident>[\w.@/\-]+)(?:\[(?P<pid>\d+)\])?: "
 )
 # k3s/rke2 logrus lines: time="2024-10-08T21:01:55Z" level=error msg="..."
@@ -133,7 +134,8 @@ _NAMED = re.compile(
     r"(?P<calico>calico|felix|canal)|(?P<weave>weave)|(?P<cilium>cilium)|(?P<antrea>antrea)|"
     r"(?P<aws>aws-node|aws-k8s-agent|amazon-k8s-cni|aws-vpc-cni)|(?P<ovn>ovnkube|kube-ovn)|"
     r"(?P<dockerd>^dockerd|^docker$)|(?P<containerd>^containerd)|(?P<crio>^crio$|^cri-o)|"
-    r"(?P<kernel>^kernel$)|(?P<firewalld>^firewalld$)|(?P<ingress>ingress)",
+    r"(?P<kernel>^kernel$)|(?P<firewalld>^firewalld$)|(?P<ingress>ingress)|(?P<coredns>coredns)|"
+    r"(?P<kubedns>kube-?dns|dnsmasq)",
     re.I,
 )
 _NAMES = {
@@ -153,6 +155,8 @@ _NAMES = {
     "kernel": "kernel",
     "firewalld": "firewalld",
     "ingress": "ingress-controller",
+    "coredns": "coredns",
+    "kubedns": "kube-dns",
 }
 # Binaries that run several components (kube-proxy among them): the source file tells which.
 ALL_IN_ONE = frozenset(
@@ -253,6 +257,10 @@ _MESSAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     (re.compile(r"Failed to ensure iptables rules|[Ff]lannel"), "flannel"),
     (re.compile(r"Using (?:iptables|ipvs|nftables|userspace) [Pp]rox|[Ss]yncProxyRules"), "kube-proxy"),
+    # client-go's source path as a Go module build without -trimpath names it: a program built
+    # from its own module (CoreDNS, a CNI agent, a controller). kube-proxy is built in the
+    # Kubernetes tree (vendored: `k8s.io/client-go/...`), k3s with -trimpath (no `pkg/mod/`).
+    (re.compile(r"pkg/mod/k8s\.io/client-go@"), "a client-go program"),
 )
 _DMESG_HEAD = re.compile(r"\[\s*\d+\.\d+\] ")
 
