@@ -33,14 +33,16 @@ ROUTINE = [m for m in catalogue() if m.example and m.kind == "benign"]
 
 def test_real_posted_lines_are_named_with_a_cause_their_messages_give(tmp_path: Path) -> None:
     """Every real line the catalogue quotes (posted in an upstream issue, or printed here by the
-    real binary) is named first with a cause its messages give. The figure may only rise."""
+    real binary) is named first with a cause its messages give (a failure they give no cause for,
+    as unattributed). The figure may only rise."""
     named, missed = 0, []
     for m in POSTED:
         f = tmp_path / f"{m.component}-{m.id}.log"
         f.write_text(m.example + "\n")
         first = next(iter(run([f]).findings), None)
         wanted = _causes_of(m.example)
-        if first is not None and first.cause in wanted:
+        # a failure whose messages point to no cause (CoreDNS's loop, a SERVFAIL) is named as such
+        if first is not None and (first.cause in wanted or (not wanted and first.cause == UNATTRIBUTED)):
             named += 1
         else:
             missed.append(f"{m.key}: {first.cause if first else None} not in {sorted(wanted)}")

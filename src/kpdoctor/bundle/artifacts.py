@@ -60,6 +60,7 @@ class Kind(enum.StrEnum):
     NIC_STATS = "ethtool -S output"  # a network driver's own counters (parse/ethtool)
     NIC_FEATURES = "ethtool -k output"  # an interface's offload features (parse/ethtool)
     CNI_CONFIG = "CNI network configuration"  # /etc/cni/net.d/*.conf(list) (parse/cni)
+    LOOKUP_TIMING = "timed name lookups"  # `time nslookup x`, dig's timed-out tries, curl -w (parse/lookups)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other
@@ -142,4 +143,5 @@ HOW_TO_GIVE = {
     "sysctl output": "`sysctl -a` on the node",
     "conntrack -S output": "`conntrack -S` on the node, twice a few seconds apart",
     "kernel log (dmesg)": "`dmesg -T` on the node",
+    "timed name lookups": "`time nslookup kubernetes.default` run a few times in a Pod on the node",
 }

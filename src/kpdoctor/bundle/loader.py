@@ -63,6 +63,7 @@ from kpdoctor.knowledge import Signature, catalogue, require_declared
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.counts import parse_line_count
 from kpdoctor.parse.logwrap import ALL_IN_ONE, writer_of
+from kpdoctor.parse.lookups import is_timed_lookup
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.timing import started_by
 
@@ -875,6 +876,8 @@ def _load_transcript(
         forced = Kind(kind) if kind else None  # what only the command types (hint_from_command)
         if forced is None and parse_line_count(p.text, p.command, p.first_line) is not None:
             forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
+        if forced is None and is_timed_lookup(p.text, p.command):
+            forced = Kind.LOOKUP_TIMING  # how long a lookup took: read with its command (dig's lines too)
         text = p.text
         un = unwrap_paste(text)  # a part's own wrapping (grep -n of one command) comes off first too
         retyped = sniff(un.text, ev.lazy_signatures) if un.removed and not forced else Typed(None, {})

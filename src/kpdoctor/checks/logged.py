@@ -152,7 +152,7 @@ def _said(m: Message) -> str:
     cause=UNATTRIBUTED,
     title="A logged failure, named from the messages catalogue",
     severity=Severity.WARNING,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.KERNEL_LOG],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KERNEL_LOG, Kind.LOOKUP_TIMING],
 )
 def logged_failure(facts: Facts) -> Iterator[Finding]:
     """A line kube-proxy, a node tool or the kernel printed means a failure that no other check read.

@@ -467,6 +467,7 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
     needs=[
         Kind.KUBE_PROXY_LOG,
         Kind.KERNEL_LOG,
+        Kind.LOOKUP_TIMING,
         Kind.NSTAT,
         Kind.NETSTAT,
         Kind.CONNTRACK_STATS,

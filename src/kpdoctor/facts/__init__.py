@@ -49,6 +49,7 @@ from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kpconfig import FlagValue, KubeProxyConfig, Source
 from kpdoctor.parse.loadtest import ConnectTimes, connect_times
 from kpdoctor.parse.logscan import Scanner, ScanResult
+from kpdoctor.parse.lookups import WaitedLookup, waited_lookups
 from kpdoctor.versions import IptablesVersion, KernelVersion, KubeVersion
 
 T = TypeVar("T")
@@ -217,8 +218,8 @@ class Facts:
     @cached_property
     def log_artifacts(self) -> list[Artifact]:
         # the kernel's log too: the messages catalogue reads its lines (kube-proxy's own
-        # signatures do not match them)
-        logs = self.of(Kind.KUBE_PROXY_LOG) + self.of(Kind.KERNEL_LOG)
+        # signatures do not match them); and what a timed lookup printed (dig's failed tries)
+        logs = self.of(Kind.KUBE_PROXY_LOG) + self.of(Kind.KERNEL_LOG) + self.of(Kind.LOOKUP_TIMING)
         return sorted(logs, key=lambda a: 0 if a.previous else 1)
 
     @cached_property
@@ -508,6 +509,15 @@ class Facts:
             if c is not None:
                 out.append((c, a))
         return out
+
+    @cached_property
+    def waited_lookups(self) -> list[tuple[WaitedLookup, Cite]]:
+        """Name lookups that answered only after the resolver sent a query again, each with its line."""
+        return [
+            (w, Cite(a.name, a.first_line + w.line, w.text))
+            for a in self.of(Kind.LOOKUP_TIMING)
+            for w in waited_lookups(a.read_text(), a.attrs.get("command"))
+        ]
 
     @cached_property
     def connect_times(self) -> list[tuple[ConnectTimes, Cite]]:

@@ -226,7 +226,7 @@ def _clock(t: str) -> float | None:
     return total
 
 
-def _elapsed(line: str) -> tuple[float, str | None] | None:
+def elapsed(line: str) -> tuple[float, str | None] | None:
     """Seconds of a timing line, and the command zsh prints on it (a line of a few hundred
     characters at most: zsh's pattern backtracks over a long run of blanks)."""
     if len(line) > MAX_LINE:
@@ -268,7 +268,7 @@ def timed_stops(text: str, command: str | None = None) -> list[TimedStop]:
         if reading is not None:
             clocks.append((i, reading[0], stripped, reading[1]))
             continue
-        el = _elapsed(line)
+        el = elapsed(line)
         if el is None:
             typed = _command_on(stripped)
             here = stop_command(typed) if typed is not None else None

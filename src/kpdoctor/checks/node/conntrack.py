@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from kpdoctor.bundle.artifacts import Kind
-from kpdoctor.checks.common import start
+from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.node.common import SINCE_BOOT, read_counters, setting_cites, sysctl_advice
 from kpdoctor.facts import Facts
 from kpdoctor.facts.node import CONNTRACK
@@ -31,7 +31,7 @@ KUBE_PROXY_MIN = 131072
     cause="conntrack-insert-race",
     title="Concurrent NAT makes conntrack inserts collide (insert_failed grows)",
     severity=Severity.WARNING,
-    needs=[Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT],
+    needs=[Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT, Kind.LOOKUP_TIMING],
     counters=[CONNTRACK + "insert_failed", CONNTRACK + "drop"],
 )
 def insert_race(facts: Facts) -> Iterator[Finding]:
@@ -54,7 +54,12 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
         port 53, the A/AAAA race's trace) or the rules DNAT UDP to port 53 (a DNS Service,
         where the race bites): then a warning, with how to confirm it (a second snapshot).
         The kernel version (uname) selects the advice; MASQUERADE rules without
-        `--random-fully` in the iptables-save given are cited.
+        `--random-fully` in the iptables-save given are cited. Without the counters: name
+        lookups that answered only after the resolver sent the query again (`time nslookup`
+        5 s, or 2.5 s with musl; dig's `communications error ... timed out` before its answer;
+        curl -w's time_namelookup) fit the race and are a suspected cause, at info (a warning
+        when the kernel given lacks a fix), decided by `conntrack -S`; counters shown without
+        insert failures rule it out.
     Fix: upgrade the kernel to 5.6 or later (5.0 at least); make MASQUERADE use
         `--random-fully` (kube-proxy 1.16+ does when iptables is 1.6.2+); for DNS, run
         NodeLocal DNSCache or give Pods `dnsConfig.options: [{name: single-request-reopen}]`
@@ -67,6 +72,8 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
     reading = read_counters(node, [CONNTRACK + "insert_failed", CONNTRACK + "drop"])
     names = [n for n, _ in reading.growing] + [t.name for t in reading.totals]
     if not any(n.endswith("insert_failed") for n in names):
+        if not (facts.has(Kind.CONNTRACK_STATS) or facts.has(Kind.NF_CONNTRACK_STAT)):
+            yield from _lookups_waited(facts)  # shown without insert failures, the counters rule it out
         return
     dns = [(a, e) for a, e in node.conntrack_entries if e.proto == "udp" and e.dport == 53 and "UNREPLIED" in e.flags]
     dns_dnat = [] if reading.growing else _udp_dns_dnat(facts)
@@ -99,22 +106,7 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
         f.evidence.append(dns_dnat[0])
     f.summary += reading.confirm("conntrack -S")
     f.ongoing = True if reading.growing or dns else None
-    kernel = facts.kernel
-    if kernel is not None:
-        f.versions_found["kernel"] = str(kernel.value)
-        f.evidence.append(kernel.cite)
-        missing = [(v, why) for base, v, why in RACE_FIXES if kernel.value.base[:2] < base]
-        if missing:
-            f.fix.append(
-                f"Upgrade the kernel ({kernel.value}) to 5.6 or later: it lacks the fixes for "
-                + "; ".join(f"{why} in {v}" for v, why in missing)
-                + "."
-            )
-            f.fixed_in.append("kernel 5.6")
-        else:
-            f.summary += f" Kernel {kernel.value} has the three race fixes: the collisions left are SNAT port clashes."
-    else:
-        f.fix.append("Check the kernel (uname -r): 5.6 or later fixes the three known insertion races.")
+    _kernel_advice(facts, f)
     plain = _masquerade_without_random_fully(facts)
     if plain:
         f.evidence.append(plain[0])
@@ -122,6 +114,71 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
             f"{len(plain)} MASQUERADE rule(s) lack --random-fully: run kube-proxy 1.16+ with iptables 1.6.2+ "
             "(it adds the flag), and the same for the CNI's and ip-masq-agent's rules."
         )
+    f.fix.append(
+        "For DNS timeouts: deploy NodeLocal DNSCache, or set dnsConfig.options "
+        "[{name: single-request-reopen}] (glibc) on the affected Pods."
+    )
+    yield f
+
+
+def _kernel_advice(facts: Facts, f: Finding) -> bool:
+    """The kernel release's part of the advice; True when the kernel given lacks a race fix."""
+    kernel = facts.kernel
+    if kernel is None:
+        f.fix.append("Check the kernel (uname -r): 5.6 or later fixes the three known insertion races.")
+        return False
+    f.versions_found["kernel"] = str(kernel.value)
+    f.evidence.append(kernel.cite)
+    missing = [(v, why) for base, v, why in RACE_FIXES if kernel.value.base[:2] < base]
+    if missing:
+        f.fix.append(
+            f"Upgrade the kernel ({kernel.value}) to 5.6 or later: it lacks the fixes for "
+            + "; ".join(f"{why} in {v}" for v, why in missing)
+            + "."
+        )
+        f.fixed_in.append("kernel 5.6")
+        return True
+    f.summary += f" Kernel {kernel.value} has the three race fixes: the collisions left are SNAT port clashes."
+    return False
+
+
+def _lookups_waited(facts: Facts) -> Iterator[Finding]:
+    """Lookups that answered after a resend, the conntrack counters not given: the race fits
+    (a query of the A/AAAA pair lost, the answer on the next try); `conntrack -S` decides."""
+    waited = facts.waited_lookups
+    if not waited:
+        return
+    w = waited[0][0]
+    took = f"took {w.seconds:.2f} s" if w.seconds is not None else f"printed its timed-out try ({w.text})"
+    per = "2.5 s (musl, BusyBox)" if w.waited % 5 else "5 s (glibc, Go, BIND's tools)"
+    lost = f"{w.losses} lost tr{'y' if w.losses == 1 else 'ies'}"
+    f = start(facts, "KP300", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    suspect(
+        f,
+        "name lookups answered only after the resolver sent a query again; the conntrack counters were not given",
+        ["conntrack -S (twice, a few seconds apart: insert_failed growing)", "uname -r"],
+    )
+    f.summary = (
+        f"{len(waited)} name lookup(s) answered only after the resolver sent the query again: a {w.lookup.tool} "
+        f"of {w.lookup.name} {took}, the resolver's wait of {per} for {lost}. "
+    )
+    if any(x.lookup.pair for x, _ in waited):
+        f.summary += (
+            "A lost query and an answer on the next try is the conntrack insert race's signature on a node that "
+            "DNATs DNS to the cluster DNS: the resolver sends the A and AAAA queries at once from one socket, and "
+            "one of the pair is dropped when their conntrack entries collide."
+        )
+    else:
+        f.summary += (
+            f"{w.lookup.tool} sends one query at a time, so this is not the A/AAAA pair colliding: a DNS packet was "
+            "lost on this path (the race's other forms, SNAT port clashes, a full conntrack table, or the DNS Pod); "
+            "time a lookup through libc (`time getent hosts NAME`) to see the pair's race."
+        )
+    f.summary += " `conntrack -S` (insert_failed growing) confirms it."
+    f.evidence = [c for _, c in waited[:3]]
+    f.ongoing = True
+    if _kernel_advice(facts, f):
+        f.severity = Severity.WARNING  # a kernel without the fixes makes the lead likely
     f.fix.append(
         "For DNS timeouts: deploy NodeLocal DNSCache, or set dnsConfig.options "
         "[{name: single-request-reopen}] (glibc) on the affected Pods."
