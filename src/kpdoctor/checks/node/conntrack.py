@@ -39,7 +39,7 @@ def insert_race(facts: Facts) -> Iterator[Finding]:
 
     Symptom: intermittent connection timeouts through Services or SNAT, most visibly DNS lookups
         that take 5 s (glibc and musl send the A and AAAA queries in parallel from one socket; one
-        is dropped and retried after the 5 s resolver timeout).
+        is dropped and sent again when the resolver's wait ends: 5 s with glibc, 2.5 s with musl).
     Cause: with NAT (DNAT to a Service backend, SNAT/MASQUERADE to outside), two packets of new
         flows are translated in parallel on different CPUs and end with the same tuple; only the
         first insert wins, the other packet is dropped (`insert_failed`, and `drop` when the
