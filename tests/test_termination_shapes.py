@@ -150,17 +150,17 @@ def test_a_timing_line_of_blanks_is_read_in_linear_time(blanks: int) -> None:
     or a crafted line of blanks (minutes) cost no backtracking."""
     import time as clock
 
-    from kpdoctor.parse.timing import MAX_LINE, _elapsed
+    from kpdoctor.parse.timing import MAX_LINE, elapsed
 
     lines = [
         " " * blanks + "x 0.05s user 0.02s system 0% cpu total",
         "x" + " " * blanks + "0.05s user 0.02s system 0% cpu 1.5 total",
     ]
     t0 = clock.perf_counter()
-    got = [_elapsed(line[:MAX_LINE]) for line in lines]
+    got = [elapsed(line[:MAX_LINE]) for line in lines]
     assert clock.perf_counter() - t0 < 0.5
     assert got[0] is None and got[1] == (1.5, "x")
-    assert _elapsed("docker stop test  0.05s user 0.02s system 0% cpu 10.408 total") == (10.408, "docker stop test")
+    assert elapsed("docker stop test  0.05s user 0.02s system 0% cpu 10.408 total") == (10.408, "docker stop test")
 
 
 # -- a container's PID 1 read from /proc/1/cmdline ------------------------------------------------
