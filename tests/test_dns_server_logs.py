@@ -156,3 +156,28 @@ def test_a_kube_proxy_log_stays_kube_proxys(diagnose: Diag) -> None:
     (read,) = report.inputs
     assert read.kind == Kind.KUBE_PROXY_LOG.value
     one(report, "KP129")
+
+
+def test_a_caption_naming_a_command_starts_its_output(diagnose: Diag) -> None:
+    """An issue comment: a session quoted with `>`, then a line of prose naming the command whose
+    output the indented block below it is. The block is CoreDNS's log (its lines cited as
+    coredns's), not more of nslookup's output; a client's output is never kube-proxy's log; every
+    message the lead names is cited."""
+    text = (
+        "Pods on node-2 cannot resolve anything:\n\n"
+        "> $ kubectl exec -ti busybox -- nslookup kubernetes.default\n"
+        "> Server:    10.96.0.10\n> Address 1: 10.96.0.10\n>\n"
+        "> nslookup: can't resolve 'kubernetes.default'\n> command terminated with exit code 1\n\n"
+        "coredns logs (`kubectl -n kube-system logs coredns-6955765f44-4csvp`):\n\n"
+        "    .:53\n    CoreDNS-1.6.7\n    linux/amd64, go1.13.6, da7f65b\n"
+        f"    {READY_WAITING.split(' ', 1)[1]}\n    {REFLECTOR_TIMEOUT}\n"
+    )
+    report = diagnose({"issue.md": text})
+    kinds = {i.kind for i in report.inputs}
+    assert kinds == {"log lines"}, [(i.kind, i.details) for i in report.inputs]
+    f = one(report, "KP130")
+    assert f.cause == "service-rules-missing"
+    cited = {(c.line, c.writer) for c in f.evidence}
+    assert (7, None) in cited  # nslookup's, in the quoted session
+    assert {(15, "coredns"), (16, "coredns")} <= cited  # the ready line and the failed list
+    none_of(report, "KP140")  # every line the lead names is cited: nothing left unexplained

@@ -63,7 +63,7 @@ from kpdoctor.knowledge import Signature, catalogue, require_declared
 from kpdoctor.model import InputProblem, InternalError
 from kpdoctor.parse.counts import parse_line_count
 from kpdoctor.parse.logwrap import ALL_IN_ONE, writer_of
-from kpdoctor.parse.lookups import is_timed_lookup
+from kpdoctor.parse.lookups import is_timed_lookup, runs_a_client
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.timing import started_by
 
@@ -842,8 +842,12 @@ def _add_inline(
     kind = typed.kind
     assert kind is not None
     attrs = {**typed.attrs, **(extra or {})}
-    if kind == Kind.KUBE_PROXY_LOG and not _kube_proxy_writes(attrs.get("log_of")):
-        attrs["fragment"] = "true"  # another program's log (`kubectl logs coredns-...`): read for its lines
+    if kind == Kind.KUBE_PROXY_LOG and (
+        not _kube_proxy_writes(attrs.get("log_of")) or runs_a_client(attrs.get("command", ""))
+    ):
+        # another program's log (`kubectl logs coredns-...`), a client's output (`nslookup x`):
+        # read for its lines, never as kube-proxy's log
+        attrs["fragment"] = "true"
     if kind == Kind.IPTABLES_SAVE and "backend" not in attrs:
         attrs.update({k: v for k, v in save_attrs(text).items() if k not in attrs})
     art = Artifact(label, kind, text=text, first_line=first_line, attrs=attrs, size=len(text), parsed=parsed)

@@ -250,6 +250,10 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
         return None
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None
+    # in a session, a caption naming a command starts that command's output (its line is prose)
+    captions = [(i, c) for i, line in enumerate(lines) if (c := _caption(line)) is not None]
+    if captions:
+        prompts = sorted(prompts + captions, key=lambda p: p[0])
     parts: list[Part] = []
     if prompts[0][0] > first_content:
         parts.append(Part("", [], "\n".join(lines[: prompts[0][0]]) + "\n", 1))
@@ -262,6 +266,17 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
             continue
         parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
     return parts
+
+
+# A line of prose naming the command whose output follows it ("coredns logs (`kubectl -n
+# kube-system logs coredns-x`):", "Output of `iptables-save`:", "执行 `ipvsadm -Ln` 的结果："), as
+# issue comments introduce a block: in a session, a part of its own with that command.
+_CAPTION = re.compile(r"^ {0,3}[^`\s>][^`\n]{0,120}`(?P<cmd>[^`\n]{2,400})`[^`\n]{0,60}[:：]\s*$")
+
+
+def _caption(line: str) -> tuple[str, list[str], str | None, str] | None:
+    m = _CAPTION.match(line) if "`" in line else None
+    return bare_command(m.group("cmd")) if m is not None else None
 
 
 def _strong(line: str) -> bool:

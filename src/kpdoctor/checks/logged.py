@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import HOW_TO_GIVE, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.facts import Facts
-from kpdoctor.facts.log import LoggedMessage, logged_messages
+from kpdoctor.facts.log import LoggedMessage, cite_line, logged_messages
 from kpdoctor.knowledge import CHECKS, check, owners, tells_kube_proxy
 from kpdoctor.messages.match import Match
 from kpdoctor.messages.schema import Message
@@ -28,6 +28,7 @@ UNATTRIBUTED = "logged-failure"
 # never why. What it points to is a lead, at info, whatever the line's level.
 CLIENTS = frozenset({"client", "dns-client", "coredns", "client-go"})
 MAX_MESSAGES_SHOWN = 3
+MAX_MESSAGES_CITED = 6  # one line of each message read, at most this many
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +123,15 @@ def start_logged(
     confidence: Confidence,
     severity: Severity | None = None,
 ) -> Finding:
-    """A finding of check ``code`` on catalogue messages read in the log: their kept lines cited,
+    """A finding of check ``code`` on catalogue messages read in the log: their kept lines cited
+    (the first and last, and one of each message besides: a message named is a message cited),
     every line read that way counted."""
     f = start(facts, code, [h for lm in logged for h in lm.hits], confidence=confidence, severity=severity)
     f.occurrences = sum(lm.count for lm in logged)
+    for lm in logged[:MAX_MESSAGES_CITED]:
+        c = cite_line(lm.hits[0]) if lm.hits else None
+        if c is not None and c not in f.evidence:
+            f.evidence.append(c)
     return f
 
 

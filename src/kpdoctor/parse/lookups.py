@@ -104,6 +104,27 @@ def lookup_of(cmdline: str) -> Lookup | None:
     return None
 
 
+# Clients: what they print is their own output (a lookup's, a connection's), never a component's log.
+_CLIENTS = _BIND_TOOLS | _LIBC_TOOLS | {"traceroute", "tracepath", "mtr", "drill", "kdig"}
+
+
+def runs_a_client(cmdline: str) -> bool:
+    """Does a command line run a client (a DNS lookup, curl, ping...), here or in a Pod? Its output
+    is the client's, whatever lines of a log it holds."""
+    for part in _NEXT_COMMAND.split(cmdline[:4096]):
+        try:
+            words = unwrapped(shell_split(part))
+        except ValueError:
+            words = unwrapped(part.split())
+        _, inner = exec_parts(words)
+        words = unwrapped(inner) if inner else words
+        if words and words[0].rsplit("/", 1)[-1] == "busybox":
+            words = words[1:]
+        if words and words[0].rsplit("/", 1)[-1] in _CLIENTS:
+            return True
+    return False
+
+
 def _lookup_in(cmdline: str) -> Lookup | None:
     try:
         words = shell_split(cmdline)
