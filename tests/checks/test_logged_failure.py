@@ -233,3 +233,29 @@ def test_conntrack_invalid_packets_are_named_and_the_liberal_setting_weighs(tmp_
     sysctl.write_text("net.netfilter.nf_conntrack_tcp_be_liberal = 1\nnet.ipv4.ip_forward = 1\n")
     liberal = run([dmesg, sysctl]).findings[0]
     assert liberal.code == "KP314" and liberal.severity == Severity.INFO
+
+
+def test_a_failed_probe_is_kubelets_own_not_a_services(tmp_path: Path) -> None:
+    """kubelet probes a Pod at its own address (pkg/kubelet/prober): a failed probe, in the Pod's
+    events or kubelet's log (the printf era and the structured one), is named as the probe's
+    failure, never as a Service's rules being wrong (its dial error alone would suggest that)."""
+    events = (
+        "Events:\n"
+        "  Type     Reason     Age                From     Message\n"
+        "  ----     ------     ----               ----     -------\n"
+        '  Warning  Unhealthy  3m (x12 over 5m)   kubelet  Readiness probe failed: Get "http://10.244.2.7:8080/health": '
+        "dial tcp 10.244.2.7:8080: connect: connection refused\n"
+    )
+    logs = (
+        'I0302 09:12:01.123456    1234 prober.go:116] Liveness probe for "web-0_default(0a1b):web" failed (failure): '
+        "Get http://10.244.2.7:8080/: net/http: request canceled (Client.Timeout exceeded while awaiting headers)\n"
+        'I0302 09:12:11.123456    1234 prober.go:107] "Probe failed" probeType="Readiness" pod="default/web-0" '
+        'podUID=0a1b containerName="web" probeResult=failure output="Get \\"http://10.244.2.7:8080/\\": context '
+        'deadline exceeded"\n'
+    )
+    for name, text in (("events.txt", events), ("kubelet.log", logs)):
+        f = tmp_path / name
+        f.write_text(text)
+        found = run([f]).findings
+        assert [x.cause for x in found] == [UNATTRIBUTED], (name, [(x.code, x.cause) for x in found])
+        assert found[0].severity == Severity.INFO and "probe" in found[0].summary
