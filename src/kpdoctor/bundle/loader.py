@@ -823,10 +823,7 @@ def _add_typed(ev: Evidence, path: Path, label: str, typed: Typed) -> None:
 def _kube_proxy_writes(log_of: str | None) -> bool:
     """May the log a command printed be kube-proxy's (its Pod, container or unit, or a binary
     that runs it, or nothing named)?"""
-    if not log_of:
-        return True
-    writer = writer_of(log_of, "")
-    return writer == "kube-proxy" or log_of.lower() in ALL_IN_ONE
+    return not log_of or writer_of(log_of, "") in ("kube-proxy", *ALL_IN_ONE)
 
 
 def _add_inline(

@@ -26,6 +26,7 @@ from kpdoctor.parse.logwrap import KLOG_HEADER, KLOG_HEADER_ANYWHERE, unwrap
 from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_part, looks_like_nft_text
 from kpdoctor.parse.shapes import REGISTERED
+from kpdoctor.parse.shellwords import RUNTIME_CLIS
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, looks_like_packages, ps_header
@@ -558,7 +559,6 @@ _KUBE_PROXY_WORD = re.compile(r"kube[-_]?proxy", re.I)
 _COBRA_ERROR = re.compile(r"^Error: \S", re.M)  # how cobra prints a command's error (then its usage)
 _POD_LOG = re.compile(r"/pods/[^/]+_[^/]+_[^/]+/([^/]+)/\d+\.log(?:\.[\w.-]+)?$")
 _LOG_READERS = frozenset({"cat", "tail", "head", "less", "more", "zcat", "grep"})
-_RUNTIME_CLIS = frozenset({"kubectl", "k", "oc", "docker", "crictl", "nerdctl", "podman"})
 
 
 def _written_by_kube_proxy(lines: list[str]) -> bool:
@@ -584,7 +584,7 @@ def _kube_proxy_named(name: str) -> bool:
         prog, args = args[0].rsplit("/", 1)[-1], args[1:]
     if _KUBE_PROXY_WORD.fullmatch(prog):
         return True  # kube-proxy run in the terminal: what it printed
-    if prog in _RUNTIME_CLIS and "logs" in args:
+    if prog in RUNTIME_CLIS and "logs" in args:
         after = args[args.index("logs") + 1 :]
         return any(_KUBE_PROXY_WORD.search(a) for a in after if not a.startswith("-") or "=" in a)
     if prog == "journalctl":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.k8s import GENERATED, pod_template
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
-from kpdoctor.parse.shellwords import entered, exec_parts, shell_split, unwrapped
+from kpdoctor.parse.shellwords import RUNTIME_CLIS, entered, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.structured import FENCE
 from kpdoctor.parse.sysctl import sysctl_write
 
@@ -321,7 +321,6 @@ _LOGS_VALUED = frozenset(
         "-b",
     }
 )
-_LOGS_TOOLS = ("kubectl", "k", "oc", "crictl", "docker", "nerdctl", "podman")
 
 
 def log_source(words: list[str]) -> str | None:
@@ -338,7 +337,7 @@ def log_source(words: list[str]) -> str | None:
                 if w.startswith(flag + "=") or (len(flag) == 2 and w.startswith(flag) and len(w) > 2):
                     return w.split("=", 1)[1] if "=" in w else w[2:]
         return None
-    if prog not in _LOGS_TOOLS or "logs" not in words[1:]:
+    if prog not in RUNTIME_CLIS or "logs" not in words[1:]:
         return None
     rest = words[words.index("logs") + 1 :]
     named: str | None = None

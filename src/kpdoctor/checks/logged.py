@@ -23,10 +23,6 @@ from kpdoctor.messages.schema import Message
 from kpdoctor.model import Confidence, Finding, Severity
 
 UNATTRIBUTED = "logged-failure"
-# What a client printed (curl, a Go program's dial error, a DNS lookup, CoreDNS reaching its
-# upstream or the API server, a Pod's client-go listing the API server): where the path failed,
-# never why. What it points to is a lead, at info, whatever the line's level.
-CLIENTS = frozenset({"client", "dns-client", "coredns", "client-go"})
 MAX_MESSAGES_SHOWN = 3
 MAX_MESSAGES_CITED = 6  # one line of each message read, at most this many
 
@@ -106,7 +102,7 @@ def messages_naming(facts: Facts, cause: str, wrappers: bool = False) -> list[Lo
     path failed is a lead for KP130, not a check's evidence)."""
     out = []
     for lm in logged_messages(facts.log):
-        if lm.match.message.component in CLIENTS:
+        if lm.match.message.client:
             continue
         r = reading(lm.match)
         w = wrapper_reading(lm.match) if wrappers else None
@@ -196,7 +192,7 @@ def logged_failure(facts: Facts) -> Iterator[Finding]:
             readings.append(said)
         for x in readings:
             # a client's line is never a check's own evidence (messages_naming): KP130 names it
-            if lm.match.message.component in CLIENTS or not _read_by_own_check(x.cause):
+            if lm.match.message.client or not _read_by_own_check(x.cause):
                 by_cause.setdefault(x.cause, []).append((lm, x))
     for cause, items in by_cause.items():
         yield _finding(facts, cause, items)
@@ -242,7 +238,7 @@ def _finding(facts: Facts, cause: str, items: list[tuple[LoggedMessage, Reading]
         judged = [spec.code for spec in CHECKS.values() if spec.cause == cause and spec.can_run(facts)]
         if not any(is_error(lm) for lm, _ in items):
             f.severity = Severity.INFO  # what info and warning lines point to is a lead, not an alarm
-        elif all(lm.match.message.component in CLIENTS for lm, _ in items):
+        elif all(lm.match.message.client for lm, _ in items):
             f.severity = Severity.INFO  # a client's error says where the path failed, not why
         elif judged:
             # the cause's own check read this evidence and did not find it: a lead, not an alarm

@@ -5,6 +5,8 @@ The schema, checked when the files are loaded (a file that breaks it is refused 
 the field named, never half read)::
 
     component: iptables                 # who prints these (kube-proxy, iptables, kernel ...)
+    client: false                       # optional: a client (curl, a DNS lookup, CoreDNS reaching its
+                                        # upstream): its lines say where a path failed, never why
     sources: ["how the source was read: package or repository, version, files"]
     entries:
       - id: couldnt-load-target         # unique within the component, kebab-case
@@ -62,7 +64,7 @@ _OPTIONAL = (
     "example_from",
     "v",
 )
-_TOP = ("component", "sources", "entries")
+_TOP = ("component", "sources", "entries", "client")
 
 
 class CatalogueError(ValueError):
@@ -96,6 +98,7 @@ class Message:
     payload: str | None = None
     example: str | None = None
     example_from: str | None = None
+    client: bool = False  # its component is a client: where a path failed, never why (``client:``)
 
     @property
     def key(self) -> str:
@@ -150,7 +153,7 @@ def _text(value: object, where: str, required: bool = False) -> str | None:
     return value
 
 
-def _entry(component: str, raw: object, where: str) -> Message:
+def _entry(component: str, raw: object, where: str, client: bool = False) -> Message:
     if not isinstance(raw, dict):
         raise CatalogueError(f"{where}: an entry is a mapping, not {type(raw).__name__}")
     eid = raw.get("id")
@@ -205,6 +208,7 @@ def _entry(component: str, raw: object, where: str) -> Message:
         payload=_text(raw.get("payload"), f"{where}: payload"),
         example=_text(raw.get("example"), f"{where}: example"),
         example_from=_text(raw.get("example_from"), f"{where}: example_from"),
+        client=client,
     )
 
 
@@ -227,10 +231,13 @@ def component_of(doc: Any, name: str) -> Component:
     if unknown:
         raise CatalogueError(f"{name}: unknown field(s) {', '.join(map(str, unknown))}")
     component = _text(doc.get("component"), f"{name}: component", required=True) or ""
+    client = doc.get("client", False)
+    if not isinstance(client, bool):
+        raise CatalogueError(f"{name}: client is true or false")
     entries = doc.get("entries")
     if not isinstance(entries, list) or not entries:
         raise CatalogueError(f"{name}: entries is a non-empty list")
-    messages = tuple(_entry(component, e, f"{name}: entry {i + 1}") for i, e in enumerate(entries))
+    messages = tuple(_entry(component, e, f"{name}: entry {i + 1}", client) for i, e in enumerate(entries))
     seen: set[str] = set()
     for m in messages:
         if m.id in seen:

@@ -25,9 +25,10 @@ reads what such a lookup printed. Nothing here raises on bad input; line numbers
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kpdoctor.parse.shellwords import PROMPT, exec_parts, shell_split, unwrapped
+from kpdoctor.parse.shellwords import PROMPT, RUNTIME_CLIS, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.timing import elapsed
 
 # The tools that resolve a name they are given, and the resend interval each waits for.
@@ -95,10 +96,8 @@ def lookup_of(cmdline: str) -> Lookup | None:
     """The lookup a command line runs (after a prompt's, `time`'s, `sudo`'s and `kubectl exec`'s
     words; in a command list or a loop, the first command that is one), when it names a host
     name rather than an address; None for anything else."""
-    if len(cmdline) > 4096:
-        return None
-    for part in _NEXT_COMMAND.split(cmdline):
-        found = _lookup_in(part)
+    for words, in_pod, busybox in _programs(cmdline):
+        found = _lookup_in(words, in_pod, busybox)
         if found is not None:
             return found
     return None
@@ -111,38 +110,35 @@ _CLIENTS = _BIND_TOOLS | _LIBC_TOOLS | {"traceroute", "tracepath", "mtr", "drill
 def runs_a_client(cmdline: str) -> bool:
     """Does a command line run a client (a DNS lookup, curl, ping...), here or in a Pod? Its output
     is the client's, whatever lines of a log it holds."""
-    for part in _NEXT_COMMAND.split(cmdline[:4096]):
+    return any(words[0].rsplit("/", 1)[-1] in _CLIENTS for words, _, _ in _programs(cmdline))
+
+
+def _programs(cmdline: str) -> Iterator[tuple[list[str], bool, bool]]:
+    """Each command of a command line as the program it runs: its words (wrappers, a runtime's
+    `exec` and `busybox` taken off), whether it runs in a Pod, whether BusyBox runs it."""
+    if len(cmdline) > 4096:
+        return
+    for part in _NEXT_COMMAND.split(cmdline):
         try:
-            words = unwrapped(shell_split(part))
+            words = shell_split(part)
         except ValueError:
-            words = unwrapped(part.split())
-        _, inner = exec_parts(words)
-        words = unwrapped(inner) if inner else words
-        if words and words[0].rsplit("/", 1)[-1] == "busybox":
+            words = part.split()
+        cut = next((i for i, w in enumerate(words) if w in (">", "2>&1", ">>")), len(words))
+        words = unwrapped(words[:cut])
+        in_pod = False
+        if words and words[0].rsplit("/", 1)[-1] in RUNTIME_CLIS:
+            _, inner = exec_parts(words)
+            if not inner:
+                continue
+            words, in_pod = unwrapped(inner), True
+        busybox = bool(words) and words[0].rsplit("/", 1)[-1] == "busybox"
+        if busybox:
             words = words[1:]
-        if words and words[0].rsplit("/", 1)[-1] in _CLIENTS:
-            return True
-    return False
+        if words:
+            yield words, in_pod, busybox
 
 
-def _lookup_in(cmdline: str) -> Lookup | None:
-    try:
-        words = shell_split(cmdline)
-    except ValueError:
-        words = cmdline.split()
-    cut = next((i for i, w in enumerate(words) if w in (">", "2>&1", ">>")), len(words))
-    words = unwrapped(words[:cut])
-    in_pod = False
-    if words and words[0].rsplit("/", 1)[-1] in ("kubectl", "k", "oc", "docker", "crictl", "nerdctl", "podman"):
-        _, inner = exec_parts(words)
-        if not inner:
-            return None
-        words, in_pod = unwrapped(inner), True
-    busybox = bool(words) and words[0].rsplit("/", 1)[-1] == "busybox"
-    if busybox:
-        words = words[1:]
-    if not words:
-        return None
+def _lookup_in(words: list[str], in_pod: bool, busybox: bool) -> Lookup | None:
     tool = words[0].rsplit("/", 1)[-1]
     if tool not in _BIND_TOOLS and tool not in _LIBC_TOOLS:
         return None
@@ -230,11 +226,24 @@ def _wait_in(seconds: float, lookup: Lookup) -> float | None:
 def waited_lookups(text: str, command: str | None = None) -> list[WaitedLookup]:
     """Every lookup in ``text`` that answered after a resend: ``command`` the transcript's, or the
     command lines the text holds itself (behind a prompt)."""
+    return _read(text, command)[0]
+
+
+def is_timed_lookup(text: str, command: str | None = None) -> bool:
+    """Does ``text`` show how long a lookup took (a timing line after a lookup command, a try a
+    BIND tool printed as timed out, curl -w's name lookup time)? What types it as evidence."""
+    waited, timed = _read(text, command)
+    return bool(waited) or timed
+
+
+def _read(text: str, command: str | None) -> tuple[list[WaitedLookup], bool]:
+    """The lookups that waited, and whether any lookup was timed at all."""
     lines = text.splitlines()
     if len(lines) > MAX_LINES:
-        return []
+        return [], False
     current = lookup_of(command) if command else None
     out: list[WaitedLookup] = []
+    timed = False
     start = 0  # the current run's first output line
     tries: list[tuple[int, str]] = []  # timed-out tries printed since it started
     said = False  # the run's wait is read already (its printed try, curl's -w): its timing adds nothing
@@ -253,6 +262,7 @@ def waited_lookups(text: str, command: str | None = None) -> list[WaitedLookup]:
             continue
         el = elapsed(raw)
         if el is not None:  # the end of one run (a loop times each)
+            timed = True
             wait = _wait_in(el[0], current)
             if wait is not None and not said and not _failed(lines[start:i]):
                 out.append(WaitedLookup(current, el[0], wait, i, line, "timed"))
@@ -268,7 +278,7 @@ def waited_lookups(text: str, command: str | None = None) -> list[WaitedLookup]:
             if found is not None:
                 out.append(WaitedLookup(current, found[0], found[1], i, line, "curl -w"))
                 said = True
-    return _one_per_evidence(out)
+    return out, timed
 
 
 def _failed(output: list[str]) -> bool:
@@ -287,32 +297,3 @@ def _curl_namelookup(line: str, lookup: Lookup) -> tuple[float, float] | None:
         return None
     wait = _wait_in(seconds, Lookup(lookup.tool, lookup.name, False))
     return (seconds, wait) if wait is not None else None
-
-
-def _one_per_evidence(found: list[WaitedLookup]) -> list[WaitedLookup]:
-    seen: set[int] = set()
-    out = []
-    for w in found:
-        if w.line not in seen:
-            seen.add(w.line)
-            out.append(w)
-    return out
-
-
-def is_timed_lookup(text: str, command: str | None = None) -> bool:
-    """Does ``text`` show how long a lookup took (a timing line after a lookup command, a try a
-    BIND tool printed as timed out, curl -w's name lookup time)? What types it as evidence."""
-    if waited_lookups(text, command):
-        return True
-    lines = text.splitlines()
-    if len(lines) > MAX_LINES:
-        return False
-    current = lookup_of(command) if command else None
-    for raw in lines:
-        m = PROMPT.match(raw)
-        if m:
-            current = lookup_of(m.group("cmd"))
-            continue
-        if current is not None and elapsed(raw) is not None:
-            return True
-    return False

@@ -35,6 +35,8 @@ PROMPT = re.compile(
 
 # What runs another command in front of it (`sudo iptables-save`, `time docker stop x`).
 COMMAND_WRAPPERS = frozenset({"sudo", "time", "command", "env", "nice"})
+# The CLIs whose `exec` runs a command in a Pod or container and whose `logs` prints one's log.
+RUNTIME_CLIS = frozenset({"kubectl", "k", "oc", "docker", "crictl", "nerdctl", "podman"})
 
 
 def unwrapped(words: list[str], wrappers: frozenset[str] = COMMAND_WRAPPERS) -> list[str]:
