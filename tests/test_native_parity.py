@@ -220,6 +220,33 @@ def test_a_generated_cluster_verifies_the_same_end_to_end(tmp_path: Path) -> Non
         assert bool(reports[1]["verification"]["stale_rules"]) == (code == 1)
 
 
+def test_a_node_with_more_short_chains_than_the_core_keeps_compiled_verifies_the_same(tmp_path: Path) -> None:
+    """The core keeps a short chain's compiled form only among the last it compiled
+    (``SHORT_CHAINS_KEPT``): a node with more Service and endpoint chains than that compiles
+    some again, and its report is the Python walk's, byte for byte."""
+    from kpdoctor import _core
+
+    services = _core.SHORT_CHAINS_KEPT // 4
+    save, cluster = gen_cluster.write(tmp_path, services, 4)
+    short = {line.split()[0] for line in save.read_text().splitlines() if line.startswith((":KUBE-SVC-", ":KUBE-SEP-"))}
+    assert len(short) > _core.SHORT_CHAINS_KEPT
+    reports = []
+    for core in ("python", "native"):
+        env = dict(os.environ, **{CORE_SETTING: core, "KPDOCTOR_WORKERS": "1"})
+        done = subprocess.run(
+            [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(save), str(cluster)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout))
+    assert reports[0] == reports[1]
+    assert reports[1]["verification"]["services_checked"] == services
+
+
 # -- generated rule sets: every option and target, valid and not --------------------------------
 
 ADDRS = ["10.96.0.10", "10.244.1.7", "192.168.0.10", "127.0.0.1", "203.0.113.5", "224.0.0.1", "fd00::10"]

@@ -156,7 +156,8 @@ impl IptablesRules {
             if !tab.chain_rules(cid).any(|r| r.names_dport(py)) {
                 continue;
             }
-            for (idx, cr) in &tab.compiled(py, cid).rules {
+            let compiled = tab.compiled(py, cid);
+            for (idx, cr) in &compiled.rules {
                 if !tab.rules[*idx as usize].names_dport(py) {
                     continue;
                 }
@@ -297,5 +298,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IptablesRules>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;
     Ok(())
 }

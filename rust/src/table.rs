@@ -2,9 +2,15 @@
 //! enters their chain, and long chains indexed by exact destination address (or port) so a
 //! lookup in KUBE-SERVICES does not walk 10,000 rules (`CompiledTable` and `ChainIndex` in
 //! `iptables/compile.py`).
+//!
+//! A long chain's compiled form is kept for the table's life; a short one's (a Service's or an
+//! endpoint's chain: nine rules in ten at 10,000 Services) only among the last few thousand
+//! compiled. A verification walks a Service's cases one after the other, so the short chains
+//! a walk enters are almost always those it just compiled, and keeping every one of them was
+//! most of the core's memory (36 of 40 MB at 10,000 Services).
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -12,8 +18,11 @@ use pyo3::types::PyString;
 use crate::compile::{compile_named, known_name, CompiledRule, Name};
 use crate::tokens::rule_args;
 
-/// Chains longer than this get a destination index.
+/// Chains longer than this get a destination index, and their compiled form is kept.
 pub const INDEX_THRESHOLD: usize = 24;
+
+/// How many short chains' compiled forms a table keeps (the most recently compiled).
+pub const SHORT_CHAINS_KEPT: usize = 4096;
 
 /// A rule as read: its line in the user's file and its text: the Python parser's own string
 /// (not copied: read when the rule is compiled), or, for a line only a shell-word parser splits
@@ -109,8 +118,16 @@ pub struct Chain {
     pub name: Arc<str>,
     /// positions of the chain's rules among the table's
     members: Vec<u32>,
-    /// boxed: a chain no packet entered (the other backend's, a CNI's) costs a pointer
-    compiled: OnceLock<Box<CompiledChain>>,
+    /// a long chain's compiled form (a chain no packet entered, the other backend's, a CNI's,
+    /// costs a pointer); a short chain's is in the table's `recent`
+    compiled: OnceLock<Arc<CompiledChain>>,
+}
+
+/// The short chains compiled last, oldest first out.
+#[derive(Default)]
+struct Recent {
+    chains: HashMap<u32, Arc<CompiledChain>>,
+    order: VecDeque<u32>,
 }
 
 pub struct Table {
@@ -121,6 +138,7 @@ pub struct Table {
     pub rules: Vec<RawRule>,
     /// the chain of the last rule pushed
     last_chain: Option<u32>,
+    recent: Mutex<Recent>,
 }
 
 impl Table {
@@ -134,6 +152,7 @@ impl Table {
             by_name: HashMap::with_capacity(declared.len()),
             rules: Vec::with_capacity(rules),
             last_chain: None,
+            recent: Mutex::new(Recent::default()),
         };
         for (chain, policy) in declared {
             t.chain_id(&chain);
@@ -171,16 +190,35 @@ impl Table {
         self.by_name.get(name).copied()
     }
 
-    /// A chain's compiled rules and index (compiled on first use).
-    pub fn compiled(&self, py: Python<'_>, id: u32) -> &CompiledChain {
+    /// A chain's compiled rules and index: a long chain's compiled once, a short chain's again
+    /// when it has left the recently compiled.
+    pub fn compiled(&self, py: Python<'_>, id: u32) -> Arc<CompiledChain> {
         let chain = &self.chains[id as usize];
-        chain.compiled.get_or_init(|| {
-            let names = |name: &str| self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k));
-            let rules: Vec<(u32, CompiledRule)> =
-                chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py, &names))).collect();
-            let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
-            Box::new(CompiledChain { rules, index })
-        })
+        if chain.members.len() > INDEX_THRESHOLD {
+            return Arc::clone(chain.compiled.get_or_init(|| Arc::new(self.compile(py, chain))));
+        }
+        // a poisoned lock holds a consistent map (nothing panics between its two updates)
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = recent.chains.get(&id) {
+            return Arc::clone(c);
+        }
+        let c = Arc::new(self.compile(py, chain));
+        if recent.order.len() >= SHORT_CHAINS_KEPT {
+            if let Some(old) = recent.order.pop_front() {
+                recent.chains.remove(&old);
+            }
+        }
+        recent.order.push_back(id);
+        recent.chains.insert(id, Arc::clone(&c));
+        c
+    }
+
+    fn compile(&self, py: Python<'_>, chain: &Chain) -> CompiledChain {
+        let names = |name: &str| self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k));
+        let rules: Vec<(u32, CompiledRule)> =
+            chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py, &names))).collect();
+        let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
+        CompiledChain { rules, index }
     }
 
     /// A chain's rules as read.

@@ -500,7 +500,8 @@ impl Walk<'_> {
     fn rules_from(&self, layer: u32, ti: u32, cid: u32, order: Option<&[u32]>, p: f64, st: State, depth: usize) -> Result<Vec<Res>, Stop> {
         let tab = self.table(layer, ti);
         let chain_name = &*tab.chains[cid as usize].name;
-        let rules = &tab.compiled(self.py, cid).rules;
+        let compiled = tab.compiled(self.py, cid);
+        let rules = &compiled.rules;
         let mut results: Vec<Res> = Vec::new();
         let end = order.map_or(rules.len(), <[u32]>::len);
         let mut todo: Vec<(usize, f64, State, bool)> = vec![(0, p, st, false)];

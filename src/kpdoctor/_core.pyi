@@ -1,6 +1,8 @@
 """Types of kpdoctor's native core (rust/src/lib.rs): what kpdoctor/dataplane/iptables/native.py calls."""
 
 __version__: str
+# how many short chains' compiled forms a table keeps (rust/src/table.rs)
+SHORT_CHAINS_KEPT: int
 
 # (layer, table, chain, rule index among the table's rules or None for the policy, probability)
 _Step = tuple[int, int, str, int | None, float]
