@@ -11,6 +11,10 @@ built from every kind of line a dump (or a damaged copy of one) holds.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,9 +57,28 @@ def _python(text: str, first_line: int = 1) -> Ruleset:
     return iptables._parse_lines(text, "dump", None, 4, first_line, False, None, None)
 
 
+def _looked_up_alike(core: Ruleset, python: Ruleset) -> None:
+    """The core's reading answers what a verification asks without going through every rule (a
+    rule by its place, the rules holding a text, the rules of some chains) as the list does."""
+    for name, t in core.tables.items():
+        listed = python.tables[name].rules
+        n = len(listed)
+        assert len(t.rules) == n
+        if n:
+            assert t.rules[n - 1] == listed[-1] and t.rules[-1] is t.rules[n - 1]
+            assert t.rules[1:3] == listed[1:3]
+        for needle in ("DNAT", "-j KUBE-", "has no endpoints", "\"", "COMMIT"):
+            assert list(t.containing(needle)) == [r for r in listed if needle in r.text], needle
+        chains = {"KUBE-SERVICES", "POSTROUTING", next(iter(t.chains), "")}
+        assert list(t.in_chains(chains)) == [r for r in listed if r.chain in chains]
+        assert t.rules == listed
+
+
 def read_alike(text: str, first_line: int = 1) -> bool:
     """Assert both readings agree; whether the core read the dump."""
-    assert _shape(parse_save(text, "dump", None, 4, first_line)) == _shape(_python(text, first_line))
+    core, python = parse_save(text, "dump", None, 4, first_line), _python(text, first_line)
+    _looked_up_alike(core, python)
+    assert _shape(core) == _shape(python)
     return iptables._scan_save is not None and iptables._scan_save(text, first_line) is not None
 
 
@@ -78,6 +101,30 @@ def test_a_generated_node_s_dump_is_read_by_the_core(tmp_path: Path) -> None:
         f"[{i}:{i * 60}] {line}" if line.startswith("-A ") else line for i, line in enumerate(text.splitlines())
     )
     assert read_alike(counted + "\n")
+
+
+def test_a_dump_with_counters_verifies_as_its_plain_twin(tmp_path: Path) -> None:
+    """The core walks a counted rule by its text after the counters (`iptables-save -c`)."""
+    save, cluster = gen_cluster.write(tmp_path, 60, 3)
+    counted = tmp_path / "counted.txt"
+    counted.write_text(
+        "\n".join(f"[{i}:{i * 60}] {ln}" if ln.startswith("-A ") else ln for i, ln in enumerate(save.read_text().splitlines()))
+        + "\n"
+    )
+    runs = []
+    for dump in (save, counted):
+        done = subprocess.run(
+            [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(dump), str(cluster)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env=dict(os.environ, KPDOCTOR_WORKERS="1"),
+        )
+        assert done.returncode == 0, done.stderr
+        ver = json.loads(done.stdout)["verification"]
+        runs.append((ver["services_checked"], ver["ok"], ver["mismatches"], ver["uncertain"]))
+    assert runs[0] == runs[1] and runs[0][0] == 60 and runs[0][2:] == (0, 0)
 
 
 LINES = st.sampled_from(

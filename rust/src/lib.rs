@@ -15,17 +15,33 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
+use crate::save::SavedRules;
 use crate::table::{RawRule, Source, Table};
 use crate::walk::{Outcome, Packet, Rules, Step};
 
 /// One iptables table as Python hands it over: its name, its chains with their policies (None
-/// for a user chain), and per rule (in the dump's order) its chain, line and text without
-/// counters; with the `kpdoctor.parse.iptables.Rule` objects themselves, whose Python-made
+/// for a user chain), and its rules: either as the dump holds them (`SavedRules`: `scan_save`'s
+/// reading of a whole dump) or per rule (in the dump's order) its chain, line and text without
+/// counters, with the `kpdoctor.parse.iptables.Rule` objects themselves, whose Python-made
 /// tokens are taken for the rare line only a shell-word parser splits right.
-type TableIn<'py> = (String, Vec<(String, Option<String>)>, Bound<'py, PyList>, Vec<i64>, Bound<'py, PyList>, Bound<'py, PyList>);
+#[derive(FromPyObject)]
+enum TableIn<'py> {
+    Saved((String, Declared, Bound<'py, SavedRules>)),
+    Listed((String, Declared, Bound<'py, PyList>, Vec<i64>, Bound<'py, PyList>, Bound<'py, PyList>)),
+}
+
+/// A table's chains and their policies (None for a user chain).
+type Declared = Vec<(String, Option<String>)>;
 
 fn read_table(table: TableIn<'_>) -> PyResult<Table> {
-    let (name, declared, chains, lines, texts, objects) = table;
+    let (name, declared, chains, lines, texts, objects) = match table {
+        TableIn::Saved((name, declared, saved)) => {
+            let mut t = Table::new(name, declared, saved.get().len());
+            saved.get().fill(saved.py(), &mut t)?;
+            return Ok(t);
+        }
+        TableIn::Listed(listed) => listed,
+    };
     let n = chains.len();
     if lines.len() != n || texts.len() != n || objects.len() != n {
         return Err(PyValueError::new_err("a table's chains, lines, texts and rules differ in number"));
@@ -153,12 +169,12 @@ impl IptablesRules {
         };
         let mut out = Vec::new();
         for cid in 0..tab.chains.len() as u32 {
-            if !tab.chain_rules(cid).any(|r| r.names_dport(py)) {
+            if !tab.chain_members(cid).iter().any(|&i| tab.names_dport(py, i)) {
                 continue;
             }
             let compiled = tab.compiled(py, cid);
             for (idx, cr) in &compiled.rules {
-                if !tab.rules[*idx as usize].names_dport(py) {
+                if !tab.names_dport(py, *idx) {
                     continue;
                 }
                 if let (Some(port), Some(proto), false) = (cr.exact_dport(), &cr.proto, cr.proto_neg) {
@@ -296,6 +312,7 @@ fn prerouting(hook: &str) -> PyResult<bool> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IptablesRules>()?;
+    m.add_class::<SavedRules>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;

@@ -11,8 +11,113 @@
 
 use std::collections::{HashMap, HashSet};
 
+use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
+
+use crate::table::{RawRule, Source, Table};
+use crate::tokens;
+
+/// One table's rules as the dump holds them: each rule's chain, line and place in the dump,
+/// which is kept whole (a rule's text is its slice, made when asked for). A node's 176,000
+/// rules as Python objects, each with its text, were 66 MB at 10,000 Services; here they are
+/// the dump and 20 bytes a rule.
+#[pyclass(frozen, module = "kpdoctor._core")]
+pub struct SavedRules {
+    dump: Py<PyString>,
+    /// the distinct chain names of the rules (interned Python strings)
+    chains: Vec<Py<PyString>>,
+    chain_of: Vec<u32>,
+    lines: Vec<i64>,
+    /// byte offsets of each rule's line in the dump (ASCII: the same as character offsets):
+    /// where it starts, where its text without counters starts, where it ends
+    spans: Vec<(u32, u32, u32)>,
+}
+
+impl SavedRules {
+    /// How many rules.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Hand every rule to `t` (a core table), in the dump's order: as its place in the dump, or,
+    /// for the rare line only a shell-word parser splits right, as the Python parser's tokens.
+    pub fn fill(&self, py: Python<'_>, t: &mut Table) -> PyResult<()> {
+        let dump = self.dump.bind(py);
+        let text = dump.to_str()?;
+        let names = self.chains.iter().map(|c| c.bind(py).to_str().map(str::to_owned)).collect::<PyResult<Vec<String>>>()?;
+        t.dump = Some(self.dump.clone_ref(py));
+        for ((&c, &line), &(_, b, e)) in self.chain_of.iter().zip(&self.lines).zip(&self.spans) {
+            let body = &text[b as usize..e as usize];
+            let source = if tokens::needs_shell(body) {
+                let split = py.import("kpdoctor.parse.iptables")?.getattr("_split")?;
+                let toks: Option<Vec<String>> = split.call1((body.trim_matches(crate::addr::py_space),))?.extract()?;
+                Source::Args(toks.unwrap_or_default().into_iter().skip(2).collect())
+            } else {
+                Source::Span(b, e)
+            };
+            t.push(&names[c as usize], RawRule { line, source });
+        }
+        Ok(())
+    }
+
+    fn text<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyString>> {
+        let (s, _, e) = self.spans[i];
+        Ok(PyString::new(py, &self.dump.bind(py).to_str()?[s as usize..e as usize]))
+    }
+}
+
+#[pymethods]
+impl SavedRules {
+    fn __len__(&self) -> usize {
+        self.len()
+    }
+
+    /// The rule at `i`: (chain, line, text).
+    fn rule<'py>(&self, py: Python<'py>, i: usize) -> PyResult<(Py<PyString>, i64, Bound<'py, PyString>)> {
+        if i >= self.lines.len() {
+            return Err(PyIndexError::new_err("rule index out of range"));
+        }
+        Ok((self.chains[self.chain_of[i] as usize].clone_ref(py), self.lines[i], self.text(py, i)?))
+    }
+
+    /// Every rule's chain, line and text, as three lists.
+    fn columns<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let chains = PyList::new(py, self.chain_of.iter().map(|&c| self.chains[c as usize].clone_ref(py)))?;
+        let lines = PyList::new(py, &self.lines)?;
+        let dump = self.dump.bind(py).to_str()?;
+        let texts = PyList::new(py, self.spans.iter().map(|&(s, _, e)| PyString::new(py, &dump[s as usize..e as usize])))?;
+        Ok((chains, lines, texts))
+    }
+
+    /// The rules whose text holds `needle`, in order, each once.
+    fn containing(&self, py: Python<'_>, needle: &str) -> PyResult<Vec<usize>> {
+        let dump = self.dump.bind(py).to_str()?;
+        let mut out: Vec<usize> = Vec::new();
+        if needle.is_empty() {
+            return Ok((0..self.lines.len()).collect());
+        }
+        for (at, _) in dump.match_indices(needle) {
+            let at = at as u32;
+            // the last rule starting at or before the match, if the match lies within it
+            let i = self.spans.partition_point(|&(s, _, _)| s <= at);
+            if i == 0 {
+                continue;
+            }
+            let (_, _, e) = self.spans[i - 1];
+            if at + needle.len() as u32 <= e && out.last() != Some(&(i - 1)) {
+                out.push(i - 1);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rules of these chains, in order.
+    fn in_chains(&self, py: Python<'_>, names: Vec<String>) -> Vec<usize> {
+        let wanted: Vec<bool> = self.chains.iter().map(|c| c.bind(py).to_str().is_ok_and(|c| names.iter().any(|n| n == c))).collect();
+        self.chain_of.iter().enumerate().filter(|(_, &c)| wanted[c as usize]).map(|(i, _)| i).collect()
+    }
+}
 
 /// One table's lines as read, in the dump's order.
 #[derive(Default)]
@@ -221,32 +326,61 @@ fn interned_list<'t, 'py>(
 /// reads (see the module's docs). Otherwise `(comments, tables, diagnostics, open table, lines)`:
 /// `comments` the `#` lines as `(line, text)`; per table `(name, (chains, their policies),
 /// (declared chains, their lines), (built-in chains declared with counters, their lines' text),
-/// (those with packets read, the packets), (rules' chains, lines, texts, counted rules))`, a
+/// (those with packets read, the packets), (the rules as a `SavedRules`, counted rules))`, a
 /// counted rule `(its index among the table's rules, packets, bytes, text without counters)`; `open` the
 /// table left without COMMIT; `lines` how many lines the text has.
 #[pyfunction]
 #[pyo3(signature = (text, first_line=1))]
 pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: i64) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let dump = text;
     // text that is not UTF-8 (bytes kept as surrogate escapes) is the Python parser's
     let Ok(text) = text.to_str() else {
         return Ok(None);
     };
+    if text.len() >= u32::MAX as usize {
+        return Ok(None);
+    }
     let Some(s) = scan(text, first_line) else {
         return Ok(None);
     };
     // one string per chain name, shared by its rules (interned, as the Python parser does)
     let mut interned: HashMap<&str, Bound<'py, PyString>> = HashMap::new();
     let tables = PyList::empty(py);
+    let base = text.as_ptr() as usize;
     for (table, c) in &s.tables {
         let policies = PyList::new(py, c.chain_policies.iter().map(|p| p.map(|p| PyString::new(py, p))))?;
-        let texts = PyList::new(py, c.rule_texts.iter().map(|t| PyString::new(py, t)))?;
+        let mut ids: HashMap<&str, u32> = HashMap::new();
+        let mut chains: Vec<Py<PyString>> = Vec::new();
+        let chain_of = c
+            .rule_chains
+            .iter()
+            .map(|&name| {
+                *ids.entry(name).or_insert_with(|| {
+                    chains.push(interned.entry(name).or_insert_with(|| PyString::intern(py, name)).clone().unbind());
+                    chains.len() as u32 - 1
+                })
+            })
+            .collect();
+        // offsets fit: a dump of 4 GB or more went to the Python parser above
+        let mut spans: Vec<(u32, u32, u32)> = c
+            .rule_texts
+            .iter()
+            .map(|t| {
+                let start = (t.as_ptr() as usize - base) as u32;
+                (start, start, start + t.len() as u32)
+            })
+            .collect();
+        for &(i, _, _, body) in &c.counters {
+            spans[i].1 = (body.as_ptr() as usize - base) as u32;
+        }
+        let saved = SavedRules { dump: dump.clone().unbind(), chains, chain_of, lines: c.rule_lines.clone(), spans };
         let row = (
             PyString::new(py, table),
             (interned_list(py, &mut interned, &c.chain_names)?, policies),
             (interned_list(py, &mut interned, &c.decl_names)?, &c.decl_lines),
             (interned_list(py, &mut interned, &c.policy_names)?, &c.policy_texts),
             (interned_list(py, &mut interned, &c.packet_names)?, &c.packet_values),
-            (interned_list(py, &mut interned, &c.rule_chains)?, &c.rule_lines, texts, &c.counters),
+            (Bound::new(py, saved)?, &c.counters),
         );
         tables.append(row.into_pyobject(py)?)?;
     }

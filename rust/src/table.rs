@@ -34,25 +34,21 @@ pub struct RawRule {
 
 pub enum Source {
     Text(Py<PyString>),
+    /// the rule's place in its table's dump (a `SavedRules`' rule)
+    Span(u32, u32),
     Args(Box<[String]>),
 }
 
 impl RawRule {
-    /// Whether the line names a destination port (`--dport`, `--dports`).
-    pub fn names_dport(&self, py: Python<'_>) -> bool {
+    /// The rule's line, where it has one (not UTF-8: none).
+    fn with_text<R>(&self, py: Python<'_>, dump: Option<&Py<PyString>>, f: impl FnOnce(Option<&str>) -> R) -> R {
         match &self.source {
-            Source::Text(text) => text.bind(py).to_str().is_ok_and(|t| t.contains("-dport")),
-            Source::Args(args) => args.iter().any(|a| a.contains("-dport")),
-        }
-    }
-
-    fn compiled(&self, py: Python<'_>, names: &dyn Fn(&str) -> Name) -> CompiledRule {
-        match &self.source {
-            Source::Text(text) => {
-                let toks = text.bind(py).to_str().ok().and_then(|t| rule_args(t.trim_matches(crate::addr::py_space)));
-                compile_named(&toks.unwrap_or_default(), names)
+            Source::Text(text) => f(text.bind(py).to_str().ok()),
+            Source::Span(s, e) => {
+                let dump = dump.map(|d| d.bind(py));
+                f(dump.and_then(|d| d.to_str().ok()).and_then(|d| d.get(*s as usize..*e as usize)))
             }
-            Source::Args(args) => compile_named(args, names),
+            Source::Args(_) => f(None),
         }
     }
 }
@@ -136,6 +132,8 @@ pub struct Table {
     pub chains: Vec<Chain>,
     by_name: HashMap<Arc<str>, u32>,
     pub rules: Vec<RawRule>,
+    /// the dump a `Source::Span` rule is a part of
+    pub dump: Option<Py<PyString>>,
     /// the chain of the last rule pushed
     last_chain: Option<u32>,
     recent: Mutex<Recent>,
@@ -151,6 +149,7 @@ impl Table {
             chains: Vec::with_capacity(declared.len()),
             by_name: HashMap::with_capacity(declared.len()),
             rules: Vec::with_capacity(rules),
+            dump: None,
             last_chain: None,
             recent: Mutex::new(Recent::default()),
         };
@@ -213,17 +212,36 @@ impl Table {
         c
     }
 
+    /// Whether rule `i`'s line names a destination port (`--dport`, `--dports`).
+    pub fn names_dport(&self, py: Python<'_>, i: u32) -> bool {
+        let rule = &self.rules[i as usize];
+        match &rule.source {
+            Source::Args(args) => args.iter().any(|a| a.contains("-dport")),
+            _ => rule.with_text(py, self.dump.as_ref(), |t| t.is_some_and(|t| t.contains("-dport"))),
+        }
+    }
+
+    fn compile_rule(&self, py: Python<'_>, i: u32, names: &dyn Fn(&str) -> Name) -> CompiledRule {
+        let rule = &self.rules[i as usize];
+        match &rule.source {
+            Source::Args(args) => compile_named(args, names),
+            _ => rule.with_text(py, self.dump.as_ref(), |t| {
+                let toks = t.and_then(|t| rule_args(t.trim_matches(crate::addr::py_space)));
+                compile_named(&toks.unwrap_or_default(), names)
+            }),
+        }
+    }
+
     fn compile(&self, py: Python<'_>, chain: &Chain) -> CompiledChain {
         let names = |name: &str| self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k));
-        let rules: Vec<(u32, CompiledRule)> =
-            chain.members.iter().map(|&i| (i, self.rules[i as usize].compiled(py, &names))).collect();
+        let rules: Vec<(u32, CompiledRule)> = chain.members.iter().map(|&i| (i, self.compile_rule(py, i, &names))).collect();
         let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
         CompiledChain { rules, index }
     }
 
-    /// A chain's rules as read.
-    pub fn chain_rules(&self, id: u32) -> impl Iterator<Item = &RawRule> {
-        self.chains[id as usize].members.iter().map(|&i| &self.rules[i as usize])
+    /// The positions of a chain's rules among the table's.
+    pub fn chain_members(&self, id: u32) -> &[u32] {
+        &self.chains[id as usize].members
     }
 
     pub fn size(&self) -> usize {

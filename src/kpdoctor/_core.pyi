@@ -15,8 +15,12 @@ _Outcome = tuple[
 ]
 # (IP version, source, destination, protocol, destination port, source port, in and out interface, mark)
 _Packet = tuple[int, int, int, str, int, int, str | None, str | None, int]
-# (name, chains with their policies, each rule's chain, line and text without counters, the Rule objects)
-_Table = tuple[str, list[tuple[str, str | None]], list[str], list[int], list[str], list[object]]
+# (name, chains with their policies, each rule's chain, line and text without counters, the Rule objects),
+# or (name, chains with their policies, the rules as scan_save read them)
+_Table = (
+    tuple[str, list[tuple[str, str | None]], list[str], list[int], list[str], list[object]]
+    | tuple[str, list[tuple[str, str | None]], SavedRules]
+)
 
 class IptablesRules:
     def __init__(self, layers: list[list[_Table]], local: list[tuple[int, int]]) -> None: ...
@@ -37,16 +41,25 @@ class IptablesRules:
 # scan_save's answer: (comments as (line, text), tables, diagnostics as (line, message), the
 # table left without COMMIT, the number of lines); a table: (name, (chains, policies),
 # (declared chains, lines), (built-in chains declared with counters, their lines' text),
-# (those with packets read, packets), (rules' chains, lines, texts, counted rules)), a counted
-# rule (index among the table's rules, packets, bytes, text without counters)
+# (those with packets read, packets), (the rules, counted rules)), a counted rule (index among
+# the table's rules, packets, bytes, text without counters)
 _ScannedTable = tuple[
     str,
     tuple[list[str], list[str | None]],
     tuple[list[str], list[int]],
     tuple[list[str], list[str]],
     tuple[list[str], list[int]],
-    tuple[list[str], list[int], list[str], list[tuple[int, int | None, int | None, str]]],
+    tuple[SavedRules, list[tuple[int, int | None, int | None, str]]],
 ]
 SaveScan = tuple[list[tuple[int, str]], list[_ScannedTable], list[tuple[int, str]], str | None, int]
+
+class SavedRules:
+    """One table's rules as a dump holds them (rust/src/save.rs)."""
+
+    def __len__(self) -> int: ...
+    def rule(self, i: int) -> tuple[str, int, str]: ...
+    def columns(self) -> tuple[list[str], list[int], list[str]]: ...
+    def containing(self, needle: str) -> list[int]: ...
+    def in_chains(self, names: list[str]) -> list[int]: ...
 
 def scan_save(text: str, first_line: int = 1) -> SaveScan | None: ...

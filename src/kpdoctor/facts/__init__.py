@@ -262,9 +262,8 @@ class Facts:
         svc = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]*)?)\s+" + re.escape(phrase))
         out: list[tuple[str, Cite]] = []
         for rs in self.rulesets:
-            for r in rs.all_rules():
-                if phrase not in r.text:  # the raw line first: reading the comment tokenises the rule
-                    continue
+            # the raw line first: reading the comment tokenises the rule
+            for r in (r for t in rs.tables.values() for r in t.containing(phrase)):
                 m = svc.search(r.comment if r.comment and phrase in r.comment else r.text)
                 if m:
                     out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast, overload
 
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.shellwords import shell_split
 
 if TYPE_CHECKING:
-    from kpdoctor._core import SaveScan
+    from kpdoctor._core import SavedRules, SaveScan
 
 _scan_save: Callable[[str, int], SaveScan | None] | None
 try:  # the native core reads a whole plain dump (without it, the Python parser reads every dump)
@@ -152,7 +151,103 @@ class Table:
     chain_lines: dict[str, int] = field(default_factory=dict)
     policy_packets: dict[str, int] = field(default_factory=dict)  # built-in chain -> packets its policy took
     policy_lines: dict[str, str] = field(default_factory=dict)  # built-in chain -> its line, for citing
-    rules: list[Rule] = field(default_factory=list)
+    # a list when the Python parser read the table; a ScannedRules when the native core read the
+    # whole dump (its rules made one by one as they are asked for)
+    rules: Sequence[Rule] = field(default_factory=list)
+
+    def listed(self) -> list[Rule]:
+        """The rules of a table the Python parser is making (a list it may add to)."""
+        return cast(list[Rule], self.rules)
+
+    def containing(self, needle: str) -> Iterator[Rule]:
+        """The rules whose line holds ``needle``, in order (without making the others)."""
+        rules = self.rules
+        if isinstance(rules, ScannedRules):
+            return rules.containing(needle)
+        return (r for r in rules if needle in r.text)
+
+    def in_chains(self, chains: Collection[str]) -> Iterator[Rule]:
+        """The rules of these chains, in order (without making the others)."""
+        rules = self.rules
+        if isinstance(rules, ScannedRules):
+            return rules.in_chains(chains)
+        return (r for r in rules if r.chain in chains)
+
+
+class ScannedRules(Sequence[Rule]):
+    """A table's rules as the native core read them (``_core.SavedRules``: the dump and each
+    rule's chain, line and place in it). A rule is made when it is first asked for and kept,
+    so it is one object however often it is read; going through all of them makes them all.
+    A verification reads a few thousand of a node's quarter of a million (the rest it walks in
+    the core), and 176,000 rules made at once were 66 MB at 10,000 Services."""
+
+    __slots__ = ("_all", "_counted", "_made", "_saved", "_table")
+
+    def __init__(self, table: str, saved: SavedRules, counted: list[tuple[int, int | None, int | None, str]]) -> None:
+        self._table = table
+        self._saved = saved
+        self._counted = {i: (packets, n_bytes, body) for i, packets, n_bytes, body in counted}
+        self._made: dict[int, Rule] = {}
+        self._all: list[Rule] | None = None
+
+    @property
+    def saved(self) -> SavedRules:
+        """The core's reading (what the native evaluator walks)."""
+        return self._saved
+
+    def __len__(self) -> int:
+        return len(self._saved)
+
+    def _make(self, i: int, chain: str, line: int, text: str) -> Rule:
+        r = self._made[i] = Rule(self._table, chain, None, line, text)
+        if i in self._counted:
+            r.packets, r.bytes, r._body = self._counted[i]
+        return r
+
+    def _rule(self, i: int) -> Rule:
+        r = self._made.get(i)
+        return r if r is not None else self._make(i, *self._saved.rule(i))
+
+    @overload
+    def __getitem__(self, i: int) -> Rule: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Rule]: ...
+    def __getitem__(self, i: int | slice) -> Rule | list[Rule]:
+        if isinstance(i, slice):
+            return [self._rule(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("rule index out of range")
+        return self._rule(i)
+
+    def __iter__(self) -> Iterator[Rule]:
+        if self._all is None:
+            made = self._made
+            chains, lines, texts = self._saved.columns()
+            self._all = [
+                made.get(i) or self._make(i, chain, line, text)
+                for i, (chain, line, text) in enumerate(zip(chains, lines, texts, strict=True))
+            ]
+        return iter(self._all)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same rules (a list the Python parser made of the dump)."""
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a list's equality, a list's unhashability
+
+    def __repr__(self) -> str:
+        return f"ScannedRules({self._table}, {len(self)} rules)"
+
+    def containing(self, needle: str) -> Iterator[Rule]:
+        return map(self._rule, self._saved.containing(needle))
+
+    def in_chains(self, chains: Iterable[str]) -> Iterator[Rule]:
+        return map(self._rule, self._saved.in_chains(list(chains)))
 
 
 @dataclass(slots=True)
@@ -328,11 +423,8 @@ def _scanned(scan: SaveScan, artifact: str, backend: str | None, family: int, fi
         t.chain_lines.update(zip(declared, at, strict=True))
         t.policy_lines.update(zip(built_in, texts, strict=True))
         t.policy_packets.update(zip(counted, packets, strict=True))
-        rule_chains, rule_lines, rule_texts, with_counters = rules
-        t.rules = list(map(Rule, repeat(name), rule_chains, repeat(None), rule_lines, rule_texts))
-        for i, n_packets, n_bytes, body in with_counters:
-            r = t.rules[i]
-            r.packets, r.bytes, r._body = n_packets, n_bytes, body
+        saved, with_counters = rules
+        t.rules = ScannedRules(name, saved, with_counters)
     rs.diagnostics = [Diagnostic(ln, message) for ln, message in diagnostics]
     if open_table is not None:
         _unfinished(rs, open_table, first_line + lines - 1)
@@ -414,7 +506,7 @@ def _parse_lines(
                         changed.add(where)  # kept, but before a rule it came after
                     last_old[where] = old.line
                     old.line = ln
-                    table.rules.append(old)
+                    table.listed().append(old)
                     continue
                 sp = raw.find(" ", 3)
                 # one string per chain name, not per rule (a quarter of a million rules name a
@@ -426,7 +518,7 @@ def _parse_lines(
                         table.chains[chain] = None
                     if take is not None:
                         changed.add((table.name, chain))
-                    table.rules.append(Rule(table.name, chain, None, ln, raw))
+                    table.listed().append(Rule(table.name, chain, None, ln, raw))
                     continue
             elif raw[:1] == ":":
                 parts = raw[1:].split(" ")
@@ -450,7 +542,7 @@ def _parse_lines(
             if chain not in table.chains:
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
                 table.chains.setdefault(chain, None)
-            table.rules.append(Rule(table.name, chain, None, ln, raw))
+            table.listed().append(Rule(table.name, chain, None, ln, raw))
             changed.add((table.name, chain))  # not matched with the previous parse: taken as new
             unpooled.add(raw)
             continue
@@ -521,7 +613,7 @@ def _parse_lines(
                 # a terminal wrapped the rule at its width: the rest joins it where it was cut
                 into = rs.tables[wrapped_rule.table]
                 joined = Rule(into.name, wrapped_rule.chain, None, wrapped_rule.line, wrapped_rule.text + raw)
-                into.rules[into.rules.index(wrapped_rule)] = joined
+                into.listed()[into.rules.index(wrapped_rule)] = joined
                 wrapped_rule = joined
             continue
         chain = head[1]
@@ -533,7 +625,7 @@ def _parse_lines(
             if chain not in into.chains:
                 rs.diagnostics.append(Diagnostic(ln, f"rule in undeclared chain {chain}"))
         into.chains.setdefault(chain, None)
-        into.rules.append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
+        into.listed().append(Rule(into.name, chain, args, ln, raw, packets, nbytes, None if line == raw else line))
         wrapped_rule = into.rules[-1] if fragment and table is None and packets is None else None
         changed.add((into.name, chain))
         unpooled.add(raw)
@@ -574,7 +666,7 @@ def parse_rules_s(text: str, artifact: str, family: int = 4, first_line: int = 1
             tab.chain_lines.setdefault(toks[1], ln)
         elif op == "-A" and len(toks) >= 2:
             tab.chains.setdefault(toks[1], None)
-            tab.rules.append(Rule(tab.name, toks[1], tuple(toks[2:]), ln, raw))
+            tab.listed().append(Rule(tab.name, toks[1], tuple(toks[2:]), ln, raw))
         else:
             rs.diagnostics.append(Diagnostic(ln, f"not an iptables -S line: {raw[:80]}"))
     return rs
@@ -616,9 +708,9 @@ def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -
             continue
         if column is not None:
             if len(words) > column + 1:
-                table.rules.append(Rule(table.name, chain, ("-j", words[column]), ln, raw))
+                table.listed().append(Rule(table.name, chain, ("-j", words[column]), ln, raw))
             continue
         mr = _L_RULE.match(raw) or _L_ROW.match(raw)
         if mr:
-            table.rules.append(Rule(table.name, chain, ("-j", mr.group("target")), ln, raw))
+            table.listed().append(Rule(table.name, chain, ("-j", mr.group("target")), ln, raw))
     return rs

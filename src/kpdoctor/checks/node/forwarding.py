@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
@@ -28,7 +28,7 @@ def _families_in_use(facts: Facts) -> set[int]:
     return fams or {4}
 
 
-def _chains_from(table_rules: list[Rule], start: str) -> set[str]:
+def _chains_from(table_rules: Iterable[Rule], start: str) -> set[str]:
     """The chains a packet entering built-in chain ``start`` can reach through jumps and gotos."""
     jumps: dict[str, set[str]] = {}
     for r in table_rules:

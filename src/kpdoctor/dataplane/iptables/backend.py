@@ -59,7 +59,7 @@ def chain_owner(chain: str | None) -> str | None:
 def has_service_rules(rs: Ruleset) -> bool:
     """Does this backend hold Service forwarding (any DNAT in nat)?"""
     nat = rs.tables.get("nat")
-    return nat is not None and any("DNAT" in r.text for r in nat.rules)
+    return nat is not None and next(nat.containing("DNAT"), None) is not None
 
 
 def one_per_backend(rulesets: Iterable[Ruleset]) -> list[Ruleset]:

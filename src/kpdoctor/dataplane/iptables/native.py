@@ -33,10 +33,10 @@ from kpdoctor.dataplane.iptables.compile import CompiledTable
 from kpdoctor.dataplane.iptables.evaluate import Dep, Evaluator
 from kpdoctor.dataplane.walk import Outcome, State, Step, merge_outcomes
 from kpdoctor.model import Cite
-from kpdoctor.parse.iptables import Rule, Ruleset
+from kpdoctor.parse.iptables import Rule, Ruleset, ScannedRules, Table
 
 if TYPE_CHECKING:
-    from kpdoctor._core import IptablesRules
+    from kpdoctor._core import IptablesRules, _Table
 
 # A step of a walk as the core names it: (layer, table, chain, rule or None for the policy)
 StepKey = tuple[int, int, int, int | None]
@@ -45,6 +45,16 @@ NativeEntry = tuple[float, str, str, str | None, StepKey | None, str | None]
 
 # a table's rules as the core takes them: chains, lines, texts without counters
 _CHAIN, _LINE, _BODY = operator.attrgetter("chain"), operator.attrgetter("line"), operator.attrgetter("body")
+
+
+def _table(name: str, t: Table) -> _Table:
+    """A table as the core takes it: a dump's own reading as it is, or its rules one by one."""
+    if isinstance(t.rules, ScannedRules):
+        return (name, list(t.chains.items()), t.rules.saved)
+    rules: list[object] = list(t.rules)
+    chains, lines, bodies = list(map(_CHAIN, rules)), list(map(_LINE, rules)), list(map(_BODY, rules))
+    return (name, list(t.chains.items()), chains, lines, bodies, rules)
+
 
 # the environment variable that chooses the walk: "native" (the default) or "python"
 CORE_SETTING = "KPDOCTOR_CORE"
@@ -123,20 +133,7 @@ class NativeEvaluator:
         # the tables each layer holds, in the order the core was given them: a step's
         # (layer, table) points here
         self._tables = [[(name, t) for name, t in rs.tables.items()] for rs in self._rulesets]
-        layers = [
-            [
-                (
-                    name,
-                    list(t.chains.items()),
-                    list(map(_CHAIN, t.rules)),
-                    list(map(_LINE, t.rules)),
-                    list(map(_BODY, t.rules)),
-                    t.rules,
-                )
-                for name, t in tabs
-            ]
-            for tabs in self._tables
-        ]
+        layers = [[_table(name, t) for name, t in tabs] for tabs in self._tables]
         module = core()
         with _contained():
             self._core: IptablesRules = module.IptablesRules(layers, [(a.version, int(a)) for a in self.local])
