@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kpdoctor.dataplane.addresses import IPAddress, Span, endpoint_text
@@ -413,21 +413,24 @@ def trace_branch(rs: Ruleset, o: Outcome) -> TraceBranch:
 
 def port_rules(
     rs: Ruleset, ev: Evaluator | NativeEvaluator, table: str
-) -> list[tuple[Rule, int, str, Span | None, bool]]:
+) -> tuple[Sequence[Rule], list[tuple[int, int, str, Span | None, bool]]]:
     """The rules of ``table`` that match one destination port of one protocol: only those can
-    name a Service's address (see :meth:`NativeEvaluator.port_rules`)."""
+    name a Service's address (see :meth:`NativeEvaluator.port_rules`), as a sequence of rules
+    and, per such rule, its place in it (its Rule is made only for a stale one)."""
     if isinstance(ev, NativeEvaluator):
         return ev.port_rules(table)
     tab, compiled = rs.tables.get(table), ev.tables.get(table)
     if tab is None or compiled is None:
-        return []
-    out = []
+        return [], []
+    rules: list[Rule] = []
+    found = []
     # most of them compiled already, by the walks of the Services' own traffic
     for cr in compiled.compiled([r for r in tab.rules if "-dport" in r.text]):
         port, proto = cr.exact_dport, cr.proto
         if port is not None and proto is not None and not cr.proto_neg:
-            out.append((cr.rule, port, proto, cr.dst, cr.dst_neg))
-    return out
+            found.append((len(rules), port, proto, cr.dst, cr.dst_neg))
+            rules.append(cr.rule)
+    return rules, found
 
 
 def find_stale(
@@ -444,7 +447,8 @@ def find_stale(
     node_ip = node.primary(fam.family)
     for rs, ev in fam.primary:
         seen: set[tuple[int | None, str, int]] = set()
-        for rule, port, proto, span, span_neg in port_rules(rs, ev, "nat"):
+        rules, found = port_rules(rs, ev, "nat")
+        for at, port, proto, span, span_neg in found:
             dst = span[1] if span is not None and not span_neg and span[1] == span[2] else None
             if dst is not None and span is not None and span[0] == fam.family:
                 if (dst, proto, port) in owned_ips or (dst, proto, port) in seen or (dst, ANY_PORT, 0) in owned_ips:
@@ -467,6 +471,7 @@ def find_stale(
             backends = sorted({o.endpoint for o in outcomes if o.endpoint and o.verdict == "ACCEPT"})
             if not backends:
                 continue
+            rule = rules[at]
             cites = [Cite(rs.artifact, rule.line, rule.text.strip())]
             for o in outcomes:
                 for s in o.state.steps:

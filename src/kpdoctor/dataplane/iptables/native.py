@@ -22,7 +22,7 @@ import contextlib
 import functools
 import operator
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -209,16 +209,15 @@ class NativeEvaluator:
         r = tab.rules[rule]
         return name, r.chain, r.line, r.text, origin
 
-    def port_rules(self, table: str) -> list[tuple[Rule, int, str, Span | None, bool]]:
+    def port_rules(self, table: str) -> tuple[Sequence[Rule], list[tuple[int, int, str, Span | None, bool]]]:
         """The primary rules of ``table`` matching one destination port of one protocol, in
-        the dump's order: (rule, port, protocol, destination, destination negated)."""
+        the dump's order: the table's rules and, per such rule, (its index among them, port,
+        protocol, destination, destination negated)."""
         tabs = dict(self._tables[0])
         if table not in tabs:
-            return []
-        rules = tabs[table].rules
+            return [], []
         with _contained():
-            found = self._core.port_rules(table)
-        return [(rules[i], port, proto, dst, neg) for i, port, proto, dst, neg in found]
+            return tabs[table].rules, self._core.port_rules(table)
 
     def _step(self, raw: tuple[int, int, str, int | None, float], stripped: bool = False) -> Step:
         layer, table, chain, rule, prob = raw
