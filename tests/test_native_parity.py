@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -203,21 +204,24 @@ def test_a_generated_cluster_verifies_the_same_end_to_end(tmp_path: Path) -> Non
     stale = tmp_path / "stale-cluster.json"
     stale.write_text(json.dumps(objects))
     for cl, code in ((cluster, 0), (stale, 1)):
-        reports = []
-        for core in ("python", "native"):
-            env = dict(os.environ, **{CORE_SETTING: core, "KPDOCTOR_WORKERS": "1"})
-            done = subprocess.run(
-                [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(save), str(cl)],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=300,
-                check=False,
-            )
-            assert done.returncode == code, done.stderr
-            reports.append(json.loads(done.stdout))
-        assert reports[0] == reports[1]
-        assert bool(reports[1]["verification"]["stale_rules"]) == (code == 1)
+        python, native = (verify_json(save, cl, core, code) for core in ("python", "native"))
+        assert python == native
+        assert bool(native["verification"]["stale_rules"]) == (code == 1)
+
+
+def verify_json(save: Path, cluster: Path, core: str, code: int = 0) -> Any:
+    """``kpdoctor verify -f json`` of a node with one walk (``core``), which exits ``code``."""
+    env = dict(os.environ, **{CORE_SETTING: core, "KPDOCTOR_WORKERS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(save), str(cluster)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    return json.loads(done.stdout)
 
 
 def test_a_node_with_more_short_chains_than_the_core_keeps_compiled_verifies_the_same(tmp_path: Path) -> None:
@@ -230,21 +234,9 @@ def test_a_node_with_more_short_chains_than_the_core_keeps_compiled_verifies_the
     save, cluster = gen_cluster.write(tmp_path, services, 4)
     short = {line.split()[0] for line in save.read_text().splitlines() if line.startswith((":KUBE-SVC-", ":KUBE-SEP-"))}
     assert len(short) > _core.SHORT_CHAINS_KEPT
-    reports = []
-    for core in ("python", "native"):
-        env = dict(os.environ, **{CORE_SETTING: core, "KPDOCTOR_WORKERS": "1"})
-        done = subprocess.run(
-            [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(save), str(cluster)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        reports.append(json.loads(done.stdout))
-    assert reports[0] == reports[1]
-    assert reports[1]["verification"]["services_checked"] == services
+    python, native = (verify_json(save, cluster, core) for core in ("python", "native"))
+    assert python == native
+    assert native["verification"]["services_checked"] == services
 
 
 # -- generated rule sets: every option and target, valid and not --------------------------------

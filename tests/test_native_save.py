@@ -11,10 +11,6 @@ built from every kind of line a dump (or a damaged copy of one) holds.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +19,7 @@ from hypothesis import strategies as st
 
 from kpdoctor.parse import iptables
 from kpdoctor.parse.iptables import Ruleset, parse_save
-from tests.test_native_parity import gen_cluster, rule_files
+from tests.test_native_parity import gen_cluster, rule_files, verify_json
 
 pytestmark = pytest.mark.skipif(iptables._scan_save is None, reason="the native core is not built")
 
@@ -67,7 +63,7 @@ def _looked_up_alike(core: Ruleset, python: Ruleset) -> None:
         if n:
             assert t.rules[n - 1] == listed[-1] and t.rules[-1] is t.rules[n - 1]
             assert t.rules[1:3] == listed[1:3]
-        for needle in ("DNAT", "-j KUBE-", "has no endpoints", "\"", "COMMIT"):
+        for needle in ("DNAT", "-j KUBE-", "has no endpoints", '"', "COMMIT"):
             assert list(t.containing(needle)) == [r for r in listed if needle in r.text], needle
         chains = {"KUBE-SERVICES", "POSTROUTING", next(iter(t.chains), "")}
         assert list(t.in_chains(chains)) == [r for r in listed if r.chain in chains]
@@ -108,21 +104,14 @@ def test_a_dump_with_counters_verifies_as_its_plain_twin(tmp_path: Path) -> None
     save, cluster = gen_cluster.write(tmp_path, 60, 3)
     counted = tmp_path / "counted.txt"
     counted.write_text(
-        "\n".join(f"[{i}:{i * 60}] {ln}" if ln.startswith("-A ") else ln for i, ln in enumerate(save.read_text().splitlines()))
+        "\n".join(
+            f"[{i}:{i * 60}] {ln}" if ln.startswith("-A ") else ln for i, ln in enumerate(save.read_text().splitlines())
+        )
         + "\n"
     )
     runs = []
     for dump in (save, counted):
-        done = subprocess.run(
-            [sys.executable, "-m", "kpdoctor", "verify", "-f", "json", str(dump), str(cluster)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-            env=dict(os.environ, KPDOCTOR_WORKERS="1"),
-        )
-        assert done.returncode == 0, done.stderr
-        ver = json.loads(done.stdout)["verification"]
+        ver = verify_json(dump, cluster, "native")["verification"]
         runs.append((ver["services_checked"], ver["ok"], ver["mismatches"], ver["uncertain"]))
     assert runs[0] == runs[1] and runs[0][0] == 60 and runs[0][2:] == (0, 0)
 
