@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.messages.schema import Message
 from kpdoctor.messages.templates import Compiled, compile_structured, compile_template, regex_of
@@ -80,7 +81,7 @@ class Signature:
         return self.needle in _SPACES.sub(" ", self.pattern).replace("\\", "")
 
 
-_SPACES = re.compile(r"\[ (?:\t|\\t)\]\+")  # a template's space: "[ <tab>]+" (or "[ \\t]+" as written)
+_SPACES = lazy_re.compile(r"\[ (?:\t|\\t)\]\+")  # a template's space: "[ <tab>]+" (or "[ \\t]+" as written)
 # Every signature declared, by id (the check modules declare theirs as they are imported).
 REGISTRY: dict[str, Signature] = {}
 OWNER: dict[str, set[str]] = {}  # signature id, or message key -> the modules that declared or read it

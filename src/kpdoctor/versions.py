@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
+
 # A version is a few dozen characters; the patterns below are slow on long runs of digits and
 # int() refuses more than 4,300 of them: hostile text is cut and absurd numbers are not versions.
 MAX_VERSION_TEXT = 300
-_HUGE_NUMBER = re.compile(r"\d{10,}")
+_HUGE_NUMBER = lazy_re.compile(r"\d{10,}")
 
 
 def _version_text(text: str) -> str:
@@ -21,19 +23,19 @@ def _version_text(text: str) -> str:
     return _HUGE_NUMBER.sub("?", text.strip()[:MAX_VERSION_TEXT])
 
 
-_KUBE_RE = re.compile(
+_KUBE_RE = lazy_re.compile(
     r"v?(?P<maj>\d+)\.(?P<min>\d+)(?:\.(?P<patch>\d+))?"
     r"(?P<rest>(?:[-+][0-9A-Za-z][0-9A-Za-z.\-+]*)?)"
 )
 # Vendor suffixes, most specific first. Each captures the vendor build number.
 _VENDORS: list[tuple[str, re.Pattern[str]]] = [
-    ("tke", re.compile(r"-tke\.(\d+)")),
-    ("eks", re.compile(r"-eks(?:build)?[.-](\d+)")),
-    ("eks", re.compile(r"-eks-[0-9a-f]+")),
-    ("gke", re.compile(r"-gke\.(\d+)")),
-    ("k3s", re.compile(r"\+k3s(\d+)")),
-    ("rke2", re.compile(r"\+rke2r(\d+)")),
-    ("aks", re.compile(r"-aks[.-]?(\d+)")),
+    ("tke", lazy_re.compile(r"-tke\.(\d+)")),
+    ("eks", lazy_re.compile(r"-eks(?:build)?[.-](\d+)")),
+    ("eks", lazy_re.compile(r"-eks-[0-9a-f]+")),
+    ("gke", lazy_re.compile(r"-gke\.(\d+)")),
+    ("k3s", lazy_re.compile(r"\+k3s(\d+)")),
+    ("rke2", lazy_re.compile(r"\+rke2r(\d+)")),
+    ("aks", lazy_re.compile(r"-aks[.-]?(\d+)")),
 ]
 
 
@@ -109,7 +111,7 @@ class KubeVersion:
 # An iptables binary's banner as its errors and ``--version`` print it: ``iptables v1.8.7
 # (nf_tables)``, ``ip6tables-restore v1.6.0:``, ``iptables-nft-restore v1.8.9 (nf_tables):``, also
 # right after an escaped newline (``err="...\\niptables v1.8.6 (legacy): ..."``).
-_IPTABLES_BANNER = re.compile(
+_IPTABLES_BANNER = lazy_re.compile(
     r"(?:\b|(?<=\\n))(ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?) v(\d+(?:\.\d+){1,3})"
     r"(?: \((legacy|nf_tables)\))?"
 )
@@ -170,39 +172,42 @@ class IptablesVersion:
 
 # Flavours of Ubuntu kernels (``5.15.0-127-generic``, ``6.8.0-1025-aws``). The main kernel's
 # flavours share its ABI numbers; every cloud/board kernel (aws, azure, gcp...) numbers its own.
-_UBUNTU_MAIN_FLAVOURS = re.compile(r"^(generic|lowlatency|virtual|server)(-[\w]+)?$")
-_UBUNTU_FLAVOURS = re.compile(
+_UBUNTU_MAIN_FLAVOURS = lazy_re.compile(r"^(generic|lowlatency|virtual|server)(-[\w]+)?$")
+_UBUNTU_FLAVOURS = lazy_re.compile(
     r"^(generic|lowlatency|virtual|server|aws|azure|gcp|gke|gkeop|oracle|kvm|ibm|raspi|nvidia|oem|"
     r"realtime|intel|xilinx|bluefield|fips|hwe|lts|iot|starfive|riscv|allwinner|mtk|laptop)(-[\w-]+)?$"
 )
 # Debian's kernel flavours are architectures (``6.1.0-18-amd64``, ``6.1.0-18-cloud-amd64``).
-_DEBIAN_FLAVOURS = re.compile(
+_DEBIAN_FLAVOURS = lazy_re.compile(
     r"^(?:(?:cloud|rt)-)?(amd64|arm64|armmp(?:-lpae)?|686(?:-pae)?|i386|ppc64el|powerpc64le|s390x|"
     r"marvell|rpi|armel|loong64|mips\w*|\d?kc-malta|octeon|loongson-\d)$"
 )
 _ARCHES = r"(?:x86_64|aarch64|ppc64le|s390x|i686|armv7hl|noarch)"
-_KERNEL_BASE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_KERNEL_BASE = lazy_re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 # What follows major.minor.patch, one pattern per distribution scheme, most specific first.
 _KERNEL_SCHEMES: list[tuple[str, re.Pattern[str]]] = [
     # RHEL and rebuilds: 4.18.0-513.5.1.el8_9.x86_64, 3.10.0-1062.9.1.el7.x86_64, ...el8uek
-    ("rhel", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.el(?P<ver>\d+)(?:_(?P<minor>\d+))?(?P<flv>uek)?(?:\.{_ARCHES})?$")),
+    (
+        "rhel",
+        lazy_re.compile(rf"^-(?P<rel>\d[\d.]*?)\.el(?P<ver>\d+)(?:_(?P<minor>\d+))?(?P<flv>uek)?(?:\.{_ARCHES})?$"),
+    ),
     # Fedora: 6.11.4-301.fc41.x86_64
-    ("fedora", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.fc(?P<ver>\d+)(?:\.{_ARCHES})?$")),
+    ("fedora", lazy_re.compile(rf"^-(?P<rel>\d[\d.]*?)\.fc(?P<ver>\d+)(?:\.{_ARCHES})?$")),
     # Amazon Linux: 5.10.192-183.736.amzn2.x86_64, 6.1.112-124.190.amzn2023.x86_64
-    ("amazon", re.compile(rf"^-(?P<rel>\d[\d.]*?)\.amzn(?P<ver>\d+)(?:\.{_ARCHES})?$")),
+    ("amazon", lazy_re.compile(rf"^-(?P<rel>\d[\d.]*?)\.amzn(?P<ver>\d+)(?:\.{_ARCHES})?$")),
     # Debian packages and backports: 6.1.76-1+deb12u1, 6.1.0-0.deb11.17-amd64
-    ("debian", re.compile(r"^-(?P<rel>[\w.~]+?)\+deb(?P<ver>\d+)(?:u\d+)?(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
-    ("debian", re.compile(r"^-(?P<rel>\d+\.deb(?P<ver>\d+)\.\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("debian", lazy_re.compile(r"^-(?P<rel>[\w.~]+?)\+deb(?P<ver>\d+)(?:u\d+)?(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("debian", lazy_re.compile(r"^-(?P<rel>\d+\.deb(?P<ver>\d+)\.\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
     # Arch: 6.6.57-1-lts, 6.11.6-arch1-1, 6.10.10-zen1-1-zen
-    ("arch", re.compile(r"^-(?P<rel>(?:arch|zen|hardened|lts|rt)\d+-\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
-    ("arch", re.compile(r"^-(?P<rel>\d+)-(?P<flv>lts|zen|hardened|rt|rt-lts)$")),
+    ("arch", lazy_re.compile(r"^-(?P<rel>(?:arch|zen|hardened|lts|rt)\d+-\d+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("arch", lazy_re.compile(r"^-(?P<rel>\d+)-(?P<flv>lts|zen|hardened|rt|rt-lts)$")),
     # SUSE Linux Enterprise: 5.14.21-150500.55.83-default (150500: SLE 15 SP5, a backported base)
-    ("suse", re.compile(r"^-(?P<rel>(?P<ver>1[0-9]0[0-9]00)\.[\d.]+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
+    ("suse", lazy_re.compile(r"^-(?P<rel>(?P<ver>1[0-9]0[0-9]00)\.[\d.]+)(?:-(?P<flv>[A-Za-z][\w-]*))?$")),
     # Ubuntu/Debian ABI: 5.15.0-127-generic, 6.8.0-1025-aws, 6.1.0-18-amd64 (told apart below)
-    ("abi", re.compile(r"^-(?P<abi>\d+)-(?P<flv>[A-Za-z][\w.+~-]*)$")),
+    ("abi", lazy_re.compile(r"^-(?P<abi>\d+)-(?P<flv>[A-Za-z][\w.+~-]*)$")),
     # Anything else: a package release and/or a flavour (6.11.4-1-default, 6.6.58_1, 6.6.58-talos)
-    ("other", re.compile(r"^[-_.](?P<rel>\d[\w.]*?)?(?:[-_.]?(?P<flv>[A-Za-z][\w.+~-]*))?$")),
-    ("other", re.compile(r"^\+(?P<flv>[A-Za-z][\w.+~-]*)$")),  # 6.6.51+rpt-rpi-v8: a build tag
+    ("other", lazy_re.compile(r"^[-_.](?P<rel>\d[\w.]*?)?(?:[-_.]?(?P<flv>[A-Za-z][\w.+~-]*))?$")),
+    ("other", lazy_re.compile(r"^\+(?P<flv>[A-Za-z][\w.+~-]*)$")),  # 6.6.51+rpt-rpi-v8: a build tag
 ]
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from kpdoctor import deadline
+from kpdoctor import deadline, lazy_re
 from kpdoctor.bundle.archive import MAX_DEPTH, TOO_DEEP, ArchiveError, extract, is_archive
 from kpdoctor.bundle.artifacts import NETNS_KINDS, Artifact, Kind
 from kpdoctor.bundle.contents import Collected, NotCollected
@@ -76,11 +76,13 @@ MAX_STREAM_BYTES = 2 * 1024**3  # a pipe is spooled to a temporary file up to th
 MAX_MANIFEST_BYTES = 16 * 1024**2  # a 10,000-Service node's manifest is ~20 kB
 MAX_DIR_FILES = 20_000  # files read from one folder (a bundle has ~40; a cluster-info dump a few thousand)
 MAX_REFUSED_LISTED = 20  # folders refused for their depth listed one by one; the rest are counted
-STREAM = re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
+STREAM = lazy_re.compile(r"^(?:-|/dev/stdin|/dev/fd/\d+|/proc/self/fd/\d+)$")
 # Commands whose output is never evidence; their parts are passed over without a word.
 _NOT_EVIDENCE = frozenset(("exit", "logout", "cd", "clear", "history", "pwd"))
 # What users write where a command printed nothing: "(nothing)", "<no output>", "[empty]"
-_EMPTY_OUTPUT = re.compile(r"^[(<\[]?\s*(?:nothing|no output|empty|none|no results?|no match(?:es)?)\s*[)>\]]?$", re.I)
+_EMPTY_OUTPUT = lazy_re.compile(
+    r"^[(<\[]?\s*(?:nothing|no output|empty|none|no results?|no match(?:es)?)\s*[)>\]]?$", re.I
+)
 
 
 @dataclass
@@ -133,7 +135,7 @@ class Evidence:
 TEMP_PREFIX = "kpdoctor-"
 STALE_AFTER = 60.0  # seconds a dead process's temporary folder is left alone (it may be being made)
 _LOCK_FILE = ".lock"
-_STALE_NAME = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+_STALE_NAME = lazy_re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
 _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
 
 

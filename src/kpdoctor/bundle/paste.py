@@ -19,29 +19,30 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.shellwords import PROMPT
 
 # What a wrapper must cover to be taken off: most lines, not one that happens to look like it.
 _MOST = 0.8
 
-_QUOTE = re.compile(r"^[ \t]*>[ \t]?")
-_GREP_N = re.compile(r"^(?P<n>\d{1,12})[:-]")  # grep -n: "12:match", "13-context"
-_GREP_HN = re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d{1,12})[:-]")  # grep -Hn: "kube-proxy.log:12:match"
-_GREP_H = re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
-_BACKTICKED = re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
+_QUOTE = lazy_re.compile(r"^[ \t]*>[ \t]?")
+_GREP_N = lazy_re.compile(r"^(?P<n>\d{1,12})[:-]")  # grep -n: "12:match", "13-context"
+_GREP_HN = lazy_re.compile(r"^(?P<file>[^\s:]+?)[:-](?P<n>\d{1,12})[:-]")  # grep -Hn: "kube-proxy.log:12:match"
+_GREP_H = lazy_re.compile(r"^(?P<file>[^\s:`'\"]+|\(standard input\)):")  # grep -H: "kube-proxy.log:match"
+_BACKTICKED = lazy_re.compile(r"^(?P<indent>[ \t]*)`(?P<inner>[^`]+)`[ \t]*$")
 # Output a blog post or a runbook wrote as a comment under its command ("# Output:
 # net.ipv4.ip_forward = 0", "# 输出：0  <-- here"), on the comment's line or, after a label
 # alone, on the comment lines that follow it.
-_OUTPUT_COMMENT = re.compile(
+_OUTPUT_COMMENT = lazy_re.compile(
     r"^(?P<indent>[ \t]*)#[ \t]*(?:(?:output|result|returns?|prints?|输出(?:结果)?|结果|返回|显示)[ \t]*[:：]|=>)"
     r"[ \t]*(?P<out>.*)$",
     re.IGNORECASE,
 )
-_COMMENTED = re.compile(r"^(?P<indent>[ \t]*)#[ \t]?(?P<out>.*)$")
+_COMMENTED = lazy_re.compile(r"^(?P<indent>[ \t]*)#[ \t]?(?P<out>.*)$")
 # the writer's note after an output line: "0   <-- the culprit", "0  # <- here", "0 ← 这里"
-_ARROW_NOTE = re.compile(r"[ \t]+(?:#[ \t]*)?(?:<-+|<=+|←)(?:[ \t].*)?$")
+_ARROW_NOTE = lazy_re.compile(r"[ \t]+(?:#[ \t]*)?(?:<-+|<=+|←)(?:[ \t].*)?$")
 # An escaped "\#" at a line's start (a root prompt the editor would have made a heading).
-_ESCAPED_HASH = re.compile(r"^(?P<indent>[ \t]*)\\(?=#)")
+_ESCAPED_HASH = lazy_re.compile(r"^(?P<indent>[ \t]*)\\(?=#)")
 
 
 def _unbold(line: str) -> str:
@@ -125,7 +126,9 @@ def _strip_grep(lines: list[str]) -> tuple[list[str], str] | None:
 
 
 # A file written from a heredoc, as people post a config: "cat <<EOF > /tmp/kube-proxy.yaml".
-_HEREDOC = re.compile(r"""^[ \t]*(?:\$[ \t]*)?(?:sudo[ \t]+)?(?:cat|tee)\b[^<\n]*<<-?[ \t]*(['"]?)(?P<end>\w+)\1""")
+_HEREDOC = lazy_re.compile(
+    r"""^[ \t]*(?:\$[ \t]*)?(?:sudo[ \t]+)?(?:cat|tee)\b[^<\n]*<<-?[ \t]*(['"]?)(?P<end>\w+)\1"""
+)
 
 
 def _strip_heredoc(lines: list[str]) -> list[str] | None:
@@ -180,7 +183,7 @@ _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 2
 # timestamp, a dmesg time, a rule, a table line, a prompt, a comment, an indented block's line
 # (a tab or two spaces: a piece may start with the one space the break fell before), an
 # ipvsadm virtual server.
-_STARTS_A_LINE = re.compile(
+_STARTS_A_LINE = lazy_re.compile(
     r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
     r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|(?:TCP|UDP|SCTP|FWM) +\S|$)"
 )
@@ -208,7 +211,7 @@ def _continues(line: str, nxt: str) -> bool:
     )
 
 
-_CELL_START = re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
+_CELL_START = lazy_re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
 
 
 def _aligned(a: str, b: str) -> bool:

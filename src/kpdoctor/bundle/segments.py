@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.sniff import (
     CT_STATS_LINE,
@@ -197,15 +198,15 @@ SHAPES: tuple[LineShape, ...] = (
 
 # The indentation is skipped once, never given back (possessive): no shape needs leading blanks,
 # and giving them back one at a time to every shape is quadratic in a deeply indented line.
-_LINE = re.compile(r"[ \t]*+(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")
+_LINE = lazy_re.compile(r"[ \t]*+(?:" + "|".join(f"(?P<s{i}>{s.pattern})" for i, s in enumerate(SHAPES)) + ")")
 _BY_GROUP = {f"s{i}": s for i, s in enumerate(SHAPES)}
 # What belongs to no run: a markdown heading or fence, a bold label (each also ends what came
 # before: the next output is another one, even of the same kind), and the user's note in a human
 # language (letters no tool prints in a comment of its own) or a C-style one.
-_HEADING = re.compile(r"^[ \t]*+(?:#{2,6}[ \t]+\S|\*\*[^*\n]+\*\*:?[ \t]*$)")
-_NOTE = re.compile(r"^[ \t]*+(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
+_HEADING = lazy_re.compile(r"^[ \t]*+(?:#{2,6}[ \t]+\S|\*\*[^*\n]+\*\*:?[ \t]*$)")
+_NOTE = lazy_re.compile(r"^[ \t]*+(?://[ \t]|(?:#|--)[ \t]*\S*[^\x00-\x7f])")
 # Where a restore's payload starts inside a log record (kube-proxy echoes what it fed restore).
-_ECHO_START = re.compile(r"^\*(?:nat|filter|mangle|raw|security)\s*$")
+_ECHO_START = lazy_re.compile(r"^\*(?:nat|filter|mangle|raw|security)\s*$")
 _NETSTAT = next(s for s in SHAPES if s.name == "netstat-s")
 
 
@@ -397,7 +398,7 @@ def _settle(runs: list[_Run], lines: list[str], hint: Typed, signatures: Signatu
 
 # Kinds parsed as one document: lines that are not theirs break them.
 _STRUCTURED = (Kind.K8S_OBJECTS, Kind.KUBE_PROXY_CONFIG, Kind.NFT_RULESET, Kind.IP_ADDR, Kind.IP_LINK)
-_CONTINUES_DOCUMENT = re.compile(r"^(?:[ \t]|- |[\w.\"'-]+:(?:\s|$)|[}\]]|---)")
+_CONTINUES_DOCUMENT = lazy_re.compile(r"^(?:[ \t]|- |[\w.\"'-]+:(?:\s|$)|[}\]]|---)")
 
 
 def _goes_on(before: _Run, line: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.k8s import GENERATED, pod_template
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
@@ -108,7 +109,7 @@ MAX_COMMAND = 4096
 
 # A command word a strong prompt (user@host, [user@host dir], /path #) may run even when it is
 # not in KNOWN_COMMANDS: its output is then its own part, never merged into the previous one's.
-_COMMAND_WORD = re.compile(r"^[\w.+-]+$")
+_COMMAND_WORD = lazy_re.compile(r"^[\w.+-]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +128,9 @@ class Part:
 # busybox's and most images' `sh` print it, is a container's): kube-proxy's Pod (its DaemonSet's
 # name-xxxxx), or a Deployment's Pod (name-<ReplicaSet hash>-xxxxx, the suffixes of k8s's
 # alphabet for generated names: no vowels, no 0/1/3).
-_PROMPT_HOST = re.compile(r"(?:^|\[|\s)[\w.\-]+@(?P<host>[\w.\-]+)")
-_KUBE_PROXY_POD = re.compile(rf"^kube-proxy-{GENERATED}{{5}}$")
-_PATH_PROMPT = re.compile(r"^[ \t]*/[\w./-]*\s[#$]\s")
+_PROMPT_HOST = lazy_re.compile(r"(?:^|\[|\s)[\w.\-]+@(?P<host>[\w.\-]+)")
+_KUBE_PROXY_POD = lazy_re.compile(rf"^kube-proxy-{GENERATED}{{5}}$")
+_PATH_PROMPT = lazy_re.compile(r"^[ \t]*/[\w./-]*\s[#$]\s")
 
 
 def prompt_scope(prompt: str) -> str | None:
@@ -271,7 +272,7 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
 # A line of prose naming the command whose output follows it ("coredns logs (`kubectl -n
 # kube-system logs coredns-x`):", "Output of `iptables-save`:", "执行 `ipvsadm -Ln` 的结果："), as
 # issue comments introduce a block: in a session, a part of its own with that command.
-_CAPTION = re.compile(r"^ {0,3}[^`\s>][^`\n]{0,120}`(?P<cmd>[^`\n]{2,400})`[^`\n]{0,60}[:：]\s*$")
+_CAPTION = lazy_re.compile(r"^ {0,3}[^`\s>][^`\n]{0,120}`(?P<cmd>[^`\n]{2,400})`[^`\n]{0,60}[:：]\s*$")
 
 
 def _caption(line: str) -> tuple[str, list[str], str | None, str] | None:
@@ -287,8 +288,8 @@ def _strong(line: str) -> bool:
 
 
 _RUNTIMES = ("kubectl", "k", "crictl", "docker", "nerdctl", "podman", "ctr")
-_PROC_PID = re.compile(r"^/proc/(\d+)/cmdline$")
-_PROXY_IMAGE = re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
+_PROC_PID = lazy_re.compile(r"^/proc/(\d+)/cmdline$")
+_PROXY_IMAGE = lazy_re.compile(r"kube-proxy|hyperkube|\bk3s\b|rke2")
 
 
 # Options of `kubectl logs` (and the runtimes' `logs`) that take a value: the word after one is

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.logged import is_error, reading
@@ -36,10 +37,10 @@ MIN_LINES_FOR_INTERVAL = 20  # a shorter paste has no "latest interval" to speak
 # A line that carries a level: klog's header (anywhere: wrappers come first), logrus' key. Two
 # scans, each with a literal start the regular expression engine finds fast (one alternation of
 # both is six times slower on a large log).
-_LEVELLED = (re.compile(r"[EWF]\d{4} \d\d:\d\d:\d\d"), re.compile(r"level=(?:error|fatal|panic|warn)"))
+_LEVELLED = (lazy_re.compile(r"[EWF]\d{4} \d\d:\d\d:\d\d"), lazy_re.compile(r"level=(?:error|fatal|panic|warn)"))
 # A node tool's own error line: the program's name (and version banner) before its message,
 # as iptables, ipset, conntrack, modprobe, sysctl print them; nft's and ip's own forms.
-_TOOL = re.compile(
+_TOOL = lazy_re.compile(
     r"(?:(?P<tool>ip6?tables(?:-legacy|-nft)?(?:-restore|-save)?|ebtables|arptables|ipset|ipvsadm|conntrack|"
     r"nft|modprobe|insmod|sysctl|ethtool|tc)(?: v?\d[\w.~+-]*(?: \([^)]*\))?)?: |(?P<bare>Error: |RTNETLINK "
     r"answers: |FATAL: |ERROR: ))(?P<msg>\S.*)"
@@ -47,29 +48,29 @@ _TOOL = re.compile(
 # Who prints the bare forms: nft's errors, ip's netlink answers, module-init-tools' modprobe.
 _BARE_FORMS = {"Error": "nft", "RTNETLINK answers": "ip", "FATAL": "modprobe", "ERROR": "modprobe"}
 # What in a kubelet's (or an unnamed writer's) line concerns the Service path on the node.
-_PROXY_WORDS = re.compile(
+_PROXY_WORDS = lazy_re.compile(
     r"iptables|ip6tables|nftables|\bnft\b|\bKUBE-|conntrack|ipvs|IPVS|ipset|hairpin|masquerade|br_netfilter|"
     r"bridge-nf|ip_forward|kube-proxy|proxier|[Ee]ndpoint[Ss]lice|nodePort|NodePort|clusterIP|ClusterIP"
 )
 # The kernel: a networking subsystem's prefix opening the message ("nf_conntrack: ...", "IPVS:
 # ...", "TCP: ...", "cni0: port 2(veth1) ..."), and words that say something failed.
-_KERNEL_NET = re.compile(
+_KERNEL_NET = lazy_re.compile(
     r"^(?:nf_conntrack|nf_tables|nf_nat|nf_ct_\w+|netfilter|x_tables|ip6?_tables|xt_\w+|ipt_\w+|nft_\w+|IPVS|ip_vs\w*|"
     r"TCP|UDP|neighbour|br_netfilter|bridge|cni\d*|cbr\d*|docker\d*|flannel\.\d+|vxlan\w*|veth\w*|eth\d+\w*|"
     r"ens\w+|eno\w+|enp\w+|bond\d+|NETDEV WATCHDOG|net_ratelimit)\b"
 )
-_KERNEL_BAD = re.compile(
+_KERNEL_BAD = lazy_re.compile(
     r"\b(?:[Ee]rror|[Ff]ail(?:ed|ure|s)?|[Dd]rop(?:ping|ped|s)?|overflow|timed? ?out|refus\w*|denied|invalid|"
     r"[Uu]nable|cannot|can't|not found|exceed\w*|full|no memory|out of memory)\b|\bBUG\b|\bWARNING\b|Oops"
 )
 # A kernel oops or warning in networking code, whatever its words (its trace names the code).
-_KERNEL_OOPS = re.compile(r"^(?:BUG: |kernel BUG at |general protection fault|WARNING: CPU: \d+ PID: \d+ at net/)")
-_DMESG = re.compile(r"\[\s*\d+\.\d+\] (?:kernel: )?|kernel: ")
+_KERNEL_OOPS = lazy_re.compile(r"^(?:BUG: |kernel BUG at |general protection fault|WARNING: CPU: \d+ PID: \d+ at net/)")
+_DMESG = lazy_re.compile(r"\[\s*\d+\.\d+\] (?:kernel: )?|kernel: ")
 _NORMALISE = (
-    (re.compile(r'"(?:[^"\\]|\\.)*"'), '"…"'),
-    (re.compile(r"\b[0-9a-f]{8,}\b|\b[0-9a-f:]*::[0-9a-f:]*\b"), "X"),
-    (re.compile(r"\d+"), "N"),
-    (re.compile(r"\s+"), " "),
+    (lazy_re.compile(r'"(?:[^"\\]|\\.)*"'), '"…"'),
+    (lazy_re.compile(r"\b[0-9a-f]{8,}\b|\b[0-9a-f:]*::[0-9a-f:]*\b"), "X"),
+    (lazy_re.compile(r"\d+"), "N"),
+    (lazy_re.compile(r"\s+"), " "),
 )
 
 

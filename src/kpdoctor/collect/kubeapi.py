@@ -26,7 +26,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from kpdoctor import deadline
+from kpdoctor import deadline, lazy_re
 
 CONNECT_TIMEOUT = 5.0
 # One answer read at most: a page of 500 objects is a few MB (an object is at most 1.5 MB in etcd).
@@ -107,7 +106,7 @@ def transport_reason(e: BaseException) -> str:
 # in API group "" at the cluster scope` (or `in the namespace "kube-system"`); before it, `User
 # "..." cannot list services at the cluster scope` (the core group implied, or `services.apps`);
 # `: <reason>` after it when an authorizer gave one.
-_FORBIDDEN = re.compile(
+_FORBIDDEN = lazy_re.compile(
     r'User "(?P<user>[^"]+)" cannot (?P<verb>[\w-]+) (?:resource "(?P<resource>[^"]+)"|(?P<bare>[\w./-]+))'
     r'(?: in API group "(?P<group>[^"]*)")?'
     r'(?: in the namespace "(?P<namespace>[^"]+)"| at the cluster scope)?'

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.k8s import list_item_kind
 
 REDACTED = "<redacted>"
@@ -37,21 +38,21 @@ _OPT_VAL = rb"(\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 _OPT_START = rb"(?<![^\s\"'])"
 _OPT_SEP = rb"[ \t]+"  # the value in the next word, whatever it starts with (these options take one)
 _TOOL_OPTS: dict[bytes, re.Pattern[bytes]] = {
-    b"mysql": re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
-    b"mariadb": re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
-    b"sshpass": re.compile(_OPT_START + rb"(-p" + _OPT_SEP + rb"?)" + _OPT_VAL),
-    b"redis-cli": re.compile(_OPT_START + rb"(-a" + _OPT_SEP + rb"?|--pass(?:=|" + _OPT_SEP + rb"))" + _OPT_VAL),
-    b"ldap": re.compile(_OPT_START + rb"(-w" + _OPT_SEP + rb"?)" + _OPT_VAL),
-    b"curl": re.compile(
+    b"mysql": lazy_re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
+    b"mariadb": lazy_re.compile(_OPT_START + rb"(-p)" + _OPT_VAL),
+    b"sshpass": lazy_re.compile(_OPT_START + rb"(-p" + _OPT_SEP + rb"?)" + _OPT_VAL),
+    b"redis-cli": lazy_re.compile(_OPT_START + rb"(-a" + _OPT_SEP + rb"?|--pass(?:=|" + _OPT_SEP + rb"))" + _OPT_VAL),
+    b"ldap": lazy_re.compile(_OPT_START + rb"(-w" + _OPT_SEP + rb"?)" + _OPT_VAL),
+    b"curl": lazy_re.compile(
         _OPT_START + rb"((?:-[uU]" + _OPT_SEP + rb"?|--(?:proxy-)?user(?:=|" + _OPT_SEP + rb"))[^\s:\"'=]*:)" + _OPT_VAL
     ),
-    b"openssl": re.compile(rb"(?<![\w-])(pass:)" + _OPT_VAL),
+    b"openssl": lazy_re.compile(rb"(?<![\w-])(pass:)" + _OPT_VAL),
 }
 _TOOL_NAME = rb"(" + b"|".join(re.escape(t) for t in _TOOL_OPTS) + rb")[\w-]*"
 # a program word: after white space, a path, a quote or a shell operator; before one
-_TOOL = re.compile(rb"(?:^|(?<=[\s/\"'`(;|&=]))" + _TOOL_NAME + rb"(?=[\s\"'`;|&)]|$)")
-_TOOL_ARG = re.compile(rb"(?:.*/)?" + _TOOL_NAME)  # an argv word naming one (fullmatch)
-_TOOL_IN_ARGV = re.compile(rf"(?m)(?:^|/)(?:{'|'.join(re.escape(t.decode()) for t in _TOOL_OPTS)})[\w-]*$")
+_TOOL = lazy_re.compile(rb"(?:^|(?<=[\s/\"'`(;|&=]))" + _TOOL_NAME + rb"(?=[\s\"'`;|&)]|$)")
+_TOOL_ARG = lazy_re.compile(rb"(?:.*/)?" + _TOOL_NAME)  # an argv word naming one (fullmatch)
+_TOOL_IN_ARGV = lazy_re.compile(rf"(?m)(?:^|/)(?:{'|'.join(re.escape(t.decode()) for t in _TOOL_OPTS)})[\w-]*$")
 
 # Lower-case words without which no text rule can fire: lines holding none are never looked at.
 _TRIGGERS = (
@@ -71,7 +72,7 @@ _TRIGGERS = (
     b"ls0tls1crudjti",  # base64 of "-----BEGIN" (a PEM block, base64-encoded as in a kubeconfig): _B64_WORD
     *_TOOL_OPTS,
 )
-_TRIGGER_S = re.compile("|".join(re.escape(w.decode()) for w in _TRIGGERS))
+_TRIGGER_S = lazy_re.compile("|".join(re.escape(w.decode()) for w in _TRIGGERS))
 
 _FLAG_WORDS = (
     r"passw(?:or)?d|passphrase|secret|token|api[-_]?key|access[-_]?key|private[-_]?key|credential"
@@ -97,45 +98,45 @@ def _name_ending(ends: tuple[str, ...], chars: str) -> bytes:
     return rf"[{chars}]*+(?:{'|'.join(f'(?<={re.escape(e)})' for e in ends)})".encode()
 
 
-_PATHISH = re.compile(r"(?i)(?:file|path|dir)s?$")  # a *-file / *_PATH / *Dir name holds a path
+_PATHISH = lazy_re.compile(r"(?i)(?:file|path|dir)s?$")  # a *-file / *_PATH / *Dir name holds a path
 _EMPTYISH = {b"", b'""', b"''", b"true", b"false", b"null", b"none", b"~", b"<redacted>", b'"<redacted>"'}
 
-_ENV_NAME = re.compile(_ENV_WORDS, re.I)
-_SECRET_KEY = re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS}|authorization|cookie2?)$")
-_FLAG_ALONE = re.compile(rf"(?i)--?[\w.-]*?(?:{_FLAG_WORDS})[\w.-]*")
-_JWT_S = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
-_AWS_S = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
+_ENV_NAME = lazy_re.compile(_ENV_WORDS, re.I)
+_SECRET_KEY = lazy_re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS}|authorization|cookie2?)$")
+_FLAG_ALONE = lazy_re.compile(rf"(?i)--?[\w.-]*?(?:{_FLAG_WORDS})[\w.-]*")
+_JWT_S = lazy_re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+_AWS_S = lazy_re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
 
 _B = str.encode
 # a value: \"...\" (inside a logged, escaped JSON string), "...", '...', up to white space, or
 # from a quote never closed in the line (a cut line) to white space
 _ESCAPED_Q = rb"\\\"(?:(?!\\\").)*\\\""
 _VAL = _ESCAPED_Q + rb"|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"']+|[\"'][^\s\"']+"
-_YAML_KEY = re.compile(
+_YAML_KEY = lazy_re.compile(
     rb"(?i)^([ \t]*(?:-[ \t]+|export[ \t]+)?([\"']?)[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\2"
     rb"(?:[ \t]*:[ \t]+|[ \t]*=[ \t]*))"  # YAML `key: value`, INI / env `key = value`
     # a scalar value: an object or list opening (`"password": {` in a JSON schema) holds no secret itself
     rb"(\"[^\"]*\"|'[^']*'|[^\s\"'#{\[][^\r\n]*?)([ \t]+#[^\r\n]*)?(\r?)$"
 )
-_JSON_KEY = re.compile(rb"(?i)(\"[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\"[ \t]*:[ \t]*)(\"(?:[^\"\\]|\\.)*\")")
-_BLOCK_KEY = re.compile(
+_JSON_KEY = lazy_re.compile(rb"(?i)(\"[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")\"[ \t]*:[ \t]*)(\"(?:[^\"\\]|\\.)*\")")
+_BLOCK_KEY = lazy_re.compile(
     rb"(?i)^([ \t]*(?:-[ \t]+)?)[\"']?[\w.-]*?(?:" + _B(_KEY_WORDS) + rb")[\"']?[ \t]*:"
     rb"[ \t]*[|>][-+0-9]*[ \t]*(?:#.*)?\r?$"
 )
-_AUTHZ = re.compile(
+_AUTHZ = lazy_re.compile(
     rb"(?i)((?<![\w-])(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"'\[]?[ \t]*"
     rb"(?:(?:bearer|basic|digest|negotiate|token)[ \t]+)?+)([^\s\"'<>\[\]{},;][^\s\"'<>\],;]*)"
 )
-_BEARER = re.compile(rb"(?<![\w-])([Bb]earer[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)")
+_BEARER = lazy_re.compile(rb"(?<![\w-])([Bb]earer[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)")
 # the word after a flag is its value unless it is an option itself: a long word with one dash and
 # no `=` (`--token -cZEYi2u9QxEdBg`) is a value
 _DASHED = r"-[^\s=-][^\s=]{7,}(?!\S)"
-_DASHED_S = re.compile(_DASHED)
-_FLAG = re.compile(
+_DASHED_S = lazy_re.compile(_DASHED)
+_FLAG = lazy_re.compile(
     rb"(?i)(?<![\w-])(--?[\w.-]*?(?:" + _B(_FLAG_WORDS) + rb")[\w.-]*)"
     rb"(=|[ \t]+(?=[^\s-]|" + _B(_DASHED) + rb"))(" + _VAL + rb")"
 )
-_ENV = re.compile(
+_ENV = lazy_re.compile(
     rb"(?i)(?<![\w.$-])((?:[A-Za-z_][A-Za-z0-9_]*?)?(?:" + _B(_ENV_WORDS) + rb")[A-Za-z0-9_]*)=(" + _VAL + rb")"
 )
 # A value in a line: quoted (\"...\" too, inside a logged JSON string) or bracketed (`["x"]`, Go's
@@ -149,34 +150,34 @@ _OPEN_Q = rb"[\"'][^\s\"']+"
 # a line (a klog line quoting a kubeconfig or a request body, Go's `{Password:x}`), but not a flag
 # (`--token`: _FLAG), a path's last part (`.../serviceaccount/token: no such file`) or a Go type
 # (`*v1.Secret:`)
-_INLINE = re.compile(
+_INLINE = lazy_re.compile(
     rb"(?i)(?<![\w.$/\\*-])((\\?[\"'])?" + _name_ending(_KEY_ENDS, r"\w.-") + rb"(?(2)\2)"
     rb"[ \t]*(?::(?![:=])|=(?!=))[ \t]*)"
     rb"(" + _QVALUE + rb"|(?(2)" + _JSON_WORD + rb"|[^\s\"'{\[][^\s\"']*)|" + _OPEN_Q + rb")"
 )
 # a credential header, case-insensitive, anywhere: `X-Auth-Token: x`, `Cookie: a=1; b=2` (to the end
 # of the line or of its quotes), `"X-Api-Key":["x"]`, Go's `map[Cookie:[a=1]]`
-_HEADER = re.compile(
+_HEADER = lazy_re.compile(
     rb"(?i)(?<![\w.$/\\*-])((\\?[\"'])?(?:(?:proxy-)?authorization|(?:set-)?cookie2?|"
     + _name_ending(_HEADER_ENDS, "a-z0-9-")
     + rb")(?(2)\2)[ \t]*:(?![:=])[ \t]*)"
     rb"(" + _QVALUE + rb"|(?(2)" + _JSON_WORD + rb"|[^\s\"'{\[\]][^\r\n\"'\]}]*)|" + _OPEN_Q + rb")"
 )
-_URL_PASS = re.compile(rb"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']*:)([^\s@/\"']+)(?=@)")
-_JWT = re.compile(_B(_JWT_S.pattern))
-_AWS = re.compile(_B(_AWS_S.pattern))
-_PEM_BEGIN = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----")
+_URL_PASS = lazy_re.compile(rb"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']*:)([^\s@/\"']+)(?=@)")
+_JWT = lazy_re.compile(_B(_JWT_S.pattern))
+_AWS = lazy_re.compile(_B(_AWS_S.pattern))
+_PEM_BEGIN = lazy_re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z ]*)-----")
 _PEM_REACH = 1 << 16  # an END further from its BEGIN than any key is long closes some other block
-_PEM_BODY = re.compile(rb"[ \t]*(?:[A-Za-z0-9+/]+=*|Proc-Type:.*|DEK-Info:.*)?[ \t]*\r?")
-_B64_PEM = re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}")  # base64 of "-----BEGIN..."
-_B64_LINE = re.compile(rb"([ \t]*)([A-Za-z0-9+/]+={0,2})[ \t]*\r?")
-_PEM_HEAD = re.compile(rb"-----BEGIN [A-Z0-9 ]+-----")
+_PEM_BODY = lazy_re.compile(rb"[ \t]*(?:[A-Za-z0-9+/]+=*|Proc-Type:.*|DEK-Info:.*)?[ \t]*\r?")
+_B64_PEM = lazy_re.compile(rb"LS0tLS1CRUdJTi[A-Za-z0-9+/]*={0,2}")  # base64 of "-----BEGIN..."
+_B64_LINE = lazy_re.compile(rb"([ \t]*)([A-Za-z0-9+/]+={0,2})[ \t]*\r?")
+_PEM_HEAD = lazy_re.compile(rb"-----BEGIN [A-Z0-9 ]+-----")
 # a value that is no secret: a placeholder (`<redacted>`, client-go's `Bearer <masked>`) or a YAML
 # block indicator, in its quotes or brackets; a path under a system folder (a token *file*)
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = lazy_re.compile(
     rb"(?i)(?:(?:bearer|basic|digest|negotiate|token)[ \t]+)?<[\w. -]*>(?:[\s,;].*)?|[|>][-+0-9]*"
 )
-_SYSTEM_PATH = re.compile(
+_SYSTEM_PATH = lazy_re.compile(
     rb"/(?:var|run|etc|home|root|tmp|usr|opt|srv|mnt|proc|sys|dev|lib|snap|secrets?)(?:/[\w.@-]+)+/?"
 )
 
@@ -804,10 +805,10 @@ _V6X = (
     rf"|(?:{_H}(?::{_H}){{0,6}})?::(?:{_H}(?::{_H}){{0,6}})?(?![\w:]|\.\d))"
     rf"(?:/(?P<m6>\d\d?\d?)(?!\w|\.\d))?"
 )
-_V4_RE = re.compile(_V4X)
-_ANY_RE = re.compile(rf"{_V6X}|{_V4X}")
-_V6_HINT = re.compile(r"::|:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){5}:")
-_HOST_RE = re.compile(r"ip-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)(?!\d|-\d)")
+_V4_RE = lazy_re.compile(_V4X)
+_ANY_RE = lazy_re.compile(rf"{_V6X}|{_V4X}")
+_V6_HINT = lazy_re.compile(r"::|:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){5}:")
+_HOST_RE = lazy_re.compile(r"ip-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)-(\d\d?\d?)(?!\d|-\d)")
 
 
 def _v4_int(s: str) -> int | None:

@@ -24,17 +24,17 @@ verification with a full one after each kind of change.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.expected import Case
 from kpdoctor.dataplane.results import Result, move_cite
 from kpdoctor.model import Cite
 
-_LINE_REF = re.compile(r"\bline \d")
+_LINE_REF = lazy_re.compile(r"\bline \d")
 
 CaseKey = tuple[str, str, int, str, str, str | None, str]
 Deps = frozenset[tuple[Hashable, object]] | None  # (dependency, its fingerprint); None: all rules

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import IPAddress
 from kpdoctor.dataplane.backend import Backend, Packet
 from kpdoctor.dataplane.expected import (
@@ -35,7 +36,7 @@ STATE_NOTE = (
     "entry, and a client seen before by session affinity (`-m recent`, an nftables affinity set, or an IPVS "
     "persistent virtual server) returns to its earlier backend."
 )
-_TO = re.compile(r"^\[?(?P<ip>[0-9a-fA-F.:]+?)\]?:(?P<port>\d{1,5})(?:/(?P<proto>tcp|udp|sctp))?$", re.I)
+_TO = lazy_re.compile(r"^\[?(?P<ip>[0-9a-fA-F.:]+?)\]?:(?P<port>\d{1,5})(?:/(?P<proto>tcp|udp|sctp))?$", re.I)
 
 
 class TraceError(ValueError):

@@ -9,15 +9,15 @@ chains) cannot repeat that way.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.iptables import Rule, Ruleset
 
 BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
 # `iptables -L -v` rows start with their counters: the same rule counted apart is one rule
-_LIST_COUNTERS = re.compile(r"^\s*\d+[KMGT]?\s+\d+[KMGT]?\s+")
+_LIST_COUNTERS = lazy_re.compile(r"^\s*\d+[KMGT]?\s+\d+[KMGT]?\s+")
 # kube-proxy's userspace proxier (before 1.2 by default): its jumps from the built-in chains
 USERSPACE_CHAINS = ("KUBE-PORTALS-CONTAINER", "KUBE-PORTALS-HOST", "KUBE-NODEPORT-CONTAINER", "KUBE-NODEPORT-HOST")
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kpdoctor import lazy_re
 from kpdoctor.model import Cite, Confidence
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import IptablesVersion, KernelVersion
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 # OSes whose iptables defaults to nf_tables, where old legacy-only images break. (The seed names
 # Ubuntu 20.04 too, but its iptables 1.8.4 points every ip*tables link at xtables-legacy-multi:
 # canonical/snapd#8544; Ubuntu switched to nf_tables by default later, 22.04 is nft.)
-NFT_DEFAULT_OS = re.compile(
+NFT_DEFAULT_OS = lazy_re.compile(
     r"tlinux ?(2\.6|3\.[12])|tencentos|centos.*\b8|rhel.*\b([89]|1\d)|ubuntu.*\b(2[2-9])\.|debian.*\b(1[0-9])\b|fedora",
     re.I,
 )
@@ -30,36 +31,44 @@ NFT_DEFAULT_OS = re.compile(
 _RHEL_LIKE = r"\b(centos|red hat enterprise linux|rhel|rocky|almalinux|oracle linux)\b\D{0,40}?"
 OS_BACKENDS: list[tuple[re.Pattern[str], str, str]] = [
     (
-        re.compile(r"red hat enterprise linux coreos|\brhcos\b", re.I),
+        lazy_re.compile(r"red hat enterprise linux coreos|\brhcos\b", re.I),
         "nft",
         "RHEL CoreOS is RHEL 8+: iptables-nft only",
     ),
-    (re.compile(_RHEL_LIKE + r"\b[4-7](\.\d+)*\b", re.I), "legacy", "RHEL/CentOS 7 ships iptables 1.4.21, legacy only"),
-    (re.compile(_RHEL_LIKE + r"\b([89]|1\d)(\.\d+)*\b", re.I), "nft", "RHEL 8 and later ship only iptables-nft"),
     (
-        re.compile(r"\bubuntu\b\D{0,20}?\b(1[0-8])\.", re.I),
+        lazy_re.compile(_RHEL_LIKE + r"\b[4-7](\.\d+)*\b", re.I),
+        "legacy",
+        "RHEL/CentOS 7 ships iptables 1.4.21, legacy only",
+    ),
+    (lazy_re.compile(_RHEL_LIKE + r"\b([89]|1\d)(\.\d+)*\b", re.I), "nft", "RHEL 8 and later ship only iptables-nft"),
+    (
+        lazy_re.compile(r"\bubuntu\b\D{0,20}?\b(1[0-8])\.", re.I),
         "legacy",
         "Ubuntu 18.04 and older ship iptables 1.6, legacy only",
     ),
     (
-        re.compile(r"\bubuntu\b\D{0,20}?\b(19|20)\.", re.I),
+        lazy_re.compile(r"\bubuntu\b\D{0,20}?\b(19|20)\.", re.I),
         "legacy",
         "Ubuntu 20.04's iptables 1.8.4 uses the legacy backend by default",
     ),
-    (re.compile(r"\bdebian\b\D{0,40}?\b[5-9]\b", re.I), "legacy", "Debian 9 and older ship iptables 1.6, legacy only"),
     (
-        re.compile(r"\bamazon linux 2023\b|\bamzn\b\D{0,5}2023\b", re.I),
+        lazy_re.compile(r"\bdebian\b\D{0,40}?\b[5-9]\b", re.I),
+        "legacy",
+        "Debian 9 and older ship iptables 1.6, legacy only",
+    ),
+    (
+        lazy_re.compile(r"\bamazon linux 2023\b|\bamzn\b\D{0,5}2023\b", re.I),
         "nft",
         "Amazon Linux 2023's iptables is iptables-nft",
     ),
     (
-        re.compile(r"\bamazon linux 2\b|\bamzn\b\D{0,5}2\b", re.I),
+        lazy_re.compile(r"\bamazon linux 2\b|\bamzn\b\D{0,5}2\b", re.I),
         "legacy",
         "Amazon Linux 2's iptables uses the legacy backend",
     ),
     # iptables 1.8 (the first with nf_tables) came with Fedora 29: older releases are legacy-only.
     (
-        re.compile(r"\bfedora\b\D{0,30}?\b([1-9]|1\d|2[0-8])\b", re.I),
+        lazy_re.compile(r"\bfedora\b\D{0,30}?\b([1-9]|1\d|2[0-8])\b", re.I),
         "legacy",
         "Fedora 28 and older ship iptables 1.6 or older, legacy only",
     ),

@@ -11,10 +11,10 @@ two hits) is counted during the scan.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.knowledge import REGISTRY, message_form, messages, readers, signature
 from kpdoctor.messages import matcher
 from kpdoctor.messages.match import Match
@@ -98,7 +98,7 @@ def captures(hit: Hit) -> dict[str, str]:
     return {n: v for n, v in zip(form.compiled.names, hit.groups, strict=False) if v is not None}
 
 
-_KEY_VALUE = re.compile(r'(?:^|[ \t])([A-Za-z][\w.-]*)=(?:"((?:[^"\\]|\\.)*)"|([^ \t"]+))')
+_KEY_VALUE = lazy_re.compile(r'(?:^|[ \t])([A-Za-z][\w.-]*)=(?:"((?:[^"\\]|\\.)*)"|([^ \t"]+))')
 
 
 def structured_value(hit: Hit, key: str) -> str | None:
@@ -142,10 +142,10 @@ def is_other_writer(hit: Hit) -> bool:
 
 # go-iptables (flannel, kube-router, CNI plugins, the VPC CNI...) reports a failed command as
 # "running [/sbin/iptables -t nat -C ... --wait]: exit status 4: ...". kube-proxy never does.
-_GO_IPTABLES_RUN = re.compile(r"running \[(?P<argv>[^\]]*\bip6?tables(?:-legacy|-nft)?\b[^\]]*)\]: exit status")
+_GO_IPTABLES_RUN = lazy_re.compile(r"running \[(?P<argv>[^\]]*\bip6?tables(?:-legacy|-nft)?\b[^\]]*)\]: exit status")
 
 
-_WAIT_FLAG = re.compile(r"-w[0-9]*")
+_WAIT_FLAG = lazy_re.compile(r"-w[0-9]*")
 
 
 def iptables_call(hit: Hit) -> tuple[str, bool] | None:

@@ -9,9 +9,9 @@ rule kube-proxy wrote wrong (`iif` for an interface prefix, KP123). Both read it
 from __future__ import annotations
 
 import itertools
-import re
 from typing import TYPE_CHECKING
 
+from kpdoctor import lazy_re
 from kpdoctor.knowledge import signature
 from kpdoctor.parse.logscan import Hit
 
@@ -24,7 +24,7 @@ NFT_RULE_ERROR = signature(
     r"/dev/stdin:([0-9]+):([0-9]+)-([0-9]+): Error: (.+)",
     failure=True,
 )
-_COMMAND = re.compile(r"\b(add|insert|replace|create|delete|flush) (rule|element|chain|map|set|table) ")
+_COMMAND = lazy_re.compile(r"\b(add|insert|replace|create|delete|flush) (rule|element|chain|map|set|table) ")
 LOOKAHEAD = 3  # lines after the error in which nft prints the refused input
 
 

@@ -6,10 +6,10 @@ run-time panics): the panic lines and their frames are found once, here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kpdoctor import lazy_re
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.knowledge import signature
 from kpdoctor.parse.logscan import Hit
@@ -38,7 +38,7 @@ KUBE_PROXY_FRAME = signature(
 )
 FRAME_WINDOW = 40  # lines after a panic in which its stack's first frames are
 TOP_FRAMES = 3
-_RUNTIME_ERROR = re.compile(r"^(runtime error: )|\s*\[recovered\]\s*$|\s*\(runtime error: [^)]*\)\s*$")
+_RUNTIME_ERROR = lazy_re.compile(r"^(runtime error: )|\s*\[recovered\]\s*$|\s*\(runtime error: [^)]*\)\s*$")
 
 
 @dataclass(frozen=True, slots=True)

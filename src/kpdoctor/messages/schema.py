@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.messages.templates import TemplateError, compile_template
 
 # The YAML files as plain data, with their digest (``python -m kpdoctor.messages --write-data``):
@@ -48,7 +48,7 @@ from kpdoctor.messages.templates import TemplateError, compile_template
 DATA_FILE = "messages.json"
 CLASSES = ("cause", "symptom", "benign")
 LEVELS = ("I", "W", "E", "F")
-_ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_ID = lazy_re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _SLUG = _ID
 _REQUIRED = ("id", "template", "class", "meaning")
 _OPTIONAL = (

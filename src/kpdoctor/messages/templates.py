@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
+
 # What each kind of placeholder matches, by its name (the last word of it: {src_port} is a port).
 # Every pattern is in the subset that Python's ``re`` and POSIX ERE read alike (as the log scan's
 # signatures are: parse/logscan.py), with no group of its own: each placeholder is one group.
@@ -58,9 +60,9 @@ _WORD = "[^ \t'`\"]+"
 _REST = ".*"  # the last placeholder of a template, when it ends it: a reason, an error, the payload
 _ANY = ".*?"  # a placeholder in the middle may be empty ("failed with message: ``")
 _SPACE = "[ \t]+"
-_ERE_SPECIAL = re.compile(r"[.\[\]()*+?{}|^$\\]")
-_GO_VERB = re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z][a-z0-9_]*)\}|\{|\}|" + _GO_VERB.pattern)
+_ERE_SPECIAL = lazy_re.compile(r"[.\[\]()*+?{}|^$\\]")
+_GO_VERB = lazy_re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
+_PLACEHOLDER = lazy_re.compile(r"\{\{|\}\}|\{([a-z][a-z0-9_]*)\}|\{|\}|" + _GO_VERB.pattern)
 # sample values, for render()
 _SAMPLES = {
     "number": "3",

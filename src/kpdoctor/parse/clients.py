@@ -4,15 +4,15 @@ that address explains."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import host_address
 from kpdoctor.parse.shellwords import PROMPT, shell_split, unwrapped
 
 # ssh options that take a value (OpenSSH's `ssh -h`): the word after them is not the target
 _SSH_VALUE_OPTIONS = set("BbcDEeFIiJLlmOopQRSWw")
-_FAILED = re.compile(
+_FAILED = lazy_re.compile(
     r"Connection reset by peer|Connection refused|Connection timed out|No route to host|"
     r"Connection closed by (?:remote host|[\d.:a-fA-F]+ port \d+)|kex_exchange_identification|"
     r"Operation timed out|Network is unreachable"

@@ -21,14 +21,14 @@ Formats:
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import MAX_DIGITS, is_int, to_int
 
 # /proc column names -> the names ctnetlink (conntrack -S) uses.
 _ALIASES = {"icmp_error": "error", "clashres": "clash_resolve", "chainlength": "chaintoolong"}
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = lazy_re.compile(r"^[a-z][a-z0-9_]*$")
 # Every counter name conntrack -S or /proc has printed; a row must have at least one of them.
 _KNOWN = {
     "entries", "searched", "found", "new", "invalid", "ignore", "delete", "delete_list", "insert", "insert_failed",
@@ -78,7 +78,7 @@ def _kv_row(raw: str) -> dict[str, int] | None:
     return values if any(_canonical(k) in values for k in _KNOWN) else None
 
 
-_SUMMARY = re.compile(r"^([a-z][a-z0-9_]*)\s+(\d+)$")
+_SUMMARY = lazy_re.compile(r"^([a-z][a-z0-9_]*)\s+(\d+)$")
 
 
 def parse_conntrack_stats(text: str, first_line: int = 1) -> ConntrackStats | None:
@@ -183,13 +183,13 @@ def _seconds(v: str) -> int | None:
     return to_int(v) if not v.startswith("-") else None
 
 
-_EVENT = re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
+_EVENT = lazy_re.compile(r"^\[[^\]]*\]$")  # conntrack -E "[NEW]", "-o timestamp" "[1700000000.123]"
 
 
 # An address masked before posting, as a label in angle brackets: `src=<SRC IP A>`. One word here
 # (the same label twice is the same address: NAT is still told from the tuples).
 MASKED = r"<[^<>=\n]*>"
-_MASK = re.compile(r"(?<==)" + MASKED)
+_MASK = lazy_re.compile(r"(?<==)" + MASKED)
 
 
 def _entry(s: str, line: int) -> ConntrackEntry | None:
@@ -256,13 +256,13 @@ def _entry(s: str, line: int) -> ConntrackEntry | None:
 PROTOCOLS = "tcp|udp|icmp|icmpv6|sctp|dccp|gre|udplite|unknown"  # what conntrack names a flow's protocol
 # An entry's start up to its first destination, as a line of `conntrack -L` begins (for typing)
 ENTRY_START = r"(?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s.*\bsrc=(?:" + MASKED + r"|\S+) dst="
-QUOTED_ENTRY = re.compile(
+QUOTED_ENTRY = lazy_re.compile(
     r"[\"“”'‘’`]\s*((?:ipv[46]\s+\d+\s+)?(?:" + PROTOCOLS + r")\s+\d+\s+\d+\s"
     r"[^\"“”`]*?\bsrc=(?:" + MASKED + r"|\S+) dst=.*)"
 )
 _CLOSING_QUOTES = "\"“”'‘’`"
 # conntrack's own summary (stderr), pasted on the same line: not part of the entry
-_SUMMARY_TAIL = re.compile(r"\s+con+track v[\d.]+ \(conntrack-tools\):.*$")
+_SUMMARY_TAIL = lazy_re.compile(r"\s+con+track v[\d.]+ \(conntrack-tools\):.*$")
 
 
 def parse_conntrack_entries(text: str, first_line: int = 1) -> list[ConntrackEntry]:

@@ -6,18 +6,18 @@ counted in thousands, is a duplicating writer)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.iptables import LEGACY_WARNING
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split, unwrapped
 
 MAX_COMMAND = 4096
-_COUNT = re.compile(r"^\s*(\d{1,12})\s*$")
+_COUNT = lazy_re.compile(r"^\s*(\d{1,12})\s*$")
 # what a counting command may print besides its number: iptables-nft's notice about the other
 # backend, grep's complaints
-_NOTICE = re.compile(r"^\s*(?:#\s*)?(?:Warning:|grep:|wc:)")
+_NOTICE = lazy_re.compile(r"^\s*(?:#\s*)?(?:Warning:|grep:|wc:)")
 
 
 @dataclass(frozen=True, slots=True)

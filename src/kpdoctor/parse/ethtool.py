@@ -18,18 +18,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
-HEADER = re.compile(r"^\s*NIC statistics:\s*$")
+HEADER = lazy_re.compile(r"^\s*NIC statistics:\s*$")
 # a counter line (under its header; indented, as ethtool prints it): a driver's name (letters, digits, _ . - [ ]; never
 # a YAML key's camelCase alone: "rx", "tx" or "_" in it), a colon, an unsigned number
-COUNTER = re.compile(r"^[ \t]*(?=[\w.\-\[\]]*(?:rx|tx|_))([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$", re.I)
+COUNTER = lazy_re.compile(r"^[ \t]*(?=[\w.\-\[\]]*(?:rx|tx|_))([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$", re.I)
 # any counter line, read under its header ("multicast", "collisions" too)
-_LISTED = re.compile(r"^[ \t]{2,}([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$")
+_LISTED = lazy_re.compile(r"^[ \t]{2,}([\w.\-\[\]]+):[ \t]+(\d{1,20})[ \t]*$")
 # the words drivers give the counters of what they lost (dropped, missed, discarded, errors,
 # no buffer, fifo or ring overruns, timeouts)
-_LOSS = re.compile(r"drop|miss|discard|err|no_?buf|fifo|overrun|over_|timeout|fail|crc", re.I)
+_LOSS = lazy_re.compile(r"drop|miss|discard|err|no_?buf|fifo|overrun|over_|timeout|fail|crc", re.I)
 
 
 def counts_losses(name: str) -> bool:
@@ -88,15 +89,15 @@ SHAPE = EvidenceShape(
 )
 
 
-FEATURES_HEADER = re.compile(r"^\s*Features for (?P<iface>\S+):\s*$")
+FEATURES_HEADER = lazy_re.compile(r"^\s*Features for (?P<iface>\S+):\s*$")
 # a feature line: ethtool's names are lower-case words joined by "-" (one "_" in the tunnel ones:
 # "tx-udp_tnl-segmentation"), then on/off and what ethtool says of its state
-FEATURE = re.compile(
+FEATURE = lazy_re.compile(
     r"^[ \t]*(?P<name>[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*): (?P<state>on|off)"
     r"(?: \[(?P<note>fixed|requested (?:on|off))\])?[ \t]*$"
 )
 # the lines only ethtool -k prints: its header, and the checksum and offload features' names
-_FEATURE_LINE = re.compile(
+_FEATURE_LINE = lazy_re.compile(
     r"^(?:Features for \S+:\s*$|(?:tx|rx)-[a-z0-9_-]+: (?:on|off)\b|"
     r"(?:scatter-gather|tcp-segmentation-offload|generic-(?:segmentation|receive)-offload|large-receive-offload|"
     r"udp-fragmentation-offload): (?:on|off)\b)"

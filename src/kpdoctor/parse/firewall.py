@@ -26,13 +26,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_STATUS = re.compile(r"^\s*Status:\s*(active|inactive)\s*$")
-_DEFAULT = re.compile(r"^\s*Default:\s*(.*)$")
-_POLICY = re.compile(r"(allow|deny|reject|disabled)\s*\((incoming|outgoing|routed)\)")
-_HEADER = re.compile(r"^\s*To\s+Action\s+From\s*$")
+from kpdoctor import lazy_re
+
+_STATUS = lazy_re.compile(r"^\s*Status:\s*(active|inactive)\s*$")
+_DEFAULT = lazy_re.compile(r"^\s*Default:\s*(.*)$")
+_POLICY = lazy_re.compile(r"(allow|deny|reject|disabled)\s*\((incoming|outgoing|routed)\)")
+_HEADER = lazy_re.compile(r"^\s*To\s+Action\s+From\s*$")
 # "[ 1] " prefix (numbered), then To, Action (ALLOW/DENY/REJECT/LIMIT, IN/OUT/FWD), From; columns
 # are separated by two spaces or more ("Anywhere on cni0" holds single spaces)
-_RULE = re.compile(
+_RULE = lazy_re.compile(
     r"^\s*(?:\[\s*\d+\]\s*)?(?P<to>\S.*?)\s{2,}(?P<action>ALLOW|DENY|REJECT|LIMIT)(?:\s+(?P<dir>IN|OUT|FWD))?"
     r"\s{2,}(?P<src>\S.*?)\s*(?:#.*)?$"
 )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.structured import load_json
 
 
@@ -22,7 +22,7 @@ class Healthz:
         return (self.current_time - self.last_updated).total_seconds()
 
 
-_GO_TIME = re.compile(r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:\.(\d+))?\s*(Z|[+-]\d\d:?\d\d)?")
+_GO_TIME = lazy_re.compile(r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:\.(\d+))?\s*(Z|[+-]\d\d:?\d\d)?")
 
 
 def _time(v: object) -> datetime | None:
@@ -59,7 +59,7 @@ def parse_healthz(text: str) -> Healthz | None:
     return Healthz(last, now, line, text.strip().replace("\n", " ")[:300])
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
+_SAMPLE = lazy_re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$")
 
 
 @dataclass(slots=True)

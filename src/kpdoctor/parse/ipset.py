@@ -13,12 +13,14 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-_SAVE_CREATE = re.compile(r"^create\s+(\S+)\s+(\S+)(.*)$")
-_SAVE_ADD = re.compile(r"^add\s+(\S+)\s+(\S+)")
-_LIST_NAME = re.compile(r"^Name:\s*(\S+)")
-_LIST_TYPE = re.compile(r"^Type:\s*(\S+)")
-_LIST_HEADER = re.compile(r"^Header:\s*(.*)$")
-_PORT = re.compile(r"^(?:(\w+):)?(\d{1,5})(?:-(\d{1,5}))?$")  # (more digits: no port)
+from kpdoctor import lazy_re
+
+_SAVE_CREATE = lazy_re.compile(r"^create\s+(\S+)\s+(\S+)(.*)$")
+_SAVE_ADD = lazy_re.compile(r"^add\s+(\S+)\s+(\S+)")
+_LIST_NAME = lazy_re.compile(r"^Name:\s*(\S+)")
+_LIST_TYPE = lazy_re.compile(r"^Type:\s*(\S+)")
+_LIST_HEADER = lazy_re.compile(r"^Header:\s*(.*)$")
+_PORT = lazy_re.compile(r"^(?:(\w+):)?(\d{1,5})(?:-(\d{1,5}))?$")  # (more digits: no port)
 
 
 @dataclass(slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import to_int
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
@@ -37,17 +38,17 @@ _SAVE_FORWARD = {
     "-i": "Tunnel",
     "--ipip": "Tunnel",
 }
-_VS_START = re.compile(r"^(TCP|UDP|SCTP|FWM)\s+(\S+)(?:\s+(.*))?$")
-_RS_START = re.compile(r"^->\s*(\S+)(?:\s+(.*))?$")
-_HEADER = re.compile(r"^(?:Prot LocalAddress:Port|->\s*RemoteAddress:Port|IP Virtual Server version)")
+_VS_START = lazy_re.compile(r"^(TCP|UDP|SCTP|FWM)\s+(\S+)(?:\s+(.*))?$")
+_RS_START = lazy_re.compile(r"^->\s*(\S+)(?:\s+(.*))?$")
+_HEADER = lazy_re.compile(r"^(?:Prot LocalAddress:Port|->\s*RemoteAddress:Port|IP Virtual Server version)")
 # "1234", or --stats/--rate's shortened "1234K"/"12M"/"3G"/"1T"
-_COUNT = re.compile(r"^\d+[KMGT]?$")
-_SCHEDULER = re.compile(r"[a-z]+")
+_COUNT = lazy_re.compile(r"^\d+[KMGT]?$")
+_SCHEDULER = lazy_re.compile(r"[a-z]+")
 
 
 # `ipvsadm -L --timeout` (ipvsadm.c list_timeout(): "Timeout (tcp tcpfin udp): %d %d %d", no header):
 # the kernel's idle timeouts of IPVS connections, in seconds (0 where never set: the kernel's default)
-TIMEOUTS = re.compile(r"^[ \t]*Timeout \(tcp tcpfin udp\): (\d{1,10}) (\d{1,10}) (\d{1,10})[ \t]*$", re.M)
+TIMEOUTS = lazy_re.compile(r"^[ \t]*Timeout \(tcp tcpfin udp\): (\d{1,10}) (\d{1,10}) (\d{1,10})[ \t]*$", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +189,8 @@ def _options(words: list[str]) -> dict[str, str]:
 
 
 # the two shapes kube-proxy's state prints as (read without taking the options apart)
-_SAVED_RS = re.compile(r"^-a -([tu]) (\S+) -r (\S+) -m -w (\d{1,10})$")
-_SAVED_VS = re.compile(r"^-A -([tu]) (\S+) -s ([a-z]+)$")
+_SAVED_RS = lazy_re.compile(r"^-a -([tu]) (\S+) -r (\S+) -m -w (\d{1,10})$")
+_SAVED_VS = lazy_re.compile(r"^-A -([tu]) (\S+) -s ([a-z]+)$")
 
 
 def _saved(s: str, ln: int, out: list[VirtualServer], index: dict[tuple[str, str], VirtualServer]) -> None:

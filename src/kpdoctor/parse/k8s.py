@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
 
 # The alphabet of the API server's generated name suffixes (no vowels, no 0/1/3: apimachinery's
 # rand.String), as in a Deployment's Pod name-<ReplicaSet hash>-<5 of them>
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
-_REPLICA = re.compile(rf"^(?P<template>[a-z0-9][-a-z0-9.]*-{GENERATED}{{6,10}})-{GENERATED}{{5}}$")
+_REPLICA = lazy_re.compile(rf"^(?P<template>[a-z0-9][-a-z0-9.]*-{GENERATED}{{6,10}})-{GENERATED}{{5}}$")
 
 
 def pod_template(name: str) -> str | None:
@@ -192,7 +193,7 @@ def fragment_of(doc: object) -> tuple[dict[str, Any], str] | None:
     return None
 
 
-_FRAGMENT_HINT = re.compile(
+_FRAGMENT_HINT = lazy_re.compile(
     r"^[ \t]*(?:-[ \t]+)?(?:containers|lifecycle|preStop|spec|template|name|image|command):", re.M
 )
 
@@ -264,8 +265,8 @@ def _flatten(doc: Any, out: list[dict[str, Any]], skipped: _Skipped, fragments: 
         skipped.no_kind += 1
 
 
-_NAME_JSON = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_NAME_YAML = re.compile(r"^[ \t]*name:\s*['\"]?([^'\"\n]*?)['\"]?\s*$", re.M)
+_NAME_JSON = lazy_re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_NAME_YAML = lazy_re.compile(r"^[ \t]*name:\s*['\"]?([^'\"\n]*?)['\"]?\s*$", re.M)
 
 
 class _NameLines:
@@ -661,7 +662,7 @@ _CHECKS = {
 }
 
 
-_SPACE_RUN = re.compile(r"\s*")
+_SPACE_RUN = lazy_re.compile(r"\s*")
 
 
 def _json_stream(text: str, diag: Any, first_line: int) -> list[Any]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
+
 
 @dataclass(frozen=True, slots=True)
 class KernelLine:
@@ -26,24 +28,24 @@ class KernelLine:
     timestamp: str | None  # wall-clock prefix as printed
 
 
-_RAW_PRIO = re.compile(r"^<\d{1,3}>")
-_FACILITY = re.compile(  # dmesg -x "kern  :warn  : "
+_RAW_PRIO = lazy_re.compile(r"^<\d{1,3}>")
+_FACILITY = lazy_re.compile(  # dmesg -x "kern  :warn  : "
     r"^(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
     r"(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?"
 )
-_BRACKET = re.compile(r"^\[([^\]]*)\]\s?")
-_MONO = re.compile(r"^\s*(\d+\.\d+)\s*$")
+_BRACKET = lazy_re.compile(r"^\[([^\]]*)\]\s?")
+_MONO = lazy_re.compile(r"^\s*(\d+\.\d+)\s*$")
 # "Nov 21 20:00:00[.123456]" (syslog, journalctl short/short-precise), "Sat 2026-11-21 20:00:00 UTC" (short-full)
-_SYSLOG_TS = re.compile(
+_SYSLOG_TS = lazy_re.compile(
     r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
     r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Z]{2,5})\s+"
 )
-_ISO_TS = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
+_ISO_TS = lazy_re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
 # "host kernel: msg" / "host systemd[1]: msg" after a journal/syslog timestamp.
-_IDENT = re.compile(r"^([A-Za-z0-9][\w.\-]*)\s+([A-Za-z_][\w.\-@/]*)(?:\[\d+\])?:\s?(.*)$")
-_MARKER = re.compile(r"^-- .* --$")
-_WORDY = re.compile(r"[A-Za-z]{2}")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
+_IDENT = lazy_re.compile(r"^([A-Za-z0-9][\w.\-]*)\s+([A-Za-z_][\w.\-@/]*)(?:\[\d+\])?:\s?(.*)$")
+_MARKER = lazy_re.compile(r"^-- .* --$")
+_WORDY = lazy_re.compile(r"[A-Za-z]{2}")
+_CONTROL = lazy_re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ufffd]")
 
 
 def _bracket(s: str) -> tuple[float | None, str | None, str] | None:

@@ -15,6 +15,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.shellwords import shell_split
 from kpdoctor.parse.structured import FENCE, StructuredError, load_yaml_all
@@ -207,7 +208,7 @@ def kube_proxy_args(argv: list[str]) -> list[str] | None:
 # A number starts only where no digit or dot precedes it, and takes its digits possessively: a
 # run of digits with no unit fails once, not once per digit (which was quadratic: a 20,000-digit
 # value took 15 s). No Go duration kube-proxy accepts is anywhere near 64 characters long.
-_DURATION_PART = re.compile(r"(?<![\d.])(\d++(?:\.\d++)?+)(ns|us|µs|ms|s|m|h)")
+_DURATION_PART = lazy_re.compile(r"(?<![\d.])(\d++(?:\.\d++)?+)(ns|us|µs|ms|s|m|h)")
 _DURATION_CHARS = 64
 
 
@@ -363,7 +364,7 @@ _KUBE_PROXY_ONLY = frozenset(
         "configSyncPeriod",
     }
 )
-_TOP_KEY = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:", re.M)
+_TOP_KEY = lazy_re.compile(r"^([A-Za-z][A-Za-z0-9]*)\s*:", re.M)
 
 
 def partial_document(doc: object, named: bool = False) -> bool:

@@ -48,22 +48,22 @@ Version``, ``Kubelet Version``, and until 1.31 ``Kube-Proxy Version``). Nothing 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.k8s import K8sObject, Objects
 from kpdoctor.parse.kubectl_table import MORE, NONE, listed
 
 DESCRIBED = "a `kubectl describe` output"
 
 # a field line: the key as kubectl names it, the tab writer's padding (or a tab), the value
-_FIELD = re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
-_PORT = re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d{1,5})/(?P<proto>[A-Za-z]+)$")
-_TARGET = re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
-_ENDPOINT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d{1,5})$")
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
-_ANNOTATION = re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
+_FIELD = lazy_re.compile(r"^(?P<key>[A-Z][A-Za-z-]*(?: [A-Za-z-]+)*):(?:[ \t]+(?P<value>.*?))?[ \t]*$")
+_PORT = lazy_re.compile(r"^(?P<name>\S+)[ \t]+(?P<port>\d{1,5})/(?P<proto>[A-Za-z]+)$")
+_TARGET = lazy_re.compile(r"^(?P<port>[^/\s]+)/(?P<proto>[A-Za-z]+)$")
+_ENDPOINT = lazy_re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<v4>[0-9.]+)):(?P<port>\d{1,5})$")
+_LABEL = lazy_re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*=\S*$")
+_ANNOTATION = lazy_re.compile(r"^(?P<key>[A-Za-z0-9][A-Za-z0-9._/-]*):[ \t]*(?P<value>.*)$")
 
 # The fields of a Service's description; a line with another key (an annotation's continuation,
 # an event) is not one of them.

@@ -38,23 +38,23 @@ list cut the same way; its Service is its name without the controller's generate
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import host_port
 from kpdoctor.parse.k8s import GENERATED, K8sObject, Objects
 from kpdoctor.parse.numbers import to_int
 
-_ROW = re.compile(
+_ROW = lazy_re.compile(
     r"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:pods?/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
     r"(?P<ready>\d+/\d+)\s+(?P<status>[\w:/<>-]+)\s+"
     r"(?P<restarts>\d+(?:\s+\([^)\n]*\))?)\s+(?P<age>(?:\d+[smhdy])+|<unknown>|<invalid>)"
     r"(?:\s+(?P<ip>[\d.:a-fA-F]+|<none>|<pending>)\s+(?P<node>\S+)(?:\s+\S+(?:\s+\S+)?)?)?\s*$"
 )
-_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\b")
-_KUBE_PROXY = re.compile(r"^kube-proxy(?:-|$)")
+_HEADER = lazy_re.compile(r"^\s*(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\b")
+_KUBE_PROXY = lazy_re.compile(r"^kube-proxy(?:-|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,16 +145,16 @@ _NOT_OF: dict[str, frozenset[str]] = {
     "Node": frozenset({"READY"}),
 }
 # A header: upper-case titles (``PORT(S)``, ``NOMINATED NODE``) that begin with NAME or NAMESPACE.
-_TABLE_HEADER = re.compile(r"^\s*(?:NAMESPACE\s+)?NAME(?:\s{2,}|\t)[A-Z][A-Z0-9()/ -]*$")
-_CELL_SEP = re.compile(r"\s{2,}|\t")
+_TABLE_HEADER = lazy_re.compile(r"^\s*(?:NAMESPACE\s+)?NAME(?:\s{2,}|\t)[A-Z][A-Z0-9()/ -]*$")
+_CELL_SEP = lazy_re.compile(r"\s{2,}|\t")
 # kubectl's words for no value, in its tables and descriptions
 NONE = ("<none>", "<unknown>", "<pending>", "<nodes>", "<unset>", "")
 _SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
-_PORT = re.compile(r"^(\d{1,5})(?::(\d{1,5}))?(?:/([A-Za-z]+))?$")
+_PORT = lazy_re.compile(r"^(\d{1,5})(?::(\d{1,5}))?(?:/([A-Za-z]+))?$")
 _AGE = r"(?:\d+[smhdy])+|<unknown>|<invalid>"
 _IP = r"[\d.]+|[0-9a-fA-F:]*:[0-9a-fA-F:.]*"
 # A Service row without its header (`kubectl get svc -A | grep web`): TYPE is the anchor.
-_SERVICE_ROW = re.compile(
+_SERVICE_ROW = lazy_re.compile(
     rf"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:services?/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
     rf"(?P<type>{'|'.join(_SERVICE_TYPES)})\s+(?P<cip>None|<none>|{_IP})\s+(?P<ext>\S+)\s+"
     rf"(?P<ports>\S+)\s+(?P<age>{_AGE})(?:\s+(?P<sel>\S+))?\s*$"
@@ -162,15 +162,15 @@ _SERVICE_ROW = re.compile(
 # An Endpoints row without its header (`kubectl get ep -A | grep web`): the ip:port list is the anchor.
 _EP = r"(?:[\d.]+|\[[0-9a-fA-F:.]+\]|[0-9a-fA-F:]*:[0-9a-fA-F:.]*)(?::\d+)?"
 _ENDPOINTS_CELL = rf"<none>|{_EP}(?:,{_EP})*(?: \+ \d+ more\.\.\.)?"
-_ENDPOINTS_ROW = re.compile(
+_ENDPOINTS_ROW = lazy_re.compile(
     rf"^\s*(?:(?P<ns>[a-z0-9][a-z0-9-]*)\s+)?(?:(?:endpoints|ep)/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
     rf"(?P<eps>{_ENDPOINTS_CELL})\s+(?P<age>{_AGE})\s*$"
 )
 # kubectl's "+ N more..." after the values it shows (tables and descriptions, every release)
-MORE = re.compile(r"[ \t]*\+[ \t]*(\d+)[ \t]+more\.*[ \t]*$")
+MORE = lazy_re.compile(r"[ \t]*\+[ \t]*(\d+)[ \t]+more\.*[ \t]*$")
 # A Node row without its header: STATUS and the kubelet's VERSION are the anchors; with -o wide the
 # OS image (spaces in it) stands between the addresses and the kernel and runtime.
-_NODE_ROW = re.compile(
+_NODE_ROW = lazy_re.compile(
     rf"^\s*(?:nodes?/)?(?P<name>[a-z0-9][a-z0-9.-]*)\s+"
     r"(?P<status>(?:Ready|NotReady|Unknown)(?:,SchedulingDisabled)?)\s+(?P<roles>\S+)\s+"
     rf"(?P<age>{_AGE})\s+(?P<version>v\d+\.\d+\.\d+\S*)"
@@ -422,7 +422,7 @@ def _backend(pair: str) -> str | None:
 
 
 # the EndpointSlice controller names a Service's slices "<service>-<5 generated characters>"
-_SLICE_NAME = re.compile(rf"^(?P<service>[a-z0-9][-a-z0-9.]*)-{GENERATED}{{5}}$")
+_SLICE_NAME = lazy_re.compile(rf"^(?P<service>[a-z0-9][-a-z0-9.]*)-{GENERATED}{{5}}$")
 
 
 def _cut(cell: str) -> tuple[list[str], int]:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.structured import load_json
 
@@ -46,15 +47,15 @@ class Link:
     udp_csum: bool | None = None  # a VXLAN device's outer UDP checksums (`udpcsum` / `noudpcsum`)
 
 
-_HEAD = re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
+_HEAD = lazy_re.compile(r"^(\d+):\s+([^:@\s]+)(?:@([^:\s]+))?:\s+<([^>]*)>(.*)$")
 # `ip -s link`: a titles line (iproute2 5.x+ "RX:  bytes packets errors dropped  missed   mcast",
 # older "RX: bytes  packets  errors  dropped overrun mcast", with -s -s "RX errors: length crc
 # frame fifo missed"), its values on the next line (iproute2's print_link_stats)
-_STATS_TITLES = re.compile(r"^(RX|TX)(?: errors)?:\s+((?:[a-z_]+\s*)+)$")
+_STATS_TITLES = lazy_re.compile(r"^(RX|TX)(?: errors)?:\s+((?:[a-z_]+\s*)+)$")
 # ifconfig's counters: net-tools 2.x "RX errors 0  dropped 12  overruns 0  frame 0", 1.60 and
 # busybox "RX packets:12 errors:0 dropped:0 overruns:0 frame:0"
-_IFCONFIG_STATS = re.compile(r"^\s+(RX|TX) (?:packets|errors)[ :]\d")
-_IFCONFIG_PAIR = re.compile(r"([a-z]+)[ :](\d+)")
+_IFCONFIG_STATS = lazy_re.compile(r"^\s+(RX|TX) (?:packets|errors)[ :]\d")
+_IFCONFIG_PAIR = lazy_re.compile(r"([a-z]+)[ :](\d+)")
 # what an interface's counters count as lost (iproute2's and ifconfig's column names)
 _LOSSES = frozenset(
     {"errors", "dropped", "missed", "overrun", "overruns", "crc", "frame", "fifo", "length", "carrier", "aborted"}
@@ -175,7 +176,7 @@ def _parse_text(text: str, first_line: int) -> list[Link]:
     return out
 
 
-_IFNAME = re.compile(r'"ifname"\s*:\s*"([^"\\]*)"')
+_IFNAME = lazy_re.compile(r'"ifname"\s*:\s*"([^"\\]*)"')
 
 
 def _parse_json(text: str, first_line: int) -> list[Link]:
@@ -237,10 +238,10 @@ def _parse_json(text: str, first_line: int) -> list[Link]:
 
 
 # `bridge -d link show` (iproute2 bridge/link.c): a port's head line as ip prints it, then its flags
-_BRIDGE_FLAGS = re.compile(r"^hairpin (on|off) guard (?:on|off)\b")
+_BRIDGE_FLAGS = lazy_re.compile(r"^hairpin (on|off) guard (?:on|off)\b")
 # a bridge port's hairpin flag as the kernel's sysfs file holds it (net/bridge/br_sysfs_if.c),
 # printed by `grep . FILES` (`PATH:0`) or a shell loop (`PATH = 0`)
-HAIRPIN_FILE = re.compile(
+HAIRPIN_FILE = lazy_re.compile(
     r"^\s*/sys/(?:devices/virtual|class)/net/(?:(?P<bridge>[^/\s]+)/brif/(?P<port>[^/\s]+)|(?P<own>[^/\s]+)/brport)"
     r"/hairpin_mode\s*(?::|\s=)\s*(?P<value>[01])\s*$",
     re.M,
@@ -283,10 +284,10 @@ def _hairpin_files(text: str, first_line: int) -> list[Link]:
 # line: `UP BROADCAST RUNNING MULTICAST  MTU:1500  Metric:1`). An alias is `eth0:1`.
 # IFCONFIG_HEAD: an interface's first line in either form, its name captured (what types a text
 # as ifconfig's, and what `ip addr`-style address readers start an interface at).
-IFCONFIG_HEAD = re.compile(r"^([^\s:]+(?::\d+)?)(?:: flags=\d+<|\s+Link encap:)", re.M)
-_IFCONFIG_NEW = re.compile(r"^([^\s:]+(?::\d+)?): flags=\d+<([A-Z0-9_,]*)>\s+mtu (\d+)")
-_IFCONFIG_OLD = re.compile(r"^(\S+)\s+Link encap:")
-_IFCONFIG_OLD_FLAGS = re.compile(r"^\s+((?:[A-Z]+ )*[A-Z]+)\s+MTU:(\d+)")
+IFCONFIG_HEAD = lazy_re.compile(r"^([^\s:]+(?::\d+)?)(?:: flags=\d+<|\s+Link encap:)", re.M)
+_IFCONFIG_NEW = lazy_re.compile(r"^([^\s:]+(?::\d+)?): flags=\d+<([A-Z0-9_,]*)>\s+mtu (\d+)")
+_IFCONFIG_OLD = lazy_re.compile(r"^(\S+)\s+Link encap:")
+_IFCONFIG_OLD_FLAGS = lazy_re.compile(r"^\s+((?:[A-Z]+ )*[A-Z]+)\s+MTU:(\d+)")
 
 
 def _parse_ifconfig(text: str, first_line: int) -> list[Link]:

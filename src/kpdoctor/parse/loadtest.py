@@ -7,18 +7,19 @@ times bunched at those marks are first SYNs the path dropped, whatever the tool.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from kpdoctor import lazy_re
 
 # A connect time this close to a retransmit mark (and not below it) is that mark.
 SYN_RETRANSMIT_MS = (1000.0, 3000.0, 7000.0)
 _NEAR = 0.08
 
 # ab:  "Connect:        0  722 457.9    999    3009" (min mean [+/-sd] median max)
-_AB_HEADER = re.compile(r"^\s*Connection Times \(ms\)\s*$")
-_AB_CONNECT = re.compile(r"^\s*Connect:\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$")
+_AB_HEADER = lazy_re.compile(r"^\s*Connection Times \(ms\)\s*$")
+_AB_CONNECT = lazy_re.compile(r"^\s*Connect:\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$")
 # hey: "  DNS+dialup:   0.0008 secs, 0.0001 secs, 1.0310 secs" (average, fastest, slowest)
-_HEY_DIAL = re.compile(r"^\s*DNS\+dialup:\s+([\d.]+) secs,\s+([\d.]+) secs,\s+([\d.]+) secs\s*$")
+_HEY_DIAL = lazy_re.compile(r"^\s*DNS\+dialup:\s+([\d.]+) secs,\s+([\d.]+) secs,\s+([\d.]+) secs\s*$")
 
 
 @dataclass(frozen=True, slots=True)

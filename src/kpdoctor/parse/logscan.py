@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import BinaryIO, Protocol, cast
 
+from kpdoctor import lazy_re
+
 try:  # compiled multi-needle search; the pure-Python loop below is the fallback
     import ahocorasick_rs
 except ImportError:  # pragma: no cover - exercised by the pure_python tests
@@ -313,7 +315,7 @@ HEADER, CONTINUATION = 1, 2
 _KLOG_LEVELS = frozenset(b"IWEF")
 # The start of a klog header, "I1113 16:": unwrap() strips nothing from such a line (a syslog
 # month would need a day, then a space, where the hour's colon is).
-_KLOG_START = re.compile(rb"[IWEF][0-9]{4} [0-9][0-9]:[^\n]")
+_KLOG_START = lazy_re.compile(rb"[IWEF][0-9]{4} [0-9][0-9]:[^\n]")
 
 
 def _bare(data: bytes, start: int, end: int) -> int:
@@ -368,7 +370,7 @@ def _record_start(chunk: _Chunk, start: int) -> int:
 
 
 # The next line that does not start as a continuation of a bare log does (tab, space, ">", empty).
-_NEXT_UNINDENTED = re.compile(rb"\n[^ \t>\r\n]")
+_NEXT_UNINDENTED = lazy_re.compile(rb"\n[^ \t>\r\n]")
 
 
 def _record_end(chunk: _Chunk, start: int) -> int:
@@ -655,7 +657,7 @@ _Pending = tuple[int, int, bool]  # (line start in the chunk, successful syncs b
 _Keys = list[tuple[tuple[bytes | None, ...], tuple[bytes, ...]]]  # per hit: (groups, variant matches)
 # A line that unwrap() leaves as it is: a bare klog header ("I1113 16:..."), or a continuation
 # (tab, space, or empty). No wrapper starts either way.
-_BARE_LINE = re.compile(rb"[IWEF][0-9]{4} [0-9][0-9]:.|[ \t]|$")
+_BARE_LINE = lazy_re.compile(rb"[IWEF][0-9]{4} [0-9][0-9]:.|[ \t]|$")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,44 +19,45 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.knowledge import kube_proxy_files
 
 # klog header: level, MMDD, time, thread/pid, file:line]
-KLOG_HEADER = re.compile(
+KLOG_HEADER = lazy_re.compile(
     r"(?P<level>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<time>\d\d:\d\d:\d\d(?:\.\d+)?)\s+"
     r"(?P<pid>\d+) (?P<src>[^\s:\]]+(?::\d+)?)\] ?"
 )
-KLOG_HEADER_ANYWHERE = re.compile(r"(?:^|\s|\]|:\s)[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.\-/]+:\d+\]", re.M)
+KLOG_HEADER_ANYWHERE = lazy_re.compile(r"(?:^|\s|\]|:\s)[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.\-/]+:\d+\]", re.M)
 
-_PREFIX = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] |[\w.-]+ +\| ")  # kubectl --prefix; docker compose
-_CRI = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?:stdout|stderr) [FP] ")
-_ISO_TS = re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
+_PREFIX = lazy_re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] |[\w.-]+ +\| ")  # kubectl --prefix; docker compose
+_CRI = lazy_re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?:stdout|stderr) [FP] ")
+_ISO_TS = lazy_re.compile(r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
 # syslog/journald short format, month in any locale (1-5 non-space chars, maybe with a dot). A
 # host name has no brackets: "TIME [ERROR] plugin/loop: ..." is CoreDNS's level, not a host.
-_SYSLOG = re.compile(
+_SYSLOG = lazy_re.compile(
     r"(?P<mon>[^\s\d][^\s]{0,5}|\d{1,2}月) +(?P<day>\d{1,2}) (?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? "
     r"(?P<host>[^\s\[\]]+) (?P<ident>[\w.@/\-]+)(?:\[(?P<pid>\d+)\])?: "
 )
-_ISO_SYSLOG = re.compile(
+_ISO_SYSLOG = lazy_re.compile(
     r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) (?P<host>[^\s\[\]]+) "
     r"(?P<ident>[\w.@/\-]+)(?:\[(?P<pid>\d+)\])?: "
 )
 # k3s/rke2 logrus lines: time="2024-10-08T21:01:55Z" level=error msg="..."
-LOGRUS = re.compile(r'time="(?P<ts>[^"]+)" level=(?P<level>\w+) msg=')
+LOGRUS = lazy_re.compile(r'time="(?P<ts>[^"]+)" level=(?P<level>\w+) msg=')
 # Calico's own format (felix, confd, the CNI plugin):
 # 2018-09-07 08:02:59.942 [ERROR][15833] table.go 778: Failed to program iptables ...
-FELIX = re.compile(
+FELIX = lazy_re.compile(
     r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \[(?P<level>[A-Z]+)\]\[(?P<pid>\d+)\] "
     r"(?P<src>[\w./-]+\.go) (?P<line>\d+): "
 )
 # Log aggregators (stern, kubetail, kubectl logs -l ... piped through a prefixer): "POD CONTAINER "
 # before the line. Taken off only when a log header follows, so two words of prose never are.
-_AGGREGATOR = re.compile(
+_AGGREGATOR = lazy_re.compile(
     r"(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?) (?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?) +"
     r"(?=[IWEF]\d{4} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|time=\")"
 )
-_KLOG_START = re.compile(r"[IWEF]\d{4} \d\d:\d\d:")
-_KUBECTL_PREFIX = re.compile(r"\[pod/[^/\]\s]+/(?P<container>[^\]\s]+)\] ")
+_KLOG_START = lazy_re.compile(r"[IWEF]\d{4} \d\d:\d\d:")
+_KUBECTL_PREFIX = lazy_re.compile(r"\[pod/[^/\]\s]+/(?P<container>[^\]\s]+)\] ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,7 @@ def is_continuation(inner: str) -> bool:
 # format, then a few messages only one component prints. Unknown stays unknown (None).
 
 # Names a syslog identifier or container is matched against (first match wins: specific first).
-_NAMED = re.compile(
+_NAMED = lazy_re.compile(
     r"(?P<kp>kube-?proxy)|(?P<kubelet>kubelet)|(?P<flannel>flannel)|(?P<router>kube-router)|"
     r"(?P<calico>calico|felix|canal)|(?P<weave>weave)|(?P<cilium>cilium)|(?P<antrea>antrea)|"
     r"(?P<aws>aws-node|aws-k8s-agent|amazon-k8s-cni|aws-vpc-cni)|(?P<ovn>ovnkube|kube-ovn)|"
@@ -249,20 +250,20 @@ _MESSAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     # kubelet's events and messages (pkg/kubelet/events: FailedMount, FailedCreatePodSandBox;
     # kuberuntime's "Failed to create pod sandbox": a CNI plugin's failure, reported by kubelet)
     (
-        re.compile(
+        lazy_re.compile(
             r"MountVolume\.|UnmountVolume\.|FailedMount|Error syncing pod|hostPath type check failed|"
             r"FailedCreatePodSandBox|Failed to create pod sandbox"
         ),
         "kubelet",
     ),
-    (re.compile(r"Failed to ensure iptables rules|[Ff]lannel"), "flannel"),
-    (re.compile(r"Using (?:iptables|ipvs|nftables|userspace) [Pp]rox|[Ss]yncProxyRules"), "kube-proxy"),
+    (lazy_re.compile(r"Failed to ensure iptables rules|[Ff]lannel"), "flannel"),
+    (lazy_re.compile(r"Using (?:iptables|ipvs|nftables|userspace) [Pp]rox|[Ss]yncProxyRules"), "kube-proxy"),
     # client-go's source path as a Go module build without -trimpath names it: a program built
     # from its own module (CoreDNS, a CNI agent, a controller). kube-proxy is built in the
     # Kubernetes tree (vendored: `k8s.io/client-go/...`), k3s with -trimpath (no `pkg/mod/`).
-    (re.compile(r"pkg/mod/k8s\.io/client-go@"), "a client-go program"),
+    (lazy_re.compile(r"pkg/mod/k8s\.io/client-go@"), "a client-go program"),
 )
-_DMESG_HEAD = re.compile(r"\[\s*\d+\.\d+\] ")
+_DMESG_HEAD = lazy_re.compile(r"\[\s*\d+\.\d+\] ")
 
 
 def _named(name: str) -> str | None:

@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.shellwords import PROMPT, RUNTIME_CLIS, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.timing import elapsed
 
@@ -40,18 +41,18 @@ MAX_LOSSES = 3  # waits of up to three lost tries are read as such (a longer sta
 START_SLACK = 0.75  # what starting the process, and the answer, add to the waits (python: 0.18 s)
 EXEC_SLACK = 1.5  # ... when `kubectl exec` runs it in a Pod (the API round trips)
 MAX_LINES = 2000  # a timed lookup is a few lines; a long loop of them is still a paste
-_IP = re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*\]?)$")
-_URL_HOST = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?(?P<host>\[[^\]]+\]|[^:/?#\s]+)", re.I)
+_IP = lazy_re.compile(r"^(?:\d{1,3}(?:\.\d{1,3}){3}|\[?[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*\]?)$")
+_URL_HOST = lazy_re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:[^@/\s]*@)?(?P<host>\[[^\]]+\]|[^:/?#\s]+)", re.I)
 # what a lookup prints when it got no answer in the end (its own failure lines, the catalogue's)
-_FAILED = re.compile(
+_FAILED = lazy_re.compile(
     r"no servers could be reached|can't resolve|[Cc]ould not resolve|[Cc]ouldn't resolve|bad address|"
     r"unable to resolve|Temporary failure in name resolution|Name or service not known|Name does not resolve|"
     r"NXDOMAIN|SERVFAIL|REFUSED|no such host|server misbehaving|i/o timeout|not found|Can't find"
 )
-_TIMED_OUT_TRY = re.compile(r"^;; communications error to (?P<server>\S+): timed out\s*$")
+_TIMED_OUT_TRY = lazy_re.compile(r"^;; communications error to (?P<server>\S+): timed out\s*$")
 # an answer dig, host or nslookup printed (BIND's and BusyBox's forms)
-_ANSWERED = re.compile(r"^;; ->>HEADER<<- |^;; Query time: |^Name:\s|^Address(?: 1)?:\s|\shas (?:IPv6 )?address\s")
-_WRITE_OUT = re.compile(r"%\{(\w+)\}")
+_ANSWERED = lazy_re.compile(r"^;; ->>HEADER<<- |^;; Query time: |^Name:\s|^Address(?: 1)?:\s|\shas (?:IPv6 )?address\s")
+_WRITE_OUT = lazy_re.compile(r"%\{(\w+)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class WaitedLookup:
 
 
 # where a command list or a loop's body starts another command
-_NEXT_COMMAND = re.compile(r"\s*(?:;|&&|\|\||\||\bdo\b|\bthen\b)\s*")
+_NEXT_COMMAND = lazy_re.compile(r"\s*(?:;|&&|\|\||\||\bdo\b|\bthen\b)\s*")
 
 
 def lookup_of(cmdline: str) -> Lookup | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.structured import load_json
 
@@ -254,10 +255,10 @@ def _tables(section: str) -> dict[str, str]:
     return {}
 
 
-_SECTION = re.compile(r"^([A-Z][A-Za-z0-9]*):$")
-_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_]*):\s+(\d+)$")
-_HIST = re.compile(r"^([a-z][a-z0-9 ]*[a-z0-9]):\s+(\d+)$", re.IGNORECASE)
-_NUMBER = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
+_SECTION = lazy_re.compile(r"^([A-Z][A-Za-z0-9]*):$")
+_NAMED = lazy_re.compile(r"^([A-Za-z][A-Za-z0-9_]*):\s+(\d+)$")
+_HIST = lazy_re.compile(r"^([a-z][a-z0-9 ]*[a-z0-9]):\s+(\d+)$", re.IGNORECASE)
+_NUMBER = lazy_re.compile(r"(?<![\w.])(\d+)(?![\w.])")
 
 
 def _template(s: str) -> tuple[str, int] | None:
@@ -341,14 +342,14 @@ def parse_netstat_s(text: str, first_line: int = 1) -> Counters:
 
 
 _ONE_SECTION = _phrases_of_one_section()
-_NSTAT = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s+(\d+)(?:\s+\S+)?$")
+_NSTAT = lazy_re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s+(\d+)(?:\s+\S+)?$")
 
 
 # /proc/net/snmp, /proc/net/netstat (and snmp6's neighbours): a line of names under a prefix,
 # then the line of their values under the same prefix ("Udp: InDatagrams NoPorts ..." /
 # "Udp: 5521 12 ..."). nstat names each counter by the two joined: UdpNoPorts.
-PROC_PAIR = re.compile(r"^([A-Z][A-Za-z0-9]*): ([A-Z][A-Za-z0-9_]*(?: [A-Za-z0-9_]+)*)\s*$")
-_PROC_VALUES = re.compile(r"^([A-Z][A-Za-z0-9]*): (-?\d+(?: -?\d+)*)\s*$")
+PROC_PAIR = lazy_re.compile(r"^([A-Z][A-Za-z0-9]*): ([A-Z][A-Za-z0-9_]*(?: [A-Za-z0-9_]+)*)\s*$")
+_PROC_VALUES = lazy_re.compile(r"^([A-Z][A-Za-z0-9]*): (-?\d+(?: -?\d+)*)\s*$")
 
 
 def parse_nstat(text: str, first_line: int = 1) -> Counters:
@@ -382,7 +383,7 @@ def parse_nstat(text: str, first_line: int = 1) -> Counters:
     return c
 
 
-_JSON_KEY = re.compile(r'"([^"\\]*)"\s*:')
+_JSON_KEY = lazy_re.compile(r'"([^"\\]*)"\s*:')
 
 
 def _nstat_json(c: Counters, text: str, first_line: int) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.structured import load_json, strip_bom
 
 # The tables iptables-nft keeps its rules in (``iptables-nft-save`` shows them as iptables rules).
@@ -27,14 +28,16 @@ XT_TABLES = frozenset({"filter", "nat", "mangle", "raw", "security"})
 XT_BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"})
 KUBE_PROXY_TABLE = "kube-proxy"  # kube-proxy's nftables mode: "table ip kube-proxy", "table ip6 kube-proxy"
 
-_TABLE = re.compile(r"^[ \t]*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
-_CHAIN = re.compile(r"^\s*chain\s+(\S+)\s*\{")
-_HOOK = re.compile(r"^\s*type\s+(\w+)\s+hook\s+(\w+)(?:\s+device\s+\S+)?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+);)?")
-_RULE_HINT = re.compile(r"\b(jump|goto|dnat|snat|masquerade|accept|drop|reject|vmap|counter)\b")
-_BLOCK = re.compile(r"^\s*(chain|set|map|flowtable)\s+([\w.@/-]+)\s*\{")
+_TABLE = lazy_re.compile(r"^[ \t]*table\s+(ip|ip6|inet|arp|bridge|netdev)\s+([\w.-]+)\s*\{", re.M)
+_CHAIN = lazy_re.compile(r"^\s*chain\s+(\S+)\s*\{")
+_HOOK = lazy_re.compile(
+    r"^\s*type\s+(\w+)\s+hook\s+(\w+)(?:\s+device\s+\S+)?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+);)?"
+)
+_RULE_HINT = lazy_re.compile(r"\b(jump|goto|dnat|snat|masquerade|accept|drop|reject|vmap|counter)\b")
+_BLOCK = lazy_re.compile(r"^\s*(chain|set|map|flowtable)\s+([\w.@/-]+)\s*\{")
 # what only an nft listing prints inside a chain, set or map block: a base chain's hook line, a
 # set's or map's type (types joined by " . ", a map's value after " : "), its elements or flags
-_NFT_BODY = re.compile(
+_NFT_BODY = lazy_re.compile(
     r"^\s*(?:type\s+(?:filter|nat|route)\s+hook\s+\w+|"
     r"type\s+[a-z0-9_]+(?:\s+\.\s+[a-z0-9_]+)*(?:\s+:\s+[a-z0-9_]+)?\s*$|typeof\s+\S|"
     r"elements\s+=\s+\{|flags\s+(?:interval|timeout|constant|dynamic)\b)",
@@ -157,10 +160,10 @@ class MapElement:
     value: str
 
 
-_ELEMENT = re.compile(r'^(?P<key>[^":{}]+?)(?:\s+comment\s+"(?P<comment>[^"]*)")?\s+:\s+(?P<value>[^,}]+?)\s*$')
+_ELEMENT = lazy_re.compile(r'^(?P<key>[^":{}]+?)(?:\s+comment\s+"(?P<comment>[^"]*)")?\s+:\s+(?P<value>[^,}]+?)\s*$')
 
 
-_MAP_OPEN = re.compile(r"^[ \t]*map[ \t]+([\w.@/-]+)[ \t]*\{", re.M)
+_MAP_OPEN = lazy_re.compile(r"^[ \t]*map[ \t]+([\w.@/-]+)[ \t]*\{", re.M)
 
 
 def map_elements(text: str, first_line: int = 1, names: frozenset[str] | None = None) -> list[MapElement]:
@@ -341,8 +344,8 @@ def reread(doc: str | None, span: tuple[int, int], kind: str) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder()
-_ARRAY = re.compile(r'\A\s*\{\s*"nftables"\s*:\s*\[\s*')
-_SEP = re.compile(r"\s*(,|\])\s*")
+_ARRAY = lazy_re.compile(r'\A\s*\{\s*"nftables"\s*:\s*\[\s*')
+_SEP = lazy_re.compile(r"\s*(,|\])\s*")
 
 
 def _json_items(text: str) -> Iterator[tuple[Any, tuple[int, int]]]:

@@ -65,6 +65,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kpdoctor import lazy_re
+
 Obj = dict[str, Any]
 
 __all__ = ["text_to_objects"]
@@ -116,23 +118,23 @@ _TYPEOF = {
 for _p in ("tcp", "udp", "udplite", "sctp", "dccp", "th"):
     _TYPEOF[f"{_p} sport"] = _TYPEOF[f"{_p} dport"] = "inet_service"
 
-_TABLE_RE = re.compile(r"table\s+(?:(\S+)\s+)?(\"[^\"]*\"|[^\s{]+)\s*\{")
-_BLOCK_RE = re.compile(r"(chain|set|map|flowtable|counter|quota)\s+(\"[^\"]*\"|[^\s{]+)\s*\{")
-_WARNING_RE = re.compile(r"#\s*Warning: table (\S+) (\S+) is managed by iptables-nft")
-_HOOK_RE = re.compile(
+_TABLE_RE = lazy_re.compile(r"table\s+(?:(\S+)\s+)?(\"[^\"]*\"|[^\s{]+)\s*\{")
+_BLOCK_RE = lazy_re.compile(r"(chain|set|map|flowtable|counter|quota)\s+(\"[^\"]*\"|[^\s{]+)\s*\{")
+_WARNING_RE = lazy_re.compile(r"#\s*Warning: table (\S+) (\S+) is managed by iptables-nft")
+_HOOK_RE = lazy_re.compile(
     r"type\s+(\S+)\s+hook\s+(\S+)(?:\s+devices?\s*(?:=\s*\{[^}]*\}|\S+))?\s+priority\s+([^;]+);(?:\s*policy\s+(\w+)\s*;)?"
 )
-_HANDLE_RE = re.compile(r"\s*#\s*handle\s+\d+\s*$")
-_TOKEN_RE = re.compile(r'"[^"]*"?|[{}]|[^\s{},"]+(?:,[^\s{},"]+)*|,')
-_INT_RE = re.compile(r"\d+|0x[0-9a-fA-F]+")
-_V4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-_V6_RE = re.compile(r"[0-9a-fA-F:]*:[0-9a-fA-F:.]*")
-_NAT_V4_RE = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3})(?:-(\d{1,3}(?:\.\d{1,3}){3}))?(?::(\d+(?:-\d+)?))?")
-_NAT_V6_RE = re.compile(r"\[([0-9a-fA-F:.]+)\](?::(\d+(?:-\d+)?))?")
-_TIME_RE = re.compile(r"(?:\d+(?:d|h|ms|m|s))+")
-_TIME_PART_RE = re.compile(r"(\d+)(d|h|ms|m|s)")
-_IDENT_RE = re.compile(r"[a-z][a-z0-9-]*")
-_XT_CUE_RE = re.compile(
+_HANDLE_RE = lazy_re.compile(r"\s*#\s*handle\s+\d+\s*$")
+_TOKEN_RE = lazy_re.compile(r'"[^"]*"?|[{}]|[^\s{},"]+(?:,[^\s{},"]+)*|,')
+_INT_RE = lazy_re.compile(r"\d+|0x[0-9a-fA-F]+")
+_V4_RE = lazy_re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_V6_RE = lazy_re.compile(r"[0-9a-fA-F:]*:[0-9a-fA-F:.]*")
+_NAT_V4_RE = lazy_re.compile(r"(\d{1,3}(?:\.\d{1,3}){3})(?:-(\d{1,3}(?:\.\d{1,3}){3}))?(?::(\d+(?:-\d+)?))?")
+_NAT_V6_RE = lazy_re.compile(r"\[([0-9a-fA-F:.]+)\](?::(\d+(?:-\d+)?))?")
+_TIME_RE = lazy_re.compile(r"(?:\d+(?:d|h|ms|m|s))+")
+_TIME_PART_RE = lazy_re.compile(r"(\d+)(d|h|ms|m|s)")
+_IDENT_RE = lazy_re.compile(r"[a-z][a-z0-9-]*")
+_XT_CUE_RE = lazy_re.compile(
     r"\bxt (?:match|target) |\bXT (?:match|target) |meta mark set mark (?:or|and|xor) |ct mark set mark\b"
     r"|reject with icmp(?:v6|x)? type "
 )

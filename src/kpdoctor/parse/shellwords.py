@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import re
 
+from kpdoctor import lazy_re
+
 # A POSIX shell word as shlex (posix, whitespace_split) reads it: runs of plain characters,
 # '...' (no escapes), "..." (where only a backslash before " or a backslash escapes) and a
 # backslash before any character, with nothing between them.
-_SHELL_WORD = re.compile(r"""(?:[^ \t\r\n'"\\]+|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*"|\\.)+""", re.S)
-_SHELL_PIECE = re.compile(r"""'(?P<sq>[^']*)'|"(?P<dq>[^"\\]*(?:\\.[^"\\]*)*)"|(?P<plain>(?:[^'"\\]|\\.)+)""", re.S)
-_ESCAPED = re.compile(r"\\(.)", re.S)
-_SHELL_SPACE = re.compile(r"[ \t\r\n]+")
+_SHELL_WORD = lazy_re.compile(r"""(?:[^ \t\r\n'"\\]+|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*"|\\.)+""", re.S)
+_SHELL_PIECE = lazy_re.compile(
+    r"""'(?P<sq>[^']*)'|"(?P<dq>[^"\\]*(?:\\.[^"\\]*)*)"|(?P<plain>(?:[^'"\\]|\\.)+)""", re.S
+)
+_ESCAPED = lazy_re.compile(r"\\(.)", re.S)
+_SHELL_SPACE = lazy_re.compile(r"[ \t\r\n]+")
 
 
 # A shell prompt and the command typed after it, as users paste them: `[root@node3 ~]# cmd`,
 # `root@node3:~# cmd`, `user@host$ cmd`, `/some/path # cmd` (a container's shell), or a bare `#`,
 # `%`, `>`, `$` or zsh themes' `❯`/`➜` (the group "strong" is set for the forms with a host or a
 # path: those run any command word).
-PROMPT = re.compile(
+PROMPT = lazy_re.compile(
     r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
     r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
     r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import is_int, to_int
 
 
@@ -35,7 +36,7 @@ class Listener:
 _PROTOS = {"tcp": "tcp", "tcp6": "tcp", "udp": "udp", "udp6": "udp", "sctp": "sctp", "mptcp": "tcp"}
 _OTHER_NETIDS = {"raw", "u_str", "u_dgr", "u_seq", "nl", "p_raw", "p_dgr", "v_str", "v_dgr", "xdp", "tipc"}
 _LISTEN_STATES = {"LISTEN", "UNCONN"}
-_USERS = re.compile(r'users:\(\("((?:[^"\\]|\\.)*)",(?:pid=)?(\d+)')
+_USERS = lazy_re.compile(r'users:\(\("((?:[^"\\]|\\.)*)",(?:pid=)?(\d+)')
 
 
 def _endpoint(tok: str) -> tuple[str, int | None, str | None] | None:
@@ -139,7 +140,7 @@ def _looks_netstat(toks: list[str]) -> bool:
 
 
 # lsof -i rows (header or not): COMMAND PID USER FD TYPE DEVICE SIZE/OFF NODE NAME [(STATE)]
-LSOF_ROW = re.compile(
+LSOF_ROW = lazy_re.compile(
     r"^(\S+)\s+(\d+)\s+(?:\d+\s+)?\S+\s+\w+\s+IPv[46]\s+\S+\s+\S+\s+(TCP|UDP)\s+(\S+)(?:\s+\((\w+)\))?\s*$"
 )
 

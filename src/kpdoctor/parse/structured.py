@@ -23,19 +23,21 @@ import json
 import re
 from typing import Any
 
+from kpdoctor import lazy_re
+
 # A markdown code fence line (```, ```yaml, ~~~): never output, wherever it is pasted
-FENCE = re.compile(r"^[ \t]*+(?:```|~~~)[\w-]*[ \t]*$", re.M)
+FENCE = lazy_re.compile(r"^[ \t]*+(?:```|~~~)[\w-]*[ \t]*$", re.M)
 
 MAX_DEPTH = 256  # Kubernetes objects nest about 15 levels; kubectl Lists and nft JSON under 30
 # Nodes that aliases may add to a YAML stream when expanded. kubectl never writes aliases; a
 # hand-written manifest shares some labels or a container block (`<<: *defaults`), a few hundred
 # nodes. A billion laughs adds 10**9.
 MAX_ALIAS_NODES = 10_000
-_ANCHOR = re.compile(r"&[^\s,\[\]{}]")
-_ALIAS = re.compile(r"\*[^\s,\[\]{}]")
-_OPENERS = re.compile(r"[\[{]")
-_BRACKETS = re.compile(r"[\[\]{}]")
-_INDENT = re.compile(r"^( *)\S", re.M)
+_ANCHOR = lazy_re.compile(r"&[^\s,\[\]{}]")
+_ALIAS = lazy_re.compile(r"\*[^\s,\[\]{}]")
+_OPENERS = lazy_re.compile(r"[\[{]")
+_BRACKETS = lazy_re.compile(r"[\[\]{}]")
+_INDENT = lazy_re.compile(r"^( *)\S", re.M)
 
 
 class StructuredError(ValueError):

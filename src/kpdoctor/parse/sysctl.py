@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split, unwrapped
 
@@ -26,9 +27,9 @@ class Sysctl:
     text: str
 
 
-_LINE = re.compile(r"^([A-Za-z0-9_/][\w.\-/:@+]*)\s*=\s?(.*)$")
+_LINE = lazy_re.compile(r"^([A-Za-z0-9_/][\w.\-/:@+]*)\s*=\s?(.*)$")
 # `grep -H . /proc/sys/net/ipv4/conf/*/rp_filter`: the file, a colon, its content
-_GREP_H = re.compile(r"^(/proc/sys/[\w.\-/@+]+):(.*)$")
+_GREP_H = lazy_re.compile(r"^(/proc/sys/[\w.\-/@+]+):(.*)$")
 
 
 def dotted(name: str) -> str:

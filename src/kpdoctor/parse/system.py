@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kpdoctor import memo
+from kpdoctor import lazy_re, memo
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split
@@ -50,8 +50,8 @@ _LSB_KEYS = {
 
 # `hostnamectl` ("Operating System: Ubuntu 20.04.3 LTS", "Kernel: Linux 5.4.0-91-generic") and
 # neofetch ("OS: Arch Linux x86_64", "Kernel: 5.12.3-zen1-1-zen"): the OS and the running kernel
-SYSINFO_OS = re.compile(r"^[ \t]*(?:Operating System|OS):\s*(\S.*)$", re.M)
-SYSINFO_KERNEL = re.compile(r"^[ \t]*Kernel:\s*(?:Linux\s+)?(\d\S*)\s*$", re.M)
+SYSINFO_OS = lazy_re.compile(r"^[ \t]*(?:Operating System|OS):\s*(\S.*)$", re.M)
+SYSINFO_KERNEL = lazy_re.compile(r"^[ \t]*Kernel:\s*(?:Linux\s+)?(\d\S*)\s*$", re.M)
 
 
 def sysinfo_kernel(text: str) -> tuple[KernelVersion, int] | None:
@@ -101,7 +101,7 @@ def parse_kube_proxy_version(text: str) -> KubeVersion | None:
 # busybox `ps` prints "{comm} " before the command line when the process's name differs from its
 # argv[0]'s (libbb/procps.c read_cmdline): a script run through its #! line shows as
 # `{entrypoint.sh} /bin/sh /entrypoint.sh`, a thread renamed by prctl as `{worker} node app.js`.
-_BUSYBOX_COMM = re.compile(r"^\{[^{}]*\}\s+(?=\S)")
+_BUSYBOX_COMM = lazy_re.compile(r"^\{[^{}]*\}\s+(?=\S)")
 
 
 @memo.cached(maxsize=4096)
@@ -186,13 +186,13 @@ def read_processes(text: str, first_line: int = 1, attrs: dict[str, str] | None 
 
 # What kubectl and docker print around an exec'd command's output (kubectl's exec.go): not the
 # command's output
-_EXEC_NOTICE = re.compile(
+_EXEC_NOTICE = lazy_re.compile(
     r"^(?:kubectl exec \[POD\] \[COMMAND\] is DEPRECATED|Defaulted container \S+ out of:|"
     r"Unable to use a TTY - input is not a terminal|Defaulting container name to )"
 )
 # A shell's path with the next word run into it: /proc/N/cmdline separates the words with NULs,
 # which a terminal shows as nothing ("/bin/bash./entrypoint.sh", "/bin/sh-cexec app")
-_GLUED_SHELL = re.compile(r"^(?P<shell>(?:/[\w.+-]+)*/(?:ba|da|z|k|mk)?sh|(?:ba|da|z|k|mk)?sh)(?P<rest>[./-].*)$")
+_GLUED_SHELL = lazy_re.compile(r"^(?P<shell>(?:/[\w.+-]+)*/(?:ba|da|z|k|mk)?sh|(?:ba|da|z|k|mk)?sh)(?P<rest>[./-].*)$")
 
 
 def parse_cmdline(text: str, pid: int, first_line: int = 1) -> list[Process]:
@@ -231,7 +231,7 @@ class FileLock:
     blocked: bool = False
 
 
-_LOCK = re.compile(
+_LOCK = lazy_re.compile(
     r"^(\d+):\s+(->\s+)?(POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+(\S+)\s+(READ|WRITE)\s+(-?\d+)\s+"
     r"([0-9a-f]+:[0-9a-f]+):(\d+)\s"
 )
@@ -303,11 +303,11 @@ def parse_ip_addr(text: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Addre
     return [ip for _, ip in sorted(ranked, key=lambda x: x[0])]
 
 
-_IF_HEADER = re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
-_IF_INET = re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
+_IF_HEADER = lazy_re.compile(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<")
+_IF_INET = lazy_re.compile(r"^\s+inet6?\s+([0-9a-fA-F.:]+)(?:/\d+)?\b")
 # ifconfig's address lines (its interface lines: links.IFCONFIG_HEAD): net-tools 2.x (`inet 10.0.0.5
 # netmask ...`) and net-tools 1.60 or busybox (`inet addr:10.0.0.5  Bcast:...`, `inet6 addr: fe80::1/64 Scope:Link`)
-_IFCONFIG_INET = re.compile(r"^\s+inet6?\s+(?:addr:\s*)?([0-9a-fA-F.:]+)(?:/\d+)?\s")
+_IFCONFIG_INET = lazy_re.compile(r"^\s+inet6?\s+(?:addr:\s*)?([0-9a-fA-F.:]+)(?:/\d+)?\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,14 +381,14 @@ class Package:
         return m.group(1) if m else None
 
 
-_EL_TAG = re.compile(r"\.el(\d+)(?:_\d+)?(?:\.|$)")
+_EL_TAG = lazy_re.compile(r"\.el(\d+)(?:_\d+)?(?:\.|$)")
 # name-version-release.arch (rpm -q): ipvsadm-1.27-7.el7.x86_64
-_RPM_NVRA = re.compile(
+_RPM_NVRA = lazy_re.compile(
     r"^([A-Za-z0-9][\w.+]*(?:-[A-Za-z][\w.+]*)*)-(\d[\w.+~^]*-[\w.+~^]+?)\.(x86_64|aarch64|noarch|i686|ppc64le|s390x)$"
 )
 # dpkg -l rows: "ii  iptables  1.8.2-4  amd64  administration tools..."
-_DPKG_II = re.compile(r"^[iurph][iUCHFWt]\s+[a-z0-9][\w.+:-]*\s+\d")
-_DPKG_ROW = re.compile(r"^([a-z][a-zA-Z ]?[a-zA-Z]?)\s+([a-z0-9][\w.+:-]*)\s+(\d[\w.+:~-]*)\s+(\S+)(?:\s+.*)?$")
+_DPKG_II = lazy_re.compile(r"^[iurph][iUCHFWt]\s+[a-z0-9][\w.+:-]*\s+\d")
+_DPKG_ROW = lazy_re.compile(r"^([a-z][a-zA-Z ]?[a-zA-Z]?)\s+([a-z0-9][\w.+:-]*)\s+(\d[\w.+:~-]*)\s+(\S+)(?:\s+.*)?$")
 
 
 def parse_packages(text: str, first_line: int = 1, package: str | None = None) -> list[Package]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.dataplane.addresses import host_port
 from kpdoctor.parse.evidence_shape import EvidenceShape
@@ -40,34 +41,34 @@ _V6 = r"[0-9a-fA-F]*:[0-9a-fA-F:]*"
 _END4 = rf"{_V4}(?:\.[a-z0-9][\w-]*)?"
 _END6 = rf"{_V6}(?:\.[a-z0-9][\w-]*)?"
 # A packet's line (what types a text as tcpdump's, and a run of lines as a capture)
-PACKET_LINE = re.compile(
+PACKET_LINE = lazy_re.compile(
     rf"^(?:{_TIME}\s+)?{_IFACE}?(?:IP {_END4} > {_END4}|IP6 {_END6} > {_END6}): \S|"
     rf"^{_TIME}\s+{_IFACE}?IP6? \((?:tos|flowlabel|hlim) |"  # -v: the IP header first
     rf"^\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): \[(?:bad udp cksum|udp sum ok|no cksum)"  # -v: its packet line
 )
 # tcpdump's own lines around the packets (stderr, mixed into a paste), and with -v the lines of a
 # packet inside a tunnel (VXLAN's inner packet: its IP header without a timestamp, then its line)
-NOISE_LINE = re.compile(
+NOISE_LINE = lazy_re.compile(
     r"^(?:tcpdump: |listening on \S+, link-type |dropped privs to |\d+ packets? (?:captured|received by filter|"
     r"dropped by kernel)|IP6? \((?:tos|flowlabel|hlim) |"
     rf"\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): (?:Flags \[|UDP|ICMP))"
 )
-_HEADER_V = re.compile(rf"^(?P<time>{_TIME})\s+(?:(?P<iface>[\w.@-]+)\s+(?:In|Out|B|M|P)\s+)?IP6? \(")
-_PACKET = re.compile(
+_HEADER_V = lazy_re.compile(rf"^(?P<time>{_TIME})\s+(?:(?P<iface>[\w.@-]+)\s+(?:In|Out|B|M|P)\s+)?IP6? \(")
+_PACKET = lazy_re.compile(
     rf"^(?:(?P<time>{_TIME})\s+)?(?:(?P<iface>[\w.@-]+)\s+(?:In|Out|B|M|P)\s+)?(?P<ip>IP6?)\s+"
     rf"(?P<src>{_V4}|{_V6}|[\w.-]+?)(?:\.(?P<sport>[a-z0-9][\w-]*))? > "
     rf"(?P<dst>{_V4}|{_V6}|[\w.-]+?)(?:\.(?P<dport>[a-z0-9][\w-]*))?: (?P<rest>.*)$"
 )
 # the -v form's second line: the packet, indented, without timestamp or IP
-_INDENTED = re.compile(
+_INDENTED = lazy_re.compile(
     rf"^\s*(?P<src>{_V4}|{_V6}|[\w.-]+?)(?:\.(?P<sport>[a-z0-9][\w-]*))? > "
     rf"(?P<dst>{_V4}|{_V6}|[\w.-]+?)(?:\.(?P<dport>[a-z0-9][\w-]*))?: (?P<rest>.*)$"
 )
-_FLAGS = re.compile(
+_FLAGS = lazy_re.compile(
     r"^Flags \[(?P<flags>[^\]]*)\](?:, cksum [^,]*(?:, \([^)]*\))?)?"
     r"(?:, seq (?P<seq>\d+)(?::\d+)?)?(?:, ack (?P<ack>\d+))?"
 )
-_DNS = re.compile(r"^(?P<id>\d+)(?P<flags>[+*%$|-]*)\s")
+_DNS = lazy_re.compile(r"^(?P<id>\d+)(?P<flags>[+*%$|-]*)\s")
 # the names tcpdump -n (without -nn) gives the ports a Service failure involves
 # (and the VXLAN ports: tcpdump names Linux's default 8472 "otv", IANA's 4789 "vxlan")
 _PORT_NAMES = {
@@ -81,7 +82,7 @@ _PORT_NAMES = {
     "vxlan": 4789,
 }
 # -v's verdict on a UDP checksum, first in the packet's text (print-udp.c: udpipaddr_print)
-_UDP_SUM = re.compile(
+_UDP_SUM = lazy_re.compile(
     r"^\[(?:(?P<bad>bad udp cksum 0x[0-9a-f]+ -> 0x[0-9a-f]+!)|(?P<ok>udp sum ok)|(?P<none>no cksum))\] "
 )
 

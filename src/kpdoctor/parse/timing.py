@@ -28,6 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.parse.entrypoint import commands
 from kpdoctor.parse.shellwords import COMMAND_WRAPPERS, PROMPT, shell_split, unwrapped
 
@@ -203,15 +204,15 @@ def _kubectl_delete(args: list[str], text: str) -> StopCommand | None:
 
 
 # bash/ksh `time`: "real\t0m10.408s"; `time -p` and POSIX: "real 10.41"
-_REAL = re.compile(r"^\s*real\s+(?:(\d{1,9})m\s*)?(\d{1,12}(?:[.,]\d{1,12})?)s?\s*$")
+_REAL = lazy_re.compile(r"^\s*real\s+(?:(\d{1,9})m\s*)?(\d{1,12}(?:[.,]\d{1,12})?)s?\s*$")
 # zsh: "docker stop test  0.05s user 0.02s system 0% cpu 10.408 total" (the command leads the line)
 # (found from its numbers, the command being what precedes them: a pattern for the command first
 # backtracked over every run of blanks, minutes for one crafted 4 KB line)
-_ZSH = re.compile(r"(?<!\S)[\d.]+s user [\d.]+s system [\d.]+% cpu (?P<t>[\d:.]+) total\s*$")
+_ZSH = lazy_re.compile(r"(?<!\S)[\d.]+s user [\d.]+s system [\d.]+% cpu (?P<t>[\d:.]+) total\s*$")
 # GNU time: "0.04user 0.01system 0:10.41elapsed 0%CPU"
-_GNU = re.compile(r"^\s*[\d.]+user [\d.]+system (?P<t>[\d:.]+)elapsed\b")
+_GNU = lazy_re.compile(r"^\s*[\d.]+user [\d.]+system (?P<t>[\d:.]+)elapsed\b")
 # what kubectl prints for a deleted Pod (1.31+ adds " from NAMESPACE namespace")
-_DELETED = re.compile(r'^\s*pod[s]?(?:/|\s+)"?(?P<name>[a-z0-9][\w.-]*)"?\s+deleted\b')
+_DELETED = lazy_re.compile(r'^\s*pod[s]?(?:/|\s+)"?(?P<name>[a-z0-9][\w.-]*)"?\s+deleted\b')
 
 
 def _clock(t: str) -> float | None:
@@ -340,7 +341,7 @@ def _dated_stop(cmdline: str) -> tuple[StopCommand, int] | None:
 # time of day say how long): coreutils' and BSD's default ("Tue Nov 29 10:34:44 CET 2022"; the
 # en_US locale's "Tue Nov 29 10:34:44 AM CET 2022"), `date -R` ("Tue, 29 Nov 2022 10:34:44
 # +0100"), `date -Is`/`--rfc-3339` ("2022-11-29T10:34:44+01:00", fractions with `-Ins`).
-_DATE = re.compile(
+_DATE = lazy_re.compile(
     r"(?:[A-Z][a-z]{2},?\s+(?:[A-Z][a-z]{2}\s+(?P<d1>\d{1,2})|(?P<d2>\d{1,2})\s+[A-Z][a-z]{2}\s+\d{4})"
     r"|\d{4}-\d{2}-(?P<d3>\d{2})[T ])"
     r"\s*(?P<h>\d{1,2}):(?P<m>\d{2}):(?P<s>\d{2}(?:[.,]\d+)?)(?:\s*(?P<ampm>[AaPp][Mm]))?"
@@ -367,15 +368,15 @@ def _clock_reading(line: str) -> tuple[float, float] | None:
     return day * _DAY + hour * 3600 + minute * 60 + float(sec), (0.0 if "." in sec else 1.0)
 
 
-_DOCKERD = re.compile(
+_DOCKERD = lazy_re.compile(
     r"Container (?:(?P<id>[0-9a-f]{12,64}) )?failed to exit within (?P<n>\d+)(?: seconds|s) of "
     r"(?P<sig>signal \d+|SIG[A-Z]+) - using the force(?:.*?\bcontainer=(?P<id2>[0-9a-f]{12,64}))?"
 )
-_PODMAN = re.compile(
+_PODMAN = lazy_re.compile(
     r"StopSignal (?P<sig>SIG[A-Z]+|\d+) failed to stop container (?P<id>\S+) in (?P<n>\d+) seconds, "
     r"resorting to SIGKILL"
 )
-_CONTAINERD = re.compile(
+_CONTAINERD = lazy_re.compile(
     r'An error occurs during waiting for container \\?"(?P<id>[0-9a-f]{12,64})\\?" to be stopped\b'
     r".*(?:stop timeout|deadline exceeded)"
 )

@@ -12,9 +12,11 @@ import re
 
 from rich.markup import escape as _markup_escape
 
+from kpdoctor import lazy_re
+
 # C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), lone surrogates
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\ud800-\udfff]")
+_CONTROL = lazy_re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_JSON_UNSAFE = lazy_re.compile("[\x7f-\x9f\ud800-\udfff]")
 
 
 def _visible(m: re.Match[str]) -> str:
@@ -60,12 +62,12 @@ def json_safe(text: str) -> str:
 # start markup is backslash-escaped (CommonMark: any ASCII punctuation may be), "<" and "&" become
 # entities (no raw HTML, no entity tricks), and a line break becomes a space (a new line could
 # start a block). An underscore inside a word (nf_conntrack_max) starts nothing and stays.
-_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
-_MD_ALWAYS = re.compile(r"[\\*\[\]|~]")
-_MD_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_CODE_SPAN = lazy_re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+_MD_ALWAYS = lazy_re.compile(r"[\\*\[\]|~]")
+_MD_UNDERSCORE = lazy_re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 # what starts a block at a line's start: a heading, a quote, a list item, a setext underline or a
 # thematic break (``10.0.4.17`` is no list item: a marker is followed by a space)
-_MD_LINE_START = re.compile(r"^(#{1,6}(?=[ \t]|$)|>|[-+](?=[-+ \t]|$)|=|\d{1,9}[.)](?=[ \t]|$))")
+_MD_LINE_START = lazy_re.compile(r"^(#{1,6}(?=[ \t]|$)|>|[-+](?=[-+ \t]|$)|=|\d{1,9}[.)](?=[ \t]|$))")
 
 
 def _md_plain(text: str) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from kpdoctor import lazy_re
 from kpdoctor.knowledge import CHECKS
 from kpdoctor.model import Cite, Finding, Report, Severity
 from kpdoctor.report.safe import json_safe
@@ -28,7 +28,7 @@ LEVELS = {Severity.CRITICAL: "error", Severity.WARNING: "warning", Severity.INFO
 # most a few Services each, then one finding sums the rest up): it is a result of this rule.
 MISMATCH_RULE = "KP2xx-verify"
 PRETTY_LIMIT = 3000  # results; above, no indentation (as the JSON report)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = lazy_re.compile("[\ud800-\udfff]")
 
 
 def _text(s: str) -> str:

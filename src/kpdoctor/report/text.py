@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from kpdoctor import lazy_re
 from kpdoctor.model import Finding, Report, Severity
 from kpdoctor.report import verification
 from kpdoctor.report.safe import escape, plain
@@ -24,7 +25,7 @@ from kpdoctor.report.view import View, build, finding_meta
 
 STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 VERDICT_STYLE = {0: "bold green", 1: "bold red", 2: "bold yellow", 3: "bold yellow", 4: "bold red"}
-_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
+_TRAILING = lazy_re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.M)
 PIPED_WIDTH = 100  # a report written to a file or a pipe
 INPUTS_SHOWN = 20  # a bundle has dozens of files: the rest are in --format json
 

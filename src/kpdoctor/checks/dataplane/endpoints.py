@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
@@ -40,9 +40,9 @@ def _applies(r: Result) -> bool:
 # kube-proxy's comment on a Service's rules: "namespace/name:port" (ServicePortName.String(), no
 # ":port" for an unnamed port); newer releases add " -> ip:port" to a KUBE-SVC rule's, the
 # endpoint it picks (upstream's fixtures: "ns1/svc1:p80 -> 10.180.0.1:80")
-_COMMENT = re.compile(r'--comment (?:"(?P<quoted>[^"]*)"|(?P<bare>\S+))')
-_DNAT = re.compile(r"-j DNAT .*?--to-destination (\S+)")
-_SERVICE_COMMENT = re.compile(
+_COMMENT = lazy_re.compile(r'--comment (?:"(?P<quoted>[^"]*)"|(?P<bare>\S+))')
+_DNAT = lazy_re.compile(r"-j DNAT .*?--to-destination (\S+)")
+_SERVICE_COMMENT = lazy_re.compile(
     r"^(?P<ns>[a-z0-9][-a-z0-9]*)/(?P<name>[a-z0-9][-a-z0-9.]*)(?::\S*)?(?: -> (?P<ep>\S+))?$"
 )
 
@@ -109,7 +109,7 @@ def _backends_outside_listing(facts: Facts, verified: Verified | None) -> Iterat
 
 
 # Services a cluster cannot work without: when kube-proxy rejects these, everything breaks.
-_VITAL = re.compile(r"^(kube-system/(kube-dns|coredns)|default/kubernetes)(:|$)")
+_VITAL = lazy_re.compile(r"^(kube-system/(kube-dns|coredns)|default/kubernetes)(:|$)")
 
 
 def _without_objects(facts: Facts) -> Iterator[Finding]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.dataplane.common import (
@@ -30,7 +30,7 @@ def _applies(r: Result) -> bool:
 
 
 # the kernel, when a connection reaches a virtual server without a usable real server
-NO_DESTINATION = re.compile(r"IPVS: \w+: (TCP|UDP|SCTP) (\S+) - no destination available")
+NO_DESTINATION = lazy_re.compile(r"IPVS: \w+: (TCP|UDP|SCTP) (\S+) - no destination available")
 
 
 def _empty_without_objects(facts: Facts) -> Iterator[Finding]:

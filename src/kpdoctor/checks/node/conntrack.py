@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.node.common import SINCE_BOOT, read_counters, setting_cites, sysctl_advice
@@ -21,7 +21,7 @@ RACE_FIXES = (
 )
 NEAR_FULL = 0.75  # nf_conntrack_count / nf_conntrack_max: warning
 FULL = 0.90  # critical: the next burst of connections is dropped
-TABLE_FULL = re.compile(r"nf_conntrack: (?:nf_conntrack: )?table full(?:,| in netns \d+,) dropping packet")
+TABLE_FULL = lazy_re.compile(r"nf_conntrack: (?:nf_conntrack: )?table full(?:,| in netns \d+,) dropping packet")
 KUBE_PROXY_MAX_PER_CORE = 32768
 KUBE_PROXY_MIN = 131072
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import PRINTED_SERVICES, start, suspect
 from kpdoctor.facts import Facts, containers_of
@@ -36,7 +36,7 @@ NODE_PORTS = {
 }
 CONTROL_PORTS = {2379, 2380, 6443, 10250, 10256, 10257, 10259}  # Kubernetes' own (ports-and-protocols)
 OVERLAP_WARN = 0.1  # share of the NodePort range inside the ephemeral range that is a warning on its own
-_NODEPORT_FLAG = re.compile(r"--service-node-port-range[= ]([0-9]{1,5})-([0-9]{1,5})\b")
+_NODEPORT_FLAG = lazy_re.compile(r"--service-node-port-range[= ]([0-9]{1,5})-([0-9]{1,5})\b")
 # Go's listen error, whoever prints it: a daemon (`listen tcp :10254: bind: address already in
 # use`), kube-proxy opening a NodePort (`can't open "nodePort for ns/svc:port" (:34104/tcp),
 # skipping this nodePort: listen tcp :34104: bind: ...`, or the structured `err="listen tcp4
@@ -46,7 +46,7 @@ BIND_IN_USE = signature(
     "bind: address already in use",
     r"listen (tcp|udp|sctp)[46]? ([^ ]*):([0-9]+): bind: address already in use",
 )
-_NODEPORT_FOR = re.compile(r'nodePort for ([^"\\]+)')
+_NODEPORT_FOR = lazy_re.compile(r'nodePort for ([^"\\]+)')
 EXHAUSTED_WARN = 0.5  # share of the NAT port range one destination holds
 EXHAUSTED_CRIT = 0.9
 NAT_PORTS = 65535 - 1024 + 1  # MASQUERADE picks from 1024-65535 for unprivileged source ports
@@ -55,7 +55,7 @@ NAT_PORTS = 65535 - 1024 + 1  # MASQUERADE picks from 1024-65535 for unprivilege
 # ingress-nginx's TCP and UDP services (the ConfigMaps its --tcp-services-configmap and
 # --udp-services-configmap name): each key a port the controller listens on, each value
 # "<namespace>/<service>:<port>[:PROXY][:PROXY]"
-_INGRESS_EXPOSED = re.compile(r"^[\w.-]+/[\w.-]+:[\w-]+(?::(?:PROXY)?){0,2}$")
+_INGRESS_EXPOSED = lazy_re.compile(r"^[\w.-]+/[\w.-]+:[\w-]+(?::(?:PROXY)?){0,2}$")
 
 
 def _ingress_ports(facts: Facts) -> list[tuple[int, str, Cite]]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.logged import messages_naming, start_logged
@@ -21,7 +21,7 @@ CAUSE = "rp-filter-drops"
 # LINUX_MIB_IPRPFILTER: counted in ip_rcv_finish_core() when the input route lookup fails the
 # reverse-path check (-EXDEV); per network namespace, IPv4 only
 COUNTER = "TcpExtIPReversePathFilter"
-_KEY = re.compile(r"^net\.ipv4\.conf\.(?P<dev>[^.]+)\.rp_filter$")
+_KEY = lazy_re.compile(r"^net\.ipv4\.conf\.(?P<dev>[^.]+)\.rp_filter$")
 STRICT, LOOSE = 1, 2
 MODES = {0: "off", STRICT: "strict", LOOSE: "loose"}
 COUNT_THEM = "nstat -az TcpExtIPReversePathFilter"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect, version_rows
 from kpdoctor.checks.logged import messages_naming, start_logged
@@ -23,7 +23,7 @@ CAUSE = "vxlan-checksum-offload-bug"
 VXLAN_PORTS = frozenset({8472, 4789})
 VXLAN_PORT_TEXTS = frozenset(map(str, VXLAN_PORTS))
 # the VXLAN devices CNIs create; any device of kind vxlan (ip -d link) too
-_VXLAN_DEVICE = re.compile(r"^(?:flannel\.\d+|vxlan[.\w-]*|cilium_vxlan)$")
+_VXLAN_DEVICE = lazy_re.compile(r"^(?:flannel\.\d+|vxlan[.\w-]*|cilium_vxlan)$")
 OFFLOAD = "tx-checksum-ip-generic"
 COUNTER = "UdpInCsumErrors"
 MASQ_MARK = "0x4000"

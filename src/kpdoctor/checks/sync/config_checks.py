@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import note_version, start, suspect
 from kpdoctor.checks.sync.node_ip import lookup_name
@@ -140,7 +141,7 @@ def sync_too_frequent(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
-_STAMP = re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d(?:\.\d+)?)")
+_STAMP = lazy_re.compile(r"(?:\d{4}-)?(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d(?:\.\d+)?)")
 
 
 def _seconds(hit: Hit) -> float | None:

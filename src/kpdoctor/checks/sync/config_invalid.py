@@ -11,12 +11,12 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start, suspect
 from kpdoctor.checks.logged import innermost, messages_naming, start_logged
@@ -178,7 +178,7 @@ def _quoted(v: object) -> str:
 
 # What people write where they hid or templated a value (`10.x.x.x`, `<redacted>`, `${NODE_IP}`,
 # `{{ .Values.podCIDR }}`, `***`): not the value kube-proxy was given, so never judged
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = lazy_re.compile(
     r"<[^<>]*>|\$\{|\$\(|\{\{|\*\*|…|\.\.\.|(?i:redact|masked|hidden|placeholder)|(?<![0-9a-fA-F])[xX]{1,4}(?![0-9a-fA-F])"
 )
 

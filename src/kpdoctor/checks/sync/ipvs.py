@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start, suspect
 from kpdoctor.checks.sync.conntrack_binary import CONNTRACK_MISSING
@@ -184,7 +184,7 @@ IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
 # scheduler's ip_vs_*): nf_conntrack_ipv4 until Linux 4.19 merged it into nf_conntrack, which
 # kube-proxy asks for on 4.19+ only since kubernetes#70398 (1.13.0; backported to the 1.11 and
 # 1.12 lines in March 2019, kubernetes#75241 and #75242): older ones give up IPVS there.
-_IPVS_MODULE = re.compile(r"^(?:ip_vs(?:_[a-z]+)?|nf_conntrack(?:_ipv4)?)$")
+_IPVS_MODULE = lazy_re.compile(r"^(?:ip_vs(?:_[a-z]+)?|nf_conntrack(?:_ipv4)?)$")
 CONNTRACK_IPV4_MERGED = (4, 19)
 CONNTRACK_IPV4_FIXED_LINE = (1, 13)
 CONNTRACK_IPV4_BACKPORTED = (1, 11)  # the 1.11 and 1.12 lines: fixed from a patch release on

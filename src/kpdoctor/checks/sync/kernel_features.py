@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.checks.sync.backend_mismatch import TABLE_INIT_FAILED
@@ -80,8 +80,10 @@ OTHER_MODULES = {
 }
 # Merged into nf_conntrack in Linux 4.19: kube-proxy's attempt to load them on newer kernels fails
 # harmlessly. The IPVS modules and br_netfilter are other causes' (KP113, KP309).
-_NOT_THIS = re.compile(r"^(nf_conntrack_ipv[46]|ip_vs.*|br_netfilter)$")
-_NETFILTER_MODULE = re.compile(r"^(nf_|nft_|xt_|ipt_|ip6t_|iptable_|ip6table_|ip_tables|ip6_tables|x_tables|ip_set)")
+_NOT_THIS = lazy_re.compile(r"^(nf_conntrack_ipv[46]|ip_vs.*|br_netfilter)$")
+_NETFILTER_MODULE = lazy_re.compile(
+    r"^(nf_|nft_|xt_|ipt_|ip6t_|iptable_|ip6table_|ip_tables|ip6_tables|x_tables|ip_set)"
+)
 
 XT_MISSING = signature(
     "xtables-extension-missing",

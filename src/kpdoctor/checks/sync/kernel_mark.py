@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start
 from kpdoctor.facts import Facts
@@ -91,7 +91,7 @@ def kernel_status(k: KernelVersion) -> tuple[bool | None, str | None]:
 # Who ran the failing binary, when its caller says so: kube-proxy's own sync, or another agent's
 # call quoted by that agent (go-iptables' "running [CMD]", Cilium's "unable to run 'CMD'").
 _KUBE_PROXY_RESTORE = "Failed to execute iptables-restore"
-_QUOTED_COMMAND = re.compile(r"running \[([^\]]{1,300})\]|unable to run '([^']{1,300})'")
+_QUOTED_COMMAND = lazy_re.compile(r"running \[([^\]]{1,300})\]|unable to run '([^']{1,300})'")
 _WHAT = {
     UNKNOWN_MARK_OPTION.id: 'unknown option "--{0}"',
     MARK_REVISION.id: "Extension MARK revision not supported",

@@ -9,11 +9,11 @@ info, asking for what would decide it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, start
 from kpdoctor.facts import Facts
@@ -40,18 +40,18 @@ REQUEST = messages(
     keyed=False,
     variant=r'/api/v1/nodes/[^/?" ]+"? (?:status=")?404 ',
 )
-_NODE_GET = re.compile(r"^(?:https?://[^/]+)?/api/v1/nodes/([^/?]+)(?:\?|$)")
+_NODE_GET = lazy_re.compile(r"^(?:https?://[^/]+)?/api/v1/nodes/([^/?]+)(?:\?|$)")
 LOOPBACK = ("127.0.0.1", "::1")
 # the apiserver's NotFound for the Node kube-proxy looked up, in the lookup's error
-_NODE_NOT_FOUND = re.compile(r'nodes "([^"]+)" not found')
+_NODE_NOT_FOUND = lazy_re.compile(r'nodes "([^"]+)" not found')
 NO_LOCAL = "has no local endpoints"
 # The Service a "has no local endpoints" rule names, in any form of the rules: iptables-save and
 # -S (`--comment "ns/svc: has no local endpoints"`, 1.25+ `"ns/svc:port has no local endpoints"`)
 # and -L (`/* ns/svc:port has no local endpoints */`).
 # A variable reference nothing expanded: Kubernetes expands `$(VAR)` in command/args, a shell
 # `${VAR}`/`$VAR`; kube-proxy then takes the text literally as its node name.
-_UNEXPANDED = re.compile(r"\$\{\w+\}|\$\(\w+\)|^\$\w+$")
-_SHELL_C = re.compile(r"(^|[\s/])(ba|da|a)?sh\s+-c\b")
+_UNEXPANDED = lazy_re.compile(r"\$\{\w+\}|\$\(\w+\)|^\$\w+$")
+_SHELL_C = lazy_re.compile(r"(^|[\s/])(ba|da|a)?sh\s+-c\b")
 TRUSTED_NODE_ORIGINS = ("--node", "manifest", "Node object")
 
 

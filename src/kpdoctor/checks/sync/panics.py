@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import SYNC_SYMPTOMS, apply_remedy, kube_proxy_remedy, note_version, start, version_rows
 from kpdoctor.facts import Facts
@@ -26,7 +26,7 @@ NIL_POINTER = signature(
 # probe left uninitialised (k/k#89729: the first sync, in syncService/syncProxyRules), or the probe
 # itself (kernel-module handler, CanUseIPVSProxier, the ipvs util). Not the dual-stack
 # metaProxier, not the server's setup: those are other bugs.
-IPVS_PROBE_FRAME = re.compile(
+IPVS_PROBE_FRAME = lazy_re.compile(
     r"^pkg/proxy/ipvs\.(\(\*Proxier\)\.|\(\*linuxKernelHandler\)\.|CanUseIPVSProxier|NewProxier|NewDualStackProxier)"
     r"|^pkg/util/ipvs\."
 )

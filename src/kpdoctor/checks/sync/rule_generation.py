@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, start, suspect
 from kpdoctor.checks.sync.ipset_compat import ENSURE_SET_FAILED
@@ -44,7 +44,7 @@ NFT_ASSERTION = signature(
 )
 
 
-IIF_OPERAND = re.compile(r"\biif\s*(!=|==)?\s*$")  # `iif != ` before a wildcard: an index match on a prefix
+IIF_OPERAND = lazy_re.compile(r"\biif\s*(!=|==)?\s*$")  # `iif != ` before a wildcard: an index match on a prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +210,7 @@ UNLISTED = GenerationBug(
 )
 
 
-_LOAD_BALANCER_SET = re.compile(r"match-set KUBE-LOAD-BALANCER\s")
+_LOAD_BALANCER_SET = lazy_re.compile(r"match-set KUBE-LOAD-BALANCER\s")
 # what decides whether KUBE-IPVS-FILTER's missing exception hurts, when no Service was given
 DECIDES_EXTERNAL_LOCAL = (
     "it refuses the externalIPs of Services with externalTrafficPolicy: Local; whether one has any, "

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import RESTORE_SYMPTOMS, note_version, start
 from kpdoctor.checks.sync.panics import IPVS_PROBE_FRAME, restart_info
@@ -34,12 +35,12 @@ class KnownPanic:
     mode: str | None = None  # the proxy mode it happens in, when only one
 
 
-NIL = re.compile(r"nil pointer dereference")
+NIL = lazy_re.compile(r"nil pointer dereference")
 KNOWN_PANICS: tuple[KnownPanic, ...] = (
     KnownPanic(
         "cleanup-without-exit",
         NIL,
-        re.compile(r"^cmd/kube-proxy/app\.\(\*ProxyServer\)\.Run$"),
+        lazy_re.compile(r"^cmd/kube-proxy/app\.\(\*ProxyServer\)\.Run$"),
         ("v1.7.0-alpha.3", "v1.7.0-rc.1"),
         "1.7.0-alpha.3 to 1.7.0-rc.1",
         ("v1.7.0",),
@@ -50,7 +51,7 @@ KNOWN_PANICS: tuple[KnownPanic, ...] = (
     ),
     KnownPanic(
         "ipvs-zero-sync-period",
-        re.compile(r"non-positive interval for NewTicker"),
+        lazy_re.compile(r"non-positive interval for NewTicker"),
         None,
         ("v1.8.0", "v1.8.99"),
         "1.8.x with a config file written by --write-config-to (k/k#55886 is still open)",
@@ -64,7 +65,7 @@ KNOWN_PANICS: tuple[KnownPanic, ...] = (
     KnownPanic(
         "dual-stack-service-family",
         NIL,
-        re.compile(r"\.\(\*metaProxier\)\.On(Service|Endpoints?|EndpointSlice)"),  # pkg/proxy/ipvs in 1.17
+        lazy_re.compile(r"\.\(\*metaProxier\)\.On(Service|Endpoints?|EndpointSlice)"),  # pkg/proxy/ipvs in 1.17
         ("v1.17.0", "v1.18.99"),
         "1.17 and 1.18",
         ("v1.19.0",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import (
     RESTORE_SYMPTOMS,
@@ -102,7 +103,7 @@ FELIX_RESOURCE_PROBLEM = signature(
 # Errors in the same record that explain a "line N failed" (the restore was refused for that
 # reason, not because another writer changed the table): the restore rejected its arguments, or
 # could not load a match/target, or a chain was missing.
-_EXPLAINED_RESTORE = re.compile(
+_EXPLAINED_RESTORE = lazy_re.compile(
     r"invalid option|unknown option|Couldn't load (?:target|match)|No chain/target/match by that name|"
     r"Bad argument|does not exist|Chain '[^']+' does not exist"
 )
@@ -111,7 +112,7 @@ LOCK_STOPPED_WAITING = messages(
 )
 
 # Workloads that run iptables on the host (kube-proxy, CNIs, network-policy agents).
-IPTABLES_WRITERS = re.compile(
+IPTABLES_WRITERS = lazy_re.compile(
     r"kube-proxy|calico|flannel|weave|kube-router|canal|antrea|cilium|aws-node|amazon-k8s-cni|azure-npm|"
     r"azure-cns|kube-ovn|ovnkube|multus|ip-masq-agent|node-local-dns|nodelocaldns|metallb|kube-vip|"
     r"tke-bridge|tke-eni|galaxy|istio-cni|linkerd-cni|network-policy|netpol",
@@ -562,7 +563,7 @@ def _other_writer_no_wait(facts: Facts, hits: list[Hit]) -> Finding:
     return f
 
 
-HOLDER_PROGRAMS = re.compile(
+HOLDER_PROGRAMS = lazy_re.compile(
     r"^(ip6?tables(-legacy|-nft)?(-restore|-save)?|kube-router|calico-felix|calico-node|felix|flanneld|"
     r"weaver?|firewalld|ufw|kubelet|dockerd|kube-proxy|antrea-agent|cilium-agent|aws-k8s-agent|"
     r"configure-helper\.sh)$"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.dataplane.session import Verified
@@ -128,16 +129,16 @@ class PreStop:
     fails: str | None = None  # the hook fails at once (a `sleep` given words that are not durations)
 
 
-_SLEEP = re.compile(r"(?<![\w-])sleep\s+((?:[0-9]+(?:\.[0-9]+)?[smhd]?(?=[\s;&|)]|$)\s*)+)")
-_SLEEP_FOREVER = re.compile(r"(?<![\w-])sleep\s+(infinity|inf)\b")
-_LOOP = re.compile(r"(?<![\w-])(while|until)\s")
+_SLEEP = lazy_re.compile(r"(?<![\w-])sleep\s+((?:[0-9]+(?:\.[0-9]+)?[smhd]?(?=[\s;&|)]|$)\s*)+)")
+_SLEEP_FOREVER = lazy_re.compile(r"(?<![\w-])sleep\s+(infinity|inf)\b")
+_LOOP = lazy_re.compile(r"(?<![\w-])(while|until)\s")
 # what bounds a loop: a `timeout N` wrapper, or a counter compared in the loop's condition
-_BOUNDED = re.compile(r"(?:^|[;&|(\s])timeout\s+[0-9]|-(?:lt|le|gt|ge)\s|\(\(.*[<>]")
+_BOUNDED = lazy_re.compile(r"(?:^|[;&|(\s])timeout\s+[0-9]|-(?:lt|le|gt|ge)\s|\(\(.*[<>]")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 1}
-_LOOP_CONDITION = re.compile(r"(?<![\w-])(?:while|until)\s+(.*?)\s*;?\s*do\b", re.S)
+_LOOP_CONDITION = lazy_re.compile(r"(?<![\w-])(?:while|until)\s+(.*?)\s*;?\s*do\b", re.S)
 # a loop that waits for a process to be gone (`nginx -s quit; while killall -0 nginx; do sleep 1;
 # done`, the Kubernetes docs' example) is the application's own shutdown, started by the hook
-_WAITS_FOR_EXIT = re.compile(r"(?<![\w-])(?:kill|killall|pkill)\s+-0\b|(?<![\w-])(?:pgrep|pidof|ps)\b|/proc/")
+_WAITS_FOR_EXIT = lazy_re.compile(r"(?<![\w-])(?:kill|killall|pkill)\s+-0\b|(?<![\w-])(?:pgrep|pidof|ps)\b|/proc/")
 
 
 def _sleep_seconds(words: str) -> float:
@@ -212,8 +213,8 @@ def judge_script(script: str, text: str) -> PreStop:
     return PreStop(True, sum(_sleep_seconds(w) for w in sleeps), text=text)
 
 
-_SIMPLE = re.compile(r"[^;&|\n]+")
-_NOT_A_DURATION = re.compile(r"^(?:[/A-Za-z]|-)(?!nf(?:inity)?$)")
+_SIMPLE = lazy_re.compile(r"[^;&|\n]+")
+_NOT_A_DURATION = lazy_re.compile(r"^(?:[/A-Za-z]|-)(?!nf(?:inity)?$)")
 
 
 def _broken_sleep(script: str) -> str | None:
@@ -231,8 +232,8 @@ def _broken_sleep(script: str) -> str | None:
     return None
 
 
-_FOR = re.compile(r"(?<![\w-])for\s+\w+\s+in\s+([^;\n]*?)\s*(?:;|\n)\s*do\b(.*?)(?<![\w-])done\b", re.S)
-_SEQ = re.compile(r"^(?:\$\(\s*seq\s+(?:1\s+)?(\d+)\s*\)|`seq\s+(?:1\s+)?(\d+)`|\{1\.\.(\d+)\})$")
+_FOR = lazy_re.compile(r"(?<![\w-])for\s+\w+\s+in\s+([^;\n]*?)\s*(?:;|\n)\s*do\b(.*?)(?<![\w-])done\b", re.S)
+_SEQ = lazy_re.compile(r"^(?:\$\(\s*seq\s+(?:1\s+)?(\d+)\s*\)|`seq\s+(?:1\s+)?(\d+)`|\{1\.\.(\d+)\})$")
 
 
 def _for_loops(script: str) -> float | None:

@@ -9,10 +9,10 @@ rules (firewalls, CNI filters) still take part: a packet must pass them too.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import IPAddress, Span, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
@@ -25,7 +25,9 @@ from kpdoctor.model import Cite
 from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Rule, Ruleset
 
-_SVC_COMMENT = re.compile(r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)')
+_SVC_COMMENT = lazy_re.compile(
+    r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)'
+)
 
 # Who writes a chain, by its name: the owner of the rule that decided a packet's fate.
 KUBELET_CHAINS = frozenset({"KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"})

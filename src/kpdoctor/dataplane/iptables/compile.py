@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import bisect
 import collections
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kpdoctor import memo
+from kpdoctor import lazy_re, memo
 from kpdoctor.dataplane.addresses import Span, address_span, parse_span, port_number
 from kpdoctor.parse.iptables import Rule, Table
 
@@ -224,7 +223,7 @@ _TOKENS: dict[str, int] = {
 # The shapes that make up nearly all of a big kube-proxy dump, in iptables-save's canonical option
 # order: read with one regular expression instead of token by token. Anything else (or anything
 # this cannot represent exactly) takes the general path below; a test holds the two equal.
-_FAST = re.compile(
+_FAST = lazy_re.compile(
     r"-A \S+ "
     r"(?:(?P<sneg>! )?-s (?P<s>[0-9a-fA-F.:/]+) )?"
     r"(?:(?P<dneg>! )?-d (?P<d>[0-9a-fA-F.:/]+) )?"

@@ -9,10 +9,10 @@ packet first, so a verification walks them all (:mod:`.evaluate`).
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import IPAddress, endpoint_text
 from kpdoctor.dataplane.backend import Packet, TracedView, View
 from kpdoctor.dataplane.expected import ANY_PORT, EXTERNAL_CLIENTS, Case, NodeView, Owned, pod_client
@@ -27,7 +27,7 @@ from kpdoctor.parse.iptables import Ruleset
 from kpdoctor.parse.nft import KUBE_PROXY_TABLE, XT_TABLES
 
 # kube-proxy's per-Service chains: prefix, hash, then ns/name/proto/portName
-_SERVICE_CHAIN = re.compile(r"^(?:service|local|external|firewall)-[A-Z0-9]+-([^/]+)/([^/]+)/[^/]+/([^/]*)$")
+_SERVICE_CHAIN = lazy_re.compile(r"^(?:service|local|external|firewall)-[A-Z0-9]+-([^/]+)/([^/]+)/[^/]+/([^/]*)$")
 # kube-proxy's chain for ClusterIP traffic no Service rule took: it rejects unknown ports of an
 # active ClusterIP and drops addresses of the Service CIDR no Service has
 NO_SERVICE_CHAIN = "cluster-ips-check"
