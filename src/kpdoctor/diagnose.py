@@ -202,7 +202,10 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
             details["family"] = "IPv6" if details["family"] == "6" else "IPv4"
         if details.get("fragment") == "true" and a.kind == Kind.KUBE_PROXY_LOG:
             kind = "log lines"
-            details["fragment"] = "no log header: read for the known signatures they hold"
+            details["fragment"] = (
+                "not a whole kube-proxy log (lines without its header, another program's log): "
+                "read for the known messages they hold"
+            )
         elif details.get("fragment") == "true" and a.kind == Kind.IPTABLES_LIST:
             details["fragment"] = (
                 "rows or chain lines without the column header (grep'd): proves what is in it, not what is not"

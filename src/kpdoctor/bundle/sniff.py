@@ -276,8 +276,10 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     if kubectl_describe.is_description(lines):  # Services, Nodes: likewise
         return Typed(Kind.KUBECTL_DESCRIBE, {})
     if KLOG_HEADER_ANYWHERE.search(head) or _PANIC.search(head) or _LOGRUS.search(head) or _KLOG_FRAGMENT.search(head):
-        if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head) or signalled():
+        if _KP_LOG_MARKERS.search(head) or _kube_proxy_source(head):
             return Typed(Kind.KUBE_PROXY_LOG, {})
+        if signalled():  # another program's log (a CNI agent's, CoreDNS's) holding known failures
+            return Typed(Kind.KUBE_PROXY_LOG, {"fragment": "true"})
         return Typed(None, {}, "a Kubernetes component log, but no kube-proxy lines in it")
     if _written_by_kube_proxy(lines):  # `journalctl -u kube-proxy`: its lines, whatever they say
         return Typed(Kind.KUBE_PROXY_LOG, {})

@@ -241,7 +241,27 @@ _SOURCE_FILES: dict[str, str] = {
         ],
         "kube-router",
     ),
-    **dict.fromkeys(["vxlan.go", "vxlan_network.go", "hostgw.go", "ipmasq.go", "local_manager.go"], "flannel"),
+    # flanneld's own files (messages/flannel.yaml's sources: every tag v0.6-v0.28), but for the
+    # names kube-proxy's files share (iptables.go, nftables.go, utils.go, config.go) and the ones
+    # every Go program may have (main.go, device.go, registry.go, watch.go, lease.go, retry.go)
+    **dict.fromkeys(
+        [
+            "vxlan.go",
+            "vxlan_network.go",
+            "hostgw.go",
+            "hostgw_network.go",
+            "route_network.go",
+            "ipmasq.go",
+            "local_manager.go",
+            "kube.go",
+            "match.go",
+            "iptables_restore.go",
+            "subnet.go",
+            "iface.go",
+            "cluster_cidr.go",
+        ],
+        "flannel",
+    ),
 }
 # Messages only one component prints (searched in the record's first line and the hit's line).
 # In this order: a kubelet event about the kube-proxy Pod is kubelet's. A word such as
