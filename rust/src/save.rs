@@ -32,7 +32,12 @@ pub struct SavedRules {
     /// byte offsets of each rule's line in the dump (ASCII: the same as character offsets):
     /// where it starts, where its text without counters starts, where it ends
     spans: Vec<(u32, u32, u32)>,
+    /// a rule with `[packets:bytes]` before it: its counters (None past 64 bits)
+    counters: HashMap<u32, (Option<u64>, Option<u64>)>,
 }
+
+/// A rule's counters and its text after them, when it has counters.
+type Counted<'py> = Option<(Option<u64>, Option<u64>, Bound<'py, PyString>)>;
 
 impl SavedRules {
     /// How many rules.
@@ -47,10 +52,14 @@ impl SavedRules {
         let text = dump.to_str()?;
         let names = self.chains.iter().map(|c| c.bind(py).to_str().map(str::to_owned)).collect::<PyResult<Vec<String>>>()?;
         t.dump = Some(self.dump.clone_ref(py));
+        let mut split = None; // the Python parser's splitter, looked up at the first such line
         for ((&c, &line), &(_, b, e)) in self.chain_of.iter().zip(&self.lines).zip(&self.spans) {
             let body = &text[b as usize..e as usize];
             let source = if tokens::needs_shell(body) {
-                let split = py.import("kpdoctor.parse.iptables")?.getattr("_split")?;
+                let split = match &split {
+                    Some(f) => f,
+                    None => split.insert(py.import("kpdoctor.parse.iptables")?.getattr("_split")?),
+                };
                 let toks: Option<Vec<String>> = split.call1((body.trim_matches(crate::addr::py_space),))?.extract()?;
                 Source::Args(toks.unwrap_or_default().into_iter().skip(2).collect())
             } else {
@@ -61,9 +70,11 @@ impl SavedRules {
         Ok(())
     }
 
-    fn text<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyString>> {
-        let (s, _, e) = self.spans[i];
-        Ok(PyString::new(py, &self.dump.bind(py).to_str()?[s as usize..e as usize]))
+    /// Rule `i`'s text and, when it has counters, its counters and its text after them.
+    fn text<'py>(&self, py: Python<'py>, dump: &str, i: usize) -> (Bound<'py, PyString>, Counted<'py>) {
+        let (s, b, e) = self.spans[i];
+        let counted = self.counters.get(&(i as u32)).map(|&(p, n)| (p, n, PyString::new(py, &dump[b as usize..e as usize])));
+        (PyString::new(py, &dump[s as usize..e as usize]), counted)
     }
 }
 
@@ -73,21 +84,26 @@ impl SavedRules {
         self.len()
     }
 
-    /// The rule at `i`: (chain, line, text).
-    fn rule<'py>(&self, py: Python<'py>, i: usize) -> PyResult<(Py<PyString>, i64, Bound<'py, PyString>)> {
+    /// The rule at `i`: (chain, line, text, counted), `counted` None or (packets, bytes, text
+    /// without the counters).
+    fn rule<'py>(&self, py: Python<'py>, i: usize) -> PyResult<(Py<PyString>, i64, Bound<'py, PyString>, Counted<'py>)> {
         if i >= self.lines.len() {
             return Err(PyIndexError::new_err("rule index out of range"));
         }
-        Ok((self.chains[self.chain_of[i] as usize].clone_ref(py), self.lines[i], self.text(py, i)?))
+        let (text, counted) = self.text(py, self.dump.bind(py).to_str()?, i);
+        Ok((self.chains[self.chain_of[i] as usize].clone_ref(py), self.lines[i], text, counted))
     }
 
-    /// Every rule's chain, line and text, as three lists.
-    fn columns<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, Bound<'py, PyList>)> {
-        let chains = PyList::new(py, self.chain_of.iter().map(|&c| self.chains[c as usize].clone_ref(py)))?;
-        let lines = PyList::new(py, &self.lines)?;
+    /// Every rule, as `rule` gives it.
+    fn rules<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let dump = self.dump.bind(py).to_str()?;
-        let texts = PyList::new(py, self.spans.iter().map(|&(s, _, e)| PyString::new(py, &dump[s as usize..e as usize])))?;
-        Ok((chains, lines, texts))
+        PyList::new(
+            py,
+            (0..self.lines.len()).map(|i| {
+                let (text, counted) = self.text(py, dump, i);
+                (self.chains[self.chain_of[i] as usize].clone_ref(py), self.lines[i], text, counted)
+            }),
+        )
     }
 
     /// The rules whose text holds `needle`, in order, each once.
@@ -326,8 +342,7 @@ fn interned_list<'t, 'py>(
 /// reads (see the module's docs). Otherwise `(comments, tables, diagnostics, open table, lines)`:
 /// `comments` the `#` lines as `(line, text)`; per table `(name, (chains, their policies),
 /// (declared chains, their lines), (built-in chains declared with counters, their lines' text),
-/// (those with packets read, the packets), (the rules as a `SavedRules`, counted rules))`, a
-/// counted rule `(its index among the table's rules, packets, bytes, text without counters)`; `open` the
+/// (those with packets read, the packets), the rules as a `SavedRules`)`; `open` the
 /// table left without COMMIT; `lines` how many lines the text has.
 #[pyfunction]
 #[pyo3(signature = (text, first_line=1))]
@@ -370,17 +385,19 @@ pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: 
                 (start, start, start + t.len() as u32)
             })
             .collect();
-        for &(i, _, _, body) in &c.counters {
+        let mut counters = HashMap::with_capacity(c.counters.len());
+        for &(i, packets, bytes, body) in &c.counters {
             spans[i].1 = (body.as_ptr() as usize - base) as u32;
+            counters.insert(i as u32, (packets, bytes));
         }
-        let saved = SavedRules { dump: dump.clone().unbind(), chains, chain_of, lines: c.rule_lines.clone(), spans };
+        let saved = SavedRules { dump: dump.clone().unbind(), chains, chain_of, lines: c.rule_lines.clone(), spans, counters };
         let row = (
             PyString::new(py, table),
             (interned_list(py, &mut interned, &c.chain_names)?, policies),
             (interned_list(py, &mut interned, &c.decl_names)?, &c.decl_lines),
             (interned_list(py, &mut interned, &c.policy_names)?, &c.policy_texts),
             (interned_list(py, &mut interned, &c.packet_names)?, &c.packet_values),
-            (Bound::new(py, saved)?, &c.counters),
+            Bound::new(py, saved)?,
         );
         tables.append(row.into_pyobject(py)?)?;
     }

@@ -40,7 +40,7 @@ pub enum Source {
 }
 
 impl RawRule {
-    /// The rule's line, where it has one (not UTF-8: none).
+    /// `f` of the rule's text (None for a rule read as tokens, or text that is not UTF-8).
     fn with_text<R>(&self, py: Python<'_>, dump: Option<&Py<PyString>>, f: impl FnOnce(Option<&str>) -> R) -> R {
         match &self.source {
             Source::Text(text) => f(text.bind(py).to_str().ok()),

@@ -41,24 +41,27 @@ class IptablesRules:
 # scan_save's answer: (comments as (line, text), tables, diagnostics as (line, message), the
 # table left without COMMIT, the number of lines); a table: (name, (chains, policies),
 # (declared chains, lines), (built-in chains declared with counters, their lines' text),
-# (those with packets read, packets), (the rules, counted rules)), a counted rule (index among
-# the table's rules, packets, bytes, text without counters)
+# (those with packets read, packets), the rules)
 _ScannedTable = tuple[
     str,
     tuple[list[str], list[str | None]],
     tuple[list[str], list[int]],
     tuple[list[str], list[str]],
     tuple[list[str], list[int]],
-    tuple[SavedRules, list[tuple[int, int | None, int | None, str]]],
+    SavedRules,
 ]
 SaveScan = tuple[list[tuple[int, str]], list[_ScannedTable], list[tuple[int, str]], str | None, int]
+# a rule with [packets:bytes] before it: its packets, bytes (None past 64 bits), text without them
+SavedCounters = tuple[int | None, int | None, str]
+# (chain, line, text, counters or None)
+_SavedRule = tuple[str, int, str, SavedCounters | None]
 
 class SavedRules:
     """One table's rules as a dump holds them (rust/src/save.rs)."""
 
     def __len__(self) -> int: ...
-    def rule(self, i: int) -> tuple[str, int, str]: ...
-    def columns(self) -> tuple[list[str], list[int], list[str]]: ...
+    def rule(self, i: int) -> _SavedRule: ...
+    def rules(self) -> list[_SavedRule]: ...
     def containing(self, needle: str) -> list[int]: ...
     def in_chains(self, names: list[str]) -> list[int]: ...
 

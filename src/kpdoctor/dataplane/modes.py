@@ -74,7 +74,7 @@ def iptables_states(rulesets: Iterable[Ruleset]) -> list[ModeState]:
     for rs in rulesets:
         if rs.form not in ("save", "S", "fragment"):
             continue
-        for r in (r for t in rs.tables.values() for r in t.in_chains(_TELLING)):
+        for r in rs.in_chains(_TELLING):
             if "iptables" not in out and r.chain in _DISPATCH and (r.target or "").startswith(_IPTABLES_SERVICE_CHAINS):
                 out["iptables"] = ModeState(
                     "iptables",

@@ -262,8 +262,7 @@ class Facts:
         svc = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]*)?)\s+" + re.escape(phrase))
         out: list[tuple[str, Cite]] = []
         for rs in self.rulesets:
-            # the raw line first: reading the comment tokenises the rule
-            for r in (r for t in rs.tables.values() for r in t.containing(phrase)):
+            for r in rs.containing(phrase):  # the raw line first: reading the comment tokenises the rule
                 m = svc.search(r.comment if r.comment and phrase in r.comment else r.text)
                 if m:
                     out.append((m.group(1), Cite(rs.artifact, r.line, r.text.strip())))

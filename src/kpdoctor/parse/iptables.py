@@ -20,7 +20,7 @@ from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.shellwords import shell_split
 
 if TYPE_CHECKING:
-    from kpdoctor._core import SavedRules, SaveScan
+    from kpdoctor._core import SavedCounters, SavedRules, SaveScan
 
 _scan_save: Callable[[str, int], SaveScan | None] | None
 try:  # the native core reads a whole plain dump (without it, the Python parser reads every dump)
@@ -182,12 +182,11 @@ class ScannedRules(Sequence[Rule]):
     A verification reads a few thousand of a node's quarter of a million (the rest it walks in
     the core), and 176,000 rules made at once were 66 MB at 10,000 Services."""
 
-    __slots__ = ("_all", "_counted", "_made", "_saved", "_table")
+    __slots__ = ("_all", "_made", "_saved", "_table")
 
-    def __init__(self, table: str, saved: SavedRules, counted: list[tuple[int, int | None, int | None, str]]) -> None:
+    def __init__(self, table: str, saved: SavedRules) -> None:
         self._table = table
         self._saved = saved
-        self._counted = {i: (packets, n_bytes, body) for i, packets, n_bytes, body in counted}
         self._made: dict[int, Rule] = {}
         self._all: list[Rule] | None = None
 
@@ -199,10 +198,10 @@ class ScannedRules(Sequence[Rule]):
     def __len__(self) -> int:
         return len(self._saved)
 
-    def _make(self, i: int, chain: str, line: int, text: str) -> Rule:
+    def _make(self, i: int, chain: str, line: int, text: str, counted: SavedCounters | None) -> Rule:
         r = self._made[i] = Rule(self._table, chain, None, line, text)
-        if i in self._counted:
-            r.packets, r.bytes, r._body = self._counted[i]
+        if counted is not None:
+            r.packets, r.bytes, r._body = counted
         return r
 
     def _rule(self, i: int) -> Rule:
@@ -226,11 +225,7 @@ class ScannedRules(Sequence[Rule]):
     def __iter__(self) -> Iterator[Rule]:
         if self._all is None:
             made = self._made
-            chains, lines, texts = self._saved.columns()
-            self._all = [
-                made.get(i) or self._make(i, chain, line, text)
-                for i, (chain, line, text) in enumerate(zip(chains, lines, texts, strict=True))
-            ]
+            self._all = [made.get(i) or self._make(i, *rule) for i, rule in enumerate(self._saved.rules())]
         return iter(self._all)
 
     def __eq__(self, other: object) -> bool:
@@ -295,6 +290,14 @@ class Ruleset:
 
     def all_rules(self) -> list[Rule]:
         return [r for t in self.tables.values() for r in t.rules]
+
+    def containing(self, needle: str) -> Iterator[Rule]:
+        """Every table's rules whose line holds ``needle`` (see :meth:`Table.containing`)."""
+        return (r for t in self.tables.values() for r in t.containing(needle))
+
+    def in_chains(self, chains: Collection[str]) -> Iterator[Rule]:
+        """Every table's rules of these chains (see :meth:`Table.in_chains`)."""
+        return (r for t in self.tables.values() for r in t.in_chains(chains))
 
     def kube_rule_count(self) -> int:
         """Rules in KUBE-* chains or jumping to them: kube-proxy/kubelet's footprint (counted once:
@@ -426,8 +429,7 @@ def _scanned(scan: SaveScan, artifact: str, backend: str | None, family: int, fi
         t.chain_lines.update(zip(declared, at, strict=True))
         t.policy_lines.update(zip(built_in, texts, strict=True))
         t.policy_packets.update(zip(counted, packets, strict=True))
-        saved, with_counters = rules
-        t.rules = ScannedRules(name, saved, with_counters)
+        t.rules = ScannedRules(name, rules)
     rs.diagnostics = [Diagnostic(ln, message) for ln, message in diagnostics]
     if open_table is not None:
         _unfinished(rs, open_table, first_line + lines - 1)
