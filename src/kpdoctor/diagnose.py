@@ -203,7 +203,7 @@ def inputs_read(evidence: Evidence) -> list[InputRead]:
         if details.get("fragment") == "true" and a.kind == Kind.KUBE_PROXY_LOG:
             kind = "log lines"
             details["fragment"] = (
-                "not a whole kube-proxy log (lines without its header, another program's log): "
+                "not a whole kube-proxy log: another program's, or lines without kube-proxy's header; "
                 "read for the known messages they hold"
             )
         elif details.get("fragment") == "true" and a.kind == Kind.IPTABLES_LIST:
