@@ -21,7 +21,11 @@ EndpointSlices (watched by the agent). Then, interleaved and alternating which g
   question without the agent costs: collection included), CPU from ``getrusage(RUSAGE_CHILDREN)``;
 * **verify (files)**: ``kpdoctor verify`` of the same rules and objects saved as files.
 
-It prints min / median / max of each and the median ratios agent / baseline. ``--soak`` runs
+It prints min / median / max of each and the median ratios agent / baseline. ``--against SRC``
+(another checkout's ``src/``, its native core built in place) runs a second agent from that code
+beside this one, on the same node and API, and cycles the two in alternating order after each
+change: the agent's CPU and RSS as ratios against that code's, measured in the same run.
+``--soak`` runs
 cycles for that many seconds instead, printing the agent's RSS after each, and fails if the
 median RSS of the last tenth of the run is more than ``--max-growth-mb`` above the median of its
 second tenth (RSS after a cycle swings: what the allocator returns to the system varies).
@@ -50,12 +54,13 @@ import gen_cluster as gen  # noqa: E402
 CLK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_of(pid: int) -> float:
-    """User + system seconds of ``pid`` and of its waited-for children (``/proc/PID/stat``)."""
+def _cpu_of(pid: int, children: bool = True) -> float:
+    """User + system seconds of ``pid`` and of its waited-for children (``/proc/PID/stat``;
+    ``children`` False: of the process alone, without the node's commands it ran)."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime + cutime + cstime) / CLK
+    return (utime + stime + (cutime + cstime if children else 0)) / CLK
 
 
 def _rss_mb(pid: int) -> float:
@@ -129,29 +134,39 @@ def inside(a: argparse.Namespace) -> int:
             "contexts:\n- name: lab\n  context:\n    cluster: lab\n    user: lab\n"
             "users:\n- name: lab\n  user:\n    token: bench\n"
         )
-        port = 19847
-        agent_argv = [sys.executable, "-m", "kpdoctor", "agent", "--kubeconfig", str(kubeconfig), "--node", gen.NODE]
-        agent_argv += ["--every", "100000", "--full-every", str(a.full_every), "--listen", f"127.0.0.1:{port}"]
-        log = open(work / "agent.log", "w")  # noqa: SIM115
-        agent = subprocess.Popen(agent_argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        base = f"http://127.0.0.1:{port}"
+        agents: list[tuple[subprocess.Popen[bytes], str]] = []
+        logs = []
         try:
+            for i, src in enumerate([None, a.against] if a.against else [None]):
+                port = 19847 + i
+                argv = [sys.executable, "-m", "kpdoctor", "agent", "--kubeconfig", str(kubeconfig), "--node", gen.NODE]
+                argv += ["--every", "100000", "--full-every", str(a.full_every), "--listen", f"127.0.0.1:{port}"]
+                logs.append(open(work / f"agent{i}.log", "w"))  # noqa: SIM115
+                run_env = env if src is None else {**env, "PYTHONPATH": str(Path(src).resolve())}
+                proc = subprocess.Popen(argv, stdout=logs[-1], stderr=subprocess.STDOUT, env=run_env, cwd=ROOT)
+                agents.append((proc, f"http://127.0.0.1:{port}"))
             deadline = time.monotonic() + 900
-            while not (_up(base) and _http(base + "/readyz", timeout=5)[0] == 200):
-                if agent.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the agent did not become ready: {(work / 'agent.log').read_text()[-3000:]}")
-                time.sleep(0.5)
+            for i, (proc, base) in enumerate(agents):
+                while not (_up(base) and _http(base + "/readyz", timeout=5)[0] == 200):
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        log = (work / f"agent{i}.log").read_text()[-3000:]
+                        raise SystemExit(f"the agent did not become ready: {log}")
+                    time.sleep(0.5)
             print(f"agent ready (first cycle, a full verification); {a.services} Services", flush=True)
             if a.soak:
-                return soak(a, agent.pid, base, churn, live)
-            return measure(a, agent.pid, base, churn, live, kubeconfig, work, env)
+                return soak(a, agents[0][0].pid, agents[0][1], churn, live)
+            if a.against:
+                return measure_against(a, [(p.pid, b) for p, b in agents], churn, live)
+            return measure(a, agents[0][0].pid, agents[0][1], churn, live, kubeconfig, work, env)
         finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-            log.close()
+            for proc, _ in agents:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            for log in logs:
+                log.close()
 
 
 def _up(base: str) -> bool:
@@ -167,6 +182,16 @@ def _change(churn: Churn, live: Any) -> None:
     subprocess.run(["iptables-legacy-restore", "--noflush"], input=payload, text=True, check=True, timeout=120)
     for s in slices:
         live.apply(s)
+
+
+def _stages(base: str) -> str:
+    """How many cases the agent's last cycle evaluated, and its CPU by stage (its metrics)."""
+    _, m = _http(base + "/metrics")
+    key = 'kpdoctor_verification_cases{how="evaluated"}'
+    ev = next((ln for ln in m.splitlines() if ln.startswith(key)), "")
+    stages = [ln for ln in m.splitlines() if ln.startswith("kpdoctor_cycle_stage_cpu_seconds{")]
+    split = ", ".join(ln.split('"')[1] + f" {float(ln.rsplit(' ', 1)[-1]):.2f}" for ln in stages)
+    return (ev.rsplit(" ", 1)[-1] if ev else "?") + f" cases evaluated; {split}"
 
 
 def _agent_cycle(pid: int, base: str, before: float) -> tuple[float, float, dict[str, Any]]:
@@ -196,12 +221,7 @@ def measure(
                 cpu, _, _ = _agent_cycle(pid, base, mark)
                 mark = _cpu_of(pid)
                 agent_cpu.append(cpu)
-                _, m = _http(base + "/metrics")
-                key = 'kpdoctor_verification_cases{how="evaluated"}'
-                ev = next((ln for ln in m.splitlines() if ln.startswith(key)), "")
-                stages = [ln for ln in m.splitlines() if ln.startswith("kpdoctor_cycle_stage_cpu_seconds{")]
-                split = ", ".join(ln.split('"')[1] + f" {float(ln.rsplit(' ', 1)[-1]):.2f}" for ln in stages)
-                reuse.append((ev.rsplit(" ", 1)[-1] if ev else "?") + f" cases evaluated; {split}")
+                reuse.append(_stages(base))
             elif what == "live" and not a.no_live_baseline:
                 c0 = _children_cpu()
                 argv = [sys.executable, "-m", "kpdoctor", "verify", "--live", "--kubeconfig", str(kubeconfig)]
@@ -231,6 +251,42 @@ def measure(
         print(f"agent / verify --live (medians): {med / statistics.median(live_cpu):.3f}")
     print(f"agent / verify (files) (medians): {med / statistics.median(files_cpu):.3f}")
     print(f"agent RSS: {_rss_mb(pid):.0f} MB")
+    return 0
+
+
+def measure_against(a: argparse.Namespace, agents: list[tuple[int, str]], churn: Churn, live: Any) -> int:
+    """This code's agent and ``--against``'s, each cycle after the same change, in alternating
+    order (the one that goes second reads the node a moment later, with the same rules)."""
+    cpu: list[list[float]] = [[], []]
+    own: list[list[float]] = [[], []]  # the agent's process alone: without the node's commands
+    marks = [_cpu_of(pid) for pid, _ in agents]
+    own_marks = [_cpu_of(pid, children=False) for pid, _ in agents]
+    stages = ["", ""]
+    for i in range(a.cycles):
+        _change(churn, live)
+        for k in (0, 1) if i % 2 == 0 else (1, 0):
+            pid, base = agents[k]
+            got, _, _ = _agent_cycle(pid, base, marks[k])
+            marks[k] = _cpu_of(pid)
+            cpu[k].append(got)
+            mine = _cpu_of(pid, children=False)
+            own[k].append(mine - own_marks[k])
+            own_marks[k] = mine
+            stages[k] = _stages(base)
+        print(
+            f"cycle {i + 1}: agent {cpu[0][-1]:.3f} s CPU ({own[0][-1]:.3f} its own; {stages[0]}), "
+            f"against {cpu[1][-1]:.3f} s ({own[1][-1]:.3f}; {stages[1]})",
+            flush=True,
+        )
+    rss = [_rss_mb(pid) for pid, _ in agents]
+    print(f"\nCPU per cycle, min / median / max of {a.cycles} (seconds):")
+    for label, k in (("agent", 0), ("against", 1)):
+        commands = [x - y for x, y in zip(cpu[k], own[k], strict=True)]
+        print(f"  {label:<8} {stats(cpu[k])}: its own {stats(own[k])}, the node's commands {stats(commands)}")
+    for label, xs in (("process + commands", cpu), ("its own", own)):
+        ratios = [x / y for x, y in zip(xs[0], xs[1], strict=True)]
+        print(f"agent / against, {label}, per cycle: {stats(ratios)}")
+    print(f"RSS: agent {rss[0]:.0f} MB, against {rss[1]:.0f} MB ({rss[0] / rss[1]:.3f})")
     return 0
 
 
@@ -279,6 +335,7 @@ def main() -> int:
     p.add_argument("--soak", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--pause", type=float, default=0.0, help="seconds between soak cycles")
     p.add_argument("--max-growth-mb", type=float, default=20.0)
+    p.add_argument("--against", metavar="SRC", help="another checkout's src/: its agent, cycled interleaved")
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
     a = p.parse_args()

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.parse import iptables
 from kpdoctor.parse.iptables import Ruleset, parse_save
 from tests.test_native_parity import gen_cluster, rule_files, verify_json
@@ -68,6 +69,20 @@ def _looked_up_alike(core: Ruleset, python: Ruleset) -> None:
         chains = {"KUBE-SERVICES", "POSTROUTING", next(iter(t.chains), "")}
         assert list(t.in_chains(chains)) == [r for r in listed if r.chain in chains]
         assert t.rules == listed
+    if core.scanned():  # the agent finds a carried result's rule by its text, in every table
+        by_text: dict[str, list[int]] = {}
+        for t in python.tables.values():
+            for r in t.rules:
+                by_text.setdefault(r.text, []).append(r.line)
+        line_of = core.line_finder()
+        for text, lines in by_text.items():
+            assert line_of(text) == (lines[0] if len(lines) == 1 else None), text
+        assert line_of("-A NOWHERE -j ACCEPT") is None
+    fresh = [r for t in python.tables.values() for r in t.rules]
+    python._kube_rules = None
+    want = sum(1 for r in fresh if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-"))
+    assert core.kube_rule_count() == python.kube_rule_count() == want
+    assert duplicated_rules([core]) == duplicated_rules([python])  # repeated rules found in the core alike
 
 
 def read_alike(text: str, first_line: int = 1) -> bool:
@@ -196,3 +211,18 @@ def test_the_core_reads_plain_dumps_and_declines_what_only_python_reads() -> Non
         plain.replace("COMMIT", "-A PREROUTING -j ACCEPT# Warning: iptables-legacy tables present\nCOMMIT"),
     ):
         assert not read_alike(declined), declined
+
+
+def test_a_rule_s_line_is_found_by_its_text_only_where_one_rule_reads_so() -> None:
+    """The agent moves a carried result's citation to its rule's line in the next dump: a text
+    one rule reads is found at its line, whatever table holds it; a text two rules read (in one
+    table or two) is no one line, nor is a text no rule reads."""
+    dump = (
+        "*mangle\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j KPD-A\n-A OUTPUT -j KPD-M\nCOMMIT\n"
+        "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -j KPD-A\n-A OUTPUT -j KPD-F\n-A OUTPUT -j KPD-F\nCOMMIT\n"
+    )
+    rs = parse_save(dump, "iptables-save.txt", "legacy", 4, first_line=10)
+    assert rs.scanned()
+    line_of = rs.line_finder()
+    assert [line_of(t) for t in ("-A OUTPUT -j KPD-M", "-A OUTPUT -j KPD-A", "-A OUTPUT -j KPD-F")] == [13, None, None]
+    assert line_of("-A OUTPUT -j KPD") is None and line_of("") is None

@@ -5,6 +5,7 @@
 mod addr;
 mod compile;
 mod save;
+mod state;
 mod table;
 mod tokens;
 mod walk;
@@ -15,7 +16,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use crate::save::SavedRules;
+use crate::save::{RuleLines, SavedRules};
+use crate::state::RulesState;
 use crate::table::{RawRule, Source, Table};
 use crate::walk::{Outcome, Packet, Rules, Step};
 
@@ -151,6 +153,15 @@ impl IptablesRules {
         Ok(out)
     }
 
+    /// What the tables of layer `layer` hold, as fingerprints of the parts a walk reads
+    /// (`RulesState`: the agent compares it with the previous cycle's).
+    fn state(&self, py: Python<'_>, layer: usize) -> PyResult<RulesState> {
+        match self.rules.layers.get(layer) {
+            Some(tables) => Ok(RulesState::of(py, tables)),
+            None => Err(PyValueError::new_err(format!("no layer {layer}"))),
+        }
+    }
+
     /// The name of a chain a step of `entries` names by its indices.
     fn chain_name(&self, layer: u32, table: u32, chain: u32) -> PyResult<String> {
         let tab = self.rules.layers.get(layer as usize).and_then(|l| l.get(table as usize));
@@ -168,17 +179,28 @@ impl IptablesRules {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let mut take = |idx: u32, cr: &compile::CompiledRule| {
+            if let (Some(port), Some(proto), false) = (cr.exact_dport(), &cr.proto, cr.proto_neg) {
+                out.push((idx, port, proto.to_string(), cr.dst.as_ref().map(addr::Net::span), cr.dst_neg));
+            }
+        };
         for cid in 0..tab.chains.len() as u32 {
-            if !tab.chain_members(cid).iter().any(|&i| tab.names_dport(py, i)) {
+            let named: Vec<u32> = tab.chain_members(cid).iter().copied().filter(|&i| tab.names_dport(py, i)).collect();
+            if named.is_empty() {
                 continue;
             }
-            let compiled = tab.compiled(py, cid);
-            for (idx, cr) in &compiled.rules {
-                if !tab.names_dport(py, *idx) {
-                    continue;
+            if tab.chain_members(cid).len() > table::INDEX_THRESHOLD {
+                // a long chain is kept compiled anyway (KUBE-SERVICES, KUBE-NODEPORTS)
+                for (idx, cr) in &tab.compiled(py, cid).rules {
+                    if named.binary_search(idx).is_ok() {
+                        take(*idx, cr);
+                    }
                 }
-                if let (Some(port), Some(proto), false) = (cr.exact_dport(), &cr.proto, cr.proto_neg) {
-                    out.push((*idx, port, proto.to_string(), cr.dst.as_ref().map(addr::Net::span), cr.dst_neg));
+            } else {
+                // a Service's chain: only its rules that name a port, without compiling (and
+                // keeping) the whole chain
+                for idx in named {
+                    take(idx, &tab.compile_one(py, idx));
                 }
             }
         }
@@ -221,18 +243,23 @@ impl IptablesRules {
             Some(deps) => {
                 let list = PyList::empty(py);
                 for d in deps {
-                    let part: Bound<'py, PyAny> = match d.part {
-                        walk::Part::Whole => py.None().into_bound(py),
-                        walk::Part::Star => "*".into_pyobject(py)?.into_any(),
-                        walk::Part::Key(by_dst, k) => (if by_dst { "dst" } else { "dport" }, k).into_pyobject(py)?.into_any(),
-                    };
-                    list.append((d.layer, d.table, d.chain, part))?;
+                    list.append((d.layer, d.table, d.chain, part_object(py, &d.part)?))?;
                 }
                 Some(list)
             }
         };
         Ok((out, undecided, read))
     }
+}
+
+/// A part of a chain as Python names it: None (the whole chain), `"*"` (what every packet of
+/// an indexed chain sees) or `("dst" | "dport", key)` (the rules an index key gives).
+fn part_object<'py>(py: Python<'py>, part: &walk::Part) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match part {
+        walk::Part::Whole => py.None().into_bound(py),
+        walk::Part::Star => pyo3::intern!(py, "*").clone().into_any(),
+        walk::Part::Key(by_dst, k) => (if *by_dst { "dst" } else { "dport" }, *k).into_pyobject(py)?.into_any(),
+    })
 }
 
 /// The outcomes of a walk as a verification reads them, most likely first (then by verdict and
@@ -313,6 +340,8 @@ fn prerouting(hook: &str) -> PyResult<bool> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IptablesRules>()?;
     m.add_class::<SavedRules>()?;
+    m.add_class::<RulesState>()?;
+    m.add_class::<RuleLines>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;

@@ -9,6 +9,7 @@
 //! rule only a shell-word parser splits, `-I`) gives None and the Python parser reads it all:
 //! what this pass reads, it reads as that parser's plain-dump path does, diagnostics included.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use pyo3::exceptions::PyIndexError;
@@ -17,6 +18,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::table::{RawRule, Source, Table};
 use crate::tokens;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// One table's rules as the dump holds them: each rule's chain, line and place in the dump,
 /// which is kept whole (a rule's text is its slice, made when asked for). A node's 176,000
@@ -128,6 +130,63 @@ impl SavedRules {
         Ok(out)
     }
 
+    /// How many rules are in a `KUBE-*` chain or jump (or go) to one (`Ruleset.kube_rule_count`),
+    /// and the rules left to Python: those naming `KUBE-` outside such a chain whose line only a
+    /// shell-word parser splits right.
+    fn kube_rules(&self, py: Python<'_>) -> PyResult<(usize, Vec<usize>)> {
+        let dump = self.dump.bind(py).to_str()?;
+        let kube = self.chains.iter().map(|c| c.bind(py).to_str().map(|c| c.starts_with("KUBE-"))).collect::<PyResult<Vec<bool>>>()?;
+        let mut count = 0;
+        let mut left = Vec::new();
+        for (i, (&c, &(_, b, e))) in self.chain_of.iter().zip(&self.spans).enumerate() {
+            if kube[c as usize] {
+                count += 1;
+                continue;
+            }
+            let body = &dump[b as usize..e as usize];
+            if !body.contains("KUBE-") {
+                continue;
+            }
+            match tokens::rule_args(body.trim_matches(crate::addr::py_space)) {
+                Some(args) => count += usize::from(tokens::target(&args).is_some_and(|t| t.starts_with("KUBE-"))),
+                None => left.push(i),
+            }
+        }
+        Ok((count, left))
+    }
+
+    /// The rules whose line holds one of `needles` and whose text without counters another
+    /// such rule of the table repeats: per such text, in the order of its first rule, (that
+    /// rule's index, how many rules read so). A writer that checks before it appends never
+    /// makes two (`facts/duplicates.py`).
+    fn repeated(&self, py: Python<'_>, needles: Vec<String>) -> PyResult<Vec<(usize, usize)>> {
+        let dump = self.dump.bind(py).to_str()?;
+        let body = |i: usize| {
+            let (_, b, e) = self.spans[i];
+            dump[b as usize..e as usize].trim_matches(crate::addr::py_space)
+        };
+        // (first rule, copies) by a hash of the text; a text whose hash another text took first
+        // is counted by the text itself (rare)
+        let mut by_hash: HashMap<u64, (usize, usize)> = HashMap::new();
+        let mut by_text: HashMap<&str, (usize, usize)> = HashMap::new();
+        for (i, &(s, _, e)) in self.spans.iter().enumerate() {
+            if !needles.iter().any(|n| dump[s as usize..e as usize].contains(n.as_str())) {
+                continue;
+            }
+            let text = body(i);
+            match by_hash.entry(xxh3_64(text.as_bytes())) {
+                Entry::Vacant(v) => {
+                    v.insert((i, 1));
+                }
+                Entry::Occupied(mut o) if body(o.get().0) == text => o.get_mut().1 += 1,
+                Entry::Occupied(_) => by_text.entry(text).or_insert((i, 0)).1 += 1,
+            }
+        }
+        let mut out: Vec<(usize, usize)> = by_hash.into_values().chain(by_text.into_values()).filter(|&(_, n)| n > 1).collect();
+        out.sort_unstable();
+        Ok(out)
+    }
+
     /// The rules of these chains, in order.
     fn in_chains(&self, py: Python<'_>, names: Vec<String>) -> Vec<usize> {
         let wanted: Vec<bool> = self.chains.iter().map(|c| c.bind(py).to_str().is_ok_and(|c| names.iter().any(|n| n == c))).collect();
@@ -190,13 +249,23 @@ struct Scan<'t> {
     lines: i64,
 }
 
+/// Whether the text is ASCII without a control character but the line feed, and without a
+/// backslash (in blocks without an early exit, which the compiler turns into vector code: a
+/// node's dump is tens of MB).
+fn plain(text: &[u8]) -> bool {
+    text.chunks(64).all(|block| {
+        block.iter().fold(true, |ok, &b| ok & ((0x20..0x7f).contains(&b) || b == b'\n') & (b != b'\\'))
+    })
+}
+
 /// The dump read, or None where the Python parser must read it.
 fn scan(text: &str, first_line: i64) -> Option<Scan<'_>> {
-    if !text.is_ascii() || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f || b == b'\\') {
+    if !plain(text.as_bytes()) {
         return None;
     }
     // a warning written into a line (stderr mixed into stdout): the Python parser repairs it
-    if text.match_indices("# Warning").any(|(at, _)| at > 0 && text.as_bytes()[at - 1] != b'\n') {
+    let bytes = text.as_bytes();
+    if text.match_indices('#').any(|(at, _)| at > 0 && bytes[at - 1] != b'\n' && bytes[at..].starts_with(b"# Warning")) {
         return None;
     }
     let mut s = Scan { tables: Vec::new(), comments: Vec::new(), diagnostics: Vec::new(), open: None, lines: 0 };
@@ -283,7 +352,7 @@ fn declare<'t>(cols: &mut Columns<'t>, decl: &'t str, raw: &'t str, line: &'t st
 /// A rule line (`-A CHAIN ...`, or with `[packets:bytes]` before it), as `parse_save` reads it;
 /// None for a line the Python parser must read.
 fn rule<'t>(cols: &mut Columns<'t>, raw: &'t str, line: &'t str, ln: i64, diags: &mut Vec<(i64, String)>) -> Option<()> {
-    if raw != line || (raw.contains('"') && raw.bytes().filter(|&b| b == b'"').count() % 2 == 1) {
+    if raw.len() != line.len() || (raw.contains('"') && raw.bytes().filter(|&b| b == b'"').count() % 2 == 1) {
         return None;
     }
     let (body, counted) = match raw.strip_prefix('[') {
@@ -366,14 +435,21 @@ pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: 
         let policies = PyList::new(py, c.chain_policies.iter().map(|p| p.map(|p| PyString::new(py, p))))?;
         let mut ids: HashMap<&str, u32> = HashMap::new();
         let mut chains: Vec<Py<PyString>> = Vec::new();
+        // a chain's rules come together: only a new chain's name is looked up
+        let mut last: Option<(&str, u32)> = None;
         let chain_of = c
             .rule_chains
             .iter()
-            .map(|&name| {
-                *ids.entry(name).or_insert_with(|| {
-                    chains.push(interned.entry(name).or_insert_with(|| PyString::intern(py, name)).clone().unbind());
-                    chains.len() as u32 - 1
-                })
+            .map(|&name| match last {
+                Some((n, id)) if std::ptr::eq(n, name) || n == name => id,
+                _ => {
+                    let id = *ids.entry(name).or_insert_with(|| {
+                        chains.push(interned.entry(name).or_insert_with(|| PyString::intern(py, name)).clone().unbind());
+                        chains.len() as u32 - 1
+                    });
+                    last = Some((name, id));
+                    id
+                }
             })
             .collect();
         // offsets fit: a dump of 4 GB or more went to the Python parser above
@@ -390,7 +466,14 @@ pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: 
             spans[i].1 = (body.as_ptr() as usize - base) as u32;
             counters.insert(i as u32, (packets, bytes));
         }
-        let saved = SavedRules { dump: dump.clone().unbind(), chains, chain_of, lines: c.rule_lines.clone(), spans, counters };
+        let saved = SavedRules {
+            dump: dump.clone().unbind(),
+            chains,
+            chain_of,
+            lines: c.rule_lines.clone(),
+            spans,
+            counters,
+        };
         let row = (
             PyString::new(py, table),
             (interned_list(py, &mut interned, &c.chain_names)?, policies),
@@ -403,4 +486,66 @@ pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: 
     }
     let open = s.open.map(|k| s.tables[k].0);
     Ok(Some((&s.comments, tables, &s.diagnostics, open, s.lines).into_pyobject(py)?))
+}
+
+/// The rules of a dump's tables by their text, to find a rule's line in the next cycle's dump:
+/// the agent moves a carried result's citation to its rule's line now, and evaluates it again
+/// when that rule is not one line (`dataplane/reuse.py`). Made once per dump: a hash of each
+/// rule's text, the texts themselves compared only for the candidates of a hash.
+#[pyclass(frozen, module = "kpdoctor._core")]
+pub struct RuleLines {
+    tables: Vec<Py<SavedRules>>,
+    /// (table, rule) of the first rule of each hash; the others of a hash two rules share (the
+    /// same text twice, or two texts of one hash)
+    first: HashMap<u64, (u32, u32)>,
+    more: HashMap<u64, Vec<(u32, u32)>>,
+}
+
+impl RuleLines {
+    /// The text of rule `i` of table `t`, in `dumps` (each table's dump).
+    fn text<'a>(&self, dumps: &[&'a str], (t, i): (u32, u32)) -> &'a str {
+        let (s, _, e) = self.tables[t as usize].get().spans[i as usize];
+        &dumps[t as usize][s as usize..e as usize]
+    }
+}
+
+#[pymethods]
+impl RuleLines {
+    #[new]
+    fn new(py: Python<'_>, tables: Vec<Py<SavedRules>>) -> PyResult<Self> {
+        let mut first: HashMap<u64, (u32, u32)> = HashMap::new();
+        let mut more: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+        for (t, saved) in tables.iter().enumerate() {
+            let saved = saved.get();
+            let dump = saved.dump.bind(py).to_str()?;
+            first.reserve(saved.spans.len());
+            for (i, &(s, _, e)) in saved.spans.iter().enumerate() {
+                let h = xxh3_64(&dump.as_bytes()[s as usize..e as usize]);
+                let at = (t as u32, i as u32);
+                match first.entry(h) {
+                    Entry::Occupied(_) => more.entry(h).or_default().push(at),
+                    Entry::Vacant(v) => {
+                        v.insert(at);
+                    }
+                }
+            }
+        }
+        Ok(RuleLines { tables, first, more })
+    }
+
+    /// The line of the one rule whose text (with its counters, as `SavedRules.rule` gives it) is
+    /// `text`; None when no rule reads so, or more than one.
+    fn line_of(&self, py: Python<'_>, text: &str) -> PyResult<Option<i64>> {
+        let h = xxh3_64(text.as_bytes());
+        let Some(&at) = self.first.get(&h) else {
+            return Ok(None);
+        };
+        let dumps = self.tables.iter().map(|t| t.get().dump.bind(py).to_str()).collect::<PyResult<Vec<&str>>>()?;
+        let more = self.more.get(&h).map_or(&[][..], Vec::as_slice);
+        let mut found = std::iter::once(&at).chain(more).filter(|&&x| self.text(&dumps, x) == text);
+        Ok(match (found.next(), found.next()) {
+            (Some(&(t, i)), None) => Some(self.tables[t as usize].get().lines[i as usize]),
+            _ => None,
+        })
+    }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::PyString;
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::compile::{compile_named, known_name, CompiledRule, Name};
 use crate::tokens::rule_args;
@@ -101,6 +102,29 @@ impl ChainIndex {
         }
         out
     }
+}
+
+/// What each walk through a chain can see, as 128-bit fingerprints (`CompiledTable.chain_state`
+/// in `iptables/compile.py`): the whole chain (its policy and its rules' texts, in order), or,
+/// for an indexed chain, what every packet sees (the index's kind, the policy, the rules outside
+/// the index) and, per key, the rules the index gives a packet with it, each with how many of
+/// the others come before it. A walk records the same parts it reads (`walk::Part`), so equal
+/// fingerprints mean the same walk (the agent carries a result over on that).
+pub enum ChainParts {
+    Whole(u128),
+    Indexed { by_dst: bool, star: u128, keys: HashMap<u128, u128> },
+}
+
+/// A built-in chain's policy (None for a user chain) into a fingerprint.
+fn hash_policy(h: &mut Xxh3, policy: Option<&str>) {
+    match policy {
+        Some(p) => {
+            h.update(b"P");
+            h.update(p.as_bytes());
+        }
+        None => h.update(b"-"),
+    }
+    h.update(b"\n");
 }
 
 /// A chain's rules compiled (each with its index among the table's rules) and its index.
@@ -232,11 +256,78 @@ impl Table {
         }
     }
 
+    /// Rule `i` compiled on its own (its chain's compiled form is neither made nor kept).
+    pub fn compile_one(&self, py: Python<'_>, i: u32) -> CompiledRule {
+        self.compile_rule(py, i, &|name: &str| self.name_of(name))
+    }
+
+    /// A chain name as compiled rules hold it: the table's own, shared, or a known target's.
+    fn name_of(&self, name: &str) -> Name {
+        self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k))
+    }
+
     fn compile(&self, py: Python<'_>, chain: &Chain) -> CompiledChain {
-        let names = |name: &str| self.by_name.get_key_value(name).map_or_else(|| known_name(name), |(k, _)| Arc::clone(k));
+        let names = |name: &str| self.name_of(name);
         let rules: Vec<(u32, CompiledRule)> = chain.members.iter().map(|&i| (i, self.compile_rule(py, i, &names))).collect();
         let index = if rules.len() > INDEX_THRESHOLD { ChainIndex::build(&rules) } else { None };
         CompiledChain { rules, index }
+    }
+
+    /// A rule's text (without counters) into a fingerprint; a rule read as tokens, its tokens.
+    fn hash_rule(&self, py: Python<'_>, i: u32, h: &mut Xxh3) {
+        let rule = &self.rules[i as usize];
+        match &rule.source {
+            Source::Args(args) => {
+                h.update(b"\x01");
+                for a in args.iter() {
+                    h.update(a.as_bytes());
+                    h.update(b"\x00");
+                }
+            }
+            _ => rule.with_text(py, self.dump.as_ref(), |t| {
+                h.update(b"\x02");
+                h.update(t.unwrap_or("").as_bytes());
+            }),
+        }
+        h.update(b"\n");
+    }
+
+    /// What each walk through chain `id` can see (`ChainParts`): a long chain is compiled for
+    /// its index (it is kept compiled anyway), a short one only read.
+    pub fn chain_parts(&self, py: Python<'_>, id: u32) -> ChainParts {
+        let chain = &self.chains[id as usize];
+        let policy = self.policies.get(&*chain.name).map(String::as_str);
+        if chain.members.len() > INDEX_THRESHOLD {
+            let compiled = self.compiled(py, id);
+            if let Some(idx) = &compiled.index {
+                let mut star = Xxh3::new();
+                star.update(if idx.by_dst { b"dst\n" } else { b"dport\n" });
+                hash_policy(&mut star, policy);
+                for &p in &idx.rest {
+                    self.hash_rule(py, chain.members[p as usize], &mut star);
+                }
+                let keys = idx
+                    .buckets
+                    .iter()
+                    .map(|(&key, positions)| {
+                        let mut h = Xxh3::new();
+                        for &p in positions {
+                            let before = idx.rest.partition_point(|&r| r < p) as u64;
+                            h.update(&before.to_le_bytes());
+                            self.hash_rule(py, chain.members[p as usize], &mut h);
+                        }
+                        (key, h.digest128())
+                    })
+                    .collect();
+                return ChainParts::Indexed { by_dst: idx.by_dst, star: star.digest128(), keys };
+            }
+        }
+        let mut h = Xxh3::new();
+        hash_policy(&mut h, policy);
+        for &i in &chain.members {
+            self.hash_rule(py, i, &mut h);
+        }
+        ChainParts::Whole(h.digest128())
     }
 
     /// The positions of a chain's rules among the table's.

@@ -11,6 +11,14 @@ pub fn rule_args(body: &str) -> Option<Vec<&str>> {
     Some(toks.into_iter().skip(2).collect())
 }
 
+/// A rule's target: the token after its first `-j`, else after its first `-g` (`Rule.target`).
+pub fn target<'a>(args: &[&'a str]) -> Option<&'a str> {
+    ["-j", "-g"].iter().find_map(|flag| {
+        let i = args.iter().position(|a| a == flag)?;
+        args.get(i + 1).copied()
+    })
+}
+
 /// Whether only a shell-word parser splits this line right (`split` gives None for it).
 pub fn needs_shell(text: &str) -> bool {
     text.contains('"') && (text.contains('\\') || text.contains('\'') || text.matches('"').count() % 2 == 1)
@@ -58,6 +66,11 @@ mod tests {
         assert_eq!(rule_args(r#"-A X -m comment --comment "a -j Y"#), None);
         assert_eq!(rule_args("-A X\u{1c}-j\tY").unwrap(), ["-j", "Y"]);
         assert_eq!(rule_args(r#"-A X --comment "" -j Y"#).unwrap(), ["--comment", "", "-j", "Y"]);
+        assert_eq!(target(&["-p", "tcp", "-j", "KUBE-SVC-X"]), Some("KUBE-SVC-X"));
+        assert_eq!(target(&["-g", "KUBE-A", "-j", "KUBE-B"]), Some("KUBE-B"));
+        assert_eq!(target(&["-m", "x", "-j"]), None);
+        assert_eq!(target(&["-j"]), None);
+        assert_eq!(target(&["-j", "-g", "KUBE-C"]), Some("-g"));
         for line in [r#"-A X -m comment --comment "a\"b" -j Y"#, r#"-A X --comment "it's" -j Y"#, r#"-A X --comment "a -j Y"#, "-A X -j Y"] {
             assert_eq!(needs_shell(line), rule_args(line).is_none(), "{line}");
         }

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import none_of, one
+from conftest import UPSTREAM, none_of, one
 
+from kpdoctor.facts.duplicates import duplicated_rules
 from kpdoctor.model import Report, Severity
 from kpdoctor.parse.iptables import parse_save
 
@@ -56,3 +57,21 @@ def test_userspace_jumps_reappended_are_kube_proxys_own(diagnose: Diagnose) -> N
 def test_one_copy_each_is_nothing(diagnose: Diagnose) -> None:
     lines = KUBE_ROUTER.splitlines()
     none_of(diagnose({"iptables-save.txt": "\n".join(lines[:5]) + "\n"}), "KP122")
+
+
+def test_a_node_s_whole_dump_has_its_repeated_rules_found_in_the_core(diagnose: Diagnose) -> None:
+    """A node's own iptables-save dump is read whole by the native core, which finds its repeated
+    rules without a Python object per rule: the same copies as the Python parser's reading, and
+    the same finding."""
+    rules = (UPSTREAM / "iptables" / "TestOverallIPTablesRules.legacy.save").read_text()
+    jump = "-A INPUT -j KUBE-FIREWALL\n"
+    health = '-A INPUT -m comment --comment "kubernetes health check service ports" -j KUBE-NODEPORTS\n'
+    dump = rules.replace(jump, jump * 3, 1).replace(health, health * 2, 1)
+    core = parse_save(dump, "iptables-save.txt", "legacy", 4)
+    listed = parse_save(dump, "iptables-save.txt", "legacy", 4, reuse={})  # the Python parser's reading
+    assert core.scanned() and not listed.scanned()
+    found = duplicated_rules([core])
+    assert [(d.copies, d.rule.text) for d in found] == [(3, jump.strip()), (2, health.strip())]
+    assert found == duplicated_rules([listed])
+    f = one(diagnose({"iptables-save.txt": dump}), "KP122")
+    assert f.summary.startswith("3 copies of one rule in INPUT")

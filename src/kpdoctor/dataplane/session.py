@@ -176,6 +176,8 @@ class NodeDataplane:
         found: dict[str, dict[str, int | None]] = {}
         reuse = self.inputs.reuse
         kept = reuse.next.rules_read if reuse is not None else {}
+        scanned = {rs.artifact: rs for rs in self.rulesets if rs.scanned()}
+        finders: dict[str, Callable[[str], int | None]] = {}
         artifact_lines = self.inputs.artifact_lines
 
         def line_of(name: str, text: str) -> int | None:
@@ -184,6 +186,11 @@ class NodeDataplane:
                 r = pool.get(text)
                 if r is not None:
                     return int(r.line)
+            find = finders.get(name)
+            if find is None and (rs := scanned.get(name)) is not None:
+                find = finders[name] = rs.line_finder()
+            if find is not None:  # read whole by the core, which finds a rule by its text
+                return find(text)
             lines = found.get(name)
             if lines is None:
                 lines = found[name] = {}
@@ -202,10 +209,7 @@ def choose_backend(inputs: DataplaneInputs, mode: str, rulesets: list[Ruleset], 
     place a backend is chosen."""
     local = inputs.local_addresses(mode)
     if mode == "iptables":
-        # the agent's cycles evaluate a few hundred changed cases over rules parsed with the
-        # previous cycle's (their compiled forms kept on the Rule objects): the Python walk is
-        # cheaper there than building the core's tables again each cycle (bench/agent_cycle.py)
-        return IptablesBackend(rulesets, local, record=record, native=inputs.reuse is None)
+        return IptablesBackend(rulesets, local, record=record)
     if mode == "nftables" and (tables := inputs.nft_rules()):
         return NftablesBackend(tables, rulesets, local, record=record)
     if mode == "ipvs" and (servers := inputs.ipvs()):

@@ -16,6 +16,7 @@ from kpdoctor.bundle.loader import Evidence
 from kpdoctor.dataplane import modes
 from kpdoctor.dataplane.addresses import IPAddress, host_port
 from kpdoctor.dataplane.expected import SHARED, ZONE_LABEL, Behaviour, NodeView, local_addresses
+from kpdoctor.dataplane.iptables.native import core_missing, native_walks
 from kpdoctor.dataplane.nftables.compile import NftTableRules, compile_listing
 from kpdoctor.dataplane.reuse import Reuse
 from kpdoctor.dataplane.session import DataplaneInputs
@@ -237,9 +238,12 @@ class Facts:
             fam = int(a.attrs.get("family", "4"))
             fragment = a.attrs.get("fragment") == "true"
             text, backend = a.read_text(), a.attrs.get("backend")
-            pool = self.reuse.rules_of(a.name) if self.reuse is not None else None
+            # the agent's cycles: rules the Python evaluator walks are parsed with the previous
+            # cycle's (their compiled forms kept); the native core reads each dump whole again
+            pooled = self.reuse is not None and not (native_walks() and core_missing() is None)
+            pool = self.reuse.rules_of(a.name) if self.reuse is not None and pooled else None
             rs = parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a), reuse=pool)
-            if self.reuse is not None:
+            if self.reuse is not None and pooled:
                 self.reuse.keep_rules(a.name, rs.all_rules(), rs.unpooled)
             out.append(rs)
         for a in self.of(Kind.IPTABLES_RULES_S):
@@ -651,9 +655,8 @@ class Facts:
         for rs in self.rulesets:
             if rs.family != family:
                 continue
-            for r in rs.all_rules():
-                if r.chain == chain:
-                    return Cite(rs.artifact, r.line, r.text.strip())
+            for r in rs.in_chains({chain}):
+                return Cite(rs.artifact, r.line, r.text.strip())
         return None
 
     @cached_property

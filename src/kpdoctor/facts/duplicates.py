@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kpdoctor import lazy_re
-from kpdoctor.parse.iptables import Rule, Ruleset
+from kpdoctor.parse.iptables import Rule, Ruleset, ScannedRules
 
 BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
 # `iptables -L -v` rows start with their counters: the same rule counted apart is one rule
@@ -34,8 +34,12 @@ class DuplicatedRule:
         return self.rule.chain in BUILTIN_CHAINS and (self.rule.target or "") in USERSPACE_CHAINS
 
 
+# what a Kubernetes rule's line holds: its chain, its target, or its comment
+_KUBERNETES = ("KUBE-", "kubernetes")
+
+
 def _kubernetes(r: Rule) -> bool:
-    return "KUBE-" in r.text or "kubernetes" in r.text  # its chain, its target, or its comment
+    return any(k in r.text for k in _KUBERNETES)
 
 
 def _listing_key(r: Rule) -> str | None:
@@ -55,6 +59,12 @@ def duplicated_rules(rulesets: list[Ruleset], at_least: int = 2) -> list[Duplica
         counts: Counter[tuple[str, str]] = Counter()
         first: dict[tuple[str, str], Rule] = {}
         for table in rs.tables.values():
+            if isinstance(table.rules, ScannedRules):  # repeated texts found in the core, without making every rule
+                for r, n in table.rules.repeated(_KUBERNETES):
+                    key = (table.name, f"{r.chain} {r.body.strip()}")
+                    counts[key] += n
+                    first.setdefault(key, r)
+                continue
             if rs.form == "L":
                 keyed = [(r, k) for r in table.rules if (k := _listing_key(r)) is not None]
             else:

@@ -52,9 +52,8 @@ def loopback_dnats(rs: Ruleset) -> list[tuple[Rule, bool]]:
         return []
     hits = [
         r
-        for r in nat.rules
-        # (the text first: its tokens are worked out for the few rules that name the range)
-        if "127." in r.text and r.target == "DNAT" and (option(r.args, "--to-destination") or "").startswith("127.")
+        for r in nat.containing("127.")  # (the text first: tokens only for the few rules that name the range)
+        if r.target == "DNAT" and (option(r.args, "--to-destination") or "").startswith("127.")
     ]
     if not hits:
         return []

@@ -63,10 +63,9 @@ def double_nat(rs: Ruleset) -> DoubleNat | None:
     nat = rs.tables.get("nat")
     if nat is None:
         return None
-    by_chain: dict[str, list[Rule]] = {c: [] for c in _before_kube([r for r in nat.rules if r.chain == "POSTROUTING"])}
-    for r in nat.rules:
-        if r.chain in by_chain:
-            by_chain[r.chain].append(r)
+    by_chain: dict[str, list[Rule]] = {c: [] for c in _before_kube(list(nat.in_chains({"POSTROUTING"})))}
+    for r in nat.in_chains(by_chain):
+        by_chain[r.chain].append(r)
     for chain, rules in by_chain.items():
         cleared = False
         for r in rules:

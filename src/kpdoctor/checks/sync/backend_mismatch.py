@@ -281,7 +281,8 @@ def _split(facts: Facts) -> tuple[list[str], list[Cite]]:
                 f"IPv{fam}: {legacy.kube_rule_count()} KUBE-* rules in legacy, {nft.kube_rule_count()} in nf_tables"
             )
             for rs in (legacy, nft):
-                first = next((r for r in rs.all_rules() if r.chain.startswith("KUBE-")), None)
+                # (a whole dump: each rule's line names its chain)
+                first = next((r for r in rs.containing("-A KUBE-") if r.chain.startswith("KUBE-")), None)
                 if first:
                     cites.append(Cite(rs.artifact, first.line, first.text.strip()))
     return split, cites

@@ -12,6 +12,7 @@ from kpdoctor.facts.cluster import node_ips, pod_cidrs
 from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.conntrack import ConntrackEntry
+from kpdoctor.parse.iptables import Rule
 from kpdoctor.parse.k8s import as_dict
 
 # kube-proxy echoes the payload of a failed restore: a rule with an empty `-s` argument (two
@@ -142,16 +143,19 @@ def _no_masquerade_rules(facts: Facts) -> Cite | None:
         nat = rs.tables.get("nat")
         if nat is None or not rs.whole("nat"):
             continue
-        first = None
-        for r in nat.rules:
-            if "cluster IP" not in r.text or not (r.comment or "").endswith(" cluster IP"):
-                continue
-            if r.target == "KUBE-MARK-MASQ":
-                return None
-            first = first or r
+        # (one that masquerades is looked for among the rules naming the mark chain first: at
+        # 10,000 Services, half of the 20,000 ClusterIP rules only jump to their Service's chain)
+        if any(_cluster_ip(r) and r.target == "KUBE-MARK-MASQ" for r in nat.containing("KUBE-MARK-MASQ")):
+            return None
+        first = next((r for r in nat.containing("cluster IP") if _cluster_ip(r)), None)
         if first is not None:
             return Cite(rs.artifact, first.line, first.text.strip())
     return None
+
+
+def _cluster_ip(r: Rule) -> bool:
+    """A rule kube-proxy writes for a ClusterIP (its comment says so)."""
+    return "cluster IP" in r.text and (r.comment or "").endswith(" cluster IP")
 
 
 def _grade_unset(facts: Facts, f: Finding) -> None:

@@ -224,7 +224,14 @@ def _ipvs_load_balancers_into_firewall(facts: Facts) -> list[Cite] | None:
     marking for drop what it did not accept, unconditionally: the IPVS proxier of k/k#62638 (the
     fixed one sends only KUBE-LOAD-BALANCER-FW to KUBE-FIREWALL). The jump and the drop, cited."""
     for rs in facts.rulesets:
-        rules = [r for name, t in rs.tables.items() if name in ("nat", "unknown") for r in t.rules]
+        # both rules name KUBE-FIRE-WALL on their line (as chain or target), unless a listing
+        # names the chain in its header
+        rules = [
+            r
+            for name, t in rs.tables.items()
+            if name in ("nat", "unknown")
+            for r in (t.rules if rs.form == "L" else t.containing("KUBE-FIRE-WALL"))
+        ]
         jump = next(
             (
                 r

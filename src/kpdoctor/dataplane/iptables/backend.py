@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kpdoctor import lazy_re
 from kpdoctor.dataplane.addresses import IPAddress, Span, endpoint_text
@@ -24,6 +25,9 @@ from kpdoctor.dataplane.walk import Outcome, Step, undecided_note
 from kpdoctor.model import Cite
 from kpdoctor.parse.ipset import IpSet
 from kpdoctor.parse.iptables import Rule, Ruleset
+
+if TYPE_CHECKING:
+    from kpdoctor._core import RulesState as CoreRulesState
 
 _SVC_COMMENT = lazy_re.compile(
     r'--comment "?([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[\w.-]+)?)'
@@ -81,11 +85,14 @@ _GONE = object()
 
 @dataclass
 class RulesState:
-    """What the rules held at one verification: per (artifact, table), each chain's parts
-    (CompiledTable.chain_state) and every chain's policy."""
+    """What the rules held at one verification: for the rules the Python evaluator walked, per
+    (artifact, table), each chain's parts (CompiledTable.chain_state) and every chain's policy;
+    for those the native core walked, per artifact, the core's fingerprints of the same parts
+    (``_core.RulesState``: the texts and compiled rules are not kept between cycles)."""
 
     tables: dict[tuple[str, str], dict[str, dict[object, object]]] = field(default_factory=dict)
     decls: dict[tuple[str, str], dict[str, str | None]] = field(default_factory=dict)
+    native: dict[str, CoreRulesState] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -292,6 +299,13 @@ class IptablesBackend:
         marks = {rs.artifact: rs.changed_chains for rs in self.rulesets}
         for f in self.families():
             for _, ev in self.family(f).primary:
+                if isinstance(ev, NativeEvaluator):
+                    for origin, state in ev.states():
+                        if origin not in now.native:
+                            now.native[origin] = state
+                            old_state = before.native.pop(origin, None) if before is not None else None
+                            changed.update((origin, t, c, p) for t, c, p in state.changes(old_state))
+                    continue
                 for layer in ev.layers:
                     if id(layer) in seen:
                         continue
@@ -327,7 +341,9 @@ class IptablesBackend:
                                     changed.add((tab.origin, tname, c, part))  # type: ignore[arg-type]
                         now.tables[where] = parts
                         now.decls[where] = decl
-        if before is not None:  # tables no longer given: every part of them changed
+        if before is not None:  # tables no longer given (or walked the other way): every part of them changed
+            for origin, state in before.native.items():
+                changed.update((origin, t, c, p) for t, c, p in state.changes())
             for (origin, tname), parts in before.tables.items():
                 changed.add((origin, tname, None, None))
                 changed.update((origin, tname, c, p) for c, ps in parts.items() for p in [None, *ps])  # type: ignore[misc]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kpdoctor import lazy_re, memo
 from kpdoctor.dataplane.addresses import Span, address_span, parse_span, port_number
-from kpdoctor.parse.iptables import Rule, Table
+from kpdoctor.parse.iptables import NOT_KEPT, Rule, Table
 
 INDEX_THRESHOLD = 24  # chains longer than this get a destination index
 
@@ -322,7 +322,9 @@ def compile_rule(rule: Rule) -> CompiledRule:
     done = rule.compiled
     if isinstance(done, CompiledRule):
         return done
-    cr = rule.compiled = _compile_fast(rule) or compile_general(rule)
+    cr = _compile_fast(rule) or compile_general(rule)
+    if done is not NOT_KEPT:
+        rule.compiled = cr
     return cr
 
 

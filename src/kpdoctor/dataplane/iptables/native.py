@@ -36,7 +36,7 @@ from kpdoctor.model import Cite
 from kpdoctor.parse.iptables import Rule, Ruleset, ScannedRules, Table
 
 if TYPE_CHECKING:
-    from kpdoctor._core import IptablesRules, _Table
+    from kpdoctor._core import IptablesRules, RulesState, _Table
 
 # A step of a walk as the core names it: (layer, table, chain, rule or None for the policy)
 StepKey = tuple[int, int, int, int | None]
@@ -179,6 +179,12 @@ class NativeEvaluator:
             reads.update((origins[layer], table, chain, part) for layer, table, chain, part in read)
         self.undecided = undecided
         return raw, undecided
+
+    def states(self) -> list[tuple[str, RulesState]]:
+        """What each dump the core walks held, as fingerprints of the parts a walk reads (the
+        agent compares them with the previous cycle's: dataplane/reuse.py), by its artifact."""
+        with _contained():
+            return [(rs.artifact, self._core.state(i)) for i, rs in enumerate(self._rulesets)]
 
     def settled(self, packets: list[tuple[Packet, str, list[Expectation]]]) -> list[bool]:
         """Which of these walks (packet, hook, the case's alternatives) the rules certainly
