@@ -66,6 +66,8 @@ def _looked_up_alike(core: Ruleset, python: Ruleset) -> None:
             assert t.rules[1:3] == listed[1:3]
         for needle in ("DNAT", "-j KUBE-", "has no endpoints", '"', "COMMIT"):
             assert list(t.containing(needle)) == [r for r in listed if needle in r.text], needle
+        both = [r for r in listed if "cluster IP" in r.text and "KUBE-MARK-MASQ" in r.text]
+        assert list(t.containing("cluster IP", "KUBE-MARK-MASQ")) == both
         chains = {"KUBE-SERVICES", "POSTROUTING", next(iter(t.chains), "")}
         assert list(t.in_chains(chains)) == [r for r in listed if r.chain in chains]
         assert t.rules == listed

@@ -52,12 +52,15 @@ impl SavedRules {
     pub fn fill(&self, py: Python<'_>, t: &mut Table) -> PyResult<()> {
         let dump = self.dump.bind(py);
         let text = dump.to_str()?;
-        let names = self.chains.iter().map(|c| c.bind(py).to_str().map(str::to_owned)).collect::<PyResult<Vec<String>>>()?;
+        // each of the dump's chains once, as the table numbers it
+        let ids = self.chains.iter().map(|c| Ok(t.chain_id(c.bind(py).to_str()?))).collect::<PyResult<Vec<u32>>>()?;
         t.dump = Some(self.dump.clone_ref(py));
         let mut split = None; // the Python parser's splitter, looked up at the first such line
         for ((&c, &line), &(_, b, e)) in self.chain_of.iter().zip(&self.lines).zip(&self.spans) {
             let body = &text[b as usize..e as usize];
-            let source = if tokens::needs_shell(body) {
+            // (a dump read here has no backslash and balanced quotes: only an apostrophe
+            // inside a quoted comment needs the shell-word parser)
+            let source = if body.contains('\'') && tokens::needs_shell(body) {
                 let split = match &split {
                     Some(f) => f,
                     None => split.insert(py.import("kpdoctor.parse.iptables")?.getattr("_split")?),
@@ -67,9 +70,30 @@ impl SavedRules {
             } else {
                 Source::Span(b, e)
             };
-            t.push(&names[c as usize], RawRule { line, source });
+            t.push_to(ids[c as usize], RawRule { line, source });
         }
         Ok(())
+    }
+
+    /// The rules whose text holds `needle`, in order, each once.
+    fn holding(&self, dump: &str, needle: &str) -> Vec<usize> {
+        if needle.is_empty() {
+            return (0..self.lines.len()).collect();
+        }
+        let mut out: Vec<usize> = Vec::new();
+        for (at, _) in dump.match_indices(needle) {
+            let at = at as u32;
+            // the last rule starting at or before the match, if the match lies within it
+            let i = self.spans.partition_point(|&(s, _, _)| s <= at);
+            if i == 0 {
+                continue;
+            }
+            let (_, _, e) = self.spans[i - 1];
+            if at + needle.len() as u32 <= e && out.last() != Some(&(i - 1)) {
+                out.push(i - 1);
+            }
+        }
+        out
     }
 
     /// Rule `i`'s text and, when it has counters, its counters and its text after them.
@@ -109,23 +133,19 @@ impl SavedRules {
     }
 
     /// The rules whose text holds `needle`, in order, each once.
-    fn containing(&self, py: Python<'_>, needle: &str) -> PyResult<Vec<usize>> {
+    ///
+    /// With `more`, only those whose line also holds each of those (looked for in the lines the
+    /// first found).
+    #[pyo3(signature = (needle, *more))]
+    fn containing(&self, py: Python<'_>, needle: &str, more: Vec<String>) -> PyResult<Vec<usize>> {
         let dump = self.dump.bind(py).to_str()?;
-        let mut out: Vec<usize> = Vec::new();
-        if needle.is_empty() {
-            return Ok((0..self.lines.len()).collect());
-        }
-        for (at, _) in dump.match_indices(needle) {
-            let at = at as u32;
-            // the last rule starting at or before the match, if the match lies within it
-            let i = self.spans.partition_point(|&(s, _, _)| s <= at);
-            if i == 0 {
-                continue;
-            }
-            let (_, _, e) = self.spans[i - 1];
-            if at + needle.len() as u32 <= e && out.last() != Some(&(i - 1)) {
-                out.push(i - 1);
-            }
+        let mut out = self.holding(dump, needle);
+        if !more.is_empty() {
+            out.retain(|&i| {
+                let (s, _, e) = self.spans[i];
+                let text = &dump[s as usize..e as usize];
+                more.iter().all(|m| text.contains(m.as_str()))
+            });
         }
         Ok(out)
     }

@@ -193,12 +193,18 @@ impl Table {
             Some((_, last)) if *self.chains[last as usize].name == *chain => last,
             _ => self.chain_id(chain),
         };
+        self.push_to(id, rule);
+    }
+
+    /// The next rule of the dump, in the chain numbered `id` (`chain`).
+    pub fn push_to(&mut self, id: u32, rule: RawRule) {
         self.last_chain = Some(id);
         self.chains[id as usize].members.push(self.rules.len() as u32);
         self.rules.push(rule);
     }
 
-    fn chain_id(&mut self, name: &str) -> u32 {
+    /// The number of the chain named so (made known if it was not).
+    pub fn chain_id(&mut self, name: &str) -> u32 {
         if let Some(&id) = self.by_name.get(name) {
             return id;
         }

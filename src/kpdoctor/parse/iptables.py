@@ -166,12 +166,13 @@ class Table:
         """The rules of a table the Python parser is making (a list it may add to)."""
         return cast(list[Rule], self.rules)
 
-    def containing(self, needle: str) -> Iterator[Rule]:
-        """The rules whose line holds ``needle``, in order (without making the others)."""
+    def containing(self, needle: str, *more: str) -> Iterator[Rule]:
+        """The rules whose line holds ``needle`` (and each of ``more``), in order (without making
+        the others)."""
         rules = self.rules
         if isinstance(rules, ScannedRules):
-            return rules.containing(needle)
-        return (r for r in rules if needle in r.text)
+            return rules.containing(needle, *more)
+        return (r for r in rules if needle in r.text and all(m in r.text for m in more))
 
     def in_chains(self, chains: Collection[str]) -> Iterator[Rule]:
         """The rules of these chains, in order (without making the others)."""
@@ -246,8 +247,8 @@ class ScannedRules(Sequence[Rule]):
     def __repr__(self) -> str:
         return f"ScannedRules({self._table}, {len(self)} rules)"
 
-    def containing(self, needle: str) -> Iterator[Rule]:
-        return map(self._rule, self._saved.containing(needle))
+    def containing(self, needle: str, *more: str) -> Iterator[Rule]:
+        return map(self._rule, self._saved.containing(needle, *more))
 
     def in_chains(self, chains: Iterable[str]) -> Iterator[Rule]:
         return map(self._rule, self._saved.in_chains(list(chains)))
@@ -311,9 +312,10 @@ class Ruleset:
     def all_rules(self) -> list[Rule]:
         return [r for t in self.tables.values() for r in t.rules]
 
-    def containing(self, needle: str) -> Iterator[Rule]:
-        """Every table's rules whose line holds ``needle`` (see :meth:`Table.containing`)."""
-        return (r for t in self.tables.values() for r in t.containing(needle))
+    def containing(self, needle: str, *more: str) -> Iterator[Rule]:
+        """Every table's rules whose line holds ``needle`` and each of ``more`` (see
+        :meth:`Table.containing`)."""
+        return (r for t in self.tables.values() for r in t.containing(needle, *more))
 
     def in_chains(self, chains: Collection[str]) -> Iterator[Rule]:
         """Every table's rules of these chains (see :meth:`Table.in_chains`)."""

@@ -143,9 +143,9 @@ def _no_masquerade_rules(facts: Facts) -> Cite | None:
         nat = rs.tables.get("nat")
         if nat is None or not rs.whole("nat"):
             continue
-        # (one that masquerades is looked for among the rules naming the mark chain first: at
+        # (one that masquerades is looked for among the rules naming the mark chain too: at
         # 10,000 Services, half of the 20,000 ClusterIP rules only jump to their Service's chain)
-        if any(_cluster_ip(r) and r.target == "KUBE-MARK-MASQ" for r in nat.containing("KUBE-MARK-MASQ")):
+        if any(_cluster_ip(r) and r.target == "KUBE-MARK-MASQ" for r in nat.containing("cluster IP", "KUBE-MARK-MASQ")):
             return None
         first = next((r for r in nat.containing("cluster IP") if _cluster_ip(r)), None)
         if first is not None:

@@ -318,7 +318,8 @@ def _probability(text: str) -> float | None:
 
 def compile_rule(rule: Rule) -> CompiledRule:
     """Turn ``-A CHAIN ...`` into fields, conditions and a target (once per Rule: a rule the
-    next parse of the same dump keeps, parse_save's ``reuse``, keeps its compiled form)."""
+    next parse of the same dump keeps, parse_save's ``reuse``, keeps its compiled form; a rule
+    the native core read keeps none, :data:`~kpdoctor.parse.iptables.NOT_KEPT`)."""
     done = rule.compiled
     if isinstance(done, CompiledRule):
         return done
