@@ -33,7 +33,8 @@ KUSTOMIZATIONS = ["base", "overlays/prometheus-operator", "overlays/small-cluste
 RELEASES = ["1.25", "1.29", "1.33", "1.37"]
 PODMONITOR_SCHEMA = DATA / "deploy" / "prometheus-operator" / "podmonitor-v1.schema.json"
 # bench/README.md, "The node agent": resident memory at 10,000 Services (MB), CPU per cycle (s)
-MEASURED_RSS_MB = 552
+MEASURED_RSS_MB = 393  # the agent's resident size after a cycle (bench/README.md, the agent in the native core)
+MEASURED_PEAK_MB = 545  # its peak, during a full verification
 MEASURED_CYCLE_CPU = 2.4
 DEBIAN_DEB_GLOB = "/var/cache/apt/archives/kubernetes-client_*.deb"
 
@@ -295,6 +296,7 @@ def test_resources_follow_the_measurements(rendered: dict[str, list[Obj]]) -> No
     res = agent_container(rendered["base"])["resources"]
     assert _bytes(res["requests"]["memory"]) >= MEASURED_RSS_MB * 1e6 * 1.1
     assert _bytes(res["limits"]["memory"]) >= 1.5 * MEASURED_RSS_MB * 1e6
+    assert _bytes(res["limits"]["memory"]) >= 1.4 * MEASURED_PEAK_MB * 1e6  # a full pass's peak, with room
     # the average at the default 300 s interval fits the request; the loop's bound is the limit
     assert _cpu(res["requests"]["cpu"]) >= MEASURED_CYCLE_CPU / 300
     assert _cpu(res["limits"]["cpu"]) == 0.5
