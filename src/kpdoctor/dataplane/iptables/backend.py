@@ -110,10 +110,9 @@ def family_rules(
     local: Iterable[IPAddress],
     record: bool = True,
     ipsets: dict[str, IpSet] | None = None,
-    native: bool = True,
 ) -> FamilyRules:
     """The rules of one family, ready to walk (``ipsets``: the sets ``-m set`` rules read, as
-    IPVS mode's rules do; ``native``: walked in the native core where it can)."""
+    IPVS mode's rules do), in the native core where it can (KPDOCTOR_CORE permitting)."""
     uniq = one_per_backend(rs for rs in rulesets if rs.family == family and rs.form in ("save", "S"))
     if not uniq:
         return FamilyRules(family, [], f"no ip{'6' if family == 6 else ''}tables-save output for IPv{family}")
@@ -130,7 +129,7 @@ def family_rules(
     def evaluator(primary: Ruleset, others: list[Ruleset]) -> Evaluator | NativeEvaluator:
         # the native core walks a verification's packets; steps kept (trace) and ipsets read
         # (IPVS mode) are the Python evaluator's still
-        if native and not record and ipsets is None and native_walks():
+        if not record and ipsets is None and native_walks():
             try:
                 return NativeEvaluator(primary, others, local, compiled)
             except CoreMissing:
@@ -212,13 +211,10 @@ class IptablesBackend:
 
     mode = "iptables"
 
-    def __init__(
-        self, rulesets: list[Ruleset], local: Iterable[IPAddress], record: bool = False, native: bool = True
-    ) -> None:
+    def __init__(self, rulesets: list[Ruleset], local: Iterable[IPAddress], record: bool = False) -> None:
         self.rulesets = rulesets
         self.local = list(local)
         self.record = record
-        self.native = native  # walk in the native core where it can (family_rules: KPDOCTOR_CORE permitting)
         self._families: dict[int, FamilyRules] = {}
         # set around one evaluation to learn what it looked at (dataplane/reuse.py)
         self.deps: set[Dep] | None = None
@@ -226,9 +222,7 @@ class IptablesBackend:
     def family(self, family: int) -> FamilyRules:
         fr = self._families.get(family)
         if fr is None:
-            fr = self._families[family] = family_rules(
-                self.rulesets, family, self.local, record=self.record, native=self.native
-            )
+            fr = self._families[family] = family_rules(self.rulesets, family, self.local, record=self.record)
         return fr
 
     def families(self) -> list[int]:
