@@ -461,7 +461,7 @@ pub fn scan_save<'py>(py: Python<'py>, text: &Bound<'py, PyString>, first_line: 
             .rule_chains
             .iter()
             .map(|&name| match last {
-                Some((n, id)) if std::ptr::eq(n, name) || n == name => id,
+                Some((n, id)) if n == name => id,
                 _ => {
                     let id = *ids.entry(name).or_insert_with(|| {
                         chains.push(interned.entry(name).or_insert_with(|| PyString::intern(py, name)).clone().unbind());

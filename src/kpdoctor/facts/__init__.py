@@ -234,17 +234,17 @@ class Facts:
     @cached_property
     def rulesets(self) -> list[Ruleset]:
         out: list[Ruleset] = []
+        # the agent's cycles: rules the Python evaluator walks are parsed with the previous
+        # cycle's (their compiled forms kept); the native core reads each dump whole again
+        pooled = self.reuse if not (native_walks() and core_missing() is None) else None
         for a in self.of(Kind.IPTABLES_SAVE):
             fam = int(a.attrs.get("family", "4"))
             fragment = a.attrs.get("fragment") == "true"
             text, backend = a.read_text(), a.attrs.get("backend")
-            # the agent's cycles: rules the Python evaluator walks are parsed with the previous
-            # cycle's (their compiled forms kept); the native core reads each dump whole again
-            pooled = self.reuse is not None and not (native_walks() and core_missing() is None)
-            pool = self.reuse.rules_of(a.name) if self.reuse is not None and pooled else None
+            pool = pooled.rules_of(a.name) if pooled is not None else None
             rs = parse_save(text, a.name, backend, fam, a.first_line, fragment, _table_named(a), reuse=pool)
-            if self.reuse is not None and pooled:
-                self.reuse.keep_rules(a.name, rs.all_rules(), rs.unpooled)
+            if pooled is not None:
+                pooled.keep_rules(a.name, rs.all_rules(), rs.unpooled)
             out.append(rs)
         for a in self.of(Kind.IPTABLES_RULES_S):
             fam = int(a.attrs.get("family", "4"))

@@ -59,22 +59,21 @@ def duplicated_rules(rulesets: list[Ruleset], at_least: int = 2) -> list[Duplica
         counts: Counter[tuple[str, str]] = Counter()
         first: dict[tuple[str, str], Rule] = {}
         for table in rs.tables.values():
+            copies: list[tuple[Rule, str, int]]  # a rule, the text that tells it, its copies
             if isinstance(table.rules, ScannedRules):  # repeated texts found in the core, without making every rule
-                for r, n in table.rules.repeated(_KUBERNETES):
-                    key = (table.name, f"{r.chain} {r.body.strip()}")
-                    counts[key] += n
-                    first.setdefault(key, r)
-                continue
-            if rs.form == "L":
-                keyed = [(r, k) for r in table.rules if (k := _listing_key(r)) is not None]
+                copies = [(r, r.body.strip(), n) for r, n in table.rules.repeated(_KUBERNETES)]
             else:
-                keyed = [(r, r.body.strip()) for r in table.rules if _kubernetes(r)]
-            # most dumps repeat no rule, which one set tells without counting
-            if len({k for _, k in keyed}) == len(keyed):
-                continue
-            for r, k in keyed:
+                if rs.form == "L":
+                    keyed = [(r, k) for r in table.rules if (k := _listing_key(r)) is not None]
+                else:
+                    keyed = [(r, r.body.strip()) for r in table.rules if _kubernetes(r)]
+                # most dumps repeat no rule, which one set tells without counting
+                if len({k for _, k in keyed}) == len(keyed):
+                    continue
+                copies = [(r, k, 1) for r, k in keyed]
+            for r, k, n in copies:
                 key = (table.name, f"{r.chain} {k}")
-                counts[key] += 1
+                counts[key] += n
                 first.setdefault(key, r)
         out += [DuplicatedRule(first[key], n, rs.artifact) for key, n in counts.most_common(3) if n >= at_least]
     return sorted(out, key=lambda d: -d.copies)

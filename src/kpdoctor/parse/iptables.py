@@ -151,6 +151,12 @@ def option(args: tuple[str, ...], *flags: str) -> str | None:
     return None
 
 
+def kube_rule(r: Rule) -> bool:
+    """A rule of a KUBE-* chain, or one that jumps (or goes) to one: kube-proxy's or kubelet's
+    (``_core.SavedRules.kube_rules`` counts the same in the core)."""
+    return r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-")
+
+
 @dataclass(slots=True)
 class Table:
     name: str
@@ -255,16 +261,15 @@ class ScannedRules(Sequence[Rule]):
 
     def kube_rule_count(self) -> int:
         """Rules in KUBE-* chains or jumping to them (see :meth:`Ruleset.kube_rule_count`),
-        counted in the core without making the rules."""
+        counted in the core without making the rules (but the few it leaves to Python)."""
         count, left = self._saved.kube_rules()
-        return count + sum(1 for i in left if (self._rule(i).target or "").startswith("KUBE-"))
+        return count + sum(1 for i in left if kube_rule(self._rule(i)))
 
     def repeated(self, needles: Iterable[str]) -> list[tuple[Rule, int]]:
         """The rules whose line holds one of ``needles`` and whose text without counters another
         such rule repeats: per text, its first rule and how many rules read so, in the order of
         the first rules."""
         return [(self._rule(i), n) for i, n in self._saved.repeated(list(needles))]
-
 
 
 @dataclass(slots=True)
@@ -337,9 +342,7 @@ class Ruleset:
         reading targets tokenises every rule)."""
         if self._kube_rules is None:
             self._kube_rules = sum(
-                t.rules.kube_rule_count()
-                if isinstance(t.rules, ScannedRules)
-                else sum(1 for r in t.rules if r.chain.startswith("KUBE-") or (r.target or "").startswith("KUBE-"))
+                t.rules.kube_rule_count() if isinstance(t.rules, ScannedRules) else sum(map(kube_rule, t.rules))
                 for t in self.tables.values()
             )
         return self._kube_rules

@@ -294,11 +294,10 @@ class IptablesBackend:
         for f in self.families():
             for _, ev in self.family(f).primary:
                 if isinstance(ev, NativeEvaluator):
-                    for origin, state in ev.states():
-                        if origin not in now.native:
-                            now.native[origin] = state
-                            old_state = before.native.pop(origin, None) if before is not None else None
-                            changed.update((origin, t, c, p) for t, c, p in state.changes(old_state))
+                    for origin, state in ev.states(known=now.native):
+                        now.native[origin] = state
+                        old_state = before.native.pop(origin, None) if before is not None else None
+                        changed.update((origin, t, c, p) for t, c, p in state.changes(old_state))
                     continue
                 for layer in ev.layers:
                     if id(layer) in seen:

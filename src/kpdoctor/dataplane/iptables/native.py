@@ -22,7 +22,7 @@ import contextlib
 import functools
 import operator
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -180,11 +180,13 @@ class NativeEvaluator:
         self.undecided = undecided
         return raw, undecided
 
-    def states(self) -> list[tuple[str, RulesState]]:
+    def states(self, known: Collection[str] = ()) -> list[tuple[str, RulesState]]:
         """What each dump the core walks held, as fingerprints of the parts a walk reads (the
-        agent compares them with the previous cycle's: dataplane/reuse.py), by its artifact."""
+        agent compares them with the previous cycle's: dataplane/reuse.py), by its artifact;
+        none for the artifacts ``known`` (fingerprinted already, for another evaluator)."""
         with _contained():
-            return [(rs.artifact, self._core.state(i)) for i, rs in enumerate(self._rulesets)]
+            layers = enumerate(self._rulesets)
+            return [(rs.artifact, self._core.state(i)) for i, rs in layers if rs.artifact not in known]
 
     def settled(self, packets: list[tuple[Packet, str, list[Expectation]]]) -> list[bool]:
         """Which of these walks (packet, hook, the case's alternatives) the rules certainly
