@@ -5,6 +5,7 @@
 mod addr;
 mod compile;
 mod save;
+mod share;
 mod state;
 mod table;
 mod tokens;
@@ -343,6 +344,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RulesState>()?;
     m.add_class::<RuleLines>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
+    m.add_function(wrap_pyfunction!(share::share_values, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;
     Ok(())

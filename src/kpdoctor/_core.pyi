@@ -1,5 +1,7 @@
 """Types of kpdoctor's native core (rust/src/lib.rs): what kpdoctor/dataplane/iptables/native.py calls."""
 
+from typing import Any
+
 __version__: str
 # how many short chains' compiled forms a table keeps (rust/src/table.rs)
 SHORT_CHAINS_KEPT: int
@@ -83,3 +85,4 @@ class RuleLines:
     def line_of(self, text: str) -> int | None: ...
 
 def scan_save(text: str, first_line: int = 1) -> SaveScan | None: ...
+def share_values(roots: list[Any], aliased: bool = True) -> int: ...

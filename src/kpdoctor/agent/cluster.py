@@ -49,7 +49,7 @@ from kpdoctor.collect.kubeapi import (
 )
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
 from kpdoctor.parse.diagnostics import Diagnostic
-from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, ObjectDiagnostic, Objects, read_object
+from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, ObjectDiagnostic, Objects, read_object, share
 
 log = logging.getLogger("kpdoctor.agent")
 
@@ -246,6 +246,7 @@ class ClusterCache:
             for (line, key, raw), body in zip(batch, bodies, strict=True):
                 obj, problems = read_object(body, r.path, line)
                 st.parsed[key] = _Parsed(raw, line, obj, problems)
+            share(bodies)  # read (and trimmed of malformed parts) above: read-only from here on
 
     def errors(self) -> dict[str, str]:
         with self._lock:

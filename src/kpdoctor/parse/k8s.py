@@ -22,6 +22,12 @@ from kpdoctor import lazy_re
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
 
+_share_values: Callable[[list[Any], bool], int] | None
+try:  # the native core makes the equal values of read objects one object (rust/src/share.rs)
+    from kpdoctor._core import share_values as _share_values
+except ImportError:
+    _share_values = None
+
 # The alphabet of the API server's generated name suffixes (no vowels, no 0/1/3: apimachinery's
 # rand.String), as in a Deployment's Pod name-<ReplicaSet hash>-<5 of them>
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
@@ -422,7 +428,18 @@ def parse_objects(
     for obj in out.items:
         for problem in object_problems(obj):
             diag(obj.line, f"{obj.kind} {_ref(obj)}: {problem}")
+    share([o.body for o in out.items], aliased=not json_like)
     return out
+
+
+def share(bodies: list[Any], aliased: bool = False) -> None:
+    """Make the equal values of read objects one object, when the native core loads: a large
+    cluster's EndpointSlices repeat the same conditions, ports, node names and API versions
+    hundreds of thousands of times, each a new object as parsed (a third of their memory). The
+    objects are read-only from here on: a shared value is in several of them. ``aliased``: one
+    container may be in several places (YAML's anchors), walked once."""
+    if _share_values is not None and bodies:
+        _share_values(bodies, aliased)
 
 
 def read_object(d: dict[str, Any], artifact: str, line: int | None) -> tuple[K8sObject, list[str]]:
