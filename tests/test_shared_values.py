@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,156 @@ def test_deep_documents_are_left_below_the_walks_depth() -> None:
     for _ in range(500):
         inner = inner["k"]
     assert inner == {"v": "x"}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with the same types all the way down (1, 1.0 and True are three values here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return bool(a == b)
+
+
+def _agrees(text: str) -> bool:
+    """The core's reading of ``text`` is json.loads's, or the core leaves it to json.loads (None);
+    True when the core read it."""
+    try:
+        want: Any = json.loads(text)
+        refused = False
+    except (ValueError, RecursionError):
+        refused = True
+    got = core.load_json(text)
+    if got is None:
+        return False
+    assert not refused, f"the core read what json.loads refuses: {text[:200]!r}"
+    assert _same(got[0], want), f"read otherwise than json.loads: {text[:200]!r}"
+    return True
+
+
+def test_the_core_reads_every_json_file_of_the_tests_as_json_loads() -> None:
+    files = sorted(HERE.rglob("*.json"))
+    read = sum(_agrees(p.read_text(encoding="utf-8", errors="surrogateescape")) for p in files)
+    assert read >= len(files) * 0.9
+    assert _agrees(_generated(50))
+
+
+_PIECES = [
+    '"',
+    "\\",
+    "\\u",
+    "d83d",
+    "de00",
+    "dc00",
+    "\\n",
+    "\\x",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    " ",
+    "\n",
+    "\x0b",
+    "0",
+    "-",
+    "1",
+    ".",
+    "e",
+    "E",
+    "+",
+    "00",
+    "-0",
+    "1e400",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "true",
+    "null",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "tru",
+    '"é"',
+    '"\\ud83d\\ude00"',
+    '"\\ud800"',
+    "\x01",
+]
+_SCALARS = [
+    "0",
+    "-0",
+    "1",
+    "-12",
+    "3.25",
+    "1e5",
+    "-2.5E-3",
+    "123456789012345678901234567890",
+    "5e-324",
+    "1.7976931348623157e308",
+    "true",
+    "false",
+    "null",
+    '"x"',
+    '"\\u00e9\\n\\/"',
+    '"\\ud83d\\ude00"',
+    '"a\\"b"',
+    '""',
+    '"' + "y" * 300 + '"',
+    "NaN",
+]
+
+
+def _random_json(rnd: random.Random, depth: int = 0) -> str:
+    r = rnd.random()
+    if depth > 5 or r < 0.3:
+        return rnd.choice(_SCALARS)
+    if r < 0.65:
+        return (
+            "["
+            + rnd.choice([",", ", ", " ,\n"]).join(_random_json(rnd, depth + 1) for _ in range(rnd.randint(0, 5)))
+            + "]"
+        )
+    keys = [
+        rnd.choice(['"a"', '"b"', '"ready"', '"k\\u0041"', '"' + "z" * 300 + '"']) for _ in range(rnd.randint(0, 5))
+    ]
+    return "{" + ",".join(f"{k}{rnd.choice([':', ' : '])}{_random_json(rnd, depth + 1)}" for k in keys) + "}"
+
+
+def test_the_core_reads_random_and_broken_json_as_json_loads_or_leaves_it() -> None:
+    rnd = random.Random(42)
+    read = 0
+    for _ in range(4000):
+        text = list(_random_json(rnd))
+        if rnd.random() < 0.5:  # broken: pieces inserted, removed, replaced
+            for _ in range(rnd.randint(1, 3)):
+                if not text:
+                    break
+                at = rnd.randint(0, len(text) - 1)
+                op = rnd.random()
+                if op < 0.4:
+                    text[at:at] = [rnd.choice(_PIECES)]
+                elif op < 0.7:
+                    del text[at]
+                else:
+                    text[at] = rnd.choice(_PIECES)
+        read += _agrees(rnd.choice(["", " ", "\n"]) + "".join(text) + rnd.choice(["", " \n", " x"]))
+    assert read > 500  # most broken ones and those with NaN or a lone surrogate are json.loads's
+    assert not _agrees("[" * 600 + "]" * 600)  # deeper than the core reads: json.loads's
+    assert _agrees("[" * 100 + "]" * 100)
+
+
+def test_a_malformed_part_of_a_shared_value_is_dropped_from_each_object_alone() -> None:
+    meta = '{"name": "same", "namespace": "x", "labels": "oops"}'
+    text = (
+        '{"kind": "List", "apiVersion": "v1", "items": ['
+        f'{{"kind": "ConfigMap", "apiVersion": "v1", "metadata": {meta}}},'
+        f'{{"kind": "Secret", "apiVersion": "v1", "metadata": {meta}}}]}}'
+    )
+    objs = k8s.parse_objects(text, "l.json")
+    assert [o.body["metadata"] for o in objs.items] == [{"name": "same", "namespace": "x"}] * 2
+    said = [str(d) for d in objs.diagnostics if "labels is str" in str(d)]
+    assert len(said) == 2, said  # each object's own problem, though they shared the value as read

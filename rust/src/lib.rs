@@ -345,6 +345,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RuleLines>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add_function(wrap_pyfunction!(share::share_values, m)?)?;
+    m.add_function(wrap_pyfunction!(share::load_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;
     Ok(())

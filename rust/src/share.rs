@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Containers deeper than this are left as they are (a document's depth is bounded where it is
@@ -271,4 +271,375 @@ pub fn share_values(roots: &Bound<'_, PyList>, aliased: bool) -> PyResult<usize>
         }
     }
     Ok(s.replaced)
+}
+
+/// Why a read stopped: a text this reader leaves to `json.loads` (which then reads it, or says
+/// exactly what is wrong with it), or an error of Python's own.
+enum Stop {
+    NotMine,
+    Py(PyErr),
+}
+
+impl From<PyErr> for Stop {
+    fn from(e: PyErr) -> Self {
+        Stop::Py(e)
+    }
+}
+
+type Read<T> = Result<T, Stop>;
+
+/// Nesting deeper than this is left to `json.loads` (which stops at Python's recursion limit).
+const MAX_NESTING: usize = 512;
+
+/// A JSON text read byte by byte into Python objects, each value made canonical as it is read.
+struct Reader<'a, 'py> {
+    py: Python<'py>,
+    b: &'a [u8],
+    text: &'a str,
+    i: usize,
+    s: Sharer<'py>,
+    /// a string's text with its escapes undone
+    scratch: String,
+}
+
+impl<'a, 'py> Reader<'a, 'py> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn expect(&mut self, word: &[u8]) -> Read<()> {
+        if self.b[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(Stop::NotMine)
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Read<Placed<'py>> {
+        match self.b.get(self.i) {
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => self.string(),
+            Some(b't') => {
+                self.expect(b"true")?;
+                Ok((PyBool::new(self.py, true).to_owned().into_any(), true))
+            }
+            Some(b'f') => {
+                self.expect(b"false")?;
+                Ok((PyBool::new(self.py, false).to_owned().into_any(), true))
+            }
+            Some(b'n') => {
+                self.expect(b"null")?;
+                Ok((self.py.None().into_bound(self.py), true))
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            _ => Err(Stop::NotMine), // NaN, Infinity, or not JSON
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.i;
+        while let Some(b'0'..=b'9') = self.b.get(self.i) {
+            self.i += 1;
+        }
+        self.i - start
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`, as json's scanner matches a number: an
+    /// integer, or a float when it has a fraction or an exponent.
+    fn number(&mut self) -> Read<Placed<'py>> {
+        let start = self.i;
+        if self.b[self.i] == b'-' {
+            self.i += 1;
+        }
+        match self.b.get(self.i) {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return Err(Stop::NotMine), // -Infinity, or not a number
+        }
+        let mut float = false;
+        if self.b.get(self.i) == Some(&b'.') && matches!(self.b.get(self.i + 1), Some(b'0'..=b'9')) {
+            self.i += 1;
+            self.digits();
+            float = true;
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            let at = self.i;
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                self.i = at; // not an exponent: the number ends before it (and the text is not JSON)
+            } else {
+                float = true;
+            }
+        }
+        let t = &self.text[start..self.i];
+        if float {
+            let f: f64 = t.parse().map_err(|_| Stop::NotMine)?;
+            let v = self.s.floats.entry(f.to_bits()).or_insert_with(|| PyFloat::new(self.py, f).into_any()).clone();
+            Ok((v, true))
+        } else {
+            // beyond 64 bits: Python's int (and its digit limit) reads it
+            let n: i64 = t.parse().map_err(|_| Stop::NotMine)?;
+            let py = self.py;
+            let v = self.s.ints.entry(n).or_insert_with(|| n.into_pyobject(py).map_or_else(|_| py.None().into_bound(py), |o| o.into_any())).clone();
+            if v.is_none() {
+                return Err(Stop::NotMine);
+            }
+            Ok((v, true))
+        }
+    }
+
+    fn hex4(&mut self) -> Read<u32> {
+        let h = self.b.get(self.i..self.i + 4).ok_or(Stop::NotMine)?;
+        let mut n = 0u32;
+        for &c in h {
+            n = n * 16 + (c as char).to_digit(16).ok_or(Stop::NotMine)?;
+        }
+        self.i += 4;
+        Ok(n)
+    }
+
+    /// A string (at its opening quote): its canonical object when it is short, a new one else.
+    fn string(&mut self) -> Read<Placed<'py>> {
+        self.i += 1;
+        let start = self.i;
+        loop {
+            match self.b.get(self.i) {
+                Some(b'"') => break,
+                Some(b'\\') => return self.escaped(start),
+                Some(&c) if c < 0x20 => return Err(Stop::NotMine), // json.loads is strict
+                Some(_) => self.i += 1,
+                None => return Err(Stop::NotMine),
+            }
+        }
+        let t = &self.text[start..self.i];
+        self.i += 1;
+        Ok(self.placed_text(t))
+    }
+
+    fn escaped(&mut self, start: usize) -> Read<Placed<'py>> {
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        out.push_str(&self.text[start..self.i]);
+        let got = self.unescape(&mut out).map(|()| self.placed_text(&out));
+        self.scratch = out;
+        got
+    }
+
+    fn unescape(&mut self, out: &mut String) -> Read<()> {
+        loop {
+            let run = self.i;
+            while let Some(&c) = self.b.get(self.i) {
+                if c == b'"' || c == b'\\' || c < 0x20 {
+                    break;
+                }
+                self.i += 1;
+            }
+            out.push_str(&self.text[run..self.i]);
+            match self.b.get(self.i) {
+                Some(b'"') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    let e = *self.b.get(self.i).ok_or(Stop::NotMine)?;
+                    self.i += 1;
+                    match e {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let c = if (0xd800..0xdc00).contains(&hi) {
+                                // a surrogate pair; a lone surrogate (kept by json.loads) has no text here
+                                if !self.b[self.i..].starts_with(b"\\u") {
+                                    return Err(Stop::NotMine);
+                                }
+                                self.i += 2;
+                                let lo = self.hex4()?;
+                                if !(0xdc00..0xe000).contains(&lo) {
+                                    return Err(Stop::NotMine);
+                                }
+                                0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00)
+                            } else {
+                                hi
+                            };
+                            out.push(char::from_u32(c).ok_or(Stop::NotMine)?);
+                        }
+                        _ => return Err(Stop::NotMine),
+                    }
+                }
+                _ => return Err(Stop::NotMine),
+            }
+        }
+    }
+
+    /// The canonical string of `t` (up to MAX_TEXT bytes), else a new one.
+    fn placed_text(&mut self, t: &str) -> Placed<'py> {
+        if t.len() > MAX_TEXT {
+            return (PyString::new(self.py, t).into_any(), false);
+        }
+        let h = xxh3_64_with_seed(t.as_bytes(), self.s.seed);
+        if let Some(c) = self.s.texts.get(&h) {
+            return match c.cast::<PyString>().ok().and_then(|c| c.to_str().ok()) {
+                Some(ct) if ct == t => (c.clone(), true),
+                _ => (PyString::new(self.py, t).into_any(), false), // another text of this hash
+            };
+        }
+        let v = PyString::new(self.py, t).into_any();
+        self.s.texts.insert(h, v.clone());
+        (v, true)
+    }
+
+    fn object(&mut self, depth: usize) -> Read<Placed<'py>> {
+        if depth > MAX_NESTING {
+            return Err(Stop::NotMine);
+        }
+        self.i += 1;
+        let start = self.s.key.len();
+        self.s.key.push(0);
+        let mut items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::new();
+        let mut leaf = true;
+        self.ws();
+        if self.b.get(self.i) == Some(&b'}') {
+            self.i += 1;
+        } else {
+            loop {
+                if self.b.get(self.i) != Some(&b'"') {
+                    return Err(Stop::NotMine);
+                }
+                let (k, k_canonical) = self.string()?;
+                self.ws();
+                if self.b.get(self.i) != Some(&b':') {
+                    return Err(Stop::NotMine);
+                }
+                self.i += 1;
+                self.ws();
+                let (v, scalar) = self.value(depth)?;
+                leaf &= k_canonical && scalar;
+                if leaf {
+                    self.s.key.extend([k.as_ptr() as usize, v.as_ptr() as usize]);
+                }
+                items.push((k, v));
+                self.ws();
+                match self.b.get(self.i) {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    Some(b'}') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(Stop::NotMine),
+                }
+            }
+        }
+        leaf &= items.len() <= MAX_LEAF;
+        let py = self.py;
+        let made = move || -> PyResult<Bound<'py, PyAny>> {
+            let d = PyDict::new(py);
+            for (k, v) in items {
+                d.set_item(k, v)?; // a repeated key: its first place, its last value (as json.loads)
+            }
+            Ok(d.into_any())
+        };
+        Ok((self.made(leaf, start, made)?, false))
+    }
+
+    fn array(&mut self, depth: usize) -> Read<Placed<'py>> {
+        if depth > MAX_NESTING {
+            return Err(Stop::NotMine);
+        }
+        self.i += 1;
+        let start = self.s.key.len();
+        self.s.key.push(1);
+        let mut items: Vec<Bound<'py, PyAny>> = Vec::new();
+        let mut leaf = true;
+        self.ws();
+        if self.b.get(self.i) == Some(&b']') {
+            self.i += 1;
+        } else {
+            loop {
+                let (v, scalar) = self.value(depth)?;
+                leaf &= scalar;
+                if leaf {
+                    self.s.key.push(v.as_ptr() as usize);
+                }
+                items.push(v);
+                self.ws();
+                match self.b.get(self.i) {
+                    Some(b',') => {
+                        self.i += 1;
+                        self.ws();
+                    }
+                    Some(b']') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(Stop::NotMine),
+                }
+            }
+        }
+        leaf &= items.len() <= MAX_LEAF;
+        let py = self.py;
+        Ok((self.made(leaf, start, || PyList::new(py, items).map(|l| l.into_any()))?, false))
+    }
+
+    /// The container a leaf's key names, made only when no equal one was read before.
+    fn made(&mut self, leaf: bool, start: usize, make: impl FnOnce() -> PyResult<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let got = if !leaf {
+            make()?
+        } else if let Some(same) = self.s.leaves.get(&self.s.key[start..]) {
+            same.clone()
+        } else {
+            let c = make()?;
+            self.s.leaves.insert(self.s.key[start..].to_vec(), c.clone());
+            c
+        };
+        self.s.key.truncate(start);
+        Ok(got)
+    }
+}
+
+/// A JSON text read as `json.loads` reads it, with equal values made one object as they are read
+/// (as `share_values` would leave them, without ever making the copies): `(value,)`. None for a
+/// text left to `json.loads`: one that is not JSON (json.loads then says why), or that this reader
+/// does not read exactly as json.loads does (NaN or Infinity, an integer beyond 64 bits, a lone
+/// surrogate escape, nesting deeper than 512, text that is not UTF-8). The caller promises never to
+/// change what it gets: a shared leaf is in several places.
+#[pyfunction]
+pub fn load_json<'py>(py: Python<'py>, text: &Bound<'py, PyString>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let Ok(t) = text.to_str() else {
+        return Ok(None);
+    };
+    let mut r = Reader { py, b: t.as_bytes(), text: t, i: 0, s: Sharer::new(false), scratch: String::new() };
+    r.ws();
+    let got = r.value(0).and_then(|(v, _)| {
+        r.ws();
+        if r.i == r.b.len() {
+            Ok(v)
+        } else {
+            Err(Stop::NotMine) // more after the value ("Extra data": json.loads's and the caller's)
+        }
+    });
+    match got {
+        Ok(v) => Ok(Some(PyTuple::new(py, [v])?)),
+        Err(Stop::NotMine) => Ok(None),
+        Err(Stop::Py(e)) => Err(e),
+    }
 }

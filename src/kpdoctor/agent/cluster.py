@@ -49,7 +49,15 @@ from kpdoctor.collect.kubeapi import (
 )
 from kpdoctor.collect.record import Collected, NotCollected, utc_now
 from kpdoctor.parse.diagnostics import Diagnostic
-from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, ObjectDiagnostic, Objects, read_object, share
+from kpdoctor.parse.k8s import (
+    SERVICE_NAME_LABEL,
+    K8sObject,
+    ObjectDiagnostic,
+    Objects,
+    load_shared,
+    read_object,
+    share,
+)
 
 log = logging.getLogger("kpdoctor.agent")
 
@@ -242,11 +250,14 @@ class ClusterCache:
                 stale.append((i + 2, key, raw))
         for at in range(0, len(stale), PARSE_BATCH):
             batch = stale[at : at + PARSE_BATCH]
-            bodies = json.loads(b"[" + b",".join(raw for _, _, raw in batch) + b"]")
+            bodies, shared = load_shared(b"[" + b",".join(raw for _, _, raw in batch) + b"]")
+            objs = []
             for (line, key, raw), body in zip(batch, bodies, strict=True):
                 obj, problems = read_object(body, r.path, line)
                 st.parsed[key] = _Parsed(raw, line, obj, problems)
-            share(bodies)  # read (and trimmed of malformed parts) above: read-only from here on
+                objs.append(obj.body)
+            if not shared:
+                share(objs)  # read (and trimmed of malformed parts) above: read-only from here on
 
     def errors(self) -> dict[str, str]:
         with self._lock:

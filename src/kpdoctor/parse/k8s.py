@@ -23,10 +23,12 @@ from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.structured import StructuredError, load_json, load_yaml_all, strip_bom
 
 _share_values: Callable[[list[Any], bool], int] | None
+_load_json: Callable[[str], tuple[Any] | None] | None
 try:  # the native core makes the equal values of read objects one object (rust/src/share.rs)
+    from kpdoctor._core import load_json as _load_json
     from kpdoctor._core import share_values as _share_values
 except ImportError:
-    _share_values = None
+    _share_values = _load_json = None
 
 # The alphabet of the API server's generated name suffixes (no vowels, no 0/1/3: apimachinery's
 # rand.String), as in a Deployment's Pod name-<ReplicaSet hash>-<5 of them>
@@ -321,25 +323,37 @@ _SHAPE: _Shape = {
 }
 
 
-def _well_formed(body: dict[str, Any], shape: _Shape, where: str, problems: list[str]) -> None:
-    """Drop the parts of ``body`` that do not have the type ``shape`` gives them (see _SHAPE)."""
+def _well_formed(body: dict[str, Any], shape: _Shape, where: str, problems: list[str]) -> dict[str, Any]:
+    """``body`` without the parts that do not have the type ``shape`` gives them (see _SHAPE):
+    ``body`` itself when every part has, else a copy (a read value may be shared by several
+    objects, and is never changed in place)."""
+    out = body
     for key, want in shape.items():
         value: Any = body.get(key)
         if value is None:
             continue
         kind: type = dict if isinstance(want, dict) else list if isinstance(want, list) else want
+        fixed: Any = value
         if not isinstance(value, kind):
             problems.append(f"{where}{key} is {type(value).__name__}, not {kind.__name__}: read as absent")
-            del body[key]
+            fixed = None
         elif isinstance(want, dict) and isinstance(value, dict):
-            _well_formed(value, want, f"{where}{key}.", problems)
+            fixed = _well_formed(value, want, f"{where}{key}.", problems)
         elif isinstance(want, list) and isinstance(value, list):
             kept = [v for v in value if isinstance(v, dict)]
             if len(kept) != len(value):
                 problems.append(f"{where}{key} has {len(value) - len(kept)} item(s) that are not objects: skipped")
-                body[key] = kept
-            for item in kept:
-                _well_formed(item, want[0], f"{where}{key}[].", problems)
+            items = [_well_formed(item, want[0], f"{where}{key}[].", problems) for item in kept]
+            if len(items) != len(value) or any(a is not b for a, b in zip(items, value, strict=True)):
+                fixed = items
+        if fixed is not value:
+            if out is body:
+                out = dict(body)
+            if fixed is None:
+                del out[key]
+            else:
+                out[key] = fixed
+    return out
 
 
 def parse_objects(
@@ -364,9 +378,12 @@ def parse_objects(
     def diag(line: int | None, message: str) -> None:
         out.diagnostics.append(ObjectDiagnostic(line, message, artifact))
 
+    shared = False
     if json_like:
         try:
-            docs = [load_json(text)]
+            got = _load_json(text) if _load_json is not None else None
+            shared = got is not None
+            docs = [got[0] if got is not None else load_json(text)]
         except StructuredError as exc:
             if "Extra data" in str(exc):
                 # kubectl cluster-info dump concatenates JSON documents: read them one by one.
@@ -412,7 +429,8 @@ def parse_objects(
             unused = ": not verified" if obj.kind == "Service" else ""
             diag(None, f"{obj.kind} without metadata.name (object {i} of the file){unused}")
         shape_problems: list[str] = []
-        _well_formed(d, _SHAPE, "", shape_problems)
+        if (fixed := _well_formed(d, _SHAPE, "", shape_problems)) is not d:
+            obj = dataclasses.replace(obj, body=fixed)
         for problem in shape_problems[:5]:
             diag(obj.line, f"{obj.kind} {_ref(obj)}: {problem}")
         items.append(obj)
@@ -428,8 +446,21 @@ def parse_objects(
     for obj in out.items:
         for problem in object_problems(obj):
             diag(obj.line, f"{obj.kind} {_ref(obj)}: {problem}")
-    share([o.body for o in out.items], aliased=not json_like)
+    if not shared:
+        share([o.body for o in out.items], aliased=not json_like)
     return out
+
+
+def load_shared(data: bytes) -> tuple[Any, bool]:
+    """``json.loads(data)`` (its errors too), and whether its equal values are one object
+    already: read by the native core, which makes no copy of a value it has read before."""
+    if _load_json is not None:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")
+        got = _load_json(text)
+        if got is not None:
+            return got[0], True
+        return json.loads(text), False
+    return json.loads(data), False
 
 
 def share(bodies: list[Any], aliased: bool = False) -> None:
@@ -458,7 +489,8 @@ def read_object(d: dict[str, Any], artifact: str, line: int | None) -> tuple[K8s
         line,
     )
     problems: list[str] = []
-    _well_formed(d, _SHAPE, "", problems)
+    if (fixed := _well_formed(d, _SHAPE, "", problems)) is not d:
+        obj = dataclasses.replace(obj, body=fixed)
     return obj, problems[:5] + object_problems(obj)
 
 
