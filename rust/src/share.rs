@@ -109,6 +109,10 @@ struct Sharer<'py> {
 }
 
 impl<'py> Sharer<'py> {
+    fn hasher(&self) -> Seeded {
+        Seeded(self.seed)
+    }
+
     fn new(aliased: bool) -> Self {
         let s = Seeded::default();
         Sharer {
@@ -298,6 +302,11 @@ struct Reader<'a, 'py> {
     text: &'a str,
     i: usize,
     s: Sharer<'py>,
+    /// one string per text, by the text's seeded hash, with where its text is in the input
+    /// (compared there, without asking Python for it; `u32::MAX`: a text with escapes undone)
+    texts: HashMap<u64, (Bound<'py, PyAny>, u32, u32), Seeded>,
+    /// the items of the containers being read, one after another (as `Sharer::key`)
+    items: Vec<Bound<'py, PyAny>>,
     /// a string's text with its escapes undone
     scratch: String,
 }
@@ -422,14 +431,14 @@ impl<'a, 'py> Reader<'a, 'py> {
         }
         let t = &self.text[start..self.i];
         self.i += 1;
-        Ok(self.placed_text(t))
+        Ok(self.placed_text(t, Some(start)))
     }
 
     fn escaped(&mut self, start: usize) -> Read<Placed<'py>> {
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         out.push_str(&self.text[start..self.i]);
-        let got = self.unescape(&mut out).map(|()| self.placed_text(&out));
+        let got = self.unescape(&mut out).map(|()| self.placed_text(&out, None));
         self.scratch = out;
         got
     }
@@ -488,20 +497,24 @@ impl<'a, 'py> Reader<'a, 'py> {
         }
     }
 
-    /// The canonical string of `t` (up to MAX_TEXT bytes), else a new one.
-    fn placed_text(&mut self, t: &str) -> Placed<'py> {
+    /// The canonical string of `t` (up to MAX_TEXT bytes; `at`: where it is in the input, when
+    /// it is there as it reads), else a new one.
+    fn placed_text(&mut self, t: &str, at: Option<usize>) -> Placed<'py> {
         if t.len() > MAX_TEXT {
             return (PyString::new(self.py, t).into_any(), false);
         }
         let h = xxh3_64_with_seed(t.as_bytes(), self.s.seed);
-        if let Some(c) = self.s.texts.get(&h) {
-            return match c.cast::<PyString>().ok().and_then(|c| c.to_str().ok()) {
-                Some(ct) if ct == t => (c.clone(), true),
-                _ => (PyString::new(self.py, t).into_any(), false), // another text of this hash
+        if let Some((c, start, len)) = self.texts.get(&h) {
+            let same = if *start == u32::MAX {
+                c.cast::<PyString>().ok().and_then(|c| c.to_str().ok()) == Some(t)
+            } else {
+                self.text.get(*start as usize..(*start + *len) as usize) == Some(t)
             };
+            return if same { (c.clone(), true) } else { (PyString::new(self.py, t).into_any(), false) }; // another text of this hash
         }
         let v = PyString::new(self.py, t).into_any();
-        self.s.texts.insert(h, v.clone());
+        let start = at.map_or(u32::MAX, |a| a as u32);
+        self.texts.insert(h, (v.clone(), start, t.len() as u32));
         (v, true)
     }
 
@@ -512,7 +525,7 @@ impl<'a, 'py> Reader<'a, 'py> {
         self.i += 1;
         let start = self.s.key.len();
         self.s.key.push(0);
-        let mut items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = Vec::new();
+        let first = self.items.len();
         let mut leaf = true;
         self.ws();
         if self.b.get(self.i) == Some(&b'}') {
@@ -534,7 +547,7 @@ impl<'a, 'py> Reader<'a, 'py> {
                 if leaf {
                     self.s.key.extend([k.as_ptr() as usize, v.as_ptr() as usize]);
                 }
-                items.push((k, v));
+                self.items.extend([k, v]);
                 self.ws();
                 match self.b.get(self.i) {
                     Some(b',') => {
@@ -549,12 +562,13 @@ impl<'a, 'py> Reader<'a, 'py> {
                 }
             }
         }
-        leaf &= items.len() <= MAX_LEAF;
+        leaf &= self.items.len() - first <= 2 * MAX_LEAF;
         let py = self.py;
+        let items = self.items.split_off(first);
         let made = move || -> PyResult<Bound<'py, PyAny>> {
             let d = PyDict::new(py);
-            for (k, v) in items {
-                d.set_item(k, v)?; // a repeated key: its first place, its last value (as json.loads)
+            for kv in items.chunks_exact(2) {
+                d.set_item(&kv[0], &kv[1])?; // a repeated key: its first place, its last value (as json.loads)
             }
             Ok(d.into_any())
         };
@@ -568,7 +582,7 @@ impl<'a, 'py> Reader<'a, 'py> {
         self.i += 1;
         let start = self.s.key.len();
         self.s.key.push(1);
-        let mut items: Vec<Bound<'py, PyAny>> = Vec::new();
+        let first = self.items.len();
         let mut leaf = true;
         self.ws();
         if self.b.get(self.i) == Some(&b']') {
@@ -580,7 +594,7 @@ impl<'a, 'py> Reader<'a, 'py> {
                 if leaf {
                     self.s.key.push(v.as_ptr() as usize);
                 }
-                items.push(v);
+                self.items.push(v);
                 self.ws();
                 match self.b.get(self.i) {
                     Some(b',') => {
@@ -595,8 +609,9 @@ impl<'a, 'py> Reader<'a, 'py> {
                 }
             }
         }
-        leaf &= items.len() <= MAX_LEAF;
+        leaf &= self.items.len() - first <= MAX_LEAF;
         let py = self.py;
+        let items = self.items.split_off(first);
         Ok((self.made(leaf, start, || PyList::new(py, items).map(|l| l.into_any()))?, false))
     }
 
@@ -627,7 +642,13 @@ pub fn load_json<'py>(py: Python<'py>, text: &Bound<'py, PyString>) -> PyResult<
     let Ok(t) = text.to_str() else {
         return Ok(None);
     };
-    let mut r = Reader { py, b: t.as_bytes(), text: t, i: 0, s: Sharer::new(false), scratch: String::new() };
+    if t.len() >= u32::MAX as usize {
+        return Ok(None); // its texts' places would not fit
+    }
+    let s = Sharer::new(false);
+    // about one distinct short text per 40 bytes of a cluster's JSON: no growing the table
+    let texts = HashMap::with_hasher(s.hasher());
+    let mut r = Reader { py, b: t.as_bytes(), text: t, i: 0, s, texts, items: Vec::new(), scratch: String::new() };
     r.ws();
     let got = r.value(0).and_then(|(v, _)| {
         r.ws();
