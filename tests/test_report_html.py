@@ -103,7 +103,7 @@ def _hostile_report() -> Report:
         destination="10.0.0.1:30000",
         source="198.51.100.77",
         status="mismatch",
-        expected=[Expectation(frozenset({"10.1.0.1:80"}), "")],
+        expected=[Expectation(("10.1.0.1:80",), "")],
         actual=[Entry(None, "DROP", 1.0, rule, f"KUBE-EXT-{HOSTILE}", None, "kubelet")],
         rules=[rule],
         note=f"note {HOSTILE}",
