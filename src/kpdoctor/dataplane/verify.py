@@ -120,9 +120,8 @@ def evaluate_case(case: Case, backend: Backend, node: NodeView) -> Result:
         notes.append(f"matches: {alt.why}")
     if status == "mismatch" and kind in ("backends", "not-refused", "partly-refused"):
         fwd = {e.endpoint for e in res.actual if e.endpoint and e.verdict == "ACCEPT"}
-        best = max(
-            (a for a in case.alternatives if not a.refused), key=lambda a: len(fwd.intersection(a.backends)), default=None
-        )
+        forwarding = (a for a in case.alternatives if not a.refused)
+        best = max(forwarding, key=lambda a: len(fwd.intersection(a.backends)), default=None)
         want = set(best.backends) if best else set()
         res.stale_backends = sorted(fwd - want)
         res.missing_backends = sorted(want - fwd)
