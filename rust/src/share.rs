@@ -518,19 +518,46 @@ impl<'a, 'py> Reader<'a, 'py> {
         (v, true)
     }
 
-    fn object(&mut self, depth: usize) -> Read<Placed<'py>> {
+    /// Enter a container (at its opening bracket): where its leaf key and its items begin.
+    fn enter(&mut self, depth: usize, kind: usize) -> Read<(usize, usize)> {
         if depth > MAX_NESTING {
             return Err(Stop::NotMine);
         }
         self.i += 1;
         let start = self.s.key.len();
-        self.s.key.push(0);
-        let first = self.items.len();
-        let mut leaf = true;
+        self.s.key.push(kind);
         self.ws();
-        if self.b.get(self.i) == Some(&b'}') {
-            self.i += 1;
-        } else {
+        Ok((start, self.items.len()))
+    }
+
+    /// At a container's first item: true (and past it) when the container closes there.
+    fn closes(&mut self, close: u8) -> bool {
+        let empty = self.b.get(self.i) == Some(&close);
+        self.i += usize::from(empty);
+        empty
+    }
+
+    /// After an item: true at the container's end, false after a comma.
+    fn after_item(&mut self, close: u8) -> Read<bool> {
+        self.ws();
+        match self.b.get(self.i) {
+            Some(b',') => {
+                self.i += 1;
+                self.ws();
+                Ok(false)
+            }
+            Some(&c) if c == close => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(Stop::NotMine),
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Read<Placed<'py>> {
+        let (start, first) = self.enter(depth, 0)?;
+        let mut leaf = true;
+        if !self.closes(b'}') {
             loop {
                 if self.b.get(self.i) != Some(&b'"') {
                     return Err(Stop::NotMine);
@@ -548,17 +575,8 @@ impl<'a, 'py> Reader<'a, 'py> {
                     self.s.key.extend([k.as_ptr() as usize, v.as_ptr() as usize]);
                 }
                 self.items.extend([k, v]);
-                self.ws();
-                match self.b.get(self.i) {
-                    Some(b',') => {
-                        self.i += 1;
-                        self.ws();
-                    }
-                    Some(b'}') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return Err(Stop::NotMine),
+                if self.after_item(b'}')? {
+                    break;
                 }
             }
         }
@@ -576,18 +594,9 @@ impl<'a, 'py> Reader<'a, 'py> {
     }
 
     fn array(&mut self, depth: usize) -> Read<Placed<'py>> {
-        if depth > MAX_NESTING {
-            return Err(Stop::NotMine);
-        }
-        self.i += 1;
-        let start = self.s.key.len();
-        self.s.key.push(1);
-        let first = self.items.len();
+        let (start, first) = self.enter(depth, 1)?;
         let mut leaf = true;
-        self.ws();
-        if self.b.get(self.i) == Some(&b']') {
-            self.i += 1;
-        } else {
+        if !self.closes(b']') {
             loop {
                 let (v, scalar) = self.value(depth)?;
                 leaf &= scalar;
@@ -595,17 +604,8 @@ impl<'a, 'py> Reader<'a, 'py> {
                     self.s.key.push(v.as_ptr() as usize);
                 }
                 self.items.push(v);
-                self.ws();
-                match self.b.get(self.i) {
-                    Some(b',') => {
-                        self.i += 1;
-                        self.ws();
-                    }
-                    Some(b']') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return Err(Stop::NotMine),
+                if self.after_item(b']')? {
+                    break;
                 }
             }
         }
