@@ -69,7 +69,7 @@ WATCH_MARGIN = 30.0  # a watch connection still open this long after that is cut
 LIST_SECONDS = 60.0  # one page of a list, whole
 MAX_PAGES = 2000  # 1,000,000 objects: a list that has not ended by then never will
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch event (an object is at most 1.5 MB in etcd)
-PARSE_BATCH = 2000  # objects parsed by one json.loads (their keys shared)
+PARSE_BATCH = 2000  # objects read in one go (parse.k8s.load_shared: their equal values shared)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 CHANGES_KEPT = 3600.0  # seconds a Service's last change is remembered (the agent asks about the last few)
 
@@ -241,8 +241,8 @@ class ClusterCache:
 
     @staticmethod
     def _parse(r: Resource, st: ResourceState, items: list[tuple[str, bytes]]) -> None:
-        """Parse the objects that are new or changed since the last snapshot, a batch a
-        ``json.loads`` (so that their keys are shared)."""
+        """Parse the objects that are new or changed since the last snapshot, a batch at a time
+        (the equal values of a batch one object: parse.k8s.load_shared)."""
         stale = []
         for i, (key, raw) in enumerate(items):
             p = st.parsed.get(key)
