@@ -90,8 +90,9 @@ type KeyText<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 struct Sharer<'py> {
     seed: u64,
     /// one string per text, by the text's seeded hash (two texts of one hash, which a crafted
-    /// file could make, leave the second as it is)
-    texts: HashMap<u64, Bound<'py, PyAny>, Seeded>,
+    /// file could make, leave the second as it is), with where its text is in the input read
+    /// (compared there, without asking Python for it; `u32::MAX`: not there as it reads)
+    texts: HashMap<u64, (Bound<'py, PyAny>, u32, u32), Seeded>,
     /// the canonical string of each key object met (`json.loads` makes one object per key text)
     keys: HashMap<usize, KeyText<'py>, Seeded>,
     ints: HashMap<i64, Bound<'py, PyAny>, Seeded>,
@@ -109,10 +110,6 @@ struct Sharer<'py> {
 }
 
 impl<'py> Sharer<'py> {
-    fn hasher(&self) -> Seeded {
-        Seeded(self.seed)
-    }
-
     fn new(aliased: bool) -> Self {
         let s = Seeded::default();
         Sharer {
@@ -128,22 +125,32 @@ impl<'py> Sharer<'py> {
         }
     }
 
-    /// The canonical string of `s`'s text, or None for a long one, one with lone surrogates, or
-    /// one whose hash another text has.
-    fn text(&mut self, s: &Bound<'py, PyString>) -> Option<Bound<'py, PyAny>> {
-        let t = s.to_str().ok()?;
+    /// The canonical string of text `t`: the one met before with this text, else `make()`'s,
+    /// kept as the canonical one (`at`: where `t` is in `input`). None for a text longer than
+    /// MAX_TEXT, or one whose hash another text has.
+    fn canonical(&mut self, t: &str, input: &str, at: Option<usize>, make: impl FnOnce() -> Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
         if t.len() > MAX_TEXT {
             return None;
         }
         let h = xxh3_64_with_seed(t.as_bytes(), self.seed);
-        match self.texts.get(&h) {
-            Some(c) if c.is(s) => Some(c.clone()),
-            Some(c) => c.cast::<PyString>().ok()?.to_str().ok().filter(|ct| *ct == t).map(|_| c.clone()),
-            None => {
-                self.texts.insert(h, s.clone().into_any());
-                Some(s.clone().into_any())
-            }
+        if let Some((c, start, len)) = self.texts.get(&h) {
+            let met = if *start == u32::MAX {
+                c.cast::<PyString>().ok().and_then(|c| c.to_str().ok())
+            } else {
+                input.get(*start as usize..(*start + *len) as usize)
+            };
+            return (met == Some(t)).then(|| c.clone());
         }
+        let v = make();
+        self.texts.insert(h, (v.clone(), at.map_or(u32::MAX, |a| a as u32), t.len() as u32));
+        Some(v)
+    }
+
+    /// The canonical string of `s`'s text, or None for a long one, one with lone surrogates, or
+    /// one whose hash another text has.
+    fn text(&mut self, s: &Bound<'py, PyString>) -> Option<Bound<'py, PyAny>> {
+        let t = s.to_str().ok()?;
+        self.canonical(t, "", None, || s.clone().into_any())
     }
 
     /// The canonical string of a dict's key (a key object is looked up once).
@@ -302,9 +309,6 @@ struct Reader<'a, 'py> {
     text: &'a str,
     i: usize,
     s: Sharer<'py>,
-    /// one string per text, by the text's seeded hash, with where its text is in the input
-    /// (compared there, without asking Python for it; `u32::MAX`: a text with escapes undone)
-    texts: HashMap<u64, (Bound<'py, PyAny>, u32, u32), Seeded>,
     /// the items of the containers being read, one after another (as `Sharer::key`)
     items: Vec<Bound<'py, PyAny>>,
     /// a string's text with its escapes undone
@@ -398,11 +402,7 @@ impl<'a, 'py> Reader<'a, 'py> {
             // beyond 64 bits: Python's int (and its digit limit) reads it
             let n: i64 = t.parse().map_err(|_| Stop::NotMine)?;
             let py = self.py;
-            let v = self.s.ints.entry(n).or_insert_with(|| n.into_pyobject(py).map_or_else(|_| py.None().into_bound(py), |o| o.into_any())).clone();
-            if v.is_none() {
-                return Err(Stop::NotMine);
-            }
-            Ok((v, true))
+            Ok((self.s.ints.entry(n).or_insert_with(|| PyInt::new(py, n).into_any()).clone(), true))
         }
     }
 
@@ -497,25 +497,14 @@ impl<'a, 'py> Reader<'a, 'py> {
         }
     }
 
-    /// The canonical string of `t` (up to MAX_TEXT bytes; `at`: where it is in the input, when
-    /// it is there as it reads), else a new one.
+    /// The canonical string of `t` (`at`: where it is in the input, when it is there as it
+    /// reads), else a new one.
     fn placed_text(&mut self, t: &str, at: Option<usize>) -> Placed<'py> {
-        if t.len() > MAX_TEXT {
-            return (PyString::new(self.py, t).into_any(), false);
+        let py = self.py;
+        match self.s.canonical(t, self.text, at, || PyString::new(py, t).into_any()) {
+            Some(v) => (v, true),
+            None => (PyString::new(py, t).into_any(), false),
         }
-        let h = xxh3_64_with_seed(t.as_bytes(), self.s.seed);
-        if let Some((c, start, len)) = self.texts.get(&h) {
-            let same = if *start == u32::MAX {
-                c.cast::<PyString>().ok().and_then(|c| c.to_str().ok()) == Some(t)
-            } else {
-                self.text.get(*start as usize..(*start + *len) as usize) == Some(t)
-            };
-            return if same { (c.clone(), true) } else { (PyString::new(self.py, t).into_any(), false) }; // another text of this hash
-        }
-        let v = PyString::new(self.py, t).into_any();
-        let start = at.map_or(u32::MAX, |a| a as u32);
-        self.texts.insert(h, (v.clone(), start, t.len() as u32));
-        (v, true)
     }
 
     /// Enter a container (at its opening bracket): where its leaf key and its items begin.
@@ -645,10 +634,7 @@ pub fn load_json<'py>(py: Python<'py>, text: &Bound<'py, PyString>) -> PyResult<
     if t.len() >= u32::MAX as usize {
         return Ok(None); // its texts' places would not fit
     }
-    let s = Sharer::new(false);
-    // about one distinct short text per 40 bytes of a cluster's JSON: no growing the table
-    let texts = HashMap::with_hasher(s.hasher());
-    let mut r = Reader { py, b: t.as_bytes(), text: t, i: 0, s, texts, items: Vec::new(), scratch: String::new() };
+    let mut r = Reader { py, b: t.as_bytes(), text: t, i: 0, s: Sharer::new(false), items: Vec::new(), scratch: String::new() };
     r.ws();
     let got = r.value(0).and_then(|(v, _)| {
         r.ws();
