@@ -288,3 +288,22 @@ def test_broken_json_says_where_it_breaks(tmp_path: Path) -> None:
     ev = load([write(tmp_path, "svc.json", '{"kind": "Service", "metadata": {\n')])
     assert ev.artifacts == []
     assert "JSON that does not parse" in ev.problems[0].message and "line 2" in ev.problems[0].message
+
+
+def test_a_quoted_session_says_why_its_commands_were_not_read(tmp_path: Path) -> None:
+    """A session quoted or indented in markdown whose every output is unusable says why, per
+    command, as the same session pasted bare does, instead of "not recognised"."""
+    session = '$ kubectl get endpointslices -A -o json\n{"kind": "List", "items": [{"kind": "EndpointSlice"\n'
+    said = []
+    for name, text in (
+        ("bare.txt", session),
+        ("quoted.md", "".join(f"> {ln}\n" for ln in session.splitlines())),
+        ("indented.md", "".join(f"    {ln}\n" for ln in session.splitlines())),
+    ):
+        ev = load([write(tmp_path, name, text)])
+        assert ev.artifacts == []
+        messages = [(p.source.removeprefix(str(tmp_path / name)), p.message) for p in ev.problems]
+        assert messages[0][0] == ":1" and "kubectl get endpointslices" in messages[0][1]
+        assert "JSON that does not parse" in messages[0][1]
+        said.append(messages)
+    assert said[0] == said[1] == said[2]

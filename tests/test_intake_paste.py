@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA
+from conftest import DATA, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -304,6 +304,71 @@ def test_prompts_of_container_shells_glued_dollars_and_indented_sessions() -> No
 )
 def test_output_inside_a_container_is_not_the_hosts(argv: str, scope: str) -> None:
     assert hint_from_command(argv.split())["scope"] == scope
+
+
+# A session typed in bash 5.2 (`script` of `bash -i`, its terminal codes taken off): a command
+# continued after a backslash, and an awk program in quotes over three lines, each continuation
+# line after bash's "> " prompt.
+CONTINUED_SESSION = (
+    "root@node1:~# sysctl net.ipv4.ip_forward \\\n"
+    ">   net.ipv4.conf.all.rp_filter\n"
+    "net.ipv4.ip_forward = 0\n"
+    "net.ipv4.conf.all.rp_filter = 0\n"
+    "root@node1:~# sysctl -a 2>/dev/null | awk '\n"
+    "> /^net.ipv4.ip_forward / {print}\n"
+    "> /^net.ipv4.conf.all.rp_filter / {print}'\n"
+    "net.ipv4.conf.all.rp_filter = 0\n"
+    "net.ipv4.ip_forward = 0\n"
+)
+
+
+def test_a_command_typed_over_several_lines_is_one_command(tmp_path: Path) -> None:
+    """The lines the shell reads on (a backslash, an open quote) are the command's, not its output,
+    and the continuation prompts are not a markdown quote; as bash read them."""
+    parts = split_transcript(CONTINUED_SESSION)
+    assert parts is not None
+    assert [(p.argv, p.first_line) for p in parts] == [
+        (["sysctl", "net.ipv4.ip_forward", "net.ipv4.conf.all.rp_filter"], 3),
+        (["sysctl", "-a", "2>/dev/null", "|", "awk", "\n/^net.ipv4.ip_forward / {print}\n/^net.ipv4.conf.all.rp_filter / {print}"], 8),
+    ]
+    assert parts[0].text == "net.ipv4.ip_forward = 0\nnet.ipv4.conf.all.rp_filter = 0\n"
+    rep, _ = diagnose_paths([write(tmp_path, "session.txt", CONTINUED_SESSION)])
+    read = rep.to_json()["inputs"]
+    assert [(i["lines"], i["kind"]) for i in read] == [([3, 4], "sysctl output"), ([8, 9], "sysctl output")]
+    assert not any("paste" in i for i in read)  # nothing was taken for a markdown quote
+    assert rep.visible()[0].cause == "ip-forward-disabled"
+
+
+def test_a_loop_typed_over_several_lines_is_one_command() -> None:
+    """bash reads a `for` loop on until its `done`: an `iptables` after the "> " prompt inside it
+    is the loop's, not a command of its own (bash 5.2, as typed)."""
+    text = (
+        "root@node1:~# for t in nat filter; do \\\n"
+        "> iptables-legacy -t $t -S | head -2\n"
+        "> done\n"
+        "-P PREROUTING ACCEPT\n"
+        "-P INPUT ACCEPT\n"
+        "-P INPUT ACCEPT\n"
+        "-P FORWARD ACCEPT\n"
+    )
+    parts = split_transcript(text)
+    assert parts is not None and len(parts) == 1
+    assert parts[0].first_line == 4 and parts[0].argv[0] == "for" and parts[0].argv[-1] == "done"
+    assert parts[0].text.startswith("-P PREROUTING ACCEPT\n")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "grep -c 'can't resolve /var/log/kube-proxy.log",  # a quote the shell would wait on forever
+        "kubectl -n kube-system logs kube-proxy-x | grep do",  # "do" outside a loop opens nothing
+    ],
+)
+def test_a_command_not_closed_within_its_lines_keeps_its_output(command: str) -> None:
+    text = f"root@node1:~# {command}\n3\nroot@node1:~# iptables --version\niptables v1.8.7 (nf_tables)\n"
+    parts = split_transcript(text)
+    assert parts is not None
+    assert [(p.text, p.first_line) for p in parts] == [("3\n", 2), ("iptables v1.8.7 (nf_tables)\n", 4)]
 
 
 # -- how the evidence was read -------------------------------------------------------------------

@@ -694,9 +694,12 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         return
     head_text = head.decode("utf-8-sig", errors="replace")
     whole = head_text if size <= len(head) else None  # the whole text, read once when needed
+    # why each command of a wrapped (quoted, indented) session was not read: said instead of
+    # "not recognised" when nothing else reads the file, as for the same session unwrapped
+    unread: list[InputProblem] = []
     if size <= MAX_PASTE_BYTES:
         whole = whole if whole is not None else path.read_text(encoding="utf-8-sig", errors="replace")
-        if _load_unwrapped(ev, label, whole):
+        if _load_unwrapped(ev, label, whole, unread):
             return
     # A pasted session starts with its first command; a big file with no prompt in its head is
     # one command's output, and is not read whole just to look for prompts.
@@ -724,7 +727,7 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     if whole is not None and _load_segmented(ev, label, whole, hint=typed):
         return  # several kinds of output in one paste, each read as what it is
     if typed.kind is None:
-        ev.problems.append(InputProblem(label, typed.reason))
+        ev.problems.extend(unread or [InputProblem(label, typed.reason)])
         return
     _add_typed(ev, path, label, typed)
 
@@ -773,17 +776,18 @@ def _other_netns(kind: Kind, where: str) -> str:
     return f"{kind} of another network namespace (`{where}`: a Pod's), not the node's dataplane: not read as the node's"
 
 
-def _load_unwrapped(ev: Evidence, label: str, text: str) -> bool:
+def _load_unwrapped(ev: Evidence, label: str, text: str, unread: list[InputProblem]) -> bool:
     """A paste read without its wrapping (markdown indentation or quotes, grep prefixes,
     backticks: bundle/paste.py), when it has one and is evidence without it; True when so.
     Taken off first: an indented log would otherwise be read as one record of continuation
-    lines, and a grep'd one not at all."""
+    lines, and a grep'd one not at all. ``unread`` gets why a session's commands were not read
+    when none was."""
     un = unwrap_paste(text)
     if not un.removed:
         return False
     parts = split_transcript(un.text)
     if parts is not None:
-        return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed)
+        return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed, unread=unread)
     typed = sniff(un.text[:HEAD_BYTES], ev.lazy_signatures)
     if _load_segmented(ev, label, un.text, extra={"paste": ", ".join(un.removed)}, hint=typed):
         return True
@@ -854,11 +858,17 @@ def _add_inline(
 
 
 def _load_transcript(
-    ev: Evidence, label: str, parts: list[Part], report_unused: bool = True, paste: tuple[str, ...] = ()
+    ev: Evidence,
+    label: str,
+    parts: list[Part],
+    report_unused: bool = True,
+    paste: tuple[str, ...] = (),
+    unread: list[InputProblem] | None = None,
 ) -> bool:
     """Each command's output typed on its own (an output not recognised as it is, read again
     without its wrapping); True when any was used. ``paste``: what was taken off the whole file
-    before it could be split (``report_unused`` False: the caller reports the file instead)."""
+    before it could be split (``report_unused`` False: the caller reports the file instead,
+    with what this adds to ``unread``: why each command's output was not read)."""
     used = 0
     problems: list[InputProblem] = []
     when: str | None = None  # the output of the last `date`: when the following commands ran
@@ -921,6 +931,10 @@ def _load_transcript(
         used += 1
     if used or report_unused:
         ev.problems.extend(problems)
-    if not used and report_unused:
-        ev.problems.append(InputProblem(label, "terminal transcript, but no command output kpdoctor reads"))
+    if not used:
+        said = InputProblem(label, "terminal transcript, but no command output kpdoctor reads")
+        if report_unused:
+            ev.problems.append(said)
+        elif unread is not None and problems:
+            unread.extend([*problems, said])
     return used > 0

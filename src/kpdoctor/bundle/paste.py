@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from kpdoctor import lazy_re
-from kpdoctor.parse.shellwords import PROMPT
+from kpdoctor.parse.shellwords import PROMPT, reads_on
 
 # What a wrapper must cover to be taken off: most lines, not one that happens to look like it.
 _MOST = 0.8
@@ -70,14 +70,16 @@ _MIN_QUOTED = 2  # lines a quoted block holds at least (one `>` line is a remark
 
 def _quoted_blocks(lines: list[str]) -> list[str] | None:
     """The lines with the markers of each quoted block taken off (a run of lines every one of
-    which starts with `>`), when a block of two lines or more is there; None otherwise."""
+    which starts with `>`), when a block of two lines or more is there; None otherwise. The
+    lines under a command the shell reads on after (an open quote) are its continuation
+    prompts, not a quote."""
     out: list[str] | None = None
     i = 0
     while i < len(lines):
         j = i
         while j < len(lines) and _QUOTE.match(lines[j]):
             j += 1
-        if j - i >= _MIN_QUOTED:
+        if j - i >= _MIN_QUOTED and not (i and PROMPT.match(lines[i - 1]) and reads_on(lines[i - 1])):
             out = out if out is not None else list(lines)
             out[i:j] = [_QUOTE.sub("", ln, count=1) for ln in lines[i:j]]
         i = max(j, i + 1)

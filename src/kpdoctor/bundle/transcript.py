@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.k8s import GENERATED, pod_template
+from kpdoctor.parse.shellwords import (
+    MAX_CONTINUED,
+    RUNTIME_CLIS,
+    continued_on,
+    entered,
+    exec_parts,
+    shell_split,
+    typed_over,
+    unwrapped,
+)
 from kpdoctor.parse.shellwords import PROMPT as _PROMPT
-from kpdoctor.parse.shellwords import RUNTIME_CLIS, entered, exec_parts, shell_split, unwrapped
 from kpdoctor.parse.structured import FENCE
 from kpdoctor.parse.sysctl import sysctl_write
 
@@ -145,12 +154,20 @@ def prompt_scope(prompt: str) -> str | None:
     return "container" if _PATH_PROMPT.match(prompt) else None
 
 
-def _typed_command(line: str) -> tuple[str, list[str], str | None, str] | None:
-    """(command, argv run, scope, what said the scope) of a prompt line (see :class:`Part`)."""
+def _typed_command(
+    line: str, after: list[str] | None = None
+) -> tuple[tuple[str, list[str], str | None, str], int] | None:
+    """(command, argv run, scope, what said the scope) of a prompt line (see :class:`Part`),
+    and how many of the lines ``after`` it the command continues on (the shell reads on after
+    an open quote or an unfinished loop: :func:`continued_on`)."""
     m = _PROMPT.match(line)
     if not m:
         return None
-    return _command(line, m.group("cmd").strip(), line[: m.start("cmd")], bool(m.group("strong")))
+    cmd = m.group("cmd")
+    more = continued_on(cmd, after) if after else 0
+    typed = typed_over([cmd, *after[:more]]) if more and after else cmd
+    got = _command(line, typed.strip(), line[: m.start("cmd")], bool(m.group("strong")))
+    return (got, more) if got is not None else None
 
 
 # Command words that start English sentences as readily as commands: a line pasted without its
@@ -221,7 +238,8 @@ def _prompt(line: str) -> tuple[str, list[str], str | None, str] | None:
     """The command of a prompt line (the cheap test first: most lines cannot be one)."""
     start = line.lstrip(" \t")[:1]
     if start and (start in _PROMPT_START or "@" in line or ":~" in line or ":/" in line):
-        return _typed_command(line)
+        typed = _typed_command(line)
+        return typed[0] if typed is not None else None
     return None
 
 
@@ -249,6 +267,18 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
             prompts.insert(0, (first_content, typed))
     if not prompts:
         return None
+    # a command typed over several lines (an open quote, a trailing backslash): the lines it
+    # continues on are its own, even those bash's `> ` continuation prompt makes look like prompts
+    typed_to: dict[int, int] = {}
+    kept: list[tuple[int, tuple[str, list[str], str | None, str]]] = []
+    for i, c in prompts:
+        if kept and i <= typed_to[kept[-1][0]]:
+            continue
+        whole = _typed_command(lines[i], lines[i + 1 : i + 2 + MAX_CONTINUED])
+        more = whole[1] if whole is not None else 0
+        typed_to[i] = i + more
+        kept.append((i, whole[0] if whole is not None and more else c))
+    prompts = kept
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None
     # in a session, a caption naming a command starts that command's output (its line is prose)
@@ -260,6 +290,7 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
         parts.append(Part("", [], "\n".join(lines[: prompts[0][0]]) + "\n", 1))
     for n, (i, (cmd, argv, scope, where)) in enumerate(prompts):
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
+        i = typed_to.get(i, i)
         body = lines[i + 1 : end]
         if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
             # a write to /proc/sys prints nothing: the command line itself is the evidence

@@ -161,3 +161,51 @@ def shell_split(line: str) -> list[str]:
     if line[pos:].strip(" \t\r\n"):
         raise ValueError("No closing quotation")
     return words
+
+
+MAX_CONTINUED = 16  # lines one typed command may span (a loop or an awk program over a few lines)
+
+
+# a compound command's first word, and its opening and closing words: the shell reads on until
+# each opened is closed
+_COMPOUND_START = frozenset({"for", "while", "until", "select", "if", "case"})
+_COMPOUND = (("do", "done"), ("then", "fi"), ("case", "esac"))
+_OPERATORS = lazy_re.compile(r"[;&|()]+")
+
+
+def reads_on(cmd: str) -> bool:
+    """Would the shell read another line for this command: a quote still open, a backslash at
+    the line's end, a loop, ``if`` or ``case`` it starts not closed yet (bash then shows its
+    ``> `` continuation prompt)?"""
+    if cmd.endswith("\\") and (len(cmd) - len(cmd.rstrip("\\"))) % 2:
+        return True
+    try:
+        words = shell_split(cmd)
+    except ValueError:
+        return True
+    if not words or _OPERATORS.split(words[0])[0] not in _COMPOUND_START:
+        return False
+    tokens = [t for w in words for t in _OPERATORS.split(w)]
+    return any(tokens.count(opening) > tokens.count(closing) for opening, closing in _COMPOUND)
+
+
+def typed_over(lines: list[str]) -> str:
+    """A command typed over several lines as the shell reads it: a backslash at a line's end
+    joins the next line on, a newline inside quotes stays; the ``> `` continuation prompt off."""
+    cmd = lines[0]
+    for line in lines[1:]:
+        line = line[2:] if line.startswith("> ") else line
+        cmd = f"{cmd[:-1]}{line}" if cmd.endswith("\\") else f"{cmd}\n{line}"
+    return cmd
+
+
+def continued_on(cmd: str, after: list[str]) -> int:
+    """How many of the lines ``after`` the line a command was typed on (``cmd``, without its
+    prompt) are the rest of it: while the shell reads on (:func:`reads_on`) they are the
+    command's, not its output. 0 when it ends on its line, or is not closed within a few lines."""
+    n = 0
+    while reads_on(typed_over([cmd, *after[:n]])):
+        n += 1
+        if n > len(after) or n > MAX_CONTINUED:
+            return 0
+    return n
