@@ -477,15 +477,16 @@ def diagnose(
     nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
-    describe svc/node, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, timed `docker
-    stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw status, package versions (rpm -q, dpkg
-    -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X | wc -l`), curl's and Go programs'
-    connection errors, and terminal transcripts holding any of them; also as pasted (markdown quotes or
-    indentation, grep -n prefixes, output written as `# Output:` comments, lines without their header,
-    rules or `netstat -s` lines grep'd out, lines a terminal broke at one column, several outputs in one
-    paste with or without headings between them, other programs' log lines mixed in, notes between the
-    lines, a heredoc, `...` where something was left out). The report's "Inputs read" says how each
-    file, or each part of a paste, was read.
+    describe svc/node, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, set -x
+    traces of entry scripts, timed `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw
+    status, package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X |
+    wc -l`), curl's and Go programs' connection errors, and terminal transcripts holding any of them;
+    also as pasted (markdown quotes or indentation, grep -n prefixes, output written as `# Output:`
+    comments, lines without their header, rules or `netstat -s` lines grep'd out, lines a terminal
+    broke at one column, several outputs in one paste with or without headings between them, other
+    programs' log lines mixed in, notes between the lines, a heredoc, `...` where something was left
+    out, a command typed over several lines). The report's "Inputs read" says how each file, or each
+    part of a paste, was read.
 
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.

@@ -61,6 +61,7 @@ class Kind(enum.StrEnum):
     NIC_FEATURES = "ethtool -k output"  # an interface's offload features (parse/ethtool)
     CNI_CONFIG = "CNI network configuration"  # /etc/cni/net.d/*.conf(list) (parse/cni)
     LOOKUP_TIMING = "timed name lookups"  # `time nslookup x`, dig's timed-out tries, curl -w (parse/lookups)
+    SHELL_TRACE = "shell trace (set -x)"  # an entry script's traced commands, the values it read (parse/xtrace)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import ethtool, tcpdump
+from kpdoctor.parse import ethtool, tcpdump, xtrace
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
-REGISTERED: tuple[EvidenceShape[Any], ...] = (tcpdump.SHAPE, ethtool.SHAPE, ethtool.FEATURES)
+REGISTERED: tuple[EvidenceShape[Any], ...] = (tcpdump.SHAPE, ethtool.SHAPE, ethtool.FEATURES, xtrace.SHAPE)

@@ -11,7 +11,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.node import pod_facing
 from kpdoctor.knowledge import check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse import tcpdump
+from kpdoctor.parse import tcpdump, xtrace
 from kpdoctor.parse.iptables import Rule, Ruleset, option
 from kpdoctor.parse.tcpdump import CapturedPacket
 
@@ -127,6 +127,122 @@ def ip_forward(facts: Facts) -> Iterator[Finding]:
         "and find what reset it (hardening profile, network manager, a later sysctl file)."
     ]
     yield f
+
+
+# The forwarding settings of a network namespace, by the family they forward
+FORWARDING = {"net.ipv4.ip_forward": 4, "net.ipv4.conf.all.forwarding": 4, "net.ipv6.conf.all.forwarding": 6}
+# k3s' ServiceLB names its DaemonSets (and so their Pods) so: svclb-<Service>[-<hash>]
+SERVICELB_POD = "svclb-"
+
+
+@check(
+    "KP320",
+    cause="ip-forward-disabled",
+    title="Forwarding is off in a Pod's network namespace: its entry script stops (k3s ServiceLB's svclb Pods)",
+    severity=Severity.CRITICAL,
+    needs=[Kind.SHELL_TRACE],
+)
+def namespace_forwarding(facts: Facts) -> Iterator[Finding]:
+    """A Pod that forwards a Service's traffic itself read forwarding as 0 in its own network namespace.
+
+    Symptom: a LoadBalancer Service of a k3s cluster does not answer on the node's address (or
+        only on IPv4 of a dual-stack one); the node's svclb-* Pods restart (CrashLoopBackOff),
+        their log is a shell trace ending in `exit 1`.
+    Cause: k3s' ServiceLB runs klipper-lb in a Pod per node and Service, an `sh -ex` script that
+        DNATs the node's port to the Service; klipper-lb v0.3.1 to v0.4.8 exit 1 when the
+        namespace's forwarding setting of a Service address's family is not 1 (v0.4.9, July
+        2024, skips that family instead, and its port is then not forwarded either). A new network
+        namespace copies the host's IPv4 settings but starts IPv6 ones at the kernel's defaults
+        (forwarding 0) unless net.core.devconf_inherit_init_net (kernel 5.1+) says otherwise, so
+        IPv6 forwarding is 0 in the Pod even where the host forwards; IPv4 at 0 means the host's
+        is 0.
+    How it is detected: the script's trace (its Pod's log): the shell prints the command that
+        reads the setting (`cat /proc/sys/net/ipv6/conf/all/forwarding`) and then the test it
+        fed, with the value in place (`[ 0 != 1 ]`), then `exit 1` when the script stopped on it.
+        High confidence when the script exited right after; medium when it went on.
+    Fix: IPv6: k3s v1.22.4+k3s1 and v1.21.7+k3s1 allow `net.ipv6.conf.all.forwarding` in kubelet
+        and set it to 1 in the svclb Pods of dual-stack clusters (k3s PR #4437); elsewhere allow
+        the sysctl in kubelet (`--allowed-unsafe-sysctls=net.ipv6.conf.all.forwarding`) and set it
+        in the Pod's securityContext, or on kernels 5.1+ set net.core.devconf_inherit_init_net=1
+        so that new namespaces inherit the host's value. IPv4: enable net.ipv4.ip_forward on the
+        node, then delete the Pods so that they start again.
+    References: https://github.com/k3s-io/k3s/pull/4437
+        https://github.com/k3s-io/klipper-lb/commit/525ecd2
+        https://docs.kernel.org/networking/ip-sysctl.html
+    """
+    found: dict[tuple[str, str], Finding] = {}  # by setting and Pod: its containers share the namespace
+    for a in facts.of(Kind.SHELL_TRACE):
+        trace = xtrace.parse_trace(a.read_text(), a.first_line)
+        for s in xtrace.settings_read(trace):
+            family = FORWARDING.get(s.name)
+            if family is None or s.value != "0":
+                continue
+            pod = _pod_of(a.attrs.get("command", ""), a.attrs.get("log_of", ""))
+            cites = [Cite(a.name, s.read.line, s.read.text), Cite(a.name, s.test.line, s.test.text)]
+            stopped = s.exit_status not in (None, 0)
+            if stopped and (nxt := _after(trace, s.test)) is not None:
+                cites.append(Cite(a.name, nxt.line, nxt.text))
+            if (s.name, pod) in found:
+                found[(s.name, pod)].evidence.extend(cites)
+                continue
+            found[(s.name, pod)] = _namespace_finding(facts, s, family, pod, stopped, cites)
+    yield from found.values()
+
+
+def _pod_of(command: str, log_of: str) -> str:
+    """The Pod whose log a command printed: k3s ServiceLB's by its name, else whose log it is."""
+    return next((w for w in command.split() if w.startswith(SERVICELB_POD)), log_of)
+
+
+def _namespace_finding(
+    facts: Facts, s: xtrace.TracedSetting, family: int, pod: str, stopped: bool, cites: list[Cite]
+) -> Finding:
+    servicelb = pod.startswith(SERVICELB_POD)
+    f = start(
+        facts,
+        "KP320",
+        [],
+        confidence=Confidence.HIGH if stopped else Confidence.MEDIUM,
+        severity=Severity.CRITICAL if stopped else Severity.WARNING,
+    )
+    who = f"Pod {pod}" if pod else "the Pod whose log this is"
+    what = "k3s ServiceLB's klipper-lb script" if servicelb else "its entry script"
+    then = (
+        f"and exited ({s.exit_status}) before writing the DNAT of the Service's IPv{family} address"
+        if stopped
+        else f"and went on: the Service's IPv{family} traffic it forwards is not forwarded"
+    )
+    why = (
+        " A new network namespace starts IPv6 settings at the kernel's defaults (forwarding 0), not the host's."
+        if family == 6
+        else " A new network namespace copies the host's IPv4 settings: the node's own is 0."
+    )
+    f.summary = f"{s.name} = 0 in the network namespace of {who}: {what} read it {then}.{why}"
+    f.evidence = cites
+    f.ongoing = True
+    if family == 6:
+        f.fixed_in = ["k3s v1.22.4+k3s1", "k3s v1.21.7+k3s1"] if servicelb else []
+        f.fix = [
+            "k3s v1.22.4+k3s1 / v1.21.7+k3s1 and later set net.ipv6.conf.all.forwarding=1 in the svclb Pods of "
+            "dual-stack clusters (k3s PR #4437): upgrade."
+            if servicelb
+            else "Set net.ipv6.conf.all.forwarding=1 in the Pod's securityContext.sysctls.",
+            "Otherwise allow the sysctl in kubelet (--allowed-unsafe-sysctls=net.ipv6.conf.all.forwarding) and "
+            "set it in the Pod's securityContext, or on kernel 5.1+ set net.core.devconf_inherit_init_net=1 "
+            "on the node so that new namespaces inherit its forwarding; then delete the Pods.",
+        ]
+    else:
+        f.fix = [
+            "sysctl -w net.ipv4.ip_forward=1 on the node (persist it in /etc/sysctl.d/), then delete the Pods so "
+            "that their namespaces copy it."
+        ]
+    return f
+
+
+def _after(trace: list[xtrace.Traced], t: xtrace.Traced) -> xtrace.Traced | None:
+    """The command traced right after ``t``."""
+    i = trace.index(t)
+    return trace[i + 1] if i + 1 < len(trace) else None
 
 
 # A resolver that got its answer from another address than the one it asked (dig/nslookup/host):
