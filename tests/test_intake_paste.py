@@ -355,6 +355,7 @@ def test_a_loop_typed_over_several_lines_is_one_command() -> None:
     assert parts is not None and len(parts) == 1
     assert parts[0].first_line == 4 and parts[0].argv[0] == "for" and parts[0].argv[-1] == "done"
     assert parts[0].text.startswith("-P PREROUTING ACCEPT\n")
+    assert unwrap_paste(text).removed == ()  # the "> " lines are the loop's, not a markdown quote
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def _quoted_blocks(lines: list[str]) -> list[str] | None:
         j = i
         while j < len(lines) and _QUOTE.match(lines[j]):
             j += 1
-        if j - i >= _MIN_QUOTED and not (i and PROMPT.match(lines[i - 1]) and reads_on(lines[i - 1])):
+        if j - i >= _MIN_QUOTED and not (i and (m := PROMPT.match(lines[i - 1])) and reads_on(m.group("cmd"))):
             out = out if out is not None else list(lines)
             out[i:j] = [_QUOTE.sub("", ln, count=1) for ln in lines[i:j]]
         i = max(j, i + 1)
