@@ -339,11 +339,12 @@ def test_a_command_typed_over_several_lines_is_one_command(tmp_path: Path) -> No
     assert rep.visible()[0].cause == "ip-forward-disabled"
 
 
-def test_a_loop_typed_over_several_lines_is_one_command() -> None:
+@pytest.mark.parametrize("first", ["for t in nat filter; do \\", "for t in nat filter; do"])
+def test_a_loop_typed_over_several_lines_is_one_command(first: str) -> None:
     """bash reads a `for` loop on until its `done`: an `iptables` after the "> " prompt inside it
-    is the loop's, not a command of its own (bash 5.2, as typed)."""
+    is the loop's, not a command of its own (bash 5.2, as typed, with and without a backslash)."""
     text = (
-        "root@node1:~# for t in nat filter; do \\\n"
+        f"root@node1:~# {first}\n"
         "> iptables-legacy -t $t -S | head -2\n"
         "> done\n"
         "-P PREROUTING ACCEPT\n"
