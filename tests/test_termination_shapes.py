@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from checks.helpers import CASES, DOCKERD, DOCKERD_NEW, of
-from conftest import none_of, one
+from conftest import none_of, one, write
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.loader import load
@@ -328,3 +328,37 @@ def test_busybox_ps_shows_a_script_s_name_before_its_argv() -> None:
     procs = {p.pid: p for p in parse_processes(listing, 1)}
     assert procs[2].program == "sh" and procs[2].argv == ["/bin/sh", "/tmp/entry.sh"]
     assert procs[2].command == "{entry.sh} /bin/sh /tmp/entry.sh"  # cited as printed
+
+
+# Rows a grep kept without their header: procps 4.0's `ps -ef` and `ps aux` (as they print here),
+# and Alpine's busybox `ps` with its TIME column (as posted in envoyproxy/envoy#13944)
+HEADERLESS = {
+    "ps -ef": "root         7     1  0 15:26 ?        00:00:00 sh -c exec kube-proxy --config=/var/lib/kube-proxy/c.conf\n",
+    "ps aux": "root         7  0.3  0.0  39860 10904 ?        SLl  15:26   1:14 sh /docker-entrypoint.sh envoy\n",
+    "busybox": "    1 root      0:00 sh /docker-entrypoint.sh envoy -c /etc/envoy/envoy.yaml\n",
+}
+
+
+@pytest.mark.parametrize("form", sorted(HEADERLESS))
+def test_ps_rows_without_their_header_are_read_by_the_columns_only_their_listing_has(form: str) -> None:
+    (p,) = parse_processes(HEADERLESS[form])
+    assert p.pid in (1, 7) and p.command.startswith("sh ") and p.line == 1
+
+
+def test_headerless_busybox_rows_alone_are_a_process_list(tmp_path: Path, diagnose: Diag) -> None:
+    rows = HEADERLESS["busybox"] + "    7 envoy     0:00 envoy -c /etc/envoy/envoy.yaml\n"
+    ev = load([write(tmp_path, "ps.txt", rows)])
+    assert [(a.kind, a.attrs.get("fragment")) for a in ev.artifacts] == [(Kind.PROCESSES, "true")]
+    f = one(diagnose({"ps.txt": rows}), "KP403")
+    assert "sh /docker-entrypoint.sh envoy" in f.summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-rw-r--r-- 1 root root 4096 Nov 30 10:00 kube-proxy.log\n",  # ls -l
+        "  2 root  0:00 [kthreadd]\nsome words after it\nand more words\nand a fourth line\n",  # one row among prose
+    ],
+)
+def test_other_lines_are_not_taken_for_headerless_ps_rows(text: str, tmp_path: Path) -> None:
+    assert not [a for a in load([write(tmp_path, "x.txt", text)]).artifacts if a.kind == Kind.PROCESSES]

@@ -54,6 +54,23 @@ def test_userspace_jumps_reappended_are_kube_proxys_own(diagnose: Diagnose) -> N
     none_of(report, "KP122")
 
 
+# `iptables-legacy -t nat -L -v | grep "PORTALS-CONTAINER  all"` (iptables 1.8.9, in a network
+# namespace holding the userspace proxier's jump three times): the rows without their "Chain" line
+GREPPED_PORTALS = (
+    "    0     0 KUBE-PORTALS-CONTAINER  all  --  any    any     anywhere             anywhere             "
+    "/* handle ClusterIPs; NOTE: this must be before the NodePort rules */\n"
+) * 3
+
+
+def test_userspace_jumps_grepd_out_of_their_chain_are_still_its(diagnose: Diagnose) -> None:
+    """Only PREROUTING jumps to KUBE-PORTALS-CONTAINER (the userspace proxier's iptablesInit):
+    the rows a grep kept are that chain's, and their copies the same bug."""
+    f = one(diagnose({"nat-grep.txt": GREPPED_PORTALS}), "KP123")
+    assert "3 copies of the jump to KUBE-PORTALS-CONTAINER in PREROUTING" in f.summary
+    other = GREPPED_PORTALS.replace("KUBE-PORTALS-CONTAINER", "KUBE-SVC-ABCDEF", 3)  # a chain anything may jump to
+    none_of(diagnose({"nat-grep.txt": other}), "KP123")
+
+
 def test_one_copy_each_is_nothing(diagnose: Diagnose) -> None:
     lines = KUBE_ROUTER.splitlines()
     none_of(diagnose({"iptables-save.txt": "\n".join(lines[:5]) + "\n"}), "KP122")

@@ -48,6 +48,7 @@ from kpdoctor.parse.links import HAIRPIN_FILE, IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.structured import FENCE
+from kpdoctor.parse.system import HEADERLESS_ROWS
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
 
@@ -183,8 +184,8 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "processes",
         Kind.PROCESSES,
-        r"UID\s+PID\s+PPID\s+C\s+STIME|USER\s+PID\s+%CPU\s+%MEM|"
-        r"\S+\s+\d+\s+\d+\s+\d+\s+\S+\s+\S+\s+\d+:\d\d(?::\d\d)?\s+\S",
+        r"UID\s+PID\s+PPID\s+C\s+STIME|USER\s+PID\s+%CPU\s+%MEM|PID\s+USER\s+TIME\s+COMMAND|"
+        + "|".join(rx for rx, _ in HEADERLESS_ROWS),
     ),
     LineShape("uname", Kind.UNAME, _line(UNAME_A_LINE)),
     LineShape("os-release", Kind.OS_RELEASE, r"(?:PRETTY_NAME|NAME|ID|ID_LIKE|VERSION_ID|VERSION)=\S"),

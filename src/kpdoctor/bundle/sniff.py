@@ -30,7 +30,7 @@ from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.shellwords import RUNTIME_CLIS
 from kpdoctor.parse.sockets import LSOF_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
-from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, looks_like_packages, ps_header
+from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, headerless_processes, looks_like_packages, ps_header
 
 HEAD_BYTES = 256 * 1024
 
@@ -231,6 +231,8 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return Typed(Kind.PACKAGES, {})
     if _PS_EF.search(head) or _PS_AUX.search(head) or any(ps_header(ln) for ln in lines[:5]):
         return Typed(Kind.PROCESSES, {})
+    if headerless_processes(lines):  # rows a grep kept without their header
+        return Typed(Kind.PROCESSES, {"fragment": "true"})
     if _LOCKS.search(first):
         return Typed(Kind.LOCKS, {})
     if _MODULES.match(first):

@@ -18,8 +18,26 @@ from kpdoctor.parse.iptables import Rule, Ruleset, ScannedRules
 BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
 # `iptables -L -v` rows start with their counters: the same rule counted apart is one rule
 _LIST_COUNTERS = lazy_re.compile(r"^\s*\d+[KMGT]?\s+\d+[KMGT]?\s+")
-# kube-proxy's userspace proxier (before 1.2 by default): its jumps from the built-in chains
-USERSPACE_CHAINS = ("KUBE-PORTALS-CONTAINER", "KUBE-PORTALS-HOST", "KUBE-NODEPORT-CONTAINER", "KUBE-NODEPORT-HOST")
+# kube-proxy's userspace proxier (before 1.2 by default): its chains, each jumped to from one
+# built-in chain of the nat table only (pkg/proxy/userspace/proxier.go's iptablesInit, and the
+# iptables proxier's tearDownUserspaceIptables): a grep'd `-L` row without its "Chain" line that
+# jumps to one is in that chain
+USERSPACE_JUMPED_FROM = {
+    "KUBE-PORTALS-CONTAINER": "PREROUTING",
+    "KUBE-NODEPORT-CONTAINER": "PREROUTING",
+    "KUBE-PORTALS-HOST": "OUTPUT",
+    "KUBE-NODEPORT-HOST": "OUTPUT",
+}
+USERSPACE_CHAINS = tuple(USERSPACE_JUMPED_FROM)
+_UNNAMED = "?"  # parse.iptables: the chain of rows grep'd out without their "Chain" line
+
+
+def chain_of(r: Rule) -> str:
+    """A rule's chain; for a row whose chain the text does not name, the one kube-proxy's
+    userspace proxier jumps from to its target, when it is such a jump."""
+    if r.chain == _UNNAMED:
+        return USERSPACE_JUMPED_FROM.get(r.target or "", r.chain)
+    return r.chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +47,13 @@ class DuplicatedRule:
     artifact: str
 
     @property
+    def chain(self) -> str:
+        return chain_of(self.rule)
+
+    @property
     def userspace_jump(self) -> bool:
         """A jump of kube-proxy's userspace proxier, which kube-proxy itself re-appended."""
-        return self.rule.chain in BUILTIN_CHAINS and (self.rule.target or "") in USERSPACE_CHAINS
+        return self.chain in BUILTIN_CHAINS and (self.rule.target or "") in USERSPACE_CHAINS
 
 
 # what a Kubernetes rule's line holds: its chain, its target, or its comment
@@ -45,7 +67,7 @@ def _kubernetes(r: Rule) -> bool:
 def _listing_key(r: Rule) -> str | None:
     """A `-L` row that names its rule uniquely: a jump to a KUBE- chain from a built-in chain,
     with its comment (-L hides matches, so two other rows may look alike and differ)."""
-    if r.chain not in BUILTIN_CHAINS or "/*" not in r.text:
+    if chain_of(r) not in BUILTIN_CHAINS or "/*" not in r.text:
         return None
     body = _LIST_COUNTERS.sub("", r.body.strip())
     return body if body.startswith("KUBE-") else None
@@ -72,7 +94,7 @@ def duplicated_rules(rulesets: list[Ruleset], at_least: int = 2) -> list[Duplica
                     continue
                 copies = [(r, k, 1) for r, k in keyed]
             for r, k, n in copies:
-                key = (table.name, f"{r.chain} {k}")
+                key = (table.name, f"{chain_of(r)} {k}")
                 counts[key] += n
                 first.setdefault(key, r)
         out += [DuplicatedRule(first[key], n, rs.artifact) for key, n in counts.most_common(3) if n >= at_least]

@@ -150,9 +150,36 @@ def ps_header(line: str) -> list[str] | None:
     return cols if all(c in PS_COLUMNS for c in cols[:-1]) else None
 
 
+# Rows of a listing whose header a grep or a paste left out, told by what only that listing's
+# rows hold: procps' `ps -ef` (UID PID PPID C STIME TTY TIME CMD) and `ps aux` (USER PID %CPU
+# %MEM VSZ RSS TTY STAT START TIME COMMAND), busybox's with its TIME column (PID USER TIME
+# COMMAND: Alpine's); busybox's PID USER COMMAND rows could be anything's, and are not read alone
+HEADERLESS_ROWS = (
+    (
+        r"\S+\s+\d+\s+\d+\s+\d+\s+\S+\s+\S+\s+\d+:\d\d(?::\d\d)?\s+\S",
+        ("UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"),
+    ),
+    (
+        r"\S+\s+\d+\s+\d+\.\d\s+\d+\.\d\s+\d+\s+\d+\s+\S+\s+\S+\s+\S+\s+\d+:\d\d\s+\S",
+        ("USER", "PID", "%CPU", "%MEM", "VSZ", "RSS", "TTY", "STAT", "START", "TIME", "COMMAND"),
+    ),
+    (r"\d{1,7}\s+\S{1,32}\s+\d{1,6}:\d\d\s+\S", ("PID", "USER", "TIME", "COMMAND")),
+)
+_HEADERLESS = [(lazy_re.compile(rf"^\s*{rx}"), list(cols)) for rx, cols in HEADERLESS_ROWS]
+
+
+def headerless_processes(lines: list[str]) -> bool:
+    """Are these lines (the first of a text) rows of a `ps` listing without its header: most of
+    the non-empty ones rows only such a listing prints (:data:`HEADERLESS_ROWS`)?"""
+    content = [ln for ln in lines[:50] if ln.strip()]
+    rows = sum(1 for ln in content if any(rx.match(ln) for rx, _ in _HEADERLESS))
+    return rows > 0 and rows >= 0.8 * len(content)
+
+
 def parse_processes(text: str, first_line: int = 1) -> list[Process]:
     """Process tables: ``ps -ef``/``-efww``, ``ps aux``, ``ps -o`` custom columns and busybox
-    ``ps``, read by their header (the command is the rest of the line after the other columns)."""
+    ``ps``, read by their header (the command is the rest of the line after the other columns),
+    or, rows without one, by the columns only their listing's rows hold (:data:`HEADERLESS_ROWS`)."""
     procs: list[Process] = []
     cols: list[str] | None = None
     for i, raw in enumerate(text.splitlines()):
@@ -160,12 +187,13 @@ def parse_processes(text: str, first_line: int = 1) -> list[Process]:
         if header is not None:
             cols = header
             continue
-        if cols is None:
+        row_cols = cols or next((c for rx, c in _HEADERLESS if rx.match(raw)), None)
+        if row_cols is None:
             continue
-        parts = raw.split(None, len(cols) - 1)
-        if len(parts) != len(cols):
+        parts = raw.split(None, len(row_cols) - 1)
+        if len(parts) != len(row_cols):
             continue
-        row = dict(zip(cols, parts, strict=True))
+        row = dict(zip(row_cols, parts, strict=True))
         pid = to_int(row["PID"])
         if pid is None:
             continue

@@ -503,7 +503,7 @@ def rule_generation_bug(facts: Facts) -> Iterator[Finding]:
         d = reappended[0]
         cite = Cite(d.artifact, d.rule.line, d.rule.text.strip())
         found.append(
-            (USERSPACE_REAPPENDED, [], [cite], f"{d.copies} copies of the jump to {d.rule.target} in {d.rule.chain}")
+            (USERSPACE_REAPPENDED, [], [cite], f"{d.copies} copies of the jump to {d.rule.target} in {d.chain}")
         )
     mixed = _mixed_family_entries(facts)
     if mixed is not None:
