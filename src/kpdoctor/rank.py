@@ -35,6 +35,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
             for cause in f.explained_by
             for p in by_cause.get(cause, [])
             if p is not f and not p.alternative_to and not p.explained_by_any(by_cause)
+            # two suspected causes that name each other are alternatives, neither the other's
+            # parent (folded under each other, both would be gone)
+            and not (p.suspected and f.suspected and f.cause in p.explained_by)
         ]
         # a proven cause first; a suspected one only when none is found (it is then the lead)
         parent = next((p for p in candidates if not p.suspected), None) or next(iter(candidates), None)

@@ -259,3 +259,25 @@ def test_a_failed_probe_is_kubelets_own_not_a_services(tmp_path: Path) -> None:
         found = run([f]).findings
         assert [x.cause for x in found] == [UNATTRIBUTED], (name, [(x.code, x.cause) for x in found])
         assert found[0].severity == Severity.INFO and "probe" in found[0].summary
+
+
+# kubelet 1.25+'s start-up lines when iptables-nft cannot make a chain (klog 2: the error quoted
+# in err="...", its quotes escaped), with iptables-nft 1.8.7's own words inside
+KUBELET_NFT_REFUSED = (
+    'I1130 10:00:01.123456     812 kubelet_network_linux.go:58] "Failed to initialize iptables rules; some '
+    'functionality may be missing." protocol=IPv4\n'
+    'E1130 10:00:01.123456     812 kubelet_network_linux.go:69] "Failed to ensure that iptables hint chain exists" '
+    'err="error creating chain \\"KUBE-IPTABLES-HINT\\": exit status 4: iptables v1.8.7 (nf_tables): CHAIN_ADD '
+    'failed (Operation not supported): chain KUBE-IPTABLES-HINT"\n'
+)
+
+
+def test_a_wrapper_s_escaped_payload_is_still_read_and_two_suspected_alternatives_both_stay(tmp_path: Path) -> None:
+    """kubelet's structured line wraps iptables' message in an escaped err="..." that its own
+    form does not read: the message the line holds after kubelet's is its payload. The two
+    suspected causes the lines point to name each other as alternatives: both are reported, not
+    folded under each other and lost."""
+    log = tmp_path / "kubelet.log"
+    log.write_text(KUBELET_NFT_REFUSED)
+    found = {(f.code, f.cause) for f in run([log]).findings}
+    assert {("KP130", "kernel-netfilter-feature-missing"), ("KP130", "iptables-binary-missing")} <= found

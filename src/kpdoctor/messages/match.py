@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 try:  # one compiled pass for every needle; the loop over them is the fallback
     import ahocorasick_rs
@@ -103,10 +103,11 @@ class Matcher:
                 found[m.key] = Match(m, caps, start, payload)
         # of two readings that start alike, the one that reads its payload as a known message
         # ("error checking rule: %v" before "...: %v: %s" when the rest is iptables' own words)
-        return sorted(
+        ordered = sorted(
             found.values(),
             key=lambda x: (x.start, x.message.payload is not None and x.payload is None, -len(x.message.template)),
         )
+        return [_with_inner(m, ordered) for m in ordered]
 
     def broken_between(self, first: str, second: str) -> bool:
         """Is a message broken between these two lines (a word wrap, an editor's, a mail's, a
@@ -124,6 +125,18 @@ class Matcher:
                     continue  # read on its line already
                 return True
         return False
+
+
+def _with_inner(m: Match, found: list[Match]) -> Match:
+    """A structured line's message whose error was not read as its payload (klog 2 quotes it in
+    err="...", escaping its quotes), with the message the line holds after the message's own
+    words as that payload: what it wraps is there, whatever the quoting made of it."""
+    structured = m.message.structured
+    if m.payload is not None or structured is None or "err" not in structured.keys:
+        return m
+    after = m.start + len(structured.msg)
+    inner = next((x for x in found if x.start > after and x.message.key != m.message.key), None)
+    return replace(m, payload=inner) if inner is not None else m
 
 
 def _ends_in_reason(compiled: Compiled) -> bool:
