@@ -787,3 +787,13 @@ def test_a_quoted_block_under_a_line_of_prose_is_read(tmp_path: Path) -> None:
     assert a.first_line == 4 and a.attrs.get("command") == "bridge -d link show"
     unwrapped = unwrap_paste(text)
     assert unwrapped.text.splitlines()[6] == "> thanks for looking"
+
+
+def test_a_huge_line_with_an_open_quote_is_not_read_on_as_a_command() -> None:
+    """A command longer than any a person types (16 KB) does not swallow the lines after it, and
+    splitting stays linear in the text (the quote is not re-read for each of the next lines)."""
+    big = "x" * 20000
+    text = f"$ grep 'abc {big}\n{big}'\nroot@node1:~# iptables --version\niptables v1.8.7 (nf_tables)\n"
+    parts = split_transcript(text)
+    assert parts is not None and [p.first_line for p in parts] == [2, 4]
+    assert parts[0].text == f"{big}'\n"

@@ -164,6 +164,7 @@ def shell_split(line: str) -> list[str]:
 
 
 MAX_CONTINUED = 16  # lines one typed command may span (a loop or an awk program over a few lines)
+_MAX_TYPED = 16384  # characters of such a command: longer, it is not one a person typed
 
 
 # a compound command's first word, and its opening and closing words: the shell reads on until
@@ -204,8 +205,8 @@ def continued_on(cmd: str, after: list[str]) -> int:
     prompt) are the rest of it: while the shell reads on (:func:`reads_on`) they are the
     command's, not its output. 0 when it ends on its line, or is not closed within a few lines."""
     n = 0
-    while reads_on(typed_over([cmd, *after[:n]])):
+    while reads_on(typed := typed_over([cmd, *after[:n]])):
         n += 1
-        if n > len(after) or n > MAX_CONTINUED:
+        if n > len(after) or n > MAX_CONTINUED or len(typed) > _MAX_TYPED:
             return 0
     return n
