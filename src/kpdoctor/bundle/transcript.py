@@ -154,20 +154,21 @@ def prompt_scope(prompt: str) -> str | None:
     return "container" if _PATH_PROMPT.match(prompt) else None
 
 
-def _typed_command(
-    line: str, after: list[str] | None = None
-) -> tuple[tuple[str, list[str], str | None, str], int] | None:
-    """(command, argv run, scope, what said the scope) of a prompt line (see :class:`Part`),
-    and how many of the lines ``after`` it the command continues on (the shell reads on after
-    an open quote or an unfinished loop: :func:`continued_on`)."""
+def _typed_command(line: str, more: list[str] | None = None) -> tuple[str, list[str], str | None, str] | None:
+    """(command, argv run, scope, what said the scope) of a prompt line (see :class:`Part`);
+    ``more``: the lines the command continues on (:func:`_continues`)."""
     m = _PROMPT.match(line)
     if not m:
         return None
-    cmd = m.group("cmd")
-    more = continued_on(cmd, after) if after else 0
-    typed = typed_over([cmd, *after[:more]]) if more and after else cmd
-    got = _command(line, typed.strip(), line[: m.start("cmd")], bool(m.group("strong")))
-    return (got, more) if got is not None else None
+    cmd = typed_over([m.group("cmd"), *more]) if more else m.group("cmd")
+    return _command(line, cmd.strip(), line[: m.start("cmd")], bool(m.group("strong")))
+
+
+def _continues(line: str, after: list[str]) -> int:
+    """How many of the lines ``after`` a prompt line its command continues on (the shell reads
+    on after an open quote or an unfinished loop: :func:`continued_on`)."""
+    m = _PROMPT.match(line)
+    return continued_on(m.group("cmd"), after) if m else 0
 
 
 # Command words that start English sentences as readily as commands: a line pasted without its
@@ -238,8 +239,7 @@ def _prompt(line: str) -> tuple[str, list[str], str | None, str] | None:
     """The command of a prompt line (the cheap test first: most lines cannot be one)."""
     start = line.lstrip(" \t")[:1]
     if start and (start in _PROMPT_START or "@" in line or ":~" in line or ":/" in line):
-        typed = _typed_command(line)
-        return typed[0] if typed is not None else None
+        return _typed_command(line)
     return None
 
 
@@ -274,10 +274,10 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
     for i, c in prompts:
         if kept and i <= typed_to[kept[-1][0]]:
             continue
-        whole = _typed_command(lines[i], lines[i + 1 : i + 2 + MAX_CONTINUED])
-        more = whole[1] if whole is not None else 0
-        typed_to[i] = i + more
-        kept.append((i, whole[0] if whole is not None and more else c))
+        more = _continues(lines[i], lines[i + 1 : i + 2 + MAX_CONTINUED])
+        whole = _typed_command(lines[i], lines[i + 1 : i + 1 + more]) if more else None
+        typed_to[i] = i + more if whole is not None else i
+        kept.append((i, whole or c))
     prompts = kept
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None

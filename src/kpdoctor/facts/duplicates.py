@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kpdoctor import lazy_re
-from kpdoctor.parse.iptables import Rule, Ruleset, ScannedRules
+from kpdoctor.parse.iptables import UNNAMED_CHAIN, Rule, Ruleset, ScannedRules
 
 BUILTIN_CHAINS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
 # `iptables -L -v` rows start with their counters: the same rule counted apart is one rule
@@ -29,13 +29,12 @@ USERSPACE_JUMPED_FROM = {
     "KUBE-NODEPORT-HOST": "OUTPUT",
 }
 USERSPACE_CHAINS = tuple(USERSPACE_JUMPED_FROM)
-_UNNAMED = "?"  # parse.iptables: the chain of rows grep'd out without their "Chain" line
 
 
 def chain_of(r: Rule) -> str:
     """A rule's chain; for a row whose chain the text does not name, the one kube-proxy's
     userspace proxier jumps from to its target, when it is such a jump."""
-    if r.chain == _UNNAMED:
+    if r.chain == UNNAMED_CHAIN:
         return USERSPACE_JUMPED_FROM.get(r.target or "", r.chain)
     return r.chain
 

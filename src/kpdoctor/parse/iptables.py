@@ -726,11 +726,15 @@ _L_ROW = lazy_re.compile(
 )
 
 
+# the chain of `-L` rows grep'd out without their "Chain" line: a chain the text does not name
+UNNAMED_CHAIN = "?"
+
+
 def parse_list(text: str, artifact: str, family: int = 4, first_line: int = 1) -> Ruleset:
     """Parse ``iptables -L -n -v`` output: chains, policies and each rule's target."""
     rs = Ruleset(artifact, None, family, form="L")
     table = rs.tables.setdefault("unknown", Table("unknown"))
-    chain = "?"  # rows grep'd out without their "Chain" line: a chain the text does not name
+    chain = UNNAMED_CHAIN
     column: int | None = None  # where the target is, from the column header (num, pkts, bytes)
     for i, raw in enumerate(text.splitlines()):
         ln = first_line + i

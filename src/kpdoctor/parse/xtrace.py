@@ -57,7 +57,11 @@ class TracedSetting:
     value: str
     read: Traced  # the command that printed it
     test: Traced  # the compare that shows the value
-    exit_status: int | None  # the `exit N` traced right after the compare; None when it went on
+    exit: Traced | None  # the `exit N` traced right after the compare; None when the script went on
+
+    @property
+    def exit_status(self) -> int | None:
+        return int(self.exit.words[1]) if self.exit is not None else None
 
 
 def parse_trace(text: str, first_line: int = 1) -> list[Traced]:
@@ -104,9 +108,9 @@ def settings_read(trace: list[Traced]) -> list[TracedSetting]:
         value = _compared(test.words)
         if value is None:
             continue
-        after = trace[i + 2].words if i + 2 < len(trace) else ()
-        status = int(after[1]) if len(after) == 2 and after[0] == "exit" and after[1].isdigit() else None
-        out.append(TracedSetting(name, value, t, test, status))
+        after = trace[i + 2] if i + 2 < len(trace) else None
+        left = after is not None and len(after.words) == 2 and after.words[0] == "exit" and after.words[1].isdigit()
+        out.append(TracedSetting(name, value, t, test, after if left else None))
     return out
 
 

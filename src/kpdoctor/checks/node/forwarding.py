@@ -172,16 +172,15 @@ def namespace_forwarding(facts: Facts) -> Iterator[Finding]:
     """
     found: dict[tuple[str, str], Finding] = {}  # by setting and Pod: its containers share the namespace
     for a in facts.of(Kind.SHELL_TRACE):
-        trace = xtrace.parse_trace(a.read_text(), a.first_line)
-        for s in xtrace.settings_read(trace):
+        for s in xtrace.settings_read(xtrace.parse_trace(a.read_text(), a.first_line)):
             family = FORWARDING.get(s.name)
             if family is None or s.value != "0":
                 continue
             pod = _pod_of(a.attrs.get("command", ""), a.attrs.get("log_of", ""))
             cites = [Cite(a.name, s.read.line, s.read.text), Cite(a.name, s.test.line, s.test.text)]
             stopped = s.exit_status not in (None, 0)
-            if stopped and (nxt := _after(trace, s.test)) is not None:
-                cites.append(Cite(a.name, nxt.line, nxt.text))
+            if stopped and s.exit is not None:
+                cites.append(Cite(a.name, s.exit.line, s.exit.text))
             if (s.name, pod) in found:
                 found[(s.name, pod)].evidence.extend(cites)
                 continue
@@ -237,12 +236,6 @@ def _namespace_finding(
             "that their namespaces copy it."
         ]
     return f
-
-
-def _after(trace: list[xtrace.Traced], t: xtrace.Traced) -> xtrace.Traced | None:
-    """The command traced right after ``t``."""
-    i = trace.index(t)
-    return trace[i + 1] if i + 1 < len(trace) else None
 
 
 # A resolver that got its answer from another address than the one it asked (dig/nslookup/host):
