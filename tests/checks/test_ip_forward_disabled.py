@@ -65,3 +65,10 @@ def test_a_markdown_list_of_plus_items_is_not_a_trace(tmp_path: Path) -> None:
     notes = "Steps I tried:\n+ restart kube-proxy\n+ reboot the node\n+ check the firewall\n"
     report = run([write(tmp_path, "notes.md", notes)])
     assert not [i for i in report.inputs if "shell trace" in str(i)]
+
+
+def test_a_finding_on_two_traces_rests_on_two_inputs_not_two_other_ones(tmp_path: Path) -> None:
+    """The confidence names what it rests on: two inputs, nothing besides them to be "other" than."""
+    a = write(tmp_path, "a.log", "$ kubectl logs svclb-traefik-x2kq9 -c lb-tcp-80\n" + BASH_TRACE)
+    b = write(tmp_path, "b.log", "$ kubectl logs svclb-traefik-x2kq9 -c lb-tcp-443\n" + BASH_TRACE)
+    assert one(run([a, b]), "KP320").confidence_reason == "2 inputs"

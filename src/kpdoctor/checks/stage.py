@@ -31,7 +31,7 @@ def confidence_reason(f: Finding) -> str:
     if len(other) == 1:
         parts.append(other[0].rsplit("/", 1)[-1])
     elif other:
-        parts.append(f"{len(other)} other inputs")
+        parts.append(f"{len(other)} {'other ' if parts else ''}inputs")  # "other" than the log or versions named
     if not parts:
         return "the finding's own reasoning (see the summary)"
     said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
