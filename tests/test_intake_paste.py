@@ -83,6 +83,14 @@ def test_a_folded_log_indented_after_folding_is_joined_whole_before_any_message_
     assert [ln for ln in un.text.splitlines() if ln] == [ln for ln in log.splitlines() if ln]
 
 
+def test_a_line_as_wide_as_a_terminal_is_never_joined_to_the_fence_that_closes_its_block() -> None:
+    # ipvsadm -Lnc's rows are often 80 characters: the last one used to take the "```" after it
+    row = "TCP 01:57  FIN_WAIT    110.184.96.173:54568 122.225.32.142:80  122.225.32.136:80"
+    assert len(row) == 80
+    text = f"```\nIPVS connection entries\n{row}\n```\n"
+    assert unwrap_paste(text).text == text
+
+
 def test_a_padded_table_is_not_taken_for_a_wrapped_text() -> None:
     """ufw's numbered status pads its columns, so many rows end at the same column: rows, not a wrap."""
     table = (DATA / "node" / "ufw" / "status-numbered-pods.txt").read_text()
