@@ -472,7 +472,7 @@ def diagnose(
     journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
     iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules, kube-proxy's
     command line or KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
-    kubectl cluster-info dump folders), ipvsadm -Ln (--timeout), nft list ruleset (or a block of it), the
+    kubectl cluster-info dump folders), ipvsadm -Ln (--timeout, -Lnc), nft list ruleset (or a block of it), the
     node's counters and settings (conntrack -S or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
     nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,

@@ -62,6 +62,7 @@ class Kind(enum.StrEnum):
     CNI_CONFIG = "CNI network configuration"  # /etc/cni/net.d/*.conf(list) (parse/cni)
     LOOKUP_TIMING = "timed name lookups"  # `time nslookup x`, dig's timed-out tries, curl -w (parse/lookups)
     SHELL_TRACE = "shell trace (set -x)"  # an entry script's traced commands, the values it read (parse/xtrace)
+    IPVS_CONNECTIONS = "IPVS connection table"  # ipvsadm -Lnc, /proc/net/ip_vs_conn (parse/ipvs_conn)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other
@@ -80,7 +81,7 @@ NETNS_KINDS = frozenset(
     {
         Kind.IPTABLES_SAVE, Kind.IPTABLES_RULES_S, Kind.IPTABLES_LIST, Kind.NFT_RULESET, Kind.NFT_RULESET_TEXT,
         Kind.IPVSADM, Kind.IPSET, Kind.IP_ADDR, Kind.IP_LINK, Kind.CONNTRACK_ENTRIES, Kind.CONNTRACK_STATS,
-        Kind.NF_CONNTRACK_STAT,
+        Kind.NF_CONNTRACK_STAT, Kind.IPVS_CONNECTIONS,
     }
 )  # fmt: skip
 
@@ -141,6 +142,7 @@ HOW_TO_GIVE = {
     "/proc/locks": "`cat /proc/locks` on the node",
     "/proc/modules": "`cat /proc/modules` on the node",
     "ipvsadm output": "`ipvsadm -Ln` on the node",
+    "IPVS connection table": "`ipvsadm -Lnc` on the node (`| grep <Service IP>:<port>` keeps it short)",
     "sysctl output": "`sysctl -a` on the node",
     "conntrack -S output": "`conntrack -S` on the node, twice a few seconds apart",
     "kernel log (dmesg)": "`dmesg -T` on the node",

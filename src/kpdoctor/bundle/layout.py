@@ -21,6 +21,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ipvsadm-list.txt": (Kind.IPVSADM, {}),
     "node/ipvsadm-save.txt": (Kind.IPVSADM, {"format": "save"}),
     "node/ipvsadm-timeout.txt": (Kind.IPVSADM, {"format": "timeout"}),
+    "node/ip_vs_conn.txt": (Kind.IPVS_CONNECTIONS, {}),  # IPVS's connection table (/proc/net/ip_vs_conn)
     "node/ethtool-k-vxlan.txt": (Kind.NIC_FEATURES, {}),  # `ethtool -k` of the node's VXLAN device
     "node/cni-config.json": (Kind.CNI_CONFIG, {}),  # the CNI network configuration in use
     "node/processes.txt": (Kind.PROCESSES, {}),

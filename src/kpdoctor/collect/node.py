@@ -118,7 +118,7 @@ def collect_node(
     out.add(runner.command("node/sysctl.txt", ["sysctl", "-a"], 15))
 
     _rules(runner, kernel, progress, out)
-    _ipvs(runner, kernel, progress, out)
+    _ipvs(runner, kernel, progress, out, connections=conntrack_entries)
 
     progress("node: kernel log")
     dmesg = runner.command("node/dmesg.txt", ["dmesg", "-T"], 10)
@@ -218,7 +218,7 @@ def _nft_ruleset(runner: Runner, progress: Progress, out: NodeCollection) -> Non
     out.add(runner.command("node/nft-ruleset.txt", ["nft", "list", "ruleset"], 30))
 
 
-def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection) -> None:
+def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollection, *, connections: bool) -> None:
     if not os.path.exists(runner.host.path(runner.host.net_proc("net/ip_vs"))) or not kernel.present("ip_vs"):
         out.add(NotCollected("node/ipvsadm-*.txt", "ip_vs is not loaded (no /proc/net/ip_vs): IPVS is not in use"))
         return
@@ -226,7 +226,14 @@ def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollectio
     out.add(runner.command("node/ipvsadm-list.txt", ["ipvsadm", "-Ln"], 20))
     out.add(runner.command("node/ipvsadm-save.txt", ["ipvsadm", "-Sn"], 20))
     out.add(runner.command("node/ipvsadm-timeout.txt", ["ipvsadm", "-Ln", "--timeout"], 10))
+    if connections:  # what `ipvsadm -Lnc` reads: which real server each client ip:port is held to
+        out.add(runner.read("node/ip_vs_conn.txt", runner.host.net_proc("net/ip_vs_conn"), limit=IPVS_CONN_MAX))
+    else:
+        out.skipped.append(NotCollected("node/ip_vs_conn.txt", "not asked for"))
 
+
+# IPVS's connection table read at most (about 100 bytes a connection: the first 600,000 or so)
+IPVS_CONN_MAX = 64 * 1024**2
 
 # where the container runtime reads its CNI network configuration (k3s keeps its own)
 CNI_DIRS = ("/etc/cni/net.d", "/var/lib/rancher/k3s/agent/etc/cni/net.d")

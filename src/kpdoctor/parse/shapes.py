@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import ethtool, tcpdump, xtrace
+from kpdoctor.parse import ethtool, ipvs_conn, tcpdump, xtrace
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
-REGISTERED: tuple[EvidenceShape[Any], ...] = (tcpdump.SHAPE, ethtool.SHAPE, ethtool.FEATURES, xtrace.SHAPE)
+REGISTERED: tuple[EvidenceShape[Any], ...] = (
+    tcpdump.SHAPE,
+    ethtool.SHAPE,
+    ethtool.FEATURES,
+    xtrace.SHAPE,
+    ipvs_conn.SHAPE,
+)
