@@ -1,4 +1,5 @@
-"""KP321 stale-udp-conntrack in IPVS mode: UDP clients held to a real server that is draining or gone.
+"""IPVS's connection table read against its listing: KP321 stale-udp-conntrack (UDP clients held to a
+real server that is draining or gone) and KP307 ipvs-connection-reuse (new connections on one).
 
 Real formats: `ipvsadm --list -nc` rows as a kube-proxy IPVS node printed them
 (tests/data/ipvsadm/conn-kube-proxy-udp.txt), /proc/net/ip_vs_conn rows (ip_vs_conn-proc.txt),
@@ -140,3 +141,36 @@ def test_the_sweep_keeping_a_udp_real_server_is_proof_without_a_listing(tmp_path
     # a TCP real server the sweep keeps is graceful termination doing its job
     tcp = log.replace("/UDP/", "/TCP/")
     none_of(run([write(tmp_path, "kube-proxy2.log", tcp)]), "KP321")
+
+
+# an LVS director's `ipvsadm -Ln -c` while clients connect (public write-up, code corpus file id 48085124148)
+OPENING = (
+    "IPVS connection entries\n"
+    "pro expire state       source             virtual            destination\n"
+    "TCP 00:32  SYN_RECV    192.168.122.1:55989 192.168.122.100:80 10.10.10.10:80\n"
+    "TCP 00:42  SYN_RECV    192.168.122.1:55991 192.168.122.100:80 10.10.10.20:80\n"
+)
+
+
+def test_new_tcp_connections_to_a_draining_real_server_prove_connection_reuse(tmp_path: Path) -> None:
+    """KP307: the scheduler never picks a real server at weight 0; a connection opened to one
+    reused a client port whose old entry IPVS still held."""
+    tcp = HEADER + (
+        "TCP  192.168.122.100:80 rr\n"
+        "  -> 10.10.10.10:80               Masq    0      0          7\n"
+        "  -> 10.10.10.20:80               Masq    1      1          4\n"
+    )
+    f = one(run([write(tmp_path, "c.txt", OPENING), write(tmp_path, "l.txt", tcp)]), "KP307")
+    assert (f.confidence, f.suspected) == (Confidence.HIGH, False)
+    assert "1 new connection(s) (SYN_RECV) of 192.168.122.100:80 went to 10.10.10.10:80" in f.summary
+    assert [c.line for c in f.evidence] == [3]
+    # with the settings shown, the finding they make carries the rows too
+    sysctl = "net.ipv4.vs.conn_reuse_mode = 0\nnet.ipv4.vs.conntrack = 1\n"
+    both = one(
+        run([write(tmp_path, "c.txt", OPENING), write(tmp_path, "l.txt", tcp), write(tmp_path, "s.txt", sysctl)]),
+        "KP307",
+    )
+    assert "conn_reuse_mode = 0" in both.summary and "The connection table shows it" in both.summary
+    # every real server taking connections: new connections anywhere are the scheduler's
+    live = tcp.replace("Masq    0 ", "Masq    1 ")
+    none_of(run([write(tmp_path, "c.txt", OPENING), write(tmp_path, "l.txt", live)]), "KP307")

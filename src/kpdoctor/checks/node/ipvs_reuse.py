@@ -9,6 +9,7 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import ipvs_conn
 
 REUSE_FIXED_KERNEL = (5, 9)  # "ipvs: allow connection reuse for unconfirmed conntrack" (f0a5e4d7a594)
 LEAVES_REUSE_MODE = (1, 22)  # kube-proxy stops forcing conn_reuse_mode=0 on kernels >= 5.9 (k/k#102122)
@@ -65,6 +66,41 @@ def _busy_old_kernel(facts: Facts) -> Finding | None:
     return f
 
 
+# IPVS's TCP states of a connection's first packets (ip_vs_proto_tcp.c tcp_state_name_table): a
+# row in one of them is a connection being opened now
+OPENING = frozenset({"SYN_RECV", "SYN_SENT", "SYNACK"})
+MAX_SHOWN = 3
+
+
+def _opened_on_draining(facts: Facts) -> tuple[list[Cite], str] | None:
+    """New TCP connections (SYN_RECV rows of the connection table) to a real server the listing
+    shows at weight 0: the scheduler never picks one, so each reused a client ip:port whose old
+    connection IPVS still held (conn_reuse_mode=0 reuses the entry and its real server). Proof of
+    the reuse itself, whatever the settings show; (cites, what they show) or None."""
+    draining = {
+        (vs.address, rs.address)
+        for vs, _ in facts.ipvs_listed
+        if vs.protocol == "TCP"
+        for rs in vs.reals
+        if rs.weight == 0
+    }
+    if not draining:
+        return None
+    rows = [
+        (c, cite)
+        for c, cite in facts.records(ipvs_conn.SHAPE)
+        if c.protocol == "TCP" and c.state in OPENING and (str(c.virtual), str(c.destination)) in draining
+    ]
+    if not rows:
+        return None
+    c = rows[0][0]
+    said = (
+        f"{len(rows)} new connection(s) ({c.state}) of {c.virtual} went to {c.destination}, a real server at weight 0 "
+        "that the scheduler never picks: each reused a client port whose old connection IPVS still held"
+    )
+    return [cite for _, cite in rows[:MAX_SHOWN]], said
+
+
 def _connects_wait_for_retransmits(facts: Facts) -> Finding | None:
     """A load test whose typical connection waited for the SYN retransmit timer (1 s, 3 s), with
     nothing saying kube-proxy does not use IPVS: most first SYNs were dropped, which is what IPVS
@@ -114,7 +150,7 @@ def _connects_wait_for_retransmits(facts: Facts) -> Finding | None:
     cause="ipvs-connection-reuse",
     title="IPVS connection reuse: new connections go to terminated Pods (or wait 1 s)",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL, Kind.IPVSADM, Kind.CONNECT_TIMES],
+    needs=[Kind.SYSCTL, Kind.IPVSADM, Kind.CONNECT_TIMES, Kind.IPVS_CONNECTIONS],
 )
 def connection_reuse(facts: Facts) -> Iterator[Finding]:
     """In IPVS mode, a new connection that reuses a client port is sent to the old backend, or its first SYN is dropped.
@@ -137,7 +173,9 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         a kernel before 5.9 (uname, or RHEL/CentOS 6-7 from the packages' release tags) are a
         low-confidence warning asking for them; so is a load test (ab, hey) whose typical
         connect time sits at the SYN retransmit timer (1 s, 3 s) when kube-proxy's mode is
-        IPVS or not given.
+        IPVS or not given. The connection table (`ipvsadm -Lnc`) proves the reuse itself: a
+        connection being opened (SYN_RECV) to a real server the listing shows at weight 0,
+        which the scheduler never picks.
     Fix: on kernel 5.9+ set net.ipv4.vs.conn_reuse_mode=1 and run kube-proxy 1.22+ (which no
         longer resets it to 0); on older kernels upgrade the kernel (or a distribution kernel
         with f0a5e4d7a594 backported); keep expire_nodest_conn=1. Avoiding IPVS for the hot
@@ -149,6 +187,10 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
     """
     node = facts.node_state
     reuse = node.setting("net.ipv4.vs.conn_reuse_mode")
+    opened = _opened_on_draining(facts)
+    if reuse is None and opened is not None:
+        yield _reused(facts, *opened)
+        return
     if reuse is None:
         # ip_vs not loaded (no IPVS, nothing to reuse: proved only by a complete listing without
         # its settings), or its settings were not shown (no listing, or a partial one without any
@@ -201,6 +243,8 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         )
         fix.append("Upgrade the kernel to 5.9 or later (the fix f0a5e4d7a594), keeping conn_reuse_mode=1.")
     if not problems:
+        if opened is not None:  # what the connections did outweighs what the settings say now
+            yield _reused(facts, *opened)
         return
     if nodest is not None and nodest.int() == 0:
         problems.append("net.ipv4.vs.expire_nodest_conn = 0: connections to removed backends are not expired")
@@ -213,6 +257,9 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
         summary="IPVS connection reuse: " + "; ".join(problems) + ".",
     )
     f.evidence = [s.cite for s in (reuse, ct, nodest) if s is not None]
+    if opened is not None:
+        f.summary += f" The connection table shows it: {opened[1]}."
+        f.evidence += opened[0]
     if kernel is not None:
         f.evidence.append(kernel.cite)
         f.versions_found["kernel"] = str(kernel.value)
@@ -223,3 +270,18 @@ def connection_reuse(facts: Facts) -> Iterator[Finding]:
     f.fixed_in = ["kernel 5.9", "kube-proxy v1.22.0"]
     f.fix = fix
     yield f
+
+
+def _reused(facts: Facts, cites: list[Cite], said: str) -> Finding:
+    f = start(facts, "KP307", [], confidence=Confidence.HIGH, summary=f"IPVS connection reuse: {said}.")
+    f.summary += (
+        " With net.ipv4.vs.conn_reuse_mode=0 (what kube-proxy 1.13-1.21 sets) a client port still in IPVS's table "
+        "keeps its old real server, removed Pod or not."
+    )
+    f.evidence = cites
+    f.fixed_in = ["kernel 5.9", "kube-proxy v1.22.0"]
+    f.fix = [
+        "Check `sysctl net.ipv4.vs.conn_reuse_mode` and `uname -r`: on kernel 5.9+ set it to 1 with kube-proxy 1.22+ "
+        "(which no longer resets it); older kernels need an upgrade first.",
+    ]
+    return f
