@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
 from kpdoctor.facts import Facts
-from kpdoctor.knowledge import VersionRow, check, signature
+from kpdoctor.knowledge import VersionRow, check, messages
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ipvs_conn
 from kpdoctor.parse.ipvsadm import RealServer, VirtualServer
@@ -42,13 +42,9 @@ UDP_FIXED = {(1, 12): (1, 12, 10), (1, 13): (1, 13, 8), (1, 14): (1, 14, 4), (1,
 FIXED_TEXT = "1.12.10, 1.13.8, 1.14.4, 1.15.5 or 1.16.0"
 
 # graceful_termination.go's sweep (every minute) keeping a drained real server that still holds
-# connections (1.14-1.18 print it; 1.11.5-1.13 only repeat "Trying to delete rs"): for a UDP real
-# server it is printed only by the releases that drain UDP at all
-KEPT_IN_DRAIN = signature(
-    "ipvs-udp-rs-kept-draining",
-    "Not deleting, RS",
-    r"Not deleting, RS (\S+/UDP/\S+): (\d+) ActiveConn, (\d+) InactiveConn",
-)
+# connections, `Not deleting, RS <VIP>/<PROTO>/<RS>: ...` (1.14-1.18; 1.11.5-1.13 only repeat
+# "Trying to delete rs"): for a UDP real server it is printed only by the releases that drain UDP
+KEPT_IN_DRAIN = messages("ipvs-rs-kept-draining", "kube-proxy/ipvs-graceful-not-deleting-rs")
 FIX_PR_WORKING = "https://github.com/kubernetes/kubernetes/pull/78999"
 
 
@@ -251,7 +247,7 @@ def ipvs_udp_held(facts: Facts) -> Iterator[Finding]:
     from_table = _from_connections(facts, listed, timeout)
     shown = {(_split(h.virtual), _split(h.destination)) for h in from_table}
     from_listing = _from_listing(listed, shown)
-    logged = facts.log.hits(KEPT_IN_DRAIN.id)
+    logged = [h for h in facts.log.hits(*KEPT_IN_DRAIN.ids) if h.groups and "/UDP/" in (h.groups[0] or "")]
     kpv = facts.kube_proxy_version
     affected = _affected(kpv.value if kpv else None)
     if from_table:
