@@ -136,11 +136,25 @@ def test_the_sweep_keeping_a_udp_real_server_is_proof_without_a_listing(tmp_path
     log = "".join(line.format(t=f"08:0{m}:00") for m in range(4))
     f = one(run([write(tmp_path, "kube-proxy.log", log)]), "KP321")
     assert (f.severity, f.confidence, f.occurrences) == (Severity.CRITICAL, Confidence.HIGH, 4)
-    assert "172.26.145.1:53 of 10.96.0.10:53 draining at weight 0 (4 sweep(s)" in f.summary
+    assert "172.26.145.1:53 of 10.96.0.10:53 draining at weight 0" in f.summary
+    assert "10 connection(s) at the last" in f.summary
     assert f.subject == {"service": "10.96.0.10:53", "backend": "172.26.145.1:53"}
     # a TCP real server the sweep keeps is graceful termination doing its job
     tcp = log.replace("/UDP/", "/TCP/")
     none_of(run([write(tmp_path, "kube-proxy2.log", tcp)]), "KP321")
+
+
+def test_a_udp_real_server_the_sweep_tries_again_a_minute_later_was_kept(tmp_path: Path) -> None:
+    """1.11.6-1.13 print only `Trying to delete rs` per sweep: the same UDP real server in two
+    sweeps was not deleted at the first (its connections kept it)."""
+    line = (
+        "I1219 {t}.000000       1 graceful_termination.go:160] Trying to delete rs: 10.96.0.10:53/UDP/10.244.2.7:53\n"
+    )
+    twice = line.format(t="03:01:00") + line.format(t="03:02:00")
+    f = one(run([write(tmp_path, "kube-proxy.log", twice)]), "KP321")
+    assert f.confidence == Confidence.HIGH and "10.244.2.7:53 of 10.96.0.10:53" in f.summary
+    assert [c.line for c in f.evidence] == [1, 2]
+    none_of(run([write(tmp_path, "once.log", line.format(t="03:01:00"))]), "KP321")  # deleted at the first try
 
 
 # an LVS director's `ipvsadm -Ln -c` while clients connect (public write-up, code corpus file id 48085124148)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
+from kpdoctor.checks.sync.ipvs import GT_DELETE_RS
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import VersionRow, check, messages
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -231,8 +232,9 @@ def ipvs_udp_held(facts: Facts) -> Iterator[Finding]:
         how recently the client sent. Without the connection table, a UDP virtual server's real
         server at weight 0 that still holds connections, or kube-proxy's sweep logging `Not
         deleting, RS <VIP>/UDP/<Pod>: 0 ActiveConn, N InactiveConn` (printed only by releases
-        that drain UDP): proven with an affected kube-proxy or the log line, suspected when
-        kube-proxy's version is not given, nothing for a fixed release.
+        that drain UDP) or trying one UDP real server again a minute later (`Trying to delete
+        rs: <VIP>/UDP/<Pod>`, 1.11.6-1.13): proven with an affected kube-proxy or the log lines,
+        suspected when kube-proxy's version is not given, nothing for a fixed release.
     Fix: upgrade kube-proxy to 1.12.10, 1.13.8, 1.14.4, 1.15.5, 1.16 or later. Until then delete
         the stuck real server by hand (`ipvsadm -d -u <VIP>:<port> -r <Pod IP>:<port>`): with
         expire_nodest_conn=1 the kernel drops the entries' next packets and the clients are
@@ -248,6 +250,7 @@ def ipvs_udp_held(facts: Facts) -> Iterator[Finding]:
     shown = {(_split(h.virtual), _split(h.destination)) for h in from_table}
     from_listing = _from_listing(listed, shown)
     logged = [h for h in facts.log.hits(*KEPT_IN_DRAIN.ids) if h.groups and "/UDP/" in (h.groups[0] or "")]
+    logged = logged or _swept_again(facts)
     kpv = facts.kube_proxy_version
     affected = _affected(kpv.value if kpv else None)
     if from_table:
@@ -298,16 +301,30 @@ def _table_finding(facts: Facts, held: list[_Held], timeout: int, timeout_how: s
     return f
 
 
+def _swept_again(facts: Facts) -> list[Hit]:
+    """The sweep's `Trying to delete rs: <VIP>/UDP/<RS>` for one UDP real server in two sweeps or
+    more (a minute apart): it was not deleted at the first, so it held connections (1.11.6-1.13
+    print no other line for it)."""
+    by_rs: dict[str, list[Hit]] = {}
+    for h in facts.log.hits(GT_DELETE_RS.id):
+        name = h.groups[0] if h.groups else None
+        if name and "/UDP/" in name:
+            by_rs.setdefault(name, []).append(h)
+    return max((hs for hs in by_rs.values() if len(hs) >= 2), key=len, default=[])
+
+
 def _logged_finding(facts: Facts, hits: list[Hit]) -> tuple[Finding, _Held]:
-    """kube-proxy's sweep keeping a UDP real server: printed once a minute while it holds connections."""
-    name, _active, inactive = hits[-1].groups[:3]
-    virtual, _, destination = (name or "").partition("/UDP/")
+    """kube-proxy's sweep keeping a UDP real server: it tries again once a minute while the real
+    server holds connections."""
+    last = hits[-1]
+    virtual, _, destination = (last.groups[0] or "").partition("/UDP/")
     h = _Held(virtual, destination, "kept at weight 0 by kube-proxy's graceful termination")
     f = start(facts, "KP321", hits, confidence=Confidence.HIGH, severity=_severity([h]))
+    held = f"; {last.groups[2]} connection(s) at the last" if len(last.groups) >= 3 and last.groups[2] else ""
     f.summary = (
-        f"kube-proxy keeps UDP real server {destination} of {virtual} draining at weight 0 ({f.occurrences} sweep(s), "
-        f"one a minute; {inactive} connection(s) at the last): its clients keep renewing their UDP entries, so it is "
-        "never deleted and they keep sending to the removed Pod."
+        f"kube-proxy keeps UDP real server {destination} of {virtual} draining at weight 0 (its sweep, once a "
+        f"minute, found it still in use{held}): its clients keep renewing their UDP entries, so it is never "
+        "deleted and they keep sending to the removed Pod."
     )
     return f, h
 
