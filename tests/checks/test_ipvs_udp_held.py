@@ -86,7 +86,8 @@ def test_udp_clients_held_to_a_draining_real_server_are_critical_for_dns(tmp_pat
 
 def test_a_real_server_no_longer_listed_or_no_longer_an_endpoint(tmp_path: Path) -> None:
     gone = run([write(tmp_path, "c.txt", CONN), write(tmp_path, "l.txt", listing(("10.244.1.5:53", 1, 0)))])
-    assert "no longer a real server of 10.96.0.10:53" in one(gone, "KP321").summary
+    said = one(gone, "KP321").summary
+    assert "no longer a real server of 10.96.0.10:53" in said and "IPVS drops those clients' packets" in said
     svc = (
         '{"apiVersion":"v1","kind":"List","items":['
         '{"apiVersion":"v1","kind":"Service","metadata":{"namespace":"kube-system","name":"kube-dns"},'

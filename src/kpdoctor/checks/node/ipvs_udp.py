@@ -91,6 +91,7 @@ class _Held:
     virtual: str  # ip:port
     destination: str  # ip:port
     why: str  # "at weight 0 (draining)", "no longer a real server of ...", "not an endpoint of ..."
+    deleted: bool = False  # the real server is gone: IPVS drops the packets instead of sending them
     cites: list[Cite] = field(default_factory=list)
     renewed: int | None = None  # the newest connection's seconds since its last packet
     count: int = 0
@@ -167,7 +168,10 @@ def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> list[_Held
                 why = f"not a ready endpoint of {svc} in the EndpointSlices given"
         if why is None:
             continue
-        h = held.setdefault((str(c.virtual), str(c.destination)), _Held(str(c.virtual), str(c.destination), why))
+        deleted = why.startswith("no longer a real server")
+        h = held.setdefault(
+            (str(c.virtual), str(c.destination)), _Held(str(c.virtual), str(c.destination), why, deleted)
+        )
         h.count += 1
         age = max(timeout - c.expires, 0)
         h.renewed = age if h.renewed is None else min(h.renewed, age)
@@ -286,17 +290,21 @@ def _table_finding(facts: Facts, held: list[_Held], timeout: int, timeout_how: s
     recent = h.renewed is not None and h.renewed < timeout
     f = start(facts, "KP321", [], confidence=Confidence.HIGH, severity=_severity(held))
     more = f" (and {len(held) - 1} more real server(s))" if len(held) > 1 else ""
-    f.summary = (
-        f"IPVS holds {h.count} UDP connection(s) of {h.virtual} to {h.destination}, {h.why}{more}: every packet of "
-        "those clients' source ports goes there"
-        + (
+    if h.deleted:
+        # ip_vs_in(): a connection whose real server is gone has its packets dropped; its timer is not
+        # restarted, and with net.ipv4.vs.expire_nodest_conn=1 the entry is expired at the packet
+        what = (
+            "IPVS drops those clients' packets (their entries name a real server that is gone) until each entry "
+            "expires, or at once and for one packet with net.ipv4.vs.expire_nodest_conn=1"
+        )
+    else:
+        what = "every packet of those clients' source ports goes there" + (
             f"; the newest was renewed {h.renewed} s ago (UDP timeout {timeout} s, {timeout_how}): its client is "
             "still sending"
             if recent
             else ""
         )
-        + "."
-    )
+    f.summary = f"IPVS holds {h.count} UDP connection(s) of {h.virtual} to {h.destination}, {h.why}{more}: {what}."
     f.evidence = [c for x in held[:MAX_SHOWN] for c in x.cites]
     return f
 
