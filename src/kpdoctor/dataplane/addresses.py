@@ -108,3 +108,10 @@ def address_text(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
             _TEXTS.clear()
         got = _TEXTS[addr] = str(addr)
     return got
+
+
+def one_spelling(text: str) -> str:
+    """An address's one spelling (``fd00::0a`` and ``[fd00::a]`` are ``fd00::a``), or the text as
+    it is when it is no single address (a host name, a range): the key two listings agree on."""
+    addr = host_address(text.strip("[]"))
+    return address_text(addr) if addr is not None else text

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.dataplane.addresses import host_port, one_spelling
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 _PROTOCOL = r"(?P<protocol>TCP|UDP|SCTP|ICMPv6|ICMP|IP(?:_\d{1,3})?)"
@@ -79,7 +80,7 @@ class Endpoint:
         return self.port.isdigit() and _is_ip(self.address)
 
     def __str__(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
+        return host_port(self.address, self.port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,21 +110,14 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _one_spelling(address: str) -> str:
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address
-
-
 def _end(text: str) -> Endpoint:
     address, _, port = text.rpartition(":")
-    return Endpoint(_one_spelling(address.removeprefix("[").removesuffix("]")), port)
+    return Endpoint(one_spelling(address.removeprefix("[").removesuffix("]")), port)
 
 
 def _hex_end(address: str, port: str) -> Endpoint:
     if ":" in address:  # %pI6: eight groups of four hex digits
-        return Endpoint(_one_spelling(address), str(int(port, 16)))
+        return Endpoint(one_spelling(address), str(int(port, 16)))
     return Endpoint(str(ipaddress.IPv4Address(int(address, 16))), str(int(port, 16)))
 
 

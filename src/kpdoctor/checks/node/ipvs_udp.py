@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.sync.ipvs import GT_DELETE_RS
+from kpdoctor.dataplane.addresses import one_spelling as _ip
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import VersionRow, check, messages
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -47,13 +47,6 @@ FIXED_TEXT = "1.12.10, 1.13.8, 1.14.4, 1.15.5 or 1.16.0"
 # "Trying to delete rs"): for a UDP real server it is printed only by the releases that drain UDP
 KEPT_IN_DRAIN = messages("ipvs-rs-kept-draining", "kube-proxy/ipvs-graceful-not-deleting-rs")
 FIX_PR_WORKING = "https://github.com/kubernetes/kubernetes/pull/78999"
-
-
-def _ip(text: str) -> str:
-    try:
-        return ipaddress.ip_address(text.strip("[]")).compressed
-    except ValueError:
-        return text
 
 
 def _affected(v: KubeVersion | None) -> bool | None:

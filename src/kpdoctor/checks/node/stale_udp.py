@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start, suspect
 from kpdoctor.dataplane.addresses import endpoint_text
+from kpdoctor.dataplane.addresses import one_spelling as _ip
 from kpdoctor.dataplane.results import Result
 from kpdoctor.dataplane.session import Verified
 from kpdoctor.facts import Facts
@@ -26,14 +27,6 @@ UDP_TIMEOUT = 30
 
 Seen = tuple[Artifact, ConntrackEntry]
 FlowKey = tuple[str, str, int | None, int | None, str, int | None]
-
-
-def _ip(text: str) -> str:
-    """One spelling per address (``fd00::0a`` and ``fd00::a`` are one endpoint)."""
-    try:
-        return ipaddress.ip_address(text).compressed
-    except ValueError:
-        return text
 
 
 def _translated(e: ConntrackEntry) -> bool:
