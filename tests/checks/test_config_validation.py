@@ -65,6 +65,15 @@ def test_values_the_defaulting_completes_are_accepted() -> None:
     assert _messages(text) == {}
 
 
+def test_numbers_of_any_length_are_judged_never_a_crash() -> None:
+    """A prefix length or a port of thousands of digits (a fuzzed file) is refused like any other
+    bad value; leading zeros are what Go's parsers skip."""
+    huge = "9" * 5000
+    bad = _messages(HEADER + f'clusterCIDR: "127.0.0.0/{huge}"\nmetricsBindAddress: "127.0.0.1:{huge}"\n')
+    assert set(bad) == {"clusterCIDR", "metricsBindAddress"}, bad
+    assert _messages(HEADER + 'clusterCIDR: "10.244.0.0/0016"\nmetricsBindAddress: "127.0.0.1:0010249"\n') == {}
+
+
 def test_each_rule_and_the_releases_that_apply_it() -> None:
     cases = {
         # every release

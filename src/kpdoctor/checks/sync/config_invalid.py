@@ -202,8 +202,8 @@ def _ip(text: str) -> bool:
 def _cidr(text: str) -> int | None:
     """The family of a CIDR Go's net.ParseCIDR reads (an address, a slash, a prefix length), else None."""
     ip, sep, bits = text.partition("/")
-    if not sep or not bits.isascii() or not bits.isdigit() or not _ip(ip):
-        return None
+    if not sep or not bits.isascii() or not bits.isdigit() or len(bits.lstrip("0")) > 3 or not _ip(ip):
+        return None  # (a longer number is no prefix length, and int() refuses thousands of digits)
     family = 6 if ":" in ip else 4
     return family if int(bits) <= (128 if family == 6 else 32) else None
 
@@ -245,7 +245,7 @@ def _host_port(fld: str, path: str, value: str, port: int, minor: int) -> Refusa
     if not _ip(host):
         return Refusal(fld, f"{path}: Invalid value: {_quoted(host)}: must be a valid IP")
     digits = p[1:] if p[:1] in "+-" and p[1:] else p
-    if not (digits.isascii() and digits.isdigit()) or not 1 <= int(p) <= 65535:
+    if not (digits.isascii() and digits.isdigit()) or len(digits.lstrip("0")) > 5 or not 1 <= int(p) <= 65535:
         return Refusal(fld, f"{path}: Invalid value: {_quoted(p)}: must be a valid port")
     return None
 
