@@ -59,6 +59,17 @@ LOCALKUBE_OTHER = (
 )
 # k8s-58956: kube-proxy's pkg/util/iptables (iptables.go: kubelet and CNIs have one too).
 AMBIGUOUS = "I0129 19:40:03.709536   21148 iptables.go:381] running iptables-restore [-w5 -T nat --noflush --counters]"
+# antrea-agent's AntreaProxy (pkg/agent/proxy/proxier.go, a name kube-proxy's file has), posted in
+# antrea-io/antrea#4677: its message is antrea's alone
+ANTREA_PROXIER = (
+    "E0303 05:55:12.914125       1 proxier.go:564] Error when installing Service flows: unsupported bundle error "
+    "with type 17 and code 13"
+)
+# kube-proxy's own proxier.go line (kubernetes#82361's form) stays kube-proxy's
+KP_PROXIER = (
+    'E1012 13:47:04.628717       1 proxier.go:1447] "Failed to execute iptables-restore" err="exit status 2 '
+    '(iptables-restore v1.8.7 (nf_tables): unknown option \\"--xor-mark\\"\\n")"'
+)
 # k8s-71305: kube-proxy's line through an aggregator prefix.
 KP_AGGREGATED = (
     "kube-proxy-22hmk kube-proxy E1120 07:08:50.135017       1 proxier.go:647] Failed to ensure that nat chain "
@@ -69,7 +80,7 @@ KP_AGGREGATED = (
 
 def who(line: str) -> str | None:
     u = unwrap(line)
-    return writer_of(u.source, u.inner)
+    return writer_of(u.source, u.inner, u.inner)
 
 
 @pytest.mark.parametrize(
@@ -84,6 +95,8 @@ def who(line: str) -> str | None:
         (LOCALKUBE_OTHER, "localkube"),
         (KP_AGGREGATED, "kube-proxy"),
         (AMBIGUOUS, None),  # unknown stays unknown, never "kube-proxy" by default
+        (ANTREA_PROXIER, "antrea"),  # kube-proxy's file name, antrea's message
+        (KP_PROXIER, "kube-proxy"),
     ],
 )
 def test_writer_is_read_from_the_line(line: str, writer: str | None) -> None:

@@ -50,6 +50,13 @@ FELIX = lazy_re.compile(
     r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \[(?P<level>[A-Z]+)\]\[(?P<pid>\d+)\] "
     r"(?P<src>[\w./-]+\.go) (?P<line>\d+): "
 )
+# Weave Net's own format (weaver, kube-utils, weave-npc: common/logging.go, every 2.x release):
+# INFO: 2019/03/05 10:00:00.123456 text
+WEAVE = lazy_re.compile(r"(?P<level>INFO|WARN|ERRO|FATA|PANI|DEBU): (?P<ts>\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) ")
+# Cilium's logrus (and, from 1.18, slog) text lines (pkg/logging: every 1.x release): no timestamp
+# by default to 1.15, time="..." from 1.16; the subsys= field is Cilium's own (logfields.LogSubsys):
+# level=error msg="Error while inserting service in LB map" error="..." subsys=k8s-watcher
+CILIUM = lazy_re.compile(r'(?:^|\s)level=\w+ msg=.*\ssubsys=[\w-]+')
 # Log aggregators (stern, kubetail, kubectl logs -l ... piped through a prefixer): "POD CONTAINER "
 # before the line. Taken off only when a log header follows, so two words of prose never are.
 _AGGREGATOR = lazy_re.compile(
@@ -226,6 +233,8 @@ _SOURCE_FILES: dict[str, str] = {
         ],
         "kubelet",
     ),
+    # kube-router's own files (messages/kube-router.yaml's sources: every tag v1.0-v2.11), but for
+    # the names others share (utils.go, metrics.go, ipset.go, iptables.go, node.go, pod.go, policy.go)
     **dict.fromkeys(
         [
             "network_policy_controller.go",
@@ -238,6 +247,14 @@ _SOURCE_FILES: dict[str, str] = {
             "service_endpoints_sync.go",
             "health_controller.go",
             "metrics_controller.go",
+            "network_service_graceful.go",
+            "linux_networking.go",
+            "hairpin_controller.go",
+            "nodeport_healthcheck.go",
+            "npc_iptables.go",
+            "npc_nftables.go",
+            "route_sync.go",
+            "pod_egress.go",
         ],
         "kube-router",
     ),
@@ -261,6 +278,25 @@ _SOURCE_FILES: dict[str, str] = {
             "cluster_cidr.go",
         ],
         "flannel",
+    ),
+    # antrea-agent's own files (messages/antrea.yaml's sources: v1.0-v2.7) and its OpenFlow
+    # library's (antrea.io/ofnet: ofctrl.go, ofSwitch.go), but for the names kube-proxy's files
+    # share (proxier.go, iptables.go, service_health.go, endpointslicecache.go) and the ones any
+    # Go program may have (agent.go, server.go, client.go, main.go, net_linux.go)
+    **dict.fromkeys(
+        [
+            "ovs_client.go",
+            "ofctrl_bridge.go",
+            "ofctrl.go",
+            "ofSwitch.go",
+            "route_linux.go",
+            "agent_linux.go",
+            "node_route_controller.go",
+            "pod_configuration.go",
+            "pod_configuration_linux.go",
+            "interface_configuration_linux.go",
+        ],
+        "antrea",
     ),
 }
 # Messages only one component prints (searched in the record's first line and the hit's line).
@@ -298,9 +334,31 @@ def _source_file(header: str) -> str | None:
         f = FELIX.match(header)
         if f is not None:
             return "calico-node"  # Calico's own format
+        if WEAVE.match(header) is not None:
+            return "weave"  # Weave Net's own format
+        if CILIUM.search(header) is not None:
+            return "cilium"  # Cilium's logrus fields (subsys=)
         return None
     base = src.rsplit(":", 1)[0].rsplit("/", 1)[-1]
     return _SOURCE_FILES.get(base) or ("kube-proxy" if base in kube_proxy_files() else None)
+
+
+# Catalogue components kube-proxy's own lines carry the texts of: the tools it runs and the
+# libraries and kernel whose errors it prints inside its own messages, and the clients' errors
+# those hold. A line whose message is only another program's (kubelet, an agent) is that program's.
+_INSIDE_KUBE_PROXY = frozenset({"kube-proxy", "iptables", "ipset", "conntrack", "nft", "kernel", "client-go"})
+
+
+def _program_of_message(line: str) -> str | None:
+    """The program a line's message belongs to, when it is one of the programs kube-proxy does not
+    run or print (an agent whose source files have kube-proxy's names), else None."""
+    from kpdoctor.messages import matcher  # the catalogue is read only when a line is cited
+
+    found = matcher().match(line)
+    if not found or found[0].message.client:
+        return None
+    component = found[0].message.component
+    return None if component in _INSIDE_KUBE_PROXY else component
 
 
 def writer_of(source: str | None, header: str, text: str = "") -> str | None:
@@ -315,6 +373,8 @@ def writer_of(source: str | None, header: str, text: str = "") -> str | None:
     if named is not None:
         return named
     by_file = _source_file(header)
+    if by_file == "kube-proxy":  # a name others' files share (antrea's proxier.go): its message may tell
+        return _program_of_message(text or header) or by_file
     if by_file is not None:
         return by_file
     if _DMESG_HEAD.match(header):
