@@ -70,6 +70,13 @@ KP_PROXIER = (
     'E1012 13:47:04.628717       1 proxier.go:1447] "Failed to execute iptables-restore" err="exit status 2 '
     '(iptables-restore v1.8.7 (nf_tables): unknown option \\"--xor-mark\\"\\n")"'
 )
+# Weave Net's own header (common/logging.go) and Cilium's logrus fields (subsys=), lines posted in
+# weaveworks/weave and cilium/cilium threads (messages/weave.yaml, cilium.yaml name them)
+WEAVE_LINE = "INFO: 2022/07/18 16:20:17.224715 Bridge type is bridged_fastdp"
+CILIUM_LINE = (
+    'level=warning msg="BPF system config check: NOT OK." error="CONFIG_BPF kernel parameter is required" '
+    "subsys=linux-datapath"
+)
 # k8s-71305: kube-proxy's line through an aggregator prefix.
 KP_AGGREGATED = (
     "kube-proxy-22hmk kube-proxy E1120 07:08:50.135017       1 proxier.go:647] Failed to ensure that nat chain "
@@ -97,6 +104,8 @@ def who(line: str) -> str | None:
         (AMBIGUOUS, None),  # unknown stays unknown, never "kube-proxy" by default
         (ANTREA_PROXIER, "antrea"),  # kube-proxy's file name, antrea's message
         (KP_PROXIER, "kube-proxy"),
+        (WEAVE_LINE, "weave"),
+        (CILIUM_LINE, "cilium"),
     ],
 )
 def test_writer_is_read_from_the_line(line: str, writer: str | None) -> None:
