@@ -124,28 +124,14 @@ def _hex_end(address: str, port: str) -> Endpoint:
 def _row(ln: int, raw: str) -> IpvsConnection | None:
     s = raw.strip()
     if m := IPVSADM_ROW.match(s):
-        return IpvsConnection(
-            ln,
-            raw,
-            m["protocol"],
-            m["state"],
-            int(m["minutes"]) * 60 + int(m["seconds"]),
-            _end(m["client"]),
-            _end(m["virtual"]),
-            _end(m["destination"]),
-        )
-    if m := PROC_ROW.match(s):
-        return IpvsConnection(
-            ln,
-            raw,
-            m["protocol"],
-            m["state"],
-            int(m["expires"]),
-            _hex_end(m["caddr"], m["cport"]),
-            _hex_end(m["vaddr"], m["vport"]),
-            _hex_end(m["daddr"], m["dport"]),
-        )
-    return None
+        expires = int(m["minutes"]) * 60 + int(m["seconds"])
+        ends = _end(m["client"]), _end(m["virtual"]), _end(m["destination"])
+    elif m := PROC_ROW.match(s):
+        expires = int(m["expires"])
+        ends = _hex_end(m["caddr"], m["cport"]), _hex_end(m["vaddr"], m["vport"]), _hex_end(m["daddr"], m["dport"])
+    else:
+        return None
+    return IpvsConnection(ln, raw, m["protocol"], m["state"], expires, *ends)
 
 
 def parse_connections(text: str, first_line: int = 1) -> list[IpvsConnection]:
