@@ -80,7 +80,8 @@ def test_udp_clients_held_to_a_draining_real_server_are_critical_for_dns(tmp_pat
     )
     assert "10.96.0.10:53 to 10.244.0.39:53, at weight 0" in f.summary
     assert "renewed 81 s ago (UDP timeout 300 s, the kernel's default)" in f.summary
-    assert [(c.artifact.rsplit("/", 1)[-1], c.line) for c in f.evidence] == [("ipvsadm-c.txt", 5)]
+    # the listing's line that shows it draining, then the connection held to it
+    assert [(c.artifact.rsplit("/", 1)[-1], c.line) for c in f.evidence] == [("ipvsadm.txt", 5), ("ipvsadm-c.txt", 5)]
     assert "ipvsadm -d -u 10.96.0.10:53 -r 10.244.0.39:53" in f.fix[0]
 
 

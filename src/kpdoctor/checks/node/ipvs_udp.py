@@ -147,14 +147,16 @@ def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> list[_Held
         if c.protocol != "UDP" or c.template or not (c.virtual.numeric and c.destination.numeric):
             continue
         vip, dest = (c.virtual.address, c.virtual.port), (c.destination.address, c.destination.port)
-        why = None
+        why, listing = None, None
         real = listed.real(vip, dest)
         if real is not None:
-            vs, _, rs = real
+            vs, art, rs = real
             if rs is None:
                 why = f"no longer a real server of {vs.address} in the ipvsadm listing"
+                listing = Cite(art, vs.line, vs.text)
             elif rs.weight == 0:
                 why = "at weight 0 in the ipvsadm listing (draining: kube-proxy removed its endpoint)"
+                listing = Cite(art, rs.line, rs.text or rs.address)
         if why is None and vip in by_vip:
             svc, ready = by_vip[vip]
             if dest[0] not in ready:
@@ -165,10 +167,12 @@ def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> list[_Held
         h = held.setdefault(
             (str(c.virtual), str(c.destination)), _Held(str(c.virtual), str(c.destination), why, deleted)
         )
+        if not h.cites and listing is not None:
+            h.cites.append(listing)  # what the listing shows of it, then the connections held to it
         h.count += 1
         age = max(timeout - c.expires, 0)
         h.renewed = age if h.renewed is None else min(h.renewed, age)
-        if len(h.cites) < MAX_SHOWN:
+        if len(h.cites) < MAX_SHOWN + 1:
             h.cites.append(cite)
     return sorted(held.values(), key=lambda h: (h.renewed if h.renewed is not None else timeout, -h.count))
 
