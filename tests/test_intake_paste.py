@@ -91,6 +91,19 @@ def test_a_line_as_wide_as_a_terminal_is_never_joined_to_the_fence_that_closes_i
     assert unwrap_paste(text).text == text
 
 
+def test_a_line_that_is_a_program_message_of_its_own_is_not_a_wrapped_piece() -> None:
+    """iptables-legacy-restore -w 1's stderr while another process holds XTABLES_LOCKFILE (run here
+    with flock): its first line's length is the lock path's, 120 with this one, a terminal's
+    width; the second line is iptables' own message, never that line's wrapped rest."""
+    path = "/tmp/pytest-of-root/pytest-129/test_xtables_lock_held_by_anot0/xtables.lock"
+    text = (
+        f"Can't lock {path}: Resource temporarily unavailable\n"
+        "Another app is currently holding the xtables lock. Stopped waiting after 1s.\n"
+    )
+    assert len(text.splitlines()[0]) == 120
+    assert unwrap_paste(text).text == text
+
+
 def test_a_padded_table_is_not_taken_for_a_wrapped_text() -> None:
     """ufw's numbered status pads its columns, so many rows end at the same column: rows, not a wrap."""
     table = (DATA / "node" / "ufw" / "status-numbered-pods.txt").read_text()

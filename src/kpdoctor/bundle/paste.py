@@ -213,6 +213,16 @@ def _continues(line: str, nxt: str) -> bool:
     )
 
 
+def _opens_a_message(text: str) -> bool:
+    """Does ``text`` read, from its first character, as a message of the catalogue (a program's
+    line of its own, as iptables' "Another app is currently holding the xtables lock..." after a
+    first line that happened to be a terminal's width)? Only asked of a lone line at the width:
+    where many lines are, a piece may well open with an error text nested in its line's message."""
+    from kpdoctor.messages import matcher  # the catalogue is read only when a paste asks
+
+    return any(m.start == 0 for m in matcher().match(text.strip()))
+
+
 _CELL_START = lazy_re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
 
 
@@ -240,6 +250,8 @@ def _hard_wrapped(lines: list[str]) -> list[str] | None:
     # one line at a terminal's width is a wrap, unless it is a command line (its output follows)
     if not at_wall or (len(at_wall) < 2 and (width not in _TERMINAL_WIDTHS or PROMPT.match(lines[at_wall[0]]))):
         return None
+    if len(at_wall) < 2 and _opens_a_message(lines[at_wall[0] + 1]):
+        return None  # one line as wide as a terminal, then a program's line of its own: no wrap
     out = list(lines)
     i = 0
     while i < len(out) - 1:
