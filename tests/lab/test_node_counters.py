@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kpdoctor.bundle.layout import BUNDLE_PATHS
+from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.diagnose import diagnose_paths
 from kpdoctor.knowledge import CHECKS
 from kpdoctor.model import Finding, Severity
@@ -110,9 +110,10 @@ def test_a_healthy_node_gives_nothing_at_warning_or_above(lab: Lab, tmp_path: Pa
     report, _ = diagnose_paths([root], min_severity=Severity.INFO)
     loud = [f"{f.code} {f.severity.label}: {f.summary}" for f in report.findings if f.severity >= Severity.WARNING]
     assert loud == []
-    # every node check whose evidence a bundle holds looked at it (KP320 reads a Pod's log, which
-    # the node's collection does not gather)
-    collected = {kind for kind, _ in BUNDLE_PATHS.values()}
+    # every node check whose evidence this bundle holds looked at it (KP320 reads a Pod's log,
+    # which the node's collection does not gather; IPVS's listings are not in this kernel)
+    collected = {Kind(i.kind) for i in report.inputs}
+    assert Kind.SYSCTL in collected and Kind.CONNTRACK_STATS in collected, collected
     skipped = {s.code for s in report.skipped if s.code.startswith("KP3") and collected & set(CHECKS[s.code].needs)}
     assert skipped == set()
     assert all(p.message.startswith("not collected: ") for p in report.problems), report.problems
