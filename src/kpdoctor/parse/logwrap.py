@@ -139,7 +139,7 @@ def is_continuation(inner: str) -> bool:
 # Names a syslog identifier or container is matched against (first match wins: specific first).
 _NAMED = lazy_re.compile(
     r"(?P<kp>kube-?proxy)|(?P<kubelet>kubelet)|(?P<flannel>flannel)|(?P<router>kube-router)|"
-    r"(?P<calico>calico|felix|canal)|(?P<weave>weave)|(?P<cilium>cilium)|(?P<antrea>antrea)|"
+    r"(?P<calico>calico|felix|canal)|(?P<weave>weave)|(?P<cilium>cilium)|(?P<antrea>antrea)|(?P<kubevip>kube-vip)|"
     r"(?P<aws>aws-node|aws-k8s-agent|amazon-k8s-cni|aws-vpc-cni)|(?P<ovn>ovnkube|kube-ovn)|"
     r"(?P<dockerd>^dockerd|^docker$)|(?P<containerd>^containerd)|(?P<crio>^crio$|^cri-o)|"
     r"(?P<kernel>^kernel$)|(?P<firewalld>^firewalld$)|(?P<ingress>ingress)|(?P<coredns>coredns)|"
@@ -155,6 +155,7 @@ _NAMES = {
     "weave": "weave",
     "cilium": "cilium",
     "antrea": "antrea",
+    "kubevip": "kube-vip",
     "aws": "aws-node",
     "ovn": "ovn-kubernetes",
     "dockerd": "dockerd",
