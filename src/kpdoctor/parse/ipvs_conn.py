@@ -76,6 +76,11 @@ class Endpoint:
     port: str
 
     @property
+    def key(self) -> tuple[str, str]:
+        """(address, port): how a connection's end and a listing's server are compared."""
+        return self.address, self.port
+
+    @property
     def numeric(self) -> bool:
         return self.port.isdigit() and _is_ip(self.address)
 
@@ -110,7 +115,9 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _end(text: str) -> Endpoint:
+def endpoint_of(text: str) -> Endpoint:
+    """``10.96.0.10:53`` / ``[fd00::a]:53`` as ipvsadm prints an address (a connection's end, or a
+    virtual or real server of ``-Ln``), its address in one spelling."""
     address, _, port = text.rpartition(":")
     return Endpoint(one_spelling(address.removeprefix("[").removesuffix("]")), port)
 
@@ -125,7 +132,7 @@ def _row(ln: int, raw: str) -> IpvsConnection | None:
     s = raw.strip()
     if m := IPVSADM_ROW.match(s):
         expires = int(m["minutes"]) * 60 + int(m["seconds"])
-        ends = _end(m["client"]), _end(m["virtual"]), _end(m["destination"])
+        ends = endpoint_of(m["client"]), endpoint_of(m["virtual"]), endpoint_of(m["destination"])
     elif m := PROC_ROW.match(s):
         expires = int(m["expires"])
         ends = _hex_end(m["caddr"], m["cport"]), _hex_end(m["vaddr"], m["vport"]), _hex_end(m["daddr"], m["dport"])

@@ -10,6 +10,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ipvs_conn
+from kpdoctor.parse.ipvs_conn import endpoint_of
 
 REUSE_FIXED_KERNEL = (5, 9)  # "ipvs: allow connection reuse for unconfirmed conntrack" (f0a5e4d7a594)
 LEAVES_REUSE_MODE = (1, 22)  # kube-proxy stops forcing conn_reuse_mode=0 on kernels >= 5.9 (k/k#102122)
@@ -78,7 +79,7 @@ def _opened_on_draining(facts: Facts) -> tuple[list[Cite], str] | None:
     connection IPVS still held (conn_reuse_mode=0 reuses the entry and its real server). Proof of
     the reuse itself, whatever the settings show; (cites, what they show) or None."""
     draining = {
-        (vs.address, rs.address)
+        (endpoint_of(vs.address).key, endpoint_of(rs.address).key)
         for vs, _ in facts.ipvs_listed
         if vs.protocol == "TCP"
         for rs in vs.reals
@@ -89,7 +90,7 @@ def _opened_on_draining(facts: Facts) -> tuple[list[Cite], str] | None:
     rows = [
         (c, cite)
         for c, cite in facts.records(ipvs_conn.SHAPE)
-        if c.protocol == "TCP" and c.state in OPENING and (str(c.virtual), str(c.destination)) in draining
+        if c.protocol == "TCP" and c.state in OPENING and (c.virtual.key, c.destination.key) in draining
     ]
     if not rows:
         return None

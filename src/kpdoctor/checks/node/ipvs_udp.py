@@ -7,18 +7,19 @@ from dataclasses import dataclass, field
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.checks.common import start, suspect
+from kpdoctor.checks.node.stale_udp import dns_severity
 from kpdoctor.checks.sync.ipvs import GT_DELETE_RS
 from kpdoctor.dataplane.addresses import one_spelling as _ip
 from kpdoctor.facts import Facts
 from kpdoctor.knowledge import VersionRow, check, messages
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ipvs_conn
+from kpdoctor.parse.ipvs_conn import endpoint_of
 from kpdoctor.parse.ipvsadm import RealServer, VirtualServer
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KubeVersion
 
 CAUSE = "stale-udp-conntrack"
-DNS_PORT = 53
 MAX_SHOWN = 3
 # net/netfilter/ipvs/ip_vs_proto_udp.c: udp_timeouts[IP_VS_UDP_S_NORMAL] = 5*60*HZ; each packet of
 # the flow sets it again
@@ -40,7 +41,8 @@ GRACEFUL_FROM = {
 # #79102, #79101; 1.15 through #79044, present in 1.15.5, whether 1.15.0-1.15.4 had it is not
 # known); 1.11 never got it; 1.16.0 onward all do.
 UDP_FIXED = {(1, 12): (1, 12, 10), (1, 13): (1, 13, 8), (1, 14): (1, 14, 4), (1, 15): (1, 15, 5)}
-FIXED_TEXT = "1.12.10, 1.13.8, 1.14.4, 1.15.5 or 1.16.0"
+_FIXED = [f"{a}.{b}.{c}" for a, b, c in (*UDP_FIXED.values(), (1, 16, 0))]
+FIXED_TEXT = f"{', '.join(_FIXED[:-1])} or {_FIXED[-1]}"
 
 # graceful_termination.go's sweep (every minute) keeping a drained real server that still holds
 # connections, `Not deleting, RS <VIP>/<PROTO>/<RS>: ...` (1.14-1.18; 1.11.5-1.13 only repeat
@@ -66,15 +68,7 @@ def _fixed_in(v: KubeVersion | None) -> list[str]:
     fixed = UDP_FIXED.get(v.line) if v is not None else None
     if fixed is not None:
         return [f"kube-proxy v{fixed[0]}.{fixed[1]}.{fixed[2]}"]
-    if v is not None:
-        return ["kube-proxy v1.16.0"]
-    return [f"kube-proxy v{a}.{b}.{c}" for a, b, c in (*UDP_FIXED.values(), (1, 16, 0))]
-
-
-def _split(address: str) -> tuple[str, str]:
-    """``10.96.0.10:53`` / ``[fd00::a]:53`` -> (one spelling of the address, port)."""
-    host, _, port = address.rpartition(":")
-    return _ip(host), port
+    return [f"kube-proxy v{x}" for x in (_FIXED[-1:] if v is not None else _FIXED)]
 
 
 @dataclass(slots=True)
@@ -95,29 +89,31 @@ class _Held:
         return int(p) if p.isdigit() else None
 
 
+Key = tuple[str, str]  # (address in one spelling, port)
+
+
 class _Listed:
-    """The UDP virtual servers of the ``ipvsadm -Ln`` listings given, by (address, port)."""
+    """The UDP virtual servers of the ``ipvsadm -Ln`` listings given, by address and port, each
+    with its real servers by theirs (a connection table's rows are looked up by both)."""
 
     def __init__(self, facts: Facts) -> None:
-        self.by_vip: dict[tuple[str, str], tuple[VirtualServer, str]] = {}
+        self.by_vip: dict[Key, tuple[VirtualServer, str, dict[Key, RealServer]]] = {}
         for vs, art in facts.ipvs_listed:
             if vs.protocol == "UDP":
-                self.by_vip.setdefault(_split(vs.address), (vs, art))
+                reals = {endpoint_of(r.address).key: r for r in vs.reals}
+                self.by_vip.setdefault(endpoint_of(vs.address).key, (vs, art, reals))
 
-    def real(self, vip: tuple[str, str], dest: tuple[str, str]) -> tuple[VirtualServer, str, RealServer | None] | None:
+    def real(self, vip: Key, dest: Key) -> tuple[VirtualServer, str, RealServer | None] | None:
         got = self.by_vip.get(vip)
-        if got is None:
-            return None
-        vs, art = got
-        return vs, art, next((r for r in vs.reals if _split(r.address) == dest), None)
+        return None if got is None else (got[0], got[1], got[2].get(dest))
 
 
-def _endpoints_by_vip(facts: Facts) -> dict[tuple[str, str], tuple[str, frozenset[str]]]:
+def _endpoints_by_vip(facts: Facts) -> dict[Key, tuple[str, frozenset[str]]]:
     """Each UDP Service address and port (ClusterIPs, external and load-balancer addresses) -> the
     Service and its ready endpoints' addresses, from the Services and EndpointSlices given."""
     cluster = facts.cluster
     eps = cluster.endpoints_of()
-    out: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
+    out: dict[Key, tuple[str, frozenset[str]]] = {}
     for svc in cluster.services:
         mine = eps.get(svc.key)
         if mine is None:
@@ -138,22 +134,23 @@ def _udp_timeout(facts: Facts) -> tuple[int, str]:
     return KERNEL_UDP_TIMEOUT, "the kernel's default"
 
 
-def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> list[_Held]:
+def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> dict[tuple[Key, Key], _Held]:
     """UDP rows of the connection table whose real server the listing shows at weight 0 or
-    without, or that is not a ready endpoint of the Service of the virtual address."""
+    without, or that is not a ready endpoint of the Service of the virtual address, by (virtual
+    server, real server)."""
     by_vip = _endpoints_by_vip(facts) if facts.cluster.services else {}
-    held: dict[tuple[str, str], _Held] = {}
+    held: dict[tuple[Key, Key], _Held] = {}
     for c, cite in facts.records(ipvs_conn.SHAPE):
         if c.protocol != "UDP" or c.template or not (c.virtual.numeric and c.destination.numeric):
             continue
-        vip, dest = (c.virtual.address, c.virtual.port), (c.destination.address, c.destination.port)
-        why, listing = None, None
+        vip, dest = c.virtual.key, c.destination.key
+        why, listing, deleted = None, None, False
         real = listed.real(vip, dest)
         if real is not None:
             vs, art, rs = real
             if rs is None:
                 why = f"no longer a real server of {vs.address} in the ipvsadm listing"
-                listing = Cite(art, vs.line, vs.text)
+                listing, deleted = Cite(art, vs.line, vs.text), True
             elif rs.weight == 0:
                 why = "at weight 0 in the ipvsadm listing (draining: kube-proxy removed its endpoint)"
                 listing = Cite(art, rs.line, rs.text or rs.address)
@@ -163,28 +160,27 @@ def _from_connections(facts: Facts, listed: _Listed, timeout: int) -> list[_Held
                 why = f"not a ready endpoint of {svc} in the EndpointSlices given"
         if why is None:
             continue
-        deleted = why.startswith("no longer a real server")
-        h = held.setdefault(
-            (str(c.virtual), str(c.destination)), _Held(str(c.virtual), str(c.destination), why, deleted)
-        )
-        if not h.cites and listing is not None:
-            h.cites.append(listing)  # what the listing shows of it, then the connections held to it
+        h = held.get((vip, dest))
+        if h is None:
+            h = held[vip, dest] = _Held(str(c.virtual), str(c.destination), why, deleted)
+            if listing is not None:
+                h.cites.append(listing)  # what the listing shows of it, then the connections held to it
         h.count += 1
         age = max(timeout - c.expires, 0)
         h.renewed = age if h.renewed is None else min(h.renewed, age)
         if len(h.cites) < MAX_SHOWN + 1:
             h.cites.append(cite)
-    return sorted(held.values(), key=lambda h: (h.renewed if h.renewed is not None else timeout, -h.count))
+    return held
 
 
-def _from_listing(listed: _Listed, shown: set[tuple[tuple[str, str], tuple[str, str]]]) -> list[_Held]:
+def _from_listing(listed: _Listed, shown: set[tuple[Key, Key]]) -> list[_Held]:
     """Real servers of UDP virtual servers at weight 0 that still hold connections (those the
     connection table already showed aside)."""
     out = []
-    for vs, art in listed.by_vip.values():
-        for rs in vs.reals:
+    for vip, (vs, art, reals) in listed.by_vip.items():
+        for dest, rs in reals.items():
             held = (rs.active or 0) + (rs.inactive or 0)
-            if rs.weight == 0 and held > 0 and (_split(vs.address), _split(rs.address)) not in shown:
+            if rs.weight == 0 and held > 0 and (vip, dest) not in shown:
                 h = _Held(vs.address, rs.address, "at weight 0 (draining: kube-proxy removed its endpoint)")
                 h.count = held
                 h.cites = [Cite(art, vs.line, vs.text), Cite(art, rs.line, rs.text or rs.address)]
@@ -193,7 +189,7 @@ def _from_listing(listed: _Listed, shown: set[tuple[tuple[str, str], tuple[str, 
 
 
 def _severity(held: list[_Held]) -> Severity:
-    return Severity.CRITICAL if any(h.port == DNS_PORT for h in held) else Severity.WARNING
+    return max(dns_severity(h.port) for h in held)
 
 
 @check(
@@ -247,9 +243,9 @@ def ipvs_udp_held(facts: Facts) -> Iterator[Finding]:
     """
     listed = _Listed(facts)
     timeout, timeout_how = _udp_timeout(facts)
-    from_table = _from_connections(facts, listed, timeout)
-    shown = {(_split(h.virtual), _split(h.destination)) for h in from_table}
-    from_listing = _from_listing(listed, shown)
+    in_table = _from_connections(facts, listed, timeout)
+    from_table = sorted(in_table.values(), key=lambda h: (h.renewed if h.renewed is not None else timeout, -h.count))
+    from_listing = _from_listing(listed, set(in_table))
     logged = [h for h in facts.log.hits(*KEPT_IN_DRAIN.ids) if h.groups and "/UDP/" in (h.groups[0] or "")]
     logged = logged or _swept_again(facts)
     kpv = facts.kube_proxy_version
@@ -259,7 +255,7 @@ def ipvs_udp_held(facts: Facts) -> Iterator[Finding]:
     elif logged:
         f, h = _logged_finding(facts, logged)
     elif from_listing and affected is not False:
-        f, h = _listing_finding(facts, from_listing, affected), max(from_listing, key=lambda x: x.count)
+        f, h = _listing_finding(facts, from_listing, affected)
     else:
         return
     f.subject = {"service": h.virtual, "backend": h.destination}
@@ -334,7 +330,7 @@ def _logged_finding(facts: Facts, hits: list[Hit]) -> tuple[Finding, _Held]:
     return f, h
 
 
-def _listing_finding(facts: Facts, held: list[_Held], affected: bool | None) -> Finding:
+def _listing_finding(facts: Facts, held: list[_Held], affected: bool | None) -> tuple[Finding, _Held]:
     h = max(held, key=lambda x: x.count)
     f = start(facts, "KP321", [], confidence=Confidence.HIGH, severity=_severity(held))
     more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
@@ -351,4 +347,4 @@ def _listing_finding(facts: Facts, held: list[_Held], affected: bool | None) -> 
             ["kube-proxy --version", f"ipvsadm -Lnc | grep {h.virtual}"],
             Confidence.MEDIUM,
         )
-    return f
+    return f, h

@@ -269,7 +269,8 @@ class _Part:
     fix: str
 
 
-def _dns_severity(port: int | None) -> Severity:
+def dns_severity(port: int | None) -> Severity:
+    """A Service's clients held to no backend: DNS failing takes every name lookup with it."""
     return Severity.CRITICAL if port == DNS_PORT else Severity.WARNING
 
 
@@ -328,7 +329,7 @@ def _never_parts(
         if grade == "stuck":
             parts.append(
                 _Part(
-                    _dns_severity(e.dport),
+                    dns_severity(e.dport),
                     Confidence.HIGH if named else Confidence.MEDIUM,
                     f"{what}, and the entry stays: {proof}. Every packet the client sends from that port refreshes "
                     "the entry and reaches no backend",
@@ -343,7 +344,7 @@ def _never_parts(
                 cites.append(rule)
             parts.append(
                 _Part(
-                    _dns_severity(e.dport),
+                    dns_severity(e.dport),
                     Confidence.HIGH if named else Confidence.MEDIUM,
                     f"{what}; the rules given do not translate {e.dst}:{e.dport} now either{said}: new flows get no "
                     "backend, so the rules (or the Service's endpoints) are at fault as much as the entries",
@@ -396,7 +397,7 @@ def _dead_parts(dead: list[tuple[_Flow, _Target]]) -> list[_Part]:
             f"one of {target.service}'s endpoints now ({eps})"
         )
         if answered:
-            sev = _dns_severity(e.dport)
+            sev = dns_severity(e.dport)
             conf = Confidence.HIGH if target.named and target.listed else Confidence.MEDIUM
             text = (
                 f"{what}. {e.reply_src} answered ({'[ASSURED]' if 'ASSURED' in e.flags else 'a reply was seen'}): "
