@@ -3,6 +3,7 @@
 //! packets through them (`kpdoctor/dataplane/iptables/native.py` is its only caller).
 
 mod addr;
+mod cluster;
 mod compile;
 mod save;
 mod share;
@@ -343,9 +344,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SavedRules>()?;
     m.add_class::<RulesState>()?;
     m.add_class::<RuleLines>()?;
+    m.add_class::<cluster::NameLines>()?;
     m.add_function(wrap_pyfunction!(save::scan_save, m)?)?;
     m.add_function(wrap_pyfunction!(share::share_values, m)?)?;
     m.add_function(wrap_pyfunction!(share::load_json, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::slice_endpoints, m)?)?;
+    m.add_function(wrap_pyfunction!(cluster::slice_address_problems, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SHORT_CHAINS_KEPT", table::SHORT_CHAINS_KEPT)?;
     Ok(())

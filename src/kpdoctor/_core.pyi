@@ -1,5 +1,6 @@
 """Types of kpdoctor's native core (rust/src/lib.rs): what kpdoctor/dataplane/iptables/native.py calls."""
 
+from collections.abc import Callable
 from typing import Any
 
 __version__: str
@@ -87,3 +88,16 @@ class RuleLines:
 def scan_save(text: str, first_line: int = 1) -> SaveScan | None: ...
 def share_values(roots: list[Any], aliased: bool = True) -> int: ...
 def load_json(text: str) -> tuple[Any] | None: ...
+
+class NameLines:
+    """The lines of a JSON text's ``"name": "..."`` fields, handed out in document order."""
+
+    def __init__(self, text: str) -> None: ...
+    def next(self, name: str) -> int | None: ...
+
+def slice_endpoints(
+    endpoints: object, family: int, is_ip_fn: Callable[[object, int], bool]
+) -> tuple[list[tuple[str, str | None, bool, bool, bool, tuple[str, ...] | None]], list[int]]: ...
+def slice_address_problems(
+    endpoints: object, family: int | None, is_ip_fn: Callable[[object, int], bool]
+) -> list[tuple[int, int]]: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,6 +22,12 @@ from kpdoctor.parse.k8s import SERVICE_NAME_LABEL, K8sObject, as_dict, as_list, 
 from kpdoctor.parse.kubectl_describe import DESCRIBED
 from kpdoctor.parse.kubectl_table import TABLE_ROW
 from kpdoctor.versions import KubeVersion
+
+_slice_endpoints: Callable[[object, int, Callable[[object, int], bool]], tuple[list[Any], list[int]]] | None
+try:  # the core reads a slice's endpoints (rust/src/cluster.rs); the loop below without it
+    from kpdoctor._core import slice_endpoints as _slice_endpoints
+except ImportError:
+    _slice_endpoints = None
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
@@ -254,8 +260,20 @@ def _endpoints_from_slices(
             problems.append(f"EndpointSlice {sl.name} ({sl.where}): {port_problem(port.get('port'))}")
             continue
         bad: list[str] = []
-        for ep in as_list(body.get("endpoints")):
-            # the bulk of a cluster (50,000 endpoints at 10,000 Services): read inline
+        endpoints = as_list(body.get("endpoints"))
+        if _slice_endpoints is not None:  # the bulk of a cluster (50,000 endpoints at 10,000 Services)
+            rows, unread = _slice_endpoints(endpoints, family, is_ip)
+            for n in unread:
+                ep = endpoints[n]
+                addrs = ep.get("addresses") if isinstance(ep, dict) else None
+                bad.append(shown(addrs[0] if isinstance(addrs, list) and addrs else addrs))
+            for ip, node, ready, serving, terminating, zones in rows:
+                e = Endpoint(ip, number, node, ready, serving, terminating, zones)
+                prev = out.get(e.addr)
+                if prev is None or (e.ready and not prev.ready):
+                    out[e.addr] = e
+            endpoints = []
+        for ep in endpoints:  # without the core: the same, read inline
             addrs = ep.get("addresses") if isinstance(ep, dict) else None
             if not isinstance(addrs, list) or not addrs or not is_ip(addrs[0], family):
                 bad.append(shown(addrs[0] if isinstance(addrs, list) and addrs else addrs))
