@@ -42,6 +42,8 @@ _COMMENTED = lazy_re.compile(r"^(?P<indent>[ \t]*)#[ \t]?(?P<out>.*)$")
 # the writer's note after an output line: "0   <-- the culprit", "0  # <- here", "0 ← 这里"
 _ARROW_NOTE = lazy_re.compile(r"[ \t]+(?:#[ \t]*)?(?:<-+|<=+|←)(?:[ \t].*)?$")
 # An escaped "\#" at a line's start (a root prompt the editor would have made a heading).
+# ECMA-48 SGR sequences (colour, bold, reset): ESC [ parameters m
+_COLOUR = lazy_re.compile(r"\x1b\[[0-9;]*m")
 _ESCAPED_HASH = lazy_re.compile(r"^(?P<indent>[ \t]*)\\(?=#)")
 
 
@@ -306,8 +308,13 @@ def _rejoin_messages(lines: list[str]) -> list[str] | None:
 
 def unwrap_paste(text: str) -> Unwrapped:
     """The text as the command printed it, as far as the wrapping can be told from the text."""
-    lines = text.split("\n")
     removed: list[str] = []
+    if "\x1b[" in text:  # a terminal's colours, as a program wrote them to a file (k3s check-config)
+        plain = _COLOUR.sub("", text)
+        if plain != text:
+            text = plain
+            removed.append("terminal colour codes")
+    lines = text.split("\n")
     for _ in range(3):  # a quoted, indented grep: each layer once, outermost first
         before = len(removed)
         joined = _hard_wrapped(lines) if "hard line breaks" not in removed else None

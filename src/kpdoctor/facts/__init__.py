@@ -37,7 +37,7 @@ from kpdoctor.facts.log import (
 from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import Messages, Signature, scanned
 from kpdoctor.model import Cite
-from kpdoctor.parse import k8s, kpconfig, kubectl_describe, kubectl_table, nft, system
+from kpdoctor.parse import k8s, kernel_config, kpconfig, kubectl_describe, kubectl_table, nft, system
 from kpdoctor.parse.clients import SshAttempt, ssh_attempts
 from kpdoctor.parse.cni import CniConfig, parse_cni_config
 from kpdoctor.parse.counts import LineCount, parse_line_count
@@ -572,14 +572,47 @@ class Facts:
         """Whether the kernel lacks ``name``: True only with proof (a complete module listing
         without it and, for a module that registers settings under the prefix ``settings``, a
         complete sysctl listing without them: a built-in module is not in /proc/modules but its
-        settings are there); False when a listing or its settings show it; None: unknown."""
+        settings are there; or the kernel's configuration without the option that builds it);
+        False when a listing, its settings or the configuration (built in) show it; None: unknown."""
         if name in self.modules_seen or (settings and self.node_state.shows(settings)):
+            return False
+        built = self.kernel_option(*kernel_config.MODULE_OPTIONS.get(name, ()))[0]
+        if built == "n":
+            return True
+        if built == "y":
             return False
         if self.modules is None:
             return None
         if settings is None:
             return True
         return True if self.node_state.absent(settings) is not None else None
+
+    @cached_property
+    def kernel_options(self) -> dict[str, tuple[kernel_config.KernelOption, Cite]]:
+        """Each kernel option the evidence shows (its last showing), by name."""
+        return {o.name: (o, c) for o, c in self.records(kernel_config.SHAPE)}
+
+    @cached_property
+    def _whole_kernel_config(self) -> Cite | None:
+        """The first line of a whole kernel config file given, if one was: an option it does
+        not list is not built."""
+        return next((c for o, c in self.records(kernel_config.SHAPE) if o.whole), None)
+
+    def kernel_option(self, *names: str) -> tuple[str | None, Cite | None]:
+        """How the kernel was built with the first of these options it was built with (or,
+        when none, with the first shown): "y", "m" or "n" (not built: shown so, or left out of a
+        whole config file), with the line that says it; (None, None) when nothing says."""
+        shown = [self.kernel_options[n] for n in names if n in self.kernel_options]
+        built = next(((o.value, c) for o, c in shown if o.built), None)
+        if built is not None:
+            return built
+        if shown and len(shown) == len(names):
+            return shown[0][0].value, shown[0][1]
+        whole = self._whole_kernel_config
+        if whole is not None and names and all(n not in self.kernel_options or not self.kernel_options[n][0].built
+                                               for n in names):
+            return "n", shown[0][1] if shown else whole
+        return None, None
 
     @cached_property
     def modules_seen(self) -> set[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import ethtool, ipvs_conn, tcpdump, xtrace
+from kpdoctor.parse import ethtool, ipvs_conn, kernel_config, tcpdump, xtrace
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 REGISTERED: tuple[EvidenceShape[Any], ...] = (
@@ -17,4 +17,5 @@ REGISTERED: tuple[EvidenceShape[Any], ...] = (
     ethtool.FEATURES,
     xtrace.SHAPE,
     ipvs_conn.SHAPE,
+    kernel_config.SHAPE,
 )

@@ -13,6 +13,7 @@ from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import kernel_config
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KernelVersion, KubeVersion
 
@@ -195,7 +196,7 @@ CONNTRACK_IPV4_BACKPORTED = (1, 11)  # the 1.11 and 1.12 lines: fixed from a pat
     cause="ipvs-prerequisites-missing",
     title="IPVS mode requested but its prerequisites are missing",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG, Kind.MODULES],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.MODULES, Kind.KERNEL_CONFIG],
 )
 def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     """IPVS mode was asked for, but ipset/conntrack binaries or ip_vs modules are missing.
@@ -241,6 +242,10 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     ipvs_proved = facts.module_inactive("ip_vs", "net.ipv4.vs.")
     if ipvs_proved is False:
         missing_mods = [m for m in missing_mods if m != "ip_vs"]
+    # the kernel's build configuration: a module built neither in nor as one cannot be loaded
+    unbuilt = {m: c for m in IPVS_MODULES_BASE if (c := _unbuilt(facts, m)) is not None}
+    if requested_ipvs or hits:
+        missing_mods = list(dict.fromkeys([*missing_mods, *unbuilt]))
     if not hits and not fell_back and not (requested_ipvs and missing_mods):
         refused = _modprobe_refusals(facts)
         if refused is not None:
@@ -283,18 +288,39 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     f.summary = "IPVS mode is missing " + (" and ".join(what) if what else "a prerequisite") + "."
     if cfg_mode.origin in ("flag", "config") and cfg_mode.source:
         f.evidence.append(Cite(cfg_mode.source.artifact, cfg_mode.source.line, cfg_mode.source.text))
-    if running and running[1]:
+    if running and running[1] and running[1] not in f.evidence:
         f.evidence.append(running[1])
     if fell_back or facts.log.count(*IPVS_FALLBACK.ids):
         f.summary += f" kube-proxy was configured for ipvs but runs in {running[0] if running else 'iptables'} mode."
+    for m in missing_mods:
+        if m in unbuilt and unbuilt[m] not in f.evidence:
+            f.evidence.append(unbuilt[m])
+    if requested_ipvs and "ip_vs" in unbuilt and not hits:
+        f.confidence, f.severity = Confidence.HIGH, Severity.CRITICAL
+        f.confidence_reason = (
+            "kube-proxy is configured for IPVS and the kernel's build configuration has no ip_vs: IPVS cannot run"
+        )
     f.fix = ["Install ipset and conntrack (conntrack-tools) on the node, or use a kube-proxy image that ships them."]
-    if mods is None or missing_mods:
+    if unbuilt and any(m in unbuilt for m in missing_mods):
+        f.fix.append(
+            "The kernel was built without "
+            + ", ".join(m for m in missing_mods if m in unbuilt)
+            + " (its build configuration): no modprobe can load them; boot a kernel built with CONFIG_IP_VS and "
+            "its schedulers (=m or =y), or run kube-proxy in iptables (or nftables) mode on this node."
+        )
+    elif mods is None or missing_mods:
         f.fix.append(
             "Load the modules: `modprobe -a ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conntrack` "
             "and persist them in /etc/modules-load.d/."
         )
     f.fix.append("Restart kube-proxy and confirm `curl -s localhost:10249/proxyMode` prints ipvs.")
     yield f
+
+
+def _unbuilt(facts: Facts, module: str) -> Cite | None:
+    """The line of the kernel's build configuration that shows ``module`` not built, if one does."""
+    value, cite = facts.kernel_option(*kernel_config.MODULE_OPTIONS[module])
+    return cite if value == "n" else None
 
 
 def _modprobe_refusals(facts: Facts) -> Finding | None:

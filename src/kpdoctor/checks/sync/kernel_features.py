@@ -13,7 +13,7 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.log import cite_line, is_other_writer
 from kpdoctor.facts.nft_errors import NFT_RULE_ERROR, failing_part
 from kpdoctor.knowledge import check, signature
-from kpdoctor.model import Confidence, Finding, Severity
+from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse.logscan import Hit
 
 
@@ -120,8 +120,78 @@ class Missing:
 
     name: str  # "match comment", "table nat (IPv6)", "nft expression fib", "module ip_tables"
     part: Part
-    hit: Hit
+    hit: Hit | None  # the log line that shows it; None: the kernel's configuration (``cite``)
     certain: bool  # the kernel itself said so (modprobe, a revision probe, a sysctl that is absent)
+    cite: Cite | None = None  # the configuration's line, when that is what shows it
+    options: str = ""  # the kernel options none of which was built, when the configuration shows it
+
+    @property
+    def own(self) -> bool:
+        """Shown by kube-proxy's own failure (not another writer's line, nor the configuration)."""
+        return self.hit is not None and not is_other_writer(self.hit)
+
+
+# What kube-proxy's rules use in iptables mode whatever the cluster holds (IPVS mode writes the
+# same iptables rules but statistic's), each with the kernel options any one of which builds it
+# (MASQUERADE moved from IP_NF_TARGET_MASQUERADE to NETFILTER_XT_TARGET_MASQUERADE in 5.2, the
+# old option selecting the new): a kernel built with none of them cannot run those rules.
+_XT = frozenset({"iptables", "ipvs"})
+_NFT = frozenset({"nftables"})
+_ALL = _XT | _NFT
+ALWAYS_USED: tuple[tuple[str, Part, tuple[str, ...], frozenset[str]], ...] = (
+    ("match comment", MATCHES["comment"], ("CONFIG_NETFILTER_XT_MATCH_COMMENT",), _XT),
+    ("match statistic", MATCHES["statistic"], ("CONFIG_NETFILTER_XT_MATCH_STATISTIC",), frozenset({"iptables"})),
+    ("match conntrack", MATCHES["conntrack"], ("CONFIG_NETFILTER_XT_MATCH_CONNTRACK",), _XT),
+    ("match mark", MATCHES["mark"], ("CONFIG_NETFILTER_XT_MARK",), _XT),
+    ("match addrtype", MATCHES["addrtype"], ("CONFIG_NETFILTER_XT_MATCH_ADDRTYPE",), _XT),
+    (
+        "target MASQUERADE",
+        TARGETS["MASQUERADE"],
+        ("CONFIG_NETFILTER_XT_TARGET_MASQUERADE", "CONFIG_IP_NF_TARGET_MASQUERADE"),
+        _XT,
+    ),
+    ("module x_tables", OTHER_MODULES["x_tables"], ("CONFIG_NETFILTER_XTABLES",), _XT),
+    ("module nf_nat", OTHER_MODULES["nf_nat"], ("CONFIG_NF_NAT",), _ALL),
+    (
+        "module nf_conntrack",
+        OTHER_MODULES["nf_conntrack"],
+        ("CONFIG_NF_CONNTRACK",),
+        _ALL,
+    ),
+    ("module nf_tables", OTHER_MODULES["nf_tables"], ("CONFIG_NF_TABLES",), _NFT),
+    ("nft expression numgen", NFT_EXPRESSIONS["numgen"], ("CONFIG_NFT_NUMGEN",), _NFT),
+    ("nft expression ct", NFT_EXPRESSIONS["ct"], ("CONFIG_NFT_CT",), _NFT),
+    (
+        "nft expression fib",
+        NFT_EXPRESSIONS["fib"],
+        ("CONFIG_NFT_FIB_IPV4", "CONFIG_NFT_FIB_INET"),
+        _NFT,
+    ),
+)
+
+
+def proxy_mode(facts: Facts) -> str | None:
+    """The mode kube-proxy runs in, or says it runs in; None when nothing tells."""
+    running = facts.running_mode
+    if running.mode is not None:
+        return running.mode
+    return running.claimed[0] if running.claimed else None
+
+
+def unbuilt_parts(facts: Facts) -> list[Missing]:
+    """The parts kube-proxy's rules always use in its mode (iptables when nothing tells, its
+    default) that the kernel's configuration shows built with none of their options."""
+    if not facts.kernel_options:
+        return []
+    mode = proxy_mode(facts) or "iptables"
+    out = []
+    for name, part, options, modes in ALWAYS_USED:
+        if mode not in modes:
+            continue
+        value, cite = facts.kernel_option(*options)
+        if value == "n" and cite is not None:
+            out.append(Missing(name, part, None, True, cite, " or ".join(options)))
+    return out
 
 
 def _table_part(table: str, ipv6: bool) -> Part:
@@ -194,7 +264,7 @@ def missing_parts(facts: Facts) -> list[Missing]:
     cause="kernel-netfilter-feature-missing",
     title="the kernel lacks a netfilter part kube-proxy needs",
     severity=Severity.CRITICAL,
-    needs=[Kind.KUBE_PROXY_LOG],
+    needs=[Kind.KUBE_PROXY_LOG, Kind.KERNEL_CONFIG],
     explains=("iptables-backend-mismatch", "stale-udp-conntrack", *RESTORE_SYMPTOMS),
 )
 def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
@@ -213,7 +283,12 @@ def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
         nf_conntrack_netlink (to flush stale UDP entries). Custom, board, WSL2 and minimal
         cloud kernels often lack one; some distributions do not load nf_conntrack by default.
     How it is detected: the error lines above in kube-proxy's (or another writer's) log, each
-        mapped to the module and kernel option that provide the part. A table that cannot be
+        mapped to the module and kernel option that provide the part; or the kernel's build
+        configuration (`/boot/config-$(uname -r)`, `zcat /proc/config.gz`, Docker's or k3s's
+        `check-config`) showing an option of a part kube-proxy's rules always use in its mode
+        (comment, statistic, conntrack, mark, addrtype, MASQUERADE, nf_nat, nf_conntrack; fib,
+        numgen, ct in nftables mode) neither built in nor as a module (`# CONFIG_X is not set`,
+        `CONFIG_X: missing`, or left out of a whole config file). A table that cannot be
         initialised counts only for IPv6 alone or on a legacy-only node (otherwise it is a
         backend mismatch, KP101); nf_conntrack_ipv4/ipv6 failing to load on kernels >= 4.19 is
         harmless (merged into nf_conntrack), and the IPVS modules are KP113's.
@@ -224,50 +299,80 @@ def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
     References: https://github.com/k3s-io/k3s/issues/11862; https://github.com/kubernetes/kubernetes/issues/133694;
         https://github.com/kubernetes-sigs/kind/issues/1740; https://github.com/kubernetes/kops/issues/17968
     """
-    found = missing_parts(facts)
+    logged = missing_parts(facts)
+    seen = {m.part.module for m in logged}
+    configured = [m for m in unbuilt_parts(facts) if m.part.module not in seen]
+    found = logged + configured
     if not found:
         return
     parts: dict[str, list[Missing]] = {}
     for m in found:
         parts.setdefault(m.part.module, []).append(m)
     certain = any(m.certain for m in found)
-    own = [m for m in found if not is_other_writer(m.hit)]
+    own = [m for m in found if m.own]
+    mode = proxy_mode(facts)
+    # the configuration proves the part absent from the kernel: it breaks kube-proxy in the mode
+    # it runs in, or (mode not shown) in every mode but nftables
     f = start(
         facts,
         "KP116",
-        [m.hit for m in found],
-        confidence=Confidence.HIGH if certain else Confidence.MEDIUM,
-        severity=Severity.CRITICAL if own else Severity.WARNING,
+        [m.hit for m in found if m.hit is not None],
+        confidence=Confidence.HIGH if certain and (logged or mode is not None) else Confidence.MEDIUM,
+        severity=Severity.CRITICAL if own or configured else Severity.WARNING,
     )
     names = []
     for module, ms in list(parts.items())[:4]:
         p = ms[0].part
         names.append(f"{module} ({p.config}; {p.used_for}; seen as {ms[0].name})")
         for m in ms[:1]:
-            c = cite_line(m.hit)
-            if c not in f.evidence:
+            c = cite_line(m.hit) if m.hit is not None else m.cite
+            if c is not None and c not in f.evidence:
                 f.evidence.append(c)
     f.summary = "The kernel lacks " + "; ".join(names) + "."
-    f.confidence_reason = (
-        "the kernel itself says so (modprobe, a revision probe or an absent sysctl)"
-        if certain
-        else "the error alone: an iptables without the extension's library would say the same"
-    )
+    if logged:
+        f.confidence_reason = (
+            "the kernel itself says so (modprobe, a revision probe or an absent sysctl)"
+            if certain
+            else "the error alone: an iptables without the extension's library would say the same"
+        )
+    else:
+        f.confidence_reason = "the kernel's build configuration: an option built neither in nor as a module" + (
+            f" (kube-proxy runs in {mode} mode, which uses it)"
+            if mode is not None
+            else "; kube-proxy's mode is not shown: its default (iptables) and IPVS mode use it, nftables mode does not"
+        )
     if own:
         f.summary += " kube-proxy's syncs or start-up fail on it."
-    else:
-        whose = next((m.hit.writer for m in found if m.hit.writer), "another component")
+    elif logged:
+        whose = next((m.hit.writer for m in found if m.hit is not None and m.hit.writer), "another component")
         f.summary += f" The lines are {whose}'s: the node's kernel fails it, and kube-proxy's rules use the same parts."
-    not_built = [m for m in found if m.hit.sig == MODPROBE_MISSING.id]
-    f.fix = [
-        "Load the module on the host (a container cannot): "
-        + ", ".join(f"`modprobe {mod.split('/')[0]}`" for mod in parts)
-        + ", and list it in /etc/modules-load.d/ so it is loaded at boot."
-    ]
+    else:
+        f.summary += (
+            (" Its build configuration shows each" if len(parts) > 1 else " Its build configuration shows it")
+            + " built neither in nor as a module: no modprobe can load "
+            + ("them" if len(parts) > 1 else "it")
+            + ", and kube-proxy's rules use "
+            + ("them." if len(parts) > 1 else "it.")
+        )
+    not_built = [m for m in found if m.hit is not None and m.hit.sig == MODPROBE_MISSING.id]
+    loadable = [mod for mod, ms in parts.items() if all(m.hit is not None for m in ms)]
+    f.fix = []
+    if loadable:
+        f.fix.append(
+            "Load the module on the host (a container cannot): "
+            + ", ".join(f"`modprobe {mod.split('/')[0]}`" for mod in loadable)
+            + ", and list it in /etc/modules-load.d/ so it is loaded at boot."
+        )
     if not_built:
         f.fix.append(
             f"modprobe found no {not_built[0].part.module} for this kernel: it was built without "
             f"{not_built[0].part.config}; use a kernel that has it (=m or =y) or rebuild it."
+        )
+    if configured:
+        f.fix.append(
+            "The kernel was built without "
+            + ", ".join(m.options for m in configured[:4])
+            + ": boot a kernel built with them (=y or =m; most distribution kernels are) or rebuild this one."
         )
     if "ip_tables" in parts and "nf_tables" not in parts:
         f.fix.append(
