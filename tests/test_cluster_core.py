@@ -53,9 +53,27 @@ def test_name_lines_of_every_json_in_the_tests_are_the_python_readers(where: str
 
 
 NAME_PIECES = [
-    '"name"', '"name": "a"', '"name" :\t"b"', '"name":\n"c"', '"name":"', '"name": "x\\"y"', '"name": "x\\\ny"',
-    '"name": "\\u00e9t\\u00e9"', '"name": "été"', '"name":\x1c"fs"', '"name":\u3000"ideo"', '"name": 5', "\n", " ",
-    '"nam"', '{"metadata": {"name": "a"}}', '"name": "a\\', '"name": "\\\\"', '"names": "no"', "é", "\r\n",
+    '"name"',
+    '"name": "a"',
+    '"name" :\t"b"',
+    '"name":\n"c"',
+    '"name":"',
+    '"name": "x\\"y"',
+    '"name": "x\\\ny"',
+    '"name": "\\u00e9t\\u00e9"',
+    '"name": "été"',
+    '"name":\x1c"fs"',
+    '"name":\u3000"ideo"',
+    '"name": 5',
+    "\n",
+    " ",
+    '"nam"',
+    '{"metadata": {"name": "a"}}',
+    '"name": "a\\',
+    '"name": "\\\\"',
+    '"names": "no"',
+    "é",
+    "\r\n",
 ]
 
 
@@ -65,7 +83,7 @@ def test_name_lines_agree_on_hostile_texts() -> None:
         text = "".join(rnd.choice(NAME_PIECES) for _ in range(rnd.randrange(1, 14)))
         py, native = k8s._NameLines(text, True), core.NameLines(text)
         for _ in range(6):
-            name = rnd.choice(["a", "b", "c", "x\\\"y", "\\u00e9t\\u00e9", "été", "fs", "ideo", "\\\\", "zzz", ""])
+            name = rnd.choice(["a", "b", "c", 'x\\"y', "\\u00e9t\\u00e9", "été", "fs", "ideo", "\\\\", "zzz", ""])
             assert native.next(name) == py.next(name), (text, name)
 
 
@@ -81,9 +99,35 @@ def _all_slices() -> list[dict[str, Any]]:
 
 
 VALUES: list[Any] = [
-    None, "", 0, 1, True, False, 1.5, "10.0.0.1", "10.0.0.01", "010.0.0.1", "1.2.3", "1.2.3.4.5", "256.1.1.1",
-    "0.0.0.0", "255.255.255.255", " 10.0.0.1", "10.0.0.1\x00", "١٠.٠.٠.١", "::1", "fd00::5", "fe80::1%eth0",
-    "::ffff:10.0.0.1", "1.2.3.4/32", "x" * 50, [], {}, ["10.0.0.2"], {"ip": "10.0.0.3"}, "None",
+    None,
+    "",
+    0,
+    1,
+    True,
+    False,
+    1.5,
+    "10.0.0.1",
+    "10.0.0.01",
+    "010.0.0.1",
+    "1.2.3",
+    "1.2.3.4.5",
+    "256.1.1.1",
+    "0.0.0.0",
+    "255.255.255.255",
+    " 10.0.0.1",
+    "10.0.0.1\x00",
+    "١٠.٠.٠.١",
+    "::1",
+    "fd00::5",
+    "fe80::1%eth0",
+    "::ffff:10.0.0.1",
+    "1.2.3.4/32",
+    "x" * 50,
+    [],
+    {},
+    ["10.0.0.2"],
+    {"ip": "10.0.0.3"},
+    "None",
 ]
 
 
@@ -98,20 +142,34 @@ def _hostile_endpoint(rnd: random.Random) -> Any:
         ep["addresses"] = rnd.choice(VALUES)
     if rnd.random() < 0.7:
         ep["conditions"] = (
-            {k: rnd.choice([None, True, False, 0, 1, "", "yes", []]) for k in ("ready", "serving", "terminating")
-             if rnd.random() < 0.7}
-            if rnd.random() < 0.9 else rnd.choice(VALUES)
+            {
+                k: rnd.choice([None, True, False, 0, 1, "", "yes", []])
+                for k in ("ready", "serving", "terminating")
+                if rnd.random() < 0.7
+            }
+            if rnd.random() < 0.9
+            else rnd.choice(VALUES)
         )
     if rnd.random() < 0.5:
         ep["nodeName"] = rnd.choice(["node-a", "", None, 5, "node-b"])
     if rnd.random() < 0.3:
         ep["topology"] = rnd.choice([{"kubernetes.io/hostname": rnd.choice(["node-c", "", None, 7])}, "t", None])
     if rnd.random() < 0.3:
-        ep["hints"] = rnd.choice([
-            {"forZones": [rnd.choice([{"name": "z1"}, {"name": None}, {}, "z", {"name": 3}])
-                          for _ in range(rnd.randrange(0, 3))]},
-            {"forZones": None}, {"forZones": "z"}, {}, "h", None,
-        ])
+        ep["hints"] = rnd.choice(
+            [
+                {
+                    "forZones": [
+                        rnd.choice([{"name": "z1"}, {"name": None}, {}, "z", {"name": 3}])
+                        for _ in range(rnd.randrange(0, 3))
+                    ]
+                },
+                {"forZones": None},
+                {"forZones": "z"},
+                {},
+                "h",
+                None,
+            ]
+        )
     return ep
 
 
@@ -119,13 +177,15 @@ def _hostile_slices(n: int, seed: int) -> list[dict[str, Any]]:
     rnd = random.Random(seed)
     out = []
     for i in range(n):
-        out.append({
-            "kind": "EndpointSlice",
-            "addressType": rnd.choice(["IPv4", "IPv6", "FQDN", None, 4]),
-            "metadata": {"name": f"s{i}", "labels": {"kubernetes.io/service-name": "svc"}},
-            "ports": [{"name": "", "port": rnd.choice([80, -1, None, "80"]), "protocol": "TCP"}],
-            "endpoints": rnd.choice([[_hostile_endpoint(rnd) for _ in range(rnd.randrange(0, 6))], None, "e", {}]),
-        })
+        out.append(
+            {
+                "kind": "EndpointSlice",
+                "addressType": rnd.choice(["IPv4", "IPv6", "FQDN", None, 4]),
+                "metadata": {"name": f"s{i}", "labels": {"kubernetes.io/service-name": "svc"}},
+                "ports": [{"name": "", "port": rnd.choice([80, -1, None, "80"]), "protocol": "TCP"}],
+                "endpoints": rnd.choice([[_hostile_endpoint(rnd) for _ in range(rnd.randrange(0, 6))], None, "e", {}]),
+            }
+        )
     return out
 
 
@@ -156,8 +216,10 @@ def test_the_cores_ipv4_test_is_inet_ptons() -> None:
     """The core decides dotted IPv4 texts itself; every such text reads as inet_pton reads it."""
     rnd = random.Random(3)
     pieces = ["0", "1", "00", "01", "9", "10", "99", "100", "199", "255", "256", "300", "999", "1000", "", "."]
-    texts = ["".join(rnd.choice(pieces) + rnd.choice([".", "", "."]) for _ in range(rnd.randrange(1, 6)))
-             for _ in range(20000)]
+    texts = [
+        "".join(rnd.choice(pieces) + rnd.choice([".", "", "."]) for _ in range(rnd.randrange(1, 6)))
+        for _ in range(20000)
+    ]
     bodies = [{"endpoints": [{"addresses": [t]}]} for t in texts]
     native = [core.slice_address_problems(b["endpoints"], 4, k8s.is_ip) for b in bodies]
     for t, got in zip(texts, native, strict=True):

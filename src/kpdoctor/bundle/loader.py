@@ -719,8 +719,9 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
         parts = split_transcript(whole, lenient=True)
         if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
             return
-    if typed.kind is None and whole is not None:
+    if (typed.kind is None or weakest) and whole is not None:
         # a command pasted without its prompt, above what it printed: read as that command's
+        # (`sudo dmesg -T` over the kernel's lines is the kernel's log, not mere log lines)
         parts = split_transcript(whole, lenient=True, bare=True)
         if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
             return

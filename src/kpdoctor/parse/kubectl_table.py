@@ -87,7 +87,7 @@ def pod_rows(text: str) -> list[PodRow]:
     wide_header = False
     for i, line in enumerate(text.splitlines()):
         if _HEADER.match(line):
-            wide_header = " NODE " in f" {line} "
+            wide_header = "NODE" in line.split()  # (a paste may have turned its padding into tabs)
             continue
         m = _ROW.match(line)
         if m is None:
@@ -145,7 +145,7 @@ _NOT_OF: dict[str, frozenset[str]] = {
     "Node": frozenset({"READY"}),
 }
 # A header: upper-case titles (``PORT(S)``, ``NOMINATED NODE``) that begin with NAME or NAMESPACE.
-_TABLE_HEADER = lazy_re.compile(r"^\s*(?:NAMESPACE\s+)?NAME(?:\s{2,}|\t)[A-Z][A-Z0-9()/ -]*$")
+_TABLE_HEADER = lazy_re.compile(r"^\s*(?:NAMESPACE\s+)?NAME(?:\s{2,}|\t)[A-Z][A-Z0-9()/ \t-]*$")
 _CELL_SEP = lazy_re.compile(r"\s{2,}|\t")
 # kubectl's words for no value, in its tables and descriptions
 NONE = ("<none>", "<unknown>", "<pending>", "<nodes>", "<unset>", "")

@@ -46,11 +46,13 @@ PACKET_LINE = lazy_re.compile(
     rf"^{_TIME}\s+{_IFACE}?IP6? \((?:tos|flowlabel|hlim) |"  # -v: the IP header first
     rf"^\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): \[(?:bad udp cksum|udp sum ok|no cksum)"  # -v: its packet line
 )
-# tcpdump's own lines around the packets (stderr, mixed into a paste), and with -v the lines of a
-# packet inside a tunnel (VXLAN's inner packet: its IP header without a timestamp, then its line)
+# tcpdump's own lines around the packets (stderr, mixed into a paste), with -v the lines of a
+# packet inside a tunnel (VXLAN's inner packet: its IP header without a timestamp, then its line),
+# and with -x/-xx/-X the packet's bytes (print-ascii.c: a tab, the offset as "0x%04x:", two
+# spaces, hex in groups of four digits, with -X the bytes as ASCII after them)
 NOISE_LINE = lazy_re.compile(
     r"^(?:tcpdump: |listening on \S+, link-type |dropped privs to |\d+ packets? (?:captured|received by filter|"
-    r"dropped by kernel)|IP6? \((?:tos|flowlabel|hlim) |"
+    r"dropped by kernel)|IP6? \((?:tos|flowlabel|hlim) |\s*0x[0-9a-f]{4}:  [0-9a-f]{2}|"
     rf"\s*(?:{_END4} > {_END4}|{_END6} > {_END6}): (?:Flags \[|UDP|ICMP))"
 )
 _HEADER_V = lazy_re.compile(rf"^(?P<time>{_TIME})\s+(?:(?P<iface>[\w.@-]+)\s+(?:In|Out|B|M|P)\s+)?IP6? \(")

@@ -1,0 +1,43 @@
+"""Output as users really paste it (tests/data/pasted/SOURCES.md): each is read as what it is.
+
+Each case failed before: a tcpdump capture with ``-x``'s hex lines was "not recognised", a
+``sudo dmesg -T`` typed without a prompt above the kernel's lines made them mere "log lines"
+(the kernel-log check never saw them), and kubectl tables whose padding a paste turned into
+tabs were not read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kpdoctor.bundle.artifacts import Kind
+from kpdoctor.diagnose import diagnose_paths
+from kpdoctor.parse.tcpdump import parse_tcpdump
+
+DATA = Path(__file__).parent / "data" / "pasted"
+
+
+def _read(name: str):  # type: ignore[no-untyped-def]
+    return diagnose_paths([DATA / name])
+
+
+def test_a_capture_with_its_hex_dump_is_read_as_a_capture() -> None:
+    report, ev = _read("tcpdump-any-xxx-vxlan.txt")
+    assert [i.kind for i in report.inputs] == [Kind.PACKET_CAPTURE.value]
+    (art,) = ev.artifacts
+    packets = parse_tcpdump(art.read_text())
+    assert len(packets) >= 2  # the VXLAN packet and the Pod's SYN inside it
+
+
+def test_an_unprompted_dmesg_command_types_its_output_as_the_kernels_log() -> None:
+    report, _ = _read("dmesg-T-unprompted-conntrack-full.txt")
+    (inp,) = report.inputs
+    assert inp.kind == Kind.KERNEL_LOG.value and inp.details.get("command") == "sudo dmesg -T"
+    assert report.findings[0].code == "KP301"  # the kernel's own table-full line, from the kernel's log
+
+
+def test_kubectl_tables_whose_padding_became_tabs_are_read() -> None:
+    report, _ = _read("kubectl-tables-with-tabs.txt")
+    commands = [i.details.get("command", "") for i in report.inputs]
+    assert any("get  endpointslices" in c and "-l" not in c for c in commands)
+    assert any("endpointslices  -l" in c for c in commands)
