@@ -3,7 +3,7 @@
 Each case failed before: a tcpdump capture with ``-x``'s hex lines was "not recognised", a
 ``sudo dmesg -T`` typed without a prompt above the kernel's lines made them mere "log lines"
 (the kernel-log check never saw them), and kubectl tables whose padding a paste turned into
-tabs were not read.
+tabs were not read, and ``ssh HOST cat /proc/sys/...`` printed a value nothing read.
 """
 
 from __future__ import annotations
@@ -41,3 +41,9 @@ def test_kubectl_tables_whose_padding_became_tabs_are_read() -> None:
     commands = [i.details.get("command", "") for i in report.inputs]
     assert any("get  endpointslices" in c and "-l" not in c for c in commands)
     assert any("endpointslices  -l" in c for c in commands)
+
+
+def test_a_command_run_over_ssh_is_read_as_that_command() -> None:
+    report, _ = _read("ssh-cat-conntrack-count-max.txt")
+    kinds = [(i.kind, i.details.get("scope")) for i in report.inputs]
+    assert kinds == [(Kind.SYSCTL.value, "host"), (Kind.SYSCTL.value, "host"), (Kind.CONNTRACK_STATS.value, "host")]

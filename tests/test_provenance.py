@@ -34,6 +34,11 @@ RULES = (UPSTREAM / "iptables" / "TestOverallIPTablesRules.rules").read_text()
         ("chroot /host iptables-save", ["iptables-save"], "host"),  # kubectl debug node/...
         ("nsenter -t 4242 -m cat /etc/os-release", ["cat", "/etc/os-release"], None),  # mounts only
         ("iptables-save", ["iptables-save"], None),
+        # ssh HOST CMD: CMD on that host (its words joined and split again, as the remote shell does)
+        ("ssh node-3 cat /proc/sys/net/netfilter/nf_conntrack_max", ["cat", "/proc/sys/net/netfilter/nf_conntrack_max"],
+         "host"),
+        ("ssh -p 2222 -i key root@node-3 conntrack -S", ["conntrack", "-S"], "host"),
+        ("ssh node-3", ["ssh", "node-3"], None),  # a login: what follows is typed there, at its own prompt
     ],
 )
 def test_the_command_that_entered_a_namespace(command: str, inner: list[str], scope: str | None) -> None:

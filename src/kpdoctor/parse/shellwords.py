@@ -63,8 +63,12 @@ def entered(words: list[str]) -> tuple[list[str], str | None]:
     netns exec NAME CMD`` (a named network namespace: a Pod's, ``cni-...``) and ``nsenter
     [--net[=FILE] | -n] ... CMD`` give "netns" (another network namespace), except ``nsenter -t 1
     -n`` or ``--net=/proc/1/ns/net`` (the node's own, entered from a debug Pod) and ``chroot
-    /host`` (a debug Pod's view of the node) which give "host". Anything else: ``(words, None)``."""
+    /host`` (a debug Pod's view of the node) and ``ssh HOST CMD`` (CMD run on that host) which give
+    "host". Anything else: ``(words, None)``."""
     prog = words[0].rsplit("/", 1)[-1] if words else ""
+    if prog == "ssh":  # the command run on the host logged into: that host's own state
+        inner = _remote(words)
+        return (inner, "host") if inner is not words else (words, None)
     if prog == "ip" and words[1:3] == ["netns", "exec"] and len(words) > 4:
         return words[4:], "netns"
     if prog == "chroot" and len(words) > 2 and words[1].rstrip("/") == "/host":
@@ -91,6 +95,26 @@ def entered(words: list[str]) -> tuple[list[str], str | None]:
         return inner, None
     node = net == "/proc/1/ns/net" or (not net and target == "1")
     return inner, "host" if node else "netns"
+
+
+# OpenSSH's options that take a value as the next word (ssh(1))
+_SSH_VALUED = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+
+
+def _remote(words: list[str]) -> list[str]:
+    """The command ``ssh [options] HOST COMMAND...`` runs on HOST (its words joined and split
+    again, as the remote shell does); ``words`` itself when there is none (a login)."""
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        w = words[i]
+        i += 2 if len(w) == 2 and w[1] in _SSH_VALUED else 1
+    i += 1 if i < len(words) and words[i] == "--" else 0
+    if i + 1 >= len(words):
+        return words
+    try:
+        return shell_split(" ".join(words[i + 1 :]))
+    except ValueError:
+        return " ".join(words[i + 1 :]).split()
 
 
 # the options of `kubectl exec`/`docker exec` that take a value (the rest are flags)
