@@ -289,3 +289,28 @@ def test_the_cni_configuration_in_use_is_the_first_by_name(tmp_path: Path) -> No
     (got,) = out.artifacts
     assert isinstance(got, Collected) and got.path == "node/cni-config.json"
     assert b"k8s-pod-network" in got.data and got.source == "read /etc/cni/net.d/10-calico.conflist"
+
+
+def test_the_kernels_build_configuration_is_unpacked_bounded(tmp_path: Path) -> None:
+    """/proc/config.gz unpacked (this machine's own), /boot/config-RELEASE without it, and a file
+    that is no gzip or unpacks past the bound said so, never read."""
+    import gzip
+
+    from kpdoctor.collect import node
+
+    runner = Runner(Host(str(tmp_path), enter_netns=False), Budget(10))
+    assert isinstance(node._kernel_config(runner), NotCollected)  # neither is there
+    text = (Path(__file__).parent / "data" / "kernel_config" / "config-6.18.44.txt").read_bytes()
+    boot = tmp_path / "boot" / f"config-{os.uname().release}"
+    boot.parent.mkdir()
+    boot.write_bytes(text)
+    got = node._kernel_config(runner)
+    assert isinstance(got, Collected) and got.data == text and got.source == f"read /boot/config-{os.uname().release}"
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "config.gz").write_bytes(gzip.compress(text))
+    got = node._kernel_config(runner)
+    assert isinstance(got, Collected) and got.data == text and got.source == "read /proc/config.gz (unpacked)"
+    (tmp_path / "proc" / "config.gz").write_bytes(text)  # not gzip
+    assert "does not unpack" in getattr(node._kernel_config(runner), "reason", "")
+    (tmp_path / "proc" / "config.gz").write_bytes(gzip.compress(b"#" * (node.KERNEL_CONFIG_TEXT_MAX + 1)))
+    assert "unpacks past" in getattr(node._kernel_config(runner), "reason", "")

@@ -32,6 +32,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "node/ipset-save.txt": (Kind.IPSET, {}),
     "node/locks.txt": (Kind.LOCKS, {}),
     "node/modules.txt": (Kind.MODULES, {}),
+    "node/kernel-config.txt": (Kind.KERNEL_CONFIG, {}),  # /proc/config.gz unpacked, or /boot/config-RELEASE
     "node/sysctl.txt": (Kind.SYSCTL, {}),
     "node/ip-link.json": (Kind.IP_LINK, {}),
     "node/dmesg.txt": (Kind.KERNEL_LOG, {}),

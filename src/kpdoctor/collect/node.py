@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 
 from kpdoctor.collect.node_files import node_text, resolve_dir
 from kpdoctor.collect.record import Collected, Gathered, NotCollected, Progress
@@ -96,6 +97,7 @@ def collect_node(
         osr = runner.read("node/os-release", "/usr/lib/os-release")
     out.add(osr)
     out.add(runner.read("node/modules.txt", "/proc/modules"))
+    out.add(_kernel_config(runner))
     out.add(runner.read("node/locks.txt", "/proc/locks"))
     progress("node: processes")
     # with each process's network namespace (a kube-proxy in another one is another node's: kind's
@@ -230,6 +232,30 @@ def _ipvs(runner: Runner, kernel: Kernel, progress: Progress, out: NodeCollectio
         out.add(runner.read("node/ip_vs_conn.txt", runner.host.net_proc("net/ip_vs_conn"), limit=IPVS_CONN_MAX))
     else:
         out.skipped.append(NotCollected("node/ip_vs_conn.txt", "not asked for"))
+
+
+# The kernel's build configuration: /proc/config.gz is some 30-60 KB (its text 100-300 KB)
+KERNEL_CONFIG_MAX = 1024**2
+KERNEL_CONFIG_TEXT_MAX = 4 * 1024**2
+
+
+def _kernel_config(runner: Runner) -> Collected | NotCollected:
+    """The running kernel's build configuration: ``/proc/config.gz`` (a kernel built with
+    IKCONFIG_PROC), else ``/boot/config-RELEASE``. A part whose option is built neither in nor as a
+    module cannot be loaded by anything (KP116, KP113). The gzip is read bounded, and unpacked
+    bounded: a file that is not gzip, or unpacks past the bound, is said so, not read."""
+    path = "node/kernel-config.txt"
+    got = runner.read(path, "/proc/config.gz", limit=KERNEL_CONFIG_MAX)
+    if isinstance(got, Collected):
+        unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = unpack.decompress(got.data, KERNEL_CONFIG_TEXT_MAX)
+        except zlib.error as exc:
+            return NotCollected(path, f"/proc/config.gz does not unpack: {exc}")
+        if unpack.unconsumed_tail:
+            return NotCollected(path, f"/proc/config.gz unpacks past {KERNEL_CONFIG_TEXT_MAX} bytes: not read")
+        return replace(got, data=text, source="read /proc/config.gz (unpacked)")
+    return runner.read(path, f"/boot/config-{os.uname().release}", limit=KERNEL_CONFIG_TEXT_MAX)
 
 
 # IPVS's connection table read at most (about 100 bytes a connection: the first 600,000 or so)
