@@ -3,7 +3,8 @@
 Each case failed before: a tcpdump capture with ``-x``'s hex lines was "not recognised", a
 ``sudo dmesg -T`` typed without a prompt above the kernel's lines made them mere "log lines"
 (the kernel-log check never saw them), and kubectl tables whose padding a paste turned into
-tabs were not read, and ``ssh HOST cat /proc/sys/...`` printed a value nothing read.
+tabs were not read, ``ssh HOST cat /proc/sys/...`` printed a value nothing read, and ``ethtool -S
+eth0 | grep X`` (no header left) was not recognised.
 """
 
 from __future__ import annotations
@@ -47,3 +48,13 @@ def test_a_command_run_over_ssh_is_read_as_that_command() -> None:
     report, _ = _read("ssh-cat-conntrack-count-max.txt")
     kinds = [(i.kind, i.details.get("scope")) for i in report.inputs]
     assert kinds == [(Kind.SYSCTL.value, "host"), (Kind.SYSCTL.value, "host"), (Kind.CONNTRACK_STATS.value, "host")]
+
+
+def test_ethtool_statistics_grepd_without_their_header_are_read_by_their_command() -> None:
+    from kpdoctor.parse.ethtool import parse_ethtool_stats
+
+    report, ev = _read("ethtool-S-grep-cast.txt")
+    assert [i.kind for i in report.inputs] == [Kind.NIC_STATS.value]
+    (art,) = ev.artifacts
+    got = [(c.name, c.value) for c in parse_ethtool_stats(art.read_text())]
+    assert got == [("rx_broadcast", 96), ("tx_broadcast", 116), ("rx_multicast", 20294528)]

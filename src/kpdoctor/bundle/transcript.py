@@ -393,6 +393,16 @@ def log_source(words: list[str]) -> str | None:
     return container or named or selector
 
 
+# ethtool's options whose output kpdoctor reads (ethtool.c: -S, -k)
+_ETHTOOL_KINDS = {
+    "-S": Kind.NIC_STATS,
+    "--statistics": Kind.NIC_STATS,
+    "-k": Kind.NIC_FEATURES,
+    "--show-features": Kind.NIC_FEATURES,
+    "--show-offload": Kind.NIC_FEATURES,
+}
+
+
 def hint_from_command(argv: list[str]) -> dict[str, str]:
     """What a command line says about its output (backend, family, previous log, whose log it
     is, and ``kind``: the Kind value of an output that only its command types: `cat /proc/locks`,
@@ -426,6 +436,8 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
         hints["log_of"] = source
     if prog == "hostname":
         hints["kind"] = Kind.HOSTNAME.value
+    if prog == "ethtool" and len(words) > 1 and words[1] in _ETHTOOL_KINDS:
+        hints["kind"] = _ETHTOOL_KINDS[words[1]].value  # its output grep'd without its header too
     if prog == "lsmod":
         hints["kind"] = Kind.MODULES.value
         if len(words) < len(argv):  # `lsmod | grep ip_vs`: what is listed is loaded, the rest unknown

@@ -50,10 +50,18 @@ class NicCounter:
 
 
 def parse_ethtool_stats(text: str, first_line: int = 1) -> list[NicCounter]:
-    """Every counter under a ``NIC statistics:`` header, in order."""
+    """Every counter under a ``NIC statistics:`` header, in order; in a text without the header
+    (``ethtool -S eth0 | grep drop``: typed by its command), every counter line, as one listing."""
     out: list[NicCounter] = []
-    listing, under = -1, False
-    for i, raw in enumerate(text.splitlines()):
+    lines = text.splitlines()
+    headless = not any(HEADER.match(raw) for raw in lines)
+    listing, under = (0, True) if headless else (-1, False)
+    for i, raw in enumerate(lines):
+        if headless:
+            m = _LISTED.match(raw) or COUNTER.match(raw)
+            if m is not None:
+                out.append(NicCounter(first_line + i, raw.strip(), m.group(1), int(m.group(2)), 0))
+            continue
         if HEADER.match(raw):
             listing, under = listing + 1, True
             continue
