@@ -222,3 +222,17 @@ def test_only_the_first_part_of_a_commands_output_is_said_to_be_its_output(tmp_p
     (sysctl,), (ct,) = ev.of(Kind.SYSCTL), ev.of(Kind.CONNTRACK_ENTRIES)
     assert sysctl.attrs["command"] == "sysctl net.ipv4.ip_forward" and "command" not in ct.attrs
     assert ct.first_line == 5
+
+
+def test_only_the_lines_an_output_prints_around_its_own_do_not_make_it(tmp_path: Path) -> None:
+    """k3s's check-config prints `- swap: disabled` and `- routes: ok` around its kernel options;
+    those two lines alone under a manifest are not a kernel configuration (nor anything)."""
+    paste = tmp_path / "paste.txt"
+    paste.write_text(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  clusterIP: 10.96.0.20\n"
+        "  ports:\n  - port: 80\n---\n- swap: disabled\n- routes: ok\n"
+    )
+    kinds = [a.kind for a in load([paste]).artifacts]
+    assert Kind.KERNEL_CONFIG not in kinds and Kind.K8S_OBJECTS in kinds
+    paste.write_text("- swap: disabled\n- routes: ok\n- CONFIG_NETFILTER_XT_MATCH_COMMENT: missing (fail)\n")
+    assert [a.kind for a in load([paste]).artifacts] == [Kind.KERNEL_CONFIG]

@@ -65,6 +65,9 @@ class LineShape:
     pattern: str
     log: bool = False
     opens: str = ""  # of its lines, those only a new listing starts with (after a blank line)
+    # of its lines, those only this output prints (a registered shape's own lines, not the other
+    # lines it prints around them): a run without one is not typed by the shape
+    key: str = ""
 
 
 _ADDR_PORT = r"(?:\[[0-9a-fA-F:.]+\]|[\d.]+|\*|[0-9a-fA-F:]+%?\w*)[:.](?:\d+|\*)"
@@ -180,7 +183,7 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape("hairpin-files", Kind.IP_LINK, _line(HAIRPIN_FILE)),
     LineShape("ifconfig", Kind.IP_LINK, _line(IFCONFIG_HEAD)),
     # the shapes their parser modules declare (parse.shapes)
-    *(LineShape(s.name, s.kind, s.segment_pattern) for s in REGISTERED),
+    *(LineShape(s.name, s.kind, s.segment_pattern, key=s.lines.pattern) for s in REGISTERED),
     LineShape(
         "processes",
         Kind.PROCESSES,
@@ -336,6 +339,8 @@ def _typed(text: str, shape: LineShape | None, hint: Typed, signatures: Signatur
         return hint if hint.kind is Kind.KUBE_PROXY_LOG or hint.kind == shape.kind else typed
     if shape.kind is None:
         return typed
+    if shape.key and not any(re.match(shape.key, ln.lstrip()) for ln in text.splitlines()):
+        return typed  # only the lines such output prints around its own (a `- cpu: 100m` is no check-config)
     return Typed(shape.kind, {"fragment": "true"} if shape.kind in _PARTIAL_KINDS else {})
 
 
