@@ -4,7 +4,9 @@ Each case failed before: a tcpdump capture with ``-x``'s hex lines was "not reco
 ``sudo dmesg -T`` typed without a prompt above the kernel's lines made them mere "log lines"
 (the kernel-log check never saw them), and kubectl tables whose padding a paste turned into
 tabs were not read, ``ssh HOST cat /proc/sys/...`` printed a value nothing read, and ``ethtool -S
-eth0 | grep X`` (no header left) was not recognised.
+eth0 | grep X`` (no header left) was not recognised, and a ``cat /proc/sys/...`` typed without a prompt in
+the middle of a session was taken for the previous command's output (its value, and that output's
+counter, lost).
 """
 
 from __future__ import annotations
@@ -58,3 +60,13 @@ def test_ethtool_statistics_grepd_without_their_header_are_read_by_their_command
     (art,) = ev.artifacts
     got = [(c.name, c.value) for c in parse_ethtool_stats(art.read_text())]
     assert got == [("rx_broadcast", 96), ("tx_broadcast", 116), ("rx_multicast", 20294528)]
+
+
+def test_a_file_read_typed_without_a_prompt_mid_session_is_its_own_part() -> None:
+    report, _ = _read("netstat-grep-cat-proc-sys-unprompted.txt")
+    got = [(i.kind, i.first_line, i.details.get("command")) for i in report.inputs]
+    assert (Kind.SYSCTL.value, 8, "cat /proc/sys/net/ipv4/tcp_max_syn_backlog") in got
+    assert (Kind.SYSCTL.value, 11, "cat /proc/sys/net/core/somaxconn") in got
+    assert (Kind.NETSTAT.value, 5, "watch 'netstat -s  | grep overflowed'") in got
+    codes = [f.code for f in report.findings]
+    assert "KP304" in codes  # the 160 listen-queue overflows, no longer swallowed

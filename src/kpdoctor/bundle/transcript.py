@@ -281,8 +281,14 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
     prompts = kept
     if len(prompts) < 2 and prompts[0][0] != first_content and not lenient and not _strong(lines[prompts[0][0]]):
         return None
-    # in a session, a caption naming a command starts that command's output (its line is prose)
-    captions = [(i, c) for i, line in enumerate(lines) if (c := _caption(line)) is not None]
+    # in a session, a caption naming a command starts that command's output (its line is prose),
+    # and so does a file read typed without a prompt after a blank line (`cat /proc/sys/...`)
+    taken = {i for i, _ in prompts} | {j for i, to in typed_to.items() for j in range(i, to + 1)}
+    captions = [
+        (i, c)
+        for i, line in enumerate(lines)
+        if i not in taken and ((c := _caption(line)) is not None or (c := _bare_read(lines, i)) is not None)
+    ]
     if captions:
         prompts = sorted(prompts + captions, key=lambda p: p[0])
     parts: list[Part] = []
@@ -309,6 +315,18 @@ _CAPTION = lazy_re.compile(r"^ {0,3}[^`\s>][^`\n]{0,120}`(?P<cmd>[^`\n]{2,400})`
 def _caption(line: str) -> tuple[str, list[str], str | None, str] | None:
     m = _CAPTION.match(line) if "`" in line else None
     return bare_command(m.group("cmd")) if m is not None else None
+
+
+def _bare_read(lines: list[str], i: int) -> tuple[str, list[str], str | None, str] | None:
+    """The command of line ``i`` when it reads a kernel file or setting without a prompt (``cat
+    /proc/sys/net/core/somaxconn``, ``sysctl -n net.core.somaxconn``) after a blank line, with its
+    value under it: in a session, the part that value is (not a line of the output before it)."""
+    if i == 0 or i + 1 >= len(lines) or lines[i - 1].strip() or not lines[i + 1].strip():
+        return None
+    line = lines[i]
+    if not line.lstrip().startswith(("cat /proc/", "cat /sys/", "sysctl ", "sudo cat /proc/", "sudo sysctl ")):
+        return None
+    return bare_command(line)
 
 
 def _strong(line: str) -> bool:
