@@ -123,3 +123,15 @@ def test_the_same_kernel_in_iptables_mode_is_fine(tmp_path: Path) -> None:
     flags = "root@node:~# ps -ef | grep kube-proxy\nroot 812 1 0 09:12 ? 00:00:03 /usr/local/bin/kube-proxy --proxy-mode=iptables\n"
     report = _report(tmp_path, DATA / "config-6.18.44.txt", flags)
     assert not [f for f in report.findings if f.severity in (Severity.CRITICAL, Severity.WARNING)]
+
+
+def test_a_configuration_alone_rules_no_family_out() -> None:
+    """KP116 and KP113 run on a kernel's configuration, but judge from it only the parts the
+    kernel cannot load, not the failures kube-proxy's log shows: run on it alone, they do not
+    count toward ruling "rule sync failures" out (a live bundle without kube-proxy's log, which
+    now holds the configuration, must not read as if the log had been seen)."""
+    from kpdoctor.coverage import _judged
+
+    for code in ("KP116", "KP113"):
+        assert not _judged(code, frozenset({Kind.KERNEL_CONFIG}))
+        assert _judged(code, frozenset({Kind.KERNEL_CONFIG, Kind.KUBE_PROXY_LOG}))

@@ -37,6 +37,15 @@ def _counted(code: str) -> bool:
     return CHECKS[code].cause not in UNEXPLAINED
 
 
+def _judged(code: str, whole: frozenset[Kind] | None) -> bool:
+    """Did the check that ran judge its cause whole: on evidence given whole, not only on
+    fragments, nor only on kinds that show a part of its cause (``CheckSpec.partly``)?"""
+    if whole is None:
+        return True
+    spec = CHECKS[code]
+    return bool((set(spec.needs) - set(spec.partly)) & whole)
+
+
 def coverage_of(
     findings: Sequence[Finding],
     skipped: Sequence[Skipped],
@@ -60,7 +69,7 @@ def coverage_of(
         if not mine:
             continue
         ran = sum(1 for c in mine if c not in not_run)
-        judged = sum(1 for c in mine if c not in not_run and (whole is None or set(CHECKS[c].needs) & whole))
+        judged = sum(1 for c in mine if c not in not_run and _judged(c, whole))
         ruled_out = judged >= RULED_OUT_SHARE * len(mine)
         families.append(FamilyCoverage(name, prefix, ran, len(mine), ruled_out))
         if not ruled_out:

@@ -442,6 +442,10 @@ class CheckSpec:
     # Evidence that stands in for ``needs_all`` when that is missing (a `kubectl get svc` table
     # for the Service objects: what it shows is verified, what it leaves out is not judged).
     needs_all_or: tuple[Kind, ...] = ()
+    # Of ``needs``, the kinds that let the check judge only a part of its cause (a kernel's build
+    # configuration shows a part kube-proxy cannot load, not the failures its log shows): run on
+    # these alone, it does not count toward ruling its family out (coverage.py).
+    partly: tuple[Kind, ...] = ()
 
     @property
     def doc(self) -> str:
@@ -505,6 +509,7 @@ def check(
     reads_findings: bool = False,
     settles: bool = False,
     needs_all_or: Iterable[Kind] = (),
+    partly: Iterable[Kind] = (),
 ) -> Callable[[CheckFunc], CheckFunc]:
     """Register a check. Codes and causes are public, stable identifiers."""
 
@@ -540,6 +545,7 @@ def check(
             reads_findings,
             settles,
             tuple(needs_all_or),
+            tuple(partly),
         )
         return func
 

@@ -197,6 +197,7 @@ CONNTRACK_IPV4_BACKPORTED = (1, 11)  # the 1.11 and 1.12 lines: fixed from a pat
     title="IPVS mode requested but its prerequisites are missing",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.MODULES, Kind.KERNEL_CONFIG],
+    partly=[Kind.KERNEL_CONFIG],  # the IPVS modules it cannot load, not the binaries or the fallback
 )
 def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     """IPVS mode was asked for, but ipset/conntrack binaries or ip_vs modules are missing.

@@ -265,6 +265,7 @@ def missing_parts(facts: Facts) -> list[Missing]:
     title="the kernel lacks a netfilter part kube-proxy needs",
     severity=Severity.CRITICAL,
     needs=[Kind.KUBE_PROXY_LOG, Kind.KERNEL_CONFIG],
+    partly=[Kind.KERNEL_CONFIG],  # the parts kube-proxy cannot load, not its failures
     explains=("iptables-backend-mismatch", "stale-udp-conntrack", *RESTORE_SYMPTOMS),
 )
 def kernel_feature_missing(facts: Facts) -> Iterator[Finding]:
