@@ -99,7 +99,12 @@ def _name_ending(ends: tuple[str, ...], chars: str) -> bytes:
 
 
 _PATHISH = lazy_re.compile(r"(?i)(?:file|path|dir)s?$")  # a *-file / *_PATH / *Dir name holds a path
-_EMPTYISH = {b"", b'""', b"''", b"true", b"false", b"null", b"none", b"~", b"<redacted>", b'"<redacted>"'}
+# values that hold no secret: empty, booleans (YAML's and Kconfig's tristate y/m/n: the kernel's
+# build configuration has CONFIG_SECRETMEM=y), placeholders
+_EMPTYISH = {
+    *(b"", b'""', b"''", b"true", b"false", b"null", b"none", b"~", b"<redacted>", b'"<redacted>"'),
+    *(b"y", b"m", b"n"),
+}
 
 _ENV_NAME = lazy_re.compile(_ENV_WORDS, re.I)
 _SECRET_KEY = lazy_re.compile(rf"(?i)^[\w.-]*?(?:{_KEY_WORDS}|authorization|cookie2?)$")
