@@ -212,7 +212,9 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
         modules are not loaded", and "path of conntrack ... executable file not found" in the
         log, compared with the mode kube-proxy was configured for; /proc/modules when given;
         modprobe's own refusal of one of these modules (`modprobe: FATAL: Module ip_vs_sh not
-        found in directory /lib/modules/...`). On Linux 4.19+ nf_conntrack_ipv4 is missing by
+        found in directory /lib/modules/...`); the kernel's build configuration (a config file or
+        `check-config`) without the option that builds one (`# CONFIG_IP_VS is not set`), which
+        no modprobe can get past. On Linux 4.19+ nf_conntrack_ipv4 is missing by
         design (merged into nf_conntrack): only kube-proxy before 1.13 (and the 1.11 and 1.12
         patch releases before March 2019's backport) asks for it, so that refusal is suspected
         until kube-proxy's version says, and nothing for 1.13+.
