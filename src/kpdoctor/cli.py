@@ -470,8 +470,9 @@ def diagnose(
 
     kpdoctor recognises files by content whatever their names: kube-proxy logs (klog, structured, CRI,
     journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
-    iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules, kube-proxy's
-    command line or KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
+    iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules, the kernel's
+    build configuration (/boot/config-*, /proc/config.gz, check-config), kube-proxy's command line or
+    KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln (--timeout, -Lnc), nft list ruleset (or a block of it), the
     node's counters and settings (conntrack -S or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
     nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
@@ -485,8 +486,8 @@ def diagnose(
     comments, lines without their header, rules or `netstat -s` lines grep'd out, lines a terminal
     broke at one column, several outputs in one paste with or without headings between them, other
     programs' log lines mixed in, notes between the lines, a heredoc, `...` where something was left
-    out, a command typed over several lines). The report's "Inputs read" says how each file, or each
-    part of a paste, was read.
+    out, a command typed over several lines or run over ssh, terminal colour codes). The report's
+    "Inputs read" says how each file, or each part of a paste, was read.
 
     With --live (as root on the node, or from a privileged Pod with --host-root), kpdoctor first
     collects all of that read-only, plus the cluster's objects when it can reach the API.
