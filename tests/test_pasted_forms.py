@@ -70,3 +70,12 @@ def test_a_file_read_typed_without_a_prompt_mid_session_is_its_own_part() -> Non
     assert (Kind.NETSTAT.value, 5, "watch 'netstat -s  | grep overflowed'") in got
     codes = [f.code for f in report.findings]
     assert "KP304" in codes  # the 160 listen-queue overflows, no longer swallowed
+
+
+def test_lines_systemctl_cut_short_ask_for_themselves_whole() -> None:
+    """systemctl status ellipsized kube-proxy's error lines (and said so under them): nothing can
+    read what the `...` took away, so the unexplained lines ask for the whole lines first."""
+    report, _ = _read("systemctl-status-ellipsized-loop.txt")
+    cut = [f for f in report.findings if f.code == "KP140" and "Error r...ory" in f.summary]
+    assert cut and "cut the line short" in cut[0].summary
+    assert cut[0].fix[0].startswith("Send the lines whole: `systemctl status -l --no-pager kube-proxy`")

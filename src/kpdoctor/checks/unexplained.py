@@ -88,6 +88,9 @@ class Group:
     log_lines: int = 0
     read_as: list[str] = field(default_factory=list)  # signatures that read it (their checks said nothing)
     count: int | None = None  # every occurrence, when ``lines`` is a sample (a scan's kept hits)
+    # systemctl status shortened its journal lines ("Hint: Some lines were ellipsized, use -l to
+    # show in full."): the message may end before what names its cause
+    ellipsized: bool = False
     still: bool | None = None  # ongoing as the scan's sync timeline says (a catalogue message's lines)
     from_scan: bool = False
 
@@ -290,6 +293,7 @@ def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: b
     repeats a few messages thousands of times."""
     text = a.read_text()
     total = max(1, text.count("\n") + 1)
+    shortened = SYSTEMCTL_ELLIPSIZED in text
     known: dict[str, Group | None] = {}  # the line without digits -> its group (None: no signal)
     for i, line in _candidates(text):
         quick = line.translate(_NO_DIGITS)[:_QUICK_KEY]
@@ -307,12 +311,18 @@ def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: b
             (writer, normalised(message)), Group(writer, message.strip(), error, a.name, log_lines=total)
         )
         g.error = g.error or error
+        g.ellipsized = g.ellipsized or (shortened and "..." in message)
         g.add(a.first_line + i, line.strip(), i / total)
         known[quick] = g
 
 
 _NO_DIGITS = str.maketrans("", "", "0123456789")
 _QUICK_KEY = 240  # characters of a line (digits out) that tell its message apart
+
+
+# what systemctl status prints under a unit's journal lines when it cut them at the terminal's
+# width (systemd's src/systemctl: "Hint: Some lines were ellipsized, use -l to show in full.")
+SYSTEMCTL_ELLIPSIZED = "Some lines were ellipsized, use -l to show in full."
 
 
 def _what_to_send(writer: str) -> str:
@@ -362,6 +372,15 @@ def _line_finding(facts: Facts, g: Group, rest: list[Group]) -> Finding:
         "a line no check found a cause in" if g.read_as else "a line no known message matches: its meaning is unknown"
     )
     f.fix = [_what_to_send(g.writer)]
+    if g.ellipsized:
+        f.summary += (
+            " systemctl status cut the line short (it says so: 'Some lines were ellipsized'): what follows "
+            "the `...` may name the cause."
+        )
+        unit = g.writer if g.writer not in ("a log", "kernel") else "<unit>"
+        f.fix.insert(
+            0, f"Send the lines whole: `systemctl status -l --no-pager {unit}` or `journalctl -u {unit} --no-pager`."
+        )
     return f
 
 
@@ -501,7 +520,9 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
         of its log, or a counter growing). A root cause found in the same run folds them under
         it; the node agent's condition and Events leave them out.
     Fix: none to give: the finding says what to send next so that the line can be read (and,
-        when it matters, added to the catalogue).
+        when it matters, added to the catalogue); lines `systemctl status` cut short (it says so
+        under them: "Some lines were ellipsized, use -l to show in full.") are asked for whole
+        first (`systemctl status -l --no-pager UNIT`).
     References: https://github.com/kubernetes/kubernetes/tree/master/pkg/proxy
     """
     explained = Explained.by(found)
