@@ -176,22 +176,15 @@ pub fn slice_endpoints<'py>(py: Python<'py>, endpoints: &Bound<'py, PyAny>, fami
             None => (true, true, false),
         };
         let node = match text_of(ep.get_item("nodeName")?) {
-            Some(n) => n,
-            None => match dict_of(ep.get_item("topology")?) {
-                Some(t) => text_of(t.get_item("kubernetes.io/hostname")?).unwrap_or_else(|| py.None().into_bound(py)),
-                None => py.None().into_bound(py),
-            },
+            Some(n) => Some(n),
+            None => dict_of(ep.get_item("topology")?).map(|t| t.get_item("kubernetes.io/hostname")).transpose()?.and_then(text_of),
         };
-        let zones = match ep.get_item("hints")? {
-            Some(h) => match dict_of(Some(h)) {
-                Some(h) => match h.get_item("forZones")? {
-                    Some(z) => zone_names(py, &z)?,
-                    None => py.None().into_bound(py),
-                },
-                None => py.None().into_bound(py),
-            },
-            None => py.None().into_bound(py),
+        let zones = match dict_of(ep.get_item("hints")?).map(|h| h.get_item("forZones")).transpose()?.flatten() {
+            Some(z) => Some(zone_names(py, &z)?),
+            None => None,
         };
+        let none = || py.None().into_bound(py);
+        let (node, zones) = (node.unwrap_or_else(none), zones.unwrap_or_else(none));
         let row = PyTuple::new(py, [first, node, ready.into_pyobject(py)?.to_owned().into_any(), serving.into_pyobject(py)?.to_owned().into_any(), terminating.into_pyobject(py)?.to_owned().into_any(), zones])?;
         rows.append(row)?;
     }

@@ -323,10 +323,12 @@ def _bare_read(lines: list[str], i: int) -> tuple[str, list[str], str | None, st
     value under it: in a session, the part that value is (not a line of the output before it)."""
     if i == 0 or i + 1 >= len(lines) or lines[i - 1].strip() or not lines[i + 1].strip():
         return None
-    line = lines[i]
-    if not line.lstrip().startswith(("cat /proc/", "cat /sys/", "sysctl ", "sudo cat /proc/", "sudo sysctl ")):
+    got = bare_command(lines[i]) if lines[i].lstrip().startswith(("cat ", "sysctl ", "sudo ")) else None
+    if got is None:
         return None
-    return bare_command(line)
+    argv = got[1]  # without its wrappers (sudo)
+    reads = argv[0] == "sysctl" or (argv[0] == "cat" and argv[1].startswith(("/proc/", "/sys/")))
+    return got if reads else None
 
 
 def _strong(line: str) -> bool:

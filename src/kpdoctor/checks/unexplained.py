@@ -293,7 +293,7 @@ def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: b
     repeats a few messages thousands of times."""
     text = a.read_text()
     total = max(1, text.count("\n") + 1)
-    shortened = SYSTEMCTL_ELLIPSIZED in text
+    shortened: bool | None = None  # does systemctl say it cut lines short (looked for at the first "...")
     known: dict[str, Group | None] = {}  # the line without digits -> its group (None: no signal)
     for i, line in _candidates(text):
         quick = line.translate(_NO_DIGITS)[:_QUICK_KEY]
@@ -311,7 +311,10 @@ def _read_log(a: Artifact, groups: dict[tuple[str, str], Group], kernel_lines: b
             (writer, normalised(message)), Group(writer, message.strip(), error, a.name, log_lines=total)
         )
         g.error = g.error or error
-        g.ellipsized = g.ellipsized or (shortened and "..." in message)
+        if "..." in message and not g.ellipsized:
+            if shortened is None:
+                shortened = SYSTEMCTL_ELLIPSIZED in text
+            g.ellipsized = shortened
         g.add(a.first_line + i, line.strip(), i / total)
         known[quick] = g
 

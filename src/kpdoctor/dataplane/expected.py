@@ -24,7 +24,7 @@ from kpdoctor.parse.kubectl_table import TABLE_ROW
 from kpdoctor.versions import KubeVersion
 
 _slice_endpoints: Callable[[object, int, Callable[[object, int], bool]], tuple[list[Any], list[int]]] | None
-try:  # the core reads a slice's endpoints (rust/src/cluster.rs); the loop below without it
+try:  # the core reads a slice's endpoints (rust/src/cluster.rs); _slice_rows without it
     from kpdoctor._core import slice_endpoints as _slice_endpoints
 except ImportError:
     _slice_endpoints = None
@@ -259,40 +259,12 @@ def _endpoints_from_slices(
         if number is None:
             problems.append(f"EndpointSlice {sl.name} ({sl.where}): {port_problem(port.get('port'))}")
             continue
-        bad: list[str] = []
         endpoints = as_list(body.get("endpoints"))
-        if _slice_endpoints is not None:  # the bulk of a cluster (50,000 endpoints at 10,000 Services)
-            rows, unread = _slice_endpoints(endpoints, family, is_ip)
-            for n in unread:
-                ep = endpoints[n]
-                addrs = ep.get("addresses") if isinstance(ep, dict) else None
-                bad.append(shown(addrs[0] if isinstance(addrs, list) and addrs else addrs))
-            for ip, node, ready, serving, terminating, zones in rows:
-                e = Endpoint(ip, number, node, ready, serving, terminating, zones)
-                prev = out.get(e.addr)
-                if prev is None or (e.ready and not prev.ready):
-                    out[e.addr] = e
-            endpoints = []
-        for ep in endpoints:  # without the core: the same, read inline
-            addrs = ep.get("addresses") if isinstance(ep, dict) else None
-            if not isinstance(addrs, list) or not addrs or not is_ip(addrs[0], family):
-                bad.append(shown(addrs[0] if isinstance(addrs, list) and addrs else addrs))
-                continue
-            assert isinstance(ep, dict)
-            cond = ep.get("conditions")
-            if isinstance(cond, dict):
-                ready = _bool(cond.get("ready"), True)
-                serving = _bool(cond.get("serving"), ready)
-                terminating = _bool(cond.get("terminating"), False)
-            else:
-                ready, serving, terminating = True, True, False
-            node = ep.get("nodeName")
-            if not isinstance(node, str) or not node:
-                node = _text(as_dict(ep.get("topology")).get("kubernetes.io/hostname"))
-            zones = None
-            if "hints" in ep and "forZones" in (hints := as_dict(ep["hints"])):
-                zones = tuple(str(as_dict(z).get("name", "")) for z in as_list(hints.get("forZones")))
-            e = Endpoint(addrs[0], number, node, ready, serving, terminating, zones)
+        # the bulk of a cluster (50,000 endpoints at 10,000 Services): read in the core
+        rows, unread = (_slice_endpoints or _slice_rows)(endpoints, family, is_ip)
+        bad = [shown(_first_address(endpoints[n])) for n in unread]
+        for ip, node, ready, serving, terminating, zones in rows:
+            e = Endpoint(ip, number, node, ready, serving, terminating, zones)
             prev = out.get(e.addr)
             if prev is None or (e.ready and not prev.ready):
                 out[e.addr] = e
@@ -301,6 +273,42 @@ def _endpoints_from_slices(
                 f"EndpointSlice {sl.name} ({sl.where}): endpoint address {', '.join(bad[:3])} is not an {want} address"
             )
     return list(out.values())
+
+
+def _first_address(ep: object) -> object:
+    """An endpoint's first address as written (its address list, or nothing, when it has none)."""
+    addrs = ep.get("addresses") if isinstance(ep, dict) else None
+    return addrs[0] if isinstance(addrs, list) and addrs else addrs
+
+
+def _slice_rows(
+    endpoints: list[Any], family: int, ip_test: Callable[[object, int], bool]
+) -> tuple[list[tuple[Any, ...]], list[int]]:
+    """``_core.slice_endpoints`` without the core: per endpoint whose first address is of
+    ``family``, (address, node, ready, serving, terminating, zones); and the positions of the
+    others."""
+    rows: list[tuple[Any, ...]] = []
+    unread: list[int] = []
+    for n, ep in enumerate(endpoints):
+        first = _first_address(ep)
+        if not isinstance(ep, dict) or not isinstance(ep.get("addresses"), list) or not ip_test(first, family):
+            unread.append(n)
+            continue
+        cond = ep.get("conditions")
+        if isinstance(cond, dict):
+            ready = _bool(cond.get("ready"), True)
+            serving = _bool(cond.get("serving"), ready)
+            terminating = _bool(cond.get("terminating"), False)
+        else:
+            ready, serving, terminating = True, True, False
+        node = ep.get("nodeName")
+        if not isinstance(node, str) or not node:
+            node = _text(as_dict(ep.get("topology")).get("kubernetes.io/hostname"))
+        zones = None
+        if "hints" in ep and "forZones" in (hints := as_dict(ep["hints"])):
+            zones = tuple(str(as_dict(z).get("name", "")) for z in as_list(hints.get("forZones")))
+        rows.append((first, node, ready, serving, terminating, zones))
+    return rows, unread
 
 
 def _endpoints_from_v1(

@@ -568,15 +568,16 @@ class Facts:
         complete = [names for a, names in self._module_listings if a.attrs.get("fragment") != "true"]
         return set().union(*complete) if complete else None
 
-    def module_inactive(self, name: str, settings: str | None = None) -> bool | None:
+    def module_inactive(self, name: str, settings: str | None = None, options: tuple[str, ...] = ()) -> bool | None:
         """Whether the kernel lacks ``name``: True only with proof (a complete module listing
         without it and, for a module that registers settings under the prefix ``settings``, a
         complete sysctl listing without them: a built-in module is not in /proc/modules but its
-        settings are there; or the kernel's configuration without the option that builds it);
-        False when a listing, its settings or the configuration (built in) show it; None: unknown."""
+        settings are there; or the kernel's configuration without ``options``, those that build
+        it); False when a listing, its settings or the configuration (built in) show it; None:
+        unknown."""
         if name in self.modules_seen or (settings and self.node_state.shows(settings)):
             return False
-        built = self.kernel_option(*kernel_config.MODULE_OPTIONS.get(name, ()))[0]
+        built = self.kernel_option(*options)[0] if options else None
         if built == "n":
             return True
         if built == "y":
@@ -608,9 +609,8 @@ class Facts:
             return built
         if shown and len(shown) == len(names):
             return shown[0][0].value, shown[0][1]
-        whole = self._whole_kernel_config
-        if whole is not None and names and all(n not in self.kernel_options or not self.kernel_options[n][0].built
-                                               for n in names):
+        whole = self._whole_kernel_config  # none of them built; those not shown are not in it
+        if whole is not None and names:
             return "n", shown[0][1] if shown else whole
         return None, None
 

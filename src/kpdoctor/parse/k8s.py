@@ -665,23 +665,33 @@ def _slice_problems(body: dict[str, Any]) -> list[str]:
                 out.append(f"port entry {n}: {p}")
     bad: list[str] = []
     endpoints = as_list(body.get("endpoints"))
-    if _slice_address_problems is not None:  # the bulk of a cluster's objects: read in the core
-        for n, k in _slice_address_problems(endpoints, family, is_ip):
-            ep = endpoints[n]
-            addrs = ep.get("addresses") if isinstance(ep, dict) else ep
-            bad.append(shown(addrs if k < 0 else as_list(addrs)[k]))
-        endpoints = []
-    for ep in endpoints:  # without the core
-        addrs = ep.get("addresses") if isinstance(ep, dict) else ep
-        if not isinstance(addrs, list) or not addrs:
-            bad.append(shown(addrs))
-        elif family is not None:
-            for a in addrs:
-                if not is_ip(a, family):
-                    bad.append(shown(a))
+    # the bulk of a cluster's objects: read in the core
+    for n, k in (_slice_address_problems or _address_problems)(endpoints, family, is_ip):
+        addrs = _addresses(endpoints[n])
+        bad.append(shown(addrs if k < 0 else as_list(addrs)[k]))
     if bad:
         listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         out.append(f"endpoint address(es) {listed}: not {body.get('addressType')} addresses: not verified")
+    return out
+
+
+def _addresses(ep: object) -> object:
+    """An endpoint's addresses as written (an endpoint that is no object stands for them)."""
+    return ep.get("addresses") if isinstance(ep, dict) else ep
+
+
+def _address_problems(
+    endpoints: list[Any], family: int | None, ip_test: Callable[[object, int], bool]
+) -> list[tuple[int, int]]:
+    """``_core.slice_address_problems`` without the core: ``(n, -1)`` for endpoint ``n`` whose
+    addresses are no list or an empty one, ``(n, k)`` for its address ``k`` not of ``family``."""
+    out: list[tuple[int, int]] = []
+    for n, ep in enumerate(endpoints):
+        addrs = _addresses(ep)
+        if not isinstance(addrs, list) or not addrs:
+            out.append((n, -1))
+        elif family is not None:
+            out.extend((n, k) for k, a in enumerate(addrs) if not ip_test(a, family))
     return out
 
 

@@ -32,18 +32,19 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 # a grep of several files puts the file's name first ("/boot/config-5.15.0-91-generic:CONFIG_X=m")
-_FILE = r"(?:(?P<file>/?[\w./+-]*config[\w./+-]*):(?:\d+:)?)?"
-_OPTION = r"(?P<name>CONFIG_[A-Z0-9_]{1,80})"
+_PATH = r"/?[\w./+-]*config[\w./+-]*"
+_NAME = r"CONFIG_[A-Z0-9_]{1,80}"
+_FILE = rf"(?:(?P<file>{_PATH}):(?:\d+:)?)?"
+_OPTION = rf"(?P<name>{_NAME})"
 SET = lazy_re.compile(rf"^{_FILE}{_OPTION}=(?P<value>[ymn]|\"[^\"\n]*\"|-?(?:0x)?[0-9a-fA-F]{{1,20}})[ \t]*$")
 NOT_SET = lazy_re.compile(rf"^{_FILE}# {_OPTION} is not set[ \t]*$")
 CHECKED = lazy_re.compile(
     rf"^(?:- )?{_OPTION}: (?P<state>enabled \(as module\)|enabled|missing)(?P<fail> \(fail\))?[ \t]*$"
 )
-_ANY_FILE = r"(?:/?[\w./+-]*config[\w./+-]*:(?:\d+:)?)?"
-_ANY_OPTION = r"CONFIG_[A-Z0-9_]{1,80}"
+# any of the three, as a line's start (the shape's own lines: one pattern without named groups)
 ROW = lazy_re.compile(
-    rf"^[ \t]*(?:{_ANY_FILE}{_ANY_OPTION}=(?:[ymn]|\"|-?[0-9])|{_ANY_FILE}# {_ANY_OPTION} is not set|"
-    rf"(?:- )?{_ANY_OPTION}: (?:enabled|missing))"
+    rf"^[ \t]*(?:(?:{_PATH}:(?:\d+:)?)?(?:{_NAME}=(?:[ymn]|\"|-?[0-9])|# {_NAME} is not set)|"
+    rf"(?:- )?{_NAME}: (?:enabled|missing))"
 )
 # the rest of check-config's output and a config file's comments
 AROUND = lazy_re.compile(
@@ -57,18 +58,6 @@ AROUND = lazy_re.compile(
     r"# Automatically generated file|# Linux/\S+ \S+ Kernel Configuration|# Compiler: )"
 )
 _WHOLE = lazy_re.compile(r"^# (?:Automatically generated file; DO NOT EDIT\.|Linux/\S+ \S+ Kernel Configuration)")
-
-
-# The options that build the modules checks ask about (Facts.module_inactive)
-MODULE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "ip_vs": ("CONFIG_IP_VS",),
-    "ip_vs_rr": ("CONFIG_IP_VS_RR",),
-    "ip_vs_wrr": ("CONFIG_IP_VS_WRR",),
-    "ip_vs_sh": ("CONFIG_IP_VS_SH",),
-    "nf_conntrack": ("CONFIG_NF_CONNTRACK",),
-    "br_netfilter": ("CONFIG_BRIDGE_NETFILTER",),
-    "ip_set": ("CONFIG_IP_SET",),
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ from kpdoctor.facts import Facts, Versioned
 from kpdoctor.facts.log import SYNC_COMPLETE
 from kpdoctor.knowledge import VersionRow, check, messages, signature
 from kpdoctor.model import Cite, Confidence, Finding, Severity
-from kpdoctor.parse import kernel_config
 from kpdoctor.parse.logscan import Hit
 from kpdoctor.versions import KernelVersion, KubeVersion
 
@@ -181,6 +180,8 @@ IPVS_SCHEDULER_MISSING = signature(
     "ipvs-scheduler-module-missing", "IPVS: Scheduler module", r"IPVS: Scheduler module (ip_vs_[A-Za-z0-9_]+) not found"
 )
 IPVS_MODULES_BASE = ("ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh")
+# the kernel option that builds each (net/netfilter/ipvs/Kconfig)
+IPVS_OPTIONS = {m: f"CONFIG_{m.upper()}" for m in IPVS_MODULES_BASE}
 # The modules kube-proxy's IPVS mode loads and requires (pkg/proxy/ipvs: ipvsModules and the
 # scheduler's ip_vs_*): nf_conntrack_ipv4 until Linux 4.19 merged it into nf_conntrack, which
 # kube-proxy asks for on 4.19+ only since kubernetes#70398 (1.13.0; backported to the 1.11 and
@@ -242,7 +243,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
     )
     # missing from /proc/modules is not missing from the kernel when built in: ip_vs's own settings
     # (net.ipv4.vs.*) in a complete sysctl listing decide
-    ipvs_proved = facts.module_inactive("ip_vs", "net.ipv4.vs.")
+    ipvs_proved = facts.module_inactive("ip_vs", "net.ipv4.vs.", (IPVS_OPTIONS["ip_vs"],))
     if ipvs_proved is False:
         missing_mods = [m for m in missing_mods if m != "ip_vs"]
     # the kernel's build configuration: a module built neither in nor as one cannot be loaded
@@ -322,7 +323,7 @@ def ipvs_prerequisites(facts: Facts) -> Iterator[Finding]:
 
 def _unbuilt(facts: Facts, module: str) -> Cite | None:
     """The line of the kernel's build configuration that shows ``module`` not built, if one does."""
-    value, cite = facts.kernel_option(*kernel_config.MODULE_OPTIONS[module])
+    value, cite = facts.kernel_option(IPVS_OPTIONS[module])
     return cite if value == "n" else None
 
 
