@@ -14,7 +14,7 @@ from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.knowledge import Signature, Signatures, kube_proxy_files, matching_signatures, signatures_of
 from kpdoctor.parse import clients, kubectl_describe, kubectl_table, loadtest, timing
 from kpdoctor.parse.cni import looks_like_cni_config
-from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY
+from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY, SUMMARY_SHOWN_LINE
 from kpdoctor.parse.evidence_shape import mostly
 from kpdoctor.parse.firewall import looks_like_ufw
 from kpdoctor.parse.ipset import looks_like_ipset
@@ -395,7 +395,7 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         return Typed(Kind.CONNTRACK_STATS, {})
     if _CT_PROC_STAT.match(first):
         return Typed(Kind.NF_CONNTRACK_STAT, {})
-    if _CT_ENTRY.search(text[:65536]) or QUOTED_ENTRY.search(text[:65536]):
+    if _CT_ENTRY.search(text[:65536]) or QUOTED_ENTRY.search(text[:65536]) or SUMMARY_SHOWN_LINE.match(first):
         return Typed(Kind.CONNTRACK_ENTRIES, {})
     if len(_NETSTAT_SECTION.findall(text)) >= 2:
         return Typed(Kind.NETSTAT, {})

@@ -468,6 +468,11 @@ def hint_from_command(argv: list[str]) -> dict[str, str]:
     if prog == "sysctl" and "-n" in words[1:] and len([w for w in words[1:] if not w.startswith("-")]) == 1:
         hints["kind"] = Kind.SYSCTL.value  # values only: the name comes from the command line
         hints["sysctl"] = next(w for w in words[1:] if not w.startswith("-")).replace("/", ".")
+    if prog == "conntrack" and len(words) == len(argv) and ("-C" in words[1:] or "--count" in words[1:]):
+        # the table's use, as nf_conntrack_count says it (conntrack.c's CT_COUNT: the kernel's
+        # global entry count, read from that file by the releases that do not ask netlink)
+        hints["kind"] = Kind.SYSCTL.value
+        hints["sysctl"] = "net.netfilter.nf_conntrack_count"
     if prog == "cat" and len(words) > 1:
         target = words[1]
         if target.endswith("/locks"):

@@ -21,8 +21,10 @@ from kpdoctor.model import Cite
 from kpdoctor.parse.conntrack import (
     ConntrackEntry,
     ConntrackStats,
+    ConntrackSummary,
     parse_conntrack_entries,
     parse_conntrack_stats,
+    parse_conntrack_summaries,
     parse_nf_conntrack_stat,
 )
 from kpdoctor.parse.kernel_log import KernelLine, parse_kernel_log
@@ -296,6 +298,19 @@ class NodeState:
     @cached_property
     def kernel_log(self) -> list[tuple[Artifact, KernelLine]]:
         return [(a, k) for a in self.facts.of(Kind.KERNEL_LOG) for k in parse_kernel_log(a.read_text(), a.first_line)]
+
+    @cached_property
+    def conntrack_listed(self) -> tuple[Artifact, ConntrackSummary] | None:
+        """The largest count a ``conntrack -L`` summary gave (``N flow entries have been shown``):
+        at least that many entries were in the table then (a listing shows one family, and only
+        what its filters select)."""
+        shown = [
+            (a, s)
+            for a in self.facts.of(Kind.CONNTRACK_ENTRIES)
+            for s in parse_conntrack_summaries(a.read_text(), a.first_line)
+            if s.verb == "shown"
+        ]
+        return max(shown, key=lambda x: x[1].count, default=None)
 
     @cached_property
     def conntrack_entries(self) -> list[tuple[Artifact, ConntrackEntry]]:

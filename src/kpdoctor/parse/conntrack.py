@@ -12,6 +12,12 @@ Formats:
 * ``/proc/net/stat/nf_conntrack``: a header, then one hex row per possible CPU. ``entries`` repeats the
   global count on every row. Column 2 is ``searched`` up to 5.9 and ``clashres`` from 5.10, column 8 is
   ``delete_list`` up to 5.14 and ``chainlength`` from 5.15; ``icmp_error`` holds the ``error`` counter.
+* ``conntrack -L``'s summary on stderr (src/conntrack.c, 1.4.0-1.4.9: the program's banner
+  ``conntrack vX (conntrack-tools): `` then ``N flow entries have been shown.``; ``deleted``,
+  ``updated``, ``created`` for -D, -U, -I). It says how many entries the listing held, whatever a
+  pipe did to the entries themselves (``conntrack -L | grep 6379`` still prints it on the terminal):
+  at least that many are in the table (-L lists one family, IPv4 unless ``-f ipv6``, and only what
+  its filters select).
 * ``conntrack -L`` and ``/proc/net/nf_conntrack`` (the same, prefixed by ``ipv4     2`` / ``ipv6     10``).
   With ``net.netfilter.nf_conntrack_timestamp=1`` both add ``delta-time=N`` (the entry's age in seconds)
   and ``-o ktimestamp`` a ``[start=Sat Nov 28 13:14:22 2026]`` stamp; with ``nf_conntrack_acct=1``,
@@ -263,6 +269,40 @@ QUOTED_ENTRY = lazy_re.compile(
 _CLOSING_QUOTES = "\"“”'‘’`"
 # conntrack's own summary (stderr), pasted on the same line: not part of the entry
 _SUMMARY_TAIL = lazy_re.compile(r"\s+con+track v[\d.]+ \(conntrack-tools\):.*$")
+
+
+# conntrack's summary line (see the module docstring); what it counted is the last word
+SUMMARY = lazy_re.compile(
+    r"\bconntrack v(\d[\w.~+-]*) \(conntrack-tools\): (\d{1,15}) flow entries have been "
+    r"(shown|deleted|updated|created)\."
+)
+# a text that starts with a listing's summary (-L prints it first when stderr is the terminal)
+SUMMARY_SHOWN_LINE = lazy_re.compile(
+    r"^\s*conntrack v\d[\w.~+-]* \(conntrack-tools\): \d+ flow entries have been shown\."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConntrackSummary:
+    """``conntrack v1.4.7 (conntrack-tools): 4 flow entries have been shown.``"""
+
+    count: int
+    verb: str  # shown (-L, -G), deleted, updated, created
+    version: str  # conntrack-tools' version
+    line: int
+    text: str
+
+
+def parse_conntrack_summaries(text: str, first_line: int = 1) -> list[ConntrackSummary]:
+    """Every summary line conntrack printed, in order (one per command run)."""
+    out: list[ConntrackSummary] = []
+    if "flow entries have been" not in text:
+        return out
+    for i, raw in enumerate(text.splitlines()):
+        m = SUMMARY.search(raw)
+        if m is not None:
+            out.append(ConntrackSummary(int(m.group(2)), m.group(3), m.group(1), first_line + i, raw.strip()))
+    return out
 
 
 def parse_conntrack_entries(text: str, first_line: int = 1) -> list[ConntrackEntry]:

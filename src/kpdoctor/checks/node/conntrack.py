@@ -215,7 +215,7 @@ def _masquerade_without_random_fully(facts: Facts) -> list[Cite]:
     cause="conntrack-table-full",
     title="The conntrack table is full: the kernel drops new connections",
     severity=Severity.CRITICAL,
-    needs=[Kind.KERNEL_LOG, Kind.SYSCTL, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT],
+    needs=[Kind.KERNEL_LOG, Kind.SYSCTL, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT, Kind.CONNTRACK_ENTRIES],
     counters=[CONNTRACK + "early_drop"],
 )
 def table_full(facts: Facts) -> Iterator[Finding]:
@@ -228,7 +228,10 @@ def table_full(facts: Facts) -> Iterator[Finding]:
         half-open connections kept for the long default timeouts.
     How it is detected: the kernel log line (current and older spellings, with the doubled
         `nf_conntrack: nf_conntrack:` prefix); `nf_conntrack_count` / `nf_conntrack_max` from
-        sysctl output at or above 90% (critical) or 75% (warning); `early_drop` growing between
+        sysctl output (or `conntrack -C`) at or above 90% (critical) or 75% (warning); without
+        those, the count a `conntrack -L` summary gives (`N flow entries have been shown`, printed
+        on the terminal even when the listing is piped to grep), which is at least the table's
+        use: -L lists one family and what its filters select; `early_drop` growing between
         two counter snapshots (the kernel is evicting entries to make room: full now). A kernel
         log line alone is a warning (it happened since boot); with the table near full or
         early drops growing it is critical. An `early_drop` total from one snapshot alone is
@@ -255,11 +258,16 @@ def table_full(facts: Facts) -> Iterator[Finding]:
     if count is None and node.conntrack_entries_total is not None:
         count = node.conntrack_entries_total[0]
         evidence.append(node.conntrack_entries_total[1])
+    at_least = ""
+    if count is None and (listed := node.conntrack_listed) is not None:
+        count, at_least = listed[1].count, "at least "
+        evidence.append(Cite(listed[0].name, listed[1].line, listed[1].text))
     cmax = max_s.int() if max_s else None
     if count is not None and cmax:
         share = count / cmax
         if share >= NEAR_FULL:
-            reasons.append(f"{count} of {cmax} entries in use ({share:.0%})")
+            shown = " (conntrack -L listed them)" if at_least else ""
+            reasons.append(f"{at_least}{count} of {cmax} entries in use ({share:.0%}){shown}")
             evidence += setting_cites(node, ["net.netfilter.nf_conntrack_count", "net.netfilter.nf_conntrack_max"])
             level = Severity.CRITICAL if share >= FULL else Severity.WARNING
             severity = max(severity or level, level)
@@ -295,7 +303,7 @@ def table_full(facts: Facts) -> Iterator[Finding]:
     adv = sysctl_advice(node, "net.netfilter.nf_conntrack_max", target)
     if adv:
         f.fix.append(
-            adv[0].upper() + adv[1:] + f"; and set the hash size to {target // 4}: "
+            f"Raise the limit: {adv}; and set the hash size to {target // 4}: "
             f"echo {target // 4} > /sys/module/nf_conntrack/parameters/hashsize."
         )
     f.fix.append(
