@@ -39,6 +39,9 @@ COMMANDS = (
     "ss -lnt",
     "sysctl -a 2>/dev/null | grep conntrack",
     "sysctl -a 2>/dev/null",
+    # ss's rows a grep keeps (no header left): the listener's port, filled in when it is known
+    "ss -lnt | grep :{port}",
+    "ss -ltan | grep :{port}",
 )
 
 
@@ -53,10 +56,13 @@ def outputs() -> Iterator[dict[str, str]]:
             ns.exec_argv([sys.executable, "-c", OVERLOAD]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         try:
-            assert load.stdout is not None and load.stdout.readline().strip()  # its port: the overload is done
+            assert load.stdout is not None
+            port = load.stdout.readline().strip()  # the overload is done
+            assert port
             time.sleep(1)
+            out["port"] = port
             for cmd in COMMANDS:
-                out[cmd] = ns.check(["sh", "-c", cmd], timeout=30)
+                out[cmd] = ns.check(["sh", "-c", cmd.format(port=port)], timeout=30)
         finally:
             load.communicate("", timeout=30)
     yield out
@@ -104,11 +110,14 @@ def test_sysctl_is_read_full_and_grepped_and_says_which(
 
 
 @pytest.mark.parametrize("prompt", [True, False], ids=["with-prompt", "bare"])
-@pytest.mark.parametrize("cmd", ["netstat -s | grep -E 'drop|overflow'", "ss -lnt"])
+@pytest.mark.parametrize(
+    "cmd", ["netstat -s | grep -E 'drop|overflow'", "ss -lnt", "ss -lnt | grep :{port}", "ss -ltan | grep :{port}"]
+)
 def test_the_staged_listen_overflow_is_named_from_either_command(
     outputs: dict[str, str], tmp_path: Path, cmd: str, prompt: bool
 ) -> None:
-    rep, _ = diagnose_paths([_pasted(tmp_path, cmd, outputs[cmd], prompt)], min_severity=Severity.INFO)
+    pasted = _pasted(tmp_path, cmd.format(port=outputs["port"]), outputs[cmd], prompt)
+    rep, _ = diagnose_paths([pasted], min_severity=Severity.INFO)
     assert [f.cause for f in rep.findings][:1] == ["listen-queue-overflow"], [f.summary for f in rep.findings]
 
 

@@ -47,6 +47,7 @@ from kpdoctor.parse.conntrack import ENTRY_START
 from kpdoctor.parse.links import HAIRPIN_FILE, IFCONFIG_HEAD
 from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.shapes import REGISTERED
+from kpdoctor.parse.sockets import ADDR_PORT, SS_ROW_RE
 from kpdoctor.parse.structured import FENCE
 from kpdoctor.parse.system import HEADERLESS_ROWS
 
@@ -70,7 +71,6 @@ class LineShape:
     key: str = ""
 
 
-_ADDR_PORT = r"(?:\[[0-9a-fA-F:.]+\]|[\d.]+|\*|[0-9a-fA-F:]+%?\w*)[:.](?:\d+|\*)"
 
 
 def _line(rx: re.Pattern[str]) -> str:
@@ -173,8 +173,8 @@ SHAPES: tuple[LineShape, ...] = (
         "sockets",
         Kind.LISTENERS,
         r"(?:Netid\s+)?(?:State\s+)?Recv-Q\s+Send-Q\s+Local Address|Proto\s+Recv-Q\s+Send-Q\s+Local Address|"
-        rf"(?:(?:tcp|udp)6?\s+)?(?:LISTEN|ESTAB|UNCONN|TIME-WAIT|SYN-RECV|CLOSE-WAIT)\s+\d+\s+\d+\s+{_ADDR_PORT}\s|"
-        rf"(?:tcp|udp)6?\s+\d+\s+\d+\s+{_ADDR_PORT}\s+{_ADDR_PORT}|"
+        + SS_ROW_RE
+        + rf"|(?:tcp|udp)6?\s+\d+\s+\d+\s+{ADDR_PORT}\s+{ADDR_PORT}|"
         r"COMMAND\s+PID\s+(?:TID\s+)?USER\s+FD\s+TYPE|"
         r"\S+\s+\d+\s+(?:\d+\s+)?\S+\s+\w+\s+IPv[46]\s+\S+\s+\S+\s+(?:TCP|UDP)\s+\S",
     ),

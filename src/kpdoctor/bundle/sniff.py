@@ -28,7 +28,7 @@ from kpdoctor.parse.netstat import PROC_PAIR, netstat_phrase, parse_nstat
 from kpdoctor.parse.nft import looks_like_nft_part, looks_like_nft_text
 from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.shellwords import RUNTIME_CLIS
-from kpdoctor.parse.sockets import LSOF_ROW
+from kpdoctor.parse.sockets import LSOF_ROW, SS_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, headerless_processes, looks_like_packages, ps_header
 
@@ -411,7 +411,7 @@ def _sniff_node(text: str, first: str, lines: list[str]) -> Typed | None:
         or mostly([ln.strip() for ln in lines[:200]], LSOF_ROW, _LSOF_HEADER)
     ):
         return Typed(Kind.LISTENERS, {})
-    if mostly(lines[:200], NETSTAT_ROW, _NETSTAT_UNIX_ROW, at_least=NETSTAT_ROW):
+    if mostly(lines[:200], NETSTAT_ROW, _NETSTAT_UNIX_ROW, at_least=NETSTAT_ROW) or mostly(lines[:200], SS_ROW):
         return Typed(Kind.LISTENERS, {"fragment": "true"})  # rows a grep kept: what is not shown is unknown
     if IP_LINK_LINE.match(first):
         return Typed(Kind.IP_LINK, {})

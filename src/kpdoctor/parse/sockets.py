@@ -33,6 +33,18 @@ class Listener:
     source: str = "ss"  # ss | netstat | lsof
 
 
+# ss's state names (iproute2 misc/ss.c, sstate_name[]); a row a grep kept without its header starts
+# with one, after the Netid column of `ss -a` / `ss -tua`
+SS_STATES = (
+    "UNKNOWN", "ESTAB", "SYN-SENT", "SYN-RECV", "FIN-WAIT-1", "FIN-WAIT-2", "TIME-WAIT", "UNCONN", "CLOSE-WAIT",
+    "LAST-ACK", "LISTEN", "CLOSING",
+)  # fmt: skip
+ADDR_PORT = r"(?:\[[0-9a-fA-F:.]+\](?:%\w+)?|[\d.]+(?:%\w+)?|\*|[0-9a-fA-F:]+%?\w*)[:.](?:\d+|\*)"
+SS_ROW_RE = (
+    r"(?:(?:tcp|udp|sctp|mptcp|raw|u_str|u_dgr|u_seq)6?\s+)?(?:" + "|".join(SS_STATES) + r")\s+\d+\s+\d+\s+"
+    + ADDR_PORT + r"\s+" + ADDR_PORT + r"(?:\s|$)"
+)
+SS_ROW = lazy_re.compile(r"^\s*" + SS_ROW_RE)
 _PROTOS = {"tcp": "tcp", "tcp6": "tcp", "udp": "udp", "udp6": "udp", "sctp": "sctp", "mptcp": "tcp"}
 _OTHER_NETIDS = {"raw", "u_str", "u_dgr", "u_seq", "nl", "p_raw", "p_dgr", "v_str", "v_dgr", "xdp", "tipc"}
 _LISTEN_STATES = {"LISTEN", "UNCONN"}
