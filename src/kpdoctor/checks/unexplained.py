@@ -25,8 +25,10 @@ from kpdoctor.facts.log import chain_of, chain_read, logged_messages
 from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
 from kpdoctor.model import Cite, Confidence, Finding, Severity
 from kpdoctor.parse import ethtool
+from kpdoctor.parse.kubectl_table import pod_rows
 from kpdoctor.parse.links import counts_link_losses, parse_ip_link
 from kpdoctor.parse.logwrap import ALL_IN_ONE, KLOG_HEADER, LOGRUS, unwrap, writer_of
+from kpdoctor.parse.numbers import to_int
 
 CAUSE = "unexplained-signal"
 MAX_GROUPS = 12  # findings for distinct unexplained lines; the rest are counted in the last one
@@ -478,6 +480,107 @@ def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
     yield f
 
 
+# Why a container does not run, as kubelet and kubectl say it, that is a failure (not a start or
+# a stop under way): the waiting reasons kubelet sets (kubelet's container runtime manager:
+# CrashLoopBackOff, ImagePullBackOff, ErrImagePull, CreateContainerConfigError,
+# CreateContainerError, RunContainerError, InvalidImageName), a terminated container's (Error,
+# OOMKilled, ContainerCannotRun), and kubectl's for an init container ("Init:" before them).
+_FAILING = lazy_re.compile(
+    r"^(?:Init:)?(?:CrashLoopBackOff|\w*BackOff|ErrImagePull|ErrImageNeverPull|InvalidImageName|"
+    r"CreateContainer(?:Config)?Error|RunContainerError|PreCreateHookError|PostStartHookError|"
+    r"Error|OOMKilled|ContainerCannotRun|ContainerStatusUnknown|DeadlineExceeded|Evicted|Unknown)$"
+)
+_SINCE = lazy_re.compile(r"\((?P<ago>[^)]*) ago\)")
+
+
+@dataclass(frozen=True, slots=True)
+class _ProxyPod:
+    """A kube-proxy Pod that restarted or does not run now, as a table row or an object shows it."""
+
+    name: str
+    node: str | None
+    state: str  # kubectl's STATUS, or the container's state (running, or why it waits or ended)
+    restarts: int
+    ago: str | None  # when it last restarted ("2m"), as kubectl prints it
+    failing: bool  # it does not run now, for a reason that is a failure
+    cite: Cite
+
+
+def _proxy_pods(facts: Facts, explained: Explained, found: Sequence[Finding]) -> list[_ProxyPod]:
+    """kube-proxy Pods (of this node, when its name is known) whose container restarted or does
+    not run now: `kubectl get pods` rows, and Pod objects' container statuses. A row another
+    finding cites is explained; an object only when a finding cites its restarts (a Pod is cited
+    at its name's line for anything else said of it too: a volume it lacks)."""
+    cites = (c for top in found for f in top.with_folded() for c in f.evidence)
+    restarts_cited = {(c.artifact, c.line) for c in cites if "restartCount=" in c.text}
+    node = facts.node.name if facts.node else None
+    out: dict[str, _ProxyPod] = {}
+    for a in facts.of(Kind.KUBECTL_PODS):
+        for r in pod_rows(a.read_text()):
+            if not r.is_kube_proxy or (node is not None and r.node is not None and r.node != node):
+                continue
+            cite = Cite(a.name, a.first_line + r.line, r.text)
+            restarts = to_int(r.restarts.split()[0]) or 0
+            down = r.status != "Running" or not r.all_ready
+            if (cite.artifact, cite.line) in explained.lines or not (down or restarts):
+                continue
+            since = _SINCE.search(r.restarts)
+            failing = bool(_FAILING.match(r.status))
+            out.setdefault(r.name, _ProxyPod(r.name, r.node, r.status, restarts, since and since["ago"], failing, cite))
+    for pod in facts.cluster.pods(facts.kube_proxy_pods):
+        if node is not None and pod.node_name is not None and pod.node_name != node:
+            continue
+        for cs in pod.container_statuses:
+            if "kube-proxy" not in cs.name:
+                continue
+            state = cs.state or pod.phase or "unknown"
+            down = state != "running" or cs.ready is False
+            text = f"{pod.obj.ref}: {cs.name} {state}, restartCount={cs.restart_count}"
+            cite = Cite(pod.obj.artifact, pod.obj.line, text)
+            if (cite.artifact, cite.line) in restarts_cited or not (down or cs.restart_count):
+                continue
+            failing = bool(_FAILING.match(state))
+            got = _ProxyPod(pod.obj.name, pod.node_name, state, cs.restart_count, None, failing, cite)
+            out.setdefault(pod.obj.name, got)
+    return list(out.values())
+
+
+def _restart_findings(facts: Facts, explained: Explained, found: Sequence[Finding]) -> Iterator[Finding]:
+    """kube-proxy Pods that restart, or do not run now, when no check says why (a panic, its
+    configuration refused...): while kube-proxy is down the rules it wrote stay, but nothing
+    keeps them in step with the cluster. A failing state now is a warning (ongoing); restarts
+    alone are info (a node's reboot restarts it too)."""
+    pods = _proxy_pods(facts, explained, found)
+    if not pods:
+        return
+    failing = [p for p in pods if p.failing]
+    f = start(facts, "KP140", [], confidence=Confidence.LOW, severity=Severity.WARNING if failing else Severity.INFO)
+    f.title = "kube-proxy restarts or does not run, and nothing known says why"
+
+    def said(p: _ProxyPod) -> str:
+        where = f" on {p.node}" if p.node else ""
+        last = f", the last {p.ago} ago" if p.ago else ""
+        restarts = f"{p.restarts} restart(s){last}" if p.restarts else "no restart"
+        return f"{p.name}{where} is {p.state} ({restarts})"
+
+    f.summary = (
+        "; ".join(said(p) for p in pods[:6])
+        + (f"; {len(pods) - 6} more" if len(pods) > 6 else "")
+        + ". While kube-proxy is down the rules it wrote stay, but no change of a Service or its endpoints reaches "
+        "the node; why it exits is in the log of the run that ended, which the evidence does not hold."
+    )
+    f.evidence = [p.cite for p in (failing + [p for p in pods if not p.failing])[:5]]
+    f.ongoing = True if failing else None
+    f.confidence_reason = "kube-proxy's container restarts or waits; its exit reason is not in the evidence"
+    name = (failing or pods)[0].name
+    f.fix = [
+        f"Send the log of the run that exited: `kubectl -n kube-system logs -p {name} --timestamps` (and without "
+        f"`-p`), and `kubectl -n kube-system describe pod {name}` (its last state and exit code), or run "
+        "`kpdoctor diagnose --live` on the node."
+    ]
+    yield f
+
+
 def _rank_key(g: Group) -> tuple[int, int, int]:
     return (int(bool(g.ongoing())), int(g.error), g.occurrences())
 
@@ -497,7 +600,10 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.NF_CONNTRACK_STAT,
         Kind.NIC_STATS,
         Kind.IP_LINK,
+        Kind.KUBECTL_PODS,
+        Kind.K8S_OBJECTS,
     ],
+    partly=[Kind.KUBECTL_PODS, Kind.K8S_OBJECTS],  # kube-proxy's restarts, not the lines that say why
     reads_findings=True,
 )
 def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Finding]:
@@ -505,7 +611,8 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
 
     Symptom: an error or warning line of kube-proxy (or of kubelet about the Service path), a
         node tool's error (iptables, ipset, conntrack, nft, modprobe, sysctl, ip), a kernel
-        networking message that says something failed, or a packet-loss counter that grows.
+        networking message that says something failed, a packet-loss counter that grows, or a
+        kube-proxy Pod that restarts or does not run (`kubectl get pods`, Pod objects).
     Cause: unknown: no check reads it and the messages catalogue does not know it. Reporting it
         keeps a report from reading as "the node is fine" when the evidence says otherwise.
     How it is detected: after every other check, every line of kube-proxy's and the kernel's
@@ -520,7 +627,9 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
         fifo, overrun, timeout, crc) and an interface's (`ip -s link`, ifconfig: errors,
         dropped, missed, overruns, crc, frame, fifo, length, carrier, aborted), non-zero. Info
         at low confidence; a warning only while ongoing (an error seen again in the last tenth
-        of its log, or a counter growing). A root cause found in the same run folds them under
+        of its log, or a counter growing; a kube-proxy container in a failing state now:
+        CrashLoopBackOff, Error, OOMKilled, an image or container creation error, kubelet's and
+        kubectl's words for them). A root cause found in the same run folds them under
         it; the node agent's condition and Events leave them out.
     Fix: none to give: the finding says what to send next so that the line can be read (and,
         when it matters, added to the catalogue); lines `systemctl status` cut short (it says so
@@ -534,3 +643,4 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
     for i, g in enumerate(shown):
         yield _line_finding(facts, g, rest if i == len(shown) - 1 else [])
     yield from _counter_findings(facts, explained)
+    yield from _restart_findings(facts, explained, found)

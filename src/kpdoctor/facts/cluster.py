@@ -148,6 +148,9 @@ class ContainerStatusView:
     name: str
     restart_count: int
     last_terminated: dict[str, object]
+    # its state now: "running", or why it waits or ended (CrashLoopBackOff, Error...); None: not shown
+    state: str | None = None
+    ready: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +169,22 @@ class PodView:
             if not isinstance(cs, dict):
                 continue
             count = cs.get("restartCount")
+            state = as_dict(cs.get("state"))
+            now = None
+            if "running" in state:
+                now = "running"
+            elif (why := as_dict(state.get("waiting") or state.get("terminated")).get("reason")) is not None:
+                now = str(why)
+            elif state:
+                now = "waiting" if "waiting" in state else "terminated" if "terminated" in state else None
+            ready = cs.get("ready")
             statuses.append(
                 ContainerStatusView(
                     str(cs.get("name") or ""),
                     count if isinstance(count, int) else 0,
                     as_dict(as_dict(cs.get("lastState")).get("terminated")),
+                    now,
+                    ready if isinstance(ready, bool) else None,
                 )
             )
         return cls(
