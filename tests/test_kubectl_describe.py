@@ -71,7 +71,7 @@ def test_an_ipv6_endpoint_and_a_hidden_not_ready_one() -> None:
     assert ("front", "") not in _known(text)
 
 
-def test_a_description_alone_is_typed_as_one_and_a_pods_is_not() -> None:
+def test_a_description_alone_is_typed_as_one_and_a_pods_is_a_pod() -> None:
     for path in (KUBECTL_120, KUBECTL_132):
         lines = path.read_text().splitlines()
         assert is_description(lines)
@@ -95,8 +95,11 @@ Volumes:
   kube-api-access-x:
     Type:                    Projected (a volume that contains injected data from multiple sources)
 """
-    assert not is_description(pod.splitlines())
-    assert not described_objects(pod, "pod.txt").items
+    # a Pod's description is a Pod (its ports are no Service's), read as a partial Pod
+    assert is_description(pod.splitlines())
+    (obj,) = described_objects(pod, "pod.txt").items
+    assert (obj.kind, obj.namespace, obj.name, obj.line) == ("Pod", "default", "web-5d7c9", 1)
+    assert obj.body["spec"] == {"containers": [{"name": "web", "image": "nginx:1.25"}], "nodeName": "node-1"}
 
 
 @pytest.mark.parametrize(

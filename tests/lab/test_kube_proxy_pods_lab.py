@@ -1,4 +1,5 @@
-"""A kube-proxy Pod that crash-loops, as `kubectl get pods` and the Pod object show it.
+"""A kube-proxy Pod that crash-loops, as `kubectl get pods`, `kubectl describe pod` and the Pod
+object show it.
 
 Users often paste only `kubectl get pods -n kube-system -o wide`: a kube-proxy row in
 CrashLoopBackOff says the node's rules are no longer kept in step with the cluster, and that why
@@ -10,6 +11,7 @@ through the status subresource, as kubelet does) and printed by Debian's kubectl
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,23 @@ def test_a_crash_looping_kube_proxy_is_reported_and_its_log_asked_for(
         top = report["findings"][0]
         assert top["cause"] == "conntrack-sysctl-readonly", [f["cause"] for f in report["findings"]]
         assert not _kp140(report), "the restart signal is folded under the cause"
+
+    for kubectl in _kubectls(tmp_path):
+        described = subprocess.run(
+            [kubectl, "--kubeconfig", str(cp.kubeconfig), "-n", "kube-system", "describe", "pod", *PODS],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+        paste = tmp_path / "describe.txt"
+        paste.write_text(f"$ kubectl -n kube-system describe pod {' '.join(PODS)}\n{described}")
+        facts = Facts(load([paste]))
+        pods = {p.obj.name: p for p in facts.cluster.pods(facts.cluster.table_only("Pod"))}
+        crash = pods["kube-proxy-crash"]
+        assert crash.node_name == "w-1" and crash.container_statuses[0].last_terminated.get("exitCode") == 255
+        (found,) = _kp140(diagnose_json(paste))
+        assert found["severity"] == "warning" and "kube-proxy-crash on w-1 is CrashLoopBackOff" in found["summary"]
+        assert "kube-proxy-fine on cp-1 is Running (2 restart(s))" in found["summary"], found["summary"]
+        # a description is no Pod object: its volumes are not read, so no check takes it to lack the xtables lock
+        assert [f["code"] for f in diagnose_json(paste)["findings"]] == ["KP140"]
 
     objects = tmp_path / "pods.yaml"
     objects.write_text(_print(_kubectls(tmp_path)[0], cp, "pods", "-n", "kube-system", "-o", "yaml"))

@@ -20,7 +20,7 @@ from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.logged import is_error, reading
 from kpdoctor.checks.node.common import MEANINGS, read_counters
-from kpdoctor.facts import Facts
+from kpdoctor.facts import Facts, is_kube_proxy_workload
 from kpdoctor.facts.log import chain_of, chain_read, logged_messages
 from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
 from kpdoctor.model import Cite, Confidence, Finding, Severity
@@ -527,14 +527,15 @@ def _proxy_pods(facts: Facts, explained: Explained, found: Sequence[Finding]) ->
             since = _SINCE.search(r.restarts)
             failing = bool(_FAILING.match(r.status))
             out.setdefault(r.name, _ProxyPod(r.name, r.node, r.status, restarts, since and since["ago"], failing, cite))
-    for pod in facts.cluster.pods(facts.kube_proxy_pods):
+    described = [o for o in facts.cluster.table_only("Pod") if is_kube_proxy_workload(o)]  # kubectl describe pod
+    for pod in facts.cluster.pods(facts.kube_proxy_pods + described):
         if node is not None and pod.node_name is not None and pod.node_name != node:
             continue
         for cs in pod.container_statuses:
             if "kube-proxy" not in cs.name:
                 continue
-            state = cs.state or pod.phase or "unknown"
-            down = state != "running" or cs.ready is False
+            state = "Running" if cs.state == "running" else cs.state or pod.phase or "unknown"
+            down = state != "Running" or cs.ready is False
             text = f"{pod.obj.ref}: {cs.name} {state}, restartCount={cs.restart_count}"
             cite = Cite(pod.obj.artifact, pod.obj.line, text)
             if (cite.artifact, cite.line) in restarts_cited or not (down or cs.restart_count):
@@ -602,8 +603,10 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.IP_LINK,
         Kind.KUBECTL_PODS,
         Kind.K8S_OBJECTS,
+        Kind.KUBECTL_DESCRIBE,
     ],
-    partly=[Kind.KUBECTL_PODS, Kind.K8S_OBJECTS],  # kube-proxy's restarts, not the lines that say why
+    # (kube-proxy's restarts, not the lines that say why)
+    partly=[Kind.KUBECTL_PODS, Kind.K8S_OBJECTS, Kind.KUBECTL_DESCRIBE],
     reads_findings=True,
 )
 def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Finding]:
@@ -612,7 +615,8 @@ def unexplained_signal(facts: Facts, found: Sequence[Finding]) -> Iterator[Findi
     Symptom: an error or warning line of kube-proxy (or of kubelet about the Service path), a
         node tool's error (iptables, ipset, conntrack, nft, modprobe, sysctl, ip), a kernel
         networking message that says something failed, a packet-loss counter that grows, or a
-        kube-proxy Pod that restarts or does not run (`kubectl get pods`, Pod objects).
+        kube-proxy Pod that restarts or does not run (`kubectl get pods`, `kubectl describe pod`,
+        Pod objects).
     Cause: unknown: no check reads it and the messages catalogue does not know it. Reporting it
         keeps a report from reading as "the node is fine" when the evidence says otherwise.
     How it is detected: after every other check, every line of kube-proxy's and the kernel's

@@ -43,7 +43,16 @@ A Node's description (``describeNode``) gives its labels, whether it is unschedu
 conditions (a table under ``Conditions:``, each row's type and status first), its addresses
 (``InternalIP:``, ``ExternalIP:``, ``Hostname:`` under ``Addresses:``), its pod CIDRs and the
 ``System Info:`` kubelet reports (``Kernel Version``, ``OS Image``, ``Container Runtime
-Version``, ``Kubelet Version``, and until 1.31 ``Kube-Proxy Version``). Nothing here raises.
+Version``, ``Kubelet Version``, and until 1.31 ``Kube-Proxy Version``).
+
+A Pod's description (``describePod``, ``describeContainers``) gives its node (``Node:
+NAME/HOSTIP``), phase (``Status:``) and labels, and per container under ``Containers:`` (a
+``name:`` line, then its fields) its image, command and arguments (the lines under ``Command:``
+and ``Args:``), its state now (``State: Running|Waiting|Terminated`` and the ``Reason:`` under
+it), the last run's end (``Last State: Terminated``, its ``Reason:`` and ``Exit Code:``),
+``Ready:`` and ``Restart Count:``; kubectl 1.20 here prints exactly these. The Pod is a partial
+object like the others (its volumes and mounts are not read: never taken to lack one).
+Nothing here raises.
 """
 
 from __future__ import annotations
@@ -231,9 +240,10 @@ def _blocks(text: str) -> list[_Described]:
 
 def is_description(lines: list[str]) -> bool:
     """Does this text hold a ``kubectl describe service`` (its Name, Namespace, Type and a
-    Service's own fields) or ``kubectl describe node`` (Name and two of Roles, Addresses and
-    System Info)?"""
-    return bool(_blocks("\n".join(lines)))
+    Service's own fields), ``kubectl describe node`` (Name and two of Roles, Addresses and
+    System Info) or ``kubectl describe pod`` (Name, Namespace, Containers and a container)?"""
+    text = "\n".join(lines)
+    return bool(_blocks(text)) or bool(_described_pods(text))
 
 
 def _service(b: _Described) -> dict[str, Any]:
@@ -353,6 +363,129 @@ def _node(b: _Described) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": spec, "status": status}
 
 
+# The fields of a Pod's description that end its Containers: section.
+_POD_AFTER_CONTAINERS = frozenset(
+    {"Init Containers", "Conditions", "Readiness Gates", "Volumes", "QoS Class", "Node-Selectors", "Tolerations"}
+    | {"Events"}
+)
+_CONTAINER_NAME = lazy_re.compile(r"^(?P<name>[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?):$")
+_STATES = {"Running": "running", "Waiting": "waiting", "Terminated": "terminated"}
+
+
+def _container_status(c: dict[str, Any], fields: dict[str, str], last: dict[str, str]) -> dict[str, Any]:
+    status: dict[str, Any] = {"name": c["name"]}
+    if "image" in c:
+        status["image"] = c["image"]
+    state = _STATES.get(fields.get("State", "").split(" ")[0])
+    if state is not None:
+        status["state"] = {state: {"reason": fields["Reason"]} if "Reason" in fields and state != "running" else {}}
+    if _STATES.get(last.get("State", "").split(" ")[0]) == "terminated":
+        ended: dict[str, Any] = {k: last[v] for k, v in (("reason", "Reason"), ("finishedAt", "Finished")) if v in last}
+        if last.get("Exit Code", "").lstrip("-").isdigit():
+            ended["exitCode"] = int(last["Exit Code"])
+        status["lastState"] = {"terminated": ended}
+    if fields.get("Ready") in ("True", "False"):
+        status["ready"] = fields["Ready"] == "True"
+    if fields.get("Restart Count", "").isdigit():
+        status["restartCount"] = int(fields["Restart Count"])
+    return status
+
+
+def _described_pods(text: str) -> list[tuple[int, dict[str, Any]]]:
+    """Each Pod's description as (its Name line, 0-based; a partial Pod object)."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    pod: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    containers: list[dict[str, Any]] = []
+    statuses: list[dict[str, Any]] = []
+    start = -1
+    mode = ""  # "containers" while in that section; "args" under a container's Command:/Args:
+    fields: dict[str, str] = {}
+    last: dict[str, str] = {}
+    sub: dict[str, str] = fields  # where Reason: / Exit Code: go (under State: or Last State:)
+
+    def close_container() -> None:
+        if containers and len(statuses) < len(containers):
+            statuses.append(_container_status(containers[-1], fields, last))
+
+    def close_pod() -> None:
+        close_container()
+        if start >= 0 and "Namespace" in pod and containers and ("Node" in pod or "Status" in pod):
+            meta: dict[str, Any] = {"name": pod.get("Name", ""), "namespace": pod["Namespace"]}
+            if labels:
+                meta["labels"] = dict(labels)
+            spec: dict[str, Any] = {"containers": containers}
+            node = pod.get("Node", "").split("/", 1)[0]
+            if node and node not in NONE:
+                spec["nodeName"] = node
+            status: dict[str, Any] = {"containerStatuses": statuses}
+            if pod.get("Status"):
+                status["phase"] = pod["Status"]
+            out.append((start, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}))
+
+    section = ""
+    for i, raw in enumerate(text.splitlines()):
+        line = raw.strip()
+        m = _FIELD.match(line)
+        key, value = (m.group("key"), (m.group("value") or "").strip()) if m is not None else ("", "")
+        if key == "Name" and not raw[:1].isspace():  # (a volume's Name: is indented under it)
+            close_pod()
+            pod, labels, containers, statuses, start, mode, section = {"Name": value}, {}, [], [], i, "", ""
+            continue
+        if start < 0:
+            continue
+        if mode in ("containers", "args"):
+            if key in _POD_AFTER_CONTAINERS:
+                close_container()
+                mode = ""
+            elif (c := _CONTAINER_NAME.match(line)) is not None and not key:
+                close_container()
+                containers.append({"name": c.group("name")})
+                fields, last, mode = {}, {}, "containers"
+                sub = fields
+                continue
+            elif not containers:
+                continue
+            elif mode == "args" and not key and line:
+                containers[-1].setdefault(section, []).append(line)
+                continue
+            elif key:
+                mode = "containers"
+                if key in ("Command", "Args"):
+                    section, mode = key.lower(), "args"
+                    if value:
+                        containers[-1].setdefault(section, []).append(value)
+                elif key == "Image":
+                    containers[-1]["image"] = value
+                elif key == "State":
+                    sub = fields
+                    fields["State"] = value
+                elif key == "Last State":
+                    sub = last
+                    last["State"] = value
+                elif key in ("Reason", "Exit Code", "Started", "Finished", "Message", "Signal"):
+                    sub.setdefault(key, value)
+                elif key in ("Ready", "Restart Count"):
+                    sub = fields
+                    fields[key] = value
+                continue
+        if key == "Containers":
+            mode = "containers"
+        elif key == "Labels":
+            section = "Labels"
+            if _LABEL.match(value):
+                k, _, v = value.partition("=")
+                labels[k] = v
+        elif key:
+            section = ""
+            pod.setdefault(key, value)
+        elif section == "Labels" and _LABEL.match(line):
+            k, _, v = line.partition("=")
+            labels[k] = v
+    close_pod()
+    return out
+
+
 def described_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
     """The Services and Nodes of ``text``'s descriptions as partial objects (``fragment``
     DESCRIBED), cited at their Name line, each Service with its Endpoints when the description
@@ -372,4 +505,8 @@ def described_objects(text: str, artifact: str, first_line: int = 1) -> Objects:
         eps = _endpoints(b, body)
         if eps is not None:
             out.items.append(K8sObject("Endpoints", "v1", ns, name, eps, artifact, line, DESCRIBED))
+    for at, pod in _described_pods(text):
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        out.items.append(K8sObject("Pod", "v1", ns, name, pod, artifact, first_line + at, DESCRIBED))
     return out
