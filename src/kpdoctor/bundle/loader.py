@@ -712,25 +712,32 @@ def _load_file(ev: Evidence, path: Path, label: str) -> None:
     typed = sniff(head_text, ev.lazy_signatures)
     if typed.kind is None:  # a shell script its name says a preStop hook runs (prestop.sh)
         typed = sniff_named(label, head_text) or typed
-    weakest = typed.kind is Kind.KUBE_PROXY_LOG and typed.attrs.get("fragment") == "true"
-    if (typed.kind is None or weakest) and whole is not None and has_prompt(whole):
-        # output first, then the command that counted it: a transcript after all (before reading
-        # the text as a mere fragment of log lines for the messages it holds)
-        parts = split_transcript(whole, lenient=True)
-        if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
-            return
-    if (typed.kind is None or weakest) and whole is not None:
-        # a command pasted without its prompt, above what it printed: read as that command's
-        # (`sudo dmesg -T` over the kernel's lines is the kernel's log, not mere log lines)
-        parts = split_transcript(whole, lenient=True, bare=True)
-        if parts is not None and _load_transcript(ev, label, parts, report_unused=False):
-            return
-    if whole is not None and _load_segmented(ev, label, whole, hint=typed):
-        return  # several kinds of output in one paste, each read as what it is
+    if whole is not None and _load_untyped(ev, label, whole, typed):
+        return
     if typed.kind is None:
         ev.problems.extend(unread or [InputProblem(label, typed.reason)])
         return
     _add_typed(ev, path, label, typed)
+
+
+def _load_untyped(ev: Evidence, label: str, text: str, typed: Typed, paste: tuple[str, ...] = ()) -> bool:
+    """What a paste its content does not type whole (or only as mere log lines) is, read so;
+    True when it was. The same steps for a file as for a paste without its wrapping (``paste``:
+    what was taken off)."""
+    if typed.kind is None or (typed.kind is Kind.KUBE_PROXY_LOG and typed.attrs.get("fragment") == "true"):
+        # output first, then the command that counted it: a transcript after all (before reading
+        # the text as a mere fragment of log lines for the messages it holds)
+        parts = split_transcript(text, lenient=True) if has_prompt(text) else None
+        if parts is not None and _load_transcript(ev, label, parts, report_unused=False, paste=paste):
+            return True
+        # a command pasted without its prompt, above what it printed: read as that command's
+        # (`sudo dmesg -T` over the kernel's lines is the kernel's log, not mere log lines)
+        parts = split_transcript(text, lenient=True, bare=True)
+        if parts is not None and _load_transcript(ev, label, parts, report_unused=False, paste=paste):
+            return True
+    # several kinds of output in one paste, each read as what it is
+    extra = {"paste": ", ".join(paste)} if paste else None
+    return _load_segmented(ev, label, text, extra=extra, hint=typed)
 
 
 def _load_segmented(
@@ -790,7 +797,7 @@ def _load_unwrapped(ev: Evidence, label: str, text: str, unread: list[InputProbl
     if parts is not None:
         return _load_transcript(ev, label, parts, report_unused=False, paste=un.removed, unread=unread)
     typed = sniff(un.text[:HEAD_BYTES], ev.lazy_signatures)
-    if _load_segmented(ev, label, un.text, extra={"paste": ", ".join(un.removed)}, hint=typed):
+    if _load_untyped(ev, label, un.text, typed, paste=tuple(un.removed)):
         return True
     if typed.kind is None:
         return False
