@@ -61,6 +61,9 @@ _REST = ".*"  # the last placeholder of a template, when it ends it: a reason, a
 _ANY = ".*?"  # a placeholder in the middle may be empty ("failed with message: ``")
 _SPACE = "[ \t]+"
 _ERE_SPECIAL = lazy_re.compile(r"[.\[\]()*+?{}|^$\\]")
+# An IPv4 address the program prints as it is (kube-proxy's "127.0.0.1" fallback): read as
+# written or as users mask it before they post ("127.x.x.x", "x.x.x.x"), one octet at a time.
+_LITERAL_IPV4 = lazy_re.compile(r"\b[0-9]{1,3}(?:\.[0-9]{1,3}){3}\b")
 _GO_VERB = lazy_re.compile(r"%(?:%|[-+# 0]*\d*(?:\.\d+)?[vsdqwxXTtfgeEbocU])")
 _PLACEHOLDER = lazy_re.compile(r"\{\{|\}\}|\{([a-z][a-z0-9_]*)\}|\{|\}|" + _GO_VERB.pattern)
 # sample values, for render()
@@ -186,14 +189,18 @@ def _needle(literals: Iterable[str]) -> str:
     them: a line holding the message holds it (unless spaces were added to it), and a phrase
     ("Failed to execute iptables-restore") picks far fewer lines of a busy log than its longest
     word would."""
-    phrases = [ph.strip() for lit in literals for ph in re.split(r"[ \t]{2,}|[\t\n]", lit)]
+    phrases = [ph.strip() for lit in literals for ph in re.split(r"[ \t]{2,}|[\t\n]|" + _LITERAL_IPV4.pattern, lit)]
     return max((ph for ph in phrases if ph), key=len)
 
 
 def _escape(text: str) -> str:
     """``text`` as a literal in both Python's ``re`` and POSIX ERE (re.escape's ``\\-`` and
-    ``\\ `` are not ERE)."""
-    return _ERE_SPECIAL.sub(r"\\\g<0>", text)
+    ``\\ `` are not ERE); an IPv4 address in it as written or masked (:data:`_LITERAL_IPV4`)."""
+    out, pos = [], 0
+    for m in _LITERAL_IPV4.finditer(text):
+        out += [_ERE_SPECIAL.sub(r"\\\g<0>", text[pos : m.start()]), _MASKED]
+        pos = m.end()
+    return "".join(out) + _ERE_SPECIAL.sub(r"\\\g<0>", text[pos:])
 
 
 def captures(compiled: Compiled, found: re.Match[str]) -> dict[str, str]:
