@@ -895,8 +895,10 @@ def _load_transcript(
             hints["paste"] = ", ".join(paste)
         kind = hints.pop("kind", "")
         forced = Kind(kind) if kind else None  # what only the command types (hint_from_command)
-        if forced is None and parse_line_count(p.text, p.command, p.first_line) is not None:
-            forced = Kind.LINE_COUNT  # `... | wc -l`: the number is the output, the command what it counts
+        if parse_line_count(p.text, p.command, p.first_line) is not None:
+            # `... | wc -l`: the number is the output, the command what it counts (`cat
+            # /proc/net/nf_conntrack | wc -l` prints no entry of the file, only how many)
+            forced = Kind.LINE_COUNT
         if forced is None and is_timed_lookup(p.text, p.command):
             forced = Kind.LOOKUP_TIMING  # how long a lookup took: read with its command (dig's lines too)
         text = p.text

@@ -21,7 +21,6 @@ from kpdoctor.model import Cite
 from kpdoctor.parse.conntrack import (
     ConntrackEntry,
     ConntrackStats,
-    ConntrackSummary,
     parse_conntrack_entries,
     parse_conntrack_stats,
     parse_conntrack_summaries,
@@ -30,6 +29,7 @@ from kpdoctor.parse.conntrack import (
 from kpdoctor.parse.kernel_log import KernelLine, parse_kernel_log
 from kpdoctor.parse.links import Link, parse_ip_link
 from kpdoctor.parse.netstat import Counters, parse_netstat_s, parse_nstat
+from kpdoctor.parse.shellwords import unwrapped
 from kpdoctor.parse.sockets import Connection, Listener, parse_connections, parse_ss_listen
 from kpdoctor.parse.sysctl import COMPLETE, Sysctl, int_values, listing_of, parse_sysctl
 
@@ -300,17 +300,25 @@ class NodeState:
         return [(a, k) for a in self.facts.of(Kind.KERNEL_LOG) for k in parse_kernel_log(a.read_text(), a.first_line)]
 
     @cached_property
-    def conntrack_listed(self) -> tuple[Artifact, ConntrackSummary] | None:
-        """The largest count a ``conntrack -L`` summary gave (``N flow entries have been shown``):
-        at least that many entries were in the table then (a listing shows one family, and only
-        what its filters select)."""
-        shown = [
-            (a, s)
+    def conntrack_listed(self) -> tuple[int, Cite] | None:
+        """The largest count of the table's entries a listing gave: a ``conntrack -L`` summary
+        (``N flow entries have been shown``), or the lines of ``conntrack -L`` or
+        ``/proc/net/nf_conntrack`` counted whole (``| wc -l``, no grep between): at least that
+        many entries were in the table then (``conntrack -L`` lists one family, and only what
+        its filters select)."""
+        shown: list[tuple[int, Cite]] = [
+            (s.count, Cite(a.name, s.line, s.text))
             for a in self.facts.of(Kind.CONNTRACK_ENTRIES)
             for s in parse_conntrack_summaries(a.read_text(), a.first_line)
             if s.verb == "shown"
         ]
-        return max(shown, key=lambda x: x[1].count, default=None)
+        for c, a in self.facts.line_counts:
+            words = unwrapped(list(c.source))
+            whole = not c.patterns and len(c.command.split("|")) == 2  # the listing, then wc
+            listing = c.program == "conntrack" and ("-L" in words or "--dump" in words)
+            if whole and (listing or (c.program == "cat" and words[-1:] == ["/proc/net/nf_conntrack"])):
+                shown.append((c.count, Cite(a.name, c.line, f"{c.command}: {c.text}")))
+        return max(shown, key=lambda x: x[0], default=None)
 
     @cached_property
     def conntrack_entries(self) -> list[tuple[Artifact, ConntrackEntry]]:

@@ -215,7 +215,14 @@ def _masquerade_without_random_fully(facts: Facts) -> list[Cite]:
     cause="conntrack-table-full",
     title="The conntrack table is full: the kernel drops new connections",
     severity=Severity.CRITICAL,
-    needs=[Kind.KERNEL_LOG, Kind.SYSCTL, Kind.CONNTRACK_STATS, Kind.NF_CONNTRACK_STAT, Kind.CONNTRACK_ENTRIES],
+    needs=[
+        Kind.KERNEL_LOG,
+        Kind.SYSCTL,
+        Kind.CONNTRACK_STATS,
+        Kind.NF_CONNTRACK_STAT,
+        Kind.CONNTRACK_ENTRIES,
+        Kind.LINE_COUNT,
+    ],
     counters=[CONNTRACK + "early_drop"],
 )
 def table_full(facts: Facts) -> Iterator[Finding]:
@@ -230,8 +237,9 @@ def table_full(facts: Facts) -> Iterator[Finding]:
         `nf_conntrack: nf_conntrack:` prefix); `nf_conntrack_count` / `nf_conntrack_max` from
         sysctl output (or `conntrack -C`) at or above 90% (critical) or 75% (warning); without
         those, the count a `conntrack -L` summary gives (`N flow entries have been shown`, printed
-        on the terminal even when the listing is piped to grep), which is at least the table's
-        use: -L lists one family and what its filters select; `early_drop` growing between
+        on the terminal even when the listing is piped to grep) or `conntrack -L | wc -l` and
+        `cat /proc/net/nf_conntrack | wc -l`, which is at least the table's use: -L lists one
+        family and what its filters select; `early_drop` growing between
         two counter snapshots (the kernel is evicting entries to make room: full now). A kernel
         log line alone is a warning (it happened since boot); with the table near full or
         early drops growing it is critical. An `early_drop` total from one snapshot alone is
@@ -260,13 +268,13 @@ def table_full(facts: Facts) -> Iterator[Finding]:
         evidence.append(node.conntrack_entries_total[1])
     at_least = ""
     if count is None and (listed := node.conntrack_listed) is not None:
-        count, at_least = listed[1].count, "at least "
-        evidence.append(Cite(listed[0].name, listed[1].line, listed[1].text))
+        count, at_least = listed[0], "at least "
+        evidence.append(listed[1])
     cmax = max_s.int() if max_s else None
     if count is not None and cmax:
         share = count / cmax
         if share >= NEAR_FULL:
-            shown = " (conntrack -L listed them)" if at_least else ""
+            shown = " (a listing of the table counted them)" if at_least else ""
             reasons.append(f"{at_least}{count} of {cmax} entries in use ({share:.0%}){shown}")
             evidence += setting_cites(node, ["net.netfilter.nf_conntrack_count", "net.netfilter.nf_conntrack_max"])
             level = Severity.CRITICAL if share >= FULL else Severity.WARNING
