@@ -474,11 +474,11 @@ def diagnose(
     build configuration (/boot/config-*, /proc/config.gz, check-config), kube-proxy's command line or
     KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln (--timeout, -Lnc), nft list ruleset (or a block of it), the
-    node's counters and settings (conntrack -S or -L, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
+    node's counters and settings (conntrack -S, -L or -C, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
     nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
-    describe svc/node, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, set -x
+    describe svc/node/pod, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, set -x
     traces of entry scripts, timed `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw
     status, package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X |
     wc -l`), curl's and Go programs' connection errors, and terminal transcripts holding any of them;
