@@ -567,8 +567,13 @@ def _restart_findings(facts: Facts, explained: Explained, found: Sequence[Findin
     f.summary = (
         "; ".join(said(p) for p in pods[:6])
         + (f"; {len(pods) - 6} more" if len(pods) > 6 else "")
-        + ". While kube-proxy is down the rules it wrote stay, but no change of a Service or its endpoints reaches "
-        "the node; why it exits is in the log of the run that ended, which the evidence does not hold."
+        + (
+            ". While kube-proxy is down the rules it wrote stay, but no change of a Service or its endpoints "
+            "reaches the node; why it exits is in the log of the run that ended, which the evidence does not hold."
+            if failing
+            else ". It restarted: while it was down no change of a Service or its endpoints reached the node; why it "
+            "exited is in the log of the run that ended (a node's reboot restarts it too)."
+        )
     )
     f.evidence = [p.cite for p in (failing + [p for p in pods if not p.failing])[:5]]
     f.ongoing = True if failing else None
