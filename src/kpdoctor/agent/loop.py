@@ -307,9 +307,10 @@ class Agent:
                 self._status.stage_cpu["cleanup"] = round(max(0.0, cpu - staged), 3)  # freeing the cycle, a collection
         if report is not None:
             st = self._status
+            named = "".join(f"; {f.code} {f.subject.get('service') or f.cause}" for f in st.findings[:5])
             log.info(
-                "cycle %d: %.1fs, CPU %.2fs; %d finding(s), %d held back; cases: %d evaluated, %d carried over",
-                st.cycle + 1, wall, cpu, len(st.findings), len(st.held), st.evaluated, st.reused,
+                "cycle %d: %.1fs, CPU %.2fs; %d finding(s), %d held back; cases: %d evaluated, %d carried over%s",
+                st.cycle + 1, wall, cpu, len(st.findings), len(st.held), st.evaluated, st.reused, named,
             )  # fmt: skip
         with self._cv:
             st = self._status
