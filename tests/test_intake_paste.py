@@ -818,3 +818,43 @@ def test_a_huge_line_with_an_open_quote_is_not_read_on_as_a_command() -> None:
     parts = split_transcript(text)
     assert parts is not None and [p.first_line for p in parts] == [2, 4]
     assert parts[0].text == f"{big}'\n"
+
+
+def test_a_prompt_glued_to_output_that_ended_without_a_newline_starts_its_command() -> None:
+    """`curl -s localhost:10249/proxyMode` prints its word without a newline, and so do `printf`,
+    `cat` of a file without one and `echo -n`: the next prompt follows on the same line."""
+    text = (
+        "[root@node01 ~]# curl -s localhost:10249/proxyMode\n"
+        "ipvs[root@node01 ~]# sysctl net.ipv4.conf.all.arp_ignore\n"
+        "net.ipv4.conf.all.arp_ignore = 0\n"
+    )
+    parts = split_transcript(text)
+    assert parts is not None
+    assert [(p.command, p.text.strip(), p.first_line) for p in parts] == [
+        ("curl -s localhost:10249/proxyMode", "ipvs", 2),
+        ("sysctl net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_ignore = 0", 3),
+    ]
+    # a `user@host:dir#` prompt glued to the word: the session's other prompts say where it starts
+    text = (
+        "root@node01:~# cat /proc/sys/net/ipv4/vs/conn_reuse_mode\n1\n"
+        "root@node01:~# curl -s 127.0.0.1:10249/proxyMode\n"
+        "iptablesroot@node01:~# uname -r\n"
+        "5.4.0-150-generic\n"
+    )
+    parts = split_transcript(text)
+    assert parts is not None
+    assert [(p.command.split()[0], p.text.strip()) for p in parts] == [
+        ("cat", "1"), ("curl", "iptables"), ("uname", "5.4.0-150-generic"),
+    ]  # fmt: skip
+
+
+def test_prompt_like_text_inside_output_lines_is_not_a_glued_prompt() -> None:
+    text = (
+        "[root@node01 ~]# journalctl -u sshd | tail -1\n"
+        "Dec 01 10:00:00 node01 sshd[812]: banner [root@node01 ~]# text\n"
+        "[root@node01 ~]# uname -r\n"
+        "3.10.0-1160.el7.x86_64\n"
+    )
+    parts = split_transcript(text)
+    assert parts is not None
+    assert [p.command for p in parts] == ["journalctl -u sshd | tail -1", "uname -r"]

@@ -267,6 +267,9 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
             prompts.insert(0, (first_content, typed))
     if not prompts:
         return None
+    glued = _glued(lines, prompts)
+    if glued:
+        prompts = sorted([p for p in prompts if p[0] not in glued] + [(i, c) for i, (_, c) in glued.items()])
     # a command typed over several lines (an open quote, a trailing backslash): the lines it
     # continues on are its own, even those bash's `> ` continuation prompt makes look like prompts
     typed_to: dict[int, int] = {}
@@ -297,7 +300,7 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
     for n, (i, (cmd, argv, scope, where)) in enumerate(prompts):
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
         i = typed_to.get(i, i)
-        body = lines[i + 1 : end]
+        body = lines[i + 1 : end] + ([glued[end][0]] if end in glued else [])
         if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
             # a write to /proc/sys prints nothing: the command line itself is the evidence
             parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1, scope, where))
@@ -310,6 +313,39 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
 # kube-system logs coredns-x`):", "Output of `iptables-save`:", "执行 `ipvsadm -Ln` 的结果："), as
 # issue comments introduce a block: in a session, a part of its own with that command.
 _CAPTION = lazy_re.compile(r"^ {0,3}[^`\s>][^`\n]{0,120}`(?P<cmd>[^`\n]{2,400})`[^`\n]{0,60}[:：]\s*$")
+
+
+def _glued(
+    lines: list[str], prompts: list[tuple[int, tuple[str, list[str], str | None, str]]]
+) -> dict[int, tuple[str, tuple[str, list[str], str | None, str]]]:
+    """Prompts printed after output that did not end its line (``curl -s localhost:10249/proxyMode``
+    prints ``ipvs`` without a newline, so the next prompt follows on its line: ``ipvs[root@node01
+    ~]# sysctl ...``): by line, the output before the prompt and the prompt's command. A prompt
+    is taken there only in the form the session's other prompts have (the same ``user@host`` text),
+    or bracketed (``[user@host dir]#``), and after a prompt line's part: the output is what
+    ended it."""
+    said = {i: m.group(0)[: m.start("cmd") - m.start(0)].strip() for i, _ in prompts if (m := _PROMPT.match(lines[i]))}
+    seen = set(said.values()) - {""}
+    out: dict[int, tuple[str, tuple[str, list[str], str | None, str]]] = {}
+    for i, line in enumerate(lines):
+        if i == 0 or not line.strip() or len(line) > MAX_COMMAND:
+            continue
+        if i in said:  # `iptablesroot@node01:~# uname -r`: the user name took the output in
+            at = next((len(said[i]) - len(p) for p in seen if said[i].endswith(p) and len(said[i]) > len(p)), -1)
+            at += len(line) - len(line.lstrip()) if at > 0 else 0
+        else:
+            m = _GLUED_BRACKET.search(line) if "]" in line and "@" in line else None
+            at = m.start("prompt") if m is not None else next((line.find(p) for p in seen if line.find(p) > 0), -1)
+        if at <= 0 or " " in line[:at].strip() or _PROMPT.match(line[:at]):
+            continue
+        c = _prompt(line[at:])
+        if c is not None:
+            out[i] = (line[:at], c)
+    return out
+
+
+# a bracketed prompt ([root@node01 ~]#) after a word the last command printed without a newline
+_GLUED_BRACKET = lazy_re.compile(r"^\S{1,80}?(?P<prompt>\[[\w.-]+@[\w.-]+ [^\]\n]{1,60}\]\s?[#$]\s+\S)")
 
 
 def _caption(line: str) -> tuple[str, list[str], str | None, str] | None:
