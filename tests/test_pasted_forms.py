@@ -79,3 +79,55 @@ def test_lines_systemctl_cut_short_ask_for_themselves_whole() -> None:
     cut = [f for f in report.findings if f.code == "KP140" and "Error r...ory" in f.summary]
     assert cut and "cut the line short" in cut[0].summary
     assert cut[0].fix[0].startswith("Send the lines whole: `systemctl status -l --no-pager kube-proxy`")
+
+
+def test_kube_proxys_image_tag_is_its_version(tmp_path: Path) -> None:
+    """`kubectl get ds kube-proxy -o jsonpath='{..image}'`, `kubectl describe pod`'s Image: line and a
+    grep of the DaemonSet's YAML all print the image kube-proxy runs; its tag is its release."""
+    from kpdoctor.facts import Facts
+    from kpdoctor.parse.system import parse_kube_proxy_version
+
+    texts = {
+        "jsonpath.txt": "registry.k8s.io/kube-proxy:v1.28.2",
+        "describe.txt": "    Image:         k8s.gcr.io/kube-proxy:v1.19.16\n",
+        "grep.txt": "        image: registry.aliyuncs.com/google_containers/kube-proxy:v1.23.6\n",
+        "digest.txt": "registry.k8s.io/kube-proxy:v1.27.3@sha256:" + "ab" * 32,
+        "two.txt": "docker.io/calico/node:v3.26.1 registry.k8s.io/kube-proxy:v1.26.0",
+    }
+    want = {"jsonpath.txt": "1.28.2", "describe.txt": "1.19.16", "grep.txt": "1.23.6", "digest.txt": "1.27.3", "two.txt": "1.26.0"}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+        report, ev = diagnose_paths([tmp_path / name])
+        assert [i.kind for i in report.inputs] == [Kind.KUBE_PROXY_VERSION.value], name
+        v = Facts(ev).kube_proxy_version
+        assert v is not None and str(v.value).lstrip("v") == want[name], (name, v)
+        assert parse_kube_proxy_version(text) == v.value
+    # another program's image is not kube-proxy's release
+    (tmp_path / "calico.txt").write_text("docker.io/calico/node:v3.26.1\n")
+    report, _ = diagnose_paths([tmp_path / "calico.txt"])
+    assert Kind.KUBE_PROXY_VERSION.value not in [i.kind for i in report.inputs]
+
+
+def test_arping_from_its_three_programs_is_read_as_answers() -> None:
+    """iputils' and busybox's lines are also made in a lab (tests/lab/test_arp_answers_lab.py);
+    Thomas Habets' arping prints each answer as bytes from MAC (IP)."""
+    from kpdoctor.parse.arping import claimants, parse_arping
+
+    habets = (
+        "ARPING 10.251.0.40\n"
+        "42 bytes from f6:e7:eb:cf:34:5a (10.251.0.40): index=0 time=7.653 usec\n"
+        "42 bytes from 06:54:a4:fa:b2:8e (10.251.0.40): index=1 time=9.120 usec\n"
+        "\n--- 10.251.0.40 statistics ---\n"
+        "1 packets transmitted, 2 packets received,   0% unanswered (1 extra)\n"
+    )
+    iputils = "Unicast reply from 10.251.0.40 [F6:E7:EB:CF:34:5A]  0.597ms\n"
+    busybox = "Unicast reply from 10.251.0.40 [06:54:a4:fa:b2:8e] 0.628ms\n"
+    got = parse_arping(habets)
+    assert [(r.line, r.ip, r.mac) for r in got] == [
+        (2, "10.251.0.40", "f6:e7:eb:cf:34:5a"),
+        (3, "10.251.0.40", "06:54:a4:fa:b2:8e"),
+    ]
+    assert list(claimants(got)) == ["10.251.0.40"]
+    both = parse_arping(iputils + busybox)
+    assert [r.mac for r in claimants(both)["10.251.0.40"]] == ["f6:e7:eb:cf:34:5a", "06:54:a4:fa:b2:8e"]
+    assert claimants(parse_arping(iputils * 3)) == {}  # one host answering, however often

@@ -256,3 +256,50 @@ def test_a_healthy_nftables_node_with_kubelets_iptables_chains() -> None:
     ver = report.verification
     assert ver is not None and ver.evaluated and ver.clean and not ver.stale
     assert loud(report) == []
+
+
+# -- kube-proxy's own answer: /proxyMode -----------------------------------------------------------
+# cmd/kube-proxy/app/server.go serves the mode its proxier was built for (after 1.20-1.25's
+# fallback from IPVS to iptables) with fmt.Fprintf(w, "%s", proxyMode): one word, no newline, so in
+# a terminal the next prompt follows on its line.
+def test_kube_proxys_proxy_mode_answer_says_which_mode_runs(tmp_path: Path) -> None:
+    facts, _ = diagnose([write(tmp_path, "proxyMode.txt", "ipvs")])
+    got = facts.running_mode
+    assert (got.mode, got.how) == ("ipvs", "kube-proxy says so (/proxyMode)")
+    assert got.cite is not None and (got.cite.line, got.cite.text) == (1, "ipvs")
+    # beside a log that says otherwise (another run, another node), the log's dated line stands, as before
+    facts, _ = diagnose([write(tmp_path, "proxyMode.txt", "iptables"), write(tmp_path, "kp.log", IPVS_LOG)])
+    assert facts.running_mode.mode == "ipvs"
+
+
+def test_configured_ipvs_but_iptables_served_is_the_fallback(tmp_path: Path) -> None:
+    config = write(tmp_path, "config.conf", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n")
+    facts, _ = diagnose([config, write(tmp_path, "proxy-mode.txt", "iptables\n")])
+    assert (facts.running_mode.mode, facts.running_mode.requested) == ("iptables", "ipvs")
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        "[root@node01 ~]# curl -s localhost:10249/proxyMode\nipvs[root@node01 ~]# uname -r\n3.10.0-1160.el7.x86_64\n",
+        "root@node01:~# curl 127.0.0.1:10249/proxyMode\nipvsroot@node01:~# uname -r\n3.10.0-1160.el7.x86_64\n",
+    ],
+    ids=["bracketed", "user-at-host"],
+)
+def test_proxy_mode_with_the_next_prompt_glued_to_it_is_read(tmp_path: Path, session: str) -> None:
+    facts, report = diagnose([write(tmp_path, "session.txt", session)])
+    assert facts.running_mode.mode == "ipvs" and facts.running_mode.how == "kube-proxy says so (/proxyMode)"
+    kinds = [(i.kind, i.details.get("command")) for i in report.inputs]
+    assert kinds[0][0] == Kind.KUBE_PROXY_MODE.value and "proxyMode" in (kinds[0][1] or "")
+    assert kinds[1] == (Kind.UNAME.value, "uname -r")  # the glued prompt's command is its own part
+    assert facts.kernel is not None and str(facts.kernel.value).startswith("3.10.0")
+
+
+def test_a_word_that_only_starts_like_a_mode_is_not_one() -> None:
+    from kpdoctor.parse.health import parse_proxy_mode
+
+    assert parse_proxy_mode("ipvs\n") == ("ipvs", 1, "ipvs")
+    assert parse_proxy_mode("nftables") == ("nftables", 1, "nftables")
+    assert parse_proxy_mode("iptables[root@n1 ~]# ", 7) == ("iptables", 7, "iptables[root@n1 ~]#")
+    assert parse_proxy_mode("iptables-save v1.8.4") is None and parse_proxy_mode("ipvsadm -Ln") is None
+    assert parse_proxy_mode("404 page not found") is None

@@ -470,7 +470,8 @@ def diagnose(
 
     kpdoctor recognises files by content whatever their names: kube-proxy logs (klog, structured, CRI,
     journald, kubectl --timestamps/--prefix, k3s/rke2), iptables-save / -S / -L -n -v output,
-    iptables/kube-proxy --version, uname, /etc/os-release, ps, /proc/locks, /proc/modules, the kernel's
+    iptables/kube-proxy --version (or kube-proxy's image tag), kube-proxy's /proxyMode answer, uname,
+    /etc/os-release, ps, /proc/locks, /proc/modules, the kernel's
     build configuration (/boot/config-*, /proc/config.gz, check-config), kube-proxy's command line or
     KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln (--timeout, -Lnc), nft list ruleset (or a block of it), the
@@ -478,7 +479,7 @@ def diagnose(
     nstat, ss -ltn, ip [-s] [-d] link, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
-    describe svc/node/pod, ifconfig, tcpdump -n captures, Pod-spec fragments, preStop scripts, set -x
+    describe svc/node/pod, ifconfig, tcpdump -n captures, arping, Pod-spec fragments, preStop scripts, set -x
     traces of entry scripts, timed `docker stop` / `kubectl delete pod`, runtime stop-timeout lines, ufw
     status, package versions (rpm -q, dpkg -s), hostnamectl, lsof -i, lsmod, counts (`... | grep X |
     wc -l`), curl's and Go programs' connection errors, and terminal transcripts holding any of them;

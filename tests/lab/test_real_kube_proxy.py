@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -174,6 +175,13 @@ def test_a_healthy_node_is_healthy_to_every_command(lab_binaries: Binaries, back
         # `kpdoctor collect` on the node, the bundle read later elsewhere: the same answer
         res = in_node(rn, [*KPDOCTOR, "collect", *_kubeconfig(rn), "--interval", "1", "-o", str(tmp_path / "c.tar.gz")])
         assert res.returncode == 0, res.stderr[-2000:]
+        # kube-proxy's own word on the mode it runs: as collect fetched it, as a user's curl prints it
+        with tarfile.open(tmp_path / "c.tar.gz") as tar:
+            (member,) = [m for m in tar.getmembers() if m.name.endswith("kube-proxy/proxy-mode.txt")]
+            served = tar.extractfile(member)
+            assert served is not None and served.read() == b"iptables"
+        curl = in_node(rn, ["curl", "-s", "--max-time", "5", "127.0.0.1:10249/proxyMode"])
+        assert curl.returncode == 0 and curl.stdout == "iptables", (curl.stdout, curl.stderr)
         for bundle in ("node.tar.gz", "c.tar.gz"):
             res = subprocess.run([*KPDOCTOR, "diagnose", str(tmp_path / bundle), "--format", "json"],
                                  capture_output=True, text=True, timeout=180)  # fmt: skip

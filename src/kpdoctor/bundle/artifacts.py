@@ -36,6 +36,7 @@ class Kind(enum.StrEnum):
     IPSET = "ipset output"
     KUBE_PROXY_HEALTHZ = "kube-proxy /healthz"
     KUBE_PROXY_METRICS = "kube-proxy /metrics"
+    KUBE_PROXY_MODE = "kube-proxy /proxyMode"  # the mode it runs, in one word (its metrics server)
     CONNTRACK_STATS = "conntrack -S output"
     NF_CONNTRACK_STAT = "/proc/net/stat/nf_conntrack"
     CONNTRACK_ENTRIES = "conntrack -L output"
@@ -63,14 +64,18 @@ class Kind(enum.StrEnum):
     LOOKUP_TIMING = "timed name lookups"  # `time nslookup x`, dig's timed-out tries, curl -w (parse/lookups)
     SHELL_TRACE = "shell trace (set -x)"  # an entry script's traced commands, the values it read (parse/xtrace)
     IPVS_CONNECTIONS = "IPVS connection table"  # ipvsadm -Lnc, /proc/net/ip_vs_conn (parse/ipvs_conn)
+    ARP_REPLIES = "arping output"  # which MACs answered ARP for an address (parse/arping)
     KERNEL_CONFIG = "kernel build configuration"  # /boot/config-*, /proc/config.gz, check-config (parse/kernel_config)
 
 
 # What describes the node (versions, identity) without showing its state: evidence to weigh other
 # evidence by. A run given only these has checked nothing, whatever checks ran on them.
 CONTEXT_KINDS = frozenset(
-    {Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.UNAME, Kind.OS_RELEASE, Kind.HOSTNAME, Kind.PACKAGES}
-)
+    {
+        Kind.IPTABLES_VERSION, Kind.KUBE_PROXY_VERSION, Kind.KUBE_PROXY_MODE, Kind.UNAME, Kind.OS_RELEASE,
+        Kind.HOSTNAME, Kind.PACKAGES,
+    }
+)  # fmt: skip
 
 
 # The node's dataplane as each network namespace holds its own: kube-proxy's rules, virtual

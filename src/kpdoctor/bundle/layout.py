@@ -46,6 +46,7 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
     "kube-proxy/version.txt": (Kind.KUBE_PROXY_VERSION, {}),
     "kube-proxy/healthz.json": (Kind.KUBE_PROXY_HEALTHZ, {}),
     "kube-proxy/metrics.txt": (Kind.KUBE_PROXY_METRICS, {}),
+    "kube-proxy/proxy-mode.txt": (Kind.KUBE_PROXY_MODE, {}),
     "kube-proxy/iptables-version.txt": (Kind.IPTABLES_VERSION, {"scope": "kube-proxy"}),
     "cluster/services.json": (Kind.K8S_OBJECTS, {}),
     "cluster/endpointslices.json": (Kind.K8S_OBJECTS, {}),

@@ -17,6 +17,7 @@ from kpdoctor.parse.cni import looks_like_cni_config
 from kpdoctor.parse.conntrack import ENTRY_START, QUOTED_ENTRY, SUMMARY_SHOWN_LINE
 from kpdoctor.parse.evidence_shape import mostly
 from kpdoctor.parse.firewall import looks_like_ufw
+from kpdoctor.parse.health import parse_proxy_mode
 from kpdoctor.parse.ipset import looks_like_ipset
 from kpdoctor.parse.iptables import LEGACY_WARNING, is_wrapped_continuation
 from kpdoctor.parse.ipvsadm import TIMEOUTS
@@ -30,7 +31,14 @@ from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.shellwords import RUNTIME_CLIS
 from kpdoctor.parse.sockets import LSOF_ROW, SS_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
-from kpdoctor.parse.system import SYSINFO_KERNEL, SYSINFO_OS, headerless_processes, looks_like_packages, ps_header
+from kpdoctor.parse.system import (
+    KUBE_PROXY_IMAGE_TEXT,
+    SYSINFO_KERNEL,
+    SYSINFO_OS,
+    headerless_processes,
+    looks_like_packages,
+    ps_header,
+)
 
 HEAD_BYTES = 256 * 1024
 
@@ -217,7 +225,7 @@ def sniff(head: str, signatures: Signatures) -> Typed:
     if m and len(stripped.splitlines()) <= 3:
         attrs = {"binary": m.group(1)}
         return Typed(Kind.IPTABLES_VERSION, attrs)
-    if _KP_VERSION.match(first) and len(stripped.splitlines()) <= 3:
+    if (_KP_VERSION.match(first) or KUBE_PROXY_IMAGE_TEXT.match(first)) and len(stripped.splitlines()) <= 3:
         return Typed(Kind.KUBE_PROXY_VERSION, {})
     if NFT_VERSION_LINE.match(first) and len(stripped.splitlines()) <= 3:
         return Typed(Kind.NFT_VERSION, {})
@@ -546,6 +554,8 @@ def sniff_named(name: str, text: str) -> Typed | None:
         return Typed(Kind.KUBE_PROXY_LOG, {"named": "true"})
     if _KUBE_PROXY_WORD.search(name) and partial_in(text, named=True):  # kube-proxy-config.yaml: two of its fields
         return Typed(Kind.KUBE_PROXY_CONFIG, {"fragment": _CONFIG_PART, "named": "true"})
+    if _PROXY_MODE_NAME.search(name) and parse_proxy_mode(text) is not None:  # curl localhost:10249/proxyMode
+        return Typed(Kind.KUBE_PROXY_MODE, {})
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or len(lines) > 500:
         return None
@@ -561,6 +571,7 @@ def sniff_named(name: str, text: str) -> Typed | None:
 
 
 _KUBE_PROXY_WORD = lazy_re.compile(r"kube[-_]?proxy", re.I)
+_PROXY_MODE_NAME = lazy_re.compile(r"proxy[-_]?mode", re.I)  # its URL (/proxyMode), a file saved from it
 _COBRA_ERROR = lazy_re.compile(r"^Error: \S", re.M)  # how cobra prints a command's error (then its usage)
 _POD_LOG = lazy_re.compile(r"/pods/[^/]+_[^/]+_[^/]+/([^/]+)/\d+\.log(?:\.[\w.-]+)?$")
 _LOG_READERS = frozenset({"cat", "tail", "head", "less", "more", "zcat", "grep"})

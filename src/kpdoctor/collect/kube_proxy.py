@@ -225,9 +225,11 @@ def _endpoints(out: KubeProxyCollection, progress: Progress, flags: dict[str, st
     if in_node_netns:
         progress("kube-proxy: healthz and metrics")
         _http(out, "kube-proxy/healthz.json", _port(flags, "healthz-bind-address", HEALTHZ_PORT), "/healthz")
-        _http(out, "kube-proxy/metrics.txt", _port(flags, "metrics-bind-address", METRICS_PORT), "/metrics")
+        metrics = _port(flags, "metrics-bind-address", METRICS_PORT)
+        _http(out, "kube-proxy/metrics.txt", metrics, "/metrics")
+        _http(out, "kube-proxy/proxy-mode.txt", metrics, "/proxyMode")  # the mode it runs (after any fallback)
     else:
-        for path in ("kube-proxy/healthz.json", "kube-proxy/metrics.txt"):
+        for path in ("kube-proxy/healthz.json", "kube-proxy/metrics.txt", "kube-proxy/proxy-mode.txt"):
             out.skipped.append(NotCollected(path, "not in the node's network namespace: its loopback is not reachable"))
 
 

@@ -7,11 +7,11 @@ another mode's, so a healthy IPVS or nftables node is never told that its Servic
 missing.
 
 Which mode runs, and what each mode has left on the node: configuration says what was asked for;
-it is not what runs. kube-proxy before 1.26 fell back from
-IPVS to iptables when IPVS's prerequisites were missing, a ConfigMap that is not mounted leaves
-the default, and a mode switch leaves the old mode's rules behind. So the mode is told, in this
-order, by: kube-proxy's own log ("Using ipvs Proxier"); the state only one mode writes (iptables
-Service chains jumped to from KUBE-SERVICES, IPVS's ipset matches, virtual servers and
+it is not what runs. kube-proxy before 1.26 fell back from IPVS to iptables when IPVS's
+prerequisites were missing, a ConfigMap that is not mounted leaves the default, and a mode switch
+leaves the old mode's rules behind. So the mode is told, in this order, by: kube-proxy's own log
+("Using ipvs Proxier") or its metrics server's ``/proxyMode``; the state only one mode writes
+(iptables Service chains jumped to from KUBE-SERVICES, IPVS's ipset matches, virtual servers and
 kube-ipvs0, the ``kube-proxy`` nftables table); the configuration (flags, config file); and the
 default (iptables) when kube-proxy's configuration is known or its iptables chains are there.
 """
@@ -118,15 +118,19 @@ def running_mode(
     configured: tuple[str, Cite | None] | None,
     states: Iterable[ModeState],
     default_known: bool,
+    served: tuple[str, Cite | None] | None = None,
 ) -> RunningMode:
     """Decide the mode (see the module docstring). ``default_known``: kube-proxy's configuration
-    or its iptables chains are in the evidence, so "nothing configured" means the default."""
+    or its iptables chains are in the evidence, so "nothing configured" means the default.
+    ``served``: what kube-proxy's ``/proxyMode`` answered, its word as its log's is."""
     present: dict[str, ModeState] = {}
     for s in states:
         present.setdefault(s.mode, s)
     requested = configured[0].lower() if configured and configured[0] else None
     if logged is not None:
         return RunningMode(logged[0].lower(), "kube-proxy's log says so", logged[1], requested, present)
+    if served is not None:
+        return RunningMode(served[0], "kube-proxy says so (/proxyMode)", served[1], requested, present)
     if len(present) == 1:
         only = next(iter(present.values()))
         return RunningMode(only.mode, f"only its state is on the node: {only.what}", only.cite, requested, present)

@@ -43,6 +43,7 @@ from kpdoctor.parse.cni import CniConfig, parse_cni_config
 from kpdoctor.parse.counts import LineCount, parse_line_count
 from kpdoctor.parse.diagnostics import Diagnostic
 from kpdoctor.parse.evidence_shape import EvidenceShape, Record
+from kpdoctor.parse.health import parse_proxy_mode
 from kpdoctor.parse.ipset import IpSet, parse_ipsets
 from kpdoctor.parse.iptables import Ruleset, parse_list, parse_rules_s, parse_save
 from kpdoctor.parse.ipvsadm import Timeouts, VirtualServer, parse_ipvsadm_list, parse_timeouts
@@ -843,7 +844,7 @@ class Facts:
 
     def _claimed_mode(self) -> tuple[str, Cite | None] | None:
         """The proxy mode kube-proxy says it runs (log) or is configured with (RunningMode.claimed)."""
-        logged = self._logged_mode(PROXY_MODE)
+        logged = self._logged_mode(PROXY_MODE) or self._served_mode
         if logged is not None:
             return logged
         configured = self._configured_mode
@@ -862,6 +863,16 @@ class Facts:
             if hits:
                 h = hits[-1]
                 return (mode_of(h) or "iptables"), Cite(h.artifact, h.line, h.text)
+        return None
+
+    @cached_property
+    def _served_mode(self) -> tuple[str, Cite] | None:
+        """The mode kube-proxy's metrics server answers on ``/proxyMode``: the one its proxier
+        runs, after any fallback (as its "Using ipvs Proxier" line says)."""
+        for a in self.of(Kind.KUBE_PROXY_MODE):
+            got = parse_proxy_mode(a.text, a.first_line)
+            if got is not None:
+                return got[0], Cite(a.name, got[1], got[2])
         return None
 
     @cached_property
@@ -885,7 +896,7 @@ class Facts:
         nftables = modes.nftables_state(self.nft_tables)
         states += [s for s in (ipvs, nftables) if s is not None]
         known = bool(self.kp_config.flags or self.kp_config.file) or bool(rulesets)
-        running = modes.running_mode(logged, self._configured_mode, states, known)
+        running = modes.running_mode(logged, self._configured_mode, states, known, self._served_mode)
         running.claimed = self._claimed_mode()
         return running
 

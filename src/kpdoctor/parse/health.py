@@ -1,7 +1,9 @@
-"""kube-proxy's own health: ``/healthz`` JSON (port 10256) and ``/metrics`` text (port 10249)."""
+"""kube-proxy's own health: ``/healthz`` JSON (port 10256), ``/metrics`` text and ``/proxyMode``
+(port 10249)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -89,3 +91,25 @@ def parse_metrics(text: str, first_line: int = 1) -> Metrics:
         m.values[name] = m.values.get(name, 0.0) + v
         m.lines.setdefault(name, (first_line + i, raw.strip()))
     return m
+
+
+# what /proxyMode answers (cmd/kube-proxy/app/server.go's serveMetrics: fmt.Fprintf(w, "%s",
+# proxyMode), no newline): the mode the proxier was built for, after 1.20-1.25's fallback from ipvs
+# to iptables (server_others.go getProxyMode). The longest first: "nftables" is not "iptables".
+PROXY_MODES = ("kernelspace", "userspace", "iptables", "nftables", "ipvs")
+# one word alone on its line, as curl prints it; a shell prompt glued after it (no newline: `[root@n
+# ~]#`, `root@n:~#`) or zsh's `%` for a missing newline is not part of it
+_PROXY_MODE = lazy_re.compile(
+    r"^\s*(" + "|".join(PROXY_MODES) + r")(?=\s*%?\s*$|\[[\w.-]+@|[\w.-]+@[\w.-]+)", re.I
+)
+
+
+def parse_proxy_mode(text: str, first_line: int = 1) -> tuple[str, int, str] | None:
+    """The mode ``/proxyMode`` printed, with its line's number and text; None when the first
+    non-empty line is not a mode's name."""
+    for i, line in enumerate(text.splitlines()[:5]):
+        if not line.strip():
+            continue
+        m = _PROXY_MODE.match(line)
+        return (m.group(1).lower(), first_line + i, line.strip()[:200]) if m else None
+    return None

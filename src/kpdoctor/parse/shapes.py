@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import ethtool, ipvs_conn, kernel_config, tcpdump, xtrace
+from kpdoctor.parse import arping, ethtool, ipvs_conn, kernel_config, tcpdump, xtrace
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 REGISTERED: tuple[EvidenceShape[Any], ...] = (
@@ -18,4 +18,5 @@ REGISTERED: tuple[EvidenceShape[Any], ...] = (
     xtrace.SHAPE,
     ipvs_conn.SHAPE,
     kernel_config.SHAPE,
+    arping.SHAPE,
 )

@@ -92,9 +92,29 @@ def parse_iptables_version(text: str) -> IptablesVersion | None:
     return _version(IptablesVersion.parse, text[:_BANNER_CHARS])  # its pattern starts at a "v": linear
 
 
+# kube-proxy's image named with its release tag, as a Pod or DaemonSet spec holds it and as
+# `kubectl get ds kube-proxy -o jsonpath='{..image}'`, `kubectl describe` ("Image:") or a grep of
+# the YAML ("image: ...") print it: registry/kube-proxy[-ARCH]:vX.Y.Z[suffix][@sha256:digest]
+KUBE_PROXY_IMAGE = (
+    r"(?:[\w.-]+(?::\d+)?/)*kube-proxy(?:-(?:amd64|arm64|arm|ppc64le|s390x))?"
+    r":(?P<tag>v?\d+\.\d+\.\d+[\w.+-]*)(?:@sha256:[0-9a-f]{64})?"
+)
+# a short text of image references, one of them kube-proxy's (the jsonpath's output: every
+# container's image, space-separated), or one `image:` / `Image:` line
+KUBE_PROXY_IMAGE_TEXT = lazy_re.compile(
+    r"^\s*(?:-\s+)?(?:[\"']?image[\"']?\s*:\s*)?(?:[\w.:/@-]+\s+)*[\"']?" + KUBE_PROXY_IMAGE
+    + r"[\"']?(?:\s+[\w.:/@-]+)*\s*$",
+    re.I,
+)  # fmt: skip
+_KUBE_PROXY_TAG = lazy_re.compile(KUBE_PROXY_IMAGE)
+
+
 def parse_kube_proxy_version(text: str) -> KubeVersion | None:
+    """``kube-proxy --version`` ("Kubernetes v1.20.2"), or the tag of kube-proxy's image."""
     head = text[:_BANNER_CHARS]
     m = re.search(r"Kubernetes\s+(v\S+)", head)
+    if m is None and (t := _KUBE_PROXY_TAG.search(head)) is not None:
+        return _version(KubeVersion.parse, t.group("tag")[:_VERSION_CHARS])
     return _version(KubeVersion.parse, (m.group(1) if m else head.strip())[:_VERSION_CHARS])
 
 

@@ -11,6 +11,8 @@ from kpdoctor.facts import Facts
 from kpdoctor.facts.node import NodeState, Setting
 from kpdoctor.knowledge import VersionRow, check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import arping
+from kpdoctor.parse.arping import ArpReply, claimants
 
 CAUSE = "ipvs-strict-arp-disabled"
 # what kube-proxy's strictARP sets (pkg/proxy/ipvs/proxier.go: sysctlArpIgnore, sysctlArpAnnounce)
@@ -69,7 +71,7 @@ def _announcer(facts: Facts) -> Cite | None:
     cause=CAUSE,
     title="IPVS mode without strict ARP: every node answers ARP for LoadBalancer and external IPs",
     severity=Severity.WARNING,
-    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_CONFIG],
+    needs=[Kind.SYSCTL, Kind.KUBE_PROXY_CONFIG, Kind.ARP_REPLIES],
     versions=(
         VersionRow(
             "kube-proxy",
@@ -92,13 +94,15 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
         `ipvs.strictARP: true` (`--ipvs-strict-arp`) sets arp_ignore=1 and arp_announce=2 on
         conf/all at start; it is false by default since 1.13.6/1.14.2/1.15.0 (1.13.0-1.14.1 always
         set them). MetalLB's documentation requires it with IPVS.
-    How it is detected: kube-proxy runs in IPVS mode (its log, configuration, kube-ipvs0 or
-        ipvsadm); conf/all's arp_ignore below 1 or arp_announce below 2 in a sysctl listing (the
-        larger of conf/all and an interface's own is used), or `strictARP` false in its
-        configuration when no listing says; and addresses reached by ARP: Services'
-        load-balancer or external IPs, or an announcer's objects (MetalLB's, kube-vip's).
-        Without such addresses a listing that proves ARP is not strict is a suspected cause at
-        info.
+    How it is detected: `arping` answered by several MACs for one address proves ARP is not
+        strict where kube-proxy runs in IPVS mode, and makes it the suspected cause when nothing
+        says which mode runs (`/proxyMode` decides). Otherwise: kube-proxy runs in IPVS mode (its
+        log, /proxyMode, configuration, kube-ipvs0 or ipvsadm); conf/all's arp_ignore below 1
+        or arp_announce below 2 in a sysctl listing (the larger of conf/all and an interface's
+        own is used), or `strictARP` false in its configuration when no listing says; and
+        addresses reached by ARP: Services' load-balancer or external IPs, or an announcer's
+        objects (MetalLB's, kube-vip's). Without such addresses a listing that proves ARP is not
+        strict is a suspected cause at info.
     Fix: set `ipvs.strictARP: true` in kube-proxy's configuration (kube-system/kube-proxy
         ConfigMap, `kubectl -n kube-system edit cm kube-proxy`) and restart kube-proxy, or
         `sysctl -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2` persisted in
@@ -109,6 +113,10 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
         https://www.kernel.org/doc/html/latest/networking/ip-sysctl.html
     """
     running = facts.running_mode
+    answered = claimants([r for r, _ in facts.records(arping.SHAPE)])
+    if running.mode is None and answered:
+        yield _several_answer(facts, answered)
+        return
     if running.mode != "ipvs":
         return
     node = facts.node_state
@@ -120,6 +128,19 @@ def strict_arp(facts: Facts) -> Iterator[Finding]:
     exposed = _exposed(facts)
     announcer = _announcer(facts)
     mode_cite = [running.cite] if running.cite is not None else []
+    if answered:  # several hosts answered for an address: what loose ARP does, seen
+        shown_why = bool(loose or exposed or announcer)
+        f = start(facts, "KP317", [], confidence=Confidence.HIGH if shown_why else Confidence.MEDIUM)
+        f.summary = (
+            f"kube-proxy runs in IPVS mode and {_answers(answered)}: ARP is not strict, so every node answers "
+            f"for the addresses it binds on {IPVS_INTERFACE} and the segment's hosts send their traffic to any "
+            "of them, not the one announcing it."
+        )
+        f.evidence = _answer_cites(facts, answered) + list(dict.fromkeys(s.cite for _, v in loose for s in v[1]))
+        f.evidence += mode_cite
+        f.fix = _fix()
+        yield f
+        return
     if loose:
         said = ", ".join(f"{n} = {v[0]} (wanted {STRICT[n]})" for n, v in loose)
         cites = list(dict.fromkeys(s.cite for _, v in loose for s in v[1]))
@@ -190,3 +211,43 @@ def _fix() -> list[str]:
         "Or set them yourself: sysctl -w net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2, "
         "persisted in /etc/sysctl.d/.",
     ]
+
+
+def _answers(answered: dict[str, list[ArpReply]]) -> str:
+    ip, replies = next(iter(answered.items()))
+    more = f" (and for {len(answered) - 1} more address(es))" if len(answered) > 1 else ""
+    return f"{len(replies)} hosts answer ARP for {ip} ({', '.join(r.mac for r in replies[:4])}){more}"
+
+
+def _answer_cites(facts: Facts, answered: dict[str, list[ArpReply]]) -> list[Cite]:
+    cites = {(r.line, r.text): c for r, c in facts.records(arping.SHAPE)}
+    return [cites[(r.line, r.text)] for replies in list(answered.values())[:2] for r in replies[:3]]
+
+
+def _loose_interfaces(node: NodeState) -> list[Setting]:
+    """Interfaces' own arp_ignore settings at 0 (a listing grep'd for one interface shows no conf/all)."""
+    return [
+        s for key, s in node.sysctls.items() if key.startswith("net.ipv4.conf.") and key.endswith(f".{ARP_IGNORE}")
+        and s.int() == 0
+    ][:2]  # fmt: skip
+
+
+def _several_answer(facts: Facts, answered: dict[str, list[ArpReply]]) -> Finding:
+    """Several MACs answer ARP for one address and nothing says which proxy mode runs: IPVS
+    without strict ARP does exactly that to every Service address it binds; the mode decides."""
+    f = start(facts, "KP317", [], confidence=Confidence.LOW)
+    suspect(
+        f,
+        "several hosts answer ARP for one address, which IPVS mode without strict ARP causes; the proxy mode "
+        "is not in the evidence",
+        ["curl -s localhost:10249/proxyMode (on a node that answered)", CONFIRM_SYSCTL],
+    )
+    said = _answers(answered)
+    f.summary = (
+        f"{said[0].upper()}{said[1:]}. If kube-proxy runs in IPVS mode without strict "
+        f"ARP, every node answers for the addresses it binds on {IPVS_INTERFACE} (LoadBalancer and external IPs), "
+        "and the segment's hosts send their traffic to any node instead of the one announcing it."
+    )
+    f.evidence = _answer_cites(facts, answered) + [s.cite for s in _loose_interfaces(facts.node_state)]
+    f.fix = _fix()
+    return f
