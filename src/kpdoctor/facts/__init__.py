@@ -1066,10 +1066,15 @@ class Facts:
 
     @cached_property
     def host_addresses(self) -> list[IPAddress]:
-        """Addresses from ``ip -j addr`` (global scope first)."""
+        """Addresses from ``ip -j addr`` (global scope first) or ``ip -br addr`` (the node's own
+        first: not loopback or link-local; never kube-ipvs0's, which are Services')."""
         out: list[IPAddress] = []
         for a in self.of(Kind.IP_ADDR):
-            out.extend(system.parse_ip_addr(a.text))
+            if a.text.lstrip().startswith("["):
+                out.extend(system.parse_ip_addr(a.text))
+                continue
+            bound = [b.address for b in system.bound_addresses(a.text)[1] if b.interface != modes.IPVS_INTERFACE]
+            out.extend(sorted(bound, key=lambda ip: ip.is_loopback or ip.is_link_local))
         return out
 
     @cached_property

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import arping, ethtool, ipvs_conn, kernel_config, tcpdump, xtrace
+from kpdoctor.parse import arping, ethtool, ip_brief, ipvs_conn, kernel_config, tcpdump, xtrace
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 REGISTERED: tuple[EvidenceShape[Any], ...] = (
@@ -19,4 +19,5 @@ REGISTERED: tuple[EvidenceShape[Any], ...] = (
     ipvs_conn.SHAPE,
     kernel_config.SHAPE,
     arping.SHAPE,
+    ip_brief.SHAPE,
 )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kpdoctor import lazy_re, memo
+from kpdoctor.parse import ip_brief
 from kpdoctor.parse.links import IFCONFIG_HEAD
 from kpdoctor.parse.numbers import to_int
 from kpdoctor.parse.shellwords import shell_split
@@ -390,6 +391,11 @@ def bound_addresses(text: str) -> tuple[list[str], list[BoundAddress]]:
         return names, out
     current = None
     for i, line in enumerate(text.splitlines()):
+        if (row := ip_brief.row(line)) is not None:  # `ip -br addr`: an interface and its addresses on one line
+            names.append(row.interface)
+            out.extend(BoundAddress(row.interface, ip, i, row.text) for ip in row.addresses)
+            current = None
+            continue
         m = _IF_HEADER.match(line.strip() if line[:1].isdigit() else line) or IFCONFIG_HEAD.match(line)
         if m:
             current = m.group(1)
