@@ -56,7 +56,7 @@ def test_the_third_held_out_round_follows_the_same_rules() -> None:
 
 
 def test_the_later_held_out_rounds_follow_the_same_rules() -> None:
-    """fresh-4 to fresh-24: each case follows the README, and none is a thread or page of an
+    """fresh-4 to fresh-25: each case follows the README, and none is a thread or page of an
     earlier round."""
     seen = {str(c.meta["source"]).rstrip("/") for c in accuracy.load_cases()}
     for folder, at_least in (
@@ -64,7 +64,7 @@ def test_the_later_held_out_rounds_follow_the_same_rules() -> None:
         ("fresh-9", 2), ("fresh-10", 6), ("fresh-11", 3), ("fresh-12", 12), ("fresh-13", 14),
         ("fresh-14", 6), ("fresh-15", 5), ("fresh-16", 5),
         ("fresh-17", 3), ("fresh-18", 2), ("fresh-19", 1), ("fresh-20", 3), ("fresh-21", 5),
-        ("fresh-22", 6), ("fresh-23", 4), ("fresh-24", 7),
+        ("fresh-22", 6), ("fresh-23", 4), ("fresh-24", 7), ("fresh-25", 2),
     ):  # fmt: skip
         cases = accuracy.load_cases(accuracy.CORPUS / folder)
         assert len(cases) >= at_least, folder
