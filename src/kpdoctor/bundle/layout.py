@@ -62,6 +62,8 @@ BUNDLE_PATHS: dict[str, tuple[Kind, dict[str, str]]] = {
 COUNTER_FILES: dict[str, Kind] = {
     "conntrack-stats.txt": Kind.CONNTRACK_STATS,
     "nf_conntrack-stat.txt": Kind.NF_CONNTRACK_STAT,
+    "arp_cache-stat.txt": Kind.NEIGH_STATS,
+    "ndisc_cache-stat.txt": Kind.NEIGH_STATS,
     "netstat-s.txt": Kind.NETSTAT,
     "nstat.txt": Kind.NSTAT,
     "ss-ltnp.txt": Kind.LISTENERS,

@@ -186,10 +186,12 @@ _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 2
 # What starts a line of its own, never a wrapped line's next piece: a log record's header or
 # timestamp, a dmesg time, a rule, a table line, a prompt, a comment, an indented block's line
 # (a tab or two spaces: a piece may start with the one space the break fell before), an
-# ipvsadm virtual server, a markdown fence (the block's last line may be a terminal's width).
+# ipvsadm virtual server, a markdown fence (the block's last line may be a terminal's width), a
+# row of a /proc/net/stat file (8-digit hex counters).
 _STARTS_A_LINE = lazy_re.compile(
     r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
-    r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|```|~~~|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|(?:TCP|UDP|SCTP|FWM) +\S|$)"
+    r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|```|~~~|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|(?:TCP|UDP|SCTP|FWM) +\S|"
+    r"[0-9a-f]{8}(?: +[0-9a-f]{8}){3}|$)"
 )
 _MIN_WRAP = 60
 _TABLE_SHARE = 0.9

@@ -153,7 +153,8 @@ SHAPES: tuple[LineShape, ...] = (
     LineShape(
         "nf_conntrack-stat",
         Kind.NF_CONNTRACK_STAT,
-        r"entries\s+(?:searched|clashres)\s+found\s|[0-9a-f]{8}(?:\s+[0-9a-f]{8}){10,}\s*$",
+        # its rows have 17 columns in every kernel; the neighbour tables' (/proc/net/stat/arp_cache) 13
+        r"entries\s+(?:searched|clashres)\s+found\s|[0-9a-f]{8}(?:\s+[0-9a-f]{8}){13,}\s*$",
     ),
     # netstat -s section headers; nstat's lines
     LineShape(

@@ -604,6 +604,7 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.NETSTAT,
         Kind.CONNTRACK_STATS,
         Kind.NF_CONNTRACK_STAT,
+        Kind.NEIGH_STATS,
         Kind.NIC_STATS,
         Kind.IP_LINK,
         Kind.KUBECTL_PODS,

@@ -150,6 +150,9 @@ def _counters(runner: Runner, kernel: Kernel, snap: str, out: NodeCollection) ->
     host = runner.host
     base = f"node/counters/{snap}"
     out.add(runner.read(f"{base}/nf_conntrack-stat.txt", host.net_proc("net/stat/nf_conntrack")))
+    # the neighbour tables' counters (one table for every namespace, shown in the node's own)
+    for table in ("arp_cache", "ndisc_cache"):
+        out.add(runner.read(f"{base}/{table}-stat.txt", host.net_proc(f"net/stat/{table}")))
     if kernel.present("nf_conntrack_netlink"):
         out.add(runner.command(f"{base}/conntrack-stats.txt", ["conntrack", "-S"], 5))
     else:

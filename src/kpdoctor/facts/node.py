@@ -28,6 +28,7 @@ from kpdoctor.parse.conntrack import (
 )
 from kpdoctor.parse.kernel_log import KernelLine, parse_kernel_log
 from kpdoctor.parse.links import Link, parse_ip_link
+from kpdoctor.parse.neigh_stats import counters_of as neighbour_counters
 from kpdoctor.parse.netstat import Counters, parse_netstat_s, parse_nstat
 from kpdoctor.parse.shellwords import unwrapped
 from kpdoctor.parse.sockets import Connection, Listener, parse_connections, parse_ss_listen
@@ -145,6 +146,11 @@ def _ordered(arts: Iterable[Artifact]) -> list[Artifact]:
     return [a for _, a in indexed]
 
 
+def _told(a: Artifact) -> str:
+    """What names an output besides its text: the command that printed it, and its file's name."""
+    return f"{a.attrs.get('command', '')} {a.name}"
+
+
 class NodeState:
     """Parsed node evidence, each artifact parsed once."""
 
@@ -221,6 +227,11 @@ class NodeState:
             self._series(Kind.NF_CONNTRACK_STAT, parse_nf_conntrack_stat),
             self._series(Kind.NSTAT, parse_nstat),
             self._series(Kind.NETSTAT, parse_netstat_s),
+            [
+                (a, c)
+                for a in _ordered(self.facts.of(Kind.NEIGH_STATS))
+                if (c := neighbour_counters(a.text, a.first_line, _told(a))).values
+            ],
         ]
 
     def samples(self, name: str) -> list[Sample]:

@@ -119,7 +119,7 @@ def parse_nf_conntrack_stat(text: str, first_line: int = 1) -> ConntrackStats | 
         toks = raw.split()
         if not toks:
             continue
-        if "entries" in toks and all(_NAME.match(t) for t in toks):
+        if "entries" in toks and "found" in toks and all(_NAME.match(t) for t in toks):  # not arp_cache's
             header = [_canonical(t) for t in toks]
             continue
         if header is None or len(toks) != len(header) or any(len(t) > MAX_DIGITS or not t.isascii() for t in toks):

@@ -81,6 +81,17 @@ MEANINGS: dict[str, Meaning] = {
         "IP packets that had to be fragmented and could not be (DF set)", ("IpOutRequests",), "IP packets sent", True
     ),
     "IpReasmFails": Meaning("IP fragments that failed to reassemble", ("IpReasmReqds",), "fragments received", True),
+    # the neighbour tables' own counts (/proc/net/stat/arp_cache, ip -s ntable; parse/neigh_stats):
+    # neigh_alloc refusing a new entry at gc_thresh3, and packets dropped while a neighbour's address
+    # was being resolved (the queue of unres_qlen packets per entry was full: __neigh_event_send)
+    **{
+        f"neigh.{table}.table_fulls": Meaning(f"new neighbours refused: the {label} was full")
+        for table, label in (("arp_cache", "ARP table"), ("ndisc_cache", "IPv6 neighbour table"), ("table", "table"))
+    },
+    **{
+        f"neigh.{table}.unresolved_discards": Meaning(f"packets dropped awaiting {label} resolution (unres_qlen full)")
+        for table, label in (("arp_cache", "ARP"), ("ndisc_cache", "IPv6 neighbour"), ("table", "neighbour"))
+    },
     "conntrack.chaintoolong": Meaning(
         "conntrack inserts refused: hash chain too long",
         ("conntrack.insert",),
