@@ -61,10 +61,10 @@ def test_listen_and_buffer_overflows_growing(tmp_path: Path) -> None:
     rep = run([root])
     q = one(rep, "KP304")
     assert q.severity == Severity.WARNING
-    assert "TcpExtListenOverflows grew by 600" in q.summary
+    assert "(TcpExtListenOverflows) grew by 600" in q.summary
     assert any("net.core.somaxconn=32768 (now 128)" in x for x in q.fix)
     b = one(rep, "KP303")
-    assert "UdpRcvbufErrors grew by 80" in b.summary
+    assert "(UdpRcvbufErrors) grew by 80" in b.summary
     assert any("net.core.rmem_max=26214400" in x for x in b.fix)
 
 
@@ -108,5 +108,5 @@ def test_several_causes_rank_critical_first(tmp_path: Path, diagnose: Callable[.
     rep = run([root])
     assert [f.code for f in rep.findings][:2] == ["KP301", "KP300"]
     assert rep.findings[0].severity == Severity.CRITICAL
-    assert "early_drop grew by 895" in rep.findings[0].summary
+    assert "early_drop) grew by 895" in rep.findings[0].summary
     assert not codes(rep) & {"KP303", "KP304"}  # unchanged between the snapshots

@@ -140,11 +140,11 @@ def test_staged_overflows_are_found_from_real_counters(lab: Lab, tmp_path: Path)
     by: dict[str, Finding] = {f.code: f for f in report.findings}
     queue = by["KP304"]
     assert queue.severity == Severity.WARNING and queue.ongoing
-    assert "TcpExtListenOverflows grew by" in queue.summary
+    assert "(TcpExtListenOverflows) grew by" in queue.summary
     assert f"127.0.0.1:{ports[0]}" in queue.summary  # the listener whose queue is full right now
     assert any(c.artifact.endswith("T1/ss-ltnp.txt") for c in queue.evidence)
     buffers = by["KP303"]
     assert buffers.severity == Severity.WARNING
-    assert "UdpRcvbufErrors grew by" in buffers.summary
+    assert "(UdpRcvbufErrors) grew by" in buffers.summary
     assert any(c.artifact.endswith("T1/nstat.txt") or c.artifact.endswith("T1/netstat-s.txt") for c in buffers.evidence)
     assert any("net.core.rmem_max" in fx for fx in buffers.fix)

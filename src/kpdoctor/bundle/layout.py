@@ -64,6 +64,7 @@ COUNTER_FILES: dict[str, Kind] = {
     "nf_conntrack-stat.txt": Kind.NF_CONNTRACK_STAT,
     "arp_cache-stat.txt": Kind.NEIGH_STATS,
     "ndisc_cache-stat.txt": Kind.NEIGH_STATS,
+    "softnet_stat.txt": Kind.SOFTNET_STAT,
     "netstat-s.txt": Kind.NETSTAT,
     "nstat.txt": Kind.NSTAT,
     "ss-ltnp.txt": Kind.LISTENERS,

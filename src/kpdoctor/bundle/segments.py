@@ -154,7 +154,9 @@ SHAPES: tuple[LineShape, ...] = (
         "nf_conntrack-stat",
         Kind.NF_CONNTRACK_STAT,
         # its rows have 17 columns in every kernel; the neighbour tables' (/proc/net/stat/arp_cache) 13
-        r"entries\s+(?:searched|clashres)\s+found\s|[0-9a-f]{8}(?:\s+[0-9a-f]{8}){13,}\s*$",
+        # (and /proc/net/softnet_stat's have five zeros from the fourth: parse/softnet)
+        r"entries\s+(?:searched|clashres)\s+found\s"
+        r"|(?![0-9a-f]{8} [0-9a-f]{8} [0-9a-f]{8}(?: 00000000){5} )[0-9a-f]{8}(?:\s+[0-9a-f]{8}){13,}\s*$",
     ),
     # netstat -s section headers; nstat's lines
     LineShape(

@@ -19,7 +19,7 @@ from kpdoctor import lazy_re
 from kpdoctor.bundle.artifacts import Artifact, Kind
 from kpdoctor.checks.common import start
 from kpdoctor.checks.logged import is_error, reading
-from kpdoctor.checks.node.common import MEANINGS, read_counters
+from kpdoctor.checks.node.common import MEANINGS, labelled, read_counters
 from kpdoctor.facts import Facts, is_kube_proxy_workload
 from kpdoctor.facts.log import chain_of, chain_read, logged_messages
 from kpdoctor.knowledge import CHECKS, catalogue, check, matching_signatures, message_form
@@ -464,7 +464,7 @@ def _counter_findings(facts: Facts, explained: Explained) -> Iterator[Finding]:
         )
     )
     said = "; ".join(
-        [ch.describe(n) for n, ch in reading.growing]
+        [ch.describe(labelled(n)) for n, ch in reading.growing]
         + [s for s, _ in nic_growing]
         + [t.describe() for t in totals]
         + [s for s, _ in nic_totals[:6]]
@@ -605,6 +605,7 @@ def _rank_key(g: Group) -> tuple[int, int, int]:
         Kind.CONNTRACK_STATS,
         Kind.NF_CONNTRACK_STAT,
         Kind.NEIGH_STATS,
+        Kind.SOFTNET_STAT,
         Kind.NIC_STATS,
         Kind.IP_LINK,
         Kind.KUBECTL_PODS,

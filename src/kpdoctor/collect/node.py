@@ -153,6 +153,7 @@ def _counters(runner: Runner, kernel: Kernel, snap: str, out: NodeCollection) ->
     # the neighbour tables' counters (one table for every namespace, shown in the node's own)
     for table in ("arp_cache", "ndisc_cache"):
         out.add(runner.read(f"{base}/{table}-stat.txt", host.net_proc(f"net/stat/{table}")))
+    out.add(runner.read(f"{base}/softnet_stat.txt", host.net_proc("net/softnet_stat")))
     if kernel.present("nf_conntrack_netlink"):
         out.add(runner.command(f"{base}/conntrack-stats.txt", ["conntrack", "-S"], 5))
     else:

@@ -32,6 +32,7 @@ from kpdoctor.parse.neigh_stats import counters_of as neighbour_counters
 from kpdoctor.parse.netstat import Counters, parse_netstat_s, parse_nstat
 from kpdoctor.parse.shellwords import unwrapped
 from kpdoctor.parse.sockets import Connection, Listener, parse_connections, parse_ss_listen
+from kpdoctor.parse.softnet import counters_of as softnet_counters
 from kpdoctor.parse.sysctl import COMPLETE, Sysctl, int_values, listing_of, parse_sysctl
 
 if TYPE_CHECKING:
@@ -232,6 +233,7 @@ class NodeState:
                 for a in _ordered(self.facts.of(Kind.NEIGH_STATS))
                 if (c := neighbour_counters(a.text, a.first_line, _told(a))).values
             ],
+            self._series(Kind.SOFTNET_STAT, softnet_counters),
         ]
 
     def samples(self, name: str) -> list[Sample]:

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kpdoctor.parse import arping, ethtool, ip_brief, ipvs_conn, kernel_config, neigh_stats, tcpdump, xtrace
+from kpdoctor.parse import (
+    arping,
+    ethtool,
+    ip_brief,
+    ipvs_conn,
+    kernel_config,
+    neigh_stats,
+    softnet,
+    tcpdump,
+    xtrace,
+)
 from kpdoctor.parse.evidence_shape import EvidenceShape
 
 REGISTERED: tuple[EvidenceShape[Any], ...] = (
@@ -21,4 +31,5 @@ REGISTERED: tuple[EvidenceShape[Any], ...] = (
     arping.SHAPE,
     ip_brief.SHAPE,
     neigh_stats.SHAPE,
+    softnet.SHAPE,
 )

@@ -92,6 +92,15 @@ MEANINGS: dict[str, Meaning] = {
         f"neigh.{table}.unresolved_discards": Meaning(f"packets dropped awaiting {label} resolution (unres_qlen full)")
         for table, label in (("arp_cache", "ARP"), ("ndisc_cache", "IPv6 neighbour"), ("table", "neighbour"))
     },
+    # /proc/net/softnet_stat (parse/softnet): dropped before any protocol saw them
+    "softnet.dropped": Meaning(
+        "packets dropped at a full input backlog (net.core.netdev_max_backlog)",
+        ("softnet.processed",),
+        "packets the CPUs received",
+    ),
+    "softnet.flow_limit_count": Meaning(
+        "packets dropped by RPS flow limits", ("softnet.processed",), "packets the CPUs received"
+    ),
     "conntrack.chaintoolong": Meaning(
         "conntrack inserts refused: hash chain too long",
         ("conntrack.insert",),
@@ -112,11 +121,16 @@ class Total:
 
     def describe(self) -> str:
         m = MEANINGS.get(self.name)
-        label = f"{m.label} ({self.name})" if m else self.name
-        text = f"{self.sample.value:,} {label} since boot"
+        text = f"{self.sample.value:,} {labelled(self.name)} since boot"
         if self.share is not None and self.of is not None and m is not None:
             text += f", {_pct(self.share)} of {self.of:,} {m.base_label}"
         return text
+
+
+def labelled(name: str) -> str:
+    """A counter's name with what it counts, when known: "UDP receive-buffer errors (UdpRcvbufErrors)"."""
+    m = MEANINGS.get(name)
+    return f"{m.label} ({name})" if m else name
 
 
 def _pct(share: float) -> str:
@@ -145,7 +159,7 @@ class CounterReading:
 
     def describe(self) -> str:
         if self.growing:
-            return "; ".join(c.describe(n) for n, c in self.growing)
+            return "; ".join(c.describe(labelled(n)) for n, c in self.growing)
         totals = "; ".join(t.describe() for t in self.totals)
         return totals + " (a total since boot, from one snapshot: when is unknown)"
 
