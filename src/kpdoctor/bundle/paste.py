@@ -189,7 +189,7 @@ _TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 2
 # ipvsadm virtual server, a markdown fence (the block's last line may be a terminal's width), a
 # row of a /proc/net/stat file (8-digit hex counters).
 _STARTS_A_LINE = lazy_re.compile(
-    r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
+    r"^(?:[IWEF]\d{4} \d\d:|\d{4}-\d\d-\d\d[T ]|[A-Z][a-z]{2} [ \d]?\d \d\d:|\[\s*\d+\.\d+\]|time=\"|"
     r"-[AIN] \S|:[\w-]+ |\*[a-z]+\s*$|COMMIT|#|```|~~~|\$ |[\w.-]+@[\w.-]+[:~]|\t|  |\{|\}|(?:TCP|UDP|SCTP|FWM) +\S|"
     r"[0-9a-f]{8}(?: +[0-9a-f]{8}){3}|$)"
 )

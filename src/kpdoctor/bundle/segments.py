@@ -104,7 +104,7 @@ SHAPES: tuple[LineShape, ...] = (
     # any other program's records: an ISO time (Python's logging, containerd, a CRI line), or
     # syslog's (journalctl) with the program's name
     LineShape("timestamped", None, r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s", log=True),
-    LineShape("syslog", None, r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: ", log=True),
+    LineShape("syslog", None, r"[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: ", log=True),
     # iptables-save / iptables -S: rules, chain declarations, tables, their comments
     LineShape(
         "iptables-rules",

@@ -138,9 +138,9 @@ NETSTAT_ROW = lazy_re.compile(r"^\s*(?:tcp|udp|sctp)6?\s+\d+\s+\d+\s+\S+[:.](?:\
 _NETSTAT_UNIX_ROW = lazy_re.compile(r"^\s*unix\s+\d+\s+\[[^\]]*\]\s+(?:STREAM|DGRAM|SEQPACKET)\s")
 IP_LINK_LINE = lazy_re.compile(r"^\d+: [^\s:]+: <[A-Z0-9_,-]*> mtu \d+", re.M)
 DMESG_LINE = lazy_re.compile(
-    r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
+    r"^(?:\[\s*\d+\.\d+\]|\[\w{3} \w{3} [ \d]?\d \d\d:\d\d:\d\d \d{4}\]|"
     # possessive: overlapping digit runs backtracked for minutes on "Oct 9999...9" (fuzzing)
-    r"(?:\w{3} [ \d]\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*+(?:\s++[\d:.]++)?\S*+ \S+ kernel: )",
+    r"(?:\w{3} [ \d]?\d|\d{4}-\d\d-\d\dT)[\d:.,+T-]*+(?:\s++[\d:.]++)?\S*+ \S+ kernel: )",
     re.M,
 )
 

@@ -301,12 +301,21 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
         end = prompts[n + 1][0] if n + 1 < len(prompts) else len(lines)
         i = typed_to.get(i, i)
         body = lines[i + 1 : end] + ([glued[end][0]] if end in glued else [])
+        # a prompt with no command after it (the session's last line, an Enter pressed) is not output
+        body = ["" if _EMPTY_PROMPT.match(b) else b for b in body]
         if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
             # a write to /proc/sys prints nothing: the command line itself is the evidence
             parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1, scope, where))
             continue
         parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
     return parts
+
+
+# A prompt of a user at a host with nothing typed after it: `root@node:~#`, `[root@node ~]#`,
+# `user@host$`, zsh's `user@host dir %`
+_EMPTY_PROMPT = lazy_re.compile(
+    r"^[ \t]*(?:\[[\w.\-]+@[^\]\n]{1,80}\]|[\w.\-]+@[\w.\-]+(?::[^\s#$]*| [^\s#$%]{1,80})?)\s?[#$%>]\s*$"
+)
 
 
 # A line of prose naming the command whose output follows it ("coredns logs (`kubectl -n

@@ -35,9 +35,10 @@ _FACILITY = lazy_re.compile(  # dmesg -x "kern  :warn  : "
 )
 _BRACKET = lazy_re.compile(r"^\[([^\]]*)\]\s?")
 _MONO = lazy_re.compile(r"^\s*(\d+\.\d+)\s*$")
-# "Nov 21 20:00:00[.123456]" (syslog, journalctl short/short-precise), "Sat 2026-11-21 20:00:00 UTC" (short-full)
+# "Nov 21 20:00:00[.123456]" (syslog, journalctl short/short-precise; "Jul  8" padded, or "Jul 8" as a web page
+# collapses it), "Sat 2026-11-21 20:00:00 UTC" (short-full)
 _SYSLOG_TS = lazy_re.compile(
-    r"^([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"^([A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)?"
     r"|[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? [A-Z]{2,5})\s+"
 )
 _ISO_TS = lazy_re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")

@@ -21,17 +21,20 @@ _ESCAPED = lazy_re.compile(r"\\(.)", re.S)
 _SHELL_SPACE = lazy_re.compile(r"[ \t\r\n]+")
 
 
-# A shell prompt and the command typed after it, as users paste them: `[root@node3 ~]# cmd`,
-# `root@node3:~# cmd`, `user@host$ cmd`, `/some/path # cmd` (a container's shell), or a bare `#`,
+# A shell prompt and the command typed after it, as users paste them: `[root@node3 ~]# cmd` (also
+# `[root@node3 ~]#cmd`, a PS1 without its trailing space), `root@node3:~# cmd`, `user@host$ cmd`,
+# zsh's default `user@host dir % cmd`, `/some/path # cmd` (a container's shell), or a bare `#`,
 # `%`, `>`, `$` or zsh themes' `❯`/`➜` (the group "strong" is set for the forms with a host or a
 # path: those run any command word).
 PROMPT = lazy_re.compile(
     r"^[ \t]*(?:\*\*|__)?(?:"  # a prompt pasted in markdown bold: **[root@node ~]$ ...
-    r"(?P<strong>\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
+    r"(?P<strong>(?P<glued>\[[\w.\-]+@[^\]\n]{1,80}\][#$])(?=[a-z])"  # [root@node3 ~]#cmd
+    r"|\[[^\]\n]{1,80}\]\s?[#$]"  # [root@node3 ~]#
     r"|[\w.\-]+@[\w.\-]+:[^\s#$]*\s?[#$]"  # root@node3:~#  user@host:/tmp$
     r"|[\w.\-]+@[\w.\-]+\s?[#$%>]"  # user@host$
+    r"|[\w.\-]+@[\w.\-]+ [^\s#$%]{1,80} %"  # zsh's default (%n@%m %1~ %#): tim@mbp kubernetes %
     r"|[\w.\-]+:[~/][^\s#$]*\s?[#$]"  # busybox ash's default (\h:\w\$): web-7d9c-x2kq:~#
-    r"|/[\w./-]*\s[#$])\s+"  # /some/path # (a container's shell)
+    r"|/[\w./-]*\s[#$])(?(glued)|\s+)"  # /some/path # (a container's shell)
     r"|[#%>\u276f\u279c]\s+|\$\s*"  # bare # or $ ($ also glued to the command: "$kubectl get pods"); zsh's ❯ ➜
     r")(?P<cmd>[^\s#$].*)$"
 )
