@@ -57,6 +57,12 @@ WEAVE = lazy_re.compile(r"(?P<level>INFO|WARN|ERRO|FATA|PANI|DEBU): (?P<ts>\d{4}
 # by default to 1.15, time="..." from 1.16; the subsys= field is Cilium's own (logfields.LogSubsys):
 # level=error msg="Error while inserting service in LB map" error="..." subsys=k8s-watcher
 CILIUM = lazy_re.compile(r'(?:^|\s)level=\w+ msg=.*\ssubsys=[\w-]+')
+# CoreDNS's own lines (plugin/pkg/log, every release: messages/coredns.yaml): "[LEVEL] " first, or after
+# Go's log date (1.1.0-1.2.5: "2018/09/06 13:02:45 [INFO] ...") or RFC 3339 (1.2.6-1.6.2); kube-proxy
+# never prints a bracketed level
+COREDNS = lazy_re.compile(
+    r"^(?:\d{4}[-/]\d\d[-/]\d\d(?:[T ]\d\d:\d\d:\d\d(?:\.\d+)?Z?)?\s+)?\s?\[(?:INFO|ERROR|WARNING|DEBUG|FATAL)\] "
+)
 # Log aggregators (stern, kubetail, kubectl logs -l ... piped through a prefixer): "POD CONTAINER "
 # before the line. Taken off only when a log header follows, so two words of prose never are.
 _AGGREGATOR = lazy_re.compile(
@@ -127,8 +133,13 @@ def unwrap(line: str) -> Unwrapped:
 
 
 def is_continuation(inner: str) -> bool:
-    """A line that continues the previous record (multi-line ``err=<`` blocks, stack frames)."""
-    return inner.startswith((" ", "\t", ">")) or inner == ""
+    """A line that continues the previous record (multi-line ``err=<`` blocks, stack frames, and
+    the step lines of a client-go trace: k8s.io/utils/trace writes ``Trace[ID]: ...`` lines
+    under the record that opened it, with no header of their own)."""
+    return inner.startswith((" ", "\t", ">")) or inner == "" or _TRACE_STEP.match(inner) is not None
+
+
+_TRACE_STEP = lazy_re.compile(r"Trace\[\d+\]: ")
 
 
 # -- Who wrote a line --------------------------------------------------------------------------
@@ -339,6 +350,8 @@ def _source_file(header: str) -> str | None:
             return "weave"  # Weave Net's own format
         if CILIUM.search(header) is not None:
             return "cilium"  # Cilium's logrus fields (subsys=)
+        if COREDNS.match(header) is not None:
+            return "coredns"  # CoreDNS's bracketed level
         return None
     base = src.rsplit(":", 1)[0].rsplit("/", 1)[-1]
     return _SOURCE_FILES.get(base) or ("kube-proxy" if base in kube_proxy_files() else None)
@@ -347,7 +360,9 @@ def _source_file(header: str) -> str | None:
 # Catalogue components kube-proxy's own lines carry the texts of: the tools it runs and the
 # libraries and kernel whose errors it prints inside its own messages, and the clients' errors
 # those hold. A line whose message is only another program's (kubelet, an agent) is that program's.
-_INSIDE_KUBE_PROXY = frozenset({"kube-proxy", "iptables", "ipset", "conntrack", "nft", "kernel", "client-go"})
+_INSIDE_KUBE_PROXY = frozenset(
+    {"kube-proxy", "iptables", "ipset", "conntrack", "nft", "kernel", "client-go", "apiserver"}
+)
 
 
 def _program_of_message(line: str) -> str | None:
