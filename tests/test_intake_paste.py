@@ -732,6 +732,7 @@ def test_unwrapping_a_paste_never_moves_a_line(lines: list[str]) -> None:
         "node1:/etc/kubernetes#",
         "\u276f",  # zsh themes (pure, starship)
         "\u279c",  # oh-my-zsh's robbyrussell
+        "tim@Tims-MBP kubernetes %",  # zsh's default (%n@%m %1~ %#), macOS's shell
     ],
 )
 def test_shell_prompts_of_other_shells_start_a_command(prompt: str) -> None:

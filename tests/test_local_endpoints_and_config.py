@@ -68,7 +68,8 @@ def test_a_variable_nothing_expanded_is_no_node_name(diagnose: Diag) -> None:
     (f,) = kp111(r)
     assert f.severity == Severity.WARNING and "${NODE_NAME}" in f.summary and "nothing expanded" in f.summary
     kp112 = [g for g in all_findings(r) if g.code == "KP112"]
-    assert kp112 and kp112[0].severity == Severity.WARNING and kp112[0].confidence == Confidence.LOW
+    assert kp112 and kp112[0].severity == Severity.INFO and kp112[0].confidence == Confidence.LOW
+    assert kp112[0].suspected and "kube-proxy --version" in kp112[0].decided_by  # the version decides
     assert "version is not in the evidence" in kp112[0].summary
 
 

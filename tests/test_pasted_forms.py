@@ -131,3 +131,48 @@ def test_arping_from_its_three_programs_is_read_as_answers() -> None:
     both = parse_arping(iputils + busybox)
     assert [r.mac for r in claimants(both)["10.251.0.40"]] == ["f6:e7:eb:cf:34:5a", "06:54:a4:fa:b2:8e"]
     assert claimants(parse_arping(iputils * 3)) == {}  # one host answering, however often
+
+
+def test_a_zsh_prompt_splits_the_session_and_coredns_lines_are_coredns_s(tmp_path: Path) -> None:
+    """`user@host dir % cmd` is zsh's default prompt: the session is read command by command (the
+    nslookup and resolv.conf outputs were taken for ipset listings before). CoreDNS's own lines
+    (`[INFO] plugin/kubernetes: ...`, client-go's `Trace[...]` steps under them) failing to reach
+    10.96.0.1 are CoreDNS's, never kube-proxy's: no finding says kube-proxy cannot reach the API."""
+    report, _ = _read("zsh-prompt-dns-debug-coredns-logs.txt")
+    commands = [i.details.get("command", "") for i in report.inputs]
+    assert any(c.startswith("kubectl logs") or "logs" in c for c in commands), commands
+    assert Kind.IPSET.value not in [i.kind for i in report.inputs]
+    assert "KP129" not in [f.code for f in report.findings]
+    # the same log grep'd for the timeouts alone: still CoreDNS's
+    text = (DATA / "zsh-prompt-dns-debug-coredns-logs.txt").read_text()
+    (tmp_path / "coredns.txt").write_text("".join(ln for ln in text.splitlines(keepends=True) if "i/o timeout" in ln))
+    report, _ = diagnose_paths([tmp_path / "coredns.txt"])
+    assert "KP129" not in [f.code for f in report.findings], [f.code for f in report.findings]
+
+
+def test_a_refusal_of_the_api_server_in_another_program_s_log_is_not_a_node_cause() -> None:
+    """flannel's "error retrieving pod spec" usually holds a dial timeout to the kubernetes Service
+    (kube-proxy's rules); here it holds the API server's RBAC refusal, which decides: reported as a
+    signal that lies outside the node, never as missing Service rules."""
+    report, _ = _read("flannel-subnetmanager-forbidden.txt")
+    assert not [f for f in report.findings if f.cause in ("service-rules-missing", "rule-sync-stale")]
+    (f,) = [f for f in report.findings if f.code == "KP140"]
+    assert f.title.startswith("An error flannel printed") and "apiserver/forbidden" in f.summary
+    assert "outside kube-proxy and the node" in f.summary
+
+
+def test_a_prompt_without_its_space_and_syslog_s_unpadded_day_are_read() -> None:
+    """`[root@centos8 ~]#tail ...` is a prompt; `Jul 8 10:03:53 centos8 kernel: ...` (syslog pads
+    the day to two columns, a web page collapses it) is the kernel's log: KP301, not a guess."""
+    report, _ = _read("prompt-without-space-syslog-table-full.txt")
+    kinds = [(i.kind, i.details.get("command")) for i in report.inputs]
+    assert (Kind.KERNEL_LOG.value, "tail /var/log/messages") in kinds
+    assert report.findings[0].code == "KP301"
+
+
+def test_an_empty_prompt_after_an_output_is_not_part_of_it() -> None:
+    report, _ = _read("bare-prompts-after-grepped-counters.txt")
+    assert (Kind.NETSTAT.value, "netstat -s | grep -i listen") in [
+        (i.kind, i.details.get("command")) for i in report.inputs
+    ]
+    assert "KP304" in [f.code for f in report.findings]  # the 2608 SYNs dropped, read

@@ -190,6 +190,8 @@ SHARED_LIBRARY_PATHS = (
     "vendor/github.com/spf13/",
     "staging/src/k8s.io/component-base/",
     "staging/src/k8s.io/client-go/",
+    "staging/src/k8s.io/apiserver/",  # the API server's refusals, as every client prints them
+    "staging/src/k8s.io/apimachinery/",
 )
 
 _DISTINCT_NEEDLE = 16  # a one-word needle shorter than this tells nobody's log

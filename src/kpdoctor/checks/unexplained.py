@@ -95,6 +95,9 @@ class Group:
     ellipsized: bool = False
     still: bool | None = None  # ongoing as the scan's sync timeline says (a catalogue message's lines)
     from_scan: bool = False
+    # a refusal the catalogue knows lies outside kube-proxy and the node (messages' ``outside:``):
+    # what it means, said instead of asking for the node's rules
+    outside: tuple[str, str] | None = None  # (message key, its meaning)
 
     def add(self, line: int, text: str, position: float = 1.0, when: str | None = None) -> None:
         """One more occurrence: counted, the first and the last kept, with their times when the
@@ -272,8 +275,9 @@ def _catalogued(facts: Facts, explained: Explained) -> list[Group]:
             continue
         first = lm.hits[0]
         head = KLOG_HEADER.match(first.text)
+        message = lm.match.message
         g = Group(
-            lm.match.message.component,
+            (first.writer or message.component) if message.outside else message.component,
             first.text[head.end() :].strip() if head is not None else first.text.strip(),
             is_error(lm),
             first.artifact,
@@ -283,6 +287,7 @@ def _catalogued(facts: Facts, explained: Explained) -> list[Group]:
             count=lm.count,
             still=facts.log.ongoing(lm.hits),
             from_scan=True,
+            outside=(message.key, message.meaning) if message.outside else None,
         )
         out.append(g)
     return out
@@ -377,6 +382,10 @@ def _line_finding(facts: Facts, g: Group, rest: list[Group]) -> Finding:
         "a line no check found a cause in" if g.read_as else "a line no known message matches: its meaning is unknown"
     )
     f.fix = [_what_to_send(g.writer)]
+    if g.outside is not None:
+        key, meaning = g.outside
+        f.summary += f" It holds the API server's refusal ({key}): {meaning} That lies outside kube-proxy and the node."
+        f.fix = ["Fix what the refusal names (RBAC objects, the token, certificates), then restart the program."]
     if g.ellipsized:
         f.summary += (
             " systemctl status cut the line short (it says so: 'Some lines were ellipsized'): what follows "

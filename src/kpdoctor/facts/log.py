@@ -283,6 +283,11 @@ def _read_messages(log: LogFacts) -> list[LoggedMessage]:
         if not found:
             continue
         m = found[0]
+        # another program's wrapper around a refusal known to lie outside the node (the API
+        # server's RBAC answer to flannel): the refusal says what the line means, not the
+        # wrapper's guesses (kube-proxy's own refusals stay its own: they stop its syncs)
+        outside = next((x for x in found if x.message.outside), None) if is_other_writer(hit) else None
+        m = outside or m
         if m.message.payload and m.payload is None and hit.record != hit.text:
             # the payload on the record's continuation lines (klog 2's err=< blocks)
             again = reader.match(hit.record)

@@ -20,6 +20,9 @@ the field named, never half read)::
         class: symptom                  # cause | symptom | benign
         cause: null                     # the cause slug (docs/checks.md) when class is cause
         suggests: [iptables-backend-mismatch]   # optional: causes a symptom usually points to
+        outside: cluster-config         # optional: the failure it reports lies outside kube-proxy and
+                                        # the node (an API server's RBAC refusal): it decides a line
+                                        # another program's wrapper holds it in
         meaning: "One sentence: what it says about the node."
         example: "a real line"          # optional, with example_from: where it was seen
         example_from: "posted: kubernetes/kubernetes#82361"
@@ -62,8 +65,13 @@ _OPTIONAL = (
     "suggests",
     "example",
     "example_from",
+    "outside",
     "v",
 )
+# where a failure a message reports can lie outside kube-proxy and the node (tests/realworld's vocabulary)
+OUTSIDE = (
+    "cni", "dns", "network-policy", "application", "cloud-network", "benign", "other-component", "cluster-config",
+)  # fmt: skip
 _TOP = ("component", "sources", "entries", "client")
 
 
@@ -99,6 +107,7 @@ class Message:
     example: str | None = None
     example_from: str | None = None
     client: bool = False  # its component is a client: where a path failed, never why (``client:``)
+    outside: str | None = None  # the failure lies outside kube-proxy and the node (``outside:``)
 
     @property
     def key(self) -> str:
@@ -176,6 +185,9 @@ def _entry(component: str, raw: object, where: str, client: bool = False) -> Mes
     for slug in ([cause] if cause else []) + list(suggests):
         if not _SLUG.match(slug):
             raise CatalogueError(f"{where}: {slug!r} is not a cause slug")
+    outside = _text(raw.get("outside"), f"{where}: outside")
+    if outside is not None and (outside not in OUTSIDE or kind == "cause"):
+        raise CatalogueError(f"{where}: outside {outside!r} is one of {', '.join(OUTSIDE)}, on a symptom or benign")
     level = raw.get("level")
     if level is not None and level not in LEVELS:
         raise CatalogueError(f"{where}: level {level!r} is not one of {', '.join(LEVELS)}")
@@ -209,6 +221,7 @@ def _entry(component: str, raw: object, where: str, client: bool = False) -> Mes
         example=_text(raw.get("example"), f"{where}: example"),
         example_from=_text(raw.get("example_from"), f"{where}: example_from"),
         client=client,
+        outside=outside,
     )
 
 

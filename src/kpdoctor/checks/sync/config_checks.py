@@ -306,8 +306,8 @@ def _config_said(i: IgnoredFlag, known_file: bool) -> str:
 
 def _hostname_override_uncertain(facts: Facts) -> Finding | None:
     """--hostname-override next to --config when kube-proxy's version is unknown: ignored before
-    1.13 (k/k#69340), honoured since. Worth a warning (the Node lookup depends on it), at low
-    confidence, asking for the version."""
+    1.13 (k/k#69340), honoured since. A suspected cause at info (the Node lookup depends on it,
+    and releases before 1.13 are rare now) that the version decides."""
     cfg = facts.kp_config
     fv = cfg.flags.get("hostname-override")
     if cfg.config_flag is None or cfg.version is not None or fv is None or not fv.explicit or not fv.value:
@@ -315,7 +315,13 @@ def _hostname_override_uncertain(facts: Facts) -> Finding | None:
     in_file = cfg.file.get("hostnameOverride") if cfg.file is not None else None
     if in_file == fv.value:
         return None
-    f = start(facts, "KP112", [], confidence=Confidence.LOW, severity=Severity.WARNING)
+    # releases before 1.13 are rare now: a suspicion the version decides, at info
+    f = start(facts, "KP112", [], confidence=Confidence.LOW, severity=Severity.INFO)
+    suspect(
+        f,
+        f"--hostname-override next to --config is ignored only before {HOSTNAME_OVERRIDE_WITH_CONFIG}",
+        ["kube-proxy --version", "kubectl -n kube-system logs <kube-proxy pod> | head -20 (its version line)"],
+    )
     f.summary = (
         f"kube-proxy runs with --config={cfg.config_flag.value} and --hostname-override={fv.value}: "
         f"kube-proxy before {HOSTNAME_OVERRIDE_WITH_CONFIG} ignores the flag then and looks its Node up "
@@ -413,8 +419,8 @@ def config_overrides_flags(facts: Facts) -> Iterator[Finding]:
         it (durations by length, a field the file leaves unset against the flag's default). Any
         flag whose value the file does not have is a warning (medium confidence when the file is
         not in the evidence); flags the file matches are info; an ignored --hostname-override is
-        critical. With --hostname-override and no kube-proxy version in the evidence, a warning
-        at low confidence asks for the version (ignored before 1.13, honoured since).
+        critical. With --hostname-override and no kube-proxy version in the evidence, a
+        suspected cause at info asks for the version (ignored before 1.13, honoured since).
     Fix: move every setting into the KubeProxyConfiguration file (the kube-proxy ConfigMap)
         and delete the flags; per-node values such as hostnameOverride come from the Downward
         API (`--hostname-override=$(NODE_NAME)` on 1.13+, or a per-node config file).
