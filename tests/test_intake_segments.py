@@ -36,6 +36,7 @@ SAMPLES: dict[Kind, tuple[Path, int]] = {
     Kind.NSTAT: (DATA / "node" / "nstat-az-overflow.txt", 40),
     Kind.LISTENERS: (DATA / "node" / "ss-ltn.txt", 10),
     Kind.SYSCTL: (DATA / "node" / "sysctl-named.txt", 10),
+    Kind.MODULES: (DATA / "node" / "lsmod-talos-mlx5.txt", 12),
     Kind.IP_LINK: (DATA / "node" / "ip-link.txt", 10),
     Kind.KERNEL_LOG: (DATA / "node" / "dmesg-formats.txt", 10),
     Kind.PACKET_CAPTURE: (DATA / "tcpdump" / "bridge-nf-call-iptables-0.txt", 20),

@@ -176,3 +176,19 @@ def test_an_empty_prompt_after_an_output_is_not_part_of_it() -> None:
         (i.kind, i.details.get("command")) for i in report.inputs
     ]
     assert "KP304" in [f.code for f in report.findings]  # the 2608 SYNs dropped, read
+
+
+def test_lsmod_rows_a_grep_kept_are_read_apart_from_the_sysctl_lines_after_them() -> None:
+    """kmod's lsmod rows (`br_netfilter  22256  0`) without their header or command are modules:
+    what is listed is loaded, the rest unknown; the other lines of the paste name no module."""
+    from kpdoctor.facts import Facts
+
+    report, ev = _read("ssh-oneliner-lsmod-sysctl-unprompted.txt")
+    kinds = [i.kind for i in report.inputs]
+    assert Kind.MODULES.value in kinds and Kind.SYSCTL.value in kinds
+    facts = Facts(ev)
+    assert facts.module_inactive("br_netfilter") is False and facts.modules is None  # a fragment: none is absent
+    (modules,) = [a for a in ev.artifacts if a.kind == Kind.MODULES]
+    from kpdoctor.parse.system import parse_modules
+
+    assert parse_modules(modules.read_text()).names == {"br_netfilter", "bridge"}

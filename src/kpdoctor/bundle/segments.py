@@ -49,7 +49,7 @@ from kpdoctor.parse.netstat import netstat_phrase
 from kpdoctor.parse.shapes import REGISTERED
 from kpdoctor.parse.sockets import ADDR_PORT, SS_ROW_RE
 from kpdoctor.parse.structured import FENCE
-from kpdoctor.parse.system import HEADERLESS_ROWS
+from kpdoctor.parse.system import HEADERLESS_ROWS, LSMOD_HEADER, LSMOD_ROW
 
 MAX_RUNS = 2000  # a text cut into more runs than this is not a paste of a few outputs: read whole
 
@@ -193,6 +193,7 @@ SHAPES: tuple[LineShape, ...] = (
         r"UID\s+PID\s+PPID\s+C\s+STIME|USER\s+PID\s+%CPU\s+%MEM|PID\s+USER\s+TIME\s+COMMAND|"
         + "|".join(rx for rx, _ in HEADERLESS_ROWS),
     ),
+    LineShape("lsmod", Kind.MODULES, _line(LSMOD_HEADER) + "|" + _line(LSMOD_ROW)),
     LineShape("uname", Kind.UNAME, _line(UNAME_A_LINE)),
     LineShape("os-release", Kind.OS_RELEASE, r"(?:PRETTY_NAME|NAME|ID|ID_LIKE|VERSION_ID|VERSION)=\S"),
     LineShape(

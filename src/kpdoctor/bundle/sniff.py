@@ -33,6 +33,9 @@ from kpdoctor.parse.sockets import LSOF_ROW, SS_ROW
 from kpdoctor.parse.structured import StructuredError, load_json
 from kpdoctor.parse.system import (
     KUBE_PROXY_IMAGE_TEXT,
+    LSMOD_HEADER,
+    LSMOD_ROW,
+    PROC_MODULES_ROW,
     SYSINFO_KERNEL,
     SYSINFO_OS,
     headerless_processes,
@@ -98,7 +101,7 @@ _LSB_RELEASE = lazy_re.compile(r"^(Distributor ID|Description|Release|Codename):
 _PS_EF = lazy_re.compile(r"^[ \t]*UID\s+PID\s+PPID\s+C\s+STIME\s+TTY\s+TIME\s+CMD", re.M)
 _PS_AUX = lazy_re.compile(r"^[ \t]*USER\s+PID\s+%CPU\s+%MEM\s+VSZ\s+RSS\s+TTY\s+STAT\s+START\s+TIME\s+COMMAND", re.M)
 _LOCKS = lazy_re.compile(r"^\d+: (POSIX|FLOCK|OFDLCK|LEASE|DELEG)\s+", re.M)
-_MODULES = lazy_re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b", re.M)
+
 _IPVSADM = lazy_re.compile(
     r"^[ \t]*(?:IP Virtual Server version|Timeout \(tcp tcpfin udp\):|"
     r"-A (?:-[tuf]|--(?:tcp|udp|sctp|fwmark)-service) \S+ -s [a-z]+)",
@@ -243,8 +246,10 @@ def sniff(head: str, signatures: Signatures) -> Typed:
         return Typed(Kind.PROCESSES, {"fragment": "true"})
     if _LOCKS.search(first):
         return Typed(Kind.LOCKS, {})
-    if _MODULES.match(first):
+    if PROC_MODULES_ROW.match(first):
         return Typed(Kind.MODULES, {})
+    if mostly(lines[:200], LSMOD_ROW, LSMOD_HEADER, at_least=LSMOD_ROW):  # lsmod, or rows a grep kept
+        return Typed(Kind.MODULES, {} if LSMOD_HEADER.match(first) else {"fragment": "true"})
     if _METRICS.search(head):
         return Typed(Kind.KUBE_PROXY_METRICS, {})
     if looks_like_ufw(stripped):

@@ -566,7 +566,7 @@ class Facts:
         """The loaded modules, from complete listings only (a module not in it is not loaded as a
         module, but may be built into the kernel: see :meth:`module_inactive`); None when no
         complete listing was given."""
-        complete = [names for a, names in self._module_listings if a.attrs.get("fragment") != "true"]
+        complete = [m.names for a, m in self._module_listings if a.attrs.get("fragment") != "true" and m.whole]
         return set().union(*complete) if complete else None
 
     def module_inactive(self, name: str, settings: str | None = None, options: tuple[str, ...] = ()) -> bool | None:
@@ -618,11 +618,11 @@ class Facts:
     @cached_property
     def modules_seen(self) -> set[str]:
         """Modules any listing shows loaded, a grep'd `lsmod | grep X` too (absence proves nothing)."""
-        return set().union(*(names for _a, names in self._module_listings))
+        return set().union(*(mods.names for _a, mods in self._module_listings))
 
     @cached_property
-    def _module_listings(self) -> list[tuple[Artifact, set[str]]]:
-        return [(a, system.parse_modules(a.text).names) for a in self.of(Kind.MODULES)]
+    def _module_listings(self) -> list[tuple[Artifact, system.Modules]]:
+        return [(a, system.parse_modules(a.text)) for a in self.of(Kind.MODULES)]
 
     # -- versions -----------------------------------------------------------------------
     @cached_property

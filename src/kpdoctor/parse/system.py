@@ -309,18 +309,39 @@ def parse_locks(text: str, first_line: int = 1) -> list[FileLock]:
     return out
 
 
+# lsmod's rows (kmod's lsmod.c: "%-19s %8lu  %d" and the users comma-separated, one space between
+# when a column is wider): a module, its size in bytes, its use count and who uses it; and its
+# header. A grep keeps rows without the header: what is listed is loaded, the rest unknown.
+LSMOD_ROW = lazy_re.compile(r"^[a-z][a-z0-9_]{1,55}\s+\d{4,9}\s+\d{1,5}(?:\s+(?:-|[\w-]+(?:,[\w-]+)*,?))?\s*$")
+LSMOD_HEADER = lazy_re.compile(r"^Module\s+Size\s+Used by\s*$")
+
+
 @dataclass(slots=True)
 class Modules:
     names: set[str] = field(default_factory=set)
+    # lsmod's rows under its header, or /proc/modules' own rows: the listing may be whole; lsmod's
+    # rows without the header are a grep's (what is listed is loaded, the rest unknown)
+    whole: bool = False
+
+
+# /proc/modules (kernel/module/procfs.c m_show): name size refcount deps state address [taints]
+PROC_MODULES_ROW = lazy_re.compile(r"^\w+ \d+ \d+ (?:-|[\w,]+) (?:Live|Loading|Unloading)\b")
 
 
 def parse_modules(text: str) -> Modules:
-    """``/proc/modules`` or ``lsmod`` output."""
+    """``/proc/modules`` or ``lsmod`` output: the modules its rows name (other lines a paste
+    holds, a prompt, another command's output, name none)."""
     mods = Modules()
     for raw in text.splitlines():
-        parts = raw.split()
-        if parts and parts[0] != "Module":
-            mods.names.add(parts[0])
+        line = raw.strip()
+        if PROC_MODULES_ROW.match(line):
+            mods.whole = True
+        elif LSMOD_HEADER.match(line):
+            mods.whole = True
+            continue
+        elif not LSMOD_ROW.match(line):
+            continue
+        mods.names.add(line.split()[0])
     return mods
 
 
