@@ -192,3 +192,11 @@ def test_lsmod_rows_a_grep_kept_are_read_apart_from_the_sysctl_lines_after_them(
     from kpdoctor.parse.system import parse_modules
 
     assert parse_modules(modules.read_text()).names == {"br_netfilter", "bridge"}
+
+
+def test_a_separator_line_ends_a_command_s_output() -> None:
+    """A `=====` line drawn after `kubectl get po` output: the chains after it are not that
+    command's output (nor a container's, had it been `kubectl exec`), but an output of its own."""
+    report, _ = _read("separator-before-unprompted-iptables-L.txt")
+    (rules,) = [i for i in report.inputs if i.kind == Kind.IPTABLES_LIST.value]
+    assert rules.details.get("command") is None and rules.first_line > 10

@@ -303,12 +303,23 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
         body = lines[i + 1 : end] + ([glued[end][0]] if end in glued else [])
         # a prompt with no command after it (the session's last line, an Enter pressed) is not output
         body = ["" if _EMPTY_PROMPT.match(b) else b for b in body]
+        # a separator line the user drew (`=====`) ends the command's output: what follows it,
+        # before the next prompt, is another output whose command is not shown
+        cut = next((k for k, b in enumerate(body) if _SEPARATOR.match(b) and any(x.strip() for x in body[:k])), None)
+        after = body[cut + 1 :] if cut is not None else []
+        body = body[:cut] if cut is not None else body
         if not any(b.strip() for b in body) and sysctl_write(argv) is not None:
             # a write to /proc/sys prints nothing: the command line itself is the evidence
             parts.append(Part(cmd, argv, lines[i].strip() + "\n", i + 1, scope, where))
-            continue
-        parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
+        else:
+            parts.append(Part(cmd, argv, "\n".join(body) + ("\n" if body else ""), i + 2, scope, where))
+        if cut is not None and any(a.strip() for a in after):
+            parts.append(Part("", [], "\n".join(after) + "\n", i + 2 + cut + 1))
     return parts
+
+
+# A line a user draws between outputs: eight or more of one of = - _ * # ~ and nothing else
+_SEPARATOR = lazy_re.compile(r"^[ \t]*(?:={8,}|-{8,}|_{8,}|\*{8,}|~{8,})[ \t]*$")
 
 
 # A prompt of a user at a host with nothing typed after it: `root@node:~#`, `[root@node ~]#`,
