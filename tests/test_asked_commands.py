@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab.netns import Netns, cleanup_stale, lab_available
+from lab.netns import Netns, cleanup_stale, lab_available, node_interfaces
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.diagnose import diagnose_paths
@@ -90,19 +90,7 @@ ASKED = [
 def node() -> Iterator[Netns]:
     cleanup_stale()
     with Netns() as ns:
-        for argv in (
-            ["ip", "link", "set", "lo", "up"],
-            ["ip", "link", "add", "cni0", "type", "bridge"],
-            ["ip", "addr", "add", "10.244.1.1/24", "dev", "cni0"],
-            ["ip", "link", "set", "cni0", "up"],
-            ["ip", "link", "add", "veth9c1f", "type", "veth", "peer", "name", "eth0"],
-            ["ip", "link", "set", "veth9c1f", "master", "cni0", "up"],
-            ["ip", "addr", "add", "192.168.56.11/24", "dev", "eth0"],
-            ["ip", "link", "set", "eth0", "up"],
-            ["ip", "link", "add", "kube-ipvs0", "type", "bridge"],
-            ["ip", "addr", "add", "10.96.0.1/32", "dev", "kube-ipvs0"],
-        ):
-            ns.check(argv)
+        node_interfaces(ns, "192.168.56.11", ["10.96.0.1"])
         ns.check(["iptables-legacy-restore"], input=NAT)
         ns.check(["nft", "-f", "-"], input=NFT)
         yield ns

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab.netns import Netns, cleanup_stale, lab_available
+from lab.netns import Netns, cleanup_stale, lab_available, node_interfaces
 
 from kpdoctor.bundle.artifacts import Kind
 from kpdoctor.bundle.sniff import sniff
@@ -31,22 +31,7 @@ NODE_IP = "192.168.56.11"
 def listings() -> dict[str, str]:
     cleanup_stale()
     with Netns() as ns:
-        for argv in (
-            ["ip", "link", "set", "lo", "up"],
-            ["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"],
-            ["ip", "addr", "add", f"{NODE_IP}/24", "dev", "eth0"],
-            ["ip", "link", "set", "eth0", "up"],
-            ["ip", "link", "add", "cni0", "type", "bridge"],
-            ["ip", "addr", "add", "10.244.1.1/24", "dev", "cni0"],
-            ["ip", "link", "set", "cni0", "up"],
-            ["ip", "link", "add", "veth9c1f", "type", "veth", "peer", "name", "vpod"],
-            ["ip", "link", "set", "veth9c1f", "master", "cni0", "up"],
-            # a bridge stands in for kube-proxy's dummy device (not in every kernel)
-            ["ip", "link", "add", "kube-ipvs0", "type", "bridge"],
-            ["ip", "addr", "add", "10.96.0.1/32", "dev", "kube-ipvs0"],
-            ["ip", "addr", "add", "10.96.0.10/32", "dev", "kube-ipvs0"],
-        ):
-            ns.check(argv)
+        node_interfaces(ns, NODE_IP, ["10.96.0.1", "10.96.0.10"])
         return {
             "addr": ns.check(["ip", "-br", "addr"]),
             "addr4": ns.check(["ip", "-br", "-4", "addr"]),

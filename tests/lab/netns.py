@@ -289,6 +289,27 @@ def nft_unavailable(prefix: str) -> str | None:
     return None
 
 
+def node_interfaces(ns: Netns, node_ip: str, service_ips: list[str]) -> None:
+    """A node's interfaces as IPVS mode leaves them: an uplink ``eth0`` (a veth whose peer stays in
+    the namespace) with ``node_ip``/24, a bridge ``cni0`` (10.244.1.1/24) with a Pod's veth on it,
+    and ``kube-ipvs0`` holding ``service_ips`` (a bridge, left down, stands in for kube-proxy's
+    dummy device: not every kernel has the dummy driver)."""
+    for argv in (
+        ["ip", "link", "set", "lo", "up"],
+        ["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"],
+        ["ip", "addr", "add", f"{node_ip}/24", "dev", "eth0"],
+        ["ip", "link", "set", "eth0", "up"],
+        ["ip", "link", "add", "cni0", "type", "bridge"],
+        ["ip", "addr", "add", "10.244.1.1/24", "dev", "cni0"],
+        ["ip", "link", "set", "cni0", "up"],
+        ["ip", "link", "add", "veth9c1f", "type", "veth", "peer", "name", "vpod"],
+        ["ip", "link", "set", "veth9c1f", "master", "cni0", "up"],
+        ["ip", "link", "add", "kube-ipvs0", "type", "bridge"],
+        *(["ip", "addr", "add", f"{ip}/32", "dev", "kube-ipvs0"] for ip in service_ips),
+    ):
+        ns.check(argv)
+
+
 def require_lab() -> None:
     """Skip the calling test module when the lab cannot run here, with the reason; in CI (``$CI``
     set) fail instead, because there the lab must run. Call it at module level."""
