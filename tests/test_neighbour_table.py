@@ -126,3 +126,52 @@ def test_conntrack_s_and_the_neighbour_table_s_proc_files_in_one_paste_are_read_
     assert [i.kind for i in report.inputs] == [Kind.NF_CONNTRACK_STAT.value, Kind.NEIGH_STATS.value]
     (f,) = _kp313(report)
     assert "ARP table" in f.summary  # the command named the table
+
+
+@pytest.fixture(scope="module")
+def listings() -> dict[str, str]:
+    """ip neigh (whole, one device, with -s) and net-tools' arp -n of five entries made in a
+    network namespace: three permanent, one that failed to resolve, one stale."""
+    from lab.netns import Netns, cleanup_stale, lab_available
+
+    if lab_available() is not None:
+        pytest.skip(str(lab_available()))
+    cleanup_stale()
+    with Netns() as ns:
+        ns.check(["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"])
+        ns.check(["ip", "addr", "add", "10.9.0.1/24", "dev", "eth0"])
+        ns.check(["ip", "link", "set", "eth0", "up"])
+        for i in (2, 3, 4):
+            ns.check(["ip", "neigh", "add", f"10.9.0.{i}", "lladdr", f"02:00:00:00:00:0{i}", "dev", "eth0", "nud", "permanent"])
+        ns.check(["ip", "neigh", "add", "10.9.0.5", "dev", "eth0", "nud", "failed"])
+        ns.check(["ip", "neigh", "replace", "10.9.0.6", "lladdr", "02:00:00:00:00:06", "dev", "eth0", "nud", "stale"])
+        out = {
+            "ip neigh": ns.check(["ip", "neigh"]),
+            "ip neigh show dev eth0": ns.check(["ip", "neigh", "show", "dev", "eth0"]),
+            "ip -s neigh": ns.check(["ip", "-s", "neigh"]),
+        }
+        arp = ns.run(["arp", "-n"])
+        if arp.returncode == 0:
+            out["arp -n"] = arp.stdout
+        return out
+
+
+def test_neighbour_listings_are_read_entry_by_entry(listings: dict[str, str], tmp_path: Path) -> None:
+    from kpdoctor.parse.neighbours import parse_neighbours
+
+    for command, text in listings.items():
+        got = {str(n.address): n for n in parse_neighbours(text)}  # the kernel's hash order
+        assert sorted(got) == [f"10.9.0.{i}" for i in (2, 3, 4, 5, 6)], (command, text)
+        assert got["10.9.0.5"].mac is None and got["10.9.0.2"].mac == "02:00:00:00:00:02"
+        report, _ = diagnose_paths([write(tmp_path, "out.txt", f"[root@node01 ~]# {command}\n{text}")])
+        assert [i.kind for i in report.inputs] == [Kind.NEIGHBOURS.value], command
+
+
+def test_as_many_entries_listed_as_gc_thresh3_allows_is_the_suspected_cause(
+    listings: dict[str, str], tmp_path: Path
+) -> None:
+    neigh = write(tmp_path, "neigh.txt", listings["ip neigh"])
+    assert _kp313(run([neigh])) == []  # 5 of the default 1024
+    sysctl = write(tmp_path, "sysctl.txt", "net.ipv4.neigh.default.gc_thresh3 = 4\n")
+    (f,) = _kp313(run([neigh, sysctl]))
+    assert f.suspected and "5 entries listed, gc_thresh3 4" in f.summary, f.summary

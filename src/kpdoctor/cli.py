@@ -476,7 +476,8 @@ def diagnose(
     KubeProxyConfiguration (or a part of one), Kubernetes objects (JSON/YAML, Lists,
     kubectl cluster-info dump folders), ipvsadm -Ln (--timeout, -Lnc), nft list ruleset (or a block of it), the
     node's counters and settings (conntrack -S, -L or -C, /proc/net/stat/nf_conntrack, sysctl, netstat -s,
-    nstat, ss -ltn, ip [-s] [-d] link, ip [-br] addr, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
+    nstat, ss -ltn, ip [-s] [-d] link, ip [-br] addr, ip neigh, arp -n, ip -s ntable, /proc/net/stat/arp_cache,
+    /proc/net/softnet_stat, bridge -d link, ethtool -S / -k, dmesg, the CNI configuration;
     two snapshots a few seconds apart show what grows now), other components' logs (kubelet, flannel,
     Calico, kube-router...), kubectl get pods/svc/nodes/endpoints/endpointslices tables, kubectl
     describe svc/node/pod, ifconfig, tcpdump -n captures, arping, Pod-spec fragments, preStop scripts, set -x

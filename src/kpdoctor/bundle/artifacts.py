@@ -65,6 +65,7 @@ class Kind(enum.StrEnum):
     SHELL_TRACE = "shell trace (set -x)"  # an entry script's traced commands, the values it read (parse/xtrace)
     IPVS_CONNECTIONS = "IPVS connection table"  # ipvsadm -Lnc, /proc/net/ip_vs_conn (parse/ipvs_conn)
     SOFTNET_STAT = "/proc/net/softnet_stat"  # each CPU's receive backlog and its drops (parse/softnet)
+    NEIGHBOURS = "ip neigh output"  # the neighbour entries a node lists: ip neigh, arp -n (parse/neighbours)
     NEIGH_STATS = "neighbour table counters"  # /proc/net/stat/arp_cache, ip -s ntable (parse/neigh_stats)
     ARP_REPLIES = "arping output"  # which MACs answered ARP for an address (parse/arping)
     KERNEL_CONFIG = "kernel build configuration"  # /boot/config-*, /proc/config.gz, check-config (parse/kernel_config)

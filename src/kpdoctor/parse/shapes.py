@@ -15,6 +15,7 @@ from kpdoctor.parse import (
     ipvs_conn,
     kernel_config,
     neigh_stats,
+    neighbours,
     softnet,
     tcpdump,
     xtrace,
@@ -31,5 +32,6 @@ REGISTERED: tuple[EvidenceShape[Any], ...] = (
     arping.SHAPE,
     ip_brief.SHAPE,
     neigh_stats.SHAPE,
+    neighbours.SHAPE,
     softnet.SHAPE,
 )

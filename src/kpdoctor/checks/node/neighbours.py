@@ -9,9 +9,9 @@ from kpdoctor.checks.common import start, suspect
 from kpdoctor.checks.logged import messages_naming, start_logged
 from kpdoctor.checks.node.common import read_counters
 from kpdoctor.facts import Facts
-from kpdoctor.facts.node import NodeState
 from kpdoctor.knowledge import check
 from kpdoctor.model import Cite, Confidence, Finding, Severity
+from kpdoctor.parse import neighbours
 from kpdoctor.parse.neigh_stats import TABLES
 
 CAUSE = "neighbour-table-overflow"
@@ -32,7 +32,7 @@ COUNT_AGAIN = f"{COUNT_ONCE} (twice, a minute apart: table_fulls growing)"
     cause=CAUSE,
     title="The neighbour (ARP) table overflows",
     severity=Severity.WARNING,
-    needs=[Kind.KERNEL_LOG, Kind.KUBE_PROXY_LOG, Kind.NEIGH_STATS],
+    needs=[Kind.KERNEL_LOG, Kind.KUBE_PROXY_LOG, Kind.NEIGH_STATS, Kind.NEIGHBOURS],
     reads_messages=True,
     counters=FULLS,
 )
@@ -50,8 +50,9 @@ def neighbour_overflow(facts: Facts) -> Iterator[Finding]:
         /proc/net/stat/arp_cache or ndisc_cache, `ip -s ntable show`: counted each time it
         would log the message): growing between two readings, it happens now; a total from one
         reading happened since boot. A table holding gc_thresh3 entries (`ip -s ntable` shows
-        both; the sysctl or the default 1024 otherwise) with nothing refused yet is the
-        suspected cause. The gc_thresh settings, when a sysctl listing is given, are named.
+        both; the sysctl or the default 1024 otherwise), or as many entries listed by `ip neigh`
+        or `arp -n`, with nothing refused yet is the suspected cause. The gc_thresh settings,
+        when a sysctl listing is given, are named.
     Fix: raise the thresholds above the number of neighbours the node can have, e.g.
         `sysctl -w net.ipv4.neigh.default.gc_thresh1=4096 net.ipv4.neigh.default.gc_thresh2=8192
         net.ipv4.neigh.default.gc_thresh3=16384` (and the net.ipv6 ones), persisted in
@@ -67,7 +68,7 @@ def neighbour_overflow(facts: Facts) -> Iterator[Finding]:
         f.summary = "The kernel's neighbour table is full: it drops packets to neighbours it has no entry for."
         f.evidence += counted.cites[:2]
     elif counted.growing or counted.totals:
-        full_now = _at_limit(node)
+        full_now = _at_limit(facts)
         f = start(facts, "KP313", [], confidence=Confidence.HIGH if counted.growing or full_now else Confidence.MEDIUM)
         f.evidence = counted.cites[:4] + ([full_now[1]] if full_now else [])
         f.ongoing = True if counted.growing else None
@@ -75,7 +76,7 @@ def neighbour_overflow(facts: Facts) -> Iterator[Finding]:
             f"The neighbour table overflowed: {counted.describe()}."
             + (f" It holds its limit now ({full_now[0]})." if full_now else counted.confirm(COUNT_ONCE))
         )
-    elif (full_now := _at_limit(node)) is not None:
+    elif (full_now := _at_limit(facts)) is not None:
         f = start(facts, "KP313", [], confidence=Confidence.MEDIUM)
         f.evidence = [full_now[1]]
         suspect(
@@ -102,19 +103,35 @@ def neighbour_overflow(facts: Facts) -> Iterator[Finding]:
     yield f
 
 
-def _at_limit(node: NodeState) -> tuple[str, Cite] | None:
-    """A table whose entries reach its gc_thresh3 (``ip -s ntable`` shows both; /proc's rows only
-    the entries, against the sysctl or the kernel's default), said and cited."""
+def _at_limit(facts: Facts) -> tuple[str, Cite] | None:
+    """A table whose entries reach its gc_thresh3, said and cited: its count (``ip -s ntable``
+    shows the limit beside it; /proc's rows only the count), or as many entries listed (``ip
+    neigh``, ``arp -n``: one namespace's share of the table, so at least that many), against the
+    sysctl or the kernel's default."""
+    node = facts.node_state
+    listed = _listed(facts)
     for table in (*TABLES, "table"):
-        entries = node.total(f"neigh.{table}.entries")
-        if entries is None:
-            continue
-        shown = node.total(f"neigh.{table}.thresh3")
         family = "ipv6" if table == "ndisc_cache" else "ipv4"
+        name = "the IPv6 neighbour table" if family == "ipv6" else "the ARP table"
+        shown = node.total(f"neigh.{table}.thresh3")
         setting = node.setting(f"net.{family}.neigh.default.gc_thresh3")
         limit = shown.value if shown is not None else (setting.int() if setting is not None else None)
-        limit = limit if limit is not None else DEFAULT_THRESH3
-        if limit > 0 and entries.value >= limit:
-            name = "the ARP table" if table != "ndisc_cache" else "the IPv6 neighbour table"
+        limit = limit if limit is not None and limit > 0 else DEFAULT_THRESH3
+        entries = node.total(f"neigh.{table}.entries")
+        if entries is not None and entries.value >= limit:
             return f"{name}: {entries.value} entries, gc_thresh3 {limit}", entries.cite
+        rows = listed.get(6 if family == "ipv6" else 4, [])
+        if table != "table" and len(rows) >= limit:
+            return f"{name}: {len(rows)} entries listed, gc_thresh3 {limit}", rows[-1]
     return None
+
+
+def _listed(facts: Facts) -> dict[int, list[Cite]]:
+    """The neighbour entries the node's listings show, one per address and interface, by IP version."""
+    seen: dict[tuple[str, str | None], Cite] = {}
+    for n, cite in facts.records(neighbours.SHAPE):
+        seen.setdefault((str(n.address), n.interface), cite)
+    out: dict[int, list[Cite]] = {}
+    for (address, _), cite in seen.items():
+        out.setdefault(6 if ":" in address else 4, []).append(cite)
+    return out
