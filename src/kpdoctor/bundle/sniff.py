@@ -340,7 +340,8 @@ def _is_rules_fragment(lines: list[str]) -> bool:
     return bool(lines) and (rules >= 1 or decls >= 2) and len(ours) >= max(1, 0.6 * len(lines))
 
 
-_GO_SOURCE = lazy_re.compile(r"([\w-]+\.go):\d+\]")
+# (a name starts where a word does: tried inside a long word, it would be quadratic in its length)
+_GO_SOURCE = lazy_re.compile(r"(?<![\w-])([\w-]+\.go):\d+\]")
 
 
 def _kube_proxy_source(text: str) -> bool:
