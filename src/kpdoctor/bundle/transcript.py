@@ -302,7 +302,7 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
         i = typed_to.get(i, i)
         body = lines[i + 1 : end] + ([glued[end][0]] if end in glued else [])
         # a prompt with no command after it (the session's last line, an Enter pressed) is not output
-        body = ["" if _EMPTY_PROMPT.match(b) else b for b in body]
+        body = ["" if _empty_prompt(b) else b for b in body]
         # a separator line the user drew (`=====`) ends the command's output: what follows it,
         # before the next prompt, is another output whose command is not shown
         cut = next((k for k, b in enumerate(body) if _SEPARATOR.match(b) and any(x.strip() for x in body[:k])), None)
@@ -322,11 +322,13 @@ def split_transcript(text: str, lenient: bool = False, bare: bool = False) -> li
 _SEPARATOR = lazy_re.compile(r"^[ \t]*(?:={8,}|-{8,}|_{8,}|\*{8,}|~{8,})[ \t]*$")
 
 
-# A prompt of a user at a host with nothing typed after it: `root@node:~#`, `[root@node ~]#`,
-# `user@host$`, zsh's `user@host dir %`
-_EMPTY_PROMPT = lazy_re.compile(
-    r"^[ \t]*(?:\[[\w.\-]+@[^\]\n]{1,80}\]|[\w.\-]+@[\w.\-]+(?::[^\s#$]*| [^\s#$%]{1,80})?)\s?[#$%>]\s*$"
-)
+def _empty_prompt(line: str) -> bool:
+    """A prompt of a user at a host with nothing typed after it (`root@node:~#`, `[root@node ~]#`,
+    zsh's `user@host dir %`): one of the prompt forms, as it would read with a command after it."""
+    if "@" not in line or len(line) > 200:
+        return False
+    m = _PROMPT.match(line.rstrip() + " x")
+    return m is not None and bool(m.group("strong")) and m.group("cmd") == "x"
 
 
 # A line of prose naming the command whose output follows it ("coredns logs (`kubectl -n

@@ -46,11 +46,12 @@ class BriefRow:
 def row(line: str, number: int = 0) -> BriefRow | None:
     """One line as a row of ``ip -br addr`` or ``ip -br link`` (no addresses), or None."""
     line = line.strip()
-    if len(line) > 4000 or not (ADDRESS_ROW.match(line) or AROUND.match(line)):
+    with_addresses = len(line) <= 4000 and ADDRESS_ROW.match(line) is not None
+    if not with_addresses and (len(line) > 4000 or not AROUND.match(line)):
         return None
     words = line.split()
     addrs = []
-    for word in words[2:] if ADDRESS_ROW.match(line) else []:
+    for word in words[2:] if with_addresses else []:
         try:
             addrs.append(ipaddress.ip_address(word.split("/", 1)[0]))
         except ValueError:
